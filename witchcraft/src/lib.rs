@@ -1,0 +1,10 @@
+//! witchcraft: the Witch engine (Wen, Liu, Chabbi et al., "Watching for
+//! Software Inefficiencies with Witch", ASPLOS'18; thesis chapter 4).
+//!
+//! Sample memory accesses, arm a hardware debug-register watchpoint on the
+//! sampled address, and classify the next access to it. The crafts (clients)
+//! live in [`craft`]; the machinery below them is in the other modules.
+
+pub mod profile;
+pub mod pmu;
+pub mod probe;

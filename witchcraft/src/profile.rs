@@ -1,0 +1,360 @@
+//! The profile file: what one profiled process leaves behind.
+//!
+//! JSON via serde, versioned by [`SCHEMA`]. A profile holds raw addresses plus
+//! the module map, so symbolization can happen later on any machine that has
+//! the binaries (matched by build-id first, then path).
+//!
+//! Units: `waste`/`use` are bytes as estimated by proportional attribution
+//! (Witch §4.4.2): each trap adds (µ−η)·P·M where P is the sampler period in
+//! the sampler's unit (`Sampler::unit`). For the software sampler P is in
+//! nanoseconds of thread CPU time, so absolute byte figures are "byte·ns"
+//! weights; fractions (Equation 4.1) are unit-free and comparable.
+
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::Path;
+
+/// Bump when a reader of the old format would misread the new one.
+pub const SCHEMA: u32 = 1;
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum Craft {
+    Dead,
+    SilentStore,
+    SilentLoad,
+}
+
+impl Craft {
+    pub fn name(self) -> &'static str {
+        match self {
+            Craft::Dead => "dead",
+            Craft::SilentStore => "silent-store",
+            Craft::SilentLoad => "silent-load",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Craft> {
+        match s {
+            "dead" => Some(Craft::Dead),
+            "silent-store" | "silent" => Some(Craft::SilentStore),
+            "silent-load" | "load" => Some(Craft::SilentLoad),
+            _ => None,
+        }
+    }
+    /// The word joining the two contexts of a pair (Witch §4.6.5).
+    pub fn relation(self) -> &'static str {
+        match self {
+            Craft::Dead => "KILLED_BY",
+            Craft::SilentStore | Craft::SilentLoad => "SAME_VALUE_AS",
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct Sampler {
+    /// "pmu", "software" or "exact".
+    pub kind: String,
+    /// Event name, e.g. "task-clock" or "cpu/mem-stores/".
+    pub event: String,
+    pub period: u64,
+    /// Unit of `period`: "ns", "stores", "loads", "ops" or "accesses".
+    pub unit: String,
+}
+
+/// Engine counters, summed over threads.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct Counters {
+    /// Sampler interrupts delivered.
+    pub interrupts: u64,
+    /// Interrupts that yielded an access of the craft's kind (µ increments).
+    pub samples: u64,
+    /// Samples that were given a watchpoint.
+    pub armed: u64,
+    /// Samples not monitored (reservoir said no, or no slot could be armed).
+    pub dropped: u64,
+    /// Samples skipped because they touched the engine's own memory or code.
+    pub skipped_self: u64,
+    /// Watchpoint traps classified by the craft.
+    pub traps: u64,
+    /// Traps caused by the sampled instruction itself (software sampler).
+    pub self_traps: u64,
+    /// Traps ignored by the craft (e.g. stores under LoadCraft).
+    pub ignored_traps: u64,
+    /// Traps whose precise PC could not be recovered or verified.
+    pub imprecise: u64,
+    /// Failures to arm a watchpoint (ioctl/open errors).
+    pub arm_failures: u64,
+    /// Longest run of consecutive samples that were not monitored.
+    pub longest_blind_spot: u64,
+    /// Calling-context nodes that did not fit the preallocated tree.
+    pub tree_overflow: u64,
+    /// Pairs that did not fit the preallocated pair table.
+    pub pair_overflow: u64,
+    /// Threads that could not be set up (e.g. no free debug registers).
+    pub threads_failed: u64,
+}
+
+impl Counters {
+    pub fn add(&mut self, o: &Counters) {
+        self.interrupts += o.interrupts;
+        self.samples += o.samples;
+        self.armed += o.armed;
+        self.dropped += o.dropped;
+        self.skipped_self += o.skipped_self;
+        self.traps += o.traps;
+        self.self_traps += o.self_traps;
+        self.ignored_traps += o.ignored_traps;
+        self.imprecise += o.imprecise;
+        self.arm_failures += o.arm_failures;
+        self.longest_blind_spot = self.longest_blind_spot.max(o.longest_blind_spot);
+        self.tree_overflow += o.tree_overflow;
+        self.pair_overflow += o.pair_overflow;
+        self.threads_failed += o.threads_failed;
+    }
+}
+
+/// One mapped executable segment of a module.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct Module {
+    pub path: String,
+    /// GNU build-id, lowercase hex.
+    pub build_id: Option<String>,
+    /// Mapped address range [start, end).
+    pub start: u64,
+    pub end: u64,
+    /// Load bias: file virtual address = runtime address - bias.
+    pub bias: u64,
+}
+
+/// A calling-context tree node. Node 0 is the root (pc 0).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct Node {
+    /// Parent index; the root's parent is itself (0).
+    pub parent: u32,
+    /// Lookup address: the instruction's own address for the leaf, the return
+    /// address minus one for callers (so it symbolizes to the call's line).
+    pub pc: u64,
+    /// µ(C): samples taken in this exact context.
+    #[serde(default)]
+    pub samples: u64,
+}
+
+/// ⟨C_watch, C_trap⟩ with its attributed bytes.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct Pair {
+    pub watch: u32,
+    pub trap: u32,
+    /// Waste bytes from exact comparison (dead: all waste is exact).
+    pub waste: f64,
+    /// Waste bytes from floating-point comparison within the precision.
+    pub approx_waste: f64,
+    pub r#use: f64,
+    /// Traps that fed this pair.
+    pub traps: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct Thread {
+    pub tid: u32,
+    pub nodes: Vec<Node>,
+    pub pairs: Vec<Pair>,
+    pub counters: Counters,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct Profile {
+    pub schema: u32,
+    pub witch_version: String,
+    pub craft: Craft,
+    pub program: String,
+    pub args: Vec<String>,
+    pub pid: u32,
+    pub ppid: u32,
+    /// Unix time (ns) when profiling of this process began.
+    pub start_unix_ns: u64,
+    pub duration_ns: u64,
+    pub sampler: Sampler,
+    pub replacement: String,
+    pub debug_registers: u32,
+    /// Relative precision for floating-point equality (0 = exact only).
+    pub fp_precision: f64,
+    pub kernel: String,
+    /// How the process ended: "exit", "exec", "signal N", "detach".
+    pub ended_by: String,
+    /// Human-readable notes, e.g. fallbacks taken.
+    pub notes: Vec<String>,
+    pub counters: Counters,
+    pub modules: Vec<Module>,
+    pub threads: Vec<Thread>,
+}
+
+#[derive(Debug)]
+pub enum LoadError {
+    Io(std::io::Error),
+    Empty,
+    Corrupt(String),
+    Newer(u32),
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LoadError::Io(e) => write!(f, "cannot read profile: {e}"),
+            LoadError::Empty => write!(f, "profile is empty"),
+            LoadError::Corrupt(e) => write!(f, "profile is corrupt or truncated: {e}"),
+            LoadError::Newer(v) => write!(
+                f,
+                "profile schema {v} is newer than this witch understands ({SCHEMA}); upgrade witch"
+            ),
+        }
+    }
+}
+impl std::error::Error for LoadError {}
+
+impl Profile {
+    pub fn from_bytes(b: &[u8]) -> Result<Profile, LoadError> {
+        if b.iter().all(|c| c.is_ascii_whitespace()) {
+            return Err(LoadError::Empty);
+        }
+        // Read the schema first so a newer file says so instead of "corrupt".
+        #[derive(Deserialize)]
+        struct Head {
+            schema: u32,
+        }
+        let head: Head =
+            serde_json::from_slice(b).map_err(|e| LoadError::Corrupt(e.to_string()))?;
+        if head.schema > SCHEMA {
+            return Err(LoadError::Newer(head.schema));
+        }
+        let p: Profile =
+            serde_json::from_slice(b).map_err(|e| LoadError::Corrupt(e.to_string()))?;
+        for t in &p.threads {
+            let n = t.nodes.len() as u32;
+            if t.nodes.iter().any(|x| x.parent >= n)
+                || t.pairs.iter().any(|x| x.watch >= n || x.trap >= n)
+            {
+                return Err(LoadError::Corrupt(format!("thread {}: node index out of range", t.tid)));
+            }
+        }
+        Ok(p)
+    }
+
+    pub fn load(path: &Path) -> Result<Profile, LoadError> {
+        let b = std::fs::read(path).map_err(LoadError::Io)?;
+        Self::from_bytes(&b)
+    }
+
+    /// Write atomically: a temporary file in the same directory, then rename.
+    pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+        {
+            let mut f = std::fs::File::create(&tmp)?;
+            let data = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+            f.write_all(&data)?;
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, path)
+    }
+
+    /// Totals per Equation 4.1: (waste incl. approximate, approximate part, use).
+    pub fn totals(&self) -> (f64, f64, f64) {
+        let (mut w, mut a, mut u) = (0.0, 0.0, 0.0);
+        for t in &self.threads {
+            for p in &t.pairs {
+                w += p.waste + p.approx_waste;
+                a += p.approx_waste;
+                u += p.r#use;
+            }
+        }
+        (w, a, u)
+    }
+
+    /// Equation 4.1: waste / (waste + use); 0 when nothing was observed.
+    pub fn waste_fraction(&self) -> f64 {
+        let (w, _, u) = self.totals();
+        if w + u > 0.0 {
+            w / (w + u)
+        } else {
+            0.0
+        }
+    }
+
+    /// The path from a node to the root, innermost first (root excluded).
+    pub fn context(thread: &Thread, mut node: u32) -> Vec<u64> {
+        let mut out = Vec::new();
+        let mut guard = 0;
+        while node != 0 && guard < 4096 {
+            let n = &thread.nodes[node as usize];
+            out.push(n.pc);
+            node = n.parent;
+            guard += 1;
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Profile {
+        Profile {
+            schema: SCHEMA,
+            witch_version: "test".into(),
+            craft: Craft::Dead,
+            program: "/bin/true".into(),
+            args: vec![],
+            pid: 1,
+            ppid: 0,
+            start_unix_ns: 0,
+            duration_ns: 1,
+            sampler: Sampler { kind: "software".into(), event: "task-clock".into(), period: 1000, unit: "ns".into() },
+            replacement: "reservoir".into(),
+            debug_registers: 4,
+            fp_precision: 0.01,
+            kernel: "6".into(),
+            ended_by: "exit".into(),
+            notes: vec![],
+            counters: Counters::default(),
+            modules: vec![],
+            threads: vec![Thread {
+                tid: 1,
+                nodes: vec![
+                    Node { parent: 0, pc: 0, samples: 0 },
+                    Node { parent: 0, pc: 10, samples: 3 },
+                    Node { parent: 1, pc: 20, samples: 1 },
+                ],
+                pairs: vec![Pair { watch: 2, trap: 1, waste: 30.0, approx_waste: 10.0, r#use: 60.0, traps: 3 }],
+                counters: Counters::default(),
+            }],
+        }
+    }
+
+    #[test]
+    fn roundtrip_and_fraction() {
+        let p = sample();
+        let dir = std::env::temp_dir().join(format!("witch-prof-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("p.json");
+        p.save(&f).unwrap();
+        let q = Profile::load(&f).unwrap();
+        assert_eq!(p, q);
+        assert!((q.waste_fraction() - 0.4).abs() < 1e-12);
+        assert_eq!(Profile::context(&q.threads[0], 2), vec![20, 10]);
+    }
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        assert!(matches!(Profile::from_bytes(b""), Err(LoadError::Empty)));
+        assert!(matches!(Profile::from_bytes(b"{\"schema\":1,"), Err(LoadError::Corrupt(_))));
+        let mut v = serde_json::to_value(sample()).unwrap();
+        v["schema"] = 99.into();
+        assert!(matches!(Profile::from_bytes(v.to_string().as_bytes()), Err(LoadError::Newer(99))));
+        let mut p = sample();
+        p.threads[0].pairs[0].trap = 7;
+        let s = serde_json::to_vec(&p).unwrap();
+        assert!(matches!(Profile::from_bytes(&s), Err(LoadError::Corrupt(_))));
+    }
+}
