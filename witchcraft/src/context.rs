@@ -1,0 +1,175 @@
+//! Per-thread calling-context tree in preallocated memory.
+//!
+//! Each node carries µ(C), the samples taken in that context, and η(C), the
+//! part of µ already accounted for by traps (Witch §4.4.2). Insertion never
+//! allocates: nodes live in a Vec reserved up front, and children are found
+//! through an open-addressing index keyed by (parent, pc).
+
+pub const ROOT: u32 = 0;
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Node {
+    pub parent: u32,
+    pub pc: u64,
+    /// µ(C)
+    pub samples: u64,
+    /// η(C)
+    pub eta: f64,
+    /// Watchpoints currently armed from this context.
+    pub armed: u32,
+}
+
+pub struct Tree {
+    pub nodes: Vec<Node>,
+    index: Vec<u32>,
+    cap: usize,
+    pub overflow: u64,
+}
+
+fn hash(parent: u32, pc: u64) -> u64 {
+    (pc ^ ((parent as u64) << 40) ^ (parent as u64)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+impl Tree {
+    /// `cap` nodes at most; the index is twice that (zeroed pages stay untouched until used).
+    pub fn with_capacity(cap: usize) -> Tree {
+        let mut nodes = Vec::with_capacity(cap);
+        nodes.push(Node::default());
+        Tree { nodes, index: vec![0u32; (cap * 2).next_power_of_two()], cap, overflow: 0 }
+    }
+
+    pub fn clear(&mut self) {
+        self.nodes.truncate(1);
+        self.nodes[0] = Node::default();
+        self.index.iter_mut().for_each(|x| *x = 0);
+        self.overflow = 0;
+    }
+
+    /// Child of `parent` for `pc`, created if needed. Returns `parent` when full.
+    pub fn child(&mut self, parent: u32, pc: u64) -> u32 {
+        let mask = self.index.len() - 1;
+        let mut h = (hash(parent, pc) as usize) & mask;
+        loop {
+            let i = self.index[h];
+            if i == 0 {
+                if self.nodes.len() >= self.cap {
+                    self.overflow += 1;
+                    return parent;
+                }
+                let n = self.nodes.len() as u32;
+                self.nodes.push(Node { parent, pc, ..Default::default() });
+                self.index[h] = n;
+                return n;
+            }
+            let node = &self.nodes[i as usize];
+            if node.parent == parent && node.pc == pc {
+                return i;
+            }
+            h = (h + 1) & mask;
+        }
+    }
+
+    /// Insert a path given innermost frame first; returns the leaf node.
+    pub fn insert(&mut self, frames_innermost_first: &[u64]) -> u32 {
+        let mut n = ROOT;
+        for &pc in frames_innermost_first.iter().rev() {
+            n = self.child(n, pc);
+        }
+        n
+    }
+
+    pub fn node(&mut self, i: u32) -> &mut Node {
+        &mut self.nodes[i as usize]
+    }
+}
+
+/// ⟨C_watch, C_trap⟩ → attributed bytes, preallocated like the tree.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PairEntry {
+    pub watch: u32,
+    pub trap: u32,
+    pub waste: f64,
+    pub approx_waste: f64,
+    pub used: f64,
+    pub traps: u64,
+}
+
+pub struct Pairs {
+    pub entries: Vec<PairEntry>,
+    index: Vec<u32>,
+    cap: usize,
+    pub overflow: u64,
+}
+
+impl Pairs {
+    pub fn with_capacity(cap: usize) -> Pairs {
+        let mut entries = Vec::with_capacity(cap + 1);
+        entries.push(PairEntry::default()); // index 0 = empty marker
+        Pairs { entries, index: vec![0u32; (cap * 2).next_power_of_two()], cap, overflow: 0 }
+    }
+
+    pub fn clear(&mut self) {
+        self.entries.truncate(1);
+        self.index.iter_mut().for_each(|x| *x = 0);
+        self.overflow = 0;
+    }
+
+    pub fn get(&mut self, watch: u32, trap: u32) -> Option<&mut PairEntry> {
+        let mask = self.index.len() - 1;
+        let mut h = (hash(watch, trap as u64) as usize) & mask;
+        loop {
+            let i = self.index[h] as usize;
+            if i == 0 {
+                if self.entries.len() > self.cap {
+                    self.overflow += 1;
+                    return None;
+                }
+                self.index[h] = self.entries.len() as u32;
+                self.entries.push(PairEntry { watch, trap, ..Default::default() });
+                return self.entries.last_mut();
+            }
+            if self.entries[i].watch == watch && self.entries[i].trap == trap {
+                return Some(&mut self.entries[i]);
+            }
+            h = (h + 1) & mask;
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &PairEntry> {
+        self.entries[1..].iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_share_prefixes_and_never_grow_past_capacity() {
+        let mut t = Tree::with_capacity(8);
+        let a = t.insert(&[3, 2, 1]);
+        let b = t.insert(&[4, 2, 1]);
+        assert_ne!(a, b);
+        assert_eq!(t.nodes[a as usize].parent, t.nodes[b as usize].parent);
+        assert_eq!(t.insert(&[3, 2, 1]), a);
+        assert_eq!(t.nodes.len(), 5);
+        let cap_before = t.nodes.capacity();
+        for i in 0..100 {
+            t.insert(&[100 + i, 1]);
+        }
+        assert_eq!(t.nodes.len(), 8);
+        assert_eq!(t.nodes.capacity(), cap_before);
+        assert!(t.overflow > 0);
+    }
+
+    #[test]
+    fn pairs_accumulate() {
+        let mut p = Pairs::with_capacity(2);
+        p.get(1, 2).unwrap().waste += 3.0;
+        p.get(1, 2).unwrap().waste += 4.0;
+        p.get(2, 1).unwrap().used += 1.0;
+        assert!(p.get(5, 5).is_none());
+        let v: Vec<_> = p.iter().map(|e| (e.watch, e.trap, e.waste, e.used)).collect();
+        assert_eq!(v, vec![(1, 2, 7.0, 0.0), (2, 1, 0.0, 1.0)]);
+    }
+}
