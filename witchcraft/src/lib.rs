@@ -8,3 +8,11 @@
 pub mod profile;
 pub mod pmu;
 pub mod probe;
+pub mod perf;
+pub mod replacement;
+pub mod access;
+pub mod context;
+pub mod modules;
+pub mod unwind;
+pub mod trap;
+pub mod craft;

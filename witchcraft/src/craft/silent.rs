@@ -1,0 +1,33 @@
+//! SilentCraft (Witch §4.6.1): silent stores.
+//!
+//! Sample stores, remember the bytes the store left, and arm a write-only
+//! watchpoint, so intervening loads are disregarded. On the next store,
+//! compare the overlapping bytes: unchanged (or, for floating point, within
+//! the relative precision) means the store was silent.
+
+use super::{compare, Craft, Verdict, Watched};
+use crate::access::Access;
+use crate::perf::BpType;
+use crate::profile::Craft as Kind;
+
+pub struct SilentCraft {
+    pub precision: f64,
+}
+
+impl Craft for SilentCraft {
+    fn kind(&self) -> Kind {
+        Kind::SilentStore
+    }
+    fn samples(&self, a: &Access) -> bool {
+        a.write
+    }
+    fn watch(&self) -> BpType {
+        BpType::W
+    }
+    fn needs_value(&self) -> bool {
+        true
+    }
+    fn judge(&self, w: &Watched, trap: &Access, now: &[u8]) -> Verdict {
+        compare(w, trap, now, self.precision)
+    }
+}

@@ -1,0 +1,227 @@
+//! The process's loaded modules, prepared outside signal handlers.
+//!
+//! For each executable mapping we keep its path, build-id and load bias (for
+//! the profile's module map), its function start addresses (to decode
+//! forward to a trap's precise PC), and framehop unwind data. The whole map
+//! is rebuilt after `dlopen` and published through an atomic pointer; old
+//! maps are leaked on purpose because a handler may still be reading them.
+
+use crate::profile;
+use framehop::x86_64::UnwinderX86_64;
+use framehop::{ExplicitModuleSectionInfo, MustNotAllocateDuringUnwind, Unwinder};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+pub type Unwind = UnwinderX86_64<Vec<u8>, MustNotAllocateDuringUnwind>;
+
+pub struct Module {
+    pub path: String,
+    pub build_id: Option<String>,
+    pub start: u64,
+    pub end: u64,
+    pub bias: u64,
+    /// Sorted runtime addresses where functions start (symbols and FDEs).
+    pub func_starts: Vec<u64>,
+}
+
+pub struct ProcessMap {
+    pub modules: Vec<Module>,
+    pub unwinder: Unwind,
+}
+
+static CURRENT: AtomicPtr<ProcessMap> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The current map, if built. Safe in signal handlers.
+pub fn current() -> Option<&'static ProcessMap> {
+    let p = CURRENT.load(Ordering::Acquire);
+    if p.is_null() {
+        None
+    } else {
+        Some(unsafe { &*p })
+    }
+}
+
+/// Rebuild from /proc/self/maps and publish. Not for signal handlers.
+pub fn refresh() {
+    let map = Box::new(build(&std::fs::read_to_string("/proc/self/maps").unwrap_or_default()));
+    CURRENT.store(Box::into_raw(map), Ordering::Release);
+}
+
+impl ProcessMap {
+    pub fn module(&self, pc: u64) -> Option<&Module> {
+        let i = self.modules.partition_point(|m| m.start <= pc);
+        let m = self.modules.get(i.checked_sub(1)?)?;
+        (pc < m.end).then_some(m)
+    }
+
+    /// Start of the function containing `pc`, if known.
+    pub fn function_start(&self, pc: u64) -> Option<u64> {
+        let m = self.module(pc)?;
+        let i = m.func_starts.partition_point(|&s| s <= pc);
+        m.func_starts.get(i.checked_sub(1)?).copied()
+    }
+
+    pub fn to_profile(&self) -> Vec<profile::Module> {
+        self.modules
+            .iter()
+            .map(|m| profile::Module {
+                path: m.path.clone(),
+                build_id: m.build_id.clone(),
+                start: m.start,
+                end: m.end,
+                bias: m.bias,
+            })
+            .collect()
+    }
+}
+
+struct Mapping {
+    start: u64,
+    end: u64,
+    offset: u64,
+    path: String,
+}
+
+fn parse_maps(maps: &str) -> Vec<Mapping> {
+    let mut out = Vec::new();
+    for line in maps.lines() {
+        let mut it = line.split_ascii_whitespace();
+        let (Some(range), Some(perms), Some(off)) = (it.next(), it.next(), it.next()) else { continue };
+        let _dev = it.next();
+        let _inode = it.next();
+        let path: String = it.collect::<Vec<_>>().join(" ");
+        if !perms.contains('x') || !path.starts_with('/') {
+            continue;
+        }
+        let Some((s, e)) = range.split_once('-') else { continue };
+        let (Ok(start), Ok(end), Ok(offset)) =
+            (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16), u64::from_str_radix(off, 16))
+        else {
+            continue;
+        };
+        out.push(Mapping { start, end, offset, path });
+    }
+    out
+}
+
+fn build(maps: &str) -> ProcessMap {
+    let mut modules = Vec::new();
+    let mut unwinder = Unwind::new();
+    for m in parse_maps(maps) {
+        if let Some((module, unwind)) = load_module(&m) {
+            unwinder.add_module(unwind);
+            modules.push(module);
+        }
+    }
+    modules.sort_by_key(|m| m.start);
+    ProcessMap { modules, unwinder }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn load_module(m: &Mapping) -> Option<(Module, framehop::Module<Vec<u8>>)> {
+    let data = std::fs::read(&m.path).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    // The PT_LOAD segment holding this mapping's file offset gives the bias.
+    let seg = file.segments().find(|s| {
+        let (off, size) = s.file_range();
+        off <= m.offset && m.offset < off + size.max(1)
+    })?;
+    let (seg_off, _) = seg.file_range();
+    let bias = m.start.wrapping_sub(seg.address() + (m.offset - seg_off));
+    let build_id = file.build_id().ok().flatten().map(hex);
+
+    let mut starts: Vec<u64> = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
+        .map(|s| s.address().wrapping_add(bias))
+        .filter(|&a| a >= m.start && a < m.end)
+        .collect();
+    let sect = |name: &str| file.section_by_name(name);
+    let range = |s: &object::Section| s.address()..s.address() + s.size();
+    let data_of = |s: &object::Section| s.uncompressed_data().ok().map(|d| d.into_owned());
+    let eh_hdr = sect(".eh_frame_hdr");
+    if let Some(h) = &eh_hdr {
+        if let Some(d) = data_of(h) {
+            starts.extend(eh_frame_hdr_starts(&d, h.address()).into_iter().map(|a| a.wrapping_add(bias)));
+        }
+    }
+    starts.retain(|&a| a >= m.start && a < m.end);
+    starts.sort_unstable();
+    starts.dedup();
+
+    let text = sect(".text");
+    let eh = sect(".eh_frame");
+    let got = sect(".got");
+    let info = ExplicitModuleSectionInfo {
+        base_svma: 0,
+        text_svma: text.as_ref().map(range),
+        text: text.as_ref().and_then(data_of),
+        got_svma: got.as_ref().map(range),
+        eh_frame_svma: eh.as_ref().map(range),
+        eh_frame: eh.as_ref().and_then(data_of),
+        eh_frame_hdr_svma: eh_hdr.as_ref().map(range),
+        eh_frame_hdr: eh_hdr.as_ref().and_then(data_of),
+        ..Default::default()
+    };
+    let unwind = framehop::Module::new(m.path.clone(), m.start..m.end, bias, info);
+    let module = Module { path: m.path.clone(), build_id, start: m.start, end: m.end, bias, func_starts: starts };
+    Some((module, unwind))
+}
+
+/// Function start addresses (file addresses) from `.eh_frame_hdr`'s sorted
+/// search table. Only the usual encodings are handled (what GNU ld and lld
+/// emit); anything else yields no entries, and symbols still apply.
+fn eh_frame_hdr_starts(d: &[u8], hdr_addr: u64) -> Vec<u64> {
+    let rd4 = |o: usize| d.get(o..o + 4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    if d.len() < 12 || d[0] != 1 {
+        return Vec::new();
+    }
+    let (ptr_enc, cnt_enc, tab_enc) = (d[1], d[2], d[3]);
+    // eh_frame_ptr: 4 bytes for sdata4/udata4 encodings.
+    if ptr_enc & 0x0f != 0x0b && ptr_enc & 0x0f != 0x03 {
+        return Vec::new();
+    }
+    if cnt_enc != 0x03 || tab_enc != 0x3b {
+        return Vec::new();
+    }
+    let Some(count) = rd4(8) else { return Vec::new() };
+    let mut out = Vec::with_capacity(count.max(0) as usize);
+    for i in 0..count.max(0) as usize {
+        let Some(rel) = rd4(12 + i * 8) else { break };
+        out.push(hdr_addr.wrapping_add(rel as i64 as u64));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_process_map_has_this_test_and_libc() {
+        refresh();
+        let map = current().unwrap();
+        let here = own_process_map_has_this_test_and_libc as usize as u64;
+        let m = map.module(here).expect("test binary is mapped");
+        assert!(m.build_id.is_some());
+        let start = map.function_start(here + 3).expect("function start");
+        assert!(start <= here + 3 && here + 3 - start < 4096);
+        assert!(map.modules.iter().any(|m| m.path.contains("libc")));
+        let ret = libc::getpid as usize as u64;
+        assert!(map.function_start(ret).is_some());
+    }
+
+    #[test]
+    fn maps_parsing_skips_anonymous_and_data() {
+        let maps = "00400000-00452000 r-xp 00001000 08:02 173521 /usr/bin/app with space\n\
+                    00652000-00653000 rw-p 00052000 08:02 173521 /usr/bin/app\n\
+                    7ffd0000-7ffd2000 r-xp 00000000 00:00 0 [vdso]\n";
+        let v = parse_maps(maps);
+        assert_eq!(v.len(), 1);
+        assert_eq!((v[0].start, v[0].offset, v[0].path.as_str()), (0x400000, 0x1000, "/usr/bin/app with space"));
+    }
+}

@@ -1,0 +1,153 @@
+//! The precise instruction behind a watchpoint trap.
+//!
+//! A data breakpoint traps after the access, so the signal context's PC is
+//! one instruction late (Witch §4.5). Without LBR we decode forward from the
+//! start of the enclosing function (symbol or `.eh_frame` FDE) to the context
+//! PC, cache the result per PC, and verify that the instruction found really
+//! touches the watched address using the registers after the access (with
+//! known implicit updates undone). Control transfers that store or load
+//! (call, ret) land elsewhere and are recognised from the stack.
+
+use crate::access::{Access, Analyzer, Decoded, Regs};
+use crate::modules::ProcessMap;
+
+const CACHE: usize = 4096;
+/// Longest forward decode, in bytes, before giving up.
+const MAX_SCAN: u64 = 1 << 16;
+
+/// Per-thread cache: context PC → start of the instruction that ends there.
+pub struct PrecisePcCache {
+    keys: Box<[u64; CACHE]>,
+    vals: Box<[u64; CACHE]>,
+}
+
+impl Default for PrecisePcCache {
+    fn default() -> Self {
+        PrecisePcCache { keys: Box::new([0; CACHE]), vals: Box::new([0; CACHE]) }
+    }
+}
+
+impl PrecisePcCache {
+    fn slot(pc: u64) -> usize {
+        ((pc ^ (pc >> 12)) as usize) & (CACHE - 1)
+    }
+    fn get(&self, pc: u64) -> Option<u64> {
+        let i = Self::slot(pc);
+        (self.keys[i] == pc).then(|| self.vals[i])
+    }
+    fn put(&mut self, pc: u64, prev: u64) {
+        let i = Self::slot(pc);
+        self.keys[i] = pc;
+        self.vals[i] = prev;
+    }
+}
+
+/// Instruction bytes at `ip`, read directly when safely inside the module.
+fn code_at<'a>(map: &ProcessMap, ip: u64, buf: &'a mut [u8; 16]) -> Option<&'a [u8]> {
+    let m = map.module(ip)?;
+    let n = ((m.end - ip) as usize).min(16);
+    unsafe { std::ptr::copy_nonoverlapping(ip as *const u8, buf.as_mut_ptr(), n) };
+    Some(&buf[..n])
+}
+
+/// Start of the instruction that ends exactly at `end`, by decoding forward.
+fn previous_instruction(map: &ProcessMap, cache: &mut PrecisePcCache, end: u64) -> Option<u64> {
+    if let Some(p) = cache.get(end) {
+        return (p != 0).then_some(p);
+    }
+    let start = map.function_start(end.wrapping_sub(1))?;
+    let mut ip = start;
+    let mut buf = [0u8; 16];
+    let mut found = 0;
+    while ip < end && end - start <= MAX_SCAN {
+        let bytes = code_at(map, ip, &mut buf)?;
+        let mut dec = iced_x86::Decoder::with_ip(64, bytes, ip, iced_x86::DecoderOptions::NONE);
+        let i = dec.decode();
+        if i.is_invalid() {
+            break;
+        }
+        if i.next_ip() == end {
+            found = ip;
+            break;
+        }
+        ip = i.next_ip();
+    }
+    cache.put(end, found);
+    (found != 0).then_some(found)
+}
+
+/// What we learned about the access that trapped.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TrapAccess {
+    /// Address of the trapping instruction (the context PC when imprecise).
+    pub pc: u64,
+    pub access: Access,
+    /// The instruction was found and its access verified.
+    pub precise: bool,
+}
+
+fn overlapping(d: &Decoded, addr: u64, len: u64) -> Option<Access> {
+    // Prefer a load when one access reads and another writes the range:
+    // the read happens first (e.g. `add [m], r`).
+    let mut best: Option<Access> = None;
+    for a in d.accesses() {
+        if a.overlap(addr, len) > 0 {
+            match best {
+                Some(b) if b.read => {}
+                _ => best = Some(*a),
+            }
+        }
+    }
+    best
+}
+
+/// Find the access behind a trap on [addr, addr+len) with registers `regs`
+/// (after the access) and context PC `regs.rip`.
+pub fn recover(map: &ProcessMap, cache: &mut PrecisePcCache, an: &mut Analyzer, regs: &Regs, addr: u64, len: u64, stack: (u64, u64)) -> Option<TrapAccess> {
+    let ctx = regs.rip;
+    let mut buf = [0u8; 16];
+    // 1. The instruction just before the context PC.
+    if let Some(prev) = previous_instruction(map, cache, ctx) {
+        if let Some(bytes) = code_at(map, prev, &mut buf) {
+            if let Some(d) = an.decode(bytes, prev, regs, true) {
+                if let Some(a) = overlapping(&d, addr, len) {
+                    return Some(TrapAccess { pc: prev, access: a, precise: true });
+                }
+                // An address register overwritten by the instruction itself
+                // (mov rax,[rax]) can't be checked; take its access as is.
+                if d.n == 1 && crate::access::clobbers_address(bytes, prev) {
+                    let mut a = d.accesses[0];
+                    a.addr = addr;
+                    return Some(TrapAccess { pc: prev, access: a, precise: true });
+                }
+            }
+        }
+    }
+    // 2. A rep string instruction traps between iterations with rip on itself.
+    if let Some(bytes) = code_at(map, ctx, &mut buf) {
+        if let Some(d) = an.decode(bytes, ctx, regs, true) {
+            if d.rep {
+                if let Some(a) = overlapping(&d, addr, len) {
+                    return Some(TrapAccess { pc: ctx, access: a, precise: true });
+                }
+            }
+        }
+    }
+    // 3. call: the return address was just stored at rsp.
+    let sp = regs.sp();
+    let read_stack = |a: u64| (a >= stack.0 && a + 8 <= stack.1).then(|| unsafe { std::ptr::read_volatile(a as *const u64) });
+    let store_at_sp = Access { addr: sp, len: 8, read: false, write: true, float: Default::default() };
+    if store_at_sp.overlap(addr, len) > 0 {
+        if let Some(ra) = read_stack(sp) {
+            if let Some(call) = previous_instruction(map, cache, ra) {
+                return Some(TrapAccess { pc: call, access: store_at_sp, precise: true });
+            }
+        }
+    }
+    // 4. ret: loaded the return address at rsp-8, which now equals the PC.
+    let load_below_sp = Access { addr: sp.wrapping_sub(8), len: 8, read: true, write: false, float: Default::default() };
+    if load_below_sp.overlap(addr, len) > 0 && read_stack(sp.wrapping_sub(8)) == Some(ctx) {
+        return Some(TrapAccess { pc: ctx, access: load_below_sp, precise: false });
+    }
+    None
+}
