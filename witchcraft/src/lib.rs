@@ -16,3 +16,5 @@ pub mod modules;
 pub mod unwind;
 pub mod trap;
 pub mod craft;
+pub mod config;
+pub mod engine;

@@ -29,6 +29,9 @@ pub struct ProcessMap {
     pub unwinder: Unwind,
 }
 
+/// Set by a handler that saw a PC outside every known module.
+pub static STALE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 static CURRENT: AtomicPtr<ProcessMap> = AtomicPtr::new(std::ptr::null_mut());
 
 /// The current map, if built. Safe in signal handlers.

@@ -1,0 +1,521 @@
+//! What this machine offers Witch: PMU memory events, software sampling,
+//! debug registers and the perf features around them. Used to pick a sampler
+//! automatically and by `witch doctor`.
+//!
+//! Probes open short-lived perf events on the calling thread and never let
+//! them fire.
+
+use std::path::Path;
+
+use perf_event_open_sys as sys;
+use sys::bindings::{self as b, perf_event_attr};
+
+use crate::pmu::{self, AccessKind, PmuEvent, PmuSampler};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Degraded,
+    Missing,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Check {
+    pub name: String,
+    pub status: Status,
+    /// One line.
+    pub detail: String,
+    pub advice: Option<String>,
+}
+
+/// Names of the checks, in the order [`checks`] returns them.
+pub const CHECK_PMU: &str = "pmu memory events";
+pub const CHECK_TASK_CLOCK: &str = "software task-clock";
+pub const CHECK_BREAKPOINTS: &str = "hardware breakpoints";
+pub const CHECK_MODIFY: &str = "PERF_EVENT_IOC_MODIFY_ATTRIBUTES";
+pub const CHECK_SIGTRAP: &str = "sigtrap";
+pub const CHECK_PARANOID: &str = "perf_event_paranoid";
+pub const CHECK_CAPS: &str = "capabilities";
+pub const CHECK_MEMLOCK: &str = "RLIMIT_MEMLOCK";
+pub const CHECK_PTRACE: &str = "ptrace_scope";
+pub const CHECK_NAMES: [&str; 9] = [
+    CHECK_PMU,
+    CHECK_TASK_CLOCK,
+    CHECK_BREAKPOINTS,
+    CHECK_MODIFY,
+    CHECK_SIGTRAP,
+    CHECK_PARANOID,
+    CHECK_CAPS,
+    CHECK_MEMLOCK,
+    CHECK_PTRACE,
+];
+
+/// x86 has at most 4 debug registers; 8 bounds the probe on other hardware.
+const MAX_BREAKPOINTS: usize = 8;
+
+fn open_self(a: &mut perf_event_attr) -> Result<i32, std::io::Error> {
+    let fd = unsafe { sys::perf_event_open(a, 0, -1, -1, b::PERF_FLAG_FD_CLOEXEC as libc::c_ulong) };
+    if fd < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(fd)
+    }
+}
+
+fn close(fd: i32) {
+    unsafe { libc::close(fd) };
+}
+
+#[allow(clippy::field_reassign_with_default)] // union fields go through Deref
+fn base_attr(type_: u32) -> perf_event_attr {
+    let mut a = perf_event_attr::default();
+    a.type_ = type_;
+    a.size = std::mem::size_of::<perf_event_attr>() as u32;
+    a.set_exclude_kernel(1);
+    a.set_exclude_hv(1);
+    a
+}
+
+/// A disabled write watchpoint: it still takes a debug-register slot (the
+/// kernel reserves slots at creation) but cannot fire during the probe.
+fn bp_attr(addr: u64) -> perf_event_attr {
+    let mut a = base_attr(b::PERF_TYPE_BREAKPOINT);
+    a.bp_type = b::HW_BREAKPOINT_W;
+    a.bp_addr = addr;
+    a.bp_len = b::HW_BREAKPOINT_LEN_8 as u64;
+    a.sample_period = 1;
+    a.wakeup_events = 1;
+    a.set_disabled(1);
+    a
+}
+
+/// Debug registers free to this thread: open write breakpoints until the
+/// kernel says ENOSPC (or anything else); 0 if breakpoints are unsupported.
+pub fn debug_registers() -> usize {
+    count_breakpoints().0
+}
+
+/// The count, and the error that ended it (None when the cap was reached).
+fn count_breakpoints() -> (usize, Option<std::io::Error>) {
+    let slots = [0u64; MAX_BREAKPOINTS];
+    let mut fds = Vec::with_capacity(MAX_BREAKPOINTS);
+    let mut err = None;
+    for s in &slots {
+        match open_self(&mut bp_attr(s as *const u64 as u64)) {
+            Ok(fd) => fds.push(fd),
+            Err(e) => {
+                err = Some(e);
+                break;
+            }
+        }
+    }
+    let n = fds.len();
+    fds.into_iter().for_each(close);
+    std::hint::black_box(&slots);
+    (n, err)
+}
+
+/// PERF_EVENT_IOC_MODIFY_ATTRIBUTES (Linux 4.17+) retargets a breakpoint in
+/// one ioctl; without it each re-arm is a close + perf_event_open.
+pub fn modify_attributes_supported() -> bool {
+    let words = [0u64; 2];
+    let Ok(fd) = open_self(&mut bp_attr(&words[0] as *const u64 as u64)) else {
+        return false;
+    };
+    let mut m = bp_attr(&words[1] as *const u64 as u64);
+    let ok = unsafe { sys::ioctls::MODIFY_ATTRIBUTES(fd, &mut m) } == 0;
+    close(fd);
+    std::hint::black_box(&words);
+    ok
+}
+
+/// `sigtrap` (Linux 5.13+) delivers SIGTRAP synchronously to the accessing
+/// thread; without it signals are routed with F_SETSIG.
+pub fn sigtrap_supported() -> bool {
+    let word = 0u64;
+    let mut a = bp_attr(&word as *const u64 as u64);
+    a.set_sigtrap(1);
+    a.set_remove_on_exec(1);
+    a.sig_data = 1;
+    let ok = match open_self(&mut a) {
+        Ok(fd) => {
+            close(fd);
+            true
+        }
+        Err(_) => false,
+    };
+    std::hint::black_box(&word);
+    ok
+}
+
+pub fn perf_event_paranoid() -> Option<i32> {
+    read_int("/proc/sys/kernel/perf_event_paranoid")
+}
+
+fn read_int(path: &str) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// The precise memory events for loads and stores, as discovered in sysfs.
+pub fn pmu_events() -> Vec<(String, Result<PmuEvent, String>)> {
+    let root = Path::new(pmu::SYSFS_PMU_ROOT);
+    vec![
+        ("loads".to_string(), pmu::discover(root, AccessKind::Load)),
+        ("stores".to_string(), pmu::discover(root, AccessKind::Store)),
+    ]
+}
+
+/// task-clock is the fallback sampler, so it must open on this thread.
+pub fn software_event_ok() -> bool {
+    open_task_clock().is_ok()
+}
+
+fn open_task_clock() -> Result<(), std::io::Error> {
+    let mut a = base_attr(b::PERF_TYPE_SOFTWARE);
+    a.config = b::PERF_COUNT_SW_TASK_CLOCK as u64;
+    a.sample_period = 1_000_000;
+    a.set_disabled(1);
+    open_self(&mut a).map(close)
+}
+
+/// Open `ev` for real, lowering precise_ip on refusal as the engine would.
+fn try_open(ev: &PmuEvent) -> Result<u8, String> {
+    let mut ev = ev.clone();
+    loop {
+        match PmuSampler::open(&ev, 1_000_003, false, 0) {
+            Ok(mut s) => {
+                s.close();
+                return Ok(ev.precise_ip);
+            }
+            Err(e) if ev.precise_ip > 1 && e.contains("precise_ip") => ev.precise_ip -= 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Effective capability bits from /proc/self/status.
+fn cap_eff() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("CapEff:"))?;
+    u64::from_str_radix(line["CapEff:".len()..].trim(), 16).ok()
+}
+const CAP_SYS_PTRACE: u32 = 19;
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+
+fn has_cap(caps: Option<u64>, bit: u32) -> bool {
+    caps.is_some_and(|c| c >> bit & 1 != 0)
+}
+
+fn check(name: &str, status: Status, detail: String, advice: Option<&str>) -> Check {
+    Check {
+        name: name.to_string(),
+        status,
+        detail,
+        advice: advice.map(str::to_string),
+    }
+}
+
+fn pmu_check() -> Check {
+    let mut ok = 0;
+    let mut parts = Vec::new();
+    let mut first_err = None;
+    for (what, ev) in pmu_events() {
+        match ev.and_then(|ev| try_open(&ev).map(|p| (ev, p))) {
+            Ok((ev, p)) => {
+                ok += 1;
+                parts.push(format!("{what}: {} (precise_ip={p})", ev.name));
+            }
+            Err(e) => {
+                parts.push(format!("{what}: {e}"));
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    let status = match ok {
+        2 => Status::Ok,
+        1 => Status::Degraded,
+        _ => Status::Missing,
+    };
+    // Both usually fail for the same reason; say it once.
+    let detail = if ok == 0
+        && parts.len() == 2
+        && parts[0].split_once(": ").map(|p| p.1) == parts[1].split_once(": ").map(|p| p.1)
+    {
+        first_err.unwrap_or_default()
+    } else {
+        parts.join("; ")
+    };
+    let advice = (status != Status::Ok).then_some("software task-clock sampling is used instead");
+    check(CHECK_PMU, status, detail, advice)
+}
+
+fn memlock_check() -> Check {
+    let ring = (1 + pmu::RING_DATA_PAGES) * unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    let got = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) } == 0;
+    // perf charges rings to perf_event_mlock_kb (per user) before RLIMIT_MEMLOCK.
+    let perf_kb = read_int("/proc/sys/kernel/perf_event_mlock_kb");
+    let limit = if !got {
+        "unknown".to_string()
+    } else if rl.rlim_cur == libc::RLIM_INFINITY {
+        "unlimited".to_string()
+    } else {
+        format!("{} KiB", rl.rlim_cur / 1024)
+    };
+    let enough = (got && (rl.rlim_cur == libc::RLIM_INFINITY || rl.rlim_cur as usize >= ring))
+        || perf_kb.is_some_and(|kb| kb as usize * 1024 >= ring);
+    let detail = format!(
+        "{limit}; perf_event_mlock_kb {}; each PMU ring needs {} KiB",
+        perf_kb.map_or("unknown".to_string(), |k| k.to_string()),
+        ring / 1024
+    );
+    if enough {
+        check(CHECK_MEMLOCK, Status::Ok, detail, None)
+    } else {
+        check(
+            CHECK_MEMLOCK,
+            Status::Degraded,
+            detail,
+            Some("raise it with `ulimit -l` so PMU ring buffers can be mapped"),
+        )
+    }
+}
+
+fn ptrace_check(caps: Option<u64>) -> Check {
+    let Some(scope) = read_int("/proc/sys/kernel/yama/ptrace_scope") else {
+        return check(
+            CHECK_PTRACE,
+            Status::Ok,
+            "no Yama LSM: attach is unrestricted".into(),
+            None,
+        );
+    };
+    let cap = has_cap(caps, CAP_SYS_PTRACE);
+    match scope {
+        0 => check(
+            CHECK_PTRACE,
+            Status::Ok,
+            "0: attach to own processes allowed".into(),
+            None,
+        ),
+        1 | 2 if cap => check(
+            CHECK_PTRACE,
+            Status::Ok,
+            format!("{scope}: attach allowed by CAP_SYS_PTRACE"),
+            None,
+        ),
+        1 => check(
+            CHECK_PTRACE,
+            Status::Degraded,
+            "1: attach only to descendants; launching under witch works".into(),
+            Some("to attach to running processes: sysctl kernel.yama.ptrace_scope=0"),
+        ),
+        2 => check(
+            CHECK_PTRACE,
+            Status::Degraded,
+            "2: attach needs CAP_SYS_PTRACE; launching under witch works".into(),
+            Some("to attach to running processes: run as root or sysctl kernel.yama.ptrace_scope=0"),
+        ),
+        _ => check(
+            CHECK_PTRACE,
+            Status::Missing,
+            format!("{scope}: attach disabled until reboot; launching under witch works"),
+            None,
+        ),
+    }
+}
+
+/// Everything Witch cares about on this machine, one line each.
+pub fn checks() -> Vec<Check> {
+    let caps = cap_eff();
+    let perfmon = has_cap(caps, CAP_PERFMON) || has_cap(caps, CAP_SYS_ADMIN);
+    let mut out = vec![pmu_check()];
+
+    out.push(match open_task_clock() {
+        Ok(()) => check(
+            CHECK_TASK_CLOCK,
+            Status::Ok,
+            "task-clock sampling opens on this thread".into(),
+            None,
+        ),
+        Err(e) => check(
+            CHECK_TASK_CLOCK,
+            Status::Missing,
+            format!("cannot open task-clock: {e}"),
+            Some("check kernel.perf_event_paranoid and seccomp/container policies for perf_event_open"),
+        ),
+    });
+
+    let (n, bp_err) = count_breakpoints();
+    out.push(match n {
+        0 => check(
+            CHECK_BREAKPOINTS,
+            Status::Missing,
+            format!(
+                "no hardware breakpoint could be opened: {}",
+                bp_err.map_or(String::new(), |e| e.to_string())
+            ),
+            Some("Witch needs debug registers; VMs must expose them and containers must allow perf_event_open"),
+        ),
+        1..=3 => check(
+            CHECK_BREAKPOINTS,
+            Status::Degraded,
+            format!("{n} free"),
+            Some("fewer watchpoints at once: another tool (debugger?) may hold debug registers"),
+        ),
+        _ => check(CHECK_BREAKPOINTS, Status::Ok, format!("{n} free"), None),
+    });
+
+    out.push(if modify_attributes_supported() {
+        check(
+            CHECK_MODIFY,
+            Status::Ok,
+            "breakpoints are re-armed in place".into(),
+            None,
+        )
+    } else {
+        check(
+            CHECK_MODIFY,
+            Status::Degraded,
+            "not supported: watchpoints are re-armed by close + reopen (slower)".into(),
+            Some("Linux >= 4.17 re-arms in one ioctl"),
+        )
+    });
+
+    out.push(if sigtrap_supported() {
+        check(
+            CHECK_SIGTRAP,
+            Status::Ok,
+            "synchronous SIGTRAP with sig_data".into(),
+            None,
+        )
+    } else {
+        check(
+            CHECK_SIGTRAP,
+            Status::Degraded,
+            "not supported: signals are routed with F_SETSIG".into(),
+            Some("Linux >= 5.13 delivers watchpoint traps synchronously"),
+        )
+    });
+
+    out.push(match perf_event_paranoid() {
+        None => check(
+            CHECK_PARANOID,
+            Status::Missing,
+            "/proc/sys/kernel/perf_event_paranoid is missing: no perf events in this kernel?".into(),
+            Some("use a kernel built with CONFIG_PERF_EVENTS and CONFIG_HAVE_HW_BREAKPOINT"),
+        ),
+        Some(p) if p <= 2 => check(
+            CHECK_PARANOID,
+            Status::Ok,
+            format!("{p}: user-space measurement allowed"),
+            None,
+        ),
+        Some(p) if perfmon => check(
+            CHECK_PARANOID,
+            Status::Ok,
+            format!("{p}: bypassed by CAP_PERFMON/CAP_SYS_ADMIN"),
+            None,
+        ),
+        Some(p) => check(
+            CHECK_PARANOID,
+            Status::Missing,
+            format!("{p}: unprivileged perf events are disabled"),
+            Some("sysctl kernel.perf_event_paranoid=2"),
+        ),
+    });
+
+    let yn = |bit| if has_cap(caps, bit) { "yes" } else { "no" };
+    out.push(check(
+        CHECK_CAPS,
+        Status::Ok,
+        match caps {
+            Some(_) => format!(
+                "CAP_PERFMON {}, CAP_SYS_ADMIN {} (not needed: Witch measures user space only)",
+                yn(CAP_PERFMON),
+                yn(CAP_SYS_ADMIN)
+            ),
+            None => "unknown (no CapEff in /proc/self/status); not needed for user-space measurement".into(),
+        },
+        None,
+    ));
+
+    out.push(memlock_check());
+    out.push(ptrace_check(caps));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_register_count() {
+        let n = debug_registers();
+        println!("debug registers free: {n}");
+        assert!((1..=MAX_BREAKPOINTS).contains(&n), "{n}");
+        // Probing leaves no slot behind.
+        assert_eq!(debug_registers(), n);
+    }
+
+    #[test]
+    fn breakpoint_features() {
+        assert!(sigtrap_supported());
+        assert!(modify_attributes_supported());
+        assert!(software_event_ok());
+    }
+
+    #[test]
+    fn paranoid_is_readable() {
+        let p = perf_event_paranoid();
+        println!("perf_event_paranoid: {p:?}");
+        assert!(p.is_some());
+    }
+
+    #[test]
+    fn all_checks_present() {
+        let cs = checks();
+        for c in &cs {
+            println!(
+                "{:<34} {:<8} {}{}",
+                c.name,
+                format!("{:?}", c.status),
+                c.detail,
+                c.advice.as_ref().map(|a| format!(" [{a}]")).unwrap_or_default()
+            );
+            assert!(!c.detail.is_empty() && !c.detail.contains('\n'), "{c:?}");
+        }
+        let names: Vec<&str> = cs.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, CHECK_NAMES);
+        let bp = cs.iter().find(|c| c.name == CHECK_BREAKPOINTS).unwrap();
+        assert!(bp.detail.ends_with("free"), "{bp:?}");
+        let pmu = cs.iter().find(|c| c.name == CHECK_PMU).unwrap();
+        if pmu.status != Status::Ok {
+            assert_eq!(
+                pmu.advice.as_deref(),
+                Some("software task-clock sampling is used instead")
+            );
+        }
+        let json = serde_json::to_string(&cs[0]).unwrap();
+        assert!(
+            json.contains("\"status\":\"ok\"")
+                || json.contains("\"status\":\"missing\"")
+                || json.contains("\"status\":\"degraded\""),
+            "{json}"
+        );
+    }
+
+    #[test]
+    fn pmu_events_cover_loads_and_stores() {
+        let evs = pmu_events();
+        assert_eq!(
+            evs.iter().map(|e| e.0.as_str()).collect::<Vec<_>>(),
+            ["loads", "stores"]
+        );
+    }
+}

@@ -43,24 +43,44 @@ impl PrecisePcCache {
 }
 
 /// Instruction bytes at `ip`, read directly when safely inside the module.
-fn code_at<'a>(map: &ProcessMap, ip: u64, buf: &'a mut [u8; 16]) -> Option<&'a [u8]> {
+pub fn code_at<'a>(map: &ProcessMap, ip: u64, buf: &'a mut [u8; 16]) -> Option<&'a [u8]> {
     let m = map.module(ip)?;
     let n = ((m.end - ip) as usize).min(16);
     unsafe { std::ptr::copy_nonoverlapping(ip as *const u8, buf.as_mut_ptr(), n) };
     Some(&buf[..n])
 }
 
-/// Start of the instruction that ends exactly at `end`, by decoding forward.
-fn previous_instruction(map: &ProcessMap, cache: &mut PrecisePcCache, end: u64) -> Option<u64> {
+/// Cached marker: `end` is the target of a direct branch in its function.
+const TARGET: u64 = 1 << 63;
+
+/// Start of the instruction that ends exactly at `end`, by decoding forward
+/// from the function start, and whether `end` is also the target of a
+/// direct branch in that function (then the instruction executed before it
+/// may have been that branch, not the linear predecessor).
+pub fn previous_instruction(map: &ProcessMap, cache: &mut PrecisePcCache, end: u64) -> (Option<u64>, bool) {
     if let Some(p) = cache.get(end) {
-        return (p != 0).then_some(p);
+        let prev = p & !TARGET;
+        return ((prev != 0).then_some(prev), p & TARGET != 0);
     }
-    let start = map.function_start(end.wrapping_sub(1))?;
+    let Some(start) = map.function_start(end.wrapping_sub(1)) else {
+        return (None, false);
+    };
+    // Scan the whole function (up to the next known start) for branch targets.
+    let limit = map
+        .module(end)
+        .and_then(|m| {
+            let i = m.func_starts.partition_point(|&s| s <= start);
+            m.func_starts.get(i).copied()
+        })
+        .unwrap_or(u64::MAX)
+        .min(start + MAX_SCAN)
+        .max(end);
     let mut ip = start;
     let mut buf = [0u8; 16];
     let mut found = 0;
-    while ip < end && end - start <= MAX_SCAN {
-        let bytes = code_at(map, ip, &mut buf)?;
+    let mut target = false;
+    while ip < limit {
+        let Some(bytes) = code_at(map, ip, &mut buf) else { break };
         let mut dec = iced_x86::Decoder::with_ip(64, bytes, ip, iced_x86::DecoderOptions::NONE);
         let i = dec.decode();
         if i.is_invalid() {
@@ -68,12 +88,17 @@ fn previous_instruction(map: &ProcessMap, cache: &mut PrecisePcCache, end: u64) 
         }
         if i.next_ip() == end {
             found = ip;
-            break;
+        }
+        if matches!(i.op0_kind(), iced_x86::OpKind::NearBranch64) && i.near_branch64() == end {
+            target = true;
+        }
+        if ip > end && found == 0 {
+            break; // decoding went out of step with `end`
         }
         ip = i.next_ip();
     }
-    cache.put(end, found);
-    (found != 0).then_some(found)
+    cache.put(end, found | if target { TARGET } else { 0 });
+    ((found != 0).then_some(found), target)
 }
 
 /// What we learned about the access that trapped.
@@ -107,7 +132,7 @@ pub fn recover(map: &ProcessMap, cache: &mut PrecisePcCache, an: &mut Analyzer, 
     let ctx = regs.rip;
     let mut buf = [0u8; 16];
     // 1. The instruction just before the context PC.
-    if let Some(prev) = previous_instruction(map, cache, ctx) {
+    if let (Some(prev), _) = previous_instruction(map, cache, ctx) {
         if let Some(bytes) = code_at(map, prev, &mut buf) {
             if let Some(d) = an.decode(bytes, prev, regs, true) {
                 if let Some(a) = overlapping(&d, addr, len) {
@@ -139,7 +164,7 @@ pub fn recover(map: &ProcessMap, cache: &mut PrecisePcCache, an: &mut Analyzer, 
     let store_at_sp = Access { addr: sp, len: 8, read: false, write: true, float: Default::default() };
     if store_at_sp.overlap(addr, len) > 0 {
         if let Some(ra) = read_stack(sp) {
-            if let Some(call) = previous_instruction(map, cache, ra) {
+            if let (Some(call), _) = previous_instruction(map, cache, ra) {
                 return Some(TrapAccess { pc: call, access: store_at_sp, precise: true });
             }
         }

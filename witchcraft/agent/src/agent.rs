@@ -1,0 +1,414 @@
+//! The preload agent: `LD_PRELOAD=libwitchcraft.so` puts the engine inside
+//! an unmodified program.
+//!
+//! It configures itself from the environment at load time, sets up every
+//! thread (interposing `pthread_create`), starts afresh in a `fork` child,
+//! writes its profile before `exec` (events carry `remove_on_exec`, so none
+//! leak into the new image, while `LD_PRELOAD` carries over), and writes one
+//! profile per process at exit, or when a fatal signal with default action
+//! arrives.
+//!
+//! Limits: `execl*`, `system` and `posix_spawn` reach `execve` inside libc
+//! without passing through the wrappers here, so an image replaced by
+//! `execl*` leaves no profile. Code loaded by `dlopen` is unwound and
+//! decoded from the next module refresh on (a new thread, or exit).
+
+use witchcraft::config::{Config, SamplerChoice, DEFAULT_PMU_PERIOD, DEFAULT_SOFTWARE_PERIOD_NS};
+use witchcraft::engine::{Engine, SamplerKind, ThreadState};
+use witchcraft::modules;
+use witchcraft::perf;
+use witchcraft::pmu;
+use witchcraft::profile::{self, Profile};
+use crate::signal;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+pub static ENGINE: OnceLock<Engine> = OnceLock::new();
+/// Set while the process's profile is being written: handlers do nothing.
+pub static STOPPING: AtomicBool = AtomicBool::new(false);
+static FINISHED: AtomicBool = AtomicBool::new(false);
+/// The pid the engine state belongs to; differs in a vfork/posix_spawn child
+/// that shares our memory, which must then leave the state alone.
+static OWNER_PID: AtomicU32 = AtomicU32::new(0);
+static START_NS: AtomicU64 = AtomicU64::new(0);
+static NOTES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+const MAX_THREADS: usize = 8192;
+static THREADS: [AtomicPtr<ThreadState>; MAX_THREADS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_THREADS];
+static NTHREADS: AtomicUsize = AtomicUsize::new(0);
+static THREADS_FAILED: AtomicU64 = AtomicU64::new(0);
+static mut KEY: libc::pthread_key_t = 0;
+
+thread_local! {
+    static STATE: Cell<*mut ThreadState> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+/// This thread's engine state (async-signal-safe: a plain TLS read).
+pub fn current_thread() -> *mut ThreadState {
+    STATE.with(|s| s.get())
+}
+
+fn note(s: String) {
+    if let Ok(mut n) = NOTES.lock() {
+        if !n.contains(&s) {
+            n.push(s);
+        }
+    }
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;
+
+extern "C" fn init() {
+    let cfg = match Config::from_env() {
+        Ok(Some(c)) => c,
+        Ok(None) => return,
+        Err(e) => {
+            eprintln!("witch: agent: {e}; not profiling");
+            return;
+        }
+    };
+    modules::refresh();
+    let own = modules::current()
+        .and_then(|m| m.module(init as *const () as u64))
+        .map(|m| (m.start, m.end))
+        .unwrap_or((0, 0));
+    let (sampler, period) = choose_sampler(&cfg);
+    let sigtrap = !cfg.no_sigtrap && witchcraft::probe::sigtrap_supported();
+    if !sigtrap {
+        note("sigtrap unavailable (Linux < 5.13?): traps use F_SETSIG with a real-time signal".into());
+    }
+    let modify = !cfg.no_modify && witchcraft::probe::modify_attributes_supported();
+    if !modify {
+        note("PERF_EVENT_IOC_MODIFY_ATTRIBUTES unavailable: watchpoints re-armed by close+reopen".into());
+    }
+    let craft = witchcraft::craft::for_kind(cfg.craft, cfg.fp_precision);
+    if ENGINE.set(Engine { config: cfg, craft, sampler, period, sigtrap, modify, own_code: own }).is_err() {
+        return;
+    }
+    OWNER_PID.store(std::process::id(), Ordering::Relaxed);
+    START_NS.store(now_ns(), Ordering::Relaxed);
+    unsafe {
+        libc::pthread_key_create(std::ptr::addr_of_mut!(KEY), Some(thread_end));
+        libc::pthread_atfork(None, None, Some(after_fork_child));
+        libc::atexit(at_exit);
+    }
+    signal::install(sigtrap);
+    start_thread();
+}
+
+fn choose_sampler(cfg: &Config) -> (SamplerKind, u64) {
+    use pmu::AccessKind;
+    let kind = if cfg.craft == profile::Craft::SilentLoad { AccessKind::Load } else { AccessKind::Store };
+    let sysfs = std::path::Path::new("/sys/bus/event_source/devices");
+    let software = |cfg: &Config| {
+        let config = match cfg.event.as_deref() {
+            Some("cpu-clock") => perf_event_open_sys::bindings::PERF_COUNT_SW_CPU_CLOCK,
+            _ => perf_event_open_sys::bindings::PERF_COUNT_SW_TASK_CLOCK,
+        } as u64;
+        (SamplerKind::Software { config }, cfg.period.unwrap_or(DEFAULT_SOFTWARE_PERIOD_NS))
+    };
+    let is_soft = matches!(cfg.event.as_deref(), Some("task-clock") | Some("cpu-clock"));
+    if cfg.sampler == SamplerChoice::Software || is_soft {
+        return software(cfg);
+    }
+    let ev = match cfg.event.as_deref() {
+        Some(spec) => pmu::parse_event(sysfs, spec, kind),
+        None => pmu::discover(sysfs, kind),
+    };
+    let ev = ev.and_then(|e| {
+        // Opening proves the event works here (VMs often export but refuse it).
+        let mut s = pmu::PmuSampler::open(&e, cfg.period.unwrap_or(DEFAULT_PMU_PERIOD), false, 0)?;
+        s.close();
+        Ok(e)
+    });
+    match ev {
+        Ok(e) => {
+            let p = cfg.period.unwrap_or(DEFAULT_PMU_PERIOD);
+            (SamplerKind::Pmu(e), p)
+        }
+        Err(why) => {
+            note(format!("no PMU: using task-clock sampling ({why})"));
+            software(cfg)
+        }
+    }
+}
+
+/// Set up the calling thread. Not for signal handlers.
+pub fn start_thread() {
+    let Some(engine) = ENGINE.get() else { return };
+    if !current_thread().is_null() {
+        return;
+    }
+    // Code mapped since the last refresh (dlopen) was seen by a handler.
+    // dlopen itself is not interposed: glibc resolves $ORIGIN and RUNPATH
+    // from its caller's address, so a wrapper would change what loads.
+    if modules::STALE.swap(false, Ordering::AcqRel) {
+        modules::refresh();
+    }
+    let mut ts = ThreadState::new(engine);
+    let ptr: *mut ThreadState = &mut *ts;
+    STATE.with(|s| s.set(ptr));
+    let slot = NTHREADS.fetch_add(1, Ordering::AcqRel);
+    if slot >= MAX_THREADS {
+        STATE.with(|s| s.set(std::ptr::null_mut()));
+        THREADS_FAILED.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let ptr = Box::into_raw(ts);
+    THREADS[slot].store(ptr, Ordering::Release);
+    unsafe { libc::pthread_setspecific(KEY, ptr as *const libc::c_void) };
+    if let Err(e) = unsafe { (*ptr).start(engine) } {
+        unsafe { (*ptr).stop() };
+        THREADS_FAILED.fetch_add(1, Ordering::Relaxed);
+        note(e);
+    }
+}
+
+extern "C" fn thread_end(p: *mut libc::c_void) {
+    let ts = p as *mut ThreadState;
+    if !ts.is_null() {
+        unsafe { (*ts).stop() };
+        // Keep the data for the profile; just stop using the alternate stack.
+        let ss = libc::stack_t { ss_sp: std::ptr::null_mut(), ss_flags: libc::SS_DISABLE, ss_size: 0 };
+        unsafe { libc::sigaltstack(&ss, std::ptr::null_mut()) };
+    }
+}
+
+fn threads() -> impl Iterator<Item = *mut ThreadState> {
+    let n = NTHREADS.load(Ordering::Acquire).min(MAX_THREADS);
+    (0..n).map(|i| THREADS[i].load(Ordering::Acquire)).filter(|p| !p.is_null())
+}
+
+extern "C" fn after_fork_child() {
+    let Some(engine) = ENGINE.get() else { return };
+    // Only the forking thread exists here. Drop the others' (parent's) events.
+    let me = current_thread();
+    for ts in threads() {
+        if ts != me {
+            unsafe { (*ts).reset_after_fork() };
+        }
+    }
+    let n = NTHREADS.load(Ordering::Acquire).min(MAX_THREADS);
+    for t in THREADS.iter().take(n) {
+        t.store(std::ptr::null_mut(), Ordering::Release);
+    }
+    NTHREADS.store(0, Ordering::Release);
+    THREADS_FAILED.store(0, Ordering::Relaxed);
+    OWNER_PID.store(std::process::id(), Ordering::Relaxed);
+    START_NS.store(now_ns(), Ordering::Relaxed);
+    STOPPING.store(false, Ordering::Release);
+    FINISHED.store(false, Ordering::Release);
+    if !me.is_null() {
+        unsafe {
+            (*me).reset_after_fork();
+            THREADS[0].store(me, Ordering::Release);
+            NTHREADS.store(1, Ordering::Release);
+            if let Err(e) = (*me).start(engine) {
+                (*me).stop();
+                note(e);
+            }
+        }
+    }
+}
+
+extern "C" fn at_exit() {
+    finish("exit");
+}
+
+fn owner() -> bool {
+    OWNER_PID.load(Ordering::Relaxed) == std::process::id()
+}
+
+/// Stop every thread's events and write this process's profile, once.
+pub fn finish(ended_by: &str) {
+    if ENGINE.get().is_none() || !owner() || FINISHED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    STOPPING.store(true, Ordering::Release);
+    for ts in threads() {
+        unsafe {
+            (*ts).active.store(false, Ordering::Release);
+            if (*ts).sampler_fd >= 0 {
+                perf::disable((*ts).sampler_fd);
+            }
+        }
+    }
+    // Let handlers already running on other threads finish (bounded wait).
+    for _ in 0..1000 {
+        if threads().all(|ts| unsafe { !(*ts).in_handler.load(Ordering::Acquire) }) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+    if let Err(e) = write_profile(ended_by) {
+        eprintln!("witch: cannot write profile: {e}");
+    }
+}
+
+/// Undo `finish` when an exec failed and the image goes on.
+fn resume() {
+    STOPPING.store(false, Ordering::Release);
+    FINISHED.store(false, Ordering::Release);
+    for ts in threads() {
+        unsafe {
+            if (*ts).sampler_fd >= 0 {
+                (*ts).active.store(true, Ordering::Release);
+                perf::enable((*ts).sampler_fd);
+            }
+        }
+    }
+}
+
+fn write_profile(ended_by: &str) -> std::io::Result<()> {
+    let engine = ENGINE.get().expect("engine");
+    modules::refresh(); // include modules loaded since the last refresh
+    let map = modules::current();
+    let mut counters = profile::Counters::default();
+    let mut threads_out = Vec::new();
+    for ts in threads() {
+        let t = unsafe { (*ts).to_profile() };
+        counters.add(&t.counters);
+        if t.counters.interrupts > 0 || t.nodes.len() > 1 {
+            threads_out.push(t);
+        }
+    }
+    counters.threads_failed = THREADS_FAILED.load(Ordering::Relaxed);
+    let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    let args: Vec<String> =
+        cmdline.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    let program = std::fs::read_link("/proc/self/exe")
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| args.first().cloned().unwrap_or_default());
+    let (sampler_kind, event, unit) = match &engine.sampler {
+        SamplerKind::Software { config } => {
+            let ev = if *config == perf_event_open_sys::bindings::PERF_COUNT_SW_CPU_CLOCK as u64 { "cpu-clock" } else { "task-clock" };
+            ("software", ev.to_string(), "ns")
+        }
+        SamplerKind::Pmu(e) => ("pmu", e.name.clone(), if e.kind == pmu::AccessKind::Load { "loads" } else { "stores" }),
+    };
+    let start = START_NS.load(Ordering::Relaxed);
+    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
+    unsafe { libc::uname(&mut uts) };
+    let kernel = unsafe { std::ffi::CStr::from_ptr(uts.release.as_ptr()) }.to_string_lossy().into_owned();
+    let used_regs = threads().map(|t| unsafe { (*t).slots.iter().filter(|s| s.fd >= 0).count() }).max().unwrap_or(0);
+    let p = Profile {
+        schema: profile::SCHEMA,
+        witch_version: env!("CARGO_PKG_VERSION").to_string(),
+        craft: engine.config.craft,
+        program,
+        args,
+        pid: std::process::id(),
+        ppid: unsafe { libc::getppid() } as u32,
+        start_unix_ns: start,
+        duration_ns: now_ns().saturating_sub(start),
+        sampler: profile::Sampler { kind: sampler_kind.into(), event, period: engine.period, unit: unit.into() },
+        replacement: engine.config.replacement.name().into(),
+        debug_registers: if used_regs > 0 { used_regs as u32 } else { engine.config.debug_registers as u32 },
+        fp_precision: engine.config.fp_precision,
+        kernel,
+        ended_by: ended_by.into(),
+        notes: NOTES.lock().map(|n| n.clone()).unwrap_or_default(),
+        counters,
+        modules: map.map(|m| m.to_profile()).unwrap_or_default(),
+        threads: threads_out,
+    };
+    std::fs::create_dir_all(&engine.config.out_dir)?;
+    p.save(&engine.config.out_dir.join(format!("{}-{}.json", p.pid, start)))
+}
+
+// ---- interposed libc entry points -------------------------------------
+
+type StartFn = extern "C" fn(*mut libc::c_void) -> *mut libc::c_void;
+type PthreadCreate =
+    unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartFn, *mut libc::c_void) -> libc::c_int;
+
+struct Tramp {
+    start: StartFn,
+    arg: *mut libc::c_void,
+}
+
+extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
+    let t = unsafe { Box::from_raw(p as *mut Tramp) };
+    start_thread();
+    (t.start)(t.arg)
+}
+
+pub(crate) fn next_symbol(name: &std::ffi::CStr) -> *mut libc::c_void {
+    unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) }
+}
+
+/// Threads created by the program get their own engine state first.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_create(
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    start: StartFn,
+    arg: *mut libc::c_void,
+) -> libc::c_int {
+    static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
+    let mut f = REAL.load(Ordering::Relaxed);
+    if f.is_null() {
+        f = next_symbol(c"pthread_create");
+        REAL.store(f, Ordering::Relaxed);
+    }
+    let real: PthreadCreate = std::mem::transmute(f);
+    if ENGINE.get().is_none() {
+        return real(thread, attr, start, arg);
+    }
+    let t = Box::into_raw(Box::new(Tramp { start, arg }));
+    let r = real(thread, attr, trampoline, t as *mut libc::c_void);
+    if r != 0 {
+        drop(Box::from_raw(t));
+    }
+    r
+}
+
+/// Before the image is replaced, write what it gathered. If exec fails the
+/// process goes on and so does profiling.
+unsafe fn around_exec(call: impl FnOnce() -> libc::c_int) -> libc::c_int {
+    let ours = ENGINE.get().is_some() && owner();
+    if ours {
+        finish("exec");
+    }
+    let r = call();
+    let e = *libc::__errno_location();
+    if ours {
+        resume();
+    }
+    *libc::__errno_location() = e;
+    r
+}
+
+type Execve = unsafe extern "C" fn(*const libc::c_char, *const *const libc::c_char, *const *const libc::c_char) -> libc::c_int;
+type Execv = unsafe extern "C" fn(*const libc::c_char, *const *const libc::c_char) -> libc::c_int;
+
+#[no_mangle]
+pub unsafe extern "C" fn execve(path: *const libc::c_char, argv: *const *const libc::c_char, envp: *const *const libc::c_char) -> libc::c_int {
+    let real: Execve = std::mem::transmute(next_symbol(c"execve"));
+    around_exec(|| real(path, argv, envp))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvpe(file: *const libc::c_char, argv: *const *const libc::c_char, envp: *const *const libc::c_char) -> libc::c_int {
+    let real: Execve = std::mem::transmute(next_symbol(c"execvpe"));
+    around_exec(|| real(file, argv, envp))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execv(path: *const libc::c_char, argv: *const *const libc::c_char) -> libc::c_int {
+    let real: Execv = std::mem::transmute(next_symbol(c"execv"));
+    around_exec(|| real(path, argv))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvp(file: *const libc::c_char, argv: *const *const libc::c_char) -> libc::c_int {
+    let real: Execv = std::mem::transmute(next_symbol(c"execvp"));
+    around_exec(|| real(file, argv))
+}

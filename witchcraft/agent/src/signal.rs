@@ -1,0 +1,196 @@
+//! Signals: one handler for samples and traps, on each thread's sigaltstack.
+//!
+//! Samples and traps both arrive as SIGTRAP with `si_code == TRAP_PERF` and
+//! our tag in `si_perf_data` (or, before Linux 5.13, as a real-time signal
+//! naming the event fd). Anything else is the program's: it goes to the
+//! handler the program installed, which we keep (and report back) by
+//! interposing `sigaction` and `signal` for the signals we own. Fatal
+//! signals with default action write the profile first, then kill as usual.
+
+use crate::agent::{self, ENGINE, STOPPING};
+use witchcraft::perf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The program's own disposition for the signals we own (SIGTRAP and the
+/// fallback real-time signal), indexed by signal number.
+static mut PROGRAM: [libc::sigaction; 65] = unsafe { std::mem::zeroed() };
+static OWNED: [AtomicBool; 65] = [const { AtomicBool::new(false) }; 65];
+/// Fatal signals whose default action we replaced (to write the profile).
+static FATAL_OURS: [AtomicBool; 65] = [const { AtomicBool::new(false) }; 65];
+const FATAL: [i32; 8] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGABRT, libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE];
+
+type SigactionFn = unsafe extern "C" fn(libc::c_int, *const libc::sigaction, *mut libc::sigaction) -> libc::c_int;
+
+fn real_sigaction() -> SigactionFn {
+    static REAL: std::sync::atomic::AtomicPtr<libc::c_void> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+    let mut f = REAL.load(Ordering::Relaxed);
+    if f.is_null() {
+        f = agent::next_symbol(c"sigaction");
+        REAL.store(f, Ordering::Relaxed);
+    }
+    unsafe { std::mem::transmute(f) }
+}
+
+fn handler_action(h: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)) -> libc::sigaction {
+    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+    sa.sa_sigaction = h as usize;
+    sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
+    unsafe { libc::sigemptyset(&mut sa.sa_mask) };
+    sa
+}
+
+pub fn install(sigtrap: bool) {
+    let sigs = [libc::SIGTRAP, perf::fallback_signal()];
+    for (i, &sig) in sigs.iter().enumerate() {
+        if i == 1 && sigtrap {
+            break;
+        }
+        let sa = handler_action(on_signal);
+        unsafe {
+            real_sigaction()(sig, &sa, std::ptr::addr_of_mut!(PROGRAM[sig as usize]));
+        }
+        OWNED[sig as usize].store(true, Ordering::Release);
+    }
+    for sig in FATAL {
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        unsafe { real_sigaction()(sig, std::ptr::null(), &mut old) };
+        if old.sa_sigaction == libc::SIG_DFL {
+            let mut sa = handler_action(on_fatal);
+            sa.sa_flags |= libc::SA_RESETHAND;
+            unsafe { real_sigaction()(sig, &sa, std::ptr::null_mut()) };
+            FATAL_OURS[sig as usize].store(true, Ordering::Release);
+        }
+    }
+}
+
+extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    let errno = unsafe { *libc::__errno_location() };
+    if !dispatch(sig, info, uc as *mut libc::ucontext_t) {
+        chain(sig, info, uc);
+    }
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// Handle our own samples and traps; false if the signal isn't ours.
+fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -> bool {
+    let Some(engine) = ENGINE.get() else { return false };
+    let raw = info as *const u8;
+    let ts = agent::current_thread();
+    let (which, flags) = if sig == libc::SIGTRAP {
+        if unsafe { (*info).si_code } != perf::TRAP_PERF {
+            return false;
+        }
+        // x86-64 siginfo: si_perf_data at 24, si_perf_type at 32, si_perf_flags at 36.
+        let data = unsafe { std::ptr::read_unaligned(raw.add(24) as *const u64) };
+        let flags = unsafe { std::ptr::read_unaligned(raw.add(36) as *const u32) };
+        if data & perf::SIG_MAGIC_MASK != perf::SIG_MAGIC {
+            return false;
+        }
+        (data & 0xff, flags)
+    } else {
+        // F_SETSIG route: si_fd at 24 names the event.
+        let fd = unsafe { std::ptr::read_unaligned(raw.add(24) as *const i32) };
+        if ts.is_null() {
+            return false;
+        }
+        let t = unsafe { &*ts };
+        if fd == t.sampler_fd {
+            (perf::SIG_SAMPLER, 0)
+        } else if let Some(i) = t.slots[..t.nslots].iter().position(|s| s.fd == fd) {
+            (i as u64, 0)
+        } else {
+            return false;
+        }
+    };
+    if ts.is_null() || STOPPING.load(Ordering::Acquire) {
+        return true;
+    }
+    let t = unsafe { &mut *ts };
+    if !t.active.load(Ordering::Acquire) {
+        return true;
+    }
+    t.in_handler.store(true, Ordering::Release);
+    if which == perf::SIG_SAMPLER {
+        t.on_sample(engine, uc);
+    } else {
+        t.on_trap(engine, which as usize, uc, flags);
+    }
+    t.in_handler.store(false, Ordering::Release);
+    true
+}
+
+/// Give a signal that isn't ours to the program's handler, or its default.
+fn chain(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    let sa = unsafe { std::ptr::read(std::ptr::addr_of!(PROGRAM[sig as usize])) };
+    match sa.sa_sigaction {
+        libc::SIG_IGN => {}
+        libc::SIG_DFL => unsafe {
+            // Default action (SIGTRAP: core dump). Deliver it as it would have been.
+            let mut d: libc::sigaction = std::mem::zeroed();
+            d.sa_sigaction = libc::SIG_DFL;
+            real_sigaction()(sig, &d, std::ptr::null_mut());
+            libc::syscall(libc::SYS_tgkill, libc::getpid(), perf::gettid(), sig);
+        },
+        h => unsafe {
+            if sa.sa_flags & libc::SA_SIGINFO != 0 {
+                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) = std::mem::transmute(h);
+                f(sig, info, uc);
+            } else {
+                let f: extern "C" fn(libc::c_int) = std::mem::transmute(h);
+                f(sig);
+            }
+        },
+    }
+}
+
+/// A fatal signal with default action: save what was gathered, then die
+/// the way the program would have (SA_RESETHAND restored the default).
+extern "C" fn on_fatal(sig: libc::c_int, _info: *mut libc::siginfo_t, _uc: *mut libc::c_void) {
+    FATAL_OURS[sig as usize].store(false, Ordering::Release);
+    // Best effort: this allocates, which a signal may have interrupted.
+    agent::finish(&format!("signal {sig}"));
+    unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), perf::gettid(), sig) };
+}
+
+/// `sigaction` as the program sees it: the signals we own keep our handler
+/// while the program's choice is remembered and reported back.
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(sig: libc::c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> libc::c_int {
+    if (1..65).contains(&sig) {
+        let i = sig as usize;
+        if OWNED[i].load(Ordering::Acquire) {
+            if !old.is_null() {
+                *old = std::ptr::read(std::ptr::addr_of!(PROGRAM[i]));
+            }
+            if !act.is_null() {
+                std::ptr::write(std::ptr::addr_of_mut!(PROGRAM[i]), *act);
+            }
+            return 0;
+        }
+        if FATAL_OURS[i].load(Ordering::Acquire) {
+            // Our fatal-signal hook is invisible: the program sees SIG_DFL.
+            let r = real_sigaction()(sig, act, old);
+            if r == 0 && !old.is_null() {
+                (*old).sa_sigaction = libc::SIG_DFL;
+                (*old).sa_flags = 0;
+            }
+            if !act.is_null() && r == 0 {
+                FATAL_OURS[i].store(false, Ordering::Release);
+            }
+            return r;
+        }
+    }
+    real_sigaction()(sig, act, old)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn signal(sig: libc::c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    let mut sa: libc::sigaction = std::mem::zeroed();
+    sa.sa_sigaction = handler;
+    sa.sa_flags = libc::SA_RESTART;
+    let mut old: libc::sigaction = std::mem::zeroed();
+    if sigaction(sig, &sa, &mut old) != 0 {
+        return libc::SIG_ERR;
+    }
+    old.sa_sigaction
+}

@@ -1,0 +1,78 @@
+//! Agent configuration, read from the environment the `witch` command sets.
+//!
+//! The agent is inert unless `WITCH_CRAFT` is set, so an inherited
+//! `LD_PRELOAD` in an unrelated program costs nothing.
+
+use crate::profile::Craft;
+use crate::replacement::Policy;
+use std::path::PathBuf;
+
+/// Default software period: 2 ms of thread CPU time (≈500 samples/s/thread),
+/// chosen so sample + self-trap + trap (~25 µs here) stay near 1% overhead.
+pub const DEFAULT_SOFTWARE_PERIOD_NS: u64 = 2_000_000;
+/// Default PMU period: a prime, as PMU sampling recommends (Witch §4.7).
+pub const DEFAULT_PMU_PERIOD: u64 = 5_000_003;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SamplerChoice {
+    Auto,
+    Software,
+    Pmu,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub craft: Craft,
+    /// None = the chosen sampler's default.
+    pub period: Option<u64>,
+    pub sampler: SamplerChoice,
+    /// Software event ("task-clock" or "cpu-clock") or PMU event spec.
+    pub event: Option<String>,
+    pub debug_registers: usize,
+    pub replacement: Policy,
+    pub fp_precision: f64,
+    pub out_dir: PathBuf,
+    /// Force the pre-5.13 F_SETSIG signal route (for testing).
+    pub no_sigtrap: bool,
+    /// Force close+reopen instead of PERF_EVENT_IOC_MODIFY_ATTRIBUTES (for testing).
+    pub no_modify: bool,
+    pub seed: Option<u64>,
+}
+
+impl Config {
+    pub fn from_env() -> Result<Option<Config>, String> {
+        let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let Some(craft) = get("WITCH_CRAFT") else { return Ok(None) };
+        let craft = Craft::parse(&craft).ok_or(format!("unknown craft {craft:?}"))?;
+        let num = |k: &str| -> Result<Option<u64>, String> {
+            get(k).map(|v| v.parse::<u64>().map_err(|_| format!("{k}: not a number: {v:?}"))).transpose()
+        };
+        let sampler = match get("WITCH_SAMPLER").as_deref() {
+            None | Some("auto") => SamplerChoice::Auto,
+            Some("software") => SamplerChoice::Software,
+            Some("pmu") => SamplerChoice::Pmu,
+            Some(s) => return Err(format!("unknown sampler {s:?}")),
+        };
+        let replacement = match get("WITCH_REPLACEMENT") {
+            None => Policy::Reservoir,
+            Some(r) => Policy::parse(&r).ok_or(format!("unknown replacement policy {r:?}"))?,
+        };
+        let fp_precision = match get("WITCH_FP_PRECISION") {
+            None => 0.01,
+            Some(v) => v.parse::<f64>().ok().filter(|p| p.is_finite() && *p >= 0.0).ok_or(format!("bad precision {v:?}"))?,
+        };
+        Ok(Some(Config {
+            craft,
+            period: num("WITCH_PERIOD")?.filter(|&p| p > 0),
+            sampler,
+            event: get("WITCH_EVENT"),
+            debug_registers: num("WITCH_DEBUG_REGISTERS")?.unwrap_or(4).clamp(1, 4) as usize,
+            replacement,
+            fp_precision,
+            out_dir: get("WITCH_OUT_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".")),
+            no_sigtrap: get("WITCH_NO_SIGTRAP").is_some(),
+            no_modify: get("WITCH_NO_MODIFY").is_some(),
+            seed: num("WITCH_SEED")?,
+        }))
+    }
+}

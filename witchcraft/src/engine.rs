@@ -1,0 +1,599 @@
+//! The Witch engine for one thread: samples arm watchpoints, traps are
+//! judged by the craft, and the result is attributed to ⟨C_watch, C_trap⟩.
+//!
+//! Everything reachable from [`ThreadState::on_sample`] and
+//! [`ThreadState::on_trap`] runs in a signal handler: no allocation, no
+//! locks, no stdio. All memory is reserved in [`ThreadState::new`].
+
+use crate::access::{Access, Analyzer, Regs};
+use crate::config::Config;
+use crate::context::{Pairs, Tree};
+use crate::craft::{Craft, Verdict, Watched, SNAPSHOT};
+use crate::modules::{self, ProcessMap};
+use crate::perf::{self, BpType};
+use crate::pmu;
+use crate::profile::{self, Counters};
+use crate::replacement::{Reservoir, SlotView};
+use crate::trap::{self, PrecisePcCache};
+use crate::unwind::{self, MAX_FRAMES};
+use rand::{rngs::SmallRng, RngExt, SeedableRng};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub const MAX_SLOTS: usize = 4;
+const TREE_NODES: usize = 1 << 16;
+const PAIRS: usize = 1 << 13;
+pub const ALT_STACK: usize = 256 * 1024;
+
+/// Which sampler drives this process.
+pub enum SamplerKind {
+    /// Software `task-clock`/`cpu-clock`: decode the interrupted instruction.
+    Software { config: u64 },
+    /// PMU precise memory event with the data address.
+    Pmu(pmu::PmuEvent),
+}
+
+/// Process-wide, immutable after start-up.
+pub struct Engine {
+    pub config: Config,
+    pub craft: &'static dyn Craft,
+    pub sampler: SamplerKind,
+    pub period: u64,
+    pub sigtrap: bool,
+    pub modify: bool,
+    /// The agent's own code range: samples there are skipped.
+    pub own_code: (u64, u64),
+}
+
+/// One debug register.
+#[derive(Clone, Copy, Default)]
+pub struct Slot {
+    pub fd: i32,
+    pub armed: bool,
+    pub armed_seq: u64,
+    /// C_watch
+    pub ctx: u32,
+    /// The watched, naturally aligned piece (≤ 8 bytes) of the sampled access.
+    pub addr: u64,
+    pub len: u64,
+    pub watched: Watched,
+    /// Software sampler: the sampled instruction has not run yet, and its own
+    /// access will trap first. These identify that self-trap.
+    pub skip_first: bool,
+    pub skip_pc: u64,
+    pub skip_next: u64,
+    pub skip_branch: bool,
+}
+
+pub struct ThreadState {
+    pub tid: i32,
+    /// Cleared when the thread ends or the process stops profiling.
+    pub active: AtomicBool,
+    pub in_handler: AtomicBool,
+    pub sampler_fd: i32,
+    pub pmu: Option<pmu::PmuSampler>,
+    pub slots: [Slot; MAX_SLOTS],
+    pub nslots: usize,
+    pub reservoir: Reservoir,
+    pub seq: u64,
+    pub rng: SmallRng,
+    pub tree: Tree,
+    pub pairs: Pairs,
+    pub counters: Counters,
+    blind: u64,
+    analyzer: Analyzer,
+    unwind_cache: Box<unwind::Cache>,
+    pc_cache: PrecisePcCache,
+    frames: Box<[u64; MAX_FRAMES]>,
+    pub stack: (u64, u64),
+    pub alt_stack: (u64, u64),
+    pub fs_base: u64,
+    pub gs_base: u64,
+    /// Never accessed: a disarmed slot's breakpoint parks here.
+    parking: Box<u64>,
+}
+
+/// Watch the first naturally aligned piece of at most 8 bytes of an access.
+///
+/// Debug registers watch 1, 2, 4 or 8 aligned bytes. A wider access (SIMD)
+/// or an unaligned one is watched through that piece; a trap on it stands for
+/// the whole access, as Witch §4.6.4 does for SIMD, and the bytes credited
+/// are the overlap of the whole sampled access with the trapping one.
+pub fn watch_range(addr: u64, len: u32) -> (u64, u64) {
+    for l in [8u64, 4, 2, 1] {
+        if l <= len as u64 && addr % l == 0 {
+            return (addr, l);
+        }
+    }
+    (addr, 1)
+}
+
+fn thread_stack() -> (u64, u64) {
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return (0, 0);
+        }
+        let mut addr: *mut libc::c_void = std::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+        libc::pthread_attr_destroy(&mut attr);
+        (addr as u64, addr as u64 + size as u64)
+    }
+}
+
+fn arch_prctl_get(code: i32) -> u64 {
+    let mut v: u64 = 0;
+    unsafe { libc::syscall(libc::SYS_arch_prctl, code, &mut v as *mut u64) };
+    v
+}
+
+impl ThreadState {
+    pub fn new(engine: &Engine) -> Box<ThreadState> {
+        let seed = engine.config.seed.unwrap_or_else(|| {
+            let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+            unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+            (t.tv_nsec as u64) ^ ((t.tv_sec as u64) << 32)
+        }) ^ (perf::gettid() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        Box::new(ThreadState {
+            tid: perf::gettid(),
+            active: AtomicBool::new(false),
+            in_handler: AtomicBool::new(false),
+            sampler_fd: -1,
+            pmu: None,
+            slots: [Slot { fd: -1, ..Default::default() }; MAX_SLOTS],
+            nslots: 0,
+            reservoir: Reservoir::new(engine.config.replacement),
+            seq: 0,
+            rng: SmallRng::seed_from_u64(seed),
+            tree: Tree::with_capacity(TREE_NODES),
+            pairs: Pairs::with_capacity(PAIRS),
+            counters: Counters::default(),
+            blind: 0,
+            analyzer: Analyzer::new(),
+            unwind_cache: unwind::new_cache(),
+            pc_cache: PrecisePcCache::default(),
+            frames: Box::new([0; MAX_FRAMES]),
+            stack: (0, 0),
+            alt_stack: (0, 0),
+            fs_base: 0,
+            gs_base: 0,
+            parking: Box::new(0),
+        })
+    }
+
+    fn parking_addr(&self) -> u64 {
+        &*self.parking as *const u64 as u64
+    }
+
+    fn slot_attr(&self, i: usize, engine: &Engine, addr: u64, len: u64, ty: BpType, disabled: bool) -> perf_event_open_sys::bindings::perf_event_attr {
+        perf::breakpoint_attr(addr, len, ty, disabled, engine.sigtrap, perf::SIG_MAGIC | i as u64)
+    }
+
+    /// Set up this thread: alternate signal stack, debug registers, sampler.
+    /// Runs on the thread itself, outside any signal handler.
+    pub fn start(&mut self, engine: &Engine) -> Result<(), String> {
+        self.tid = perf::gettid();
+        self.stack = thread_stack();
+        const ARCH_GET_FS: i32 = 0x1003;
+        const ARCH_GET_GS: i32 = 0x1004;
+        self.fs_base = arch_prctl_get(ARCH_GET_FS);
+        self.gs_base = arch_prctl_get(ARCH_GET_GS);
+        // Handlers run here so their frames never land on a watched stack address (Witch Fig. 4.3).
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                ALT_STACK,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                return Err("cannot map an alternate signal stack".into());
+            }
+            let ss = libc::stack_t { ss_sp: p, ss_flags: 0, ss_size: ALT_STACK };
+            libc::sigaltstack(&ss, std::ptr::null_mut());
+            self.alt_stack = (p as u64, p as u64 + ALT_STACK as u64);
+        }
+        let ty = engine.craft.watch();
+        let want = engine.config.debug_registers.min(MAX_SLOTS);
+        let park = self.parking_addr();
+        self.nslots = 0;
+        for i in 0..want {
+            let mut a = self.slot_attr(i, engine, park, 8, ty, true);
+            match perf::open_on_self(&mut a) {
+                Ok(fd) => {
+                    if !engine.sigtrap {
+                        perf::route_signal_to_thread(fd, perf::fallback_signal(), self.tid);
+                    }
+                    self.slots[i] = Slot { fd, ..Default::default() };
+                    self.nslots += 1;
+                }
+                Err(e) if i == 0 => {
+                    return Err(format!(
+                        "no free debug registers ({}): a debugger or another tool may be using them",
+                        std::io::Error::from_raw_os_error(e)
+                    ))
+                }
+                Err(_) => break,
+            }
+        }
+        let sig_data = perf::SIG_MAGIC | perf::SIG_SAMPLER;
+        match &engine.sampler {
+            SamplerKind::Software { config } => {
+                let mut a = perf::task_clock_attr(engine.period, engine.sigtrap, sig_data);
+                a.config = *config;
+                let fd = perf::open_on_self(&mut a)
+                    .map_err(|e| format!("cannot open the software sampler: {}", std::io::Error::from_raw_os_error(e)))?;
+                if !engine.sigtrap {
+                    perf::route_signal_to_thread(fd, perf::fallback_signal(), self.tid);
+                }
+                self.sampler_fd = fd;
+            }
+            SamplerKind::Pmu(ev) => {
+                let s = pmu::PmuSampler::open(ev, engine.period, engine.sigtrap, sig_data)?;
+                if !engine.sigtrap {
+                    perf::route_signal_to_thread(s.fd(), perf::fallback_signal(), self.tid);
+                }
+                self.sampler_fd = s.fd();
+                self.pmu = Some(s);
+            }
+        }
+        self.active.store(true, Ordering::Release);
+        perf::enable(self.sampler_fd);
+        Ok(())
+    }
+
+    /// Stop sampling and release the kernel resources (thread exit, exec, detach).
+    pub fn stop(&mut self) {
+        self.active.store(false, Ordering::Release);
+        if self.sampler_fd >= 0 {
+            perf::disable(self.sampler_fd);
+        }
+        for s in &mut self.slots[..self.nslots] {
+            perf::close(s.fd);
+            s.fd = -1;
+            s.armed = false;
+        }
+        match self.pmu.as_mut() {
+            Some(p) => p.close(),
+            None => perf::close(self.sampler_fd),
+        }
+        self.pmu = None;
+        self.sampler_fd = -1;
+        self.nslots = 0;
+    }
+
+    /// Forget what the parent gathered (fork child) and drop its kernel
+    /// resources without touching the parent's events.
+    pub fn reset_after_fork(&mut self) {
+        for s in &mut self.slots[..self.nslots] {
+            perf::close(s.fd);
+        }
+        match self.pmu.as_mut() {
+            Some(p) => p.close(),
+            None => perf::close(self.sampler_fd),
+        }
+        self.pmu = None;
+        self.sampler_fd = -1;
+        self.nslots = 0;
+        self.slots = [Slot { fd: -1, ..Default::default() }; MAX_SLOTS];
+        self.tree.clear();
+        self.pairs.clear();
+        self.counters = Counters::default();
+        self.reservoir.k = 0;
+        self.blind = 0;
+        self.active.store(false, Ordering::Release);
+    }
+
+    fn is_engine_memory(&self, addr: u64) -> bool {
+        let inside = |r: (u64, u64)| addr >= r.0 && addr < r.1;
+        let me = self as *const Self as u64;
+        inside(self.alt_stack) || inside((me, me + std::mem::size_of::<Self>() as u64)) || addr == self.parking_addr()
+    }
+
+    /// A sampler interrupt (signal handler).
+    pub fn on_sample(&mut self, engine: &Engine, uc: *mut libc::ucontext_t) {
+        self.counters.interrupts += 1;
+        let Some(map) = modules::current() else { return };
+        let regs = Regs::from_ucontext(uc, self.fs_base, self.gs_base);
+        if let Some(p) = self.pmu.as_mut() {
+            // Precise IP and data address come from the PMU record.
+            let mut recs = [pmu::PmuRecord::default(); 8];
+            let mut n = 0;
+            p.drain(|r| {
+                if n < recs.len() {
+                    recs[n] = r;
+                    n += 1;
+                }
+            });
+            for r in &recs[..n] {
+                self.pmu_sample(engine, map, &regs, r);
+            }
+            return;
+        }
+        let pc = regs.rip;
+        if pc >= engine.own_code.0 && pc < engine.own_code.1 {
+            self.counters.skipped_self += 1;
+            return;
+        }
+        // Skid: a timer interrupt is taken at a retirement boundary, and the
+        // instruction charged with the time is usually the one that just
+        // retired (a stalled store shows up as the PC after it). So look at
+        // the linear predecessor first, which has already run: its address
+        // comes from the registers now (implicit updates undone). When the
+        // PC is a branch target that predecessor may not be what ran, so use
+        // the instruction at the PC, which has not run yet: its own access
+        // will trap first and is skipped as a self-trap.
+        let mut buf = [0u8; 16];
+        let (prev, target) = trap::previous_instruction(map, &mut self.pc_cache, pc);
+        if let (Some(prev), false) = (prev, target) {
+            if let Some(bytes) = trap::code_at(map, prev, &mut buf) {
+                let clobbers = crate::access::clobbers_address(bytes, prev);
+                if let Some(d) = self.analyzer.decode(bytes, prev, &regs, true) {
+                    if let Some(a) = d.accesses().iter().copied().find(|a| engine.craft.samples(a)) {
+                        if !d.branch && !d.rep && !clobbers {
+                            if self.is_engine_memory(a.addr) {
+                                self.counters.skipped_self += 1;
+                                return;
+                            }
+                            return self.sample(engine, map, &regs, prev, a, None);
+                        }
+                    }
+                }
+            }
+        }
+        let Some(bytes) = code_bytes(map, pc, &mut buf) else { return };
+        let Some(d) = self.analyzer.decode(bytes, pc, &regs, false) else { return };
+        let Some(a) = d.accesses().iter().copied().find(|a| engine.craft.samples(a)) else { return };
+        if self.is_engine_memory(a.addr) {
+            self.counters.skipped_self += 1;
+            return;
+        }
+        let skip = Some((pc, d.next_ip(), d.branch || d.rep));
+        self.sample(engine, map, &regs, pc, a, skip);
+    }
+
+    fn pmu_sample(&mut self, engine: &Engine, map: &ProcessMap, regs: &Regs, r: &pmu::PmuRecord) {
+        if r.addr == 0 || (r.ip >= engine.own_code.0 && r.ip < engine.own_code.1) || self.is_engine_memory(r.addr) {
+            self.counters.skipped_self += 1;
+            return;
+        }
+        // Length and float kind come from decoding the sampled instruction.
+        let mut buf = [0u8; 16];
+        let mut a = Access { addr: r.addr, len: if r.len > 0 { r.len as u32 } else { 8 }, read: true, write: true, float: Default::default() };
+        if let Some(bytes) = code_bytes(map, r.ip, &mut buf) {
+            if let Some(d) = self.analyzer.decode(bytes, r.ip, regs, false) {
+                if let Some(x) = d.accesses().iter().find(|x| engine.craft.samples(x)) {
+                    a.len = x.len;
+                    a.float = x.float;
+                    a.read = x.read;
+                    a.write = x.write;
+                }
+            }
+        }
+        if !engine.craft.samples(&a) {
+            return;
+        }
+        // The access already happened: no self-trap to skip.
+        self.sample(engine, map, regs, r.ip, a, None);
+    }
+
+    fn sample(&mut self, engine: &Engine, map: &ProcessMap, regs: &Regs, pc: u64, a: Access, skip: Option<(u64, u64, bool)>) {
+        self.counters.samples += 1;
+        let n = unwind::walk(map, &mut self.unwind_cache, regs, pc, self.stack, &mut self.frames);
+        let ctx = self.tree.insert(&self.frames[..n]);
+        self.tree.node(ctx).samples += 1; // µ(C)
+        self.seq += 1;
+        let mut views = [SlotView::default(); MAX_SLOTS];
+        for (v, s) in views.iter_mut().zip(&self.slots[..self.nslots]) {
+            *v = SlotView { armed: s.armed, armed_seq: s.armed_seq };
+        }
+        let rng = &mut self.rng;
+        let Some(i) = self.reservoir.choose(&views[..self.nslots], |m| rng.random_range(0..m)) else {
+            self.counters.dropped += 1;
+            self.blind += 1;
+            self.counters.longest_blind_spot = self.counters.longest_blind_spot.max(self.blind);
+            return;
+        };
+        if self.slots[i].armed {
+            let old = self.slots[i].ctx;
+            let node = self.tree.node(old);
+            node.armed = node.armed.saturating_sub(1);
+        }
+        let (waddr, wlen) = watch_range(a.addr, a.len);
+        let mut watched = Watched { access: a, ..Default::default() };
+        if engine.craft.needs_value() {
+            let n = (a.len as usize).min(SNAPSHOT);
+            if perf::read_memory(a.addr, &mut watched.value[..n]) {
+                watched.value_len = n;
+            }
+        }
+        if !self.arm(engine, i, waddr, wlen) {
+            self.counters.arm_failures += 1;
+            self.slots[i].armed = false;
+            return;
+        }
+        let (skip_first, skip_pc, skip_next, skip_branch) = match skip {
+            Some((pc, next, branch)) => (true, pc, next, branch),
+            None => (false, 0, 0, false),
+        };
+        let fd = self.slots[i].fd;
+        self.slots[i] = Slot { fd, armed: true, armed_seq: self.seq, ctx, addr: waddr, len: wlen, watched, skip_first, skip_pc, skip_next, skip_branch };
+        self.tree.node(ctx).armed += 1;
+        self.counters.armed += 1;
+        self.blind = 0;
+    }
+
+    /// Point slot `i` at [addr, addr+len): one MODIFY_ATTRIBUTES ioctl, or
+    /// close + reopen where the kernel lacks it.
+    fn arm(&mut self, engine: &Engine, i: usize, addr: u64, len: u64) -> bool {
+        let ty = engine.craft.watch();
+        let mut a = self.slot_attr(i, engine, addr, len, ty, false);
+        if engine.modify && perf::modify(self.slots[i].fd, &mut a) {
+            return true;
+        }
+        perf::close(self.slots[i].fd);
+        match perf::open_on_self(&mut a) {
+            Ok(fd) => {
+                if !engine.sigtrap {
+                    perf::route_signal_to_thread(fd, perf::fallback_signal(), self.tid);
+                }
+                self.slots[i].fd = fd;
+                true
+            }
+            Err(_) => {
+                // Keep the slot usable: park a fresh disabled breakpoint.
+                let mut p = self.slot_attr(i, engine, self.parking_addr(), 8, ty, true);
+                self.slots[i].fd = perf::open_on_self(&mut p).unwrap_or(-1);
+                false
+            }
+        }
+    }
+
+    fn disarm(&mut self, i: usize) {
+        perf::disable(self.slots[i].fd);
+        self.slots[i].armed = false;
+    }
+
+    /// A watchpoint trap on slot `i` (signal handler).
+    pub fn on_trap(&mut self, engine: &Engine, i: usize, uc: *mut libc::ucontext_t, perf_flags: u32) {
+        if i >= self.nslots || !self.slots[i].armed {
+            return;
+        }
+        let Some(map) = modules::current() else { return };
+        let regs = Regs::from_ucontext(uc, self.fs_base, self.gs_base);
+        let s = self.slots[i];
+        if perf_flags & perf::TRAP_PERF_FLAG_ASYNC != 0 {
+            // Delivered late (SIGTRAP was blocked): the context isn't the access.
+            self.counters.ignored_traps += 1;
+            self.free(i);
+            return;
+        }
+        if s.skip_first {
+            self.slots[i].skip_first = false;
+            if regs.rip == s.skip_next || s.skip_branch || regs.rip == s.skip_pc {
+                // The sampled instruction's own access, not the next one.
+                self.counters.self_traps += 1;
+                if engine.craft.needs_value() && engine.craft.watch() == BpType::W {
+                    // The store has now run: remember what it left (SilentCraft).
+                    let w = &mut self.slots[i].watched;
+                    let n = (w.access.len as usize).min(SNAPSHOT);
+                    w.value_len = if perf::read_memory(w.access.addr, &mut w.value[..n]) { n } else { 0 };
+                }
+                return;
+            }
+        }
+        let found = trap::recover(map, &mut self.pc_cache, &mut self.analyzer, &regs, s.addr, s.len, self.stack);
+        let (pc, access) = match found {
+            Some(t) => {
+                if !t.precise {
+                    self.counters.imprecise += 1;
+                }
+                (t.pc, t.access)
+            }
+            None => {
+                self.counters.imprecise += 1;
+                if engine.craft.watch() != BpType::W {
+                    // A read-or-write trap we can't place: neither waste nor use.
+                    self.free(i);
+                    return;
+                }
+                // A write-only watchpoint only traps on stores.
+                let a = Access { addr: s.addr, len: s.len as u32, read: false, write: true, float: s.watched.access.float };
+                (regs.rip, a)
+            }
+        };
+        let mut now = [0u8; SNAPSHOT];
+        if engine.craft.needs_value() {
+            let n = s.watched.value_len;
+            if n > 0 && !perf::read_memory(s.watched.access.addr, &mut now[..n]) {
+                self.free(i);
+                return;
+            }
+        }
+        let verdict = engine.craft.judge(&s.watched, &access, &now);
+        if verdict == Verdict::Ignore {
+            self.counters.ignored_traps += 1;
+            return;
+        }
+        self.counters.traps += 1;
+        let n = unwind::walk(map, &mut self.unwind_cache, &regs, pc, self.stack, &mut self.frames);
+        let trap_ctx = self.tree.insert(&self.frames[..n]);
+        // Proportional attribution (Witch §4.4.2): this trap stands for the
+        // samples of C_watch not yet accounted for, shared among the
+        // watchpoints currently armed from C_watch.
+        let node = self.tree.node(s.ctx);
+        let sharers = node.armed.max(1) as f64;
+        let delta = ((node.samples as f64 - node.eta) / sharers).max(0.0);
+        node.eta += delta;
+        let scale = delta * engine.period as f64;
+        if let Some(p) = self.pairs.get(s.ctx, trap_ctx) {
+            p.traps += 1;
+            match verdict {
+                Verdict::Waste { bytes, approx: false } => p.waste += scale * bytes as f64,
+                Verdict::Waste { bytes, approx: true } => p.approx_waste += scale * bytes as f64,
+                Verdict::Use { bytes } => p.used += scale * bytes as f64,
+                Verdict::Ignore => {}
+            }
+        }
+        self.free(i);
+    }
+
+    fn free(&mut self, i: usize) {
+        let ctx = self.slots[i].ctx;
+        let node = self.tree.node(ctx);
+        node.armed = node.armed.saturating_sub(1);
+        self.disarm(i);
+        self.reservoir.slot_freed();
+    }
+
+    /// This thread's part of the profile.
+    pub fn to_profile(&self) -> profile::Thread {
+        let mut c = self.counters.clone();
+        c.tree_overflow = self.tree.overflow;
+        c.pair_overflow = self.pairs.overflow;
+        profile::Thread {
+            tid: self.tid as u32,
+            nodes: self.tree.nodes.iter().map(|n| profile::Node { parent: n.parent, pc: n.pc, samples: n.samples }).collect(),
+            pairs: self
+                .pairs
+                .iter()
+                .map(|p| profile::Pair { watch: p.watch, trap: p.trap, waste: p.waste, approx_waste: p.approx_waste, r#use: p.used, traps: p.traps })
+                .collect(),
+            counters: c,
+        }
+    }
+}
+
+/// Instruction bytes at `pc`: directly inside a known module, otherwise via
+/// a fault-proof kernel copy (JIT code, vDSO).
+fn code_bytes<'a>(map: &ProcessMap, pc: u64, buf: &'a mut [u8; 16]) -> Option<&'a [u8]> {
+    if let Some(m) = map.module(pc) {
+        let n = ((m.end - pc) as usize).min(16);
+        unsafe { std::ptr::copy_nonoverlapping(pc as *const u8, buf.as_mut_ptr(), n) };
+        return Some(&buf[..n]);
+    }
+    modules::STALE.store(true, std::sync::atomic::Ordering::Relaxed);
+    for n in [16usize, 8, 4] {
+        if perf::read_memory(pc, &mut buf[..n]) {
+            return Some(&buf[..n]);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_ranges_are_aligned_and_inside_the_access() {
+        assert_eq!(watch_range(0x1000, 8), (0x1000, 8));
+        assert_eq!(watch_range(0x1000, 32), (0x1000, 8));
+        assert_eq!(watch_range(0x1004, 8), (0x1004, 4));
+        assert_eq!(watch_range(0x1002, 4), (0x1002, 2));
+        assert_eq!(watch_range(0x1001, 8), (0x1001, 1));
+        assert_eq!(watch_range(0x1000, 1), (0x1000, 1));
+    }
+}
