@@ -1,0 +1,281 @@
+//! `witch dead|silent-store|silent-load PROGRAM`: run a program under the
+//! preload agent, pass its stdio, signals and exit status through, then
+//! collect the profiles it left and print the report.
+
+use crate::cli::RunArgs;
+use anyhow::{bail, Context, Result};
+use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicI32, Ordering};
+use witchcraft::pmu;
+use witchcraft::profile::{Craft, Profile};
+
+/// The agent library, built beside the `witch` binary.
+pub const AGENT: &str = "libwitch_agent.so";
+
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward(sig: libc::c_int) {
+    let pid = CHILD.load(Ordering::Relaxed);
+    if pid > 0 {
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+pub fn find_agent() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("WITCH_AGENT") {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+        bail!("WITCH_AGENT={} does not exist", p.display());
+    }
+    let exe = std::env::current_exe().context("cannot locate the witch binary")?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    for cand in [dir.join(AGENT), dir.join("../lib/witch").join(AGENT), dir.join("../lib").join(AGENT)] {
+        if cand.is_file() {
+            return Ok(cand.canonicalize().unwrap_or(cand));
+        }
+    }
+    bail!("cannot find {AGENT} next to {} (build it with `cargo build --workspace`, or set WITCH_AGENT)", exe.display())
+}
+
+/// PATH lookup the way a shell does it, with clear errors.
+fn resolve(program: &OsString) -> Result<PathBuf> {
+    let p = PathBuf::from(program);
+    let candidates: Vec<PathBuf> = if p.components().count() > 1 || p.is_absolute() {
+        vec![p.clone()]
+    } else {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let mut v: Vec<PathBuf> = std::env::split_paths(&path).map(|d| d.join(&p)).collect();
+        v.push(p.clone());
+        v
+    };
+    for c in &candidates {
+        if let Ok(m) = std::fs::metadata(c) {
+            if m.is_file() && m.permissions().mode() & 0o111 != 0 {
+                return Ok(c.clone());
+            }
+            if m.is_file() && c == candidates.last().unwrap_or(c) || candidates.len() == 1 {
+                bail!("{} is not executable", c.display());
+            }
+        }
+    }
+    if candidates.len() == 1 {
+        bail!("{}: no such program", p.display())
+    }
+    bail!("{}: program not found in PATH", p.display())
+}
+
+/// A preload needs a dynamically linked program; say so for static ones.
+fn check_dynamic(prog: &Path) -> Result<()> {
+    let data = match std::fs::read(prog) {
+        Ok(d) => d,
+        Err(e) => bail!("cannot read {}: {e}", prog.display()),
+    };
+    if data.starts_with(b"#!") {
+        return Ok(()); // a script: its interpreter is what runs, and is usually dynamic
+    }
+    use object::read::elf::{FileHeader, ProgramHeader};
+    let Ok(elf) = object::elf::FileHeader64::<object::Endianness>::parse(&*data) else {
+        if data.starts_with(b"\x7fELF") {
+            bail!("{} is not a 64-bit x86-64 program; witch profiles x86-64 programs only", prog.display());
+        }
+        bail!("{} is not an ELF program", prog.display());
+    };
+    let endian = elf.endian().map_err(|e| anyhow::anyhow!("{e}"))?;
+    if elf.e_machine(endian) != object::elf::EM_X86_64 {
+        bail!("{} is not an x86-64 program", prog.display());
+    }
+    let phdrs = elf.program_headers(endian, &*data).map_err(|e| anyhow::anyhow!("{}: {e}", prog.display()))?;
+    if !phdrs.iter().any(|p| p.p_type(endian) == object::elf::PT_INTERP) {
+        bail!(
+            "{} is statically linked, so the agent can't be preloaded into it; profile it with --exact, or link it dynamically",
+            prog.display()
+        );
+    }
+    Ok(())
+}
+
+/// What `-e` chose, as (WITCH_SAMPLER, WITCH_EVENT).
+fn sampler_env(craft: Craft, event: Option<&str>) -> Result<(&'static str, Option<String>)> {
+    let kind = if craft == Craft::SilentLoad { pmu::AccessKind::Load } else { pmu::AccessKind::Store };
+    match event {
+        None => Ok(("auto", None)),
+        Some(e @ ("task-clock" | "cpu-clock")) => Ok(("software", Some(e.to_string()))),
+        Some(spec) => {
+            let ev = pmu::parse_event(Path::new(pmu::SYSFS_PMU_ROOT), spec, kind)
+                .map_err(|e| anyhow::anyhow!("unknown or unusable event {spec:?}: {e} (see `witch {} -e list`)", craft.name()))?;
+            let mut s = pmu::PmuSampler::open(&ev, 1_000_003, false, 0)
+                .map_err(|e| anyhow::anyhow!("event {spec:?} cannot be opened here: {e} (see `witch {} -e list`)", craft.name()))?;
+            s.close();
+            Ok(("pmu", Some(spec.to_string())))
+        }
+    }
+}
+
+fn list_events(craft: Craft) {
+    println!("Sampling events for `witch {}` on this machine:", craft.name());
+    println!("  task-clock   software  ok     thread CPU time; the instruction at each sample is decoded (period in ns)");
+    println!("  cpu-clock    software  ok     like task-clock, from the CPU clock");
+    for (name, r) in witchcraft::probe::pmu_events() {
+        match r {
+            Ok(e) => println!("  {:<12} pmu       ok     {} (period in {})", e.name, name, if e.kind == pmu::AccessKind::Load { "loads" } else { "stores" }),
+            Err(why) => println!("  {name:<12} pmu       missing  {why}"),
+        }
+    }
+    println!("Without -e, witch uses the PMU event where it works and task-clock otherwise.");
+}
+
+/// Profiles the agent wrote, by pid and start time.
+fn collect(dir: &Path) -> Vec<(PathBuf, Profile)> {
+    let mut v: Vec<(PathBuf, Profile)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .filter_map(|p| Profile::load(&p).ok().map(|pr| (p, pr)))
+        .collect();
+    v.sort_by_key(|(_, p)| (p.start_unix_ns, p.pid));
+    v
+}
+
+fn default_output(craft: Craft, prog: &Path, pid: u32) -> PathBuf {
+    let name = prog.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into());
+    PathBuf::from(format!("witch-{}-{}-{}.json", craft.name(), name, pid))
+}
+
+pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
+    if a.event.as_deref() == Some("list") {
+        list_events(craft);
+        return Ok(0);
+    }
+    if a.exact {
+        bail!("--exact (the single-stepping reference mode) is not implemented yet; run without --exact");
+    }
+    let Some(program) = a.command.first() else {
+        bail!("no program given; for example: witch {} ./app", craft.name());
+    };
+    let prog = resolve(program)?;
+    check_dynamic(&prog)?;
+    let (sampler, event) = sampler_env(craft, a.event.as_deref())?;
+    let free = witchcraft::probe::debug_registers();
+    if free == 0 {
+        bail!("no free debug registers on this thread (is a debugger attached?); witch needs at least one");
+    }
+    let agent = find_agent()?;
+    let out_dir = std::env::temp_dir().join(format!("witch-{}-{}", std::process::id(), rand_suffix()));
+    std::fs::create_dir_all(&out_dir).with_context(|| format!("cannot create {}", out_dir.display()))?;
+
+    let mut cmd = Command::new(&prog);
+    cmd.args(&a.command[1..]);
+    cmd.arg0(program);
+    let preload = match std::env::var_os("LD_PRELOAD") {
+        Some(old) if !old.is_empty() => {
+            let mut s = agent.clone().into_os_string();
+            s.push(" ");
+            s.push(old);
+            s
+        }
+        _ => agent.clone().into_os_string(),
+    };
+    cmd.env("LD_PRELOAD", preload)
+        .env("WITCH_CRAFT", craft.name())
+        .env("WITCH_SAMPLER", sampler)
+        .env("WITCH_REPLACEMENT", a.replacement.name())
+        .env("WITCH_FP_PRECISION", a.fp_precision.to_string())
+        .env("WITCH_DEBUG_REGISTERS", a.debug_registers.unwrap_or(free.min(4) as u32).to_string())
+        .env("WITCH_OUT_DIR", &out_dir);
+    if let Some(e) = &event {
+        cmd.env("WITCH_EVENT", e);
+    }
+    if let Some(p) = a.period {
+        cmd.env("WITCH_PERIOD", p.to_string());
+    }
+
+    // Ctrl-C and Ctrl-\ reach the program through the terminal's process
+    // group; witch waits for it. Termination requests sent to witch alone
+    // are passed on.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => bail!("cannot run {}: {e}", prog.display()),
+    };
+    CHILD.store(child.id() as i32, Ordering::Relaxed);
+    for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2] {
+        unsafe { libc::signal(sig, forward as *const () as libc::sighandler_t) };
+    }
+    let status = child.wait().context("waiting for the program")?;
+    let pid = child.id();
+
+    let profiles = collect(&out_dir);
+    let main_out = a.output.clone().unwrap_or_else(|| default_output(craft, &prog, pid));
+    let stem = main_out.with_extension("");
+    let main_idx = profiles.iter().rposition(|(_, p)| p.pid == pid);
+    let mut others = Vec::new();
+    let mut seen: std::collections::HashMap<u32, usize> = Default::default();
+    for (i, (path, p)) in profiles.iter().enumerate() {
+        let dest = if Some(i) == main_idx {
+            main_out.clone()
+        } else {
+            let k = seen.entry(p.pid).or_insert(0);
+            *k += 1;
+            let d = if *k == 1 {
+                PathBuf::from(format!("{}.{}.json", stem.display(), p.pid))
+            } else {
+                PathBuf::from(format!("{}.{}.{}.json", stem.display(), p.pid, *k))
+            };
+            others.push(d.clone());
+            d
+        };
+        if std::fs::rename(path, &dest).is_err() {
+            p.save(&dest).with_context(|| format!("cannot write {}", dest.display()))?;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&out_dir);
+
+    if !a.quiet {
+        match main_idx {
+            Some(i) => {
+                let p = &profiles[i].1;
+                let report = crate::report::render_report(p, a.top, a.format)?;
+                eprintln!("{report}");
+                eprintln!("witch: profile written to {}", main_out.display());
+            }
+            None => eprintln!("witch: the program left no profile (killed by SIGKILL, or it cleared LD_PRELOAD?)"),
+        }
+        if !others.is_empty() {
+            eprintln!(
+                "witch: {} more profile(s) from child processes or exec'd images: {}",
+                others.len(),
+                others.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            );
+        }
+    }
+
+    if let Some(code) = status.code() {
+        return Ok(code);
+    }
+    let sig = status.signal().unwrap_or(libc::SIGKILL);
+    // Die the same way, so a shell or CI sees what it would have without witch.
+    unsafe {
+        // The program already dumped its own core if it was going to.
+        let core: libc::rlimit = std::mem::zeroed();
+        libc::setrlimit(libc::RLIMIT_CORE, &core);
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+    Ok(128 + sig)
+}
+
+fn rand_suffix() -> u64 {
+    use rand::RngExt;
+    rand::rng().random()
+}
