@@ -1,0 +1,364 @@
+//! The `witch` command line, declared with clap's derive API.
+//!
+//! Parsing only: each subcommand's work lives in its own module.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+const TOP_AFTER_HELP: &str = "\
+Examples:
+  witch dead ./app                      find dead stores in ./app, print the top pairs
+  witch silent-load -p 5000003 ./app    redundant loads, one sample every 5000003 loads
+  witch silent-store -o app.witch ./app --its-own-flag
+  witch report app.witch --flamegraph app.svg
+  witch diff before.witch after.witch
+  witch gate --max-waste 20% app.witch  CI: exit 1 if more than 20% of stores are dead
+  witch doctor                          what this machine offers (PMU, debug registers, ...)
+
+A run writes its profile (a versioned JSON file) and prints a report; `witch report`
+renders a saved profile again, on any machine that has the binaries or their debug info.";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "witch",
+    version,
+    about = "Find wasted memory operations: dead stores, silent stores and redundant loads",
+    long_about = "Find wasted memory operations: dead stores, silent stores and redundant loads.\n\n\
+        witch samples a program's memory accesses and watches the sampled addresses with \
+        hardware debug registers, so it runs unmodified, optimized binaries at low overhead \
+        (Wen et al., \"Watching for Software Inefficiencies with Witch\", ASPLOS'18).",
+    after_help = TOP_AFTER_HELP,
+    arg_required_else_help = true,
+    propagate_version = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a program and find dead stores: stores overwritten before any load reads them
+    #[command(after_help = "\
+Examples:
+  witch dead ./app
+  witch dead -p 20000 --top 5 -- ./app --input big.txt
+  witch dead -q -o app.witch ./app                   (profile only, no report)
+  witch dead --format json ./app > report.json
+  witch dead -e list                                 (sampling events this machine offers)
+
+Each pair reads \"dead store at C1, killed by C2\": the store in context C1 was overwritten by
+the store in C2 before anything read it.",
+        override_usage = "witch dead [OPTIONS] [--] <PROGRAM> [ARGS]...")]
+    Dead(RunArgs),
+
+    /// Run a program and find silent stores: stores that write the value already there
+    #[command(visible_alias = "silent", after_help = "\
+Examples:
+  witch silent-store ./app
+  witch silent --fp-precision 0 ./app       (floating point must match exactly)
+
+Each pair reads \"store at C1, rewritten with the same value by C2\". Floating-point values
+equal within --fp-precision count as approximate waste, reported apart from exact waste.",
+        override_usage = "witch silent-store [OPTIONS] [--] <PROGRAM> [ARGS]...")]
+    SilentStore(RunArgs),
+
+    /// Run a program and find redundant loads: loads of a value that has not changed
+    #[command(visible_alias = "load", after_help = "\
+Examples:
+  witch silent-load ./app
+  witch silent-load -p 5000003 ./app
+
+Each pair reads \"load at C1, reloaded unchanged by C2\"; stores in between are ignored.",
+        override_usage = "witch silent-load [OPTIONS] [--] <PROGRAM> [ARGS]...")]
+    SilentLoad(RunArgs),
+
+    /// Render a saved profile: text, JSON, pprof, folded stacks or a flame graph
+    #[command(after_help = "\
+Examples:
+  witch report app.witch
+  witch report app.witch --json | jq .waste_fraction
+  witch report app.witch --pprof app.pb.gz && go tool pprof -http : app.pb.gz
+  witch report app.witch --folded > app.folded
+  witch report app.witch --flamegraph app.svg
+
+pprof and flame-graph stacks are the synthetic context of each pair: the watched context,
+then KILLED_BY or SAME_VALUE_AS (USED_BY for the bytes that were used), then the trap context.
+
+JSON (stable fields): schema, craft, program, sampler {event, period, kind}, samples, traps,
+waste_bytes, use_bytes, waste_fraction (0..1), approx_waste_bytes, and pairs sorted by waste,
+each {waste_bytes, use_bytes, share, watch: {frames}, trap: {frames}} with frames innermost
+first as {function, file, line, module, offset}; file and line are null when unknown.
+--top limits `pairs` (pair_count gives the total); totals always cover every pair.
+
+Debug info is found by build-id under $WITCH_DEBUG_DIRS (colon-separated) and /usr/lib/debug,
+then at the recorded path; without it frames read `module+0xoffset`.")]
+    Report(ReportArgs),
+
+    /// Compare two profiles of the same program, pair by pair (matched by source location)
+    #[command(after_help = "\
+Examples:
+  witch diff before.witch after.witch
+  witch diff --json before.witch after.witch
+
+Pairs are matched by their symbolized source locations, not raw addresses, so profiles of
+different builds or address layouts compare.")]
+    Diff(DiffArgs),
+
+    /// CI gate: fail when the waste fraction is too high or grew too much
+    #[command(after_help = "\
+Examples:
+  witch gate --max-waste 20% app.witch
+  witch gate --baseline main.witch --max-increase 2pp app.witch
+  witch gate --max-waste 20 --junit witch.xml app.witch
+
+Bounds: --max-waste takes percent (\"20%\" or \"20\" both mean 20 percent); --max-increase
+takes percentage points of waste fraction (\"2pp\" or \"2\"). At least one bound is required.
+Exit status: 0 pass, 1 fail, 2 usage or input error.")]
+    Gate(GateArgs),
+
+    /// Check what this machine offers: PMU events, debug registers, kernel features, limits
+    #[command(after_help = "\
+Examples:
+  witch doctor
+  witch doctor --json
+
+Each line ends in ok, degraded or missing, with what to do about it.")]
+    Doctor(DoctorArgs),
+}
+
+/// Options shared by the three crafts' run commands (consumed by `run.rs`).
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Sampling event name, or "list" to show what this machine offers and why
+    #[arg(short = 'e', long, value_name = "EVENT")]
+    pub event: Option<String>,
+
+    /// Sampling period in the event's units: stores, loads, or ns of thread CPU time [default: engine's]
+    #[arg(short = 'p', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub period: Option<u64>,
+
+    /// Debug registers to use for watchpoints (1-4) [default: all free]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4))]
+    pub debug_registers: Option<u32>,
+
+    /// Which armed watchpoint a new sample replaces when all are busy
+    #[arg(long, value_enum, default_value_t = Replacement::Reservoir, value_name = "POLICY")]
+    pub replacement: Replacement,
+
+    /// Relative precision within which floating-point values count as equal (0 = exact)
+    #[arg(long, value_name = "REL", default_value_t = 0.01, value_parser = parse_precision)]
+    pub fp_precision: f64,
+
+    /// Number of pairs to show in the report (0 = all)
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub top: usize,
+
+    /// Report format
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+
+    /// Where to write the profile [default: a name made of craft, program and pid]
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Don't print the report (the profile is still written)
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+
+    /// Reference mode: observe every access exactly (slow)
+    #[arg(long)]
+    pub exact: bool,
+
+    /// The program to run and its arguments
+    // Not `required` in clap so that `-e list` needs no program; main.rs checks it.
+    #[arg(value_name = "PROGRAM", trailing_var_arg = true, allow_hyphen_values = true, num_args = 1..)]
+    pub command: Vec<OsString>,
+}
+
+/// Watchpoint replacement policy (Witch §4.4.1).
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replacement {
+    /// Reservoir sampling: every sample has an equal chance to be watched
+    Reservoir,
+    /// Replace the oldest armed watchpoint
+    Oldest,
+    /// Replace the newest armed watchpoint
+    Newest,
+    /// Only use free slots; drop samples while all are armed
+    EmptyOnly,
+}
+
+impl Replacement {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Replacement::Reservoir => "reservoir",
+            Replacement::Oldest => "oldest",
+            Replacement::Newest => "newest",
+            Replacement::EmptyOnly => "empty-only",
+        }
+    }
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Human-readable report for a terminal
+    Text,
+    /// One JSON object (fields: see `witch report --help`)
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// The profile file written by a run
+    #[arg(value_name = "PROFILE")]
+    pub file: PathBuf,
+
+    /// Print the report as one JSON object instead of text
+    #[arg(long)]
+    pub json: bool,
+
+    /// Also write a gzipped pprof profile (sample types waste/bytes and use/bytes)
+    #[arg(long, value_name = "OUT.pb.gz")]
+    pub pprof: Option<PathBuf>,
+
+    /// Print folded stacks (root first, value = waste bytes) instead of the report
+    #[arg(long, conflicts_with = "json")]
+    pub folded: bool,
+
+    /// Also write a flame graph of waste as SVG
+    #[arg(long, value_name = "OUT.svg")]
+    pub flamegraph: Option<PathBuf>,
+
+    /// Number of pairs to show (0 = all)
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub top: usize,
+}
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// The reference profile
+    #[arg(value_name = "BASE")]
+    pub base: PathBuf,
+    /// The profile to compare with it
+    #[arg(value_name = "NEW")]
+    pub new: PathBuf,
+    /// Print one JSON object instead of text
+    #[arg(long)]
+    pub json: bool,
+    /// Number of changed pairs to show (0 = all)
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub top: usize,
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("bound").required(true).multiple(true).args(["max_waste", "max_increase"])))]
+pub struct GateArgs {
+    /// The profile to check
+    #[arg(value_name = "PROFILE")]
+    pub profile: PathBuf,
+
+    /// Fail when the waste fraction is above this many percent ("20%" or "20")
+    #[arg(long, value_name = "PERCENT", value_parser = parse_percent)]
+    pub max_waste: Option<f64>,
+
+    /// Profile to compare with (needs --max-increase)
+    #[arg(long, value_name = "BASE", requires = "max_increase")]
+    pub baseline: Option<PathBuf>,
+
+    /// Fail when the waste fraction grew by more than this many percentage points over
+    /// --baseline ("2pp" or "2")
+    #[arg(long, value_name = "POINTS", value_parser = parse_points, requires = "baseline")]
+    pub max_increase: Option<f64>,
+
+    /// Write a JUnit XML report (one test case per bound) for CI systems
+    #[arg(long, value_name = "OUT.xml")]
+    pub junit: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    /// Print the checks as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_precision(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if !(0.0..1.0).contains(&v) {
+        return Err("must be at least 0 and below 1 (0.01 means 1%)".into());
+    }
+    Ok(v)
+}
+
+/// Percent of waste: "20%" and "20" both mean 20 percent, so a bare number is never a
+/// fraction (that ambiguity would silently turn 0.2 into 20%).
+pub fn parse_percent(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let t = t.strip_suffix('%').unwrap_or(t).trim();
+    let v: f64 = t.parse().map_err(|_| format!("`{s}` is not a percentage (e.g. 20%)"))?;
+    if !(0.0..=100.0).contains(&v) {
+        return Err(format!("`{s}` is not between 0% and 100%"));
+    }
+    Ok(v)
+}
+
+/// Percentage points: "2pp" or "2". "2%" is refused: it could mean a relative increase.
+pub fn parse_points(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    if t.ends_with('%') {
+        return Err(format!(
+            "`{s}`: give the increase in percentage points of waste, e.g. 2pp, not a relative percent"
+        ));
+    }
+    let t = t.strip_suffix("pp").unwrap_or(t).trim();
+    let v: f64 = t.parse().map_err(|_| format!("`{s}` is not a number of percentage points (e.g. 2pp)"))?;
+    if !(0.0..=100.0).contains(&v) {
+        return Err(format!("`{s}` is not between 0 and 100 points"));
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn bounds_parse() {
+        assert_eq!(parse_percent("20%").unwrap(), 20.0);
+        assert_eq!(parse_percent("20").unwrap(), 20.0);
+        assert_eq!(parse_percent("0.5").unwrap(), 0.5);
+        assert!(parse_percent("120%").is_err());
+        assert!(parse_percent("x").is_err());
+        assert_eq!(parse_points("2pp").unwrap(), 2.0);
+        assert_eq!(parse_points("2").unwrap(), 2.0);
+        assert!(parse_points("2%").is_err());
+    }
+
+    #[test]
+    fn run_args_as_written() {
+        let c = Cli::try_parse_from(["witch", "silent-load", "-p", "5000003", "./app"]).unwrap();
+        let Command::SilentLoad(a) = c.command else { panic!() };
+        assert_eq!(a.period, Some(5000003));
+        assert_eq!(a.command, vec![OsString::from("./app")]);
+        let c = Cli::try_parse_from(["witch", "dead", "./app", "-p", "3", "--x"]).unwrap();
+        let Command::Dead(a) = c.command else { panic!() };
+        assert_eq!(a.period, None);
+        assert_eq!(a.command.len(), 4);
+        assert_eq!(a.replacement.name(), "reservoir");
+        let c = Cli::try_parse_from(["witch", "load", "--replacement", "empty-only", "--", "-weird"]).unwrap();
+        let Command::SilentLoad(a) = c.command else { panic!() };
+        assert_eq!(a.replacement, Replacement::EmptyOnly);
+        assert_eq!(a.command, vec![OsString::from("-weird")]);
+        assert!(Cli::try_parse_from(["witch", "dead", "--debug-registers", "5", "./a"]).is_err());
+        assert!(Cli::try_parse_from(["witch", "gate", "p.json"]).is_err());
+        assert!(Cli::try_parse_from(["witch", "gate", "--baseline", "b", "p.json"]).is_err());
+    }
+}

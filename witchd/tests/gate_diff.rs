@@ -1,0 +1,151 @@
+//! `witch gate` exit codes and JUnit, `witch diff` matching by source location.
+
+mod common;
+use common::*;
+use serde_json::Value;
+
+fn code(o: &std::process::Output) -> i32 {
+    o.status.code().expect("exited")
+}
+
+#[test]
+fn gate_passes_and_fails_on_max_waste() {
+    let fx = fixture();
+    let p = save(&profile(fx, 0, BASE), "gate.witch"); // 75% waste
+    let pass = witch(["gate".as_ref(), "--max-waste".as_ref(), "80%".as_ref(), p.as_os_str()]);
+    assert_eq!(code(&pass), 0, "{}", stderr(&pass));
+    assert!(stdout(&pass).starts_with("witch gate: PASS waste 75.0% <= max 80.0% (dead, "), "{}", stdout(&pass));
+    let fail = witch(["gate".as_ref(), "--max-waste".as_ref(), "70".as_ref(), p.as_os_str()]);
+    assert_eq!(code(&fail), 1);
+    assert!(stdout(&fail).starts_with("witch gate: FAIL waste 75.0% > max 70.0% (dead, "), "{}", stdout(&fail));
+}
+
+#[test]
+fn gate_baseline_increase_and_junit() {
+    let fx = fixture();
+    let worse = save(&profile(fx, 0, BASE), "gate-worse.witch"); // 75%
+    let better = Bytes { init_fill: (50.0, 50.0), fill_fill: 100.0, ..BASE }; // 200/500 = 40%
+    let base = save(&profile(fx, 0, better), "gate-base.witch");
+    let junit = fx.dir.join("gate.xml");
+    let _ = std::fs::remove_file(&junit);
+    let o = witch([
+        "gate".as_ref(),
+        "--baseline".as_ref(),
+        base.as_os_str(),
+        "--max-increase".as_ref(),
+        "2pp".as_ref(),
+        "--max-waste".as_ref(),
+        "90%".as_ref(),
+        "--junit".as_ref(),
+        junit.as_os_str(),
+        worse.as_os_str(),
+    ]);
+    assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("+35.0pp over baseline 40.0%, > max +2.0pp"), "{}", stdout(&o));
+    let x = std::fs::read_to_string(&junit).unwrap();
+    assert!(x.contains("<testsuite name=\"witch gate\" tests=\"2\" failures=\"1\""), "{x}");
+    assert_eq!(x.matches("<testcase").count(), 2);
+    assert_eq!(x.matches("<failure").count(), 1);
+
+    // The other way round it improved: pass.
+    let o = witch([
+        "gate".as_ref(),
+        "--baseline".as_ref(),
+        worse.as_os_str(),
+        "--max-increase".as_ref(),
+        "2".as_ref(),
+        "--junit".as_ref(),
+        junit.as_os_str(),
+        base.as_os_str(),
+    ]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let x = std::fs::read_to_string(&junit).unwrap();
+    assert!(x.contains("tests=\"1\" failures=\"0\""), "{x}");
+}
+
+#[test]
+fn bad_profiles_and_usage_exit_2() {
+    let fx = fixture();
+    let good = serde_json::to_string(&profile(fx, 0, BASE)).unwrap();
+    let mut newer: Value = serde_json::from_str(&good).unwrap();
+    newer["schema"] = 99.into();
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("empty.witch", vec![], "empty"),
+        ("truncated.witch", good.as_bytes()[..good.len() / 2].to_vec(), "corrupt or truncated"),
+        ("corrupt.witch", b"\x7fELF garbage".to_vec(), "corrupt"),
+        ("newer.witch", newer.to_string().into_bytes(), "newer"),
+    ];
+    for (name, bytes, msg) in cases {
+        let path = fx.dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        for cmd in [&["gate", "--max-waste", "20%"][..], &["report"], &["report", "--json"]] {
+            let mut args: Vec<std::ffi::OsString> = cmd.iter().map(Into::into).collect();
+            args.push(path.clone().into());
+            let o = witch(&args);
+            assert_eq!(code(&o), 2, "{name} {cmd:?}");
+            let e = stderr(&o);
+            assert!(e.starts_with("witch: ") && e.contains(msg) && e.lines().count() == 1, "{name}: {e}");
+            assert!(!e.contains("panicked"));
+        }
+    }
+    let o = witch(["gate", "--max-waste", "20%", "/nonexistent/p.witch"]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("/nonexistent/p.witch"), "{}", stderr(&o));
+    let o = witch(["report", "/nonexistent/p.witch"]);
+    assert_eq!(code(&o), 2);
+    let p = save(&profile(fx, 0, BASE), "usage.witch");
+    // Neither bound, a bad bound, a half bound: usage errors.
+    for args in [
+        vec!["gate"],
+        vec!["gate", "--max-waste", "lots"],
+        vec!["gate", "--max-increase", "2%"],
+        vec!["gate", "--max-increase", "2pp"],
+    ] {
+        let mut a: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+        a.push(p.clone().into());
+        let o = witch(&a);
+        assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn diff_matches_pairs_by_source_location() {
+    let fx = fixture();
+    let base = save(&profile(fx, 0, BASE), "diff-base.witch");
+    // Loaded 1 MiB higher: every raw address differs; the same source lines.
+    let newer = Bytes { init_fill: (50.0, 50.0), fill_fill: 100.0, fill_sum_use: 300.0, sum_init: 100.0 };
+    let new = save(&profile(fx, 0x100000, newer), "diff-new.witch");
+    let o = witch(["diff".as_ref(), "--json".as_ref(), base.as_os_str(), new.as_os_str()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!((v["base"]["waste_fraction"].as_f64().unwrap() - 0.75).abs() < 1e-12);
+    // 300 / 600 = 50%
+    assert!((v["new"]["waste_fraction"].as_f64().unwrap() - 0.5).abs() < 1e-12);
+    assert!((v["waste_fraction_change"].as_f64().unwrap() + 0.25).abs() < 1e-12);
+    let pairs = v["pairs"].as_array().unwrap();
+    let status: Vec<&str> = pairs.iter().map(|p| p["status"].as_str().unwrap()).collect();
+    assert_eq!(status.iter().filter(|s| **s == "both").count(), 2, "{status:?}");
+    assert_eq!(status.iter().filter(|s| **s == "new").count(), 1, "{status:?}");
+    assert_eq!(status.iter().filter(|s| **s == "vanished").count(), 0, "{status:?}");
+    let init = pairs.iter().find(|p| p["watch"]["frames"][0]["function"] == "init").unwrap();
+    assert_eq!(init["status"], "both");
+    assert!((init["base_share"].as_f64().unwrap() - 800.0 / 900.0).abs() < 1e-12);
+    assert!((init["new_share"].as_f64().unwrap() - 100.0 / 300.0).abs() < 1e-12);
+    let newp = pairs.iter().find(|p| p["status"] == "new").unwrap();
+    assert_eq!(newp["watch"]["frames"][0]["function"], "sum");
+    // Sorted by size of change: init's share dropped most.
+    assert_eq!(pairs[0]["watch"]["frames"][0]["function"], "init");
+
+    let o = witch(["diff".as_ref(), base.as_os_str(), new.as_os_str()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t = stdout(&o);
+    assert!(t.contains("Waste fraction: 75.0% → 50.0% (-25.0pp)"), "{t}");
+    assert!(t.contains("88.9%") && t.contains("33.3%") && t.contains("-55.6pp"), "{t}");
+    assert!(t.contains("[new]"), "{t}");
+    assert!(t.contains("2 pairs in both, 1 new, 0 vanished"), "{t}");
+
+    // Without symbols the same shift would not match (module+offset is the fallback key,
+    // and offsets are file addresses, so they still match): vanished stays 0 either way.
+    let o = witch(["diff".as_ref(), base.as_os_str(), fx.dir.join("nope.witch").as_os_str()]);
+    assert_eq!(code(&o), 2);
+}
