@@ -223,8 +223,8 @@ fn undo_implicit_updates(instr: &Instruction, regs: &mut Regs) {
                 regs.gpr[4] = sp.wrapping_sub(instr.stack_pointer_increment().unsigned_abs() as u64)
             }
         }
-        Movsb | Movsw | Movsd | Movsq | Stosb | Stosw | Stosd | Stosq | Lodsb | Lodsw | Lodsd | Lodsq | Cmpsb
-        | Cmpsw | Cmpsd | Cmpsq | Scasb | Scasw | Scasd | Scasq => {
+        // String instructions (not SSE movsd/cmpsd, which share mnemonics).
+        _ if instr.is_string_instruction() => {
             let sz = instr.memory_size().size() as u64;
             let step = if regs.df { sz.wrapping_neg() } else { sz };
             // Each iteration advanced rsi/rdi by one element after accessing.
@@ -302,6 +302,11 @@ mod tests {
         // call rel32: stores the return address at rsp-8
         let d = a.decode(&[0xe8, 0, 0, 0, 0], 0, &regs(), false).unwrap();
         assert!(d.accesses().iter().any(|x| x.addr == 0x7000 - 8 && x.write));
+        // SSE movsd is not the string movsd: no implicit register updates.
+        let mut after = regs();
+        after.gpr[7] = 0x3000;
+        let d = a.decode(&[0xf2, 0x0f, 0x11, 0x04, 0xd7], 0, &after, true).unwrap(); // movsd [rdi+rdx*8], xmm0
+        assert_eq!(d.accesses()[0].addr, 0x3000);
         // rep movsq: read [rsi], write [rdi]; after one element both advanced by 8
         let d = a.decode(&[0xf3, 0x48, 0xa5], 0, &regs(), false).unwrap();
         assert!(d.rep);
