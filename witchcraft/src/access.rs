@@ -108,6 +108,10 @@ pub struct Decoded {
     pub rep: bool,
     /// Some access address could not be computed (VSIB) or is ambiguous.
     pub partial: bool,
+    /// Registers (full width, hardware numbers 0..16) the addresses depend on, as a bit set.
+    pub addr_regs: u16,
+    /// Registers the instruction writes (explicit destination, rsp for stack ops), as a bit set.
+    pub writes: u16,
 }
 
 impl Decoded {
@@ -117,6 +121,17 @@ impl Decoded {
     pub fn next_ip(&self) -> u64 {
         self.ip + self.len as u64
     }
+}
+
+/// Hardware number of a general-purpose register (any width), if it is one.
+fn gpr_bit(r: Register) -> u16 {
+    use Register::*;
+    let i = match r.full_register() {
+        RAX => 0, RCX => 1, RDX => 2, RBX => 3, RSP => 4, RBP => 5, RSI => 6, RDI => 7,
+        R8 => 8, R9 => 9, R10 => 10, R11 => 11, R12 => 12, R13 => 13, R14 => 14, R15 => 15,
+        _ => return 0,
+    };
+    1 << i
 }
 
 fn float_of(ms: MemorySize) -> Float {
@@ -173,6 +188,26 @@ impl Analyzer {
         if after {
             undo_implicit_updates(instr, &mut regs);
         }
+        if instr.op_count() > 0 && instr.op0_kind() == iced_x86::OpKind::Register {
+            if matches!(info.op0_access(), OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite) {
+                d.writes |= gpr_bit(instr.op0_register());
+            }
+        }
+        if instr.stack_pointer_increment() != 0 {
+            d.writes |= 1 << 4;
+        }
+        if instr.is_string_instruction() {
+            d.writes |= (1 << 6) | (1 << 7);
+        }
+        // Instructions that write registers other than op0 (xchg, mul, div, cmpxchg, ...).
+        {
+            use iced_x86::Mnemonic::*;
+            match instr.mnemonic() {
+                Xchg | Xadd | Cmpxchg => d.writes |= gpr_bit(instr.op1_register()) | 1,
+                Mul | Imul | Div | Idiv | Cqo | Cdq | Rdtsc | Rdtscp | Cpuid | Syscall => d.writes |= 0b1111,
+                _ => {}
+            }
+        }
         for m in info.used_memory() {
             if d.n == MAX_ACCESSES {
                 d.partial = true;
@@ -197,6 +232,7 @@ impl Analyzer {
                 d.partial = true;
                 continue;
             };
+            d.addr_regs |= gpr_bit(m.base()) | gpr_bit(m.index());
             d.accesses[d.n] = Access { addr, len: size, read, write, float: float_of(m.memory_size()) };
             d.n += 1;
         }

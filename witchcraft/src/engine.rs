@@ -23,6 +23,10 @@ pub const MAX_SLOTS: usize = 4;
 const TREE_NODES: usize = 1 << 16;
 const PAIRS: usize = 1 << 13;
 pub const ALT_STACK: usize = 256 * 1024;
+/// How many instructions back from the interrupted PC to look for the
+/// access the time belongs to (measured skid here: 1 for stores, 2 for
+/// loads whose consumer stalls).
+const SKID: usize = 3;
 
 /// Which sampler drives this process.
 pub enum SamplerKind {
@@ -318,30 +322,43 @@ impl ThreadState {
             return;
         }
         // Skid: a timer interrupt is taken at a retirement boundary, and the
-        // instruction charged with the time is usually the one that just
-        // retired (a stalled store shows up as the PC after it). So look at
-        // the linear predecessor first, which has already run: its address
-        // comes from the registers now (implicit updates undone). When the
-        // PC is a branch target that predecessor may not be what ran, so use
-        // the instruction at the PC, which has not run yet: its own access
-        // will trap first and is skipped as a self-trap.
+        // instruction the time belongs to has usually just retired (a stalled
+        // store shows up as the PC after it; a load as the PC after its first
+        // consumer). So look back through straight-line code, up to SKID
+        // instructions, for an access of the craft's kind that has already
+        // run: its address comes from the registers now (implicit updates
+        // undone), provided no instruction since wrote them. At a branch
+        // target the predecessor may not be what ran, so then use the
+        // instruction at the PC, which has not run yet: its own access will
+        // trap first and is skipped as a self-trap.
         let mut buf = [0u8; 16];
-        let (prev, target) = trap::previous_instruction(map, &mut self.pc_cache, pc);
-        if let (Some(prev), false) = (prev, target) {
-            if let Some(bytes) = trap::code_at(map, prev, &mut buf) {
-                let clobbers = crate::access::clobbers_address(bytes, prev);
-                if let Some(d) = self.analyzer.decode(bytes, prev, &regs, true) {
-                    if let Some(a) = d.accesses().iter().copied().find(|a| engine.craft.samples(a)) {
-                        if !d.branch && !d.rep && !clobbers {
-                            if self.is_engine_memory(a.addr) {
-                                self.counters.skipped_self += 1;
-                                return;
-                            }
-                            return self.sample(engine, map, &regs, prev, a, None);
-                        }
-                    }
-                }
+        let mut end = pc;
+        let mut written: u16 = 0;
+        for _ in 0..SKID {
+            let (prev, target) = trap::previous_instruction(map, &mut self.pc_cache, end);
+            let Some(prev) = prev else { break };
+            if target {
+                break;
             }
+            let Some(bytes) = trap::code_at(map, prev, &mut buf) else { break };
+            let clobbers = crate::access::clobbers_address(bytes, prev);
+            let Some(d) = self.analyzer.decode(bytes, prev, &regs, true) else { break };
+            if d.branch || d.rep {
+                break;
+            }
+            // Only if no later instruction changed the registers its address uses.
+            if let Some(a) = d.accesses().iter().copied().find(|a| engine.craft.samples(a)) {
+                if !clobbers && d.addr_regs & written == 0 && !d.partial {
+                    if self.is_engine_memory(a.addr) {
+                        self.counters.skipped_self += 1;
+                        return;
+                    }
+                    return self.sample(engine, map, &regs, prev, a, None);
+                }
+                break;
+            }
+            written |= d.writes;
+            end = prev;
         }
         let Some(bytes) = code_bytes(map, pc, &mut buf) else { return };
         let Some(d) = self.analyzer.decode(bytes, pc, &regs, false) else { return };
