@@ -8,9 +8,9 @@
 //! profile per process at exit, or when a fatal signal with default action
 //! arrives.
 //!
-//! Limits: `execl*`, `system` and `posix_spawn` reach `execve` inside libc
-//! without passing through the wrappers here, so an image replaced by
-//! `execl*` leaves no profile. Code loaded by `dlopen` is unwound and
+//! The exec family is wrapped here, and `execl*` (variadic) in
+//! `exec_variadic.c`. `system` and `posix_spawn` exec in a new process,
+//! which loads the agent itself. Code loaded by `dlopen` is unwound and
 //! decoded from the next module refresh on (a new thread, or exit).
 
 use witchcraft::config::{Config, SamplerChoice, DEFAULT_PMU_PERIOD, DEFAULT_SOFTWARE_PERIOD_NS};
