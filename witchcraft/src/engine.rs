@@ -15,6 +15,7 @@ use crate::pmu;
 use crate::profile::{self, Counters};
 use crate::replacement::{Reservoir, SlotView};
 use crate::trap::{self, PrecisePcCache};
+pub use crate::watchpoint::{watch_range, Slot};
 use crate::unwind::{self, MAX_FRAMES};
 use rand::{rngs::SmallRng, RngExt, SeedableRng};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,26 +49,6 @@ pub struct Engine {
     pub own_code: (u64, u64),
 }
 
-/// One debug register.
-#[derive(Clone, Copy, Default)]
-pub struct Slot {
-    pub fd: i32,
-    pub armed: bool,
-    pub armed_seq: u64,
-    /// C_watch
-    pub ctx: u32,
-    /// The watched, naturally aligned piece (≤ 8 bytes) of the sampled access.
-    pub addr: u64,
-    pub len: u64,
-    pub watched: Watched,
-    /// Software sampler: the sampled instruction has not run yet, and its own
-    /// access will trap first. These identify that self-trap.
-    pub skip_first: bool,
-    pub skip_pc: u64,
-    pub skip_next: u64,
-    pub skip_branch: bool,
-}
-
 pub struct ThreadState {
     pub tid: i32,
     /// Cleared when the thread ends or the process stops profiling.
@@ -94,21 +75,6 @@ pub struct ThreadState {
     pub gs_base: u64,
     /// Never accessed: a disarmed slot's breakpoint parks here.
     parking: Box<u64>,
-}
-
-/// Watch the first naturally aligned piece of at most 8 bytes of an access.
-///
-/// Debug registers watch 1, 2, 4 or 8 aligned bytes. A wider access (SIMD)
-/// or an unaligned one is watched through that piece; a trap on it stands for
-/// the whole access, as Witch §4.6.4 does for SIMD, and the bytes credited
-/// are the overlap of the whole sampled access with the trapping one.
-pub fn watch_range(addr: u64, len: u32) -> (u64, u64) {
-    for l in [8u64, 4, 2, 1] {
-        if l <= len as u64 && addr % l == 0 {
-            return (addr, l);
-        }
-    }
-    (addr, 1)
 }
 
 fn thread_stack() -> (u64, u64) {
@@ -169,10 +135,6 @@ impl ThreadState {
         &*self.parking as *const u64 as u64
     }
 
-    fn slot_attr(&self, i: usize, engine: &Engine, addr: u64, len: u64, ty: BpType, disabled: bool) -> perf_event_open_sys::bindings::perf_event_attr {
-        perf::breakpoint_attr(addr, len, ty, disabled, engine.sigtrap, perf::SIG_MAGIC | i as u64)
-    }
-
     /// Set up this thread: alternate signal stack, debug registers, sampler.
     /// Runs on the thread itself, outside any signal handler.
     pub fn start(&mut self, engine: &Engine) -> Result<(), String> {
@@ -204,7 +166,7 @@ impl ThreadState {
         let park = self.parking_addr();
         self.nslots = 0;
         for i in 0..want {
-            let mut a = self.slot_attr(i, engine, park, 8, ty, true);
+            let mut a = perf::breakpoint_attr(park, 8, ty, true, engine.sigtrap, perf::SIG_MAGIC | i as u64);
             match perf::open_on_self(&mut a) {
                 Ok(fd) => {
                     if !engine.sigtrap {
@@ -442,35 +404,14 @@ impl ThreadState {
         self.blind = 0;
     }
 
-    /// Point slot `i` at [addr, addr+len): one MODIFY_ATTRIBUTES ioctl, or
-    /// close + reopen where the kernel lacks it.
     fn arm(&mut self, engine: &Engine, i: usize, addr: u64, len: u64) -> bool {
-        let ty = engine.craft.watch();
-        let mut a = self.slot_attr(i, engine, addr, len, ty, false);
-        if engine.modify && perf::modify(self.slots[i].fd, &mut a) {
-            return true;
-        }
-        perf::close(self.slots[i].fd);
-        match perf::open_on_self(&mut a) {
-            Ok(fd) => {
-                if !engine.sigtrap {
-                    perf::route_signal_to_thread(fd, perf::fallback_signal(), self.tid);
-                }
-                self.slots[i].fd = fd;
-                true
-            }
-            Err(_) => {
-                // Keep the slot usable: park a fresh disabled breakpoint.
-                let mut p = self.slot_attr(i, engine, self.parking_addr(), 8, ty, true);
-                self.slots[i].fd = perf::open_on_self(&mut p).unwrap_or(-1);
-                false
-            }
-        }
+        let park = self.parking_addr();
+        let (tid, data) = (self.tid, perf::SIG_MAGIC | i as u64);
+        self.slots[i].retarget(engine.craft.watch(), addr, len, engine.sigtrap, engine.modify, tid, data, park)
     }
 
     fn disarm(&mut self, i: usize) {
-        perf::disable(self.slots[i].fd);
-        self.slots[i].armed = false;
+        self.slots[i].disarm();
     }
 
     /// A watchpoint trap on slot `i` (signal handler).
@@ -598,19 +539,4 @@ fn code_bytes<'a>(map: &ProcessMap, pc: u64, buf: &'a mut [u8; 16]) -> Option<&'
         }
     }
     None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn watch_ranges_are_aligned_and_inside_the_access() {
-        assert_eq!(watch_range(0x1000, 8), (0x1000, 8));
-        assert_eq!(watch_range(0x1000, 32), (0x1000, 8));
-        assert_eq!(watch_range(0x1004, 8), (0x1004, 4));
-        assert_eq!(watch_range(0x1002, 4), (0x1002, 2));
-        assert_eq!(watch_range(0x1001, 8), (0x1001, 1));
-        assert_eq!(watch_range(0x1000, 1), (0x1000, 1));
-    }
 }

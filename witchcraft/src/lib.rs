@@ -18,3 +18,4 @@ pub mod trap;
 pub mod craft;
 pub mod config;
 pub mod engine;
+pub mod watchpoint;
