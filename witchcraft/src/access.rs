@@ -21,8 +21,10 @@ pub struct Regs {
 }
 
 impl Regs {
-    pub fn from_ucontext(uc: *const libc::ucontext_t, fs_base: u64, gs_base: u64) -> Regs {
-        let g = unsafe { &(*uc).uc_mcontext.gregs };
+    /// # Safety
+    /// `uc` must point to a valid `ucontext_t` (as given to a signal handler).
+    pub unsafe fn from_ucontext(uc: *const libc::ucontext_t, fs_base: u64, gs_base: u64) -> Regs {
+        let g = &(*uc).uc_mcontext.gregs;
         let r = |i: i32| g[i as usize] as u64;
         Regs {
             gpr: [
@@ -188,10 +190,11 @@ impl Analyzer {
         if after {
             undo_implicit_updates(instr, &mut regs);
         }
-        if instr.op_count() > 0 && instr.op0_kind() == iced_x86::OpKind::Register {
-            if matches!(info.op0_access(), OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite) {
-                d.writes |= gpr_bit(instr.op0_register());
-            }
+        if instr.op_count() > 0
+            && instr.op0_kind() == iced_x86::OpKind::Register
+            && matches!(info.op0_access(), OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite)
+        {
+            d.writes |= gpr_bit(instr.op0_register());
         }
         if instr.stack_pointer_increment() != 0 {
             d.writes |= 1 << 4;

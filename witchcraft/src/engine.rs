@@ -259,7 +259,10 @@ impl ThreadState {
     }
 
     /// A sampler interrupt (signal handler).
-    pub fn on_sample(&mut self, engine: &Engine, uc: *mut libc::ucontext_t) {
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    pub unsafe fn on_sample(&mut self, engine: &Engine, uc: *mut libc::ucontext_t) {
         self.counters.interrupts += 1;
         let Some(map) = modules::current() else { return };
         let regs = Regs::from_ucontext(uc, self.fs_base, self.gs_base);
@@ -415,7 +418,10 @@ impl ThreadState {
     }
 
     /// A watchpoint trap on slot `i` (signal handler).
-    pub fn on_trap(&mut self, engine: &Engine, i: usize, uc: *mut libc::ucontext_t, perf_flags: u32) {
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    pub unsafe fn on_trap(&mut self, engine: &Engine, i: usize, uc: *mut libc::ucontext_t, perf_flags: u32) {
         if i >= self.nslots || !self.slots[i].armed {
             return;
         }

@@ -208,13 +208,13 @@ mod tests {
     fn own_process_map_has_this_test_and_libc() {
         refresh();
         let map = current().unwrap();
-        let here = own_process_map_has_this_test_and_libc as usize as u64;
+        let here = own_process_map_has_this_test_and_libc as *const () as u64;
         let m = map.module(here).expect("test binary is mapped");
         assert!(m.build_id.is_some());
         let start = map.function_start(here + 3).expect("function start");
         assert!(start <= here + 3 && here + 3 - start < 4096);
         assert!(map.modules.iter().any(|m| m.path.contains("libc")));
-        let ret = libc::getpid as usize as u64;
+        let ret = libc::getpid as *const () as u64;
         assert!(map.function_start(ret).is_some());
     }
 

@@ -23,7 +23,7 @@ pub fn new_cache() -> Box<Cache> {
 pub fn walk(map: &ProcessMap, cache: &mut Cache, regs: &Regs, leaf: u64, stack: (u64, u64), out: &mut [u64; MAX_FRAMES]) -> usize {
     let (lo, hi) = stack;
     let mut read = |addr: u64| -> Result<u64, ()> {
-        if addr >= lo && addr.checked_add(8).is_some_and(|e| e <= hi) && addr % 8 == 0 {
+        if addr >= lo && addr.checked_add(8).is_some_and(|e| e <= hi) && addr.is_multiple_of(8) {
             Ok(unsafe { std::ptr::read_volatile(addr as *const u64) })
         } else {
             Err(())

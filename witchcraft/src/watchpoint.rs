@@ -68,7 +68,7 @@ impl Slot {
 /// are the overlap of the whole sampled access with the trapping one.
 pub fn watch_range(addr: u64, len: u32) -> (u64, u64) {
     for l in [8u64, 4, 2, 1] {
-        if l <= len as u64 && addr % l == 0 {
+        if l <= len as u64 && addr.is_multiple_of(l) {
             return (addr, l);
         }
     }

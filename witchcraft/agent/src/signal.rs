@@ -111,9 +111,9 @@ fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -> 
     }
     t.in_handler.store(true, Ordering::Release);
     if which == perf::SIG_SAMPLER {
-        t.on_sample(engine, uc);
+        unsafe { t.on_sample(engine, uc) };
     } else {
-        t.on_trap(engine, which as usize, uc, flags);
+        unsafe { t.on_trap(engine, which as usize, uc, flags) };
     }
     t.in_handler.store(false, Ordering::Release);
     true
