@@ -11,8 +11,11 @@ pub const ROOT: u32 = 0;
 pub struct Node {
     pub parent: u32,
     pub pc: u64,
-    /// µ(C)
+    /// Samples taken in this context.
     pub samples: u64,
+    /// µ(C): the samples, each weighted by the share of its period that the
+    /// program (not the engine) ran; 1 per sample with a PMU sampler.
+    pub mu: f64,
     /// η(C)
     pub eta: f64,
     /// Watchpoints currently armed from this context.

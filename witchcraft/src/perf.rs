@@ -1,11 +1,11 @@
 //! Thin wrappers over `perf_event_open` for the two event kinds the engine
 //! opens itself: data breakpoints (watchpoints) and the software sampler.
 //!
-//! Signals: by default events use `sigtrap` (Linux ≥ 5.13), which delivers
+//! Signals: watchpoints use `sigtrap` (Linux ≥ 5.13), which delivers
 //! SIGTRAP synchronously to the thread that caused the event, with
-//! `si_perf_data` = our `sig_data`. Older kernels get the fcntl(F_SETSIG)
-//! route: a real-time signal owned by the thread (F_OWNER_TID), identified
-//! by `si_fd`.
+//! `si_perf_data` = our `sig_data`. The sampler, and watchpoints on older
+//! kernels, use the fcntl(F_SETSIG) route: a real-time signal owned by the
+//! thread (F_OWNER_TID), identified by `si_fd`.
 
 use perf_event_open_sys as sys;
 use sys::bindings::perf_event_attr;
@@ -15,7 +15,7 @@ pub const TRAP_PERF: i32 = 6;
 /// `si_perf_flags` bit: the signal was sent while SIGTRAP was blocked, so its
 /// context is not the one of the access.
 pub const TRAP_PERF_FLAG_ASYNC: u32 = 1;
-/// Real-time signal used when sigtrap is unavailable.
+/// Real-time signal for the sampler, and for traps when sigtrap is unavailable.
 pub fn fallback_signal() -> i32 {
     libc::SIGRTMIN() + 7
 }

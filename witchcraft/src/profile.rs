@@ -74,6 +74,11 @@ pub struct Counters {
     pub dropped: u64,
     /// Samples skipped because they touched the engine's own memory or code.
     pub skipped_self: u64,
+    /// Software samples whose period ran out inside the engine's own signal
+    /// handling (the program had not run an instruction since): dropped, so
+    /// the engine's time is not credited to the code after a trap.
+    #[serde(default)]
+    pub overdue: u64,
     /// Watchpoint traps classified by the craft.
     pub traps: u64,
     /// Traps caused by the sampled instruction itself (software sampler).
@@ -101,6 +106,7 @@ impl Counters {
         self.armed += o.armed;
         self.dropped += o.dropped;
         self.skipped_self += o.skipped_self;
+        self.overdue += o.overdue;
         self.traps += o.traps;
         self.self_traps += o.self_traps;
         self.ignored_traps += o.ignored_traps;

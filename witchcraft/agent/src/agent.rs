@@ -89,7 +89,11 @@ extern "C" fn init() {
         note("PERF_EVENT_IOC_MODIFY_ATTRIBUTES unavailable: watchpoints re-armed by close+reopen".into());
     }
     let craft = witchcraft::craft::for_kind(cfg.craft, cfg.fp_precision);
-    if ENGINE.set(Engine { config: cfg, craft, sampler, period, sigtrap, modify, own_code: own }).is_err() {
+    signal::install(sigtrap);
+    let (trap_cost_ns, signal_cost_ns) = signal::calibrate(sigtrap);
+    note(format!("measured signal costs: trap {:.1} µs, sample signal {:.1} µs", trap_cost_ns as f64 / 1e3, signal_cost_ns as f64 / 1e3));
+    let engine = Engine { config: cfg, craft, sampler, period, sigtrap, modify, own_code: own, trap_cost_ns, signal_cost_ns };
+    if ENGINE.set(engine).is_err() {
         return;
     }
     OWNER_PID.store(std::process::id(), Ordering::Relaxed);
@@ -99,7 +103,6 @@ extern "C" fn init() {
         libc::pthread_atfork(None, None, Some(after_fork_child));
         libc::atexit(at_exit);
     }
-    signal::install(sigtrap);
     start_thread();
 }
 

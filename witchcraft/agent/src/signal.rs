@@ -8,6 +8,7 @@
 //! signals with default action write the profile first, then kill as usual.
 
 use crate::agent::{self, ENGINE, STOPPING};
+use witchcraft::engine::thread_cpu_ns;
 use witchcraft::perf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -40,12 +41,15 @@ fn handler_action(h: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc:
 }
 
 pub fn install(sigtrap: bool) {
+    let _ = sigtrap; // both signals are used either way: RT for the sampler
     let sigs = [libc::SIGTRAP, perf::fallback_signal()];
-    for (i, &sig) in sigs.iter().enumerate() {
-        if i == 1 && sigtrap {
-            break;
+    for &sig in &sigs {
+        let mut sa = handler_action(on_signal);
+        // Never nest: a sample must not interrupt a trap handler or vice versa.
+        unsafe {
+            libc::sigaddset(&mut sa.sa_mask, libc::SIGTRAP);
+            libc::sigaddset(&mut sa.sa_mask, perf::fallback_signal());
         }
-        let sa = handler_action(on_signal);
         unsafe {
             real_sigaction()(sig, &sa, std::ptr::addr_of_mut!(PROGRAM[sig as usize]));
         }
@@ -73,6 +77,9 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut l
 
 /// Handle our own samples and traps; false if the signal isn't ours.
 fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -> bool {
+    if CALIBRATING.load(Ordering::Acquire) {
+        return calibration_signal(sig, info);
+    }
     let Some(engine) = ENGINE.get() else { return false };
     let raw = info as *const u8;
     let ts = agent::current_thread();
@@ -110,11 +117,14 @@ fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -> 
         return true;
     }
     t.in_handler.store(true, Ordering::Release);
-    if which == perf::SIG_SAMPLER {
-        unsafe { t.on_sample(engine, uc) };
-    } else {
+    let entry = thread_cpu_ns();
+    let trap = which != perf::SIG_SAMPLER;
+    if trap {
         unsafe { t.on_trap(engine, which as usize, uc, flags) };
+    } else {
+        unsafe { t.on_sample(engine, uc) };
     }
+    t.account(engine, trap, entry, thread_cpu_ns());
     t.in_handler.store(false, Ordering::Release);
     true
 }
@@ -193,4 +203,65 @@ pub unsafe extern "C" fn signal(sig: libc::c_int, handler: libc::sighandler_t) -
         return libc::SIG_ERR;
     }
     old.sa_sigaction
+}
+
+// ---- calibration ---------------------------------------------------------
+
+static CALIBRATING: AtomicBool = AtomicBool::new(false);
+static CALIBRATION_HITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+const CALIBRATION_TAG: u64 = 0xfe;
+
+fn calibration_signal(sig: i32, info: *mut libc::siginfo_t) -> bool {
+    let ours = if sig == libc::SIGTRAP {
+        let data = unsafe { std::ptr::read_unaligned((info as *const u8).add(24) as *const u64) };
+        let code = unsafe { (*info).si_code };
+        code == perf::TRAP_PERF && data == perf::SIG_MAGIC | CALIBRATION_TAG
+    } else {
+        sig == perf::fallback_signal()
+    };
+    if ours {
+        let t0 = thread_cpu_ns();
+        std::hint::black_box(t0);
+        let _ = thread_cpu_ns(); // the two clock reads a real handler makes
+        CALIBRATION_HITS.fetch_add(1, Ordering::Relaxed);
+    }
+    ours
+}
+
+/// Measure, on this machine, the CPU cost of a watchpoint trap and of a
+/// signal round trip outside our handler code: exception entry, signal
+/// delivery and sigreturn (in a VM, the hypervisor's part too). Returns
+/// (trap ns, signal ns). Runs once, before sampling starts.
+pub fn calibrate(sigtrap: bool) -> (u64, u64) {
+    const N: u64 = 64;
+    CALIBRATING.store(true, Ordering::Release);
+    let cell = Box::new(std::cell::UnsafeCell::new(0u64));
+    let addr = cell.get() as u64;
+    let mut trap_ns = 0;
+    let mut a = perf::breakpoint_attr(addr, 8, perf::BpType::W, false, sigtrap, perf::SIG_MAGIC | CALIBRATION_TAG);
+    if let Ok(fd) = perf::open_on_self(&mut a) {
+        if !sigtrap {
+            perf::route_signal_to_thread(fd, perf::fallback_signal(), perf::gettid());
+        }
+        CALIBRATION_HITS.store(0, Ordering::Relaxed);
+        let t0 = thread_cpu_ns();
+        for i in 0..N {
+            unsafe { std::ptr::write_volatile(cell.get(), i) };
+        }
+        let t1 = thread_cpu_ns();
+        let hits = CALIBRATION_HITS.load(Ordering::Relaxed).max(1);
+        trap_ns = (t1 - t0) / hits;
+        perf::close(fd);
+    }
+    // A signal round trip without an exception: delivery and sigreturn.
+    CALIBRATION_HITS.store(0, Ordering::Relaxed);
+    let t0 = thread_cpu_ns();
+    for _ in 0..N {
+        unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), perf::gettid(), perf::fallback_signal()) };
+    }
+    let t1 = thread_cpu_ns();
+    let signal_ns = (t1 - t0) / CALIBRATION_HITS.load(Ordering::Relaxed).max(1);
+    CALIBRATING.store(false, Ordering::Release);
+    drop(cell);
+    (trap_ns, signal_ns)
 }
