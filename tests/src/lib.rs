@@ -7,8 +7,65 @@
 //!
 //! The `witch` binary is taken from `$WITCH_BIN`, else from the target
 //! directory of the test executable (`target/<profile>/witch`, with the agent
-//! `libwitchcraft.so` beside it). Build it first with `cargo build --workspace`
+//! `libwitch_agent.so` beside it). Build it first with `cargo build --workspace`
 //! using the same profile as the tests.
+//!
+//! # The test programs (`tests/programs/*.c`)
+//!
+//! Small C programs whose answers are known by construction, built by the tests
+//! with `gcc -O2 -g` and run natively and under `witch`. Source lines that the
+//! tests look for carry a marker comment such as `/* @w */`; the tests find the
+//! line number by searching for the exact marker text, so moving code around is
+//! safe as long as the markers move with it.
+//!
+//! ## Why the loops look like `a[i] = c = nxt[c];`
+//!
+//! The sampler on machines without a memory PMU is a per-thread `task-clock`
+//! timer: it interrupts the program every P nanoseconds of CPU time and decodes
+//! the instruction at (or, allowing for skid, just before) the interrupted PC.
+//! Four things shape these programs:
+//!
+//! 1. **Where the interrupt lands.** On out-of-order x86 cores the interrupted PC
+//!    is almost always the instruction right *after* the one that was stalling
+//!    retirement. In a plain store loop (`a[i] = v;`) that is the `cmp` after the
+//!    store, so a store sampler sees almost no stores (measured with
+//!    `perf record -e task-clock`: <2% of interrupts on the store). Putting a
+//!    load with a serial dependency right before each store (`c = nxt[c]`, a
+//!    pointer chase through a small table that stays in L1) makes the store the
+//!    interrupted instruction for ~95% of interrupts. For loads (LoadCraft) the
+//!    same holds: the sampled load must come right after a load it depends on
+//!    (redundant_load.c chases two loads per iteration and gets about half of
+//!    all interrupts on the second one).
+//! 2. **Time, not counts.** The software sampler is time-proportional, so lines
+//!    that the tests compare must cost the same time per access. With the chase,
+//!    every statement costs one L1 load latency, whatever it stores to; measured
+//!    per-line store samples for Listing 4.3 come out at 25/25/24/25%.
+//! 3. **Recomputable addresses.** A watchpoint trap arrives after the access,
+//!    and the engine may check the recovered instruction by recomputing its
+//!    address from the registers. A watched load like `mov (%rcx,%rdx,8),%rdx`
+//!    destroys its own address register, so the watched loads here are written
+//!    so that gcc gives them another destination register.
+//! 4. **Skid look-back.** witch's software sampler looks back a few
+//!    instructions of straight-line code from the interrupted PC for an
+//!    access of the craft's kind, and otherwise takes the instruction at the
+//!    PC. In these loops the look-back from a store crosses only the chase
+//!    load and stops at the loop head (a branch target), so both readings
+//!    credit the same store. Listing 4.3's k loop has two stores in one
+//!    iteration; a never-taken branch between them keeps the look-back from
+//!    crediting `*q`'s time to `*p`. Checked by replaying the same perf
+//!    samples through a model of the look-back: same per-line shares.
+//!
+//! All variables are `long` and all indices `long` so that gcc does not place a
+//! sign extension between the load and the store; `volatile` keeps gcc -O2 from
+//! vectorizing, turning loops into `memset`, or deleting dead stores. Where the
+//! base is a pointer rather than a global array (threads_dead.c), gcc puts the
+//! pointer increment between load and store; an empty `asm volatile` after the
+//! store keeps the store in place. All of this was checked with gcc 12 by
+//! `perf record -e task-clock -c 100000` on the built programs: 95-99% of the
+//! interrupts land on the intended store (about 50% on the intended load).
+//!
+//! Each program prints a checksum on stdout and exits with a fixed nonzero
+//! status, so the tests can check that witch leaves both untouched.
 //!
 //! Environment knobs:
 //! - `WITCH_BIN`: path of the witch binary to test.
@@ -32,7 +89,17 @@ use std::time::{Duration, Instant};
 // Locating binaries and sources
 // ---------------------------------------------------------------------------
 
-/// The witch binary under test: `$WITCH_BIN`, else `<dir of the test exe>/../witch`.
+/// File names the preload agent has gone by, beside the witch binary.
+pub const AGENT_NAMES: [&str; 2] = ["libwitch_agent.so", "libwitchcraft.so"];
+
+/// The agent beside a witch binary, if there is one.
+pub fn agent_beside(witch: &Path) -> Option<PathBuf> {
+    let dir = witch.parent()?;
+    AGENT_NAMES.iter().map(|n| dir.join(n)).find(|p| p.is_file())
+}
+
+/// The witch binary under test: `$WITCH_BIN`, else `<dir of the test exe>/../witch`
+/// (test executables live in `target/<profile>/deps/`).
 pub fn witch_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("WITCH_BIN") {
         let p = PathBuf::from(p);
@@ -40,21 +107,24 @@ pub fn witch_bin() -> PathBuf {
         return p;
     }
     let exe = std::env::current_exe().expect("current_exe");
-    // Test executables live in target/<profile>/deps/.
     let profile_dir = exe
         .parent()
         .and_then(Path::parent)
         .unwrap_or_else(|| panic!("unexpected test executable location {}", exe.display()))
         .to_path_buf();
     let witch = profile_dir.join("witch");
-    let agent = profile_dir.join("libwitchcraft.so");
     let release = profile_dir.file_name().is_some_and(|n| n == "release");
     let how = format!(
         "run `cargo build --workspace{}` first (same profile as the tests), or set WITCH_BIN",
         if release { " --release" } else { "" }
     );
     assert!(witch.is_file(), "witch binary not found at {}: {how}", witch.display());
-    assert!(agent.is_file(), "agent not found at {} (beside witch): {how}", agent.display());
+    assert!(
+        std::env::var_os("WITCH_AGENT").is_some() || agent_beside(&witch).is_some(),
+        "the preload agent ({}) is not beside {}: {how}",
+        AGENT_NAMES.join(" or "),
+        witch.display()
+    );
     witch
 }
 
@@ -569,13 +639,27 @@ impl Report {
         self.pairs().iter().find(|p| side_at(p, "watch", file, watch) && side_at(p, "trap", file, trap))
     }
 
+    /// Print the headline figures and `extra` (shown with `--nocapture`), so
+    /// passing runs also tell how close they came to their thresholds.
+    pub fn note(&self, extra: &str) {
+        eprintln!(
+            "[witch-tests] {}: samples {} traps {} waste_fraction {:.3} approx {:.3e} / waste {:.3e}; {extra}",
+            self.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            self.json["samples"],
+            self.json["traps"],
+            self.json["waste_fraction"].as_f64().unwrap_or(f64::NAN),
+            self.json["approx_waste_bytes"].as_f64().unwrap_or(f64::NAN),
+            self.json["waste_bytes"].as_f64().unwrap_or(f64::NAN),
+        );
+    }
+
     /// Fails unless the profile holds at least `min` samples.
     pub fn assert_samples(&self, min: f64) {
         let n = self.samples();
         assert!(
             n >= min,
             "only {n} samples (want >= {min}); if witch runs fine, check that gcc still puts each \
-             store right after its chase load (tests/programs/README.md)\n{}",
+             store right after its chase load (see the docs at the top of tests/src/lib.rs)\n{}",
             self.dump()
         );
     }
@@ -600,12 +684,16 @@ impl Report {
         if pairs.len() > TOP {
             let _ = writeln!(s, "... {} more pairs", pairs.len() - TOP);
         }
-        let mut j = self.json.clone();
-        if let Some(a) = j.get_mut("pairs").and_then(Value::as_array_mut) {
-            a.truncate(TOP);
+        // The JSON report itself, with each pair on one line.
+        let mut head = self.json.clone();
+        if let Some(o) = head.as_object_mut() {
+            o.insert("pairs".into(), Value::from(format!("[{} pairs, top {} below]", pairs.len(), pairs.len().min(TOP))));
         }
-        let _ = writeln!(s, "--- JSON (pairs cut to {TOP}) ---");
-        s.push_str(&serde_json::to_string_pretty(&j).unwrap_or_default());
+        let _ = writeln!(s, "--- JSON report ---");
+        s.push_str(&serde_json::to_string_pretty(&head).unwrap_or_default());
+        for p in pairs.iter().take(TOP) {
+            let _ = write!(s, "\n{p}");
+        }
         s
     }
 }

@@ -1,0 +1,143 @@
+//! witch as a wrapper: exit status, signals and stdin pass through, and bad
+//! input gets a one-line error and a non-zero exit.
+
+use std::path::Path;
+use witch_tests::*;
+
+#[test]
+fn exit_status_passes_through() {
+    let dir = Scratch::new("exit7");
+    let prog = Program::build("exit_status", dir.path());
+    let native = prog.run_native(&["main"]);
+    assert_eq!(native.code(), Some(7), "native run:\n{}", native.describe());
+    let out = dir.join("exit7.json");
+    let run = WitchCmd::new("dead").args(&["-p", "100000", "-q"]).out(&out).run(&prog.exe, &["main"]);
+    assert_same_behaviour(&native, &run);
+    assert!(out.is_file(), "no profile at {} after exit(7)\n{}", out.display(), run.describe());
+}
+
+#[test]
+fn exit_from_a_thread_passes_through_and_leaves_a_profile() {
+    let dir = Scratch::new("exit-thread");
+    let prog = Program::build("exit_status", dir.path());
+    let native = prog.run_native(&["thread"]);
+    assert_eq!(native.code(), Some(7), "native run:\n{}", native.describe());
+    let out = dir.join("exit-thread.json");
+    let run = WitchCmd::new("dead").args(&["-p", "100000", "-q"]).out(&out).run(&prog.exe, &["thread"]);
+    assert_same_behaviour(&native, &run);
+    let rep = report(&out);
+    assert!(rep.samples() > 0.0, "the exiting thread's samples should be in the profile\n{}", rep.dump());
+}
+
+#[test]
+fn killed_by_a_signal_dies_the_same_way_and_leaves_a_profile() {
+    let dir = Scratch::new("sigterm");
+    let prog = Program::build("sigterm", dir.path());
+    let native = prog.run_native(&[]);
+    assert_eq!(native.signal(), Some(libc::SIGTERM), "native run:\n{}", native.describe());
+    let out = dir.join("sigterm.json");
+    let run = WitchCmd::new("dead").args(&["-p", "100000", "-q"]).out(&out).run(&prog.exe, &[]);
+    assert!(
+        run.signal() == Some(libc::SIGTERM) || run.code() == Some(128 + libc::SIGTERM),
+        "witch should die of SIGTERM like the program (or exit 143)\n{}",
+        run.describe()
+    );
+    assert_eq!(native.stdout, run.stdout, "stdout differs\nnative:\n{}\nwitch:\n{}", native.describe(), run.describe());
+    // Best effort per the spec ("when possible"), but a plain SIGTERM with the
+    // default action is the easy case: the profile should be there.
+    assert!(out.is_file(), "no profile at {} after SIGTERM\n{}", out.display(), run.describe());
+    let rep = report(&out);
+    assert!(rep.samples() > 0.0, "{}", rep.dump());
+}
+
+#[test]
+fn stdin_is_forwarded() {
+    let dir = Scratch::new("stdin");
+    let prog = Program::build("cat_like", dir.path());
+    // More than a pipe buffer (64 KiB), so forwarding must stream.
+    let mut input = Vec::new();
+    for i in 0..20000 {
+        input.extend_from_slice(format!("line {i}: the quick brown fox\n").as_bytes());
+    }
+    let native = prog.run_native_stdin(&[], &input);
+    assert_eq!(native.code(), Some(0), "native run:\n{}", native.describe());
+    assert!(native.stdout == input);
+    let out = dir.join("stdin.json");
+    let run = WitchCmd::new("dead").args(&["-p", "100000", "-q"]).out(&out).stdin(&input).run(&prog.exe, &[]);
+    assert_same_behaviour(&native, &run);
+}
+
+/// A bad invocation: non-zero exit, nothing on stdout, exactly one line on
+/// stderr (not counting clap's standard "For more information, try '--help'."
+/// hint after a usage error).
+fn assert_one_line_error(run: &Run, what: &str) -> String {
+    let err = run.stderr_str();
+    let lines: Vec<&str> =
+        err.lines().filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with("For more information, try")).collect();
+    assert!(
+        run.code().is_some_and(|c| c != 0) && lines.len() == 1 && run.stdout.is_empty(),
+        "{what}: want a non-zero exit, empty stdout and a one-line error on stderr\n{}",
+        run.describe()
+    );
+    lines[0].to_string()
+}
+
+fn witch_dead(dir: &Scratch, opts: &[&str], program: &Path) -> Run {
+    WitchCmd::new("dead").args(opts).arg("-q").out(&dir.join("bad.json")).run(program, &[])
+}
+
+#[test]
+fn missing_program_is_an_error() {
+    let dir = Scratch::new("missing");
+    let missing = dir.join("no-such-program");
+    let run = witch_dead(&dir, &[], &missing);
+    let line = assert_one_line_error(&run, "missing program");
+    assert!(line.contains("no-such-program"), "the error should name the program: {line:?}");
+}
+
+#[test]
+fn non_executable_file_is_an_error() {
+    let dir = Scratch::new("noexec");
+    let file = dir.join("not-executable");
+    std::fs::write(&file, "#!/bin/sh\necho should not run\n").unwrap();
+    chmod(&file, 0o644);
+    let run = witch_dead(&dir, &[], &file);
+    let line = assert_one_line_error(&run, "non-executable file");
+    assert!(line.contains("not-executable"), "the error should name the program: {line:?}");
+}
+
+#[test]
+fn statically_linked_program_is_refused() {
+    let dir = Scratch::new("static");
+    let prog = match Program::build_with("exit_status", dir.path(), "exit_status_static", &["-static"]) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("[witch-tests] skipping: cannot link statically here: {e}");
+            return;
+        }
+    };
+    let run = witch_dead(&dir, &[], &prog.exe);
+    let line = assert_one_line_error(&run, "statically linked program");
+    assert!(
+        line.to_lowercase().contains("static") && line.contains("--exact"),
+        "the error should say the program is static and point to --exact: {line:?}"
+    );
+}
+
+#[test]
+fn unknown_event_is_an_error() {
+    let dir = Scratch::new("bogus-event");
+    let prog = Program::build("exit_status", dir.path());
+    let run = witch_dead(&dir, &["-e", "bogus"], &prog.exe);
+    let line = assert_one_line_error(&run, "-e bogus");
+    assert!(line.contains("bogus"), "the error should name the event: {line:?}");
+}
+
+#[test]
+fn too_many_debug_registers_is_an_error() {
+    let dir = Scratch::new("dr9");
+    let prog = Program::build("exit_status", dir.path());
+    let run = witch_dead(&dir, &["--debug-registers", "9"], &prog.exe);
+    let line = assert_one_line_error(&run, "--debug-registers 9");
+    assert!(line.to_lowercase().contains("debug"), "the error should be about --debug-registers: {line:?}");
+}

@@ -1,0 +1,67 @@
+//! Four threads running the dead-store loop (tests/programs/threads_dead.c).
+
+use std::collections::HashMap;
+use witch_tests::*;
+
+#[test]
+fn four_threads_each_profiled_and_merged() {
+    let dir = Scratch::new("threads");
+    let prog = Program::build("threads_dead", dir.path());
+    let (w, k) = (prog.line("@tw"), prog.line("@tk"));
+    let f = &prog.file;
+    let native = prog.run_native(&[]);
+    assert_eq!(native.code(), Some(3), "native run:\n{}", native.describe());
+
+    let out = dir.join("threads.json");
+    let run = WitchCmd::new("dead").args(&["-p", "100000", "-q"]).out(&out).run(&prog.exe, &[]);
+    assert_same_behaviour(&native, &run);
+
+    // The raw profile: one entry per thread, at least the four workers sampled.
+    let raw = raw_profile(&out);
+    let threads = raw["threads"].as_array().cloned().unwrap_or_default();
+    let sampled: Vec<(u64, u64)> = threads
+        .iter()
+        .map(|t| {
+            let c = t["counters"]["samples"].as_u64().unwrap_or(0);
+            let n: u64 = t["nodes"].as_array().map(|v| v.iter().filter_map(|n| n["samples"].as_u64()).sum()).unwrap_or(0);
+            (t["tid"].as_u64().unwrap_or(0), c.max(n))
+        })
+        .collect();
+    let busy = sampled.iter().filter(|(_, s)| *s > 0).count();
+    let tids: std::collections::HashSet<u64> = sampled.iter().map(|(t, _)| *t).collect();
+    assert!(
+        busy >= 4 && tids.len() == sampled.len(),
+        "the raw profile should hold >= 4 threads with samples, each once; got (tid, samples) = {sampled:?}\n\
+         top-level counters: {}",
+        raw["counters"]
+    );
+
+    let rep = report(&out);
+    rep.assert_samples(800.0);
+    let pair = rep.pair(f, w, k);
+    let from_w = rep.watched_at(f, w);
+    let own = pair.waste / (from_w.waste + from_w.r#use).max(f64::MIN_POSITIVE);
+    rep.note(&format!("threads (tid, samples) {sampled:?}; <{w},{k}> own fraction {own:.3}, rank {:?}", pair.best_rank));
+    assert!(
+        own >= 0.90 && pair.best_rank.is_some_and(|r| r < 2),
+        "<{f}:{w}, {f}:{k}> should be a top-two pair (the other is <{k},{w}>) with >= 90% of what the stores \
+         at line {w} are worth; got {own:.3}, rank {:?}\n{}",
+        pair.best_rank,
+        rep.dump()
+    );
+    let top = &rep.pairs()[0];
+    assert!(
+        (side_at(top, "watch", f, w) && side_at(top, "trap", f, k)) || (side_at(top, "watch", f, k) && side_at(top, "trap", f, w)),
+        "the top pair should be one of the two dead pairs <{w},{k}> / <{k},{w}>\n{}",
+        rep.dump()
+    );
+
+    // Merged across threads: no two pairs with identical symbolized contexts.
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for (i, p) in rep.pairs().iter().enumerate() {
+        let key = format!("{}|{}", serde_json::Value::from(frames(p, "watch").to_vec()), serde_json::Value::from(frames(p, "trap").to_vec()));
+        if let Some(j) = seen.insert(key, i) {
+            panic!("pairs #{j} and #{i} have identical contexts: threads' pairs should be merged\n{}", rep.dump());
+        }
+    }
+}
