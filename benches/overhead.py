@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Overhead of witch over native, measured side by side in one run.
+
+For each workload, craft and sampling period, runs the program natively and
+under `witch` alternately (REPS times each), and reports the median wall-time
+ratio and the peak-RSS ratio (the largest maxrss in the process tree, which
+under witch is the profiled program, not the small launcher), with the
+geometric mean and worst case.
+
+    python3 benches/overhead.py                # default set, markdown table
+    python3 benches/overhead.py --reps 5 --periods default,500000,5000000
+
+Needs `cargo build --release --workspace` first. Workloads are compiled here
+with gcc -O2 -g into target/bench/.
+"""
+import argparse, math, os, resource, statistics, subprocess, sys, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WITCH = os.path.join(ROOT, "target", "release", "witch")
+OUT = os.path.join(ROOT, "target", "bench")
+
+# name -> (source, args)
+WORKLOADS = {
+    "regscan": ("examples/regscan.c", []),
+    "dead_loop": ("tests/programs/dead_loop.c", []),
+    "listing_4_3": ("tests/programs/listing_4_3.c", []),
+    "silent_float": ("tests/programs/silent_float.c", []),
+    "redundant_load": ("tests/programs/redundant_load.c", []),
+}
+CRAFTS = ["dead", "silent-store", "silent-load"]
+
+
+def build(name, src):
+    exe = os.path.join(OUT, name)
+    subprocess.run(["gcc", "-O2", "-g", "-o", exe, os.path.join(ROOT, src), "-lpthread"], check=True)
+    return exe
+
+
+def run(cmd):
+    """Wall time and the child's max RSS (KiB) of one run."""
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
+    return time.perf_counter() - t, ru.ru_maxrss
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--periods", default="default,500000,10000000",
+                    help="comma-separated; 'default' = witch's own default")
+    ap.add_argument("--crafts", default=",".join(CRAFTS))
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    a = ap.parse_args()
+    if not os.path.exists(WITCH):
+        sys.exit("benches/overhead.py: build first: cargo build --release --workspace")
+    os.makedirs(OUT, exist_ok=True)
+    exes = {w: build(w, WORKLOADS[w][0]) for w in a.workloads.split(",")}
+    periods = a.periods.split(",")
+    rows, by_setting = [], {}
+    for w, exe in exes.items():
+        args = WORKLOADS[w][1]
+        for craft in a.crafts.split(","):
+            for per in periods:
+                popt = [] if per == "default" else ["-p", per]
+                prof = os.path.join(OUT, f"{w}-{craft}.json")
+                nat, wit, nrss, wrss = [], [], [], []
+                for _ in range(a.reps):
+                    t, r = run([exe] + args); nat.append(t); nrss.append(r)
+                    t, r = run([WITCH, craft, "-q", "-o", prof] + popt + [exe] + args); wit.append(t); wrss.append(r)
+                tr = statistics.median(wit) / statistics.median(nat)
+                mr = statistics.median(wrss) / statistics.median(nrss)
+                rows.append((w, craft, per, statistics.median(nat), statistics.median(wit), tr, mr))
+                by_setting.setdefault((craft, per), []).append((tr, mr))
+    print(f"witch overhead, median of {a.reps} alternating runs each (wall time and peak RSS, witch / native)\n")
+    print("| workload | craft | period | native s | witch s | time × | memory × |")
+    print("|---|---|---|---:|---:|---:|---:|")
+    for w, c, p, n, x, tr, mr in rows:
+        print(f"| {w} | {c} | {p} | {n:.3f} | {x:.3f} | {tr:.3f} | {mr:.2f} |")
+    print("\n| craft | period | time × geomean | time × worst | memory × geomean |")
+    print("|---|---|---:|---:|---:|")
+    for (c, p), v in by_setting.items():
+        g = math.exp(sum(math.log(t) for t, _ in v) / len(v))
+        m = math.exp(sum(math.log(x) for _, x in v) / len(v))
+        print(f"| {c} | {p} | {g:.3f} | {max(t for t, _ in v):.3f} | {m:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
