@@ -28,6 +28,10 @@ pub const ALT_STACK: usize = 256 * 1024;
 /// access the time belongs to (measured skid here: 1 for stores, 2 for
 /// loads whose consumer stalls).
 const SKID: usize = 3;
+/// Ignored traps a watchpoint may take before it is given up. LoadCraft
+/// ignores stores; a location stored to often and loaded rarely would
+/// otherwise trap (~15 µs each here) on every store until its next load.
+const MAX_IGNORED: u32 = 32;
 
 /// Which sampler drives this process.
 pub enum SamplerKind {
@@ -455,7 +459,7 @@ impl ThreadState {
             None => (false, 0, 0, false),
         };
         let fd = self.slots[i].fd;
-        self.slots[i] = Slot { fd, armed: true, armed_seq: self.seq, ctx, addr: waddr, len: wlen, watched, skip_first, skip_pc, skip_next, skip_branch };
+        self.slots[i] = Slot { fd, armed: true, armed_seq: self.seq, ctx, addr: waddr, len: wlen, watched, skip_first, skip_pc, skip_next, skip_branch, ignored: 0 };
         self.tree.node(ctx).armed += 1;
         self.counters.armed += 1;
         self.blind = 0;
@@ -534,6 +538,11 @@ impl ThreadState {
         let verdict = engine.craft.judge(&s.watched, &access, &now);
         if verdict == Verdict::Ignore {
             self.counters.ignored_traps += 1;
+            self.slots[i].ignored += 1;
+            if self.slots[i].ignored >= MAX_IGNORED {
+                self.counters.abandoned += 1;
+                self.free(i);
+            }
             return;
         }
         self.counters.traps += 1;

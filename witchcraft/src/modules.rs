@@ -12,7 +12,57 @@ use framehop::{ExplicitModuleSectionInfo, MustNotAllocateDuringUnwind, Unwinder}
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-pub type Unwind = UnwinderX86_64<Vec<u8>, MustNotAllocateDuringUnwind>;
+pub type Unwind = UnwinderX86_64<Mapped, MustNotAllocateDuringUnwind>;
+
+/// A section as loaded in this process: unwind data and code are read in
+/// place, not copied (the loader already mapped them).
+#[derive(Clone, Copy)]
+pub struct Mapped {
+    ptr: *const u8,
+    len: usize,
+}
+impl Default for Mapped {
+    fn default() -> Self {
+        Mapped { ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(), len: 0 }
+    }
+}
+// SAFETY: read-only views of mapped module memory.
+unsafe impl Send for Mapped {}
+unsafe impl Sync for Mapped {}
+impl std::ops::Deref for Mapped {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: built only for SHF_ALLOC sections of a module mapped here;
+        // valid while the module stays loaded.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+/// A read-only private mapping of a module's file, unmapped on drop.
+struct FileMap {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+impl FileMap {
+    fn open(path: &str) -> Option<FileMap> {
+        let f = std::fs::File::open(path).ok()?;
+        let len = f.metadata().ok()?.len() as usize;
+        if len == 0 {
+            return None;
+        }
+        use std::os::fd::AsRawFd;
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_PRIVATE, f.as_raw_fd(), 0) };
+        (ptr != libc::MAP_FAILED).then_some(FileMap { ptr, len })
+    }
+    fn bytes(&self) -> &[u8] {
+        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
+    }
+}
+impl Drop for FileMap {
+    fn drop(&mut self) {
+        unsafe { libc::munmap(self.ptr, self.len) };
+    }
+}
 
 pub struct Module {
     pub path: String,
@@ -44,9 +94,19 @@ pub fn current() -> Option<&'static ProcessMap> {
     }
 }
 
+/// An address inside the agent; its module is left out of the map (samples
+/// are never taken there, so its unwind data and symbols aren't needed).
+static OWN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+pub fn set_own_address(a: u64) {
+    OWN.store(a, Ordering::Relaxed);
+}
+
 /// Rebuild from /proc/self/maps and publish. Not for signal handlers.
 pub fn refresh() {
-    let map = Box::new(build(&std::fs::read_to_string("/proc/self/maps").unwrap_or_default()));
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let own = OWN.load(Ordering::Relaxed);
+    let map = Box::new(build(&maps, (own != 0).then_some(own)));
     CURRENT.store(Box::into_raw(map), Ordering::Release);
 }
 
@@ -107,10 +167,13 @@ fn parse_maps(maps: &str) -> Vec<Mapping> {
     out
 }
 
-fn build(maps: &str) -> ProcessMap {
+fn build(maps: &str, skip: Option<u64>) -> ProcessMap {
     let mut modules = Vec::new();
     let mut unwinder = Unwind::new();
     for m in parse_maps(maps) {
+        if skip.is_some_and(|a| a >= m.start && a < m.end) {
+            continue;
+        }
         if let Some((module, unwind)) = load_module(&m) {
             unwinder.add_module(unwind);
             modules.push(module);
@@ -124,9 +187,9 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn load_module(m: &Mapping) -> Option<(Module, framehop::Module<Vec<u8>>)> {
-    let data = std::fs::read(&m.path).ok()?;
-    let file = object::File::parse(&*data).ok()?;
+fn load_module(m: &Mapping) -> Option<(Module, framehop::Module<Mapped>)> {
+    let fm = FileMap::open(&m.path)?;
+    let file = object::File::parse(fm.bytes()).ok()?;
     // The PT_LOAD segment holding this mapping's file offset gives the bias.
     let seg = file.segments().find(|s| {
         let (off, size) = s.file_range();
@@ -145,29 +208,37 @@ fn load_module(m: &Mapping) -> Option<(Module, framehop::Module<Vec<u8>>)> {
         .collect();
     let sect = |name: &str| file.section_by_name(name);
     let range = |s: &object::Section| s.address()..s.address() + s.size();
-    let data_of = |s: &object::Section| s.uncompressed_data().ok().map(|d| d.into_owned());
-    let eh_hdr = sect(".eh_frame_hdr");
-    if let Some(h) = &eh_hdr {
-        if let Some(d) = data_of(h) {
-            starts.extend(eh_frame_hdr_starts(&d, h.address()).into_iter().map(|a| a.wrapping_add(bias)));
+    // Sections the loader mapped, viewed in place in this process.
+    let in_memory = |s: &object::Section| -> Option<Mapped> {
+        // Loaded (SHF_ALLOC) sections are the ones with an address.
+        if s.address() == 0 || s.kind() == object::SectionKind::UninitializedData || s.size() == 0 {
+            return None;
         }
+        Some(Mapped { ptr: s.address().wrapping_add(bias) as *const u8, len: s.size() as usize })
+    };
+    let eh_hdr = sect(".eh_frame_hdr");
+    if let Some(d) = eh_hdr.as_ref().and_then(in_memory) {
+        starts.extend(eh_frame_hdr_starts(&d, eh_hdr.as_ref().unwrap().address()).into_iter().map(|a| a.wrapping_add(bias)));
     }
     starts.retain(|&a| a >= m.start && a < m.end);
     starts.sort_unstable();
     starts.dedup();
 
-    let text = sect(".text");
+    let text = sect(".text").filter(|t| {
+        let a = t.address().wrapping_add(bias);
+        a >= m.start && a + t.size() <= m.end
+    });
     let eh = sect(".eh_frame");
     let got = sect(".got");
     let info = ExplicitModuleSectionInfo {
         base_svma: 0,
         text_svma: text.as_ref().map(range),
-        text: text.as_ref().and_then(data_of),
+        text: text.as_ref().and_then(in_memory),
         got_svma: got.as_ref().map(range),
         eh_frame_svma: eh.as_ref().map(range),
-        eh_frame: eh.as_ref().and_then(data_of),
+        eh_frame: eh.as_ref().and_then(in_memory),
         eh_frame_hdr_svma: eh_hdr.as_ref().map(range),
-        eh_frame_hdr: eh_hdr.as_ref().and_then(data_of),
+        eh_frame_hdr: eh_hdr.as_ref().and_then(in_memory),
         ..Default::default()
     };
     let unwind = framehop::Module::new(m.path.clone(), m.start..m.end, bias, info);

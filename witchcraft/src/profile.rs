@@ -85,6 +85,9 @@ pub struct Counters {
     pub self_traps: u64,
     /// Traps ignored by the craft (e.g. stores under LoadCraft).
     pub ignored_traps: u64,
+    /// Watchpoints given up after too many ignored traps in a row.
+    #[serde(default)]
+    pub abandoned: u64,
     /// Traps whose precise PC could not be recovered or verified.
     pub imprecise: u64,
     /// Failures to arm a watchpoint (ioctl/open errors).
@@ -110,6 +113,7 @@ impl Counters {
         self.traps += o.traps;
         self.self_traps += o.self_traps;
         self.ignored_traps += o.ignored_traps;
+        self.abandoned += o.abandoned;
         self.imprecise += o.imprecise;
         self.arm_failures += o.arm_failures;
         self.longest_blind_spot = self.longest_blind_spot.max(o.longest_blind_spot);

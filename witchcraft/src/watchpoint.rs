@@ -26,6 +26,8 @@ pub struct Slot {
     pub skip_pc: u64,
     pub skip_next: u64,
     pub skip_branch: bool,
+    /// Traps the craft ignored since arming (LoadCraft: stores).
+    pub ignored: u32,
 }
 
 impl Slot {

@@ -183,6 +183,19 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
         }
         _ => agent.clone().into_os_string(),
     };
+    // Any armed data breakpoint turns off x86 fast-string operation, so
+    // `rep stosb`/`rep movsb` run ~50x slower while a watchpoint is armed
+    // (measured here: a 128 KiB memset, 1.0 µs → 47 µs). Ask glibc's
+    // memset/memcpy to use their vector loops instead; opt out with
+    // WITCH_KEEP_REP_STRINGS=1.
+    if std::env::var_os("WITCH_KEEP_REP_STRINGS").is_none() {
+        const T: &str = "glibc.cpu.x86_rep_stosb_threshold=0x7fffffffffffffff:glibc.cpu.x86_rep_movsb_threshold=0x7fffffffffffffff";
+        let tunables = match std::env::var("GLIBC_TUNABLES") {
+            Ok(old) if !old.is_empty() => format!("{old}:{T}"),
+            _ => T.to_string(),
+        };
+        cmd.env("GLIBC_TUNABLES", tunables);
+    }
     cmd.env("LD_PRELOAD", preload)
         .env("WITCH_CRAFT", craft.name())
         .env("WITCH_SAMPLER", sampler)

@@ -74,11 +74,9 @@ extern "C" fn init() {
             return;
         }
     };
+    let own = own_code_range();
+    modules::set_own_address(own.0);
     modules::refresh();
-    let own = modules::current()
-        .and_then(|m| m.module(init as *const () as u64))
-        .map(|m| (m.start, m.end))
-        .unwrap_or((0, 0));
     let (sampler, period) = choose_sampler(&cfg);
     let sigtrap = !cfg.no_sigtrap && witchcraft::probe::sigtrap_supported();
     if !sigtrap {
@@ -104,6 +102,22 @@ extern "C" fn init() {
         libc::atexit(at_exit);
     }
     start_thread();
+}
+
+/// The agent's executable mapping, from /proc/self/maps.
+fn own_code_range() -> (u64, u64) {
+    let here = init as *const () as u64;
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    for line in maps.lines() {
+        let Some((range, _)) = line.split_once(' ') else { continue };
+        let Some((a, b)) = range.split_once('-') else { continue };
+        if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
+            if a <= here && here < b {
+                return (a, b);
+            }
+        }
+    }
+    (0, 0)
 }
 
 fn choose_sampler(cfg: &Config) -> (SamplerKind, u64) {
@@ -271,7 +285,9 @@ fn resume() {
 
 fn write_profile(ended_by: &str) -> std::io::Result<()> {
     let engine = ENGINE.get().expect("engine");
-    modules::refresh(); // include modules loaded since the last refresh
+    if modules::STALE.swap(false, Ordering::AcqRel) {
+        modules::refresh(); // code was seen outside the known modules
+    }
     let map = modules::current();
     let mut counters = profile::Counters::default();
     let mut threads_out = Vec::new();
