@@ -12,6 +12,11 @@ geometric mean and worst case.
 
 Needs `cargo build --release --workspace` first. Workloads are compiled here
 with gcc -O2 -g into target/bench/.
+
+Native runs get the GLIBC_TUNABLES that witch sets for the programs it runs
+(glibc's memset/memcpy avoid `rep stosb`/`rep movsb`, which any armed
+watchpoint slows ~50x), so the ratio is witch's own cost; `--plain-native`
+compares with an untouched environment instead.
 """
 import argparse, math, os, resource, statistics, subprocess, sys, time
 
@@ -36,10 +41,14 @@ def build(name, src):
     return exe
 
 
-def run(cmd):
+TUNABLES = ("glibc.cpu.x86_rep_stosb_threshold=0x7fffffffffffffff:"
+            "glibc.cpu.x86_rep_movsb_threshold=0x7fffffffffffffff")
+
+
+def run(cmd, env=None):
     """Wall time and the child's max RSS (KiB) of one run."""
     t = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     _, status, ru = os.wait4(p.pid, 0)
     return time.perf_counter() - t, ru.ru_maxrss
 
@@ -51,7 +60,9 @@ def main():
                     help="comma-separated; 'default' = witch's own default")
     ap.add_argument("--crafts", default=",".join(CRAFTS))
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--plain-native", action="store_true", help="native runs without witch's GLIBC_TUNABLES")
     a = ap.parse_args()
+    native_env = None if a.plain_native else dict(os.environ, GLIBC_TUNABLES=TUNABLES)
     if not os.path.exists(WITCH):
         sys.exit("benches/overhead.py: build first: cargo build --release --workspace")
     os.makedirs(OUT, exist_ok=True)
@@ -66,7 +77,7 @@ def main():
                 prof = os.path.join(OUT, f"{w}-{craft}.json")
                 nat, wit, nrss, wrss = [], [], [], []
                 for _ in range(a.reps):
-                    t, r = run([exe] + args); nat.append(t); nrss.append(r)
+                    t, r = run([exe] + args, native_env); nat.append(t); nrss.append(r)
                     t, r = run([WITCH, craft, "-q", "-o", prof] + popt + [exe] + args); wit.append(t); wrss.append(r)
                 tr = statistics.median(wit) / statistics.median(nat)
                 mr = statistics.median(wrss) / statistics.median(nrss)
