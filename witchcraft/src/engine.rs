@@ -381,15 +381,34 @@ impl ThreadState {
             written |= d.writes;
             end = prev;
         }
-        let Some(bytes) = code_bytes(map, pc, &mut buf) else { return };
-        let Some(d) = self.analyzer.decode(bytes, pc, &regs, false) else { return };
-        let Some(a) = d.accesses().iter().copied().find(|a| engine.craft.samples(a)) else { return };
-        if self.is_engine_memory(a.addr) {
-            self.counters.skipped_self += 1;
-            return;
+        // Forward: the first access of the craft's kind within SKID
+        // instructions of straight-line code from the PC (a stalled load
+        // often shows up one or two instructions before the store that uses
+        // it), provided the instructions before it leave its address
+        // registers alone. It has not run yet: its own access will trap
+        // first and is skipped as a self-trap.
+        let mut ip = pc;
+        let mut written: u16 = 0;
+        for _ in 0..=SKID {
+            let Some(bytes) = code_bytes(map, ip, &mut buf) else { return };
+            let Some(d) = self.analyzer.decode(bytes, ip, &regs, false) else { return };
+            if let Some(a) = d.accesses().iter().copied().find(|a| engine.craft.samples(a)) {
+                if d.addr_regs & written != 0 || d.partial {
+                    return;
+                }
+                if self.is_engine_memory(a.addr) {
+                    self.counters.skipped_self += 1;
+                    return;
+                }
+                let skip = Some((ip, d.next_ip(), d.branch || d.rep));
+                return self.sample(engine, map, &regs, ip, a, skip);
+            }
+            if d.branch {
+                return;
+            }
+            written |= d.writes;
+            ip = d.next_ip();
         }
-        let skip = Some((pc, d.next_ip(), d.branch || d.rep));
-        self.sample(engine, map, &regs, pc, a, skip);
     }
 
     fn pmu_sample(&mut self, engine: &Engine, map: &ProcessMap, regs: &Regs, r: &pmu::PmuRecord) {

@@ -19,3 +19,4 @@ pub mod craft;
 pub mod config;
 pub mod engine;
 pub mod watchpoint;
+pub mod exact;

@@ -187,16 +187,37 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn load_module(m: &Mapping) -> Option<(Module, framehop::Module<Mapped>)> {
-    let fm = FileMap::open(&m.path)?;
-    let file = object::File::parse(fm.bytes()).ok()?;
-    // The PT_LOAD segment holding this mapping's file offset gives the bias.
+/// Load bias of a mapping: the PT_LOAD segment holding its file offset.
+fn bias_of(file: &object::File, m: &Mapping) -> Option<u64> {
     let seg = file.segments().find(|s| {
         let (off, size) = s.file_range();
         off <= m.offset && m.offset < off + size.max(1)
     })?;
     let (seg_off, _) = seg.file_range();
-    let bias = m.start.wrapping_sub(seg.address() + (m.offset - seg_off));
+    Some(m.start.wrapping_sub(seg.address() + (m.offset - seg_off)))
+}
+
+/// The profile's module map for any process, from its /proc/PID/maps text
+/// (used by the exact mode, which watches another process).
+pub fn profile_modules(maps: &str) -> Vec<profile::Module> {
+    let mut out: Vec<profile::Module> = parse_maps(maps)
+        .iter()
+        .filter_map(|m| {
+            let fm = FileMap::open(&m.path)?;
+            let file = object::File::parse(fm.bytes()).ok()?;
+            let bias = bias_of(&file, m)?;
+            let build_id = file.build_id().ok().flatten().map(hex);
+            Some(profile::Module { path: m.path.clone(), build_id, start: m.start, end: m.end, bias })
+        })
+        .collect();
+    out.sort_by_key(|m| m.start);
+    out
+}
+
+fn load_module(m: &Mapping) -> Option<(Module, framehop::Module<Mapped>)> {
+    let fm = FileMap::open(&m.path)?;
+    let file = object::File::parse(fm.bytes()).ok()?;
+    let bias = bias_of(&file, m)?;
     let build_id = file.build_id().ok().flatten().map(hex);
 
     let mut starts: Vec<u64> = file

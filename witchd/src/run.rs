@@ -154,13 +154,13 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
         list_events(craft);
         return Ok(0);
     }
-    if a.exact {
-        bail!("--exact (the single-stepping reference mode) is not implemented yet; run without --exact");
-    }
     let Some(program) = a.command.first() else {
         bail!("no program given; for example: witch {} ./app", craft.name());
     };
     let prog = resolve(program)?;
+    if a.exact {
+        return run_exact(craft, a, &prog, program);
+    }
     check_dynamic(&prog)?;
     let (sampler, event) = sampler_env(craft, a.event.as_deref())?;
     let free = witchcraft::probe::debug_registers();
@@ -259,7 +259,7 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
             Some(i) => {
                 let p = &profiles[i].1;
                 let report = crate::report::render_report(p, a.top, a.format)?;
-                eprintln!("{report}");
+                eprint!("{report}");
                 eprintln!("witch: profile written to {}", main_out.display());
             }
             None => eprintln!("witch: the program left no profile (killed by SIGKILL, or it cleared LD_PRELOAD?)"),
@@ -280,6 +280,33 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     // Die the same way, so a shell or CI sees what it would have without witch.
     unsafe {
         // The program already dumped its own core if it was going to.
+        let core: libc::rlimit = std::mem::zeroed();
+        libc::setrlimit(libc::RLIMIT_CORE, &core);
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+    Ok(128 + sig)
+}
+
+/// `--exact`: single-step the program under ptrace and judge every access.
+fn run_exact(craft: Craft, a: &RunArgs, prog: &Path, program: &OsString) -> Result<i32> {
+    if !a.quiet {
+        eprintln!("witch: exact mode single-steps every instruction; expect it to run thousands of times slower");
+    }
+    let exact = witchcraft::exact::Exact::new(craft, a.fp_precision);
+    let run = exact.run(prog, &a.command[1..], program, &[]).map_err(|e| anyhow::anyhow!("cannot trace {}: {e}", prog.display()))?;
+    let pid = run.profile.pid;
+    let out = a.output.clone().unwrap_or_else(|| default_output(craft, prog, pid));
+    run.profile.save(&out).with_context(|| format!("cannot write {}", out.display()))?;
+    if !a.quiet {
+        eprint!("{}", crate::report::render_report(&run.profile, a.top, a.format)?);
+        eprintln!("witch: {} instructions single-stepped; profile written to {}", run.instructions, out.display());
+    }
+    if let Some(c) = run.code {
+        return Ok(c);
+    }
+    let sig = run.signal.unwrap_or(libc::SIGKILL);
+    unsafe {
         let core: libc::rlimit = std::mem::zeroed();
         libc::setrlimit(libc::RLIMIT_CORE, &core);
         libc::signal(sig, libc::SIG_DFL);

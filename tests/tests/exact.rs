@@ -1,0 +1,85 @@
+//! The exact reference mode (`--exact`) against known answers, and the
+//! sampled engine against it (issue 4's fast subset): on a ground-truth
+//! program, the sampled dead fraction of its two store loops must come
+//! within 5 points of the exact one.
+
+use std::ffi::OsStr;
+use witch_tests::*;
+
+/// `witch report FILE --json --top 0`: every pair (the exact mode also
+/// reports the loader's and libc's many small pairs).
+fn report_all(profile: &std::path::Path) -> Report {
+    let r = witch_raw(&[OsStr::new("report"), profile.as_os_str(), OsStr::new("--json"), OsStr::new("--top"), OsStr::new("0")]);
+    assert!(r.status.success(), "witch report failed:\n{}", r.describe());
+    let json = serde_json::from_slice(&r.stdout).unwrap_or_else(|e| panic!("not JSON: {e}\n{}", r.describe()));
+    Report { json, path: profile.to_path_buf() }
+}
+
+/// Waste fraction over the pairs watched at the given lines of `file`.
+fn fraction_watched_at(rep: &Report, file: &str, lines: &[u32]) -> (f64, f64, f64) {
+    let (mut w, mut u) = (0.0, 0.0);
+    for &l in lines {
+        let s = rep.watched_at(file, l);
+        w += s.waste;
+        u += s.r#use;
+    }
+    (w / (w + u).max(f64::MIN_POSITIVE), w, u)
+}
+
+#[test]
+fn exact_dead_matches_construction_and_sampling_comes_close() {
+    let dir = Scratch::new("exact-half-dead");
+    let prog = Program::build("half_dead", dir.path());
+    let f = &prog.file;
+    let (first, second, read) = (prog.line("@first"), prog.line("@second"), prog.line("@read"));
+
+    // Exact: a small instance, single-stepped.
+    let native = prog.run_native(&["64", "3"]);
+    let out = dir.join("exact.json");
+    let run = WitchCmd::new("dead").args(&["--exact", "-q"]).out(&out).run(&prog.exe, &["64", "3"]);
+    assert_same_behaviour(&native, &run);
+    let exact = report_all(&out);
+    assert_eq!(exact.json["sampler"]["kind"], "exact", "{}", exact.dump());
+    let dead = exact.pair(f, first, second);
+    let used = exact.pair(f, second, read);
+    // 64 longs per loop and 3 reps: 3*64*8 bytes dead and as many used.
+    assert_eq!(dead.waste, 3.0 * 64.0 * 8.0, "exact dead bytes of <{first},{second}>\n{}", exact.dump());
+    assert_eq!(used.r#use, 3.0 * 64.0 * 8.0, "exact used bytes of <{second},{read}>\n{}", exact.dump());
+    let (ef, _, _) = fraction_watched_at(&exact, f, &[first, second]);
+    assert!((ef - 0.5).abs() < 1e-9, "exact fraction of the stores at lines {first} and {second} should be 0.5, got {ef}\n{}", exact.dump());
+
+    // Sampled: the same program at full size.
+    let native = prog.run_native(&[]);
+    let out = dir.join("sampled.json");
+    let run = WitchCmd::new("dead").args(&["-p", "100000", "-q"]).out(&out).run(&prog.exe, &[]);
+    assert_same_behaviour(&native, &run);
+    let sampled = report_all(&out);
+    sampled.assert_samples(200.0);
+    let (sf, w, u) = fraction_watched_at(&sampled, f, &[first, second]);
+    sampled.note(&format!("sampled fraction of those stores {sf:.3} (waste {w:.3e}, use {u:.3e}); exact {ef:.3}"));
+    assert!(
+        (sf - ef).abs() <= 0.05,
+        "sampled dead fraction of those stores {sf:.3} should be within 5 points of the exact {ef:.3}\n{}",
+        sampled.dump()
+    );
+}
+
+#[test]
+fn exact_silent_store_and_load_are_exact() {
+    let dir = Scratch::new("exact-silent");
+    let prog = Program::build("tiny_silent", dir.path());
+    let f = &prog.file;
+    let (st, ld) = (prog.line("@store"), prog.line("@load"));
+    let (n, passes) = (32.0, 4.0);
+    for (craft, line) in [("silent-store", st), ("silent-load", ld)] {
+        let out = dir.join(&format!("{craft}.json"));
+        let native = prog.run_native(&["32", "4"]);
+        let run = WitchCmd::new(craft).args(&["--exact", "-q"]).out(&out).run(&prog.exe, &["32", "4"]);
+        assert_same_behaviour(&native, &run);
+        let rep = report_all(&out);
+        let pair = rep.pair(f, line, line);
+        // Every pass after the first repeats n 8-byte values.
+        assert_eq!(pair.waste, (passes - 1.0) * n * 8.0, "{craft}: <{line},{line}> waste\n{}", rep.dump());
+        assert_eq!(pair.r#use, 0.0, "{craft}: <{line},{line}> use\n{}", rep.dump());
+    }
+}

@@ -1,0 +1,406 @@
+//! The exact reference mode: every memory access of the program, observed by
+//! single-stepping it under ptrace, judged with the same definitions the
+//! crafts sample (the exhaustive tools' metrics), and written in the same
+//! profile format so `report`, `diff` and `gate` work on it.
+//!
+//! - dead: byte-level, as DeadSpy: a stored byte whose next access (by the
+//!   same thread) is a store is dead, one whose next access is a load is used;
+//! - silent-store: instruction-level, as RedSpy: a store that leaves the bytes
+//!   the previous store to them left (floats within the precision) is silent;
+//! - silent-load: as LoadSpy: a load that reads what the previous load of the
+//!   same bytes read is redundant, whatever stores came between.
+//!
+//! Like the crafts, judgements are per thread (debug registers are). The
+//! calling context of each access comes from a shadow call stack kept by
+//! watching `call` and `ret` execute, so no unwinding is needed. It is slow
+//! (one ptrace stop per instruction): a reference, not the product.
+
+use crate::access::{Access, Analyzer, Regs};
+use crate::context::{Pairs, Tree, ROOT};
+use crate::craft::{compare, Verdict, Watched, SNAPSHOT};
+use crate::profile::{self, Craft, Profile};
+use nix::sys::ptrace;
+use nix::sys::signal::Signal;
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+
+const PAGE: u64 = 4096;
+
+/// What the shadow memory remembers about one byte.
+#[derive(Clone, Copy, Default)]
+struct Byte {
+    /// Context node of the last store to it (0: none yet).
+    store_ctx: u32,
+    /// That store has not been followed by any access yet (dead craft).
+    pending: bool,
+    /// Context node of the last load of it (0: none yet).
+    load_ctx: u32,
+    /// The byte that load read.
+    loaded: u8,
+}
+
+/// Per-thread state: shadow memory, shadow call stack, tree and pairs.
+struct ThreadShadow {
+    pages: HashMap<u64, Box<[Byte; PAGE as usize]>>,
+    /// Tree node of the current frame (the chain of call sites).
+    frame: u32,
+    /// Return addresses of the shadow stack, innermost last.
+    returns: Vec<u64>,
+    tree: Tree,
+    pairs: Pairs,
+    counters: profile::Counters,
+}
+
+impl ThreadShadow {
+    fn new() -> Self {
+        ThreadShadow {
+            pages: HashMap::new(),
+            frame: ROOT,
+            returns: Vec::new(),
+            tree: Tree::with_capacity(1 << 20),
+            pairs: Pairs::with_capacity(1 << 16),
+            counters: Default::default(),
+        }
+    }
+    fn byte(&mut self, a: u64) -> &mut Byte {
+        let page = self.pages.entry(a / PAGE).or_insert_with(|| Box::new([Byte::default(); PAGE as usize]));
+        &mut page[(a % PAGE) as usize]
+    }
+    fn add(&mut self, watch: u32, trap: u32, v: Verdict) {
+        if let Some(p) = self.pairs.get(watch, trap) {
+            p.traps += 1;
+            match v {
+                Verdict::Waste { bytes, approx: false } => p.waste += bytes as f64,
+                Verdict::Waste { bytes, approx: true } => p.approx_waste += bytes as f64,
+                Verdict::Use { bytes } => p.used += bytes as f64,
+                Verdict::Ignore => {}
+            }
+        }
+    }
+}
+
+/// One instruction about to run: its accesses and the bytes before it ran.
+struct Pending {
+    ip: u64,
+    ctx: u32,
+    accesses: [Access; crate::access::MAX_ACCESSES],
+    n: usize,
+    before: [[u8; SNAPSHOT]; crate::access::MAX_ACCESSES],
+    is_call: bool,
+    is_ret: bool,
+    next_ip: u64,
+}
+
+fn read_remote(pid: Pid, addr: u64, out: &mut [u8]) -> bool {
+    let local = libc::iovec { iov_base: out.as_mut_ptr() as *mut libc::c_void, iov_len: out.len() };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: out.len() };
+    let n = unsafe { libc::process_vm_readv(pid.as_raw(), &local, 1, &remote, 1, 0) };
+    n == out.len() as isize
+}
+
+fn regs_of(pid: Pid) -> Option<Regs> {
+    let r = ptrace::getregs(pid).ok()?;
+    // fs_base/gs_base are in user_regs_struct.
+    Some(Regs {
+        gpr: [r.rax, r.rcx, r.rdx, r.rbx, r.rsp, r.rbp, r.rsi, r.rdi, r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15],
+        rip: r.rip,
+        fs_base: r.fs_base,
+        gs_base: r.gs_base,
+        df: r.eflags & (1 << 10) != 0,
+    })
+}
+
+/// The outcome of an exact run.
+pub struct ExactRun {
+    pub profile: Profile,
+    /// The program's exit code, or `None` if a signal ended it.
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub instructions: u64,
+}
+
+pub struct Exact {
+    craft: Craft,
+    precision: f64,
+    an: Analyzer,
+    threads: HashMap<i32, ThreadShadow>,
+    pending: HashMap<i32, Pending>,
+    instructions: u64,
+}
+
+impl Exact {
+    pub fn new(craft: Craft, precision: f64) -> Self {
+        Exact { craft, precision, an: Analyzer::new(), threads: HashMap::new(), pending: HashMap::new(), instructions: 0 }
+    }
+
+    /// Before a thread steps: decode the instruction at its PC.
+    fn prepare(&mut self, pid: Pid) {
+        let tid = pid.as_raw();
+        let Some(regs) = regs_of(pid) else { return };
+        let mut code = [0u8; 16];
+        let mut n = 16;
+        while n > 0 && !read_remote(pid, regs.rip, &mut code[..n]) {
+            n -= 4;
+        }
+        let Some(d) = self.an.decode(&code[..n], regs.rip, &regs, false) else {
+            self.pending.remove(&tid);
+            return;
+        };
+        let mn = {
+            let mut dec = iced_x86::Decoder::with_ip(64, &code[..n], regs.rip, iced_x86::DecoderOptions::NONE);
+            dec.decode().mnemonic()
+        };
+        let t = self.threads.entry(tid).or_insert_with(ThreadShadow::new);
+        let ctx = t.tree.child(t.frame, regs.rip);
+        let mut p = Pending {
+            ip: regs.rip,
+            ctx,
+            accesses: d.accesses,
+            n: d.n,
+            before: [[0; SNAPSHOT]; crate::access::MAX_ACCESSES],
+            is_call: mn == iced_x86::Mnemonic::Call,
+            is_ret: mn == iced_x86::Mnemonic::Ret,
+            next_ip: d.next_ip(),
+        };
+        for i in 0..p.n {
+            let a = p.accesses[i];
+            let len = (a.len as usize).min(SNAPSHOT);
+            read_remote(pid, a.addr, &mut p.before[i][..len]);
+        }
+        self.pending.insert(tid, p);
+    }
+
+    /// After a thread stepped: judge the accesses its instruction made.
+    fn retire(&mut self, pid: Pid) {
+        let tid = pid.as_raw();
+        let Some(p) = self.pending.remove(&tid) else { return };
+        self.instructions += 1;
+        let craft = self.craft;
+        let precision = self.precision;
+        let t = self.threads.entry(tid).or_insert_with(ThreadShadow::new);
+        // Loads first: in a read-modify-write the read comes first.
+        for pass in [true, false] {
+            for i in 0..p.n {
+                let a = p.accesses[i];
+                if (pass && !a.read) || (!pass && !a.write) {
+                    continue;
+                }
+                let len = (a.len as usize).min(SNAPSHOT);
+                let mut after = [0u8; SNAPSHOT];
+                if !pass {
+                    read_remote(pid, a.addr, &mut after[..len]);
+                }
+                match (craft, pass) {
+                    (Craft::Dead, true) => {
+                        for b in 0..a.len as u64 {
+                            let s = t.byte(a.addr + b);
+                            if s.pending {
+                                s.pending = false;
+                                let w = s.store_ctx;
+                                t.add(w, p.ctx, Verdict::Use { bytes: 1 });
+                            }
+                        }
+                    }
+                    (Craft::Dead, false) => {
+                        for b in 0..a.len as u64 {
+                            let s = t.byte(a.addr + b);
+                            let prev = (s.pending, s.store_ctx);
+                            s.pending = true;
+                            s.store_ctx = p.ctx;
+                            if prev.0 {
+                                t.add(prev.1, p.ctx, Verdict::Waste { bytes: 1, approx: false });
+                            }
+                        }
+                        t.counters.samples += 1;
+                    }
+                    (Craft::SilentStore, false) => {
+                        let prev = t.byte(a.addr).store_ctx;
+                        for b in 0..a.len as u64 {
+                            t.byte(a.addr + b).store_ctx = p.ctx;
+                        }
+                        t.counters.samples += 1;
+                        if prev != 0 {
+                            let w = Watched { access: a, value: p.before[i], value_len: len };
+                            let v = compare(&w, &a, &after, precision);
+                            t.add(prev, p.ctx, v);
+                        }
+                    }
+                    (Craft::SilentLoad, true) => {
+                        let prev = t.byte(a.addr).load_ctx;
+                        let mut last = [0u8; SNAPSHOT];
+                        for b in 0..len {
+                            let s = t.byte(a.addr + b as u64);
+                            last[b] = s.loaded;
+                            s.loaded = p.before[i][b];
+                            s.load_ctx = p.ctx;
+                        }
+                        t.counters.samples += 1;
+                        if prev != 0 {
+                            let w = Watched { access: a, value: last, value_len: len };
+                            let v = compare(&w, &a, &p.before[i], precision);
+                            t.add(prev, p.ctx, v);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // Shadow call stack.
+        if p.is_call {
+            t.returns.push(p.next_ip);
+            t.frame = t.tree.child(t.frame, p.next_ip - 1);
+        } else if p.is_ret {
+            if let Some(r) = regs_of(pid).map(|r| r.rip) {
+                // Pop to the matching frame (longjmp-like exits pop several).
+                while let Some(top) = t.returns.pop() {
+                    t.frame = t.tree.nodes[t.frame as usize].parent;
+                    if top == r {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = p.ip;
+    }
+
+    /// Run `program` to completion, single-stepping every thread.
+    pub fn run(mut self, program: &Path, args: &[OsString], arg0: &OsString, env: &[(String, String)]) -> std::io::Result<ExactRun> {
+        let mut cmd = std::process::Command::new(program);
+        cmd.args(args).arg0(arg0);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        unsafe {
+            cmd.pre_exec(|| ptrace::traceme().map_err(std::io::Error::from));
+        }
+        let start = std::time::SystemTime::now();
+        let child = cmd.spawn()?;
+        let main = Pid::from_raw(child.id() as i32);
+        // First stop: SIGTRAP after exec.
+        waitpid(main, None).map_err(std::io::Error::from)?;
+        let opts = ptrace::Options::PTRACE_O_TRACECLONE | ptrace::Options::PTRACE_O_TRACEEXIT | ptrace::Options::PTRACE_O_EXITKILL;
+        ptrace::setoptions(main, opts).map_err(std::io::Error::from)?;
+        let mut maps = String::new();
+        self.prepare(main);
+        ptrace::step(main, None).map_err(std::io::Error::from)?;
+        let (mut code, mut signal) = (None, None);
+        loop {
+            let st = match waitpid(None, Some(WaitPidFlag::__WALL)) {
+                Ok(s) => s,
+                Err(nix::errno::Errno::ECHILD) => break,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            match st {
+                WaitStatus::Exited(pid, c) => {
+                    if pid == main {
+                        code = Some(c);
+                        break;
+                    }
+                }
+                WaitStatus::Signaled(pid, s, _) => {
+                    if pid == main {
+                        signal = Some(s as i32);
+                        break;
+                    }
+                }
+                WaitStatus::PtraceEvent(pid, _, ev) => {
+                    if ev == libc::PTRACE_EVENT_EXIT && pid == main {
+                        maps = std::fs::read_to_string(format!("/proc/{}/maps", pid)).unwrap_or_default();
+                    }
+                    if ev == libc::PTRACE_EVENT_CLONE {
+                        // The new thread starts stopped; it is stepped when it reports.
+                    }
+                    let _ = ptrace::step(pid, None);
+                }
+                WaitStatus::Stopped(pid, sig) => {
+                    // A step reports TRAP_TRACE, or TRAP_BRKPT after a
+                    // stepped syscall; the program's own int3 is SI_KERNEL
+                    // and raise() is SI_TKILL, and those are delivered.
+                    let from_step = sig == Signal::SIGTRAP
+                        && ptrace::getsiginfo(pid).map(|i| i.si_code == 2 || i.si_code == 1).unwrap_or(false);
+                    if from_step {
+                        self.retire(pid);
+                        self.prepare(pid);
+                        let _ = ptrace::step(pid, None);
+                    } else if sig == Signal::SIGSTOP && !self.threads.contains_key(&pid.as_raw()) {
+                        // A new thread's first stop.
+                        self.prepare(pid);
+                        let _ = ptrace::step(pid, None);
+                    } else {
+                        // The program's own signal: deliver it. The pending
+                        // instruction did not run; decode again afterwards.
+                        self.pending.remove(&pid.as_raw());
+                        let _ = ptrace::step(pid, Some(sig));
+                    }
+                }
+                _ => {}
+            }
+        }
+        let duration = start.elapsed().unwrap_or_default();
+        let profile = self.profile(program, args, main.as_raw() as u32, duration, &maps, code, signal);
+        Ok(ExactRun { profile, code, signal, instructions: self.instructions })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn profile(&self, program: &Path, args: &[OsString], pid: u32, d: std::time::Duration, maps: &str, code: Option<i32>, signal: Option<i32>) -> Profile {
+        let mut counters = profile::Counters::default();
+        let mut threads: Vec<profile::Thread> = self
+            .threads
+            .iter()
+            .map(|(&tid, t)| {
+                let mut c = t.counters.clone();
+                c.traps = t.pairs.iter().map(|p| p.traps).sum();
+                c.tree_overflow = t.tree.overflow;
+                c.pair_overflow = t.pairs.overflow;
+                counters.add(&c);
+                profile::Thread {
+                    tid: tid as u32,
+                    nodes: t.tree.nodes.iter().map(|n| profile::Node { parent: n.parent, pc: n.pc, samples: n.samples }).collect(),
+                    pairs: t
+                        .pairs
+                        .iter()
+                        .map(|p| profile::Pair { watch: p.watch, trap: p.trap, waste: p.waste, approx_waste: p.approx_waste, r#use: p.used, traps: p.traps })
+                        .collect(),
+                    counters: c,
+                }
+            })
+            .collect();
+        threads.sort_by_key(|t| t.tid);
+        counters.interrupts = self.instructions;
+        let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
+        unsafe { libc::uname(&mut uts) };
+        let kernel = unsafe { std::ffi::CStr::from_ptr(uts.release.as_ptr()) }.to_string_lossy().into_owned();
+        let mut all_args = vec![program.to_string_lossy().into_owned()];
+        all_args.extend(args.iter().map(|a| a.to_string_lossy().into_owned()));
+        Profile {
+            schema: profile::SCHEMA,
+            witch_version: env!("CARGO_PKG_VERSION").into(),
+            craft: self.craft,
+            program: std::fs::canonicalize(program).unwrap_or(program.to_path_buf()).to_string_lossy().into_owned(),
+            args: all_args,
+            pid,
+            ppid: std::process::id(),
+            start_unix_ns: 0,
+            duration_ns: d.as_nanos() as u64,
+            sampler: profile::Sampler { kind: "exact".into(), event: "single-step".into(), period: 1, unit: "accesses".into() },
+            replacement: "none".into(),
+            debug_registers: 0,
+            fp_precision: self.precision,
+            kernel,
+            ended_by: match (code, signal) {
+                (Some(_), _) => "exit".into(),
+                (_, Some(s)) => format!("signal {s}"),
+                _ => "exit".into(),
+            },
+            notes: vec![format!("exact reference: {} instructions single-stepped", self.instructions)],
+            counters,
+            modules: crate::modules::profile_modules(maps),
+            threads,
+        }
+    }
+}
