@@ -89,7 +89,7 @@ extern "C" fn init() {
     let craft = witchcraft::craft::for_kind(cfg.craft, cfg.fp_precision);
     signal::install(sigtrap);
     let (trap_cost_ns, signal_cost_ns) = signal::calibrate(sigtrap);
-    note(format!("measured signal costs: trap {:.1} µs, sample signal {:.1} µs", trap_cost_ns as f64 / 1e3, signal_cost_ns as f64 / 1e3));
+    note(format!("measured round trips: watchpoint trap {:.1} µs, signal {:.1} µs", trap_cost_ns as f64 / 1e3, signal_cost_ns as f64 / 1e3));
     let engine = Engine { config: cfg, craft, sampler, period, sigtrap, modify, own_code: own, trap_cost_ns, signal_cost_ns };
     if ENGINE.set(engine).is_err() {
         return;
