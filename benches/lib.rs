@@ -1,0 +1,1 @@
+//! Nothing here: the benchmarks are `benches/paths.rs` and the Python scripts.
