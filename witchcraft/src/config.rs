@@ -8,8 +8,9 @@ use crate::replacement::Policy;
 use std::path::PathBuf;
 
 /// Default software period: 5 ms of thread CPU time (≈200 samples/s/thread,
-/// hpcrun's usual rate). In this VM a timer sample costs ≈60 µs and a trap
-/// ≈15 µs, so sample + self-trap + trap stay under 2% of the period.
+/// hpcrun's usual rate). In this VM a timer sample costs ≈30–40 µs and a
+/// trap ≈15 µs (`cargo bench -p witch-benches`), so sample + self-trap +
+/// trap stay under 2% of the period.
 pub const DEFAULT_SOFTWARE_PERIOD_NS: u64 = 5_000_000;
 /// Default PMU period: a prime, as PMU sampling recommends (Witch §4.7).
 pub const DEFAULT_PMU_PERIOD: u64 = 5_000_003;
