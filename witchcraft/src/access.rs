@@ -114,6 +114,11 @@ pub struct Decoded {
     pub addr_regs: u16,
     /// Registers the instruction writes (explicit destination, rsp for stack ops), as a bit set.
     pub writes: u16,
+    /// The instruction only adds a constant to one 64-bit register
+    /// (`add r, imm`, `sub r, imm`, `inc r`, `dec r`, `lea r, [r+imm]`):
+    /// (register number, delta). Such steps can be undone or replayed when
+    /// computing a neighbouring instruction's address.
+    pub step: Option<(usize, i64)>,
 }
 
 impl Decoded {
@@ -199,6 +204,7 @@ impl Analyzer {
         if instr.stack_pointer_increment() != 0 {
             d.writes |= 1 << 4;
         }
+        d.step = constant_step(instr);
         if instr.is_string_instruction() {
             d.writes |= (1 << 6) | (1 << 7);
         }
@@ -240,6 +246,31 @@ impl Analyzer {
             d.n += 1;
         }
         Some(d)
+    }
+}
+
+fn constant_step(i: &Instruction) -> Option<(usize, i64)> {
+    use iced_x86::Mnemonic::*;
+    use iced_x86::OpKind;
+    if i.op_count() == 0 || i.op0_kind() != OpKind::Register || i.op0_register().size() != 8 {
+        return None;
+    }
+    let r = i.op0_register();
+    let idx = gpr_bit(r).trailing_zeros() as usize;
+    if gpr_bit(r) == 0 {
+        return None;
+    }
+    let imm = || match i.op1_kind() {
+        OpKind::Immediate8to64 | OpKind::Immediate32to64 | OpKind::Immediate8 | OpKind::Immediate32 => Some(i.immediate(1) as i64),
+        _ => None,
+    };
+    match i.mnemonic() {
+        Add => Some((idx, imm()?)),
+        Sub => Some((idx, imm()?.wrapping_neg())),
+        Inc => Some((idx, 1)),
+        Dec => Some((idx, -1)),
+        Lea if i.memory_base() == r && i.memory_index() == Register::None => Some((idx, i.memory_displacement64() as i64)),
+        _ => None,
     }
 }
 

@@ -353,8 +353,13 @@ impl ThreadState {
         // instruction at the PC, which has not run yet: its own access will
         // trap first and is skipped as a self-trap.
         let mut buf = [0u8; 16];
+        // Registers the instructions walked over changed: `written` beyond
+        // repair, `steps` by a known constant (pointer increments), which
+        // is undone (backward) or replayed (forward) before computing an
+        // address from them.
         let mut end = pc;
         let mut written: u16 = 0;
+        let mut steps = [0i64; 16];
         for _ in 0..SKID {
             let (prev, target) = trap::previous_instruction(map, &mut self.pc_cache, end);
             let Some(prev) = prev else { break };
@@ -363,35 +368,42 @@ impl ThreadState {
             }
             let Some(bytes) = trap::code_at(map, prev, &mut buf) else { break };
             let clobbers = crate::access::clobbers_address(bytes, prev);
-            let Some(d) = self.analyzer.decode(bytes, prev, &regs, true) else { break };
+            let mut at = regs;
+            for (g, s) in at.gpr.iter_mut().zip(steps) {
+                *g = g.wrapping_sub(s as u64);
+            }
+            let Some(d) = self.analyzer.decode(bytes, prev, &at, true) else { break };
             if d.branch || d.rep {
                 break;
             }
-            // Only if no later instruction changed the registers its address uses.
             if let Some(a) = d.accesses().iter().copied().find(|a| engine.craft.samples(a)) {
                 if !clobbers && d.addr_regs & written == 0 && !d.partial {
                     if self.is_engine_memory(a.addr) {
                         self.counters.skipped_self += 1;
                         return;
                     }
-                    return self.sample(engine, map, &regs, prev, a, None);
+                    return self.sample(engine, map, &at, prev, a, None);
                 }
                 break;
             }
-            written |= d.writes;
+            match d.step {
+                Some((r, delta)) if d.writes & !(1 << r) == 0 => steps[r] = steps[r].wrapping_add(delta),
+                _ => written |= d.writes,
+            }
             end = prev;
         }
         // Forward: the first access of the craft's kind within SKID
         // instructions of straight-line code from the PC (a stalled load
         // often shows up one or two instructions before the store that uses
         // it), provided the instructions before it leave its address
-        // registers alone. It has not run yet: its own access will trap
-        // first and is skipped as a self-trap.
+        // registers alone or step them by constants. It has not run yet: its
+        // own access will trap first and is skipped as a self-trap.
         let mut ip = pc;
         let mut written: u16 = 0;
+        let mut at = regs;
         for _ in 0..=SKID {
             let Some(bytes) = code_bytes(map, ip, &mut buf) else { return };
-            let Some(d) = self.analyzer.decode(bytes, ip, &regs, false) else { return };
+            let Some(d) = self.analyzer.decode(bytes, ip, &at, false) else { return };
             if let Some(a) = d.accesses().iter().copied().find(|a| engine.craft.samples(a)) {
                 if d.addr_regs & written != 0 || d.partial {
                     return;
@@ -401,12 +413,15 @@ impl ThreadState {
                     return;
                 }
                 let skip = Some((ip, d.next_ip(), d.branch || d.rep));
-                return self.sample(engine, map, &regs, ip, a, skip);
+                return self.sample(engine, map, &at, ip, a, skip);
             }
             if d.branch {
                 return;
             }
-            written |= d.writes;
+            match d.step {
+                Some((r, delta)) if d.writes & !(1 << r) == 0 => at.gpr[r] = at.gpr[r].wrapping_add(delta as u64),
+                _ => written |= d.writes,
+            }
             ip = d.next_ip();
         }
     }
