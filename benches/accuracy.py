@@ -24,8 +24,8 @@ OUT = os.path.join(ROOT, "target", "bench")
 # (name, source, craft, marked watch lines, exact args (small), sampled args (full size))
 CASES = [
     ("half_dead", "tests/programs/half_dead.c", "dead", ["@first", "@second"], ["64", "3"], []),
-    ("tiny_silent", "tests/programs/tiny_silent.c", "silent-store", ["@store"], ["32", "4"], ["65536", "3000"]),
-    ("tiny_silent", "tests/programs/tiny_silent.c", "silent-load", ["@load"], ["32", "4"], ["65536", "3000"]),
+    ("tiny_silent", "tests/programs/tiny_silent.c", "silent-store", ["@store"], ["32", "4"], ["65536", "15000"]),
+    ("tiny_silent", "tests/programs/tiny_silent.c", "silent-load", ["@load"], ["32", "4"], ["65536", "15000"]),
 ]
 
 

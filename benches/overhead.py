@@ -7,8 +7,9 @@ ratio and the peak-RSS ratio (the largest maxrss in the process tree, which
 under witch is the profiled program, not the small launcher), with the
 geometric mean and worst case.
 
-    python3 benches/overhead.py                # default set, markdown table
-    python3 benches/overhead.py --reps 5 --periods default,500000,5000000
+    python3 benches/overhead.py                     # real workloads, markdown tables
+    python3 benches/overhead.py --set ci --reps 1     # the fast subset
+    python3 benches/overhead.py --set ground-truth    # the test programs
 
 Needs `cargo build --release --workspace` first. Workloads are compiled here
 with gcc -O2 -g into target/bench/.
@@ -24,9 +25,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WITCH = os.path.join(ROOT, "target", "release", "witch")
 OUT = os.path.join(ROOT, "target", "bench")
 
-# name -> (source, args)
-WORKLOADS = {
-    "regscan": ("examples/regscan.c", []),
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import workloads  # noqa: E402  (real programs built from crate-bundled sources)
+
+# Ground-truth programs: name -> (source, args)
+GROUND_TRUTH = {
     "dead_loop": ("tests/programs/dead_loop.c", []),
     "listing_4_3": ("tests/programs/listing_4_3.c", []),
     "silent_float": ("tests/programs/silent_float.c", []),
@@ -59,18 +62,26 @@ def main():
     ap.add_argument("--periods", default="default,500000,10000000",
                     help="comma-separated; 'default' = witch's own default")
     ap.add_argument("--crafts", default=",".join(CRAFTS))
-    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--set", default="all", choices=["ci", "all", "ground-truth"],
+                    help="real workloads (benches/workloads.py: ci subset or all), or the ground-truth programs")
+    ap.add_argument("--only", default="", help="comma-separated workload names to keep")
     ap.add_argument("--plain-native", action="store_true", help="native runs without witch's GLIBC_TUNABLES")
     a = ap.parse_args()
     native_env = None if a.plain_native else dict(os.environ, GLIBC_TUNABLES=TUNABLES)
     if not os.path.exists(WITCH):
         sys.exit("benches/overhead.py: build first: cargo build --release --workspace")
     os.makedirs(OUT, exist_ok=True)
-    exes = {w: build(w, WORKLOADS[w][0]) for w in a.workloads.split(",")}
+    if a.set == "ground-truth":
+        cmds = {w: [build(w, src)] + args for w, (src, args) in GROUND_TRUTH.items()}
+    else:
+        cmds = workloads.build(OUT, a.set)
+    if a.only:
+        keep = set(a.only.split(","))
+        cmds = {k: v for k, v in cmds.items() if k in keep}
     periods = a.periods.split(",")
     rows, by_setting = [], {}
-    for w, exe in exes.items():
-        args = WORKLOADS[w][1]
+    for w, argv in cmds.items():
+        exe, args = argv[0], argv[1:]
         for craft in a.crafts.split(","):
             for per in periods:
                 popt = [] if per == "default" else ["-p", per]

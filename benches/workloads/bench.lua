@@ -1,7 +1,7 @@
 -- Interpreter workload for witch: string building, tables, closures and
 -- numeric loops, run by the Lua interpreter built from source.
 -- Usage: lua bench.lua [SCALE].  Prints deterministic checksums.
-local scale = tonumber(arg and arg[1]) or 1
+local scale = tonumber(arg and arg[1]) or 3
 
 local function checksum(s)
   local h = 5381
@@ -90,5 +90,5 @@ end
 
 print("strings", strings(60000 * scale))
 print("tables", tables(200000 * scale))
-print("numeric", numeric(math.floor(90 * scale)))
+print("numeric", numeric(math.floor(90 * scale ^ (1 / 3))))
 print("closures", closures(200000 * scale))

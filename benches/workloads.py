@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""Benchmark workloads for witch: real programs built from source.
+
+Each workload is compiled with ``gcc -O2 -g``. The large ones use C sources
+bundled in crates.io crates, found in cargo's registry cache
+(``$CARGO_HOME/registry/src/*/<crate>-<version>/``) and fetched with
+``cargo fetch`` in a throw-away project when missing:
+
+    zstd          zstd library (zstd-sys) + benches/workloads/zstd_driver.c:
+                  compress and decompress 32 MB of generated text at level 3
+    sqlite        SQLite amalgamation (libsqlite3-sys) + sqlite_driver.c:
+                  200k inserts in a transaction, indexes, aggregates, a join
+    lua           Lua 5.4 (lua-src) + lua_main.c running bench.lua:
+                  string building, tables, closures, numeric loops
+    stencil       3D 7-point Jacobi stencil, double precision
+    nbody         O(N^2) direct-summation N-body, double precision
+    linear_search repeated lookups in a linked list (redundant loads)
+    hash_collide  chained hash table with a byte-sum hash (long chains)
+    regscan       examples/regscan.c, gcc-like repeated zeroing (dead stores)
+
+Each prints a deterministic checksum and exits 0, in about 0.5-1.5 s natively.
+
+    from workloads import build
+    progs = build("target/bench", set="ci")   # {name: argv}
+
+``set="ci"`` is a fast subset (stencil, hash_collide, lua; builds in seconds);
+``set="all"`` is everything (SQLite's amalgamation alone takes about a minute
+to compile). Binaries are cached: a workload is rebuilt only when one of its
+sources is newer than its binary.
+
+Run as a script, builds everything into target/bench and prints a table of
+build and native run times.
+"""
+import concurrent.futures
+import glob
+import os
+import re
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(HERE, "workloads")
+ROOT = os.path.dirname(HERE)
+
+CRATES = {  # crate -> (version requirement for cargo fetch, file that must exist)
+    "lua-src": ("*", "lua-5.4.*/lapi.c"),
+    "libsqlite3-sys": ("*", "sqlite3/sqlite3.c"),
+    "zstd-sys": ("*", "zstd/lib/zstd.h"),
+}
+
+SETS = {
+    "ci": ["stencil", "hash_collide", "lua"],
+    "all": ["zstd", "sqlite", "lua", "stencil", "nbody", "linear_search", "hash_collide", "regscan"],
+}
+
+
+def _cargo_home():
+    return os.environ.get("CARGO_HOME") or os.path.join(os.path.expanduser("~"), ".cargo")
+
+
+def _version_key(path, crate):
+    ver = os.path.basename(path.rstrip("/"))[len(crate) + 1:]
+    return [int(x) if x.isdigit() else x for x in re.split(r"[.+-]", ver)]
+
+
+def _find_crate_dir(crate):
+    """The newest unpacked copy of `crate` in cargo's registry, or None."""
+    marker = CRATES[crate][1]
+    found = []
+    for d in glob.glob(os.path.join(_cargo_home(), "registry", "src", "*", crate + "-[0-9]*")):
+        if glob.glob(os.path.join(d, marker)):
+            found.append(d)
+    if not found:
+        return None
+    return max(found, key=lambda d: _version_key(d, crate))
+
+
+def _fetch_crates(crates, out_dir):
+    """Run `cargo fetch` in a generated project depending on `crates`."""
+    proj = os.path.join(out_dir, "fetch-crates")
+    os.makedirs(os.path.join(proj, "src"), exist_ok=True)
+    deps = "\n".join('%s = "%s"' % (c, CRATES[c][0]) for c in crates)
+    with open(os.path.join(proj, "Cargo.toml"), "w") as f:
+        f.write('[package]\nname = "witch-bench-fetch"\nversion = "0.0.0"\nedition = "2021"\n'
+                "publish = false\n\n[workspace]\n\n[dependencies]\n" + deps + "\n")
+    with open(os.path.join(proj, "src", "main.rs"), "w") as f:
+        f.write("fn main() {}\n")
+    subprocess.run(["cargo", "fetch", "--manifest-path", os.path.join(proj, "Cargo.toml")], check=True)
+
+
+def _crate_dirs(crates, out_dir):
+    dirs = {c: _find_crate_dir(c) for c in crates}
+    missing = [c for c, d in dirs.items() if d is None]
+    if missing:
+        _fetch_crates(missing, out_dir)
+        for c in missing:
+            dirs[c] = _find_crate_dir(c)
+            if dirs[c] is None:
+                raise RuntimeError("crate %s not found in %s after cargo fetch" % (c, _cargo_home()))
+    return dirs
+
+
+def _spec(name, out_dir):
+    """How to build a workload: dict of sources, headers (for the cache),
+    extra flags, libraries and the argv tail."""
+    w = lambda f: os.path.join(SRC, f)
+    if name == "zstd":
+        lib = os.path.join(_crate_dirs(["zstd-sys"], out_dir)["zstd-sys"], "zstd", "lib")
+        srcs = sorted(glob.glob(os.path.join(lib, "common", "*.c")) + glob.glob(os.path.join(lib, "compress", "*.c"))
+                      + glob.glob(os.path.join(lib, "decompress", "*.c")))
+        return dict(srcs=[w("zstd_driver.c")] + srcs, hdr_dirs=[lib] + [os.path.join(lib, d) for d in
+                    ("common", "compress", "decompress")], cflags=["-I" + lib, "-DZSTD_DISABLE_ASM"],
+                    libs=[], args=["32", "3"])
+    if name == "sqlite":
+        d = os.path.join(_crate_dirs(["libsqlite3-sys"], out_dir)["libsqlite3-sys"], "sqlite3")
+        return dict(srcs=[w("sqlite_driver.c"), os.path.join(d, "sqlite3.c")], hdr_dirs=[d],
+                    cflags=["-I" + d, "-DSQLITE_THREADSAFE=0", "-DSQLITE_OMIT_LOAD_EXTENSION",
+                            "-DSQLITE_DEFAULT_MEMSTATUS=0", "-DSQLITE_DQS=0"],
+                    libs=["-lm"], args=["200000"])
+    if name == "lua":
+        crate = _crate_dirs(["lua-src"], out_dir)["lua-src"]
+        d = max(glob.glob(os.path.join(crate, "lua-5.4.*")), key=lambda p: _version_key(p, "lua"))
+        srcs = sorted(f for f in glob.glob(os.path.join(d, "*.c"))
+                      if os.path.basename(f) not in ("lua.c", "luac.c", "onelua.c"))
+        return dict(srcs=[w("lua_main.c")] + srcs, hdr_dirs=[d], cflags=["-I" + d, "-DLUA_USE_LINUX"],
+                    libs=["-lm", "-ldl"], args=[w("bench.lua"), "3"])
+    simple = {
+        "stencil": (w("stencil.c"), ["128", "250"]),
+        "nbody": (w("nbody.c"), ["1000", "250"]),
+        "linear_search": (w("linear_search.c"), ["4000", "80000"]),
+        "hash_collide": (w("hash_collide.c"), ["45000", "45000"]),
+        "regscan": (os.path.join(ROOT, "examples", "regscan.c"), ["4000000"]),
+    }
+    if name in simple:
+        src, args = simple[name]
+        return dict(srcs=[src], hdr_dirs=[], cflags=[], libs=["-lm"], args=args)
+    raise KeyError("unknown workload %r" % name)
+
+
+def _mtime(p):
+    try:
+        return os.stat(p).st_mtime
+    except FileNotFoundError:
+        return None
+
+
+def _gcc(args):
+    r = subprocess.run(["gcc"] + args, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("gcc %s failed:\n%s" % (" ".join(args), r.stderr))
+
+
+def build_one(name, out_dir):
+    """Build one workload; returns (argv, build seconds, rebuilt?)."""
+    out_dir = os.path.abspath(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    spec = _spec(name, out_dir)
+    exe = os.path.join(out_dir, name)
+    argv = [exe] + spec["args"]
+    inputs = list(spec["srcs"])
+    for d in spec["hdr_dirs"]:
+        inputs += glob.glob(os.path.join(d, "*.h"))
+    exe_time = _mtime(exe)
+    newest = max(os.stat(p).st_mtime for p in inputs)
+    hdr_newest = max([os.stat(p).st_mtime for p in inputs[len(spec["srcs"]):]] or [0])
+    if exe_time is not None and exe_time > newest:
+        return argv, 0.0, False
+    t0 = time.monotonic()
+    base = ["-O2", "-g"] + spec["cflags"]
+    if len(spec["srcs"]) == 1:
+        _gcc(base + ["-o", exe] + spec["srcs"] + spec["libs"])
+    else:
+        obj_dir = os.path.join(out_dir, "obj", name)
+        os.makedirs(obj_dir, exist_ok=True)
+        objs, jobs = [], []
+        for src in spec["srcs"]:
+            obj = os.path.join(obj_dir, os.path.splitext(os.path.basename(src))[0] + ".o")
+            objs.append(obj)
+            ot = _mtime(obj)
+            if ot is None or ot <= max(os.stat(src).st_mtime, hdr_newest):
+                jobs.append(base + ["-c", "-o", obj, src])
+        # the biggest translation units first, so they overlap with the rest
+        jobs.sort(key=lambda a: -os.stat(a[-1]).st_size)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            for f in [pool.submit(_gcc, j) for j in jobs]:
+                f.result()
+        _gcc(["-o", exe] + objs + spec["libs"])
+    return argv, time.monotonic() - t0, True
+
+
+def build(out_dir: str, set: str = "ci") -> dict[str, list[str]]:
+    """Build the workloads of `set` ("ci" or "all") into out_dir; {name: argv}."""
+    if set not in SETS:
+        raise ValueError("unknown set %r (have %s)" % (set, ", ".join(SETS)))
+    return {name: build_one(name, out_dir)[0] for name in SETS[set]}
+
+
+def main():
+    out_dir = os.path.join(ROOT, "target", "bench")
+    names = SETS["all"] if len(sys.argv) < 2 else SETS.get(sys.argv[1], sys.argv[1:])
+    rows, failed = [], False
+    for name in names:
+        argv, secs, rebuilt = build_one(name, out_dir)
+        t0 = time.monotonic()
+        r = subprocess.run(argv, capture_output=True, text=True)
+        run = time.monotonic() - t0
+        out = r.stdout.strip().splitlines()
+        if r.returncode != 0:
+            failed = True
+            print("%s exited %d: %s" % (name, r.returncode, r.stderr.strip()), file=sys.stderr)
+        rows.append((name, "%.1f" % secs if rebuilt else "cached", "%.2f" % run, r.returncode,
+                     (out[0] if out else "")[:70]))
+    print("| workload | build s | native run s | exit | output (first line) |")
+    print("|---|---:|---:|---:|---|")
+    for row in rows:
+        print("| %s | %s | %s | %d | `%s` |" % row)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
