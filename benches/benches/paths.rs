@@ -34,7 +34,7 @@ extern "C" fn count(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_voi
 fn install(sig: i32) {
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = count as usize;
+        sa.sa_sigaction = count as *const () as usize;
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         libc::sigaction(sig, &sa, std::ptr::null_mut());
     }

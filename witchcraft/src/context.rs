@@ -143,6 +143,22 @@ impl Pairs {
     }
 }
 
+/// One thread's tree and pairs in the profile's form.
+pub fn thread_profile(tid: u32, tree: &Tree, pairs: &Pairs, mut counters: crate::profile::Counters) -> crate::profile::Thread {
+    use crate::profile;
+    counters.tree_overflow = tree.overflow;
+    counters.pair_overflow = pairs.overflow;
+    profile::Thread {
+        tid,
+        nodes: tree.nodes.iter().map(|n| profile::Node { parent: n.parent, pc: n.pc, samples: n.samples }).collect(),
+        pairs: pairs
+            .iter()
+            .map(|p| profile::Pair { watch: p.watch, trap: p.trap, waste: p.waste, approx_waste: p.approx_waste, r#use: p.used, traps: p.traps })
+            .collect(),
+        counters,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -241,6 +241,10 @@ impl ThreadState {
         if self.sampler_fd >= 0 {
             perf::disable(self.sampler_fd);
         }
+        self.close_events();
+    }
+
+    fn close_events(&mut self) {
         for s in &mut self.slots[..self.nslots] {
             perf::close(s.fd);
             s.fd = -1;
@@ -258,16 +262,7 @@ impl ThreadState {
     /// Forget what the parent gathered (fork child) and drop its kernel
     /// resources without touching the parent's events.
     pub fn reset_after_fork(&mut self) {
-        for s in &mut self.slots[..self.nslots] {
-            perf::close(s.fd);
-        }
-        match self.pmu.as_mut() {
-            Some(p) => p.close(),
-            None => perf::close(self.sampler_fd),
-        }
-        self.pmu = None;
-        self.sampler_fd = -1;
-        self.nslots = 0;
+        self.close_events();
         self.slots = [Slot { fd: -1, ..Default::default() }; MAX_SLOTS];
         self.tree.clear();
         self.pairs.clear();
@@ -621,19 +616,7 @@ impl ThreadState {
 
     /// This thread's part of the profile.
     pub fn to_profile(&self) -> profile::Thread {
-        let mut c = self.counters.clone();
-        c.tree_overflow = self.tree.overflow;
-        c.pair_overflow = self.pairs.overflow;
-        profile::Thread {
-            tid: self.tid as u32,
-            nodes: self.tree.nodes.iter().map(|n| profile::Node { parent: n.parent, pc: n.pc, samples: n.samples }).collect(),
-            pairs: self
-                .pairs
-                .iter()
-                .map(|p| profile::Pair { watch: p.watch, trap: p.trap, waste: p.waste, approx_waste: p.approx_waste, r#use: p.used, traps: p.traps })
-                .collect(),
-            counters: c,
-        }
+        crate::context::thread_profile(self.tid as u32, &self.tree, &self.pairs, self.counters.clone())
     }
 }
 

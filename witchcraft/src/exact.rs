@@ -232,9 +232,9 @@ impl Exact {
                     (Craft::SilentLoad, true) => {
                         let prev = t.byte(a.addr).load_ctx;
                         let mut last = [0u8; SNAPSHOT];
-                        for b in 0..len {
+                        for (b, l) in last.iter_mut().enumerate().take(len) {
                             let s = t.byte(a.addr + b as u64);
-                            last[b] = s.loaded;
+                            *l = s.loaded;
                             s.loaded = p.before[i][b];
                             s.load_ctx = p.ctx;
                         }
@@ -296,17 +296,13 @@ impl Exact {
                 Err(e) => return Err(e.into()),
             };
             match st {
-                WaitStatus::Exited(pid, c) => {
-                    if pid == main {
-                        code = Some(c);
-                        break;
-                    }
+                WaitStatus::Exited(pid, c) if pid == main => {
+                    code = Some(c);
+                    break;
                 }
-                WaitStatus::Signaled(pid, s, _) => {
-                    if pid == main {
-                        signal = Some(s as i32);
-                        break;
-                    }
+                WaitStatus::Signaled(pid, s, _) if pid == main => {
+                    signal = Some(s as i32);
+                    break;
                 }
                 WaitStatus::PtraceEvent(pid, _, ev) => {
                     if ev == libc::PTRACE_EVENT_EXIT && pid == main {
@@ -355,19 +351,9 @@ impl Exact {
             .map(|(&tid, t)| {
                 let mut c = t.counters.clone();
                 c.traps = t.pairs.iter().map(|p| p.traps).sum();
-                c.tree_overflow = t.tree.overflow;
-                c.pair_overflow = t.pairs.overflow;
-                counters.add(&c);
-                profile::Thread {
-                    tid: tid as u32,
-                    nodes: t.tree.nodes.iter().map(|n| profile::Node { parent: n.parent, pc: n.pc, samples: n.samples }).collect(),
-                    pairs: t
-                        .pairs
-                        .iter()
-                        .map(|p| profile::Pair { watch: p.watch, trap: p.trap, waste: p.waste, approx_waste: p.approx_waste, r#use: p.used, traps: p.traps })
-                        .collect(),
-                    counters: c,
-                }
+                let th = crate::context::thread_profile(tid as u32, &t.tree, &t.pairs, c);
+                counters.add(&th.counters);
+                th
             })
             .collect();
         threads.sort_by_key(|t| t.tid);

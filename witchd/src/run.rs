@@ -273,11 +273,16 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
         }
     }
 
-    if let Some(code) = status.code() {
-        return Ok(code);
+    Ok(pass_through(status.code(), status.signal()))
+}
+
+/// The program's exit code, or, if a signal ended it, die the same way so a
+/// shell or CI sees what it would have without witch (128+N if we survive).
+fn pass_through(code: Option<i32>, signal: Option<i32>) -> i32 {
+    if let Some(c) = code {
+        return c;
     }
-    let sig = status.signal().unwrap_or(libc::SIGKILL);
-    // Die the same way, so a shell or CI sees what it would have without witch.
+    let sig = signal.unwrap_or(libc::SIGKILL);
     unsafe {
         // The program already dumped its own core if it was going to.
         let core: libc::rlimit = std::mem::zeroed();
@@ -285,7 +290,7 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
         libc::signal(sig, libc::SIG_DFL);
         libc::raise(sig);
     }
-    Ok(128 + sig)
+    128 + sig
 }
 
 /// `--exact`: single-step the program under ptrace and judge every access.
@@ -302,17 +307,7 @@ fn run_exact(craft: Craft, a: &RunArgs, prog: &Path, program: &OsString) -> Resu
         eprint!("{}", crate::report::render_report(&run.profile, a.top, a.format)?);
         eprintln!("witch: {} instructions single-stepped; profile written to {}", run.instructions, out.display());
     }
-    if let Some(c) = run.code {
-        return Ok(c);
-    }
-    let sig = run.signal.unwrap_or(libc::SIGKILL);
-    unsafe {
-        let core: libc::rlimit = std::mem::zeroed();
-        libc::setrlimit(libc::RLIMIT_CORE, &core);
-        libc::signal(sig, libc::SIG_DFL);
-        libc::raise(sig);
-    }
-    Ok(128 + sig)
+    Ok(pass_through(run.code, run.signal))
 }
 
 fn rand_suffix() -> u64 {

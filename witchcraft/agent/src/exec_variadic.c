@@ -6,51 +6,43 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <unistd.h>
-#include <errno.h>
 
 extern char **environ;
 
-#define COLLECT(first, ap, argv, n, envp_out)                          \
-    do {                                                               \
-        va_list c;                                                     \
-        va_copy(c, ap);                                                \
-        n = 1;                                                         \
-        while (va_arg(c, const char *) != NULL) n++;                   \
-        va_end(c);                                                     \
-    } while (0)
+/* Declare `argv` (a VLA) holding `arg` and the variadic arguments up to and
+ * including the terminating NULL, consuming them from `ap`. */
+#define BUILD_ARGV(arg, ap, argv)                                          \
+    size_t n_ = 1;                                                         \
+    {                                                                      \
+        va_list c_;                                                        \
+        va_copy(c_, ap);                                                   \
+        while (va_arg(c_, const char *) != NULL) n_++;                     \
+        va_end(c_);                                                        \
+    }                                                                      \
+    const char *argv[n_ + 1];                                              \
+    argv[0] = arg;                                                         \
+    for (size_t i_ = 1; i_ <= n_; i_++) argv[i_] = va_arg(ap, const char *)
 
 int execl(const char *path, const char *arg, ...) {
     va_list ap;
-    size_t n;
     va_start(ap, arg);
-    COLLECT(arg, ap, argv, n, 0);
-    const char *argv[n + 1];
-    argv[0] = arg;
-    for (size_t i = 1; i <= n; i++) argv[i] = va_arg(ap, const char *);
+    BUILD_ARGV(arg, ap, argv);
     va_end(ap);
     return execve(path, (char *const *)argv, environ);
 }
 
 int execlp(const char *file, const char *arg, ...) {
     va_list ap;
-    size_t n;
     va_start(ap, arg);
-    COLLECT(arg, ap, argv, n, 0);
-    const char *argv[n + 1];
-    argv[0] = arg;
-    for (size_t i = 1; i <= n; i++) argv[i] = va_arg(ap, const char *);
+    BUILD_ARGV(arg, ap, argv);
     va_end(ap);
     return execvp(file, (char *const *)argv);
 }
 
 int execle(const char *path, const char *arg, ...) {
     va_list ap;
-    size_t n;
     va_start(ap, arg);
-    COLLECT(arg, ap, argv, n, 0);
-    const char *argv[n + 1];
-    argv[0] = arg;
-    for (size_t i = 1; i <= n; i++) argv[i] = va_arg(ap, const char *);
+    BUILD_ARGV(arg, ap, argv);
     char *const *envp = va_arg(ap, char *const *);
     va_end(ap);
     return execve(path, (char *const *)argv, envp);
