@@ -126,6 +126,9 @@ Examples:
 
 Each line ends in ok, degraded or missing, with what to do about it.")]
     Doctor(DoctorArgs),
+
+    /// Talk to the witchd daemon: status, list, fetch, profile
+    Daemon(crate::daemon::client::DaemonArgs),
 }
 
 /// Options shared by the three crafts' run commands (consumed by `run.rs`).
@@ -168,8 +171,16 @@ pub struct RunArgs {
     pub quiet: bool,
 
     /// Reference mode: observe every access exactly (slow)
-    #[arg(long)]
+    #[arg(long, conflicts_with = "pid")]
     pub exact: bool,
+
+    /// Attach to this running process instead of starting a program
+    #[arg(long, value_name = "PID", conflicts_with = "command")]
+    pub pid: Option<i32>,
+
+    /// With --pid: how long to profile before detaching ("30s", "2m", "500ms") [default: until Ctrl-C]
+    #[arg(long, value_name = "TIME", requires = "pid", value_parser = parse_duration)]
+    pub duration: Option<std::time::Duration>,
 
     /// The program to run and its arguments
     // Not `required` in clap so that `-e list` needs no program; main.rs checks it.
@@ -360,5 +371,25 @@ mod tests {
         assert!(Cli::try_parse_from(["witch", "dead", "--debug-registers", "5", "./a"]).is_err());
         assert!(Cli::try_parse_from(["witch", "gate", "p.json"]).is_err());
         assert!(Cli::try_parse_from(["witch", "gate", "--baseline", "b", "p.json"]).is_err());
+    }
+}
+
+/// "30s", "2m", "1h", "500ms" or plain seconds.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = s.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (s, 1.0)
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(std::time::Duration::from_secs_f64(v * mult)),
+        _ => Err(format!("{s:?} is not a duration (try 30s, 2m, 500ms)")),
     }
 }

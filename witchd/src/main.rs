@@ -1,19 +1,9 @@
 //! `witch`: run a program under the Witch engine, and read, compare and gate its profiles.
 
-mod cli;
-mod diff;
-mod doctor;
-mod flame;
-mod gate;
-mod model;
-mod pprof;
-mod report;
-mod run;
-mod symbolize;
 
 use clap::{CommandFactory, Parser};
-use cli::{Cli, Command, Format, ReportArgs};
-use std::io::Write;
+use witchd::cli::{self, Cli, Command, Format, ReportArgs};
+use witchd::{diff, doctor, flame, gate, model, pprof, print, report, run, symbolize};
 use witchcraft::profile::Craft;
 
 fn main() {
@@ -37,12 +27,13 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Diff(a) => diff::run(&a),
         Command::Gate(a) => gate::run(&a),
         Command::Doctor(a) => doctor::run(&a),
+        Command::Daemon(a) => witchd::daemon::client::run(&a),
     }
 }
 
 fn craft(c: Craft, a: &cli::RunArgs) -> anyhow::Result<i32> {
     // PROGRAM is optional to clap only so that `-e list` needs none.
-    if a.command.is_empty() && a.event.as_deref() != Some("list") {
+    if a.command.is_empty() && a.pid.is_none() && a.event.as_deref() != Some("list") {
         let mut cmd = Cli::command();
         let sub = cmd.find_subcommand_mut(c.name()).expect("craft subcommand").clone();
         sub.bin_name(format!("witch {}", c.name()))
@@ -81,11 +72,3 @@ fn report(a: &ReportArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// Writes to stdout; a reader that went away (`| head`) is not an error.
-pub fn print(s: &str) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(s.as_bytes()).and_then(|_| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        r => Ok(r?),
-    }
-}

@@ -1,0 +1,3 @@
+//! `witchd`: continuous inefficiency profiling (being built).
+
+pub mod client;
