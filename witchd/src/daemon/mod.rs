@@ -1,3 +1,203 @@
-//! `witchd`: continuous inefficiency profiling (being built).
+//! witchd: watch processes for wasted memory operations, continuously.
+//!
+//! The daemon is one tokio runtime (current-thread: its own work is small)
+//! with four parts around shared state ([`Daemon`]):
+//! - [`scheduler`]: finds targets in /proc and runs each one's duty cycle;
+//! - [`session`]: one attach → wait → detach → store, on a blocking thread;
+//! - [`api`]: the Unix socket of `witch daemon ...`, with caller checks;
+//! - [`http`]: pprof and Prometheus export on localhost.
+//!
+//! Everything it keeps in memory is bounded: targets (max_targets, dead ones
+//! forgotten at the next scan), the store index (the store's own limits), and
+//! fixed counters.
 
+pub mod api;
 pub mod client;
+pub mod config;
+pub mod http;
+pub mod metrics;
+pub mod procfs;
+pub mod proto;
+pub mod scheduler;
+pub mod session;
+pub mod store;
+
+use anyhow::{Context, Result};
+use config::Config;
+use metrics::Counters;
+use scheduler::Targets;
+use session::Attacher;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+use store::Store;
+use tokio::sync::{watch, Notify, Semaphore};
+
+/// One log line on stderr, timestamped (journald or a file keeps it).
+pub fn log(msg: std::fmt::Arguments) {
+    eprintln!("{} witchd: {msg}", humantime::format_rfc3339_seconds(SystemTime::now()));
+}
+
+macro_rules! say {
+    ($($t:tt)*) => { $crate::daemon::log(format_args!($($t)*)) };
+}
+pub(crate) use say;
+
+/// State shared by the daemon's tasks.
+pub struct Daemon {
+    pub cfg: Config,
+    pub started: Instant,
+    /// Where HTTP actually listens (the config may say port 0).
+    pub http_addr: std::sync::OnceLock<std::net::SocketAddr>,
+    pub counters: Counters,
+    // std Mutexes: never held across an await.
+    pub store: Mutex<Store>,
+    pub targets: Mutex<Targets>,
+    attacher: Arc<dyn Attacher>,
+    /// Pids with a session running or starting: never two on one process.
+    busy: Mutex<HashSet<i32>>,
+    /// Signalled whenever a pid leaves `busy`.
+    freed: Notify,
+    /// Sessions at once (max_sessions).
+    slots: Semaphore,
+    /// Sessions in flight, awaited at shutdown.
+    active: watch::Sender<usize>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Daemon {
+    /// Opens the store and builds the state; logs what re-indexing found.
+    pub fn new(cfg: Config, attacher: Arc<dyn Attacher>) -> Result<Arc<Daemon>> {
+        let (store, notes) = Store::open(&cfg.store)?;
+        for n in notes {
+            say!("{n}");
+        }
+        let (n, bytes) = (store.usage().1, store.usage().0);
+        say!("store {}: {n} profiles, {bytes} bytes", cfg.store.dir.display());
+        Ok(Arc::new(Daemon {
+            slots: Semaphore::new(cfg.max_sessions),
+            cfg,
+            started: Instant::now(),
+            http_addr: std::sync::OnceLock::new(),
+            counters: Counters::default(),
+            store: Mutex::new(store),
+            targets: Mutex::new(Targets::default()),
+            attacher,
+            busy: Mutex::new(HashSet::new()),
+            freed: Notify::new(),
+            active: watch::channel(0).0,
+            shutdown: watch::channel(false).0,
+        }))
+    }
+
+    /// Asks every task to finish: no new sessions, running ones detach now.
+    pub fn shut_down(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    pub fn shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    /// Resolves once shutdown has been asked for.
+    pub async fn until_shutdown(&self) {
+        let mut rx = self.shutdown.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+
+    /// Resolves once no session is in flight.
+    pub async fn until_idle(&self) {
+        let mut rx = self.active.subscribe();
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+
+    pub fn sessions_active(&self) -> usize {
+        *self.active.borrow()
+    }
+
+    /// Claims `pid` for a session; None when one is already running there.
+    pub fn claim(self: &Arc<Self>, pid: i32) -> Option<Claim> {
+        let fresh = self.busy.lock().unwrap().insert(pid);
+        fresh.then(|| Claim { d: self.clone(), pid })
+    }
+
+    pub fn is_busy(&self, pid: i32) -> bool {
+        self.busy.lock().unwrap().contains(&pid)
+    }
+}
+
+/// A pid's right to a session; released on drop, whatever happens to the task.
+pub struct Claim {
+    d: Arc<Daemon>,
+    pid: i32,
+}
+
+impl Claim {
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.d.busy.lock().unwrap().remove(&self.pid);
+        self.d.freed.notify_waiters();
+    }
+}
+
+/// Runs the daemon until SIGTERM or SIGINT, then detaches from every target
+/// and returns. Errors are start-up failures (socket, store, HTTP address).
+pub fn run(cfg: Config) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        // attach/detach/store calls; bounded so a stuck kernel call cannot pile up threads.
+        .max_blocking_threads(32)
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(serve(cfg, Arc::new(session::RealAttacher)))
+}
+
+/// The daemon proper; `attacher` is replaceable for tests.
+pub async fn serve(cfg: Config, attacher: Arc<dyn Attacher>) -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let d = Daemon::new(cfg, attacher)?;
+    let listener = api::bind(&d.cfg)?;
+    let http = match d.cfg.http {
+        Some(addr) => Some(http::bind(addr).await?),
+        None => None,
+    };
+    if let Some(a) = http.as_ref().and_then(|l| l.local_addr().ok()) {
+        let _ = d.http_addr.set(a);
+    }
+    say!(
+        "started (pid {}): socket {}, http {}, {} watch rules",
+        std::process::id(),
+        d.cfg.socket.display(),
+        http.as_ref().and_then(|l| l.local_addr().ok()).map_or("off".to_string(), |a| a.to_string()),
+        d.cfg.watch.len()
+    );
+    let api_task = tokio::spawn(api::serve(d.clone(), listener));
+    let http_task = http.map(|l| tokio::spawn(http::serve(d.clone(), l)));
+    let sched_task = tokio::spawn(scheduler::run(d.clone()));
+
+    let sig = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    let n = d.sessions_active();
+    say!("{sig}: detaching from {n} targets, then exiting");
+    d.shut_down();
+    // A second signal does not cut the detach short: an agent left armed in a
+    // target would keep costing it, so the detach timeout bounds the wait instead.
+    let _ = sched_task.await;
+    d.until_idle().await;
+    let _ = api_task.await;
+    if let Some(t) = http_task {
+        let _ = t.await;
+    }
+    let _ = std::fs::remove_file(&d.cfg.socket);
+    say!("stopped");
+    Ok(())
+}

@@ -1,0 +1,575 @@
+//! witchd's configuration file (TOML): what to watch, how often, where to keep profiles.
+//!
+//! ```toml
+//! socket = "/run/witchd.sock"   # Unix socket of `witch daemon ...`
+//! http = "127.0.0.1:9465"       # pprof and /metrics; "off" disables it
+//!
+//! [store]
+//! dir = "/var/lib/witchd"
+//! max_bytes = "256MiB"
+//! max_age = "7d"
+//!
+//! [defaults]                    # for every [[watch]] that does not say otherwise
+//! crafts = ["dead", "silent-store"]
+//! every = "5m"                  # one session per target this often...
+//! duration = "10s"              # ...lasting this long
+//!
+//! [[watch]]
+//! exe = "nginx"                 # selectors (all given must match): pid, exe, cgroup
+//! ```
+//!
+//! Unknown keys are errors, so a typo is not silently ignored; values are
+//! checked while parsing so errors point at `file:line:column`.
+
+use anyhow::{bail, Result};
+use serde::{Deserialize, Deserializer};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use witchcraft::profile::Craft;
+
+/// The daemon's whole configuration, defaults filled in.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub socket: PathBuf,
+    /// Permission bits of the socket; every request is checked whatever they are.
+    pub socket_mode: u32,
+    /// None: no HTTP listener.
+    pub http: Option<SocketAddr>,
+    /// How often /proc is scanned for targets appearing and going away.
+    pub scan_every: Duration,
+    /// Sessions running at once, over all targets.
+    pub max_sessions: usize,
+    /// Targets tracked at once; more matching processes are ignored (and logged).
+    pub max_targets: usize,
+    /// How long a detach may wait for the agent's profile.
+    pub detach_timeout: Duration,
+    /// Longest session `witch daemon profile` may ask for.
+    pub max_request_duration: Duration,
+    pub store: StoreConfig,
+    /// `[defaults]`: also what `witch daemon profile` uses for processes no rule names.
+    pub defaults: Profiling,
+    pub watch: Vec<Watch>,
+}
+
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pub dir: PathBuf,
+    pub max_bytes: u64,
+    pub max_profiles: usize,
+    pub max_age: Duration,
+}
+
+/// One `[[watch]]` rule: which processes, and how to profile them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Watch {
+    pub pid: Option<i32>,
+    /// Executable name (matched against the file name of /proc/PID/exe, or
+    /// /proc/PID/comm), or a full path when it contains '/'.
+    pub exe: Option<String>,
+    /// cgroup path; the process's cgroup must be it or below it.
+    pub cgroup: Option<String>,
+    pub profiling: Profiling,
+}
+
+/// How one target is profiled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Profiling {
+    /// Crafts take turns: each session runs the next one in the list.
+    pub crafts: Vec<Craft>,
+    pub every: Duration,
+    pub duration: Duration,
+    pub period: Option<u64>,
+    pub event: Option<String>,
+    pub debug_registers: Option<u32>,
+    pub replacement: String,
+    pub fp_precision: f64,
+}
+
+impl Watch {
+    /// The rule as one would write it, for logs and status.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(p) = self.pid {
+            parts.push(format!("pid={p}"));
+        }
+        if let Some(e) = &self.exe {
+            parts.push(format!("exe={e}"));
+        }
+        if let Some(c) = &self.cgroup {
+            parts.push(format!("cgroup={c}"));
+        }
+        parts.join(",")
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The file as written
+// ---------------------------------------------------------------------------
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct File {
+    socket: Option<PathBuf>,
+    #[serde(default, deserialize_with = "mode")]
+    socket_mode: Option<u32>,
+    http: Option<String>,
+    #[serde(default, deserialize_with = "dur")]
+    scan_every: Option<Duration>,
+    max_sessions: Option<usize>,
+    max_targets: Option<usize>,
+    #[serde(default, deserialize_with = "dur")]
+    detach_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "dur")]
+    max_request_duration: Option<Duration>,
+    #[serde(default)]
+    store: StoreFile,
+    #[serde(default)]
+    defaults: ProfilingFile,
+    #[serde(default)]
+    watch: Vec<WatchFile>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct StoreFile {
+    dir: Option<PathBuf>,
+    #[serde(default, deserialize_with = "size")]
+    max_bytes: Option<u64>,
+    max_profiles: Option<usize>,
+    #[serde(default, deserialize_with = "dur")]
+    max_age: Option<Duration>,
+}
+
+/// Profiling knobs, shared by `[defaults]` and each `[[watch]]`.
+#[derive(Deserialize, Default, Clone)]
+#[serde(deny_unknown_fields)]
+struct ProfilingFile {
+    #[serde(default, deserialize_with = "crafts")]
+    crafts: Option<Vec<Craft>>,
+    #[serde(default, deserialize_with = "dur")]
+    every: Option<Duration>,
+    #[serde(default, deserialize_with = "dur")]
+    duration: Option<Duration>,
+    #[serde(default, deserialize_with = "positive")]
+    period: Option<u64>,
+    event: Option<String>,
+    #[serde(default, deserialize_with = "registers")]
+    debug_registers: Option<u32>,
+    #[serde(default, deserialize_with = "replacement")]
+    replacement: Option<String>,
+    #[serde(default, deserialize_with = "precision")]
+    fp_precision: Option<f64>,
+}
+
+// serde's `flatten` cannot be combined with deny_unknown_fields, so a watch
+// rule repeats the profiling keys.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WatchFile {
+    pid: Option<i32>,
+    exe: Option<String>,
+    cgroup: Option<String>,
+    #[serde(default, deserialize_with = "crafts")]
+    crafts: Option<Vec<Craft>>,
+    #[serde(default, deserialize_with = "dur")]
+    every: Option<Duration>,
+    #[serde(default, deserialize_with = "dur")]
+    duration: Option<Duration>,
+    #[serde(default, deserialize_with = "positive")]
+    period: Option<u64>,
+    event: Option<String>,
+    #[serde(default, deserialize_with = "registers")]
+    debug_registers: Option<u32>,
+    #[serde(default, deserialize_with = "replacement")]
+    replacement: Option<String>,
+    #[serde(default, deserialize_with = "precision")]
+    fp_precision: Option<f64>,
+}
+
+impl WatchFile {
+    fn profiling(&self) -> ProfilingFile {
+        ProfilingFile {
+            crafts: self.crafts.clone(),
+            every: self.every,
+            duration: self.duration,
+            period: self.period,
+            event: self.event.clone(),
+            debug_registers: self.debug_registers,
+            replacement: self.replacement.clone(),
+            fp_precision: self.fp_precision,
+        }
+    }
+}
+
+/// A duration as a string ("10s", "0.5s", "250ms", "5m", "7d", "1h 30m") or a number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    crate::cli::parse_duration(s)
+        .or_else(|_| humantime::parse_duration(s.trim()).map_err(|_| ()))
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("{s:?} is not a duration (try \"10s\", \"500ms\", \"5m\", \"7d\")"))
+}
+
+/// A size in bytes: an integer, or a string with a unit ("64MiB", "500KB", "1G"; K/M/G are 1024-based).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => return Err(format!("{s:?} is not a size (try 65536, \"64KiB\", \"256MiB\", \"1GiB\")")),
+    };
+    match num.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok((v * mult as f64) as u64),
+        _ => Err(format!("{s:?} is not a size (try 65536, \"64KiB\", \"256MiB\", \"1GiB\")")),
+    }
+}
+
+/// A TOML value that may be a string or a number.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum StrOrNum {
+    Str(String),
+    Int(i64),
+    Float(f64),
+}
+
+fn dur<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let v = match StrOrNum::deserialize(d)? {
+        StrOrNum::Str(s) => parse_duration(&s),
+        StrOrNum::Int(n) if n > 0 => Ok(Duration::from_secs(n as u64)),
+        StrOrNum::Float(f) if f.is_finite() && f > 0.0 => Ok(Duration::from_secs_f64(f)),
+        _ => Err("a duration must be positive (a number of seconds, or a string such as \"10s\")".into()),
+    };
+    v.map(Some).map_err(serde::de::Error::custom)
+}
+
+fn size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let v = match StrOrNum::deserialize(d)? {
+        StrOrNum::Str(s) => parse_size(&s),
+        StrOrNum::Int(n) if n > 0 => Ok(n as u64),
+        _ => Err("a size must be a positive number of bytes, or a string such as \"64MiB\"".into()),
+    };
+    v.map(Some).map_err(serde::de::Error::custom)
+}
+
+fn mode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    // TOML writes octal as 0o600; a string "0600" is read as octal too.
+    let v = match StrOrNum::deserialize(d)? {
+        StrOrNum::Str(s) => u32::from_str_radix(s.trim().trim_start_matches("0o"), 8).map_err(|_| ()),
+        StrOrNum::Int(n) => u32::try_from(n).map_err(|_| ()),
+        StrOrNum::Float(_) => Err(()),
+    };
+    match v {
+        Ok(m) if m <= 0o777 && m & 0o600 == 0o600 => Ok(Some(m)),
+        _ => Err(serde::de::Error::custom("socket_mode must be octal permission bits that include 0o600, e.g. 0o600 or 0o666")),
+    }
+}
+
+fn crafts<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<Craft>>, D::Error> {
+    let names = Vec::<String>::deserialize(d)?;
+    if names.is_empty() {
+        return Err(serde::de::Error::custom("crafts must name at least one of dead, silent-store, silent-load"));
+    }
+    let mut out: Vec<Craft> = Vec::new();
+    for n in &names {
+        let c = Craft::parse(n).ok_or_else(|| {
+            serde::de::Error::custom(format!("unknown craft {n:?} (dead, silent-store, silent-load)"))
+        })?;
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
+    Ok(Some(out))
+}
+
+fn positive<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    match u64::deserialize(d)? {
+        0 => Err(serde::de::Error::custom("period must be at least 1")),
+        n => Ok(Some(n)),
+    }
+}
+
+fn registers<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    match u32::deserialize(d)? {
+        n @ 1..=4 => Ok(Some(n)),
+        _ => Err(serde::de::Error::custom("debug_registers must be 1 to 4")),
+    }
+}
+
+fn replacement<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let s = String::deserialize(d)?;
+    match s.as_str() {
+        "reservoir" | "oldest" | "newest" | "empty-only" => Ok(Some(s)),
+        _ => Err(serde::de::Error::custom("replacement must be reservoir, oldest, newest or empty-only")),
+    }
+}
+
+fn precision<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let v = f64::deserialize(d)?;
+    if (0.0..1.0).contains(&v) {
+        Ok(Some(v))
+    } else {
+        Err(serde::de::Error::custom("fp_precision must be at least 0 and below 1 (0.01 means 1%)"))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Loading
+// ---------------------------------------------------------------------------
+
+/// Where things go when the file does not say: system paths for root, the
+/// user's runtime and state directories otherwise.
+pub fn default_socket() -> PathBuf {
+    if let Some(p) = std::env::var_os("WITCHD_SOCKET") {
+        return PathBuf::from(p);
+    }
+    let uid = unsafe { libc::geteuid() };
+    if uid == 0 {
+        return PathBuf::from("/run/witchd.sock");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d).join("witchd.sock"),
+        _ => PathBuf::from(format!("/tmp/witchd-{uid}.sock")),
+    }
+}
+
+fn default_store_dir() -> PathBuf {
+    if unsafe { libc::geteuid() } == 0 {
+        return PathBuf::from("/var/lib/witchd");
+    }
+    if let Some(d) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("witchd");
+    }
+    match std::env::var_os("HOME") {
+        Some(h) => PathBuf::from(h).join(".local/state/witchd"),
+        None => PathBuf::from(format!("/tmp/witchd-{}-store", unsafe { libc::geteuid() })),
+    }
+}
+
+/// Line and column (1-based) of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+impl Config {
+    /// Reads and checks a configuration file; errors read `FILE:LINE:COL: what`.
+    pub fn load(path: &Path) -> Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read config {}: {e}", path.display()))?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses configuration text; `name` is the file name used in errors.
+    pub fn parse(text: &str, name: &str) -> Result<Config> {
+        let file: File = toml::from_str(text).map_err(|e| {
+            let msg = e.message().trim().replace('\n', "; ");
+            match e.span() {
+                Some(span) => {
+                    let (l, c) = line_col(text, span.start);
+                    anyhow::anyhow!("{name}:{l}:{c}: {msg}")
+                }
+                None => anyhow::anyhow!("{name}: {msg}"),
+            }
+        })?;
+        Self::from_file(file).map_err(|e| anyhow::anyhow!("{name}: {e}"))
+    }
+
+    fn from_file(f: File) -> Result<Config> {
+        let http = match f.http.as_deref().map(str::trim) {
+            None => Some(SocketAddr::from(([127, 0, 0, 1], 9465))),
+            Some("off" | "") => None,
+            Some(s) => Some(s.parse::<SocketAddr>().map_err(|_| {
+                anyhow::anyhow!("http = {s:?} is not an address:port (e.g. \"127.0.0.1:9465\"), or \"off\"")
+            })?),
+        };
+        let defaults = merge(&ProfilingFile::default(), &f.defaults);
+        check_profiling(&defaults, "[defaults]")?;
+        let mut watch = Vec::new();
+        for (i, w) in f.watch.iter().enumerate() {
+            let what = format!("[[watch]] #{}", i + 1);
+            if w.pid.is_none() && w.exe.is_none() && w.cgroup.is_none() {
+                bail!("{what} selects nothing: give pid, exe or cgroup");
+            }
+            if let Some(p) = w.pid.filter(|&p| p <= 0) {
+                bail!("{what}: pid {p} is not a process id");
+            }
+            if w.exe.as_deref().is_some_and(|e| e.trim().is_empty()) {
+                bail!("{what}: exe is empty");
+            }
+            let cgroup = w.cgroup.as_deref().map(|c| {
+                let c = c.trim().trim_end_matches('/');
+                if c.starts_with('/') { c.to_string() } else { format!("/{c}") }
+            });
+            let profiling = merge(&f.defaults, &w.profiling());
+            check_profiling(&profiling, &what)?;
+            watch.push(Watch { pid: w.pid, exe: w.exe.clone(), cgroup, profiling });
+        }
+        let max_sessions = f.max_sessions.unwrap_or(4);
+        if max_sessions == 0 {
+            bail!("max_sessions must be at least 1");
+        }
+        let max_targets = f.max_targets.unwrap_or(256);
+        if max_targets == 0 {
+            bail!("max_targets must be at least 1");
+        }
+        Ok(Config {
+            socket: f.socket.unwrap_or_else(default_socket),
+            socket_mode: f.socket_mode.unwrap_or(0o600),
+            http,
+            scan_every: f.scan_every.unwrap_or(Duration::from_secs(5)),
+            max_sessions,
+            max_targets,
+            detach_timeout: f.detach_timeout.unwrap_or(Duration::from_secs(10)),
+            max_request_duration: f.max_request_duration.unwrap_or(Duration::from_secs(600)),
+            store: StoreConfig {
+                dir: f.store.dir.unwrap_or_else(default_store_dir),
+                max_bytes: f.store.max_bytes.unwrap_or(256 << 20),
+                max_profiles: f.store.max_profiles.unwrap_or(1000).max(1),
+                max_age: f.store.max_age.unwrap_or(Duration::from_secs(7 * 86400)),
+            },
+            defaults,
+            watch,
+        })
+    }
+}
+
+/// A watch rule's settings over the defaults, over the built-in defaults.
+fn merge(base: &ProfilingFile, over: &ProfilingFile) -> Profiling {
+    Profiling {
+        crafts: over.crafts.clone().or_else(|| base.crafts.clone()).unwrap_or_else(|| vec![Craft::Dead]),
+        every: over.every.or(base.every).unwrap_or(Duration::from_secs(300)),
+        duration: over.duration.or(base.duration).unwrap_or(Duration::from_secs(10)),
+        period: over.period.or(base.period),
+        event: over.event.clone().or_else(|| base.event.clone()),
+        debug_registers: over.debug_registers.or(base.debug_registers),
+        replacement: over.replacement.clone().or_else(|| base.replacement.clone()).unwrap_or_else(|| "reservoir".into()),
+        fp_precision: over.fp_precision.or(base.fp_precision).unwrap_or(0.01),
+    }
+}
+
+fn check_profiling(p: &Profiling, what: &str) -> Result<()> {
+    if p.duration > p.every {
+        bail!(
+            "{what}: duration {} is longer than every {} (a target would never rest)",
+            humantime::format_duration(p.duration),
+            humantime::format_duration(p.every)
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_file() {
+        let c = Config::parse(
+            r#"
+socket = "/tmp/w.sock"
+socket_mode = 0o666
+http = "127.0.0.1:0"
+scan_every = "250ms"
+max_sessions = 2
+[store]
+dir = "/tmp/store"
+max_bytes = "64KiB"
+max_profiles = 3
+max_age = "7d"
+[defaults]
+crafts = ["dead", "silent"]
+every = "2s"
+duration = 0.5
+[[watch]]
+pid = 42
+[[watch]]
+exe = "nginx"
+cgroup = "system.slice/x.service/"
+crafts = ["load"]
+every = 60
+duration = "1s"
+period = 1000000
+"#,
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(c.socket, PathBuf::from("/tmp/w.sock"));
+        assert_eq!(c.socket_mode, 0o666);
+        assert_eq!(c.http, Some("127.0.0.1:0".parse().unwrap()));
+        assert_eq!(c.scan_every, Duration::from_millis(250));
+        assert_eq!(c.store.max_bytes, 65536);
+        assert_eq!(c.store.max_profiles, 3);
+        assert_eq!(c.store.max_age, Duration::from_secs(7 * 86400));
+        assert_eq!(c.watch.len(), 2);
+        let (a, b) = (&c.watch[0], &c.watch[1]);
+        assert_eq!(a.pid, Some(42));
+        assert_eq!(a.profiling.crafts, vec![Craft::Dead, Craft::SilentStore]);
+        assert_eq!(a.profiling.every, Duration::from_secs(2));
+        assert_eq!(a.profiling.duration, Duration::from_millis(500));
+        assert_eq!(a.profiling.replacement, "reservoir");
+        assert_eq!(b.exe.as_deref(), Some("nginx"));
+        assert_eq!(b.cgroup.as_deref(), Some("/system.slice/x.service"));
+        assert_eq!(b.profiling.crafts, vec![Craft::SilentLoad]);
+        assert_eq!(b.profiling.every, Duration::from_secs(60));
+        assert_eq!(b.profiling.period, Some(1000000));
+        assert_eq!(b.describe(), "exe=nginx,cgroup=/system.slice/x.service");
+    }
+
+    #[test]
+    fn defaults() {
+        let c = Config::parse("", "t.toml").unwrap();
+        assert_eq!(c.http, Some("127.0.0.1:9465".parse().unwrap()));
+        assert_eq!(c.socket_mode, 0o600);
+        assert!(c.watch.is_empty());
+        let p = c.defaults;
+        assert_eq!((p.every, p.duration), (Duration::from_secs(300), Duration::from_secs(10)));
+        assert!(Config::parse("http = \"off\"", "t").unwrap().http.is_none());
+    }
+
+    fn err(text: &str) -> String {
+        format!("{:#}", Config::parse(text, "w.toml").unwrap_err())
+    }
+
+    #[test]
+    fn errors_say_where() {
+        let e = err("socket = \"/x\"\n[defaults]\nevery = \"soon\"\n");
+        assert!(e.starts_with("w.toml:3:9: "), "{e}");
+        assert!(e.contains("not a duration"), "{e}");
+        let e = err("[[watch]]\nexe = \"a\"\ncrafts = [\"deadd\"]\n");
+        assert!(e.starts_with("w.toml:3:"), "{e}");
+        assert!(e.contains("unknown craft \"deadd\""), "{e}");
+        let e = err("[store]\nmax_bytez = 3\n");
+        assert!(e.starts_with("w.toml:2:1: "), "{e}");
+        assert!(e.contains("max_bytez"), "{e}");
+        let e = err("socket_mode = 0o400\n");
+        assert!(e.contains("socket_mode"), "{e}");
+        assert!(err("[[watch]]\ncrafts = [\"dead\"]\n").contains("selects nothing"));
+        assert!(err("[[watch]]\npid = 1\nevery = \"1s\"\nduration = \"2s\"\n").contains("longer than every"));
+        assert!(err("http = \"localhost\"").contains("not an address"));
+        assert!(err("[[watch]]\npid = 1\ndebug_registers = 5\n").contains("1 to 4"));
+        assert!(!err("[store\n").is_empty());
+    }
+
+    #[test]
+    fn sizes_and_durations() {
+        assert_eq!(parse_size("65536"), Ok(65536));
+        assert_eq!(parse_size("64KiB"), Ok(65536));
+        assert_eq!(parse_size("1.5 MiB"), Ok(1572864));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("0").is_err());
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("0.5s"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(2 * 86400)));
+        assert!(parse_duration("0s").is_err());
+    }
+}

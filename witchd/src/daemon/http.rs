@@ -1,0 +1,129 @@
+//! HTTP export for pprof consumers (Pyroscope, Parca, `go tool pprof`) and Prometheus.
+//!
+//! - `GET /metrics`: Prometheus text format;
+//! - `GET /profiles`: the store's index, as JSON;
+//! - `GET /pprof/ID`: one stored profile as gzipped pprof;
+//! - `GET /pprof/latest?pid=P&craft=C&exe=E`: the newest one matching (all optional).
+//!
+//! There is no per-request check here (HTTP carries no credentials), which is
+//! why it listens on 127.0.0.1 by default and can be turned off (`http = "off"`).
+
+use super::{metrics, say, store, Daemon};
+use anyhow::{Context, Result};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use serde::Deserialize;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use witchcraft::profile::{Craft, Profile};
+
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
+    let l = TcpListener::bind(addr).await.with_context(|| format!("cannot listen on http {addr}"))?;
+    if !addr.ip().is_loopback() {
+        say!("warning: http {addr} is not a loopback address; it has no access control, so anyone who reaches it reads every profile");
+    }
+    Ok(l)
+}
+
+pub fn router(d: Arc<Daemon>) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/metrics", get(metrics))
+        .route("/profiles", get(profiles))
+        .route("/pprof/latest", get(latest))
+        .route("/pprof/{id}", get(by_id))
+        .with_state(d)
+}
+
+/// Serves until shutdown.
+pub async fn serve(d: Arc<Daemon>, l: TcpListener) {
+    let stop = d.clone();
+    let r = axum::serve(l, router(d)).with_graceful_shutdown(async move { stop.until_shutdown().await }).await;
+    if let Err(e) = r {
+        say!("http server failed: {e}");
+    }
+}
+
+async fn index() -> &'static str {
+    "witchd\n/metrics             Prometheus metrics\n/profiles            stored profiles (JSON)\n\
+     /pprof/ID            a stored profile as gzipped pprof\n/pprof/latest?pid=P&craft=C&exe=E   the newest matching one\n"
+}
+
+async fn metrics(State(d): State<Arc<Daemon>>) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], metrics::render(&d)).into_response()
+}
+
+async fn profiles(State(d): State<Arc<Daemon>>) -> Response {
+    let v: Vec<store::Meta> = d.store.lock().unwrap().list().cloned().collect();
+    match serde_json::to_string(&v) {
+        Ok(s) => ([(header::CONTENT_TYPE, "application/json")], s).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+struct LatestQuery {
+    pid: Option<u32>,
+    craft: Option<String>,
+    exe: Option<String>,
+}
+
+async fn latest(State(d): State<Arc<Daemon>>, Query(q): Query<LatestQuery>) -> Response {
+    let craft = match q.craft.as_deref().map(|c| (c, Craft::parse(c))) {
+        Some((c, None)) => return (StatusCode::BAD_REQUEST, format!("unknown craft {c:?}\n")).into_response(),
+        Some((_, c)) => c,
+        None => None,
+    };
+    let id = d.store.lock().unwrap().latest(q.pid, craft, q.exe.as_deref()).map(|m| m.id.clone());
+    match id {
+        Some(id) => pprof(d, id).await,
+        None => (StatusCode::NOT_FOUND, "no stored profile matches\n").into_response(),
+    }
+}
+
+async fn by_id(State(d): State<Arc<Daemon>>, Path(id): Path<String>) -> Response {
+    if !store::valid_id(&id) {
+        return (StatusCode::NOT_FOUND, "no such profile\n").into_response();
+    }
+    pprof(d, id).await
+}
+
+/// Converts a stored profile to gzipped pprof on a blocking thread
+/// (symbolization reads the binaries' debug info).
+async fn pprof(d: Arc<Daemon>, id: String) -> Response {
+    let name = id.clone();
+    let r = tokio::task::spawn_blocking(move || -> Result<Vec<u8>> {
+        let bytes = d.store.lock().unwrap().read(&id)?;
+        let p = Profile::from_bytes(&bytes).map_err(|e| anyhow::anyhow!("{e}"))?;
+        gzipped_pprof(&p)
+    })
+    .await;
+    match r {
+        Ok(Ok(gz)) => (
+            [
+                (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+                (header::CONTENT_DISPOSITION, format!("attachment; filename=\"{name}.pb.gz\"")),
+            ],
+            gz,
+        )
+            .into_response(),
+        Ok(Err(e)) if e.to_string().starts_with("no stored profile") => (StatusCode::NOT_FOUND, format!("{e:#}\n")).into_response(),
+        Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}\n")).into_response(),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "conversion failed\n").into_response(),
+    }
+}
+
+/// The pprof message of a profile, gzipped, as `witch report --pprof` writes it.
+pub fn gzipped_pprof(p: &Profile) -> Result<Vec<u8>> {
+    use prost::Message;
+    let mut sym = crate::symbolize::Symbolizer::new(&p.modules);
+    let msg = crate::pprof::build(p, &mut sym);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&msg.encode_to_vec())?;
+    Ok(gz.finish()?)
+}

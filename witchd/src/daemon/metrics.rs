@@ -1,0 +1,260 @@
+//! Daemon-wide counters, and the Prometheus text exposition format (0.0.4).
+//!
+//! The format is small enough to write by hand; what matters is escaping
+//! label values and emitting HELP/TYPE once per family, before its samples.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// How a session ended, for `witchd_sessions_total{outcome}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Detached, profile stored.
+    Ok,
+    /// The target exited during the session (its last profile is kept if it wrote one).
+    TargetExited,
+    /// Attach or detach failed.
+    Failed,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 3] = [Outcome::Ok, Outcome::TargetExited, Outcome::Failed];
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::TargetExited => "target_exited",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+/// Where an error happened, for `witchd_errors_total{kind}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    Attach,
+    Detach,
+    Store,
+    Api,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 4] = [ErrorKind::Attach, ErrorKind::Detach, ErrorKind::Store, ErrorKind::Api];
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Attach => "attach",
+            ErrorKind::Detach => "detach",
+            ErrorKind::Store => "store",
+            ErrorKind::Api => "api",
+        }
+    }
+}
+
+/// Counters that only ever grow; fixed size, so the daemon does not.
+#[derive(Default)]
+pub struct Counters {
+    sessions: [AtomicU64; 3],
+    errors: [AtomicU64; 4],
+    pub samples: AtomicU64,
+    pub traps: AtomicU64,
+    /// Estimated CPU seconds spent in the engine's handlers, as nanoseconds.
+    pub overhead_ns: AtomicU64,
+    pub requests: AtomicU64,
+    pub denied: AtomicU64,
+}
+
+impl Counters {
+    pub fn session(&self, o: Outcome) {
+        self.sessions[o as usize].fetch_add(1, Relaxed);
+    }
+    pub fn sessions(&self, o: Outcome) -> u64 {
+        self.sessions[o as usize].load(Relaxed)
+    }
+    pub fn error(&self, k: ErrorKind) {
+        self.errors[k as usize].fetch_add(1, Relaxed);
+    }
+    pub fn errors(&self, k: ErrorKind) -> u64 {
+        self.errors[k as usize].load(Relaxed)
+    }
+}
+
+/// Escapes a label value: backslash, double quote and newline.
+pub fn escape_label(v: &str) -> String {
+    let mut s = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => s.push_str("\\\\"),
+            '"' => s.push_str("\\\""),
+            '\n' => s.push_str("\\n"),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+/// Formats a sample value the way Prometheus reads it.
+fn value(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "+Inf".into() } else { "-Inf".into() }
+    } else if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
+    }
+}
+
+/// Builds an exposition: call `family` once per metric name, then `sample` for each series.
+#[derive(Default)]
+pub struct Exposition {
+    out: String,
+}
+
+impl Exposition {
+    pub fn family(&mut self, name: &str, kind: &str, help: &str) -> &mut Self {
+        let help = help.replace('\\', "\\\\").replace('\n', "\\n");
+        let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        self
+    }
+
+    pub fn sample(&mut self, name: &str, labels: &[(&str, &str)], v: f64) -> &mut Self {
+        self.out.push_str(name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (k, val)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                let _ = write!(self.out, "{k}=\"{}\"", escape_label(val));
+            }
+            self.out.push('}');
+        }
+        let _ = writeln!(self.out, " {}", value(v));
+        self
+    }
+
+    /// A family with one unlabelled sample.
+    pub fn single(&mut self, name: &str, kind: &str, help: &str, v: f64) -> &mut Self {
+        self.family(name, kind, help).sample(name, &[], v)
+    }
+
+    pub fn finish(self) -> String {
+        self.out
+    }
+}
+
+/// CPU time the engine spent in its handlers during one session, estimated
+/// from the agent's own start-up measurement of a trap and a signal round
+/// trip (a note in every profile), times the traps and interrupts it counted.
+/// The fallback costs are this repository's measurements in a VM.
+pub fn overhead_ns(p: &witchcraft::profile::Profile) -> u64 {
+    let (mut trap_us, mut signal_us) = (19.0, 5.4);
+    for n in &p.notes {
+        if let Some(rest) = n.strip_prefix("measured round trips: watchpoint trap ") {
+            let mut it = rest.split(" µs, signal ");
+            if let (Some(t), Some(s)) = (it.next(), it.next()) {
+                if let (Ok(t), Ok(s)) = (t.trim().parse::<f64>(), s.trim_end_matches(" µs").trim().parse::<f64>()) {
+                    (trap_us, signal_us) = (t, s);
+                }
+            }
+        }
+    }
+    let c = crate::model::counters(p);
+    let traps = c.traps + c.self_traps + c.ignored_traps;
+    (traps as f64 * trap_us * 1e3 + c.interrupts as f64 * signal_us * 1e3) as u64
+}
+
+/// The whole /metrics page. Per-target series exist while the target is
+/// watched, so the page's size follows the (bounded) target map.
+pub fn render(d: &super::Daemon) -> String {
+    let mut e = Exposition::default();
+    {
+        let ts = d.targets.lock().unwrap();
+        type Get = fn(&super::scheduler::Last) -> f64;
+        let per_craft: [(&str, &str, Get); 5] = [
+            ("witchd_waste_fraction", "Waste fraction (waste/(waste+use)) of the target's latest session of this craft", |l| l.waste_fraction),
+            ("witchd_target_samples", "Samples taken in the target's latest session of this craft", |l| l.samples as f64),
+            ("witchd_target_traps", "Watchpoint traps in the target's latest session of this craft", |l| l.traps as f64),
+            ("witchd_target_overhead_seconds", "Estimated CPU seconds the engine's handlers took in the latest session", |l| l.overhead_ns as f64 / 1e9),
+            ("witchd_target_overhead_ratio", "Estimated overhead of the latest session: handler CPU seconds per second profiled", |l| {
+                if l.duration_ns > 0 { l.overhead_ns as f64 / l.duration_ns as f64 } else { 0.0 }
+            }),
+        ];
+        for (name, help, get) in per_craft {
+            e.family(name, "gauge", help);
+            for t in ts.map.values() {
+                let pid = t.proc.pid.to_string();
+                for (craft, last) in &t.last {
+                    e.sample(name, &[("pid", &pid), ("exe", t.proc.name()), ("craft", craft.name())], get(last));
+                }
+            }
+        }
+        e.family("witchd_target_sessions_total", "counter", "Sessions started on the target since witchd found it");
+        for t in ts.map.values() {
+            e.sample("witchd_target_sessions_total", &[("pid", &t.proc.pid.to_string()), ("exe", t.proc.name())], t.sessions as f64);
+        }
+        e.single("witchd_targets", "gauge", "Processes watched now", ts.map.len() as f64);
+    }
+    let c = &d.counters;
+    e.single("witchd_sessions_active", "gauge", "Sessions in flight", d.sessions_active() as f64);
+    e.family("witchd_sessions_total", "counter", "Sessions ended, by outcome");
+    for o in Outcome::ALL {
+        e.sample("witchd_sessions_total", &[("outcome", o.name())], c.sessions(o) as f64);
+    }
+    e.family("witchd_errors_total", "counter", "Errors, by where they happened");
+    for k in ErrorKind::ALL {
+        e.sample("witchd_errors_total", &[("kind", k.name())], c.errors(k) as f64);
+    }
+    e.single("witchd_samples_total", "counter", "Samples taken over all sessions", c.samples.load(Relaxed) as f64);
+    e.single("witchd_traps_total", "counter", "Watchpoint traps over all sessions", c.traps.load(Relaxed) as f64);
+    e.single("witchd_overhead_seconds_total", "counter", "Estimated CPU seconds spent in the engine's handlers in targets", c.overhead_ns.load(Relaxed) as f64 / 1e9);
+    e.single("witchd_requests_total", "counter", "Local API requests", c.requests.load(Relaxed) as f64);
+    e.single("witchd_requests_denied_total", "counter", "Local API requests refused for the caller's credentials", c.denied.load(Relaxed) as f64);
+    let (bytes, n, evicted, rejected, max) = {
+        let s = d.store.lock().unwrap();
+        let (b, n) = s.usage();
+        (b, n, s.evicted, s.rejected, s.limits().max_bytes)
+    };
+    e.single("witchd_store_bytes", "gauge", "Bytes in the profile store", bytes as f64);
+    e.single("witchd_store_max_bytes", "gauge", "The store's size limit", max as f64);
+    e.single("witchd_store_profiles", "gauge", "Profiles in the store", n as f64);
+    e.single("witchd_store_evictions_total", "counter", "Profiles removed for the size, count or age limits", evicted as f64);
+    e.single("witchd_store_rejected_total", "counter", "Profiles not stored because one alone exceeds max_bytes", rejected as f64);
+    e.single("witchd_uptime_seconds", "gauge", "Seconds since witchd started", d.started.elapsed().as_secs_f64());
+    e.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_format() {
+        let mut e = Exposition::default();
+        e.family("witchd_waste_fraction", "gauge", "Waste\nfraction")
+            .sample("witchd_waste_fraction", &[("pid", "12"), ("exe", "a\"b\\c\nd")], 0.25)
+            .sample("witchd_waste_fraction", &[("pid", "13"), ("exe", "x")], 1.0);
+        e.single("witchd_up", "gauge", "Up", 1.0);
+        assert_eq!(
+            e.finish(),
+            "# HELP witchd_waste_fraction Waste\\nfraction\n# TYPE witchd_waste_fraction gauge\n\
+             witchd_waste_fraction{pid=\"12\",exe=\"a\\\"b\\\\c\\nd\"} 0.25\n\
+             witchd_waste_fraction{pid=\"13\",exe=\"x\"} 1\n\
+             # HELP witchd_up Up\n# TYPE witchd_up gauge\nwitchd_up 1\n"
+        );
+        assert_eq!(value(f64::NAN), "NaN");
+        assert_eq!(value(1e20), "100000000000000000000");
+        assert_eq!(value(3.5e-7), "0.00000035");
+    }
+
+    #[test]
+    fn counters() {
+        let c = Counters::default();
+        c.session(Outcome::TargetExited);
+        c.error(ErrorKind::Store);
+        c.error(ErrorKind::Store);
+        assert_eq!(c.sessions(Outcome::TargetExited), 1);
+        assert_eq!(c.sessions(Outcome::Ok), 0);
+        assert_eq!(c.errors(ErrorKind::Store), 2);
+    }
+}

@@ -1,0 +1,324 @@
+//! Targets and their duty cycle.
+//!
+//! Every `scan_every`, /proc is matched against the watch rules: new matches
+//! become targets, targets whose process is gone (or whose pid now belongs to
+//! another process) are forgotten, with their metrics. Each target gets a
+//! session of `duration` every `every`, its crafts taking turns. A target
+//! whose sessions fail is retried at its next turn, and its error logged only
+//! when it changes, so a process witchd cannot attach to costs one log line,
+//! not one per cycle.
+
+use super::config::{Profiling, Watch};
+use super::metrics::Outcome;
+use super::procfs::{self, Proc};
+use super::session::{self, Plan};
+use super::store::Meta;
+use super::{say, Daemon};
+use crate::attach::Options;
+use rand::RngExt;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+use witchcraft::profile::{Craft, Profile};
+
+/// The latest session of one craft on one target, for metrics and status.
+#[derive(Debug, Clone)]
+pub struct Last {
+    pub waste_fraction: f64,
+    pub samples: u64,
+    pub traps: u64,
+    /// Estimated CPU time in the engine's handlers (ns).
+    pub overhead_ns: u64,
+    pub duration_ns: u64,
+    pub id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum State {
+    Idle,
+    Profiling(Craft),
+    /// Its last session saw it exit; forgotten at the next scan.
+    Exited,
+}
+
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub proc: Proc,
+    /// Index of the matching rule in the config.
+    pub rule: usize,
+    pub next_due: Instant,
+    /// Which craft runs next (index into the rule's crafts, modulo).
+    pub turn: usize,
+    pub sessions: u64,
+    pub state: State,
+    pub last_error: Option<String>,
+    /// At most one entry per craft.
+    pub last: Vec<(Craft, Last)>,
+}
+
+/// Every target, by pid.
+#[derive(Default)]
+pub struct Targets {
+    pub map: BTreeMap<i32, Target>,
+    /// A match was left out for max_targets (logged once until it clears).
+    full: bool,
+}
+
+impl Targets {
+    /// Records a finished session's figures on its target, if it is one.
+    pub fn record(&mut self, p: &Proc, craft: Craft, profile: &Profile, meta: Option<&Meta>, overhead_ns: u64) {
+        let Some(t) = self.map.get_mut(&p.pid).filter(|t| t.proc.start_time == p.start_time) else { return };
+        let c = crate::model::counters(profile);
+        let last = Last {
+            waste_fraction: profile.waste_fraction(),
+            samples: c.samples,
+            traps: c.traps,
+            overhead_ns,
+            duration_ns: profile.duration_ns,
+            id: meta.map(|m| m.id.clone()),
+        };
+        match t.last.iter_mut().find(|(k, _)| *k == craft) {
+            Some(slot) => slot.1 = last,
+            None => t.last.push((craft, last)),
+        }
+    }
+
+    pub fn mark_exited(&mut self, p: &Proc) {
+        if let Some(t) = self.map.get_mut(&p.pid).filter(|t| t.proc.start_time == p.start_time) {
+            t.state = State::Exited;
+        }
+    }
+
+    /// Applies a scan: adds new matches, forgets what is gone. Targets with a
+    /// session in flight stay until it ends (it reports the exit itself).
+    fn update(&mut self, found: Vec<(Proc, usize)>, rules: &[Watch], max: usize, now: Instant, busy: impl Fn(i32) -> bool) {
+        let mut seen = std::collections::HashSet::new();
+        let mut left_out = 0;
+        for (p, rule) in found {
+            seen.insert(p.pid);
+            match self.map.get_mut(&p.pid) {
+                Some(t) if t.proc.start_time == p.start_time && t.rule == rule => {
+                    t.proc.exe = p.exe; // exec'd or renamed: keep the name current
+                    t.proc.uids = p.uids;
+                    t.proc.gids = p.gids;
+                    t.proc.proc_owner = p.proc_owner;
+                }
+                Some(t) if busy(t.proc.pid) => {}
+                existing => {
+                    if existing.is_none() && self.map.len() >= max {
+                        left_out += 1;
+                        continue;
+                    }
+                    // Spread first sessions so targets found together don't attach together.
+                    let every = rules[rule].profiling.every;
+                    let jitter = every.min(Duration::from_secs(10)).mul_f64(rand::rng().random::<f64>() * 0.5);
+                    let t = Target {
+                        proc: p,
+                        rule,
+                        next_due: now + jitter,
+                        turn: 0,
+                        sessions: 0,
+                        state: State::Idle,
+                        last_error: None,
+                        last: Vec::new(),
+                    };
+                    say!("watching pid {} ({}) by rule {}", t.proc.pid, t.proc.name(), rules[rule].describe());
+                    self.map.insert(t.proc.pid, t);
+                }
+            }
+        }
+        self.map.retain(|pid, t| {
+            let keep = busy(*pid) || (seen.contains(pid) && t.state != State::Exited);
+            if !keep && t.state != State::Exited {
+                say!("pid {pid} ({}) is gone; forgetting it", t.proc.name());
+            }
+            keep
+        });
+        if left_out > 0 && !self.full {
+            say!("max_targets ({max}) reached: {left_out} more matching processes are not watched");
+        }
+        self.full = left_out > 0;
+    }
+}
+
+/// Which processes match which rule now (first matching rule wins).
+pub fn scan(rules: &[Watch]) -> Vec<(Proc, usize)> {
+    let me = std::process::id() as i32;
+    let only_pids = rules.iter().all(|r| r.pid.is_some());
+    let candidates: Vec<i32> = if only_pids { rules.iter().filter_map(|r| r.pid).collect() } else { procfs::pids() };
+    let mut out = Vec::new();
+    for pid in candidates {
+        if pid == me || out.iter().any(|(p, _): &(Proc, usize)| p.pid == pid) {
+            continue;
+        }
+        let Some(p) = Proc::read(pid) else { continue };
+        // Kernel threads have no executable; zombies have nothing left to watch.
+        if p.is_zombie() || p.exe.is_empty() {
+            continue;
+        }
+        let mut cgroups = None;
+        let rule = rules.iter().position(|r| {
+            r.pid.is_none_or(|x| x == pid)
+                && r.exe.as_deref().is_none_or(|e| p.exe_matches(e))
+                && r.cgroup.as_deref().is_none_or(|c| {
+                    procfs::cgroup_matches(cgroups.get_or_insert_with(|| procfs::cgroups(pid)), c)
+                })
+        });
+        if let Some(rule) = rule {
+            out.push((p, rule));
+        }
+    }
+    out
+}
+
+pub fn options(p: &Profiling, craft: Craft) -> Options {
+    Options {
+        craft,
+        period: p.period,
+        event: p.event.clone(),
+        debug_registers: p.debug_registers,
+        replacement: p.replacement.clone(),
+        fp_precision: p.fp_precision,
+    }
+}
+
+/// The duty-cycle loop; returns at shutdown (sessions then finish on their own).
+pub async fn run(d: Arc<Daemon>) {
+    if d.cfg.watch.is_empty() {
+        say!("no [[watch]] rules: serving requests only");
+        d.until_shutdown().await;
+        return;
+    }
+    let mut next_scan = Instant::now();
+    while !d.shutting_down() {
+        let now = Instant::now();
+        if now >= next_scan {
+            let rules = d.cfg.watch.clone();
+            let found = tokio::task::spawn_blocking(move || scan(&rules)).await.unwrap_or_default();
+            let d2 = d.clone();
+            d.targets.lock().unwrap().update(found, &d.cfg.watch, d.cfg.max_targets, now, |p| d2.is_busy(p));
+            next_scan = now + d.cfg.scan_every;
+        }
+        let mut wake = next_scan;
+        let mut start = Vec::new();
+        {
+            let mut ts = d.targets.lock().unwrap();
+            for t in ts.map.values_mut() {
+                if t.state != State::Idle {
+                    continue;
+                }
+                if t.next_due > now {
+                    wake = wake.min(t.next_due);
+                    continue;
+                }
+                let Some(claim) = d.claim(t.proc.pid) else {
+                    // A requested session is running there; try again shortly.
+                    wake = wake.min(now + Duration::from_millis(200));
+                    continue;
+                };
+                let prof = &d.cfg.watch[t.rule].profiling;
+                let craft = prof.crafts[t.turn % prof.crafts.len()];
+                t.turn += 1;
+                t.sessions += 1;
+                t.next_due = now + prof.every;
+                t.state = State::Profiling(craft);
+                let plan = Plan { target: t.proc.clone(), opts: options(prof, craft), duration: prof.duration, origin: "schedule" };
+                start.push((claim, plan));
+            }
+        }
+        for (claim, plan) in start {
+            tokio::spawn(scheduled(d.clone(), claim, plan));
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(wake) => {}
+            _ = d.until_shutdown() => {}
+        }
+    }
+}
+
+/// One scheduled session, and what it leaves on its target.
+async fn scheduled(d: Arc<Daemon>, claim: super::Claim, plan: Plan) {
+    let target = plan.target.clone();
+    let done = session::run(d.clone(), claim, plan).await;
+    let mut ts = d.targets.lock().unwrap();
+    let Some(t) = ts.map.get_mut(&target.pid).filter(|t| t.proc.start_time == target.start_time) else { return };
+    if t.state != State::Exited {
+        t.state = State::Idle;
+    }
+    match (done.outcome, done.note) {
+        (Outcome::Failed, Some(msg)) if !d.shutting_down() => {
+            if t.last_error.as_ref() != Some(&msg) {
+                say!("{msg} (retrying every {}; logged again only if this changes)", humantime::format_duration(d.cfg.watch[t.rule].profiling.every));
+            }
+            t.last_error = Some(msg);
+        }
+        (Outcome::Ok, _) if t.last_error.take().is_some() => {
+            say!("pid {} ({}): sessions work again", t.proc.pid, t.proc.name());
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proc(pid: i32, start: u64) -> Proc {
+        Proc { pid, start_time: start, exe: format!("/bin/p{pid}"), comm: "p".into(), uids: [0; 4], gids: [0; 4], proc_owner: 0, state: 'S' }
+    }
+
+    fn rules() -> Vec<Watch> {
+        let c = super::super::config::Config::parse("[[watch]]\nexe = \"x\"\nevery = \"1s\"\nduration = \"0.5s\"\n", "t").unwrap();
+        c.watch
+    }
+
+    #[test]
+    fn targets_come_and_go() {
+        let r = rules();
+        let mut ts = Targets::default();
+        let now = Instant::now();
+        ts.update(vec![(proc(1, 10), 0), (proc(2, 20), 0)], &r, 10, now, |_| false);
+        assert_eq!(ts.map.len(), 2);
+        assert!(ts.map[&1].next_due <= now + Duration::from_millis(500));
+        // pid 2 is gone, pid 1 was reused by another process.
+        ts.map.get_mut(&1).unwrap().sessions = 5;
+        ts.update(vec![(proc(1, 11), 0)], &r, 10, now, |_| false);
+        assert_eq!(ts.map.keys().collect::<Vec<_>>(), vec![&1]);
+        assert_eq!((ts.map[&1].proc.start_time, ts.map[&1].sessions), (11, 0));
+        // A busy target stays while its session runs, even if gone.
+        ts.update(vec![], &r, 10, now, |p| p == 1);
+        assert_eq!(ts.map.len(), 1);
+        // Exited targets are forgotten at the next scan.
+        let p = ts.map[&1].proc.clone();
+        ts.mark_exited(&p);
+        ts.update(vec![], &r, 10, now, |_| false);
+        assert!(ts.map.is_empty());
+        // Bounded.
+        let many: Vec<_> = (1..100).map(|i| (proc(i, 1), 0)).collect();
+        ts.update(many, &r, 10, now, |_| false);
+        assert_eq!(ts.map.len(), 10);
+        assert!(ts.full);
+    }
+
+    #[test]
+    fn scan_finds_a_child_by_pid_and_exe() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        let c = super::super::config::Config::parse(
+            &format!("[[watch]]\npid = {pid}\n[[watch]]\nexe = \"sleep\"\n[[watch]]\nexe = \"no-such-exe\"\n"),
+            "t",
+        )
+        .unwrap();
+        let found = scan(&c.watch);
+        assert!(found.iter().any(|(p, r)| p.pid == pid && *r == 0), "{found:?}");
+        let found = scan(&c.watch[1..]);
+        assert!(found.iter().any(|(p, r)| p.pid == pid && *r == 0), "{found:?}");
+        assert!(scan(&c.watch[2..]).is_empty());
+        let me = std::process::id() as i32;
+        let own = super::super::config::Config::parse(&format!("[[watch]]\npid = {me}\n"), "t").unwrap();
+        assert!(scan(&own.watch).is_empty(), "never watches itself");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}

@@ -1,0 +1,230 @@
+//! One profiling session: attach, wait, detach, store.
+//!
+//! attach and detach block (ptrace, waiting for the agent's profile), so they
+//! run on tokio's blocking threads; the wait in between is async so that
+//! shutdown, or the target exiting, ends it early.
+
+use super::metrics::{overhead_ns, ErrorKind, Outcome};
+use super::procfs::Proc;
+use super::store::Meta;
+use super::{say, Claim, Daemon};
+use crate::attach::{self, Ended, Options};
+use anyhow::Result;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+use witchcraft::profile::{Craft, Profile};
+
+/// How sessions are started; the real one is [`crate::attach`], tests use fakes.
+pub trait Attacher: Send + Sync + 'static {
+    fn attach(&self, pid: i32, opts: &Options) -> Result<Box<dyn Attached>>;
+}
+
+/// A session running inside a target.
+pub trait Attached: Send {
+    fn target_alive(&self) -> bool;
+    fn detach(self: Box<Self>, timeout: Duration) -> Result<Ended>;
+}
+
+pub struct RealAttacher;
+
+impl Attacher for RealAttacher {
+    fn attach(&self, pid: i32, opts: &Options) -> Result<Box<dyn Attached>> {
+        Ok(Box::new(attach::attach(pid, opts)?))
+    }
+}
+
+impl Attached for attach::Session {
+    fn target_alive(&self) -> bool {
+        attach::Session::target_alive(self)
+    }
+    fn detach(self: Box<Self>, timeout: Duration) -> Result<Ended> {
+        attach::Session::detach(*self, timeout)
+    }
+}
+
+/// What was asked for.
+pub struct Plan {
+    /// The process, as identified when the session was planned.
+    pub target: Proc,
+    pub opts: Options,
+    pub duration: Duration,
+    /// "schedule" or "request", recorded with the profile.
+    pub origin: &'static str,
+}
+
+/// How it went.
+pub struct Done {
+    pub outcome: Outcome,
+    pub profile: Option<Profile>,
+    /// The stored profile; None when there was none or the store refused it.
+    pub meta: Option<Meta>,
+    /// One line for the user: why there is no profile, or what else to know.
+    pub note: Option<String>,
+}
+
+/// Counts a session as in flight for as long as it lives.
+struct InFlight<'a>(&'a Daemon);
+
+impl<'a> InFlight<'a> {
+    fn new(d: &'a Daemon) -> Self {
+        d.active.send_modify(|n| *n += 1);
+        InFlight(d)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.active.send_modify(|n| *n -= 1);
+    }
+}
+
+/// Is the process that was planned still there (same pid, same start)?
+fn same_process(p: &Proc) -> bool {
+    Proc::read(p.pid).is_some_and(|now| now.start_time == p.start_time && !now.is_zombie())
+}
+
+/// Runs one session on a claimed pid. Never fails: failures are outcomes,
+/// counted and logged here once, so callers only relay them.
+pub async fn run(d: Arc<Daemon>, claim: Claim, plan: Plan) -> Done {
+    let _in_flight = InFlight::new(&d);
+    let pid = claim.pid();
+    let craft = plan.opts.craft;
+    let who = format!("pid {pid} ({})", plan.target.name());
+    let done = |outcome, profile, meta, note: Option<String>| Done { outcome, profile, meta, note };
+
+    // Wait for a slot; shutdown while waiting means the session never starts.
+    let _permit = tokio::select! {
+        p = d.slots.acquire() => p.expect("semaphore is never closed"),
+        _ = d.until_shutdown() => return done(Outcome::Failed, None, None, Some("witchd is shutting down".into())),
+    };
+    if d.shutting_down() {
+        return done(Outcome::Failed, None, None, Some("witchd is shutting down".into()));
+    }
+    if !same_process(&plan.target) {
+        return exited(&d, &plan.target, craft, "before the session started");
+    }
+
+    let a = d.attacher.clone();
+    let opts = plan.opts.clone();
+    let attached = tokio::task::spawn_blocking(move || a.attach(pid, &opts)).await;
+    let session = match attached {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            if !same_process(&plan.target) {
+                return exited(&d, &plan.target, craft, "while attaching");
+            }
+            let msg = format!("cannot attach to {who}: {e:#}");
+            d.counters.error(ErrorKind::Attach);
+            d.counters.session(Outcome::Failed);
+            return done(Outcome::Failed, None, None, Some(msg));
+        }
+        Err(e) => {
+            d.counters.error(ErrorKind::Attach);
+            d.counters.session(Outcome::Failed);
+            return done(Outcome::Failed, None, None, Some(format!("attach to {who} panicked: {e}")));
+        }
+    };
+
+    // Profile for `duration`, unless shutdown comes first or the target goes.
+    let deadline = Instant::now() + plan.duration;
+    let mut died = false;
+    loop {
+        let step = (Instant::now() + Duration::from_millis(200)).min(deadline);
+        tokio::select! {
+            _ = tokio::time::sleep_until(step) => {}
+            _ = d.until_shutdown() => break,
+        }
+        if !session.target_alive() {
+            died = true;
+            break;
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+    }
+
+    // A dead target has written its profile already, or never will.
+    let timeout = if died { d.cfg.detach_timeout.min(Duration::from_secs(2)) } else { d.cfg.detach_timeout };
+    let detached = tokio::task::spawn_blocking(move || session.detach(timeout)).await;
+    let ended = match detached {
+        Ok(Ok(e)) => e,
+        Ok(Err(e)) => {
+            if died || !same_process(&plan.target) {
+                return exited(&d, &plan.target, craft, "during the session");
+            }
+            d.counters.error(ErrorKind::Detach);
+            d.counters.session(Outcome::Failed);
+            return done(Outcome::Failed, None, None, Some(format!("cannot detach from {who}: {e:#}")));
+        }
+        Err(e) => {
+            d.counters.error(ErrorKind::Detach);
+            d.counters.session(Outcome::Failed);
+            return done(Outcome::Failed, None, None, Some(format!("detach from {who} panicked: {e}")));
+        }
+    };
+    let target_exited = ended.target_exited || died;
+
+    let Some(profile) = ended.profile else {
+        if target_exited {
+            return exited(&d, &plan.target, craft, "during the session");
+        }
+        d.counters.error(ErrorKind::Detach);
+        d.counters.session(Outcome::Failed);
+        return done(Outcome::Failed, None, None, Some(format!("{who} detached without a profile")));
+    };
+
+    let c = crate::model::counters(&profile);
+    d.counters.samples.fetch_add(c.samples, std::sync::atomic::Ordering::Relaxed);
+    d.counters.traps.fetch_add(c.traps, std::sync::atomic::Ordering::Relaxed);
+    let overhead = overhead_ns(&profile);
+    d.counters.overhead_ns.fetch_add(overhead, std::sync::atomic::Ordering::Relaxed);
+
+    // Store it (blocking file I/O), then remember it for metrics and status.
+    let meta = Meta::new(&profile, plan.target.owner(), target_exited, plan.origin);
+    let d2 = d.clone();
+    let stored = tokio::task::spawn_blocking(move || {
+        let r = d2.store.lock().unwrap().put(&profile, meta);
+        (profile, r)
+    })
+    .await;
+    let Ok((profile, stored)) = stored else {
+        d.counters.error(ErrorKind::Store);
+        d.counters.session(Outcome::Failed);
+        return done(Outcome::Failed, None, None, Some("storing the profile panicked".into()));
+    };
+    let (meta, note) = match stored {
+        Ok(m) => (Some(m), None),
+        Err(e) => {
+            d.counters.error(ErrorKind::Store);
+            say!("{who}: {e:#}");
+            (None, Some(format!("{e:#}")))
+        }
+    };
+    d.targets.lock().unwrap().record(&plan.target, craft, &profile, meta.as_ref(), overhead);
+
+    if target_exited {
+        let r = exited(&d, &plan.target, craft, "during the session; kept its last profile");
+        return Done { profile: Some(profile), meta, ..r };
+    }
+    d.counters.session(Outcome::Ok);
+    say!(
+        "{who}: {} {}: {} samples, {} traps, waste {:.1}%{}",
+        craft.name(),
+        humantime::format_duration(Duration::from_millis(profile.duration_ns / 1_000_000)),
+        c.samples,
+        c.traps,
+        profile.waste_fraction() * 100.0,
+        meta.as_ref().map_or(String::new(), |m| format!(", stored {}", m.id))
+    );
+    done(Outcome::Ok, Some(profile), meta, note)
+}
+
+/// The target went away: one counter, one log line, no error.
+fn exited(d: &Daemon, target: &Proc, craft: Craft, when: &str) -> Done {
+    let who = format!("pid {} ({})", target.pid, target.name());
+    d.counters.session(Outcome::TargetExited);
+    say!("{who} exited {when} ({})", craft.name());
+    d.targets.lock().unwrap().mark_exited(target);
+    Done { outcome: Outcome::TargetExited, profile: None, meta: None, note: Some(format!("{who} exited {when}")) }
+}

@@ -1,0 +1,445 @@
+//! The bounded on-disk profile store.
+//!
+//! One directory; each profile is `ID.json` (the same file `witch report` reads)
+//! with a small `ID.meta.json` beside it, so a restart re-indexes the store by
+//! reading the small files only. Both are written atomically (temporary file,
+//! fsync, rename), profile first: a crash leaves at worst a profile without
+//! its meta, which the next start rebuilds from the profile.
+//!
+//! Limits are enforced before a write, oldest first, so the directory never
+//! holds more than `max_bytes` (temporary file included) nor `max_profiles`.
+//! IDs are `STARTMS-PID-CRAFT`, so sorting them sorts by start time.
+
+use super::config::StoreConfig;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+use witchcraft::profile::{Craft, Profile};
+
+/// What the store knows about one profile without reading it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct Meta {
+    pub id: String,
+    pub pid: u32,
+    /// The program's path, as the profile records it.
+    pub program: String,
+    pub craft: Craft,
+    pub start_unix_ns: u64,
+    pub duration_ns: u64,
+    pub stored_unix_ns: u64,
+    /// Size of the profile file (the meta file not included).
+    pub bytes: u64,
+    pub waste_fraction: f64,
+    pub samples: u64,
+    pub traps: u64,
+    pub ended_by: String,
+    /// The target exited during the session: this is its last profile.
+    pub target_exited: bool,
+    /// uid and gid whose callers may read it (see procfs::may_access); None: root only.
+    pub owner: Option<(u32, u32)>,
+    /// "schedule" (a duty-cycle session), "request" (`witch daemon profile`) or
+    /// "reindex" (rebuilt from a profile whose meta was missing).
+    pub origin: String,
+}
+
+impl Meta {
+    /// The meta of a profile about to be stored.
+    pub fn new(p: &Profile, owner: Option<(u32, u32)>, target_exited: bool, origin: &str) -> Meta {
+        let c = crate::model::counters(p);
+        Meta {
+            id: String::new(),
+            pid: p.pid,
+            program: p.program.clone(),
+            craft: p.craft,
+            start_unix_ns: p.start_unix_ns,
+            duration_ns: p.duration_ns,
+            stored_unix_ns: 0,
+            bytes: 0,
+            waste_fraction: p.waste_fraction(),
+            samples: c.samples,
+            traps: c.traps,
+            ended_by: p.ended_by.clone(),
+            target_exited,
+            owner,
+            origin: origin.into(),
+        }
+    }
+
+    /// The executable's file name.
+    pub fn exe(&self) -> &str {
+        self.program.rsplit('/').next().unwrap_or(&self.program)
+    }
+}
+
+struct Entry {
+    meta: Meta,
+    /// Profile and meta file together, as they take room in the directory.
+    disk: u64,
+}
+
+/// Store contents and limits; the caller serializes access (a Mutex).
+pub struct Store {
+    cfg: StoreConfig,
+    index: BTreeMap<String, Entry>,
+    total: u64,
+    /// Profiles removed to respect the limits, since start.
+    pub evicted: u64,
+    /// Profiles not stored because one alone exceeds max_bytes.
+    pub rejected: u64,
+}
+
+pub fn now_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// IDs are generated here; anything else asked for is refused before it
+/// reaches the file system.
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') && !id.starts_with('-')
+}
+
+/// Write a file so a reader sees the old content or the new, never a part.
+fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
+    let r = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r
+}
+
+impl Store {
+    /// Opens (creating it, owner-only) and re-indexes the store directory:
+    /// temporary files are removed, missing metas rebuilt, limits applied.
+    /// Returns the store and one line per thing worth logging.
+    pub fn open(cfg: &StoreConfig) -> Result<(Store, Vec<String>)> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let dir = &cfg.dir;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .with_context(|| format!("cannot create store directory {}", dir.display()))?;
+        // Profiles are as private as the processes they describe.
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+        let mut log = Vec::new();
+        let mut s = Store { cfg: cfg.clone(), index: BTreeMap::new(), total: 0, evicted: 0, rejected: 0 };
+        let rd = std::fs::read_dir(dir).with_context(|| format!("cannot read store directory {}", dir.display()))?;
+        let mut names: Vec<String> = rd.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
+        names.sort();
+        for name in &names {
+            if name.starts_with('.') && name.ends_with(".tmp") {
+                let _ = std::fs::remove_file(dir.join(name));
+            } else if let Some(id) = name.strip_suffix(".meta.json") {
+                if !dir.join(format!("{id}.json")).exists() {
+                    let _ = std::fs::remove_file(dir.join(name));
+                }
+            } else if let Some(id) = name.strip_suffix(".json").filter(|id| valid_id(id)) {
+                match s.index_one(id) {
+                    Ok(Some(note)) => log.push(note),
+                    Ok(None) => {}
+                    Err(e) => {
+                        log.push(format!("store: removing unreadable {name}: {e:#}"));
+                        let _ = std::fs::remove_file(dir.join(name));
+                        let _ = std::fs::remove_file(s.meta_path(id));
+                    }
+                }
+            }
+        }
+        let before = s.evicted;
+        s.expire_at(now_ns());
+        s.make_room(0);
+        if s.evicted > before {
+            log.push(format!("store: removed {} profiles over the limits", s.evicted - before));
+        }
+        Ok((s, log))
+    }
+
+    fn profile_path(&self, id: &str) -> PathBuf {
+        self.cfg.dir.join(format!("{id}.json"))
+    }
+    fn meta_path(&self, id: &str) -> PathBuf {
+        self.cfg.dir.join(format!("{id}.meta.json"))
+    }
+
+    /// Adds one existing profile file to the index, rebuilding its meta if needed.
+    fn index_one(&mut self, id: &str) -> Result<Option<String>> {
+        let size = |p: &Path| std::fs::metadata(p).map(|m| m.len());
+        let bytes = size(&self.profile_path(id))?;
+        let meta: Option<Meta> = std::fs::read(self.meta_path(id)).ok().and_then(|b| serde_json::from_slice(&b).ok());
+        let mut note = None;
+        let meta = match meta {
+            Some(m) if m.id == id && m.bytes == bytes => m,
+            _ => {
+                let p = Profile::load(&self.profile_path(id)).map_err(|e| anyhow::anyhow!("{e}"))?;
+                // Who may read it is not in the profile: root only.
+                let mut m = Meta::new(&p, None, p.ended_by != "detach", "reindex");
+                m.id = id.into();
+                m.bytes = bytes;
+                m.stored_unix_ns = std::fs::metadata(self.profile_path(id))?
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                    .map_or_else(now_ns, |d| d.as_nanos() as u64);
+                write_atomic(&self.meta_path(id), &serde_json::to_vec(&m)?)?;
+                note = Some(format!("store: rebuilt the index entry of {id}"));
+                m
+            }
+        };
+        let disk = bytes + size(&self.meta_path(id)).unwrap_or(0);
+        self.total += disk;
+        self.index.insert(id.into(), Entry { meta, disk });
+        Ok(note)
+    }
+
+    /// Stores a profile; returns its meta (with its ID). Fails when the profile
+    /// alone is larger than the store may hold, or on I/O errors.
+    pub fn put(&mut self, p: &Profile, mut meta: Meta) -> Result<Meta> {
+        let data = serde_json::to_vec(p)?;
+        let base = format!("{}-{}-{}", p.start_unix_ns / 1_000_000, p.pid, p.craft.name());
+        let mut id = base.clone();
+        let mut k = 1;
+        while self.index.contains_key(&id) || self.profile_path(&id).exists() {
+            k += 1;
+            id = format!("{base}-{k}");
+        }
+        meta.id = id.clone();
+        meta.bytes = data.len() as u64;
+        meta.stored_unix_ns = now_ns();
+        let meta_data = serde_json::to_vec(&meta)?;
+        let need = (data.len() + meta_data.len()) as u64;
+        if need > self.cfg.max_bytes {
+            self.rejected += 1;
+            bail!(
+                "profile of pid {} ({} bytes) is larger than the store's max_bytes ({}): not stored",
+                p.pid,
+                need,
+                self.cfg.max_bytes
+            );
+        }
+        self.expire_at(meta.stored_unix_ns);
+        self.make_room(need);
+        let write = || -> std::io::Result<()> {
+            write_atomic(&self.profile_path(&id), &data)?;
+            write_atomic(&self.meta_path(&id), &meta_data)
+        };
+        if let Err(e) = write() {
+            let _ = std::fs::remove_file(self.profile_path(&id));
+            bail!("cannot write profile to store {}: {e}", self.cfg.dir.display());
+        }
+        self.total += need;
+        self.index.insert(id, Entry { meta: meta.clone(), disk: need });
+        Ok(meta)
+    }
+
+    /// Evicts oldest-first until `need` more bytes and one more profile fit.
+    fn make_room(&mut self, need: u64) {
+        let extra = usize::from(need > 0);
+        while !self.index.is_empty()
+            && (self.total + need > self.cfg.max_bytes || self.index.len() + extra > self.cfg.max_profiles)
+        {
+            let id = self.index.keys().next().cloned().expect("not empty");
+            self.remove(&id);
+            self.evicted += 1;
+        }
+    }
+
+    /// Removes profiles stored longer ago than max_age.
+    pub fn expire_at(&mut self, now_ns: u64) {
+        let max = self.cfg.max_age.as_nanos() as u64;
+        let old: Vec<String> = self
+            .index
+            .values()
+            .filter(|e| now_ns.saturating_sub(e.meta.stored_unix_ns) > max)
+            .map(|e| e.meta.id.clone())
+            .collect();
+        for id in old {
+            self.remove(&id);
+            self.evicted += 1;
+        }
+    }
+
+    fn remove(&mut self, id: &str) {
+        if let Some(e) = self.index.remove(id) {
+            self.total -= e.disk;
+            // Meta first: a profile without meta is rebuilt at start, not lost track of.
+            let _ = std::fs::remove_file(self.meta_path(id));
+            let _ = std::fs::remove_file(self.profile_path(id));
+        }
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Meta> {
+        self.index.get(id).map(|e| &e.meta)
+    }
+
+    /// The profile file's bytes.
+    pub fn read(&self, id: &str) -> Result<Vec<u8>> {
+        if !valid_id(id) || !self.index.contains_key(id) {
+            bail!("no stored profile {id:?}");
+        }
+        std::fs::read(self.profile_path(id)).with_context(|| format!("cannot read stored profile {id}"))
+    }
+
+    /// Every stored profile, oldest first.
+    pub fn list(&self) -> impl Iterator<Item = &Meta> {
+        self.index.values().map(|e| &e.meta)
+    }
+
+    /// The newest profile matching all the given filters.
+    pub fn latest(&self, pid: Option<u32>, craft: Option<Craft>, exe: Option<&str>) -> Option<&Meta> {
+        self.list()
+            .filter(|m| pid.is_none_or(|p| m.pid == p) && craft.is_none_or(|c| m.craft == c) && exe.is_none_or(|e| m.exe() == e))
+            .max_by_key(|m| (m.start_unix_ns, m.stored_unix_ns))
+    }
+
+    /// Bytes on disk, profiles.
+    pub fn usage(&self) -> (u64, usize) {
+        (self.total, self.index.len())
+    }
+
+    pub fn limits(&self) -> &StoreConfig {
+        &self.cfg
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use witchcraft::profile::{Counters, Pair, Sampler, Thread};
+
+    pub fn profile(pid: u32, start_ms: u64, pad: usize) -> Profile {
+        Profile {
+            schema: witchcraft::profile::SCHEMA,
+            witch_version: "test".into(),
+            craft: Craft::Dead,
+            program: "/bin/prog".into(),
+            args: vec!["x".repeat(pad)],
+            pid,
+            ppid: 1,
+            start_unix_ns: start_ms * 1_000_000,
+            duration_ns: 1_000_000_000,
+            sampler: Sampler { kind: "software".into(), event: "task-clock".into(), period: 1, unit: "ns".into() },
+            replacement: "reservoir".into(),
+            debug_registers: 4,
+            fp_precision: 0.01,
+            kernel: "test".into(),
+            ended_by: "detach".into(),
+            notes: vec![],
+            counters: Counters { samples: 10, traps: 7, ..Default::default() },
+            modules: vec![],
+            threads: vec![Thread {
+                tid: pid,
+                nodes: vec![witchcraft::profile::Node { parent: 0, pc: 0, samples: 0 }],
+                pairs: vec![Pair { waste: 3.0, r#use: 1.0, ..Default::default() }],
+                counters: Counters::default(),
+            }],
+        }
+    }
+
+    fn cfg(dir: &Path, max_bytes: u64, max_profiles: usize) -> StoreConfig {
+        StoreConfig { dir: dir.into(), max_bytes, max_profiles, max_age: Duration::from_secs(3600) }
+    }
+
+    fn tmpdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("witchd-store-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    fn dir_bytes(d: &Path) -> u64 {
+        std::fs::read_dir(d).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum()
+    }
+
+    #[test]
+    fn put_get_and_reopen() {
+        let d = tmpdir("reopen");
+        let (mut s, log) = Store::open(&cfg(&d, 1 << 20, 10)).unwrap();
+        assert!(log.is_empty());
+        let p = profile(7, 1000, 0);
+        let m = s.put(&p, Meta::new(&p, Some((5, 6)), false, "schedule")).unwrap();
+        assert_eq!(m.id, "1000-7-dead");
+        assert_eq!(m.waste_fraction, 0.75);
+        assert_eq!((m.samples, m.traps), (10, 7));
+        let m2 = s.put(&p, Meta::new(&p, None, true, "request")).unwrap();
+        assert_eq!(m2.id, "1000-7-dead-2");
+        let back = Profile::from_bytes(&s.read(&m.id).unwrap()).unwrap();
+        assert_eq!(back, p);
+        assert!(s.read("../etc/passwd").is_err());
+        assert_eq!(s.latest(Some(7), Some(Craft::Dead), Some("prog")).unwrap().id, m2.id);
+        assert!(s.latest(Some(8), None, None).is_none());
+        let (bytes, n) = s.usage();
+        assert_eq!((bytes, n), (dir_bytes(&d), 2));
+
+        // A crash between the two writes, and a stray temporary file.
+        std::fs::remove_file(d.join(format!("{}.meta.json", m2.id))).unwrap();
+        std::fs::write(d.join(".junk.json.tmp"), b"x").unwrap();
+        drop(s);
+        let (s, log) = Store::open(&cfg(&d, 1 << 20, 10)).unwrap();
+        assert_eq!(log.len(), 1, "{log:?}");
+        assert_eq!(s.usage().1, 2);
+        assert_eq!(s.get(&m.id).unwrap(), &m);
+        let rebuilt = s.get(&m2.id).unwrap();
+        assert_eq!((rebuilt.owner, rebuilt.origin.as_str()), (None, "reindex"));
+        assert!(!d.join(".junk.json.tmp").exists());
+        assert_eq!(s.usage().0, dir_bytes(&d));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn limits_hold() {
+        let d = tmpdir("limits");
+        let one = {
+            let p = profile(1, 1, 2000);
+            serde_json::to_vec(&p).unwrap().len() as u64 + 600
+        };
+        let max = one * 3;
+        let (mut s, _) = Store::open(&cfg(&d, max, 100)).unwrap();
+        for i in 0..10 {
+            let p = profile(i, 1000 + i as u64, 2000);
+            s.put(&p, Meta::new(&p, None, false, "schedule")).unwrap();
+            assert!(dir_bytes(&d) <= max, "{} > {max}", dir_bytes(&d));
+            assert_eq!(s.usage().0, dir_bytes(&d));
+        }
+        assert!(s.evicted >= 7);
+        // Oldest went first.
+        assert!(s.list().all(|m| m.pid >= 7));
+        // Too large alone: refused, nothing else lost.
+        let big = profile(99, 5000, (max * 2) as usize);
+        let n = s.usage().1;
+        assert!(s.put(&big, Meta::new(&big, None, false, "schedule")).is_err());
+        assert_eq!((s.usage().1, s.rejected), (n, 1));
+
+        // Count limit, and a restart with tighter limits.
+        drop(s);
+        let (mut s, log) = Store::open(&cfg(&d, max, 1)).unwrap();
+        assert_eq!(s.usage().1, 1);
+        assert_eq!(log.len(), 1, "{log:?}");
+        let p = profile(50, 9000, 10);
+        s.put(&p, Meta::new(&p, None, false, "schedule")).unwrap();
+        assert_eq!(s.list().map(|m| m.pid).collect::<Vec<_>>(), vec![50]);
+
+        // Age.
+        s.expire_at(now_ns() + 2 * 3600 * 1_000_000_000);
+        assert_eq!(s.usage(), (0, 0));
+        assert_eq!(dir_bytes(&d), 0);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn ids() {
+        assert!(valid_id("1700000000000-42-silent-store-2"));
+        for bad in ["", "../x", "a.json", "-x", "a/b", &"9".repeat(65)] {
+            assert!(!valid_id(bad), "{bad}");
+        }
+    }
+}
