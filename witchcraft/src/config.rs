@@ -43,7 +43,19 @@ pub struct Config {
 
 impl Config {
     pub fn from_env() -> Result<Option<Config>, String> {
-        let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// The same settings from `KEY=VALUE` lines (how `witch --pid` hands
+    /// them to an agent loaded into a running process, whose environment
+    /// is fixed).
+    pub fn from_lines(text: &str) -> Result<Option<Config>, String> {
+        let map: std::collections::HashMap<&str, &str> = text.lines().filter_map(|l| l.split_once('=')).collect();
+        Self::from_lookup(|k| map.get(k).map(|v| v.to_string()))
+    }
+
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<Config>, String> {
+        let get = |k: &str| lookup(k).filter(|v| !v.is_empty());
         let Some(craft) = get("WITCH_CRAFT") else { return Ok(None) };
         let craft = Craft::parse(&craft).ok_or(format!("unknown craft {craft:?}"))?;
         let num = |k: &str| -> Result<Option<u64>, String> {

@@ -87,6 +87,8 @@ pub struct ThreadState {
     frames: Box<[u64; MAX_FRAMES]>,
     pub stack: (u64, u64),
     pub alt_stack: (u64, u64),
+    /// The thread's alternate stack before ours (restored on detach).
+    pub prev_alt_stack: libc::stack_t,
     pub fs_base: u64,
     pub gs_base: u64,
     /// The program context the last handler returned to (rip + registers).
@@ -147,6 +149,7 @@ impl ThreadState {
             frames: Box::new([0; MAX_FRAMES]),
             stack: (0, 0),
             alt_stack: (0, 0),
+            prev_alt_stack: libc::stack_t { ss_sp: std::ptr::null_mut(), ss_flags: libc::SS_DISABLE, ss_size: 0 },
             fs_base: 0,
             gs_base: 0,
             resumed: Regs::default(),
@@ -163,39 +166,85 @@ impl ThreadState {
     /// Set up this thread: alternate signal stack, debug registers, sampler.
     /// Runs on the thread itself, outside any signal handler.
     pub fn start(&mut self, engine: &Engine) -> Result<(), String> {
-        self.tid = perf::gettid();
-        self.stack = thread_stack();
-        const ARCH_GET_FS: i32 = 0x1003;
-        const ARCH_GET_GS: i32 = 0x1004;
-        self.fs_base = arch_prctl_get(ARCH_GET_FS);
-        self.gs_base = arch_prctl_get(ARCH_GET_GS);
+        self.map_alt_stack()?;
+        self.adopt_here(thread_stack());
+        self.open_events(engine, 0)?;
+        self.go();
+        Ok(())
+    }
+
+    /// Reserve the alternate signal stack; [`ThreadState::adopt_here`] installs it.
+    pub fn map_alt_stack(&mut self) -> Result<(), String> {
         // Handlers run here so their frames never land on a watched stack address (Witch Fig. 4.3).
-        unsafe {
-            let p = libc::mmap(
+        let p = unsafe {
+            libc::mmap(
                 std::ptr::null_mut(),
                 ALT_STACK,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                 -1,
                 0,
-            );
-            if p == libc::MAP_FAILED {
-                return Err("cannot map an alternate signal stack".into());
-            }
-            let ss = libc::stack_t { ss_sp: p, ss_flags: 0, ss_size: ALT_STACK };
-            libc::sigaltstack(&ss, std::ptr::null_mut());
-            self.alt_stack = (p as u64, p as u64 + ALT_STACK as u64);
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err("cannot map an alternate signal stack".into());
         }
+        self.alt_stack = (p as u64, p as u64 + ALT_STACK as u64);
+        Ok(())
+    }
+
+    /// The per-thread part of set-up, on the thread itself: its id, stack
+    /// bounds, segment bases and alternate signal stack (the previous one is
+    /// kept for [`ThreadState::leave_here`]). Only system calls, so an
+    /// attached agent can run it in a signal handler.
+    pub fn adopt_here(&mut self, stack: (u64, u64)) {
+        self.tid = perf::gettid();
+        self.stack = stack;
+        const ARCH_GET_FS: i32 = 0x1003;
+        const ARCH_GET_GS: i32 = 0x1004;
+        self.fs_base = arch_prctl_get(ARCH_GET_FS);
+        self.gs_base = arch_prctl_get(ARCH_GET_GS);
+        let ss = libc::stack_t {
+            ss_sp: self.alt_stack.0 as *mut libc::c_void,
+            ss_flags: 0,
+            ss_size: (self.alt_stack.1 - self.alt_stack.0) as usize,
+        };
+        unsafe { libc::sigaltstack(&ss, &mut self.prev_alt_stack) };
+    }
+
+    /// Undo [`ThreadState::adopt_here`] on the thread (attached agent's detach).
+    pub fn leave_here(&mut self) {
+        let mut prev = self.prev_alt_stack;
+        if prev.ss_sp.is_null() {
+            prev.ss_flags = libc::SS_DISABLE;
+        }
+        unsafe { libc::sigaltstack(&prev, std::ptr::null_mut()) };
+    }
+
+    /// Unmap the alternate stack once no thread can be running on it.
+    pub fn release_alt_stack(&mut self) {
+        if self.alt_stack.0 != 0 {
+            unsafe { libc::munmap(self.alt_stack.0 as *mut libc::c_void, (self.alt_stack.1 - self.alt_stack.0) as usize) };
+            self.alt_stack = (0, 0);
+        }
+    }
+
+    /// Open the debug-register slots and the sampler (disabled) for thread
+    /// `tid` of this process (0: the calling thread), with the sampler's
+    /// signal routed to that thread.
+    pub fn open_events(&mut self, engine: &Engine, tid: i32) -> Result<(), String> {
+        let target = if tid == 0 { perf::gettid() } else { tid };
+        self.tid = target;
         let ty = engine.craft.watch();
         let want = engine.config.debug_registers.min(MAX_SLOTS);
         let park = self.parking_addr();
         self.nslots = 0;
         for i in 0..want {
             let mut a = perf::breakpoint_attr(park, 8, ty, true, engine.sigtrap, perf::SIG_MAGIC | i as u64);
-            match perf::open_on_self(&mut a) {
+            match perf::open_on(&mut a, tid) {
                 Ok(fd) => {
                     if !engine.sigtrap {
-                        perf::route_signal_to_thread(fd, perf::fallback_signal(), self.tid);
+                        perf::route_signal_to_thread(fd, perf::fallback_signal(), target);
                     }
                     self.slots[i] = Slot { fd, ..Default::default() };
                     self.nslots += 1;
@@ -216,23 +265,27 @@ impl ThreadState {
             SamplerKind::Software { config } => {
                 let mut a = perf::task_clock_attr(engine.period, false, 0);
                 a.config = *config;
-                perf::open_on_self(&mut a)
+                perf::open_on(&mut a, tid)
                     .map_err(|e| format!("cannot open the software sampler: {}", std::io::Error::from_raw_os_error(e)))?
             }
             SamplerKind::Pmu(ev) => {
-                let s = pmu::PmuSampler::open(ev, engine.period, false, 0)?;
+                let s = pmu::PmuSampler::open_on(ev, engine.period, false, 0, tid)?;
                 let fd = s.fd();
                 self.pmu = Some(s);
                 fd
             }
         };
         self.sampler_fd = fd;
-        if !perf::route_signal_to_thread(fd, perf::fallback_signal(), self.tid) {
+        if !perf::route_signal_to_thread(fd, perf::fallback_signal(), target) {
             return Err("cannot route sampler signals to the thread (fcntl F_SETSIG)".into());
         }
+        Ok(())
+    }
+
+    /// Start sampling (async-signal-safe).
+    pub fn go(&mut self) {
         self.active.store(true, Ordering::Release);
         perf::enable(self.sampler_fd);
-        Ok(())
     }
 
     /// Stop sampling and release the kernel resources (thread exit, exec, detach).

@@ -80,8 +80,15 @@ pub fn task_clock_attr(period_ns: u64, sigtrap: bool, sig_data: u64) -> perf_eve
 
 /// Open an event on the calling thread. Returns the fd or -errno.
 pub fn open_on_self(attr: &mut perf_event_attr) -> Result<i32, i32> {
+    open_on(attr, 0)
+}
+
+/// Open an event on thread `tid` (0: the calling thread). A thread of our
+/// own process passes the kernel's ptrace check, `sigtrap` included, so an
+/// attached agent can open the events of threads it did not start.
+pub fn open_on(attr: &mut perf_event_attr, tid: i32) -> Result<i32, i32> {
     let fd = unsafe {
-        sys::perf_event_open(attr, 0, -1, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as libc::c_ulong)
+        sys::perf_event_open(attr, tid, -1, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as libc::c_ulong)
     };
     if fd < 0 {
         Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL))

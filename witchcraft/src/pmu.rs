@@ -618,8 +618,13 @@ fn open_error(ev: &PmuEvent, err: std::io::Error) -> String {
 impl PmuSampler {
     /// Open `ev` on the calling thread and map a 1+[`RING_DATA_PAGES`] page ring.
     pub fn open(ev: &PmuEvent, period: u64, sigtrap: bool, sig_data: u64) -> Result<PmuSampler, String> {
+        Self::open_on(ev, period, sigtrap, sig_data, 0)
+    }
+
+    /// Like [`PmuSampler::open`], on thread `tid` of this process (0: the caller).
+    pub fn open_on(ev: &PmuEvent, period: u64, sigtrap: bool, sig_data: u64, tid: i32) -> Result<PmuSampler, String> {
         let mut a = attr(ev, period, sigtrap, sig_data);
-        let fd = unsafe { sys::perf_event_open(&mut a, 0, -1, -1, b::PERF_FLAG_FD_CLOEXEC as libc::c_ulong) };
+        let fd = unsafe { sys::perf_event_open(&mut a, tid, -1, -1, b::PERF_FLAG_FD_CLOEXEC as libc::c_ulong) };
         if fd < 0 {
             return Err(open_error(ev, std::io::Error::last_os_error()));
         }

@@ -101,7 +101,7 @@ fn check_dynamic(prog: &Path) -> Result<()> {
 }
 
 /// What `-e` chose, as (WITCH_SAMPLER, WITCH_EVENT).
-fn sampler_env(craft: Craft, event: Option<&str>) -> Result<(&'static str, Option<String>)> {
+pub(crate) fn sampler_env(craft: Craft, event: Option<&str>) -> Result<(&'static str, Option<String>)> {
     let kind = if craft == Craft::SilentLoad { pmu::AccessKind::Load } else { pmu::AccessKind::Store };
     match event {
         None => Ok(("auto", None)),
@@ -153,6 +153,9 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     if a.event.as_deref() == Some("list") {
         list_events(craft);
         return Ok(0);
+    }
+    if let Some(pid) = a.pid {
+        return run_attached(craft, a, pid);
     }
     let Some(program) = a.command.first() else {
         bail!("no program given; for example: witch {} ./app", craft.name());
@@ -308,6 +311,56 @@ fn run_exact(craft: Craft, a: &RunArgs, prog: &Path, program: &OsString) -> Resu
         eprintln!("witch: {} instructions single-stepped; profile written to {}", run.instructions, out.display());
     }
     Ok(pass_through(run.code, run.signal))
+}
+
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn interrupted(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+/// `--pid`: attach to a running process, profile it for `--duration` or
+/// until Ctrl-C, detach, and report. The process goes on unchanged.
+fn run_attached(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
+    let opts = crate::attach::Options {
+        craft,
+        period: a.period,
+        event: a.event.clone(),
+        debug_registers: a.debug_registers,
+        replacement: a.replacement.name().to_string(),
+        fp_precision: a.fp_precision,
+    };
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        unsafe { libc::signal(sig, interrupted as *const () as libc::sighandler_t) };
+    }
+    let session = crate::attach::attach(pid, &opts)?;
+    let pid = session.pid;
+    let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|s| s.trim().to_string()).unwrap_or_else(|_| "process".into());
+    if !a.quiet {
+        match a.duration {
+            Some(d) => eprintln!("witch: attached to pid {pid} ({name}); profiling for {d:.1?}"),
+            None => eprintln!("witch: attached to pid {pid} ({name}); profiling until Ctrl-C"),
+        }
+    }
+    let start = std::time::Instant::now();
+    while !INTERRUPTED.load(Ordering::Relaxed) && a.duration.is_none_or(|d| start.elapsed() < d) && session.target_alive() {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let ended = session.detach(std::time::Duration::from_secs(30))?;
+    if ended.target_exited && !a.quiet {
+        eprintln!("witch: pid {pid} exited during the session");
+    }
+    let Some(profile) = ended.profile else {
+        bail!("pid {pid} left no profile (it was killed, or exec'd a new program, during the session)");
+    };
+    let out = a.output.clone().unwrap_or_else(|| default_output(craft, Path::new(&name), pid as u32));
+    profile.save(&out).with_context(|| format!("cannot write {}", out.display()))?;
+    if !a.quiet {
+        // The target's output isn't ours here, so the report goes to stdout.
+        crate::print(&crate::report::render_report(&profile, a.top, a.format)?)?;
+        eprintln!("witch: detached; profile written to {}", out.display());
+    }
+    Ok(0)
 }
 
 fn rand_suffix() -> u64 {

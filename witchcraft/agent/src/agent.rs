@@ -22,34 +22,71 @@ use witchcraft::profile::{self, Profile};
 use crate::signal;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
-pub static ENGINE: OnceLock<Engine> = OnceLock::new();
+/// The running engine: set once by a preloaded agent, or per session by an
+/// attached one (see `attach.rs`), which frees it after detaching.
+static ENGINE: AtomicPtr<Engine> = AtomicPtr::new(std::ptr::null_mut());
 /// Set while the process's profile is being written: handlers do nothing.
 pub static STOPPING: AtomicBool = AtomicBool::new(false);
-static FINISHED: AtomicBool = AtomicBool::new(false);
+pub(crate) static FINISHED: AtomicBool = AtomicBool::new(false);
 /// The pid the engine state belongs to; differs in a vfork/posix_spawn child
 /// that shares our memory, which must then leave the state alone.
-static OWNER_PID: AtomicU32 = AtomicU32::new(0);
-static START_NS: AtomicU64 = AtomicU64::new(0);
-static NOTES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+pub(crate) static OWNER_PID: AtomicU32 = AtomicU32::new(0);
+pub(crate) static START_NS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static NOTES: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
-const MAX_THREADS: usize = 8192;
-static THREADS: [AtomicPtr<ThreadState>; MAX_THREADS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_THREADS];
-static NTHREADS: AtomicUsize = AtomicUsize::new(0);
-static THREADS_FAILED: AtomicU64 = AtomicU64::new(0);
+pub(crate) const MAX_THREADS: usize = 8192;
+pub(crate) static THREADS: [AtomicPtr<ThreadState>; MAX_THREADS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_THREADS];
+pub(crate) static NTHREADS: AtomicUsize = AtomicUsize::new(0);
+pub(crate) static THREADS_FAILED: AtomicU64 = AtomicU64::new(0);
+/// Set while an attached agent (no preload, no TLS) runs a session.
+pub static ATTACHED: AtomicBool = AtomicBool::new(false);
 static mut KEY: libc::pthread_key_t = 0;
 
 thread_local! {
     static STATE: Cell<*mut ThreadState> = const { Cell::new(std::ptr::null_mut()) };
 }
 
-/// This thread's engine state (async-signal-safe: a plain TLS read).
+/// This thread's engine state (async-signal-safe: a plain TLS read, or,
+/// in an attached agent, a scan of the thread table: the TLS block of a
+/// `dlopen`ed library is allocated lazily, with malloc, on first touch).
 pub fn current_thread() -> *mut ThreadState {
+    if ATTACHED.load(Ordering::Acquire) {
+        return crate::attach::lookup(perf::gettid());
+    }
     STATE.with(|s| s.get())
 }
 
-fn note(s: String) {
+pub fn engine() -> Option<&'static Engine> {
+    let p = ENGINE.load(Ordering::Acquire);
+    if p.is_null() {
+        None
+    } else {
+        Some(unsafe { &*p })
+    }
+}
+
+/// Publish the engine; false if one is already running.
+pub(crate) fn set_engine(e: Engine) -> bool {
+    let b = Box::into_raw(Box::new(e));
+    if ENGINE.compare_exchange(std::ptr::null_mut(), b, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        drop(unsafe { Box::from_raw(b) });
+        return false;
+    }
+    true
+}
+
+/// Withdraw the engine (attached agent, after detach). Frees it only when
+/// no handler can still be reading it.
+pub(crate) fn clear_engine(free: bool) {
+    let p = ENGINE.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    if free && !p.is_null() {
+        drop(unsafe { Box::from_raw(p) });
+    }
+}
+
+pub(crate) fn note(s: String) {
     if let Ok(mut n) = NOTES.lock() {
         if !n.contains(&s) {
             n.push(s);
@@ -57,7 +94,7 @@ fn note(s: String) {
     }
 }
 
-fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
 }
 
@@ -74,6 +111,23 @@ extern "C" fn init() {
             return;
         }
     };
+    let engine = make_engine(cfg, signal::install);
+    if !set_engine(engine) {
+        return;
+    }
+    OWNER_PID.store(std::process::id(), Ordering::Relaxed);
+    START_NS.store(now_ns(), Ordering::Relaxed);
+    unsafe {
+        libc::pthread_key_create(std::ptr::addr_of_mut!(KEY), Some(thread_end));
+        libc::pthread_atfork(None, None, Some(after_fork_child));
+        libc::atexit(at_exit);
+    }
+    start_thread();
+}
+
+/// Choose the sampler, probe the kernel, install the handlers (`install`)
+/// and calibrate: everything before the first thread starts.
+pub(crate) fn make_engine(cfg: Config, install: fn(bool)) -> Engine {
     let own = own_code_range();
     modules::set_own_address(own.0);
     modules::refresh();
@@ -87,25 +141,15 @@ extern "C" fn init() {
         note("PERF_EVENT_IOC_MODIFY_ATTRIBUTES unavailable: watchpoints re-armed by close+reopen".into());
     }
     let craft = witchcraft::craft::for_kind(cfg.craft, cfg.fp_precision);
-    signal::install(sigtrap);
+    install(sigtrap);
     let (trap_cost_ns, signal_cost_ns) = signal::calibrate(sigtrap);
     note(format!("measured round trips: watchpoint trap {:.1} µs, signal {:.1} µs", trap_cost_ns as f64 / 1e3, signal_cost_ns as f64 / 1e3));
     let engine = Engine { config: cfg, craft, sampler, period, sigtrap, modify, own_code: own, trap_cost_ns, signal_cost_ns };
-    if ENGINE.set(engine).is_err() {
-        return;
-    }
-    OWNER_PID.store(std::process::id(), Ordering::Relaxed);
-    START_NS.store(now_ns(), Ordering::Relaxed);
-    unsafe {
-        libc::pthread_key_create(std::ptr::addr_of_mut!(KEY), Some(thread_end));
-        libc::pthread_atfork(None, None, Some(after_fork_child));
-        libc::atexit(at_exit);
-    }
-    start_thread();
+    engine
 }
 
 /// The agent's executable mapping, from /proc/self/maps.
-fn own_code_range() -> (u64, u64) {
+pub(crate) fn own_code_range() -> (u64, u64) {
     let here = init as *const () as u64;
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
     for line in maps.lines() {
@@ -120,7 +164,7 @@ fn own_code_range() -> (u64, u64) {
     (0, 0)
 }
 
-fn choose_sampler(cfg: &Config) -> (SamplerKind, u64) {
+pub(crate) fn choose_sampler(cfg: &Config) -> (SamplerKind, u64) {
     use pmu::AccessKind;
     let kind = if cfg.craft == profile::Craft::SilentLoad { AccessKind::Load } else { AccessKind::Store };
     let sysfs = std::path::Path::new("/sys/bus/event_source/devices");
@@ -159,7 +203,7 @@ fn choose_sampler(cfg: &Config) -> (SamplerKind, u64) {
 
 /// Set up the calling thread. Not for signal handlers.
 pub fn start_thread() {
-    let Some(engine) = ENGINE.get() else { return };
+    let Some(engine) = engine() else { return };
     if !current_thread().is_null() {
         return;
     }
@@ -198,13 +242,13 @@ extern "C" fn thread_end(p: *mut libc::c_void) {
     }
 }
 
-fn threads() -> impl Iterator<Item = *mut ThreadState> {
+pub(crate) fn threads() -> impl Iterator<Item = *mut ThreadState> {
     let n = NTHREADS.load(Ordering::Acquire).min(MAX_THREADS);
     (0..n).map(|i| THREADS[i].load(Ordering::Acquire)).filter(|p| !p.is_null())
 }
 
 extern "C" fn after_fork_child() {
-    let Some(engine) = ENGINE.get() else { return };
+    let Some(engine) = engine() else { return };
     // Only the forking thread exists here. Drop the others' (parent's) events.
     let me = current_thread();
     for ts in threads() {
@@ -235,7 +279,7 @@ extern "C" fn after_fork_child() {
     }
 }
 
-extern "C" fn at_exit() {
+pub(crate) extern "C" fn at_exit() {
     finish("exit");
 }
 
@@ -245,7 +289,7 @@ fn owner() -> bool {
 
 /// Stop every thread's events and write this process's profile, once.
 pub fn finish(ended_by: &str) {
-    if ENGINE.get().is_none() || !owner() || FINISHED.swap(true, Ordering::AcqRel) {
+    if engine().is_none() || !owner() || FINISHED.swap(true, Ordering::AcqRel) {
         return;
     }
     STOPPING.store(true, Ordering::Release);
@@ -283,8 +327,8 @@ fn resume() {
     }
 }
 
-fn write_profile(ended_by: &str) -> std::io::Result<()> {
-    let engine = ENGINE.get().expect("engine");
+pub(crate) fn write_profile(ended_by: &str) -> std::io::Result<()> {
+    let engine = engine().ok_or_else(|| std::io::Error::other("no engine"))?;
     if modules::STALE.swap(false, Ordering::AcqRel) {
         modules::refresh(); // code was seen outside the known modules
     }
@@ -378,7 +422,7 @@ pub unsafe extern "C" fn pthread_create(
         REAL.store(f, Ordering::Relaxed);
     }
     let real: PthreadCreate = std::mem::transmute(f);
-    if ENGINE.get().is_none() {
+    if engine().is_none() {
         return real(thread, attr, start, arg);
     }
     let t = Box::into_raw(Box::new(Tramp { start, arg }));
@@ -392,7 +436,7 @@ pub unsafe extern "C" fn pthread_create(
 /// Before the image is replaced, write what it gathered. If exec fails the
 /// process goes on and so does profiling.
 unsafe fn around_exec(call: impl FnOnce() -> libc::c_int) -> libc::c_int {
-    let ours = ENGINE.get().is_some() && owner();
+    let ours = engine().is_some() && owner();
     if ours {
         finish("exec");
     }

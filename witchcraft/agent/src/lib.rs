@@ -4,4 +4,5 @@
 //! `execve`, ...) never end up in the `witch` binary or in tests.
 
 mod agent;
+mod attach;
 mod signal;

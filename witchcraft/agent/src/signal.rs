@@ -7,7 +7,7 @@
 //! interposing `sigaction` and `signal` for the signals we own. Fatal
 //! signals with default action write the profile first, then kill as usual.
 
-use crate::agent::{self, ENGINE, STOPPING};
+use crate::agent::{self, STOPPING};
 use witchcraft::engine::thread_cpu_ns;
 use witchcraft::perf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,21 +40,15 @@ fn handler_action(h: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc:
     sa
 }
 
+/// The attached agent's control signal: "set yourself up" or "leave",
+/// sent by its control thread with tgkill. Above the sampler's signal, so
+/// a thread handles any pending sample (and SIGTRAP) before it.
+pub fn control_signal() -> i32 {
+    libc::SIGRTMIN() + 8
+}
+
 pub fn install(sigtrap: bool) {
-    let _ = sigtrap; // both signals are used either way: RT for the sampler
-    let sigs = [libc::SIGTRAP, perf::fallback_signal()];
-    for &sig in &sigs {
-        let mut sa = handler_action(on_signal);
-        // Never nest: a sample must not interrupt a trap handler or vice versa.
-        unsafe {
-            libc::sigaddset(&mut sa.sa_mask, libc::SIGTRAP);
-            libc::sigaddset(&mut sa.sa_mask, perf::fallback_signal());
-        }
-        unsafe {
-            real_sigaction()(sig, &sa, std::ptr::addr_of_mut!(PROGRAM[sig as usize]));
-        }
-        OWNED[sig as usize].store(true, Ordering::Release);
-    }
+    install_owned(sigtrap);
     for sig in FATAL {
         let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
         unsafe { real_sigaction()(sig, std::ptr::null(), &mut old) };
@@ -65,6 +59,72 @@ pub fn install(sigtrap: bool) {
             FATAL_OURS[sig as usize].store(true, Ordering::Release);
         }
     }
+}
+
+/// Take SIGTRAP and the sampler's signal, remembering the program's handlers.
+fn install_owned(sigtrap: bool) {
+    let _ = sigtrap; // both signals are used either way: RT for the sampler
+    let sigs = [libc::SIGTRAP, perf::fallback_signal()];
+    for &sig in &sigs {
+        let mut sa = handler_action(on_signal);
+        // Never nest: a sample must not interrupt a trap handler or vice
+        // versa, and a thread must not leave its alternate stack while on it.
+        unsafe {
+            libc::sigaddset(&mut sa.sa_mask, libc::SIGTRAP);
+            libc::sigaddset(&mut sa.sa_mask, perf::fallback_signal());
+            libc::sigaddset(&mut sa.sa_mask, control_signal());
+        }
+        unsafe {
+            real_sigaction()(sig, &sa, std::ptr::addr_of_mut!(PROGRAM[sig as usize]));
+        }
+        OWNED[sig as usize].store(true, Ordering::Release);
+    }
+}
+
+/// An attached agent's handlers: ours for SIGTRAP and the sampler, and the
+/// control signal, which runs on the thread's own stack (it installs and
+/// removes the alternate one). No fatal-signal hooks: the program's
+/// `sigaction` calls are not interposed, so they could not stay invisible.
+pub fn install_attached(sigtrap: bool) {
+    install_owned(sigtrap);
+    let sig = control_signal();
+    let mut sa = handler_action(on_control);
+    sa.sa_flags &= !libc::SA_ONSTACK;
+    unsafe {
+        libc::sigaddset(&mut sa.sa_mask, libc::SIGTRAP);
+        libc::sigaddset(&mut sa.sa_mask, perf::fallback_signal());
+        real_sigaction()(sig, &sa, std::ptr::addr_of_mut!(PROGRAM[sig as usize]));
+    }
+    OWNED[sig as usize].store(true, Ordering::Release);
+}
+
+/// Give the program back its handlers (attached agent, after detach),
+/// unless it replaced ours meanwhile, in which case its choice stands.
+pub fn restore_attached(keep_control: bool) {
+    for sig in [libc::SIGTRAP, perf::fallback_signal(), control_signal()] {
+        if keep_control && sig == control_signal() {
+            continue;
+        }
+        let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
+        unsafe { real_sigaction()(sig, std::ptr::null(), &mut cur) };
+        let ours = cur.sa_sigaction == on_signal as *const () as usize || cur.sa_sigaction == on_control as *const () as usize;
+        if ours {
+            unsafe { real_sigaction()(sig, std::ptr::addr_of!(PROGRAM[sig as usize]), std::ptr::null_mut()) };
+        }
+        OWNED[sig as usize].store(false, Ordering::Release);
+    }
+}
+
+extern "C" fn on_control(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    let errno = unsafe { *libc::__errno_location() };
+    // Ours only if sent by this process with tgkill.
+    let ours = unsafe { (*info).si_code == libc::SI_TKILL && (*info).si_pid() == libc::getpid() };
+    if ours {
+        crate::attach::on_control(uc as *mut libc::ucontext_t);
+    } else {
+        chain(sig, info, uc);
+    }
+    unsafe { *libc::__errno_location() = errno };
 }
 
 extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
@@ -80,7 +140,7 @@ fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -> 
     if CALIBRATING.load(Ordering::Acquire) {
         return calibration_signal(sig, info);
     }
-    let Some(engine) = ENGINE.get() else { return false };
+    let Some(engine) = agent::engine() else { return false };
     let raw = info as *const u8;
     let ts = agent::current_thread();
     let (which, flags) = if sig == libc::SIGTRAP {

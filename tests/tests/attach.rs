@@ -1,0 +1,264 @@
+//! `witch CRAFT --pid PID`: attach to a running process, detach, and leave
+//! it as it was (tests/programs/attach_target.c), and the clear refusals.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use witch_tests::*;
+
+const NOBODY: u32 = 65534;
+
+/// The target, started with its stdin on a pipe (closing it ends the run).
+struct Target {
+    child: Child,
+}
+
+impl Target {
+    fn start(exe: &Path, wrapper: &[String]) -> Target {
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let child = cmd.arg("0").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start target");
+        let t = Target { child };
+        // Wait for its four workers.
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            let n = std::fs::read_dir(format!("/proc/{}/task", t.pid())).map(|d| d.count()).unwrap_or(0);
+            if n >= 5 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        t
+    }
+
+    /// The program's pid (setpriv execs it, so the same).
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Close stdin; returns (rounds, stdout, exit code).
+    fn finish(mut self) -> (u64, String, Option<i32>) {
+        drop(self.child.stdin.take());
+        let out = self.child.wait_with_output().expect("wait target");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let rounds = text.split_whitespace().nth(1).and_then(|r| r.parse().ok()).unwrap_or(0);
+        (rounds, text, out.status.code())
+    }
+}
+
+fn attach_cmd(witch: &Path, wrapper: &[String], craft: &str, pid: u32, extra: &[&str]) -> Run {
+    let mut cmd = match wrapper.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(witch);
+            c
+        }
+        None => Command::new(witch),
+    };
+    cmd.arg(craft).arg("--pid").arg(pid.to_string()).args(extra);
+    let r = run_cmd(cmd, None);
+    eprintln!("[witch-tests] {:.2}s: {}", r.elapsed.as_secs_f64(), r.cmdline);
+    r
+}
+
+/// As root with setpriv: copies of witch and its agent that nobody can run,
+/// and the wrapper that runs a command as nobody. None otherwise.
+fn as_nobody(dir: &Scratch) -> Option<(PathBuf, Vec<String>)> {
+    let setpriv = which("setpriv")?;
+    if !is_root() {
+        return None;
+    }
+    chmod(dir.path(), 0o777);
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    chmod(&bin, 0o755);
+    let witch = witch_bin();
+    let agent = agent_beside(&witch).expect("agent beside witch");
+    for f in [&witch, &agent] {
+        let to = bin.join(f.file_name().unwrap());
+        std::fs::copy(f, &to).unwrap();
+        chmod(&to, 0o755);
+    }
+    let wrapper = vec![
+        setpriv.to_string_lossy().into_owned(),
+        format!("--reuid={NOBODY}"),
+        format!("--regid={NOBODY}"),
+        "--clear-groups".into(),
+        "--".into(),
+    ];
+    Some((bin.join("witch"), wrapper))
+}
+
+fn error_line(run: &Run) -> String {
+    let err = run.stderr_str();
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(run.code(), Some(2), "expected exit 2 with one error line:\n{}", run.describe());
+    assert_eq!(lines.len(), 1, "expected exactly one error line:\n{}", run.describe());
+    lines[0].to_string()
+}
+
+fn status_field(pid: u32, key: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
+        .unwrap_or_default()
+}
+
+#[test]
+fn attach_and_detach_ten_times_leaves_the_program_as_it_was() {
+    let dir = Scratch::new("attach");
+    let prog = Program::build("attach_target", dir.path());
+    let f = &prog.file;
+    let (w, k) = (prog.line("@aw"), prog.line("@ak"));
+    let target = Target::start(&prog.exe, &[]);
+    let pid = target.pid();
+    let handlers_before = status_field(pid, "SigCgt:");
+    let threads_before = status_field(pid, "Threads:");
+
+    for i in 0..10 {
+        let out = dir.join(&format!("attach{i}.json"));
+        let craft = ["dead", "silent-store", "dead", "silent-load"][i % 4];
+        let run = attach_cmd(&witch_bin(), &[], craft, pid, &["--duration", "400ms", "-q", "-o", out.to_str().unwrap()]);
+        assert_eq!(run.code(), Some(0), "attach #{i} failed:\n{}", run.describe());
+        let rep = report(&out);
+        assert_eq!(rep.craft(), craft);
+        rep.assert_samples(5.0);
+        if craft == "dead" {
+            let top = rep.pairs().first().unwrap_or_else(|| panic!("attach #{i}: no pairs\n{}", rep.dump()));
+            assert!(
+                side_at(top, "watch", f, w) && side_at(top, "trap", f, k),
+                "attach #{i}: the top pair should be the dead store at {f}:{w} killed by {f}:{k}\n{}",
+                rep.dump()
+            );
+        }
+        // Between sessions: our control thread is gone, the handlers are the program's.
+        assert_eq!(status_field(pid, "Threads:"), threads_before, "attach #{i} left a thread behind");
+        assert_eq!(status_field(pid, "SigCgt:"), handlers_before, "attach #{i} left signal handlers behind");
+    }
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let loads = maps.lines().filter(|l| l.ends_with("libwitch_agent.so") && l.contains(" 00000000 ")).count();
+    assert_eq!(loads, 1, "attaching again should reuse the agent already loaded:\n{maps}");
+
+    let (rounds, text, code) = target.finish();
+    assert!(rounds > 0, "the target did no work: {text:?}");
+    let native = prog.run_native(&[&rounds.to_string()]);
+    assert_eq!(native.code(), code, "exit status differs from an unprofiled run");
+    assert_eq!(native.stdout_str(), text, "the checksum differs from an unprofiled run of {rounds} rounds");
+}
+
+#[test]
+fn attach_as_an_unprivileged_user() {
+    let dir = Scratch::new("attach-nobody");
+    let prog = Program::build("attach_target", dir.path());
+    let (witch, wrapper) = match as_nobody(&dir) {
+        Some(x) => x,
+        None => {
+            eprintln!("[witch-tests] not root or no setpriv: attaching as the current user");
+            (witch_bin(), vec![])
+        }
+    };
+    chmod(&prog.exe, 0o755);
+    let target = Target::start(&prog.exe, &wrapper);
+    let out = dir.join("nobody.json");
+    let run = attach_cmd(&witch, &wrapper, "dead", target.pid(), &["--duration", "400ms", "-q", "-o", out.to_str().unwrap()]);
+    assert_eq!(run.code(), Some(0), "attach failed:\n{}", run.describe());
+    report(&out).assert_samples(5.0);
+
+    // Another user's process: nobody may not attach to one of root's.
+    if !wrapper.is_empty() {
+        let root_target = Target::start(&prog.exe, &[]);
+        let run = attach_cmd(&witch, &wrapper, "dead", root_target.pid(), &["--duration", "200ms"]);
+        let line = error_line(&run);
+        assert!(line.contains("not permitted") && line.contains(&root_target.pid().to_string()), "{line:?}");
+        let (_, _, code) = root_target.finish();
+        assert_eq!(code, Some(7));
+    } else if !is_root() {
+        let run = attach_cmd(&witch, &[], "dead", 1, &["--duration", "200ms"]);
+        let line = error_line(&run);
+        assert!(line.contains("not permitted"), "{line:?}");
+    }
+    let (rounds, text, code) = target.finish();
+    let native = prog.run_native(&[&rounds.to_string()]);
+    assert_eq!((native.code(), native.stdout_str()), (code, text));
+}
+
+#[test]
+fn attach_refusals_are_clear() {
+    let dir = Scratch::new("attach-refuse");
+    // A pid that no longer exists.
+    let gone = Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id();
+    let _ = { gone }.wait();
+    let run = attach_cmd(&witch_bin(), &[], "dead", gone_pid, &["--duration", "1s"]);
+    let line = error_line(&run);
+    assert!(line.contains("no process") && line.contains(&gone_pid.to_string()), "{line:?}");
+
+    // A statically linked program has no dlopen to load the agent with.
+    match Program::build_with("attach_target", dir.path(), "attach_static", &["-static"]) {
+        Ok(stat) => {
+            let t = Target::start(&stat.exe, &[]);
+            let run = attach_cmd(&witch_bin(), &[], "dead", t.pid(), &["--duration", "1s"]);
+            let line = error_line(&run);
+            assert!(line.contains("statically linked") && line.contains("witch dead"), "{line:?}");
+            let (rounds, text, code) = t.finish();
+            let native = stat.run_native(&[&rounds.to_string()]);
+            assert_eq!((native.code(), native.stdout_str()), (code, text), "a refused attach must not disturb the program");
+        }
+        Err(e) => eprintln!("[witch-tests] skipping the static case: {e}"),
+    }
+
+    // Every debug register of every thread taken (as by a debugger).
+    let prog = Program::build("attach_target", dir.path());
+    let t = Target::start(&prog.exe, &[]);
+    let mut fds = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{}/task", t.pid())).unwrap().flatten() {
+        let tid: i32 = task.file_name().to_str().unwrap().parse().unwrap();
+        for _ in 0..4 {
+            if let Some(fd) = occupy_debug_register(tid) {
+                fds.push(fd);
+            }
+        }
+    }
+    let run = attach_cmd(&witch_bin(), &[], "dead", t.pid(), &["--duration", "1s"]);
+    let line = error_line(&run);
+    assert!(line.contains("debug registers"), "{line:?}");
+    for fd in fds {
+        unsafe { libc::close(fd) };
+    }
+    // Once they are free again, attaching works.
+    let out = dir.join("after.json");
+    let run = attach_cmd(&witch_bin(), &[], "dead", t.pid(), &["--duration", "300ms", "-q", "-o", out.to_str().unwrap()]);
+    assert_eq!(run.code(), Some(0), "{}", run.describe());
+    let (rounds, text, code) = t.finish();
+    let native = prog.run_native(&[&rounds.to_string()]);
+    assert_eq!((native.code(), native.stdout_str()), (code, text));
+    let _ = std::io::stderr().flush();
+}
+
+/// A breakpoint event on thread `tid` holding one debug register.
+fn occupy_debug_register(tid: i32) -> Option<i32> {
+    // perf_event_attr, PERF_TYPE_BREAKPOINT (5), HW_BREAKPOINT_W (2), len 8,
+    // on an address of our own that the target never touches.
+    static SPOT: u64 = 0;
+    let mut attr = [0u8; 128];
+    let put = |a: &mut [u8], off: usize, v: &[u8]| a[off..off + v.len()].copy_from_slice(v);
+    put(&mut attr, 0, &5u32.to_le_bytes()); // type
+    put(&mut attr, 4, &128u32.to_le_bytes()); // size
+    put(&mut attr, 8, &0u64.to_le_bytes()); // config
+    put(&mut attr, 16, &1u64.to_le_bytes()); // sample_period
+    put(&mut attr, 40, &(1u64 << 5 | 1u64 << 6).to_le_bytes()); // exclude_kernel | exclude_hv
+    put(&mut attr, 52, &2u32.to_le_bytes()); // bp_type
+    put(&mut attr, 56, &(&SPOT as *const u64 as u64).to_le_bytes()); // bp_addr
+    put(&mut attr, 64, &8u64.to_le_bytes()); // bp_len
+    let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), tid, -1, -1, 0) };
+    (fd >= 0).then_some(fd as i32)
+}
