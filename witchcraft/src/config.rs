@@ -90,3 +90,22 @@ impl Config {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_lines_read_like_the_environment() {
+        let c = Config::from_lines("WITCH_CRAFT=silent-load\nWITCH_PERIOD=1234\nWITCH_REPLACEMENT=oldest\nWITCH_DEBUG_REGISTERS=9\nWITCH_OUT_DIR=/x\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.craft, Craft::SilentLoad);
+        assert_eq!(c.period, Some(1234));
+        assert_eq!(c.replacement, Policy::Oldest);
+        assert_eq!(c.debug_registers, 4);
+        assert_eq!(c.out_dir, PathBuf::from("/x"));
+        assert!(Config::from_lines("WITCH_PERIOD=5\n").unwrap().is_none());
+        assert!(Config::from_lines("WITCH_CRAFT=dead\nWITCH_PERIOD=abc\n").is_err());
+    }
+}

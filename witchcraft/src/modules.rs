@@ -107,7 +107,31 @@ pub fn refresh() {
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
     let own = OWN.load(Ordering::Relaxed);
     let map = Box::new(build(&maps, (own != 0).then_some(own)));
-    CURRENT.store(Box::into_raw(map), Ordering::Release);
+    let old = CURRENT.swap(Box::into_raw(map), Ordering::AcqRel);
+    // A handler may still be reading the old map: keep it until `reclaim`.
+    if !old.is_null() {
+        if let Ok(mut r) = RETIRED.lock() {
+            r.push(old as usize);
+        }
+    }
+}
+
+static RETIRED: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+
+/// Free every map, current and retired.
+///
+/// # Safety
+/// No signal handler may be running or start until the next `refresh`
+/// (an attached agent calls this after detaching every thread).
+pub unsafe fn reclaim() {
+    let cur = CURRENT.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    let mut all = RETIRED.lock().map(|mut r| std::mem::take(&mut *r)).unwrap_or_default();
+    if !cur.is_null() {
+        all.push(cur as usize);
+    }
+    for p in all {
+        drop(Box::from_raw(p as *mut ProcessMap));
+    }
 }
 
 impl ProcessMap {

@@ -119,6 +119,11 @@ fn session(text: &str, dir: &Path, controller: Option<i32>) -> Result<(), String
         n.clear();
     }
     agent::note("attached to the running process (ptrace + dlopen)".into());
+    if std::env::var_os("GLIBC_TUNABLES").is_none_or(|t| !t.to_string_lossy().contains("rep_stosb_threshold")) {
+        // A running process's memset/memcpy can't be steered off `rep
+        // stosb/movsb`, which run far slower while a watchpoint is armed.
+        agent::note("attached: large memset/memcpy may run slower while watchpoints are armed (fast strings off)".into());
+    }
     let engine = agent::make_engine(cfg, signal::install_attached);
     NTHREADS.store(0, Ordering::Release);
     THREADS_FAILED.store(0, Ordering::Relaxed);
@@ -371,6 +376,9 @@ fn teardown(ended_by: &str) {
     NTHREADS.store(0, Ordering::Release);
     agent::ATTACHED.store(false, Ordering::Release);
     agent::clear_engine(stuck == 0);
+    if stuck == 0 {
+        unsafe { modules::reclaim() };
+    }
     LEAVING.store(false, Ordering::Release);
     agent::STOPPING.store(false, Ordering::Release);
     agent::FINISHED.store(false, Ordering::Release);
