@@ -148,20 +148,29 @@ impl Drop for Claim {
 /// Runs the daemon until SIGTERM or SIGINT, then detaches from every target
 /// and returns. Errors are start-up failures (socket, store, HTTP address).
 pub fn run(cfg: Config) -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         // attach/detach/store calls; bounded so a stuck kernel call cannot pile up threads.
         .max_blocking_threads(32)
         .build()
         .context("cannot start the async runtime")?;
-    rt.block_on(serve(cfg, Arc::new(session::RealAttacher)))
+    rt.block_on(async {
+        let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+        let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+        let stop = async move {
+            tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            }
+        };
+        serve(cfg, Arc::new(session::RealAttacher), stop).await
+    })
 }
 
-/// The daemon proper; `attacher` is replaceable for tests.
-pub async fn serve(cfg: Config, attacher: Arc<dyn Attacher>) -> Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+/// The daemon proper, until `stop` resolves (to the reason, for the log);
+/// `attacher` is replaceable for tests.
+pub async fn serve(cfg: Config, attacher: Arc<dyn Attacher>, stop: impl std::future::Future<Output = &'static str>) -> Result<()> {
     let d = Daemon::new(cfg, attacher)?;
     let listener = api::bind(&d.cfg)?;
     let http = match d.cfg.http {
@@ -175,19 +184,15 @@ pub async fn serve(cfg: Config, attacher: Arc<dyn Attacher>) -> Result<()> {
         "started (pid {}): socket {}, http {}, {} watch rules",
         std::process::id(),
         d.cfg.socket.display(),
-        http.as_ref().and_then(|l| l.local_addr().ok()).map_or("off".to_string(), |a| a.to_string()),
+        d.http_addr.get().map_or("off".to_string(), |a| a.to_string()),
         d.cfg.watch.len()
     );
     let api_task = tokio::spawn(api::serve(d.clone(), listener));
     let http_task = http.map(|l| tokio::spawn(http::serve(d.clone(), l)));
     let sched_task = tokio::spawn(scheduler::run(d.clone()));
 
-    let sig = tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    };
-    let n = d.sessions_active();
-    say!("{sig}: detaching from {n} targets, then exiting");
+    let why = stop.await;
+    say!("{why}: detaching from {} targets, then exiting", d.sessions_active());
     d.shut_down();
     // A second signal does not cut the detach short: an agent left armed in a
     // target would keep costing it, so the detach timeout bounds the wait instead.
@@ -201,3 +206,6 @@ pub async fn serve(cfg: Config, attacher: Arc<dyn Attacher>) -> Result<()> {
     say!("stopped");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

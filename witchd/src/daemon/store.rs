@@ -311,11 +311,10 @@ impl Store {
     }
 }
 
+/// A small synthetic profile, for tests here and in the daemon's.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-    use witchcraft::profile::{Counters, Pair, Sampler, Thread};
+pub mod tests_support {
+    use witchcraft::profile::{Counters, Craft, Pair, Profile, Sampler, Thread};
 
     pub fn profile(pid: u32, start_ms: u64, pad: usize) -> Profile {
         Profile {
@@ -345,6 +344,13 @@ mod tests {
             }],
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::profile;
+    use super::*;
+    use std::time::Duration;
 
     fn cfg(dir: &Path, max_bytes: u64, max_profiles: usize) -> StoreConfig {
         StoreConfig { dir: dir.into(), max_bytes, max_profiles, max_age: Duration::from_secs(3600) }

@@ -1,0 +1,215 @@
+//! The daemon end to end in-process, with a fake attacher: duty cycles, one
+//! session per process, a target exiting mid-session, the API, /metrics,
+//! pprof, store limits and shutdown. (tests/tests/daemon.rs does the same
+//! with real attaches.)
+
+use super::config::Config;
+use super::proto::Request;
+use super::session::{Attached, Attacher};
+use super::*;
+use crate::attach::{Ended, Options};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use witchcraft::profile::Profile;
+
+#[derive(Default)]
+struct Fake {
+    /// Sessions open per pid right now, and the most ever seen at once.
+    open: Mutex<HashMap<i32, usize>>,
+    max_overlap: AtomicUsize,
+    attached: AtomicUsize,
+    detached: AtomicUsize,
+    /// Padding so profiles have a known, sizeable size.
+    pad: usize,
+}
+
+struct FakeSession {
+    pid: i32,
+    craft: witchcraft::profile::Craft,
+    fake: Arc<Fake>,
+    start_ns: u64,
+}
+
+impl Attacher for Arc<Fake> {
+    fn attach(&self, pid: i32, opts: &Options) -> anyhow::Result<Box<dyn Attached>> {
+        if unsafe { libc::kill(pid, 0) } != 0 {
+            anyhow::bail!("no such process");
+        }
+        let mut open = self.open.lock().unwrap();
+        let n = open.entry(pid).or_insert(0);
+        *n += 1;
+        self.max_overlap.fetch_max(*n, Ordering::SeqCst);
+        self.attached.fetch_add(1, Ordering::SeqCst);
+        Ok(Box::new(FakeSession { pid, craft: opts.craft, fake: self.clone(), start_ns: store::now_ns() }))
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    procfs::Proc::read(pid).is_some_and(|p| !p.is_zombie())
+}
+
+impl Attached for FakeSession {
+    fn target_alive(&self) -> bool {
+        alive(self.pid)
+    }
+    fn detach(self: Box<Self>, _timeout: Duration) -> anyhow::Result<Ended> {
+        *self.fake.open.lock().unwrap().get_mut(&self.pid).unwrap() -= 1;
+        self.fake.detached.fetch_add(1, Ordering::SeqCst);
+        if !alive(self.pid) {
+            return Ok(Ended { profile: None, target_exited: true });
+        }
+        let mut p = store::tests_support::profile(self.pid as u32, self.start_ns / 1_000_000, self.fake.pad);
+        p.craft = self.craft;
+        p.program = format!("/bin/sleep-{}", self.pid);
+        p.duration_ns = store::now_ns() - self.start_ns;
+        Ok(Ended { profile: Some(p), target_exited: false })
+    }
+}
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("witchd-daemon-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn sleeper() -> Child {
+    Command::new("sleep").arg("60").spawn().unwrap()
+}
+
+fn http_get(addr: &str, path: &str) -> (u16, Vec<u8>) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut b = Vec::new();
+    s.read_to_end(&mut b).unwrap();
+    let end = b.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&b[..end]).to_string();
+    let code = head.split(' ').nth(1).unwrap().parse().unwrap();
+    assert!(!head.to_ascii_lowercase().contains("chunked"), "{head}");
+    (code, b[end + 4..].to_vec())
+}
+
+#[test]
+fn daemon_with_a_fake_attacher() {
+    let dir = tmpdir("fake");
+    let (mut a, mut b) = (sleeper(), sleeper());
+    let sock = dir.join("w.sock");
+    let max_bytes = 20_000;
+    let cfg = Config::parse(
+        &format!(
+            r#"
+socket = "{}"
+http = "127.0.0.1:0"
+scan_every = "100ms"
+[store]
+dir = "{}"
+max_bytes = {max_bytes}
+[defaults]
+every = "300ms"
+duration = "150ms"
+crafts = ["dead", "silent-store"]
+[[watch]]
+pid = {}
+[[watch]]
+pid = {}
+"#,
+            sock.display(),
+            dir.join("store").display(),
+            a.id(),
+            b.id()
+        ),
+        "test.toml",
+    )
+    .unwrap();
+    let fake = Arc::new(Fake { pad: 3000, ..Default::default() });
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let f2 = fake.clone();
+    let daemon = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(serve(cfg, Arc::new(f2), async move {
+            let _ = stop_rx.await;
+            "test stop"
+        }))
+    });
+    let call = |req: &Request| client::call(&sock, req, Duration::from_secs(20));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while call(&Request::Status).is_err() {
+        assert!(std::time::Instant::now() < deadline, "daemon did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let dir_bytes = || -> u64 {
+        // Files may go between listing and stat: evictions run concurrently.
+        std::fs::read_dir(dir.join("store")).unwrap().filter_map(|e| Some(e.ok()?.metadata().ok()?.len())).sum()
+    };
+    for _ in 0..15 {
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(dir_bytes() <= max_bytes, "store over its limit");
+    }
+
+    // b exits during a session: recorded as such, once, and b is forgotten.
+    loop {
+        let st = call(&Request::Status).unwrap().0.status.unwrap();
+        if st.targets.iter().any(|t| t.pid as u32 == b.id() && t.state.starts_with("profiling")) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    b.kill().unwrap();
+    b.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+
+    let (r, _) = call(&Request::Status).unwrap();
+    let st = r.status.unwrap();
+    assert_eq!(st.targets.iter().map(|t| t.pid as u32).collect::<Vec<_>>(), vec![a.id()], "b forgotten: {st:?}");
+    assert!(st.sessions_ok >= 4, "{st:?}");
+    assert_eq!(st.sessions_failed, 0, "{st:?}");
+    assert!(st.targets[0].waste.len() == 2, "both crafts took turns: {st:?}");
+
+    let (r, _) = call(&Request::List { pid: Some(a.id()), craft: None }).unwrap();
+    let list = r.profiles.unwrap();
+    assert!(!list.is_empty());
+    let (r, body) = call(&Request::Fetch { id: Some(list[0].id.clone()), pid: None, craft: None }).unwrap();
+    let p = Profile::from_bytes(&body).unwrap();
+    assert_eq!((p.pid, r.meta.unwrap().id), (a.id(), list[0].id.clone()));
+    assert!(call(&Request::Fetch { id: Some("../../etc/passwd".into()), pid: None, craft: None }).is_err());
+    assert!(call(&Request::List { pid: None, craft: Some("nope".into()) }).is_err());
+
+    // An immediate session, never overlapping a scheduled one.
+    let (r, body) = call(&Request::Profile { pid: a.id() as i32, craft: Some("silent-load".into()), duration_ms: Some(100) }).unwrap();
+    let p = Profile::from_bytes(&body).unwrap();
+    assert_eq!((p.pid, p.craft.name()), (a.id(), "silent-load"));
+    assert_eq!(r.meta.unwrap().origin, "request");
+    assert!(call(&Request::Profile { pid: 0x3fff_fff0, craft: None, duration_ms: None }).is_err());
+
+    // HTTP: metrics and pprof.
+    let addr = st.http.unwrap();
+    let (code, m) = http_get(&addr, "/metrics");
+    let m = String::from_utf8(m).unwrap();
+    assert_eq!(code, 200);
+    assert!(m.contains(&format!("witchd_waste_fraction{{pid=\"{}\",exe=\"sleep\",craft=\"dead\"}} 0.75", a.id())), "{m}");
+    assert!(!m.contains(&format!("pid=\"{}\"", b.id())), "forgotten target still in metrics:\n{m}");
+    assert!(m.contains("witchd_sessions_total{outcome=\"target_exited\"} 1\n"), "{m}");
+    let (code, gz) = http_get(&addr, &format!("/pprof/latest?pid={}&craft=dead", a.id()));
+    assert_eq!(code, 200);
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut raw).unwrap();
+    let pp = <crate::pprof::Profile as prost::Message>::decode(&raw[..]).unwrap();
+    assert!(!pp.sample.is_empty());
+    assert_eq!(http_get(&addr, "/pprof/latest?pid=1&craft=dead").0, 404);
+    assert_eq!(http_get(&addr, "/pprof/nope").0, 404);
+    assert_eq!(http_get(&addr, "/pprof/latest?craft=bogus").0, 400);
+
+    stop_tx.send(()).unwrap();
+    daemon.join().unwrap().unwrap();
+    assert_eq!(fake.attached.load(Ordering::SeqCst), fake.detached.load(Ordering::SeqCst), "every attach detached");
+    assert_eq!(fake.max_overlap.load(Ordering::SeqCst), 1, "two sessions on one process");
+    assert!(!sock.exists(), "socket removed at exit");
+    assert!(dir_bytes() <= max_bytes);
+    let _ = a.kill();
+    let _ = a.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
