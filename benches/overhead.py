@@ -49,11 +49,11 @@ TUNABLES = ("glibc.cpu.x86_rep_stosb_threshold=0x7fffffffffffffff:"
 
 
 def run(cmd, env=None):
-    """Wall time and the child's max RSS (KiB) of one run."""
+    """Wall time, CPU time (user + system, the process tree) and max RSS (KiB) of one run."""
     t = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     _, status, ru = os.wait4(p.pid, 0)
-    return time.perf_counter() - t, ru.ru_maxrss
+    return time.perf_counter() - t, ru.ru_utime + ru.ru_stime, ru.ru_maxrss
 
 
 def main():
@@ -86,25 +86,28 @@ def main():
             for per in periods:
                 popt = [] if per == "default" else ["-p", per]
                 prof = os.path.join(OUT, f"{w}-{craft}.json")
-                nat, wit, nrss, wrss = [], [], [], []
+                nat, wit, ncpu, wcpu, nrss, wrss = [], [], [], [], [], []
                 for _ in range(a.reps):
-                    t, r = run([exe] + args, native_env); nat.append(t); nrss.append(r)
-                    t, r = run([WITCH, craft, "-q", "-o", prof] + popt + [exe] + args); wit.append(t); wrss.append(r)
-                tr = statistics.median(wit) / statistics.median(nat)
-                mr = statistics.median(wrss) / statistics.median(nrss)
-                rows.append((w, craft, per, statistics.median(nat), statistics.median(wit), tr, mr))
-                by_setting.setdefault((craft, per), []).append((tr, mr))
-    print(f"witch overhead, median of {a.reps} alternating runs each (wall time and peak RSS, witch / native)\n")
-    print("| workload | craft | period | native s | witch s | time × | memory × |")
-    print("|---|---|---|---:|---:|---:|---:|")
-    for w, c, p, n, x, tr, mr in rows:
-        print(f"| {w} | {c} | {p} | {n:.3f} | {x:.3f} | {tr:.3f} | {mr:.2f} |")
-    print("\n| craft | period | time × geomean | time × worst | memory × geomean |")
-    print("|---|---|---:|---:|---:|")
+                    t, c, r = run([exe] + args, native_env); nat.append(t); ncpu.append(c); nrss.append(r)
+                    t, c, r = run([WITCH, craft, "-q", "-o", prof] + popt + [exe] + args); wit.append(t); wcpu.append(c); wrss.append(r)
+                med = statistics.median
+                tr = med(wit) / med(nat)
+                cr = med(wcpu) / med(ncpu)
+                mr = med(wrss) / med(nrss)
+                rows.append((w, craft, per, med(nat), med(wit), tr, cr, mr))
+                by_setting.setdefault((craft, per), []).append((tr, cr, mr))
+    print(f"witch overhead, median of {a.reps} alternating runs each (witch / native: wall time,"
+          " CPU time of the process tree, peak RSS)\n")
+    print("| workload | craft | period | native s | witch s | time × | cpu × | memory × |")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
+    for w, c, p, n, x, tr, cr, mr in rows:
+        print(f"| {w} | {c} | {p} | {n:.3f} | {x:.3f} | {tr:.3f} | {cr:.3f} | {mr:.2f} |")
+    gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))  # noqa: E731
+    print("\n| craft | period | time × geomean | time × worst | cpu × geomean | cpu × worst | memory × geomean |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for (c, p), v in by_setting.items():
-        g = math.exp(sum(math.log(t) for t, _ in v) / len(v))
-        m = math.exp(sum(math.log(x) for _, x in v) / len(v))
-        print(f"| {c} | {p} | {g:.3f} | {max(t for t, _ in v):.3f} | {m:.2f} |")
+        t, cpu, m = [x[0] for x in v], [x[1] for x in v], [x[2] for x in v]
+        print(f"| {c} | {p} | {gm(t):.3f} | {max(t):.3f} | {gm(cpu):.3f} | {max(cpu):.3f} | {gm(m):.2f} |")
 
 
 if __name__ == "__main__":

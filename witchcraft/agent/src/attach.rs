@@ -49,6 +49,12 @@ const LEFT: u8 = 2;
 const GONE: u8 = 3;
 
 static PHASE: [AtomicU8; MAX_THREADS] = [const { AtomicU8::new(NEW) }; MAX_THREADS];
+/// Set before each control signal we send, so that the program's own use
+/// of the same signal number still reaches the program's handler.
+static REQUEST: [AtomicBool; MAX_THREADS] = [const { AtomicBool::new(false) }; MAX_THREADS];
+/// Control signals sent to threads that hadn't taken them when the session
+/// ended; each is swallowed when it finally arrives.
+static STRAY: AtomicUsize = AtomicUsize::new(0);
 static SESSION: AtomicBool = AtomicBool::new(false);
 static LEAVING: AtomicBool = AtomicBool::new(false);
 
@@ -241,6 +247,7 @@ fn adopt_new(me: i32, known: &mut HashSet<i32>) -> usize {
     read_maps();
     for &i in &fresh {
         let ts = THREADS[i].load(Ordering::Acquire);
+        REQUEST[i].store(true, Ordering::Release);
         if !tgkill(unsafe { (*ts).tid }, signal::control_signal()) {
             unsafe {
                 (*ts).stop();
@@ -294,12 +301,13 @@ pub fn lookup(tid: i32) -> *mut ThreadState {
 }
 
 /// The control signal's handler, on the thread itself: adopt the events
-/// the control thread opened, or, when detaching, leave.
-pub fn on_control(uc: *mut libc::ucontext_t) {
+/// the control thread opened, or, when detaching, leave. False if the
+/// signal wasn't a request of ours (the program's handler gets it).
+pub fn on_control(uc: *mut libc::ucontext_t) -> bool {
     let tid = perf::gettid();
     for i in 0..slots() {
         let ts = THREADS[i].load(Ordering::Acquire);
-        if ts.is_null() || unsafe { (*ts).tid } != tid {
+        if ts.is_null() || unsafe { (*ts).tid } != tid || !REQUEST[i].swap(false, Ordering::AcqRel) {
             continue;
         }
         let t = unsafe { &mut *ts };
@@ -316,7 +324,10 @@ pub fn on_control(uc: *mut libc::ucontext_t) {
             }
             _ => {}
         }
+        return true;
     }
+    // A late one from an ended session.
+    STRAY.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)).is_ok()
 }
 
 /// Undo the session (see the module comment) and write its profile.
@@ -345,6 +356,7 @@ fn teardown(ended_by: &str) {
     let adopted: Vec<usize> = (0..slots()).filter(|&i| PHASE[i].load(Ordering::Acquire) == ADOPTED).collect();
     for &i in &adopted {
         let ts = THREADS[i].load(Ordering::Acquire);
+        REQUEST[i].store(true, Ordering::Release);
         if !tgkill(unsafe { (*ts).tid }, signal::control_signal()) {
             PHASE[i].store(GONE, Ordering::Release); // exited meanwhile
         }
@@ -356,6 +368,7 @@ fn teardown(ended_by: &str) {
     // Threads that haven't answered (the signal blocked) may still take
     // the control signal later: its handler stays, as a no-op.
     let stuck = (0..slots()).filter(|&i| matches!(PHASE[i].load(Ordering::Acquire), NEW | ADOPTED)).count();
+    STRAY.fetch_add(stuck, Ordering::AcqRel);
     if stuck > 0 {
         agent::note(format!("{stuck} thread(s) did not take the control signal (blocked?); its handler stays installed as a no-op"));
     }
@@ -366,6 +379,7 @@ fn teardown(ended_by: &str) {
     }
     signal::restore_attached(stuck > 0);
     for i in 0..slots() {
+        REQUEST[i].store(false, Ordering::Release);
         let ts = THREADS[i].swap(std::ptr::null_mut(), Ordering::AcqRel);
         if !ts.is_null() && matches!(PHASE[i].load(Ordering::Acquire), LEFT | GONE) {
             let mut b = unsafe { Box::from_raw(ts) };

@@ -118,10 +118,8 @@ pub fn restore_attached(keep_control: bool) {
 extern "C" fn on_control(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     let errno = unsafe { *libc::__errno_location() };
     // Ours only if sent by this process with tgkill.
-    let ours = unsafe { (*info).si_code == libc::SI_TKILL && (*info).si_pid() == libc::getpid() };
-    if ours {
-        crate::attach::on_control(uc as *mut libc::ucontext_t);
-    } else {
+    let from_us = unsafe { (*info).si_code == libc::SI_TKILL && (*info).si_pid() == libc::getpid() };
+    if !(from_us && crate::attach::on_control(uc as *mut libc::ucontext_t)) {
         chain(sig, info, uc);
     }
     unsafe { *libc::__errno_location() = errno };
