@@ -69,6 +69,7 @@
 //!
 //! Environment knobs:
 //! - `WITCH_BIN`: path of the witch binary to test.
+//! - `WITCHD_BIN`: path of the witchd daemon to test (default: beside witch).
 //! - `WITCH_TESTS_KEEP=1`: keep scratch directories (they are always kept,
 //!   and their path printed, when a test fails).
 //! - `WITCH_TESTS_TIMEOUT`: seconds before a run is killed (default 300).
@@ -126,6 +127,23 @@ pub fn witch_bin() -> PathBuf {
         witch.display()
     );
     witch
+}
+
+/// The witchd daemon binary: `$WITCHD_BIN`, else beside the witch binary.
+pub fn witchd_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("WITCHD_BIN") {
+        let p = PathBuf::from(p);
+        assert!(p.is_file(), "WITCHD_BIN={} does not exist", p.display());
+        return p;
+    }
+    let witch = witch_bin();
+    let witchd = witch.with_file_name("witchd");
+    assert!(
+        witchd.is_file(),
+        "witchd binary not found at {}: run `cargo build --workspace` with the tests' profile, or set WITCHD_BIN",
+        witchd.display()
+    );
+    witchd
 }
 
 /// `tests/programs/`.

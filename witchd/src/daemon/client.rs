@@ -219,8 +219,16 @@ fn write_profile(body: &[u8], out: &Output, meta: Option<&Meta>) -> Result<Profi
     Ok(p)
 }
 
-fn mb(b: u64) -> String {
-    format!("{:.1} MB", b as f64 / 1e6)
+/// Bytes in the largest binary unit that keeps them above 1.
+fn size(b: u64) -> String {
+    let mut v = b as f64;
+    for unit in ["B", "KiB", "MiB", "GiB"] {
+        if v < 1024.0 || unit == "GiB" {
+            return if unit == "B" { format!("{b} B") } else { format!("{v:.1} {unit}") };
+        }
+        v /= 1024.0;
+    }
+    unreachable!()
 }
 
 fn render_status(s: &Status) -> String {
@@ -228,7 +236,7 @@ fn render_status(s: &Status) -> String {
     let mut o = String::new();
     let up = humantime::format_duration(Duration::from_secs(s.uptime_s as u64));
     let _ = writeln!(o, "witchd {}, pid {}, up {up}; socket {}, http {}", s.version, s.pid, s.socket, s.http.as_deref().unwrap_or("off"));
-    let _ = writeln!(o, "store {}: {} profiles, {} of {}", s.store_dir, s.store_profiles, mb(s.store_bytes), mb(s.store_max_bytes));
+    let _ = writeln!(o, "store {}: {} profiles, {} of {}", s.store_dir, s.store_profiles, size(s.store_bytes), size(s.store_max_bytes));
     let _ = writeln!(
         o,
         "sessions: {} in flight, {} ok, {} target exited, {} failed",
@@ -305,6 +313,14 @@ mod tests {
         assert!(Cli::try_parse_from(["witch", "daemon", "fetch", "x", "--pid", "3"]).is_err());
         assert!(Cli::try_parse_from(["witch", "daemon", "profile"]).is_err());
         assert!(Cli::try_parse_from(["witch", "daemon", "frobnicate"]).is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(size(512), "512 B");
+        assert_eq!(size(20 * 1024), "20.0 KiB");
+        assert_eq!(size(256 << 20), "256.0 MiB");
+        assert_eq!(size(5 << 40), "5120.0 GiB");
     }
 
     #[test]

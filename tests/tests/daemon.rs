@@ -1,0 +1,592 @@
+//! witchd end to end: a short duty cycle over two running programs, the
+//! bounded store, the local API with its caller checks, /metrics and pprof
+//! over HTTP, SIGTERM leaving the targets as they were, and a restart that
+//! re-indexes the store.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+use witch_tests::*;
+
+const NOBODY: u32 = 65534;
+
+/// A test program running until its stdin closes.
+struct Target {
+    child: Option<Child>,
+}
+
+impl Target {
+    fn start(exe: &Path) -> Target {
+        let child = Command::new(exe)
+            .arg("0")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", exe.display()));
+        Target { child: Some(child) }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// Close stdin; returns (rounds, stdout, status).
+    fn finish(mut self) -> (u64, String, ExitStatus) {
+        let mut child = self.child.take().unwrap();
+        drop(child.stdin.take());
+        let out = child.wait_with_output().expect("wait target");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let rounds = text.split_whitespace().nth(1).and_then(|r| r.parse().ok()).unwrap_or(0);
+        (rounds, text, out.status)
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A witchd process, killed if the test ends early.
+struct Witchd {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Witchd {
+    fn start(config: &Path, log: &Path) -> Witchd {
+        let f = std::fs::File::create(log).unwrap();
+        let child = Command::new(witchd_bin())
+            .arg("--config")
+            .arg(config)
+            .stdin(Stdio::null())
+            .stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .spawn()
+            .expect("start witchd");
+        Witchd { child: Some(child), log: log.to_path_buf() }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Still running?
+    fn running(&mut self) -> bool {
+        matches!(self.child.as_mut().unwrap().try_wait(), Ok(None))
+    }
+
+    /// SIGTERM, and wait (at most `limit`) for it to exit.
+    fn term(&mut self, limit: Duration) -> (ExitStatus, Duration) {
+        let start = Instant::now();
+        unsafe { libc::kill(self.pid(), libc::SIGTERM) };
+        let mut child = self.child.take().unwrap();
+        loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                return (st, start.elapsed());
+            }
+            if start.elapsed() > limit {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("witchd did not exit within {limit:?} of SIGTERM; log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Witchd {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+            eprintln!("[witch-tests] witchd log:\n{}", self.log());
+        }
+    }
+}
+
+/// `witch daemon --socket S ARGS...`, optionally under a wrapper (setpriv).
+fn client(witch: &Path, wrapper: &[String], socket: &Path, args: &[&str]) -> Run {
+    let mut cmd = match wrapper.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(witch);
+            c
+        }
+        None => Command::new(witch),
+    };
+    cmd.arg("daemon").arg("--socket").arg(socket).args(args);
+    run_cmd(cmd, None)
+}
+
+fn json(r: &Run) -> serde_json::Value {
+    assert!(r.status.success(), "{}", r.describe());
+    serde_json::from_slice(&r.stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", r.describe()))
+}
+
+/// Waits for `what` to hold, polling; panics with `why()` after `limit`.
+fn wait_for(limit: Duration, mut what: impl FnMut() -> bool, why: impl Fn() -> String) {
+    let start = Instant::now();
+    while !what() {
+        assert!(start.elapsed() < limit, "timed out after {limit:?}: {}", why());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A minimal HTTP/1.1 GET: (status, body); handles chunked bodies.
+fn http_get(addr: &str, path: &str) -> (u16, Vec<u8>) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut b = Vec::new();
+    s.read_to_end(&mut b).unwrap();
+    let end = b.windows(4).position(|w| w == b"\r\n\r\n").expect("HTTP header end");
+    let head = String::from_utf8_lossy(&b[..end]).to_ascii_lowercase();
+    let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).expect("HTTP status");
+    let mut body = b[end + 4..].to_vec();
+    if head.contains("transfer-encoding: chunked") {
+        let (mut out, mut rest) = (Vec::new(), &body[..]);
+        loop {
+            let nl = rest.windows(2).position(|w| w == b"\r\n").expect("chunk size");
+            let n = usize::from_str_radix(std::str::from_utf8(&rest[..nl]).unwrap().trim(), 16).unwrap();
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&rest[nl + 2..nl + 2 + n]);
+            rest = &rest[nl + 2 + n + 2..];
+        }
+        body = out;
+    }
+    (code, body)
+}
+
+/// One sample line of the Prometheus text format.
+#[derive(Debug)]
+struct Series {
+    name: String,
+    labels: HashMap<String, String>,
+    value: f64,
+}
+
+fn metric_name_ok(n: &str) -> bool {
+    let mut c = n.chars();
+    c.next().is_some_and(|f| f.is_ascii_alphabetic() || f == '_' || f == ':')
+        && c.all(|x| x.is_ascii_alphanumeric() || x == '_' || x == ':')
+}
+
+fn label_name_ok(n: &str) -> bool {
+    let mut c = n.chars();
+    c.next().is_some_and(|f| f.is_ascii_alphabetic() || f == '_') && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
+}
+
+/// Parses and checks Prometheus text exposition (format 0.0.4): comment
+/// syntax, one TYPE per family before its samples, names, label escaping,
+/// values, no duplicate series.
+fn parse_prometheus(text: &str) -> Vec<Series> {
+    let mut types: HashMap<String, String> = HashMap::new();
+    let mut sampled: HashSet<String> = HashSet::new();
+    let mut keys = HashSet::new();
+    let mut out = Vec::new();
+    assert!(text.ends_with('\n'), "exposition must end with a newline");
+    for (i, line) in text.lines().enumerate() {
+        let at = || format!("line {}: {line:?}", i + 1);
+        if line.trim().is_empty() {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix('#') {
+            let mut p = rest.trim_start().splitn(3, ' ');
+            match p.next() {
+                Some("HELP") => {
+                    let name = p.next().unwrap_or("");
+                    assert!(metric_name_ok(name), "bad HELP name, {}", at());
+                    let help = p.next().unwrap_or("");
+                    let mut it = help.chars();
+                    while let Some(c) = it.next() {
+                        if c == '\\' {
+                            assert!(matches!(it.next(), Some('\\' | 'n')), "bad escape in HELP, {}", at());
+                        }
+                    }
+                }
+                Some("TYPE") => {
+                    let name = p.next().unwrap_or("").to_string();
+                    let kind = p.next().unwrap_or("");
+                    assert!(metric_name_ok(&name), "bad TYPE name, {}", at());
+                    assert!(["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind), "bad type, {}", at());
+                    assert!(!sampled.contains(&name), "TYPE after samples, {}", at());
+                    assert!(types.insert(name, kind.to_string()).is_none(), "second TYPE, {}", at());
+                }
+                _ => {} // other comments are allowed
+            }
+            continue;
+        }
+        let name_end = line.find(['{', ' ']).unwrap_or_else(|| panic!("no value, {}", at()));
+        let name = &line[..name_end];
+        assert!(metric_name_ok(name), "bad metric name, {}", at());
+        let mut rest = &line[name_end..];
+        let mut labels = HashMap::new();
+        if let Some(r) = rest.strip_prefix('{') {
+            let mut r = r;
+            loop {
+                if let Some(after) = r.strip_prefix('}') {
+                    r = after;
+                    break;
+                }
+                let eq = r.find('=').unwrap_or_else(|| panic!("label without '=', {}", at()));
+                let lname = &r[..eq];
+                assert!(label_name_ok(lname), "bad label name {lname:?}, {}", at());
+                r = r[eq + 1..].strip_prefix('"').unwrap_or_else(|| panic!("label value not quoted, {}", at()));
+                let mut val = String::new();
+                let mut chars = r.char_indices();
+                let close = loop {
+                    match chars.next() {
+                        Some((_, '\\')) => match chars.next() {
+                            Some((_, '\\')) => val.push('\\'),
+                            Some((_, '"')) => val.push('"'),
+                            Some((_, 'n')) => val.push('\n'),
+                            _ => panic!("bad escape in label value, {}", at()),
+                        },
+                        Some((j, '"')) => break j,
+                        Some((_, c)) => val.push(c),
+                        None => panic!("unterminated label value, {}", at()),
+                    }
+                };
+                assert!(labels.insert(lname.to_string(), val).is_none(), "repeated label, {}", at());
+                r = &r[close + 1..];
+                r = r.strip_prefix(',').unwrap_or(r);
+            }
+            rest = r;
+        }
+        let mut fields = rest.strip_prefix(' ').unwrap_or_else(|| panic!("no space before value, {}", at())).split(' ');
+        let v = fields.next().unwrap_or("");
+        let value = match v {
+            "NaN" => f64::NAN,
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            _ => v.parse().unwrap_or_else(|_| panic!("bad value {v:?}, {}", at())),
+        };
+        if let Some(ts) = fields.next() {
+            assert!(ts.parse::<i64>().is_ok(), "bad timestamp, {}", at());
+        }
+        assert!(fields.next().is_none(), "trailing fields, {}", at());
+        assert!(types.contains_key(name), "sample before (or without) its TYPE, {}", at());
+        sampled.insert(name.to_string());
+        let mut key: Vec<_> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        key.sort();
+        assert!(keys.insert(format!("{name}{key:?}")), "duplicate series, {}", at());
+        out.push(Series { name: name.to_string(), labels, value });
+    }
+    out
+}
+
+fn metric<'a>(m: &'a [Series], name: &str, labels: &[(&str, &str)]) -> Option<&'a Series> {
+    m.iter().find(|s| s.name == name && labels.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v)))
+}
+
+fn dir_bytes(d: &Path) -> u64 {
+    // Files may be evicted between listing and stat.
+    std::fs::read_dir(d).map_or(0, |rd| rd.filter_map(|e| Some(e.ok()?.metadata().ok()?.len())).sum())
+}
+
+fn stored_ids(d: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(d)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| !n.starts_with('.') && !n.ends_with(".meta.json"))
+        .filter_map(|n| n.strip_suffix(".json").map(str::to_string))
+        .collect();
+    v.sort();
+    v
+}
+
+/// /proc/PID/status field.
+fn proc_field(pid: u32, key: &str) -> String {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines().find_map(|l| l.strip_prefix(key)).unwrap_or("").trim().to_string()
+}
+
+/// As root with setpriv: a wrapper that runs a command as nobody, and a witch binary nobody can run.
+fn as_nobody(dir: &Scratch, witch: &Path) -> Option<(PathBuf, Vec<String>)> {
+    let setpriv = which("setpriv")?;
+    if !is_root() {
+        return None;
+    }
+    let witch = if others_can_run(witch) {
+        witch.to_path_buf()
+    } else {
+        let bin = dir.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        chmod(&bin, 0o755);
+        let to = bin.join("witch");
+        std::fs::copy(witch, &to).unwrap();
+        chmod(&to, 0o755);
+        to
+    };
+    let wrapper = vec![
+        setpriv.to_string_lossy().into_owned(),
+        format!("--reuid={NOBODY}"),
+        format!("--regid={NOBODY}"),
+        "--clear-groups".into(),
+        "--".into(),
+    ];
+    Some((witch, wrapper))
+}
+
+#[test]
+fn witchd_watches_two_programs_and_leaves_them_as_they_were() {
+    let dir = Scratch::new("daemon");
+    chmod(dir.path(), 0o755);
+    let witch = witch_bin();
+    let dead = Program::build("daemon_dead", dir.path());
+    let silent = Program::build("daemon_silent", dir.path());
+    let (dw, dk, ss) = (dead.line("@dw"), dead.line("@dk"), silent.line("@ss"));
+    let t_dead = Target::start(&dead.exe);
+    let t_silent = Target::start(&silent.exe);
+    std::thread::sleep(Duration::from_millis(200));
+
+    let socket = dir.join("witchd.sock");
+    let store = dir.join("store");
+    let max_bytes: u64 = 16 * 1024;
+    let config = dir.join("witchd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"# witchd test config: a 1 s session every 2 s on each program
+socket = "{socket}"
+socket_mode = 0o666   # every request is still checked (tested as nobody below)
+http = "127.0.0.1:0"
+scan_every = "200ms"
+detach_timeout = "10s"
+
+[store]
+dir = "{store}"
+max_bytes = "16KiB"   # a handful of profiles: eviction must happen
+
+[defaults]
+every = "2s"
+duration = "1s"
+
+[[watch]]
+exe = "daemon_dead"
+crafts = ["dead"]
+
+[[watch]]
+pid = {silent_pid}
+crafts = ["silent-store"]
+"#,
+            socket = socket.display(),
+            store = store.display(),
+            silent_pid = t_silent.pid()
+        ),
+    )
+    .unwrap();
+    let mut d = Witchd::start(&config, &dir.join("witchd.log"));
+    let pids = [t_dead.pid(), t_silent.pid()];
+
+    // Up, and the socket is as configured.
+    wait_for(Duration::from_secs(20), || socket.exists() && client(&witch, &[], &socket, &["status"]).status.success(), || d.log());
+    assert_eq!(std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777, 0o666);
+    let status = json(&client(&witch, &[], &socket, &["status", "--json"]));
+    let http = status["http"].as_str().expect("http address in status").to_string();
+    assert!(http.starts_with("127.0.0.1:"), "{status}");
+
+    // Profiles of both targets appear, and evictions keep the store under its limit.
+    let store_ok = |ctx: &str| {
+        let b = dir_bytes(&store);
+        assert!(b <= max_bytes, "store holds {b} bytes > max_bytes {max_bytes} ({ctx})");
+    };
+    let last_metrics = std::cell::RefCell::new(String::new());
+    wait_for(
+        Duration::from_secs(60),
+        || {
+            store_ok("while running");
+            let (code, body) = http_get(&http, "/metrics");
+            assert_eq!(code, 200);
+            *last_metrics.borrow_mut() = String::from_utf8(body).expect("metrics are UTF-8");
+            let m = parse_prometheus(&last_metrics.borrow());
+            let ok = metric(&m, "witchd_sessions_total", &[("outcome", "ok")]).map_or(0.0, |s| s.value);
+            let evicted = metric(&m, "witchd_store_evictions_total", &[]).map_or(0.0, |s| s.value);
+            let list = json(&client(&witch, &[], &socket, &["list", "--json"]));
+            let per_pid = |p: u32| list.as_array().unwrap().iter().filter(|m| m["pid"] == p).count();
+            ok >= 6.0 && evicted >= 1.0 && pids.iter().all(|&p| per_pid(p) >= 1)
+        },
+        || format!("waiting for 6 sessions, an eviction and profiles of both targets\nmetrics:\n{}\nlog:\n{}", last_metrics.borrow(), d.log()),
+    );
+
+    // /metrics: syntax checked above; now the content.
+    let last_metrics = last_metrics.into_inner();
+    let m = parse_prometheus(&last_metrics);
+    for (pid, exe, craft) in [(t_dead.pid(), "daemon_dead", "dead"), (t_silent.pid(), "daemon_silent", "silent-store")] {
+        let pid = pid.to_string();
+        let w = metric(&m, "witchd_waste_fraction", &[("pid", &pid), ("exe", exe), ("craft", craft)])
+            .unwrap_or_else(|| panic!("no waste fraction for {exe}:\n{last_metrics}"));
+        assert!((0.0..=1.0).contains(&w.value), "{w:?}");
+        let s = metric(&m, "witchd_target_samples", &[("pid", &pid), ("craft", craft)]).expect("samples gauge");
+        assert!(s.value > 0.0, "{s:?}");
+        let o = metric(&m, "witchd_target_overhead_ratio", &[("pid", &pid), ("craft", craft)]).expect("overhead gauge");
+        assert!(o.value > 0.0 && o.value < 1.0, "{o:?}");
+    }
+    let store_bytes = metric(&m, "witchd_store_bytes", &[]).expect("store bytes").value;
+    assert!(store_bytes > 0.0 && store_bytes <= max_bytes as f64, "{store_bytes}");
+    assert_eq!(metric(&m, "witchd_store_max_bytes", &[]).unwrap().value, max_bytes as f64);
+    assert_eq!(metric(&m, "witchd_targets", &[]).unwrap().value, 2.0);
+    for kind in ["attach", "detach", "store"] {
+        assert_eq!(metric(&m, "witchd_errors_total", &[("kind", kind)]).unwrap().value, 0.0, "{kind} errors:\n{}", d.log());
+    }
+
+    // The stored profiles find what the programs do by construction.
+    let list = json(&client(&witch, &[], &socket, &["list", "--json"]));
+    let newest = |pid: u32| {
+        list.as_array().unwrap().iter().rev().find(|m| m["pid"] == pid).unwrap()["id"].as_str().unwrap().to_string()
+    };
+    let (id_dead, id_silent) = (newest(t_dead.pid()), newest(t_silent.pid()));
+    let f_dead = dir.join("dead.json");
+    let r = client(&witch, &[], &socket, &["fetch", &id_dead, "-o", f_dead.to_str().unwrap()]);
+    assert!(r.status.success(), "{}", r.describe());
+    let rep = report(&f_dead);
+    assert_eq!((rep.craft().as_str(), rep.json["pid"].as_u64()), ("dead", Some(t_dead.pid() as u64)), "{}", rep.dump());
+    let pair = rep.pair(&dead.file, dw, dk);
+    rep.note(&format!("<@dw,@dk> fraction {:.3}, rank {:?}", pair.fraction(), pair.best_rank));
+    assert_eq!(pair.best_rank, Some(0), "<@dw,@dk> should be the top pair\n{}", rep.dump());
+    assert!(pair.fraction() >= 0.9, "@dw stores are all killed by @dk\n{}", rep.dump());
+    let f_silent = dir.join("silent.json");
+    let r = client(&witch, &[], &socket, &["fetch", "--pid", &t_silent.pid().to_string(), "-o", f_silent.to_str().unwrap()]);
+    assert!(r.status.success(), "{}", r.describe());
+    let rep = report(&f_silent);
+    assert_eq!(rep.craft(), "silent-store");
+    rep.note("silent");
+    assert!(rep.waste_fraction() >= 0.8, "every @ss store after the first round is silent\n{}", rep.dump());
+    assert_eq!(rep.pair(&silent.file, ss, ss).best_rank, Some(0), "{}", rep.dump());
+
+    // pprof over HTTP decodes, with the program's frames in it.
+    for path in [format!("/pprof/{id_silent}"), format!("/pprof/latest?pid={}&craft=dead", t_dead.pid())] {
+        let (code, gz) = http_get(&http, &path);
+        assert_eq!(code, 200, "GET {path}: {}", String::from_utf8_lossy(&gz));
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut raw).unwrap_or_else(|e| panic!("GET {path}: not gzip: {e}"));
+        let p = <witchd::pprof::Profile as prost::Message>::decode(&raw[..]).unwrap_or_else(|e| panic!("GET {path}: not pprof: {e}"));
+        assert_eq!(p.string_table.first().map(String::as_str), Some(""), "pprof string 0 must be empty");
+        let types: Vec<&str> = p.sample_type.iter().map(|t| p.string_table[t.r#type as usize].as_str()).collect();
+        assert_eq!(types, ["waste", "use"]);
+        assert!(!p.sample.is_empty(), "GET {path}: no samples");
+        assert!(p.sample.iter().all(|s| s.value.len() == 2 && s.location_id.iter().all(|&l| l >= 1 && l as usize <= p.location.len())));
+        assert!(p.function.iter().any(|f| p.string_table[f.name as usize] == "worker"), "GET {path}: no `worker` frame");
+    }
+    assert_eq!(http_get(&http, "/pprof/latest?pid=1").0, 404);
+    assert_eq!(http_get(&http, "/pprof/no-such-id").0, 404);
+
+    // An immediate session, returned to the caller (and never overlapping a scheduled one).
+    let f_now = dir.join("now.json");
+    let r = client(&witch, &[], &socket, &["profile", "--pid", &t_dead.pid().to_string(), "--craft", "dead", "--duration", "1s", "-o", f_now.to_str().unwrap()]);
+    assert!(r.status.success(), "{}", r.describe());
+    assert!(r.stderr_str().contains("stored as"), "{}", r.describe());
+    let rep = report(&f_now);
+    assert_eq!(rep.json["pid"].as_u64(), Some(t_dead.pid() as u64));
+    assert!(rep.samples() > 0.0, "{}", rep.dump());
+
+    // Every request is checked: nobody sees none of root's processes or profiles.
+    if let Some((nwitch, wrapper)) = as_nobody(&dir, &witch) {
+        let list = json(&client(&nwitch, &wrapper, &socket, &["list", "--json"]));
+        assert_eq!(list.as_array().map(Vec::len), Some(0), "nobody sees root's profiles: {list}");
+        let st = json(&client(&nwitch, &wrapper, &socket, &["status", "--json"]));
+        assert_eq!(st["targets"].as_array().map(Vec::len), Some(0), "{st}");
+        let r = client(&nwitch, &wrapper, &socket, &["fetch", &id_dead, "-o", "/dev/null"]);
+        assert_eq!(r.code(), Some(2), "{}", r.describe());
+        let r = client(&nwitch, &wrapper, &socket, &["profile", "--pid", &t_dead.pid().to_string(), "--duration", "1s", "-o", "/dev/null"]);
+        assert_eq!(r.code(), Some(2), "{}", r.describe());
+        assert!(r.stderr_str().contains("permission denied"), "{}", r.describe());
+        assert_eq!(r.stderr_str().trim().lines().count(), 1, "one-line error: {}", r.describe());
+    } else {
+        eprintln!("[witch-tests] not root or no setpriv: caller checks not exercised as another user");
+    }
+
+    // SIGTERM while a session is in flight: detach (profile stored), exit 0.
+    wait_for(
+        Duration::from_secs(20),
+        || json(&client(&witch, &[], &socket, &["status", "--json"]))["sessions_active"].as_u64() > Some(0),
+        || d.log(),
+    );
+    let (st, took) = d.term(Duration::from_secs(60));
+    let log = std::fs::read_to_string(dir.join("witchd.log")).unwrap();
+    eprintln!("[witch-tests] witchd exited {st} {:.2}s after SIGTERM; log:\n{log}", took.as_secs_f64());
+    assert_eq!((st.code(), st.signal()), (Some(0), None), "witchd's exit after SIGTERM\n{log}");
+    let after = &log[log.find("SIGTERM: detaching").expect("shutdown logged")..];
+    assert!(after.contains(", stored "), "the in-flight session detached and stored its profile\n{log}");
+    assert!(!socket.exists(), "socket removed at exit");
+    store_ok("after exit");
+    for pid in pids {
+        let state = proc_field(pid, "State:");
+        assert!(state.starts_with('S') || state.starts_with('R'), "target {pid} state {state:?} after witchd left");
+        assert_eq!(proc_field(pid, "TracerPid:"), "0", "target {pid} still traced");
+    }
+
+    // The targets run on, then end as an unprofiled run of the same length.
+    std::thread::sleep(Duration::from_millis(300));
+    for (t, prog) in [(t_dead, &dead), (t_silent, &silent)] {
+        let (rounds, out, status) = t.finish();
+        assert!(rounds > 0, "{} printed {out:?}", prog.file);
+        let native = prog.run_native(&[&rounds.to_string()]);
+        assert_eq!(String::from_utf8_lossy(&native.stdout), out, "{} output differs from an unprofiled run", prog.file);
+        assert_eq!((status.code(), status.signal()), (native.code(), native.signal()), "{} exit status", prog.file);
+    }
+
+    // Restart on the same store: re-indexed, and the default socket is owner-only.
+    let before = stored_ids(&store);
+    assert!(!before.is_empty());
+    let config2 = dir.join("witchd2.toml");
+    std::fs::write(&config2, format!("socket = \"{}\"\nhttp = \"off\"\n[store]\ndir = \"{}\"\nmax_bytes = \"16KiB\"\n", socket.display(), store.display())).unwrap();
+    let mut d2 = Witchd::start(&config2, &dir.join("witchd2.log"));
+    wait_for(Duration::from_secs(20), || socket.exists() && client(&witch, &[], &socket, &["status"]).status.success(), || d2.log());
+    assert_eq!(std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777, 0o600);
+    let list = json(&client(&witch, &[], &socket, &["list", "--json"]));
+    let mut after: Vec<String> = list.as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap().to_string()).collect();
+    after.sort();
+    assert_eq!(after, before, "the restarted daemon lists what the store holds");
+    if let Some((nwitch, wrapper)) = as_nobody(&dir, &witch) {
+        let r = client(&nwitch, &wrapper, &socket, &["status"]);
+        assert_eq!(r.code(), Some(2), "{}", r.describe());
+        assert!(r.stderr_str().contains("permission denied"), "{}", r.describe());
+    }
+    assert!(d2.running());
+    let (st, _) = d2.term(Duration::from_secs(30));
+    assert_eq!(st.code(), Some(0), "{}", d2.log());
+}
+
+#[test]
+fn clear_errors() {
+    let dir = Scratch::new("daemon-errors");
+    // Not running: exit 2, one line.
+    let r = client(&witch_bin(), &[], &dir.join("none.sock"), &["status"]);
+    assert_eq!(r.code(), Some(2), "{}", r.describe());
+    assert!(r.stderr_str().contains("witchd is not running"), "{}", r.describe());
+    assert_eq!(r.stderr_str().trim().lines().count(), 1, "{}", r.describe());
+
+    // A bad config names file, line and column.
+    let cfg = dir.join("bad.toml");
+    std::fs::write(&cfg, "[store]\nmax_bytes = \"lots\"\n").unwrap();
+    let mut cmd = Command::new(witchd_bin());
+    cmd.arg("--config").arg(&cfg);
+    let r = run_cmd(cmd, None);
+    assert_eq!(r.code(), Some(2), "{}", r.describe());
+    let want = format!("{}:2:13: ", cfg.display());
+    assert!(r.stderr_str().contains(&want), "want {want:?}: {}", r.describe());
+    assert!(r.stderr_str().contains("not a size"), "{}", r.describe());
+
+    // --check accepts a good one.
+    std::fs::write(&cfg, "[[watch]]\nexe = \"x\"\nevery = \"1s\"\nduration = \"0.5s\"\n").unwrap();
+    let mut cmd = Command::new(witchd_bin());
+    cmd.arg("--config").arg(&cfg).arg("--check");
+    let r = run_cmd(cmd, None);
+    assert!(r.status.success(), "{}", r.describe());
+}
