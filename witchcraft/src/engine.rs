@@ -656,7 +656,13 @@ impl ThreadState {
     /// measured from the counter in `on_sample`).
     pub fn account(&mut self, engine: &Engine, trap: bool, entry_ns: u64, exit_ns: u64) {
         let fixed = if trap { engine.trap_cost_ns } else { engine.signal_cost_ns / 2 };
-        self.overhead_ns += fixed + exit_ns.saturating_sub(entry_ns);
+        let handler = exit_ns.saturating_sub(entry_ns);
+        self.overhead_ns += fixed + handler;
+        // The reported cost counts a sample's whole signal round trip, but
+        // not the counter's lateness (timer latency, during which the
+        // program itself may still run).
+        let round_trip = if trap { engine.trap_cost_ns } else { engine.signal_cost_ns };
+        self.counters.engine_ns += round_trip + handler;
     }
 
     fn free(&mut self, i: usize) {

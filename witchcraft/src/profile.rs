@@ -100,6 +100,10 @@ pub struct Counters {
     pub pair_overflow: u64,
     /// Threads that could not be set up (e.g. no free debug registers).
     pub threads_failed: u64,
+    /// CPU time (ns) witch cost the program's threads: its handlers, plus
+    /// the kernel's part of each trap and signal as calibrated at start-up.
+    #[serde(default)]
+    pub engine_ns: u64,
 }
 
 impl Counters {
@@ -120,6 +124,7 @@ impl Counters {
         self.tree_overflow += o.tree_overflow;
         self.pair_overflow += o.pair_overflow;
         self.threads_failed += o.threads_failed;
+        self.engine_ns += o.engine_ns;
     }
 }
 

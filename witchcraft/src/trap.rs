@@ -15,15 +15,49 @@ const CACHE: usize = 4096;
 /// Longest forward decode, in bytes, before giving up.
 const MAX_SCAN: u64 = 1 << 16;
 
-/// Per-thread cache: context PC → start of the instruction that ends there.
+/// Per-thread cache: context PC → start of the instruction that ends there,
+/// and the decoded layout of the last few functions.
 pub struct PrecisePcCache {
     keys: Box<[u64; CACHE]>,
     vals: Box<[u64; CACHE]>,
+    funcs: Box<[Layout]>,
+    next_func: usize,
+}
+
+/// Functions whose layout is kept. Decoding a large function (an
+/// interpreter's dispatch loop: thousands of instructions) costs ~0.5 ms;
+/// without this, every new PC in it paid that again.
+const FUNCS: usize = 8;
+const WORDS: usize = (MAX_SCAN / 64) as usize;
+
+/// One function's instruction starts and direct-branch targets, a bit per byte.
+struct Layout {
+    start: u64,
+    /// End of what decoded (0: slot unused).
+    end: u64,
+    starts: Box<[u64]>,
+    targets: Box<[u64]>,
+}
+
+impl Layout {
+    fn bit(bits: &[u64], off: u64) -> bool {
+        let i = off as usize;
+        i / 64 < bits.len() && bits[i / 64] & (1 << (i % 64)) != 0
+    }
+    fn set(bits: &mut [u64], off: u64) {
+        let i = off as usize;
+        if i / 64 < bits.len() {
+            bits[i / 64] |= 1 << (i % 64);
+        }
+    }
 }
 
 impl Default for PrecisePcCache {
     fn default() -> Self {
-        PrecisePcCache { keys: Box::new([0; CACHE]), vals: Box::new([0; CACHE]) }
+        let funcs = (0..FUNCS)
+            .map(|_| Layout { start: 0, end: 0, starts: vec![0; WORDS].into_boxed_slice(), targets: vec![0; WORDS].into_boxed_slice() })
+            .collect();
+        PrecisePcCache { keys: Box::new([0; CACHE]), vals: Box::new([0; CACHE]), funcs, next_func: 0 }
     }
 }
 
@@ -40,6 +74,33 @@ impl PrecisePcCache {
         self.keys[i] = pc;
         self.vals[i] = prev;
     }
+}
+
+/// Decode the function at `start` (up to `limit`) into `f`.
+fn layout(map: &ProcessMap, f: &mut Layout, start: u64, limit: u64) {
+    f.starts.fill(0);
+    f.targets.fill(0);
+    f.start = start;
+    let mut ip = start;
+    let mut buf = [0u8; 16];
+    let stop = limit.min(start + MAX_SCAN);
+    while ip < stop {
+        let Some(bytes) = code_at(map, ip, &mut buf) else { break };
+        let mut dec = iced_x86::Decoder::with_ip(64, bytes, ip, iced_x86::DecoderOptions::NONE);
+        let i = dec.decode();
+        if i.is_invalid() {
+            break;
+        }
+        Layout::set(&mut f.starts, ip - start);
+        if matches!(i.op0_kind(), iced_x86::OpKind::NearBranch64) {
+            let t = i.near_branch64();
+            if t >= start && t < stop {
+                Layout::set(&mut f.targets, t - start);
+            }
+        }
+        ip = i.next_ip();
+    }
+    f.end = ip.max(start + 1);
 }
 
 /// Instruction bytes at `ip`, read directly when safely inside the module.
@@ -75,28 +136,23 @@ pub fn previous_instruction(map: &ProcessMap, cache: &mut PrecisePcCache, end: u
         .unwrap_or(u64::MAX)
         .min(start + MAX_SCAN)
         .max(end);
-    let mut ip = start;
-    let mut buf = [0u8; 16];
+    let k = match cache.funcs.iter().position(|f| f.end != 0 && f.start == start) {
+        Some(k) => k,
+        None => {
+            let k = cache.next_func;
+            cache.next_func = (k + 1) % FUNCS;
+            layout(map, &mut cache.funcs[k], start, limit);
+            k
+        }
+    };
+    let f = &cache.funcs[k];
+    let off = end - start;
+    // `end` must be an instruction boundary (or where decoding stopped).
     let mut found = 0;
-    let mut target = false;
-    while ip < limit {
-        let Some(bytes) = code_at(map, ip, &mut buf) else { break };
-        let mut dec = iced_x86::Decoder::with_ip(64, bytes, ip, iced_x86::DecoderOptions::NONE);
-        let i = dec.decode();
-        if i.is_invalid() {
-            break;
-        }
-        if i.next_ip() == end {
-            found = ip;
-        }
-        if matches!(i.op0_kind(), iced_x86::OpKind::NearBranch64) && i.near_branch64() == end {
-            target = true;
-        }
-        if ip > end && found == 0 {
-            break; // decoding went out of step with `end`
-        }
-        ip = i.next_ip();
+    if end <= f.end && (end == f.end || Layout::bit(&f.starts, off)) {
+        found = (0..off).rev().find(|&o| Layout::bit(&f.starts, o)).map(|o| start + o).unwrap_or(0);
     }
+    let target = Layout::bit(&f.targets, off);
     cache.put(end, found | if target { TARGET } else { 0 });
     ((found != 0).then_some(found), target)
 }

@@ -89,6 +89,15 @@ fn text(p: &Profile, pairs: &[SymPair], top: usize, width: Option<usize>) -> Str
             model::duration(p.duration_ns)
         ),
     );
+    if c.engine_ns > 0 {
+        line(
+            &mut o,
+            format!(
+                "  cost      {} of the threads' CPU time in witch's handlers and the kernel's trap and signal paths",
+                model::duration(c.engine_ns)
+            ),
+        );
+    }
     for n in notes(p, &c) {
         line(&mut o, format!("  note: {n}"));
     }
