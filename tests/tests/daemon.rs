@@ -348,11 +348,14 @@ fn witchd_watches_two_programs_and_leaves_them_as_they_were() {
     let dir = Scratch::new("daemon");
     chmod(dir.path(), 0o755);
     let witch = witch_bin();
-    let dead = Program::build("daemon_dead", dir.path());
+    // A name of its own, so that a witchd of another test run on this machine
+    // (whose rule matches by name too) leaves this one alone.
+    let dead_name = format!("daemon_dead_{}", std::process::id());
+    let dead = Program::build_with("daemon_dead", dir.path(), &dead_name, &[]).unwrap_or_else(|e| panic!("{e}"));
     let silent = Program::build("daemon_silent", dir.path());
     let (dw, dk, ss) = (dead.line("@dw"), dead.line("@dk"), silent.line("@ss"));
-    let t_dead = Target::start(&dead.exe);
-    let t_silent = Target::start(&silent.exe);
+    let mut t_dead = Target::start(&dead.exe);
+    let mut t_silent = Target::start(&silent.exe);
     std::thread::sleep(Duration::from_millis(200));
 
     let socket = dir.join("witchd.sock");
@@ -378,7 +381,7 @@ every = "2s"
 duration = "1s"
 
 [[watch]]
-exe = "daemon_dead"
+exe = "{dead_name}"
 crafts = ["dead"]
 
 [[watch]]
@@ -387,7 +390,8 @@ crafts = ["silent-store"]
 "#,
             socket = socket.display(),
             store = store.display(),
-            silent_pid = t_silent.pid()
+            silent_pid = t_silent.pid(),
+            dead_name = dead_name
         ),
     )
     .unwrap();
@@ -427,7 +431,7 @@ crafts = ["silent-store"]
     // /metrics: syntax checked above; now the content.
     let last_metrics = last_metrics.into_inner();
     let m = parse_prometheus(&last_metrics);
-    for (pid, exe, craft) in [(t_dead.pid(), "daemon_dead", "dead"), (t_silent.pid(), "daemon_silent", "silent-store")] {
+    for (pid, exe, craft) in [(t_dead.pid(), dead_name.as_str(), "dead"), (t_silent.pid(), "daemon_silent", "silent-store")] {
         let pid = pid.to_string();
         let w = metric(&m, "witchd_waste_fraction", &[("pid", &pid), ("exe", exe), ("craft", craft)])
             .unwrap_or_else(|| panic!("no waste fraction for {exe}:\n{last_metrics}"));
@@ -494,6 +498,36 @@ crafts = ["silent-store"]
     let rep = report(&f_now);
     assert_eq!(rep.json["pid"].as_u64(), Some(t_dead.pid() as u64));
     assert!(rep.samples() > 0.0, "{}", rep.dump());
+
+    // A target that exits during a requested session: its last profile comes
+    // back, marked as such, and it ends as an unprofiled run would.
+    let t_exit = Target::start(&silent.exe);
+    std::thread::sleep(Duration::from_millis(200));
+    let f_exit = dir.join("exit.json");
+    let req = {
+        let (witch, socket, f) = (witch.clone(), socket.clone(), f_exit.clone());
+        let pid = t_exit.pid().to_string();
+        std::thread::spawn(move || client(&witch, &[], &socket, &["profile", "--pid", &pid, "--craft", "silent-store", "--duration", "20s", "-o", f.to_str().unwrap()]))
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    let (rounds, out, status) = t_exit.finish();
+    let native = silent.run_native(&[&rounds.to_string()]);
+    assert_eq!(String::from_utf8_lossy(&native.stdout), out, "a target profiled until its exit prints what an unprofiled run does");
+    assert_eq!(status.code(), native.code());
+    let r = req.join().unwrap();
+    assert!(r.status.success(), "{}", r.describe());
+    assert!(r.stderr_str().contains("exited during the session"), "{}", r.describe());
+    assert!(r.elapsed < Duration::from_secs(15), "the session should end with its target: {}", r.describe());
+    let rep = report(&f_exit);
+    assert!(rep.samples() > 0.0, "{}", rep.dump());
+    for t in [&mut t_dead, &mut t_silent] {
+        if let Ok(Some(st)) = t.child.as_mut().unwrap().try_wait() {
+            panic!("a watched target ended while witchd profiled it: {st}\n{}", d.log());
+        }
+    }
+    let m = parse_prometheus(&String::from_utf8(http_get(&http, "/metrics").1).unwrap());
+    let exited = metric(&m, "witchd_sessions_total", &[("outcome", "target_exited")]).map(|s| s.value);
+    assert_eq!(exited, Some(1.0), "only the one target exited during a session\n{}", d.log());
 
     // Every request is checked: nobody sees none of root's processes or profiles.
     if let Some((nwitch, wrapper)) = as_nobody(&dir, &witch) {

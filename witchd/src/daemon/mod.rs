@@ -200,7 +200,8 @@ pub async fn serve(cfg: Config, attacher: Arc<dyn Attacher>, stop: impl std::fut
     d.until_idle().await;
     let _ = api_task.await;
     if let Some(t) = http_task {
-        let _ = t.await;
+        // Graceful, but a client that keeps a response hanging does not hold up the exit.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), t).await;
     }
     let _ = std::fs::remove_file(&d.cfg.socket);
     say!("stopped");

@@ -204,7 +204,8 @@ pub async fn run(d: Arc<Daemon>, claim: Claim, plan: Plan) -> Done {
     d.targets.lock().unwrap().record(&plan.target, craft, &profile, meta.as_ref(), overhead);
 
     if target_exited {
-        let r = exited(&d, &plan.target, craft, "during the session; kept its last profile");
+        let kept = meta.as_ref().map_or(String::new(), |m| format!("; kept its last profile, stored {}", m.id));
+        let r = exited(&d, &plan.target, craft, &format!("during the session{kept}"));
         return Done { profile: Some(profile), meta, ..r };
     }
     d.counters.session(Outcome::Ok);
