@@ -149,6 +149,7 @@ impl Drop for Claim {
 /// and returns. Errors are start-up failures (socket, store, HTTP address).
 pub fn run(cfg: Config) -> Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
+    tame_malloc();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         // attach/detach/store calls; bounded so a stuck kernel call cannot pile up threads.
@@ -166,6 +167,20 @@ pub fn run(cfg: Config) -> Result<()> {
         };
         serve(cfg, Arc::new(session::RealAttacher), stop).await
     })
+}
+
+/// glibc gives each thread that allocates an arena of its own, keeps freed
+/// memory there, and after a large buffer is freed raises its mmap threshold,
+/// so later large buffers (the ELF files read at each attach, the debug info
+/// read for a pprof export) stay in the heap too. A daemon whose blocking
+/// threads come and go then sits at the sum of their peaks (measured: 190 MB
+/// with pprof exports). Two arenas and a fixed threshold keep it near its
+/// working set.
+fn tame_malloc() {
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
+    }
 }
 
 /// The daemon proper, until `stop` resolves (to the reason, for the log);
