@@ -100,7 +100,11 @@ async fn pprof(d: Arc<Daemon>, id: String) -> Response {
     let r = tokio::task::spawn_blocking(move || -> Result<Vec<u8>> {
         let bytes = d.store.lock().unwrap().read(&id)?;
         let p = Profile::from_bytes(&bytes).map_err(|e| anyhow::anyhow!("{e}"))?;
-        gzipped_pprof(&p)
+        let gz = gzipped_pprof(&p);
+        // Symbolizing parsed every module's debug info into many small
+        // allocations, now free: give the pages back rather than keep the peak.
+        unsafe { libc::malloc_trim(0) };
+        gz
     })
     .await;
     match r {

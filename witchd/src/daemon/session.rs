@@ -85,7 +85,8 @@ fn same_process(p: &Proc) -> bool {
 }
 
 /// Runs one session on a claimed pid. Never fails: failures are outcomes,
-/// counted and logged here once, so callers only relay them.
+/// counted here, with a one-line note that the caller logs or relays (the
+/// scheduler logs a target's error only when it changes).
 pub async fn run(d: Arc<Daemon>, claim: Claim, plan: Plan) -> Done {
     let _in_flight = InFlight::new(&d);
     let pid = claim.pid();
