@@ -178,3 +178,28 @@ fn figure_4_2_three_two_one() {
         );
     }
 }
+
+/// A run whose time goes to a store-free loop: the software sampler's timer
+/// interrupts land away from any store. The report must say that, not that
+/// the run was shorter than the period.
+#[test]
+fn store_free_time_is_explained() {
+    let dir = Scratch::new("store-free");
+    let prog = Program::build("store_free_loop", dir.path());
+    let native = prog.run_native(&[]);
+    assert_eq!(native.code(), Some(3), "native run:\n{}", native.describe());
+    let out = dir.join("dead.json");
+    let run = WitchCmd::new("dead").args(&["-p", "1000000"]).out(&out).run(&prog.exe, &[]);
+    assert_same_behaviour(&native, &run);
+    let rep = report(&out);
+    if rep.json["sampler"]["kind"].as_str() != Some("software") {
+        rep.note("not the software sampler: nothing to check");
+        return;
+    }
+    let err = run.stderr_str();
+    assert!(rep.samples() <= 5.0, "a store-free loop should give (almost) no store samples\n{}", rep.dump());
+    assert!(
+        err.contains("timer interrupts") && !err.contains("shorter than the period"),
+        "the report should say the interrupts landed away from stores:\n{err}"
+    );
+}

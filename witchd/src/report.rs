@@ -166,9 +166,27 @@ fn text(p: &Profile, pairs: &[SymPair], top: usize, width: Option<usize>) -> Str
 /// What the reader should know before trusting the figures.
 fn notes(p: &Profile, c: &witchcraft::profile::Counters) -> Vec<String> {
     let mut v = p.notes.clone();
-    if c.samples == 0 {
+    let access = model::words(p.craft).access;
+    // The software sampler takes a timer interrupt's nearby access (a few
+    // instructions of straight-line code), so code whose time goes elsewhere
+    // (a store-free inner loop) yields interrupts but no samples.
+    let missed = c.interrupts.saturating_sub(c.samples + c.skipped_self + c.overdue);
+    if c.samples == 0 && missed > 0 && p.sampler.kind == "software" {
+        v.push(format!(
+            "no samples: none of {} timer interrupts landed within a few instructions of a {access}; \
+             the time went to other code; try a smaller -p, or a host with a PMU (it samples {access}s by count)",
+            c.interrupts
+        ));
+    } else if c.samples == 0 {
         v.push("no samples were taken: the run was shorter than the period; try a smaller -p".into());
-    } else if c.traps == 0 {
+    } else if p.sampler.kind == "software" && missed * 2 > c.interrupts {
+        v.push(format!(
+            "{missed} of {} timer interrupts landed away from any {access} and were not samples: \
+             {access}s in code that takes little time per {access} are under-represented (see README, Accuracy)",
+            c.interrupts
+        ));
+    }
+    if c.traps == 0 && c.samples > 0 {
         v.push("no watchpoint fired: nothing to attribute".into());
     }
     if c.tree_overflow > 0 || c.pair_overflow > 0 {
