@@ -60,7 +60,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--periods", default="default,500000,10000000",
-                    help="comma-separated; 'default' = witch's own default")
+                    help="comma-separated; 'default' = witch's own default; 'none' = a period longer than "
+                         "any run, so no samples: the fixed cost alone (launcher, agent start-up, profile)")
     ap.add_argument("--crafts", default=",".join(CRAFTS))
     ap.add_argument("--set", default="all", choices=["ci", "all", "ground-truth"],
                     help="real workloads (benches/workloads.py: ci subset or all), or the ground-truth programs")
@@ -84,7 +85,7 @@ def main():
         exe, args = argv[0], argv[1:]
         for craft in a.crafts.split(","):
             for per in periods:
-                popt = [] if per == "default" else ["-p", per]
+                popt = {"default": [], "none": ["-p", str(10**15)]}.get(per, ["-p", per])
                 prof = os.path.join(OUT, f"{w}-{craft}.json")
                 nat, wit, ncpu, wcpu, nrss, wrss = [], [], [], [], [], []
                 for _ in range(a.reps):

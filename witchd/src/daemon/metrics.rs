@@ -143,11 +143,17 @@ impl Exposition {
     }
 }
 
-/// CPU time the engine spent in its handlers during one session, estimated
-/// from the agent's own start-up measurement of a trap and a signal round
-/// trip (a note in every profile), times the traps and interrupts it counted.
-/// The fallback costs are this repository's measurements in a VM.
+/// CPU time the engine cost the target during one session: the engine's own
+/// `engine_ns` (handler time plus the calibrated kernel round trips) when
+/// the profile has it. Older profiles lack it; for them, an estimate from the
+/// agent's start-up measurement of a trap and a signal round trip (a note in
+/// every profile) times the traps and interrupts counted. The fallback costs
+/// are this repository's measurements in a VM.
 pub fn overhead_ns(p: &witchcraft::profile::Profile) -> u64 {
+    let c = crate::model::counters(p);
+    if c.engine_ns > 0 {
+        return c.engine_ns;
+    }
     let (mut trap_us, mut signal_us) = (19.0, 5.4);
     for n in &p.notes {
         if let Some(rest) = n.strip_prefix("measured round trips: watchpoint trap ") {
@@ -159,7 +165,6 @@ pub fn overhead_ns(p: &witchcraft::profile::Profile) -> u64 {
             }
         }
     }
-    let c = crate::model::counters(p);
     let traps = c.traps + c.self_traps + c.ignored_traps;
     (traps as f64 * trap_us * 1e3 + c.interrupts as f64 * signal_us * 1e3) as u64
 }
@@ -245,6 +250,18 @@ mod tests {
         assert_eq!(value(f64::NAN), "NaN");
         assert_eq!(value(1e20), "100000000000000000000");
         assert_eq!(value(3.5e-7), "0.00000035");
+    }
+
+    #[test]
+    fn overhead_prefers_the_engines_own_figure() {
+        let mut p = crate::daemon::store::tests_support::profile(1, 0, 0);
+        p.notes = vec!["measured round trips: watchpoint trap 10.0 µs, signal 2.0 µs".into()];
+        p.counters.interrupts = 100;
+        p.counters.traps = 7;
+        // No engine_ns (an older profile): traps x trap + interrupts x signal.
+        assert_eq!(overhead_ns(&p), 7 * 10_000 + 100 * 2_000);
+        p.counters.engine_ns = 123_456;
+        assert_eq!(overhead_ns(&p), 123_456);
     }
 
     #[test]
