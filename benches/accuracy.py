@@ -106,6 +106,49 @@ def steady(lo, hi):
             for k in set(lo) | set(hi)}
 
 
+def by_watch_line(sums):
+    """{watch line: [waste, use]}: the pairs summed over their trap lines."""
+    out = {}
+    for (wl, _), (w, u) in sums.items():
+        s = out.setdefault(wl, [0.0, 0.0])
+        s[0] += w
+        s[1] += u
+    return out
+
+
+def bias(exact, sampled):
+    """Splits a sampled-vs-exact gap in two (see the README's Accuracy section).
+
+    Overall fraction = sum over watch lines L of weight(L) x fraction(L). The
+    weights are where the sampler looks (bytes watched at L, a share of all);
+    the per-line fractions are what it finds there. Re-weighting the sampled
+    per-line fractions by the exact weights keeps what the sampler found and
+    removes where it looked: if that lands on the exact fraction, the gap was
+    the sampling distribution (time- instead of count-proportional), not the
+    classification. Returns (reweighted fraction, share of the exact weight on
+    lines the sampler saw, [(line, sampled share / exact share)] by ratio).
+    """
+    ex, sa = by_watch_line(exact), by_watch_line(sampled)
+    et = sum(max(0.0, sum(v)) for v in ex.values())
+    st = sum(sum(v) for v in sa.values())
+    if et <= 0 or st <= 0:
+        return float("nan"), 0.0, []
+    num = den = seen = 0.0
+    ratios = []
+    for line, v in ex.items():
+        w = max(0.0, sum(v))
+        if w <= 0:
+            continue
+        s = sa.get(line)
+        if s and sum(s) > 0:
+            num += w * s[0] / sum(s)
+            den += w
+            seen += w
+        ratios.append((line, (sum(s) / st if s else 0.0) / (w / et)))
+    ratios.sort(key=lambda r: r[1])
+    return (num / den if den > 0 else float("nan")), seen / et, ratios
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5)
@@ -121,6 +164,7 @@ def main():
     print(f"Sampled vs exact waste fraction (own code), mean ± std over {a.runs} runs\n")
     print("| program | craft | exact | " + " | ".join(f"-p {p}" for p in PERIODS) + " | top-5 overlap | top-3 same | oldest | 1 debug reg |")
     print("|---|---|---:|" + "---:|" * len(PERIODS) + "---:|---:|---:|---:|")
+    bias_rows = []
     for name, src, craft, markers, small, big in cases:
         exe = build(name, src)
         at = marked_lines(src, markers)
@@ -128,19 +172,27 @@ def main():
         if isinstance(small, tuple):
             lo = pair_sums(profile(craft, exe, small[0], ["--exact"], out), src, at)
             hi = pair_sums(profile(craft, exe, small[1], ["--exact"], out), src, at)
-            ex_frac, ex_top = summarize(steady(lo, hi))
+            ex_sums = steady(lo, hi)
+            ex_frac, ex_top = summarize(ex_sums)
             d = sum(sum(v) for v in steady(lo, hi).values())
             # Too little of the repeated part to tell (or it isn't steady).
             if d < 0.05 * sum(sum(v) for v in hi.values()) or not 0.0 <= ex_frac <= 1.0:
                 ex_frac = float("nan")
         else:
-            ex_frac, ex_top = own(profile(craft, exe, small, ["--exact"], out), src, at)
-        cells, tops = [], None
+            ex_sums = pair_sums(profile(craft, exe, small, ["--exact"], out), src, at)
+            ex_frac, ex_top = summarize(ex_sums)
+        cells, tops, pooled = [], None, {}
         for per in PERIODS:
             opts = [] if per == "default" else ["-p", per]
             fr = []
             for _ in range(a.runs):
-                f, top = own(profile(craft, exe, big, opts, out), src, at)
+                sums = pair_sums(profile(craft, exe, big, opts, out), src, at)
+                f, top = summarize(sums)
+                if per == PERIODS[0]:
+                    for k, v in sums.items():
+                        acc = pooled.setdefault(k, [0.0, 0.0])
+                        acc[0] += v[0]
+                        acc[1] += v[1]
                 fr.append(f)
                 tops = tops or top
             sd = statistics.stdev(fr) if len(fr) > 1 else 0.0
@@ -151,7 +203,22 @@ def main():
         one, _ = own(profile(craft, exe, big, ["-p", PERIODS[0], "--debug-registers", "1"], out), src, at)
         ex_cell = "n/a" if ex_frac != ex_frac else f"{100*ex_frac:.1f}"
         print(f"| {name} | {craft} | {ex_cell} | " + " | ".join(cells)
-              + f" | {100*overlap:.0f}% | {same3} | {100*old:.1f} | {100*one:.1f} |")
+              + f" | {100*overlap:.0f}% | {same3} | {100*old:.1f} | {100*one:.1f} |", flush=True)
+        if ex_frac == ex_frac:
+            rw, seen, ratios = bias(ex_sums, pooled)
+            sf, _ = summarize(pooled)
+            fmt = lambda rs: ", ".join(f"{l}: {r:.2f}" for l, r in rs)  # noqa: E731
+            bias_rows.append(f"| {name} | {craft} | {100*ex_frac:.1f} | {100*sf:.1f} | "
+                             + ("n/a" if rw != rw else f"{100*rw:.1f}")
+                             + f" | {100*seen:.0f}% | {fmt(ratios[:2])} | {fmt(ratios[::-1][:2])} |")
+    if bias_rows:
+        print(f"\nWhere the sampler looks vs what it finds (-p {PERIODS[0]}, runs pooled). "
+              "Re-weighted: the sampled per-line fractions weighted by the exact per-line bytes. "
+              "Ratios: a watch line's share of sampled bytes over its share of exact bytes.\n")
+        print("| program | craft | exact | sampled | re-weighted | exact weight seen | least sampled (line: ratio) | most sampled |")
+        print("|---|---|---:|---:|---:|---:|---|---|")
+        for r in bias_rows:
+            print(r)
 
 
 if __name__ == "__main__":
