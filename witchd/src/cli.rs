@@ -331,6 +331,26 @@ pub fn parse_points(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+/// "30s", "2m", "1h", "500ms" or plain seconds.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = s.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (s, 1.0)
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(std::time::Duration::from_secs_f64(v * mult)),
+        _ => Err(format!("{s:?} is not a duration (try 30s, 2m, 500ms)")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,25 +391,5 @@ mod tests {
         assert!(Cli::try_parse_from(["witch", "dead", "--debug-registers", "5", "./a"]).is_err());
         assert!(Cli::try_parse_from(["witch", "gate", "p.json"]).is_err());
         assert!(Cli::try_parse_from(["witch", "gate", "--baseline", "b", "p.json"]).is_err());
-    }
-}
-
-/// "30s", "2m", "1h", "500ms" or plain seconds.
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    let s = s.trim();
-    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = s.strip_suffix('m') {
-        (n, 60.0)
-    } else if let Some(n) = s.strip_suffix('h') {
-        (n, 3600.0)
-    } else {
-        (s, 1.0)
-    };
-    match num.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(std::time::Duration::from_secs_f64(v * mult)),
-        _ => Err(format!("{s:?} is not a duration (try 30s, 2m, 500ms)")),
     }
 }

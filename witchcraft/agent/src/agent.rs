@@ -144,8 +144,7 @@ pub(crate) fn make_engine(cfg: Config, install: fn(bool)) -> Engine {
     install(sigtrap);
     let (trap_cost_ns, signal_cost_ns) = signal::calibrate(sigtrap);
     note(format!("measured round trips: watchpoint trap {:.1} µs, signal {:.1} µs", trap_cost_ns as f64 / 1e3, signal_cost_ns as f64 / 1e3));
-    let engine = Engine { config: cfg, craft, sampler, period, sigtrap, modify, own_code: own, trap_cost_ns, signal_cost_ns };
-    engine
+    Engine { config: cfg, craft, sampler, period, sigtrap, modify, own_code: own, trap_cost_ns, signal_cost_ns }
 }
 
 /// The agent's executable mapping, from /proc/self/maps.
