@@ -68,8 +68,9 @@ def profile(craft, exe, args, opts, out):
     return json.loads(r.stdout)
 
 
-def pair_sums(report, src, lines_at):
-    """{(watch line, trap line): [waste, use]} over the pairs that count (see above)."""
+def pair_sums(report, src, lines_at, by_pc=False):
+    """{(watch line, trap line): [waste, use]} over the pairs that count (see above).
+    by_pc: keyed by the watched instruction instead ((module, offset), None)."""
     base = os.path.basename(src)
     here = lambda fr: (fr.get("file") or "").endswith(base)  # noqa: E731
     sums = {}
@@ -81,7 +82,11 @@ def pair_sums(report, src, lines_at):
                 continue
         elif not (p["watch"]["frames"] and here(p["watch"]["frames"][0]) and p["watch"]["frames"][0].get("line") in lines_at):
             continue
-        key = (wf[0].get("line"), tf[0].get("line") if tf else None)
+        if by_pc:
+            f0 = p["watch"]["frames"][0]
+            key = ((os.path.basename(f0.get("module") or ""), f0.get("offset")), None)
+        else:
+            key = (wf[0].get("line"), tf[0].get("line") if tf else None)
         s = sums.setdefault(key, [0.0, 0.0])
         s[0] += p["waste_bytes"]
         s[1] += p["use_bytes"]
@@ -119,7 +124,8 @@ def by_watch_line(sums):
 def bias(exact, sampled):
     """Splits a sampled-vs-exact gap in two (see the README's Accuracy section).
 
-    Overall fraction = sum over watch lines L of weight(L) x fraction(L). The
+    Overall fraction = sum over watch sites L (lines, or instructions) of
+    weight(L) x fraction(L). The
     weights are where the sampler looks (bytes watched at L, a share of all);
     the per-line fractions are what it finds there. Re-weighting the sampled
     per-line fractions by the exact weights keeps what the sampler found and
@@ -170,29 +176,34 @@ def main():
         at = marked_lines(src, markers)
         out = os.path.join(OUT, f"acc-{name}-{craft}.json")
         if isinstance(small, tuple):
-            lo = pair_sums(profile(craft, exe, small[0], ["--exact"], out), src, at)
-            hi = pair_sums(profile(craft, exe, small[1], ["--exact"], out), src, at)
+            rlo = profile(craft, exe, small[0], ["--exact"], out)
+            rhi = profile(craft, exe, small[1], ["--exact"], out)
+            lo, hi = pair_sums(rlo, src, at), pair_sums(rhi, src, at)
             ex_sums = steady(lo, hi)
+            ex_pc = steady(pair_sums(rlo, src, at, True), pair_sums(rhi, src, at, True))
             ex_frac, ex_top = summarize(ex_sums)
             d = sum(sum(v) for v in steady(lo, hi).values())
             # Too little of the repeated part to tell (or it isn't steady).
             if d < 0.05 * sum(sum(v) for v in hi.values()) or not 0.0 <= ex_frac <= 1.0:
                 ex_frac = float("nan")
         else:
-            ex_sums = pair_sums(profile(craft, exe, small, ["--exact"], out), src, at)
+            rex = profile(craft, exe, small, ["--exact"], out)
+            ex_sums, ex_pc = pair_sums(rex, src, at), pair_sums(rex, src, at, True)
             ex_frac, ex_top = summarize(ex_sums)
-        cells, tops, pooled = [], None, {}
+        cells, tops, pooled, pooled_pc = [], None, {}, {}
         for per in PERIODS:
             opts = [] if per == "default" else ["-p", per]
             fr = []
             for _ in range(a.runs):
-                sums = pair_sums(profile(craft, exe, big, opts, out), src, at)
+                rep = profile(craft, exe, big, opts, out)
+                sums = pair_sums(rep, src, at)
                 f, top = summarize(sums)
                 if per == PERIODS[0]:
-                    for k, v in sums.items():
-                        acc = pooled.setdefault(k, [0.0, 0.0])
-                        acc[0] += v[0]
-                        acc[1] += v[1]
+                    for into, got in ((pooled, sums), (pooled_pc, pair_sums(rep, src, at, True))):
+                        for k, v in got.items():
+                            acc = into.setdefault(k, [0.0, 0.0])
+                            acc[0] += v[0]
+                            acc[1] += v[1]
                 fr.append(f)
                 tops = tops or top
             sd = statistics.stdev(fr) if len(fr) > 1 else 0.0
@@ -206,17 +217,22 @@ def main():
               + f" | {100*overlap:.0f}% | {same3} | {100*old:.1f} | {100*one:.1f} |", flush=True)
         if ex_frac == ex_frac:
             rw, seen, ratios = bias(ex_sums, pooled)
+            rw_pc, seen_pc, _ = bias(ex_pc, pooled_pc)
             sf, _ = summarize(pooled)
             fmt = lambda rs: ", ".join(f"{l}: {r:.2f}" for l, r in rs)  # noqa: E731
             bias_rows.append(f"| {name} | {craft} | {100*ex_frac:.1f} | {100*sf:.1f} | "
-                             + ("n/a" if rw != rw else f"{100*rw:.1f}")
-                             + f" | {100*seen:.0f}% | {fmt(ratios[:2])} | {fmt(ratios[::-1][:2])} |")
+                             + ("n/a" if rw != rw else f"{100*rw:.1f}") + f" | {100*seen:.0f}% | "
+                             + ("n/a" if rw_pc != rw_pc else f"{100*rw_pc:.1f}")
+                             + f" | {100*seen_pc:.0f}% | {fmt(ratios[:2])} | {fmt(ratios[::-1][:2])} |")
     if bias_rows:
         print(f"\nWhere the sampler looks vs what it finds (-p {PERIODS[0]}, runs pooled). "
-              "Re-weighted: the sampled per-line fractions weighted by the exact per-line bytes. "
-              "Ratios: a watch line's share of sampled bytes over its share of exact bytes.\n")
-        print("| program | craft | exact | sampled | re-weighted | exact weight seen | least sampled (line: ratio) | most sampled |")
-        print("|---|---|---:|---:|---:|---:|---|---|")
+              "Re-weighted: the sampled per-line fractions weighted by the exact per-line bytes "
+              "(by line: the watch context's innermost line in the workload's file; by instruction: "
+              "the watched instruction, in any module). Ratios: a watch line's share of sampled bytes "
+              "over its share of exact bytes.\n")
+        print("| program | craft | exact | sampled | re-weighted by line | exact weight seen | "
+              "re-weighted by instruction | exact weight seen | least sampled (line: ratio) | most sampled |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---|---|")
         for r in bias_rows:
             print(r)
 
