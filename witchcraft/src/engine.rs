@@ -93,9 +93,17 @@ pub struct ThreadState {
     pub gs_base: u64,
     /// The program context the last handler returned to (rip + registers).
     resumed: Regs,
-    /// Engine CPU time (ns) since the sampler's last period began.
-    overhead_ns: u64,
-    /// Weight of the sample being handled (see `account`).
+    /// The program's own CPU time (ns) since the last software sample that
+    /// counted (see `enter`).
+    program_ns: f64,
+    /// Thread CPU time when our last handler returned (0: none yet).
+    exit_ns: u64,
+    /// CPU time between that return and this handler's entry.
+    interval_ns: u64,
+    /// What one return-and-trap costs outside our handlers, measured on this
+    /// thread's self-traps (see `on_trap`); starts at the calibration.
+    trap_gap_ns: f64,
+    /// Weight of the sample being handled.
     weight: f64,
     /// Never accessed: a disarmed slot's breakpoint parks here.
     parking: Box<u64>,
@@ -153,7 +161,10 @@ impl ThreadState {
             fs_base: 0,
             gs_base: 0,
             resumed: Regs::default(),
-            overhead_ns: 0,
+            program_ns: 0.0,
+            exit_ns: 0,
+            interval_ns: 0,
+            trap_gap_ns: engine.trap_cost_ns as f64,
             weight: 1.0,
             parking: Box::new(0),
         })
@@ -322,7 +333,8 @@ impl ThreadState {
         self.counters = Counters::default();
         self.reservoir.k = 0;
         self.blind = 0;
-        self.overhead_ns = 0;
+        self.program_ns = 0.0;
+        self.exit_ns = 0;
         self.active.store(false, Ordering::Release);
     }
 
@@ -353,22 +365,17 @@ impl ThreadState {
         }
         self.resumed = regs;
         // A software period counts the engine's time too; weigh this sample
-        // by the share of its period the program ran, so code where traps are
-        // dense (and so the engine's time) is not over-sampled. Measured on
-        // Listing 4.3 at -p 100000: 35%/35%/15%/15% unweighted, 25% each expected.
+        // by the program's own time since the last one, in periods, so code
+        // where traps are dense (and so the engine's time) is not
+        // over-sampled. Measured on Listing 4.3 at -p 100000: 35%/35%/15%/15%
+        // unweighted, 25% each expected.
         self.weight = 1.0;
         if self.pmu.is_none() {
-            let p = engine.period as f64;
-            self.weight = (1.0 - self.overhead_ns as f64 / p).clamp(0.0, 1.0);
-            // The period ran out at a multiple of P of task time; what the
-            // counter shows beyond that is the kernel's cost of getting here
-            // (timer interrupt, signal delivery), which the next period pays.
-            let mut count = 0u64;
-            let n = libc::read(self.sampler_fd, &mut count as *mut u64 as *mut libc::c_void, 8);
-            self.overhead_ns = if n == 8 { count % engine.period } else { 0 };
-            if self.overhead_ns > engine.period / 2 {
-                self.overhead_ns = 0; // early by jitter, not late
+            self.program_ns += self.interval_ns.saturating_sub(engine.signal_cost_ns) as f64;
+            if self.exit_ns != 0 {
+                self.weight = self.program_ns / engine.period as f64;
             }
+            self.program_ns = 0.0;
         }
         if let Some(p) = self.pmu.as_mut() {
             // Precise IP and data address come from the PMU record.
@@ -569,6 +576,10 @@ impl ThreadState {
         let regs = Regs::from_ucontext(uc, self.fs_base, self.gs_base);
         self.resumed = regs;
         let s = self.slots[i];
+        let self_trap = s.skip_first && (regs.rip == s.skip_next || s.skip_branch || regs.rip == s.skip_pc);
+        if !self_trap {
+            self.program_ns += (self.interval_ns as f64 - self.trap_gap_ns).max(0.0);
+        }
         if perf_flags & perf::TRAP_PERF_FLAG_ASYNC != 0 {
             // Delivered late (SIGTRAP was blocked): the context isn't the access.
             self.counters.ignored_traps += 1;
@@ -577,9 +588,20 @@ impl ThreadState {
         }
         if s.skip_first {
             self.slots[i].skip_first = false;
-            if regs.rip == s.skip_next || s.skip_branch || regs.rip == s.skip_pc {
+            if self_trap {
                 // The sampled instruction's own access, not the next one.
                 self.counters.self_traps += 1;
+                // The sample handler returned to this one instruction, so
+                // the time between is a return plus a trap's way in: no
+                // program time. The start-up calibration alone is not enough
+                // for that cost: it varies 17-27 µs between runs in this VM,
+                // more in a busy one, and dense trapping code's weight
+                // follows it. Clamped steps: a preempted gap moves it little.
+                if self.exit_ns != 0 {
+                    let est = self.trap_gap_ns.max(1000.0);
+                    let gap = (self.interval_ns as f64).clamp(0.5 * est, 2.0 * est);
+                    self.trap_gap_ns += (gap - self.trap_gap_ns) / 8.0;
+                }
                 if engine.craft.needs_value() && engine.craft.watch() == BpType::W {
                     // The store has now run: remember what it left (SilentCraft).
                     let w = &mut self.slots[i].watched;
@@ -650,19 +672,22 @@ impl ThreadState {
         self.free(i);
     }
 
-    /// Charge one handled signal to the engine's overhead: the measured time
-    /// in our handler plus the calibrated cost of getting into and out of it
-    /// (a trap's whole round trip; a sample's way out, its way in being
-    /// measured from the counter in `on_sample`).
+    /// A handled signal begins (thread CPU time `entry_ns`): the CPU time
+    /// since our last handler returned is the program's, less the kernel's
+    /// cost of the return and of this entry. Counting the program's time
+    /// this way, rather than the engine's, needs no knowledge of how late
+    /// the timer fired.
+    pub fn enter(&mut self, entry_ns: u64) {
+        self.interval_ns = if self.exit_ns == 0 { 0 } else { entry_ns.saturating_sub(self.exit_ns) };
+    }
+
+    /// A handled signal ends: charge it to the engine's reported cost (the
+    /// time in our handler plus the round trip outside it).
     pub fn account(&mut self, engine: &Engine, trap: bool, entry_ns: u64, exit_ns: u64) {
-        let fixed = if trap { engine.trap_cost_ns } else { engine.signal_cost_ns / 2 };
         let handler = exit_ns.saturating_sub(entry_ns);
-        self.overhead_ns += fixed + handler;
-        // The reported cost counts a sample's whole signal round trip, but
-        // not the counter's lateness (timer latency, during which the
-        // program itself may still run).
-        let round_trip = if trap { engine.trap_cost_ns } else { engine.signal_cost_ns };
+        let round_trip = if trap { self.trap_gap_ns as u64 } else { engine.signal_cost_ns };
         self.counters.engine_ns += round_trip + handler;
+        self.exit_ns = exit_ns;
     }
 
     fn free(&mut self, i: usize) {

@@ -177,6 +177,7 @@ fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -> 
     t.in_handler.store(true, Ordering::Release);
     let entry = thread_cpu_ns();
     let trap = which != perf::SIG_SAMPLER;
+    t.enter(entry);
     if trap {
         unsafe { t.on_trap(engine, which as usize, uc, flags) };
     } else {
