@@ -76,18 +76,23 @@ impl PrecisePcCache {
     }
 }
 
-/// Decode the function at `start` (up to `limit`) into `f`.
+/// Decode the function at `start` (up to `limit`) into `f`, with one
+/// decoder over its bytes in place (a decoder per instruction, on a copy,
+/// cost twice as much).
 fn layout(map: &ProcessMap, f: &mut Layout, start: u64, limit: u64) {
     f.starts.fill(0);
     f.targets.fill(0);
     f.start = start;
+    f.end = start + 1;
+    let Some(m) = map.module(start) else { return };
+    let stop = limit.min(start + MAX_SCAN).min(m.end);
+    // Safe: [start, stop) lies inside a mapped module (see `code_at`).
+    let bytes = unsafe { std::slice::from_raw_parts(start as *const u8, (stop - start) as usize) };
+    let mut dec = iced_x86::Decoder::with_ip(64, bytes, start, iced_x86::DecoderOptions::NONE);
+    let mut i = iced_x86::Instruction::default();
     let mut ip = start;
-    let mut buf = [0u8; 16];
-    let stop = limit.min(start + MAX_SCAN);
-    while ip < stop {
-        let Some(bytes) = code_at(map, ip, &mut buf) else { break };
-        let mut dec = iced_x86::Decoder::with_ip(64, bytes, ip, iced_x86::DecoderOptions::NONE);
-        let i = dec.decode();
+    while dec.can_decode() {
+        dec.decode_out(&mut i);
         if i.is_invalid() {
             break;
         }
