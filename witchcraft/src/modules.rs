@@ -77,6 +77,8 @@ pub struct Module {
 pub struct ProcessMap {
     pub modules: Vec<Module>,
     pub unwinder: Unwind,
+    /// The agent's executable mapping, left out of `modules`.
+    pub own: (u64, u64),
 }
 
 /// Set by a handler that saw a PC outside every known module.
@@ -194,8 +196,10 @@ fn parse_maps(maps: &str) -> Vec<Mapping> {
 fn build(maps: &str, skip: Option<u64>) -> ProcessMap {
     let mut modules = Vec::new();
     let mut unwinder = Unwind::new();
+    let mut own = (0, 0);
     for m in parse_maps(maps) {
         if skip.is_some_and(|a| a >= m.start && a < m.end) {
+            own = (m.start, m.end);
             continue;
         }
         if let Some((module, unwind)) = load_module(&m) {
@@ -204,7 +208,7 @@ fn build(maps: &str, skip: Option<u64>) -> ProcessMap {
         }
     }
     modules.sort_by_key(|m| m.start);
-    ProcessMap { modules, unwinder }
+    ProcessMap { modules, unwinder, own }
 }
 
 fn hex(b: &[u8]) -> String {

@@ -38,6 +38,12 @@ pub fn walk(map: &ProcessMap, cache: &mut Cache, regs: &Regs, leaf: u64, stack: 
     while n < MAX_FRAMES {
         match it.next() {
             Ok(Some(f @ FrameAddress::ReturnAddress(_))) => {
+                // The agent's thread-start trampoline: the program's part
+                // of the context ends below it (its frames have no unwind
+                // data in the map, and aren't the program's code).
+                if f.address_for_lookup() >= map.own.0 && f.address_for_lookup() < map.own.1 {
+                    break;
+                }
                 out[n] = f.address_for_lookup();
                 n += 1;
             }
