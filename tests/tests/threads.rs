@@ -65,3 +65,43 @@ fn four_threads_each_profiled_and_merged() {
         }
     }
 }
+
+/// The same program at the default settings: without a PMU that is the
+/// POSIX CPU-time timer (`cpu-timer`), one per thread, created by the agent
+/// for each new thread.
+#[test]
+fn four_threads_with_the_default_sampler() {
+    let dir = Scratch::new("threads-default");
+    let prog = Program::build("threads_dead", dir.path());
+    let (w, k) = (prog.line("@tw"), prog.line("@tk"));
+    let f = &prog.file;
+    let native = prog.run_native(&[]);
+    let out = dir.join("threads.json");
+    let run = WitchCmd::new("dead").args(&["-q"]).out(&out).run(&prog.exe, &[]);
+    assert_same_behaviour(&native, &run);
+
+    let raw = raw_profile(&out);
+    if raw["sampler"]["kind"] == "software" {
+        assert_eq!(raw["sampler"]["event"], "cpu-timer", "the default software sampler: {}", raw["sampler"]);
+    }
+    let busy = raw["threads"]
+        .as_array()
+        .map(|ts| ts.iter().filter(|t| t["counters"]["samples"].as_u64().unwrap_or(0) > 0).count())
+        .unwrap_or(0);
+    assert!(busy >= 4, "every worker thread should be sampled; {busy} were (counters: {})", raw["counters"]);
+    let rep = report(&out);
+    rep.assert_samples(100.0);
+    let top = &rep.pairs()[0];
+    assert!(
+        (side_at(top, "watch", f, w) && side_at(top, "trap", f, k)) || (side_at(top, "watch", f, k) && side_at(top, "trap", f, w)),
+        "the top pair should be one of the two dead pairs <{w},{k}> / <{k},{w}>\n{}",
+        rep.dump()
+    );
+    // The program's contexts end at its thread function, not in the agent's
+    // thread-start trampoline (an unknown address before).
+    let watch = frames(top, "watch");
+    assert!(
+        watch.last().is_some_and(|fr| fr["function"] == "worker"),
+        "the outermost frame should be the thread's start routine `worker`: {watch:?}"
+    );
+}

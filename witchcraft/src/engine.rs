@@ -8,6 +8,7 @@
 use crate::access::{Access, Analyzer, Regs};
 use crate::config::Config;
 use crate::context::{Pairs, Tree};
+use crate::cputimer;
 use crate::craft::{Craft, Verdict, Watched, SNAPSHOT};
 use crate::modules::{self, ProcessMap};
 use crate::perf::{self, BpType};
@@ -37,6 +38,10 @@ const MAX_IGNORED: u32 = 32;
 pub enum SamplerKind {
     /// Software `task-clock`/`cpu-clock`: decode the interrupted instruction.
     Software { config: u64 },
+    /// A POSIX CPU-time timer per thread ([`crate::cputimer`]): the same
+    /// decoding, at a fraction of the kernel's cost, for periods of a tick
+    /// or more.
+    CpuTimer,
     /// PMU precise memory event with the data address.
     Pmu(pmu::PmuEvent),
 }
@@ -71,6 +76,8 @@ pub struct ThreadState {
     pub active: AtomicBool,
     pub in_handler: AtomicBool,
     pub sampler_fd: i32,
+    /// The CPU-time timer when the sampler is one (-1: none).
+    pub sampler_timer: i32,
     pub pmu: Option<pmu::PmuSampler>,
     pub slots: [Slot; MAX_SLOTS],
     pub nslots: usize,
@@ -141,6 +148,7 @@ impl ThreadState {
             active: AtomicBool::new(false),
             in_handler: AtomicBool::new(false),
             sampler_fd: -1,
+            sampler_timer: -1,
             pmu: None,
             slots: [Slot { fd: -1, ..Default::default() }; MAX_SLOTS],
             nslots: 0,
@@ -180,7 +188,7 @@ impl ThreadState {
         self.map_alt_stack()?;
         self.adopt_here(thread_stack());
         self.open_events(engine, 0)?;
-        self.go();
+        self.go(engine);
         Ok(())
     }
 
@@ -269,10 +277,16 @@ impl ThreadState {
                 Err(_) => break,
             }
         }
-        // The sampler always signals through F_SETSIG with a real-time
-        // signal, never SIGTRAP: standard signals don't queue, so a sample
-        // and a trap arriving together would lose one of them.
+        // The sampler always signals with a real-time signal, never
+        // SIGTRAP: standard signals don't queue, so a sample and a trap
+        // arriving together would lose one of them.
         let fd = match &engine.sampler {
+            SamplerKind::CpuTimer => {
+                let id = cputimer::create(target, perf::fallback_signal(), perf::SIG_MAGIC | perf::SIG_SAMPLER)
+                    .map_err(|e| format!("cannot create the CPU-time sampler: {}", std::io::Error::from_raw_os_error(e)))?;
+                self.sampler_timer = id;
+                return Ok(());
+            }
             SamplerKind::Software { config } => {
                 let mut a = perf::task_clock_attr(engine.period, false, 0);
                 a.config = *config;
@@ -294,17 +308,39 @@ impl ThreadState {
     }
 
     /// Start sampling (async-signal-safe).
-    pub fn go(&mut self) {
+    pub fn go(&mut self, engine: &Engine) {
         self.active.store(true, Ordering::Release);
-        perf::enable(self.sampler_fd);
+        self.resume_sampler(engine);
+    }
+
+    /// Whether this thread has a sampler to pause or resume.
+    pub fn has_sampler(&self) -> bool {
+        self.sampler_fd >= 0 || self.sampler_timer >= 0
+    }
+
+    /// Stop the sampler's interrupts, keeping its kernel object.
+    pub fn pause_sampler(&mut self) {
+        if self.sampler_timer >= 0 {
+            cputimer::set(self.sampler_timer, 0);
+        }
+        if self.sampler_fd >= 0 {
+            perf::disable(self.sampler_fd);
+        }
+    }
+
+    pub fn resume_sampler(&mut self, engine: &Engine) {
+        if self.sampler_timer >= 0 {
+            cputimer::set(self.sampler_timer, engine.period);
+        }
+        if self.sampler_fd >= 0 {
+            perf::enable(self.sampler_fd);
+        }
     }
 
     /// Stop sampling and release the kernel resources (thread exit, exec, detach).
     pub fn stop(&mut self) {
         self.active.store(false, Ordering::Release);
-        if self.sampler_fd >= 0 {
-            perf::disable(self.sampler_fd);
-        }
+        self.pause_sampler();
         self.close_events();
     }
 
@@ -318,14 +354,18 @@ impl ThreadState {
             Some(p) => p.close(),
             None => perf::close(self.sampler_fd),
         }
+        cputimer::delete(self.sampler_timer);
         self.pmu = None;
         self.sampler_fd = -1;
+        self.sampler_timer = -1;
         self.nslots = 0;
     }
 
     /// Forget what the parent gathered (fork child) and drop its kernel
     /// resources without touching the parent's events.
     pub fn reset_after_fork(&mut self) {
+        // POSIX timers are not inherited: the parent's id means nothing here.
+        self.sampler_timer = -1;
         self.close_events();
         self.slots = [Slot { fd: -1, ..Default::default() }; MAX_SLOTS];
         self.tree.clear();

@@ -9,6 +9,7 @@ pub mod profile;
 pub mod pmu;
 pub mod probe;
 pub mod perf;
+pub mod cputimer;
 pub mod replacement;
 pub mod access;
 pub mod context;

@@ -23,7 +23,7 @@ use witchcraft::profile::{Craft, Profile};
 pub struct Options {
     pub craft: Craft,
     pub period: Option<u64>,
-    /// `task-clock`, `cpu-clock` or a PMU event spec; None = automatic.
+    /// `cpu-timer`, `task-clock`, `cpu-clock` or a PMU event spec; None = automatic.
     pub event: Option<String>,
     pub debug_registers: Option<u32>,
     /// `reservoir`, `oldest`, `newest` or `empty-only`.

@@ -15,6 +15,7 @@
 
 use witchcraft::config::{Config, SamplerChoice, DEFAULT_PMU_PERIOD, DEFAULT_SOFTWARE_PERIOD_NS};
 use witchcraft::engine::{Engine, SamplerKind, ThreadState};
+use witchcraft::cputimer;
 use witchcraft::modules;
 use witchcraft::perf;
 use witchcraft::pmu;
@@ -168,13 +169,22 @@ pub(crate) fn choose_sampler(cfg: &Config) -> (SamplerKind, u64) {
     let kind = if cfg.craft == profile::Craft::SilentLoad { AccessKind::Load } else { AccessKind::Store };
     let sysfs = std::path::Path::new("/sys/bus/event_source/devices");
     let software = |cfg: &Config| {
-        let config = match cfg.event.as_deref() {
-            Some("cpu-clock") => perf_event_open_sys::bindings::PERF_COUNT_SW_CPU_CLOCK,
-            _ => perf_event_open_sys::bindings::PERF_COUNT_SW_TASK_CLOCK,
-        } as u64;
-        (SamplerKind::Software { config }, cfg.period.unwrap_or(DEFAULT_SOFTWARE_PERIOD_NS))
+        use perf_event_open_sys::bindings::{PERF_COUNT_SW_CPU_CLOCK, PERF_COUNT_SW_TASK_CLOCK};
+        let period = cfg.period.unwrap_or(DEFAULT_SOFTWARE_PERIOD_NS);
+        let kind = match cfg.event.as_deref() {
+            Some("cpu-clock") => SamplerKind::Software { config: PERF_COUNT_SW_CPU_CLOCK as u64 },
+            Some("task-clock") => SamplerKind::Software { config: PERF_COUNT_SW_TASK_CLOCK as u64 },
+            Some("cpu-timer") => SamplerKind::CpuTimer,
+            // The cheap CPU-time timer where its tick resolution serves the period.
+            _ if period >= cputimer::MIN_PERIOD_NS => SamplerKind::CpuTimer,
+            _ => SamplerKind::Software { config: PERF_COUNT_SW_TASK_CLOCK as u64 },
+        };
+        if matches!(kind, SamplerKind::CpuTimer) && period < cputimer::MIN_PERIOD_NS {
+            note(format!("cpu-timer fires at scheduler ticks: a {} µs period is served at the tick rate (use -e task-clock for short periods)", period / 1000));
+        }
+        (kind, period)
     };
-    let is_soft = matches!(cfg.event.as_deref(), Some("task-clock") | Some("cpu-clock"));
+    let is_soft = matches!(cfg.event.as_deref(), Some("task-clock") | Some("cpu-clock") | Some("cpu-timer"));
     if cfg.sampler == SamplerChoice::Software || is_soft {
         return software(cfg);
     }
@@ -194,9 +204,19 @@ pub(crate) fn choose_sampler(cfg: &Config) -> (SamplerKind, u64) {
             (SamplerKind::Pmu(e), p)
         }
         Err(why) => {
-            note(format!("no PMU: using task-clock sampling ({why})"));
-            software(cfg)
+            let (kind, period) = software(cfg);
+            note(format!("no PMU: using {} sampling ({why})", software_event_name(&kind)));
+            (kind, period)
         }
+    }
+}
+
+/// The `--event` name of a software sampler.
+pub(crate) fn software_event_name(kind: &SamplerKind) -> &'static str {
+    match kind {
+        SamplerKind::CpuTimer => "cpu-timer",
+        SamplerKind::Software { config } if *config == perf_event_open_sys::bindings::PERF_COUNT_SW_CPU_CLOCK as u64 => "cpu-clock",
+        _ => "task-clock",
     }
 }
 
@@ -295,9 +315,7 @@ pub fn finish(ended_by: &str) {
     for ts in threads() {
         unsafe {
             (*ts).active.store(false, Ordering::Release);
-            if (*ts).sampler_fd >= 0 {
-                perf::disable((*ts).sampler_fd);
-            }
+            (*ts).pause_sampler();
         }
     }
     // Let handlers already running on other threads finish (bounded wait).
@@ -316,11 +334,12 @@ pub fn finish(ended_by: &str) {
 fn resume() {
     STOPPING.store(false, Ordering::Release);
     FINISHED.store(false, Ordering::Release);
+    let Some(engine) = engine() else { return };
     for ts in threads() {
         unsafe {
-            if (*ts).sampler_fd >= 0 {
+            if (*ts).has_sampler() {
                 (*ts).active.store(true, Ordering::Release);
-                perf::enable((*ts).sampler_fd);
+                (*ts).resume_sampler(engine);
             }
         }
     }
@@ -349,11 +368,8 @@ pub(crate) fn write_profile(ended_by: &str) -> std::io::Result<()> {
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_else(|_| args.first().cloned().unwrap_or_default());
     let (sampler_kind, event, unit) = match &engine.sampler {
-        SamplerKind::Software { config } => {
-            let ev = if *config == perf_event_open_sys::bindings::PERF_COUNT_SW_CPU_CLOCK as u64 { "cpu-clock" } else { "task-clock" };
-            ("software", ev.to_string(), "ns")
-        }
         SamplerKind::Pmu(e) => ("pmu", e.name.clone(), if e.kind == pmu::AccessKind::Load { "loads" } else { "stores" }),
+        soft => ("software", software_event_name(soft).to_string(), "ns"),
     };
     let start = START_NS.load(Ordering::Relaxed);
     let mut uts: libc::utsname = unsafe { std::mem::zeroed() };

@@ -316,7 +316,9 @@ pub fn on_control(uc: *mut libc::ucontext_t) -> bool {
                 let sp = unsafe { (*uc).uc_mcontext.gregs[libc::REG_RSP as usize] } as u64;
                 t.adopt_here(stack_of(sp));
                 PHASE[i].store(ADOPTED, Ordering::Release);
-                t.go();
+                if let Some(engine) = agent::engine() {
+                    t.go(engine);
+                }
             }
             ADOPTED if LEAVING.load(Ordering::Acquire) => {
                 t.leave_here();
@@ -336,9 +338,7 @@ fn teardown(ended_by: &str) {
     for ts in agent::threads() {
         unsafe {
             (*ts).active.store(false, Ordering::Release);
-            if (*ts).sampler_fd >= 0 {
-                perf::disable((*ts).sampler_fd);
-            }
+            (*ts).pause_sampler();
         }
     }
     for _ in 0..1000 {

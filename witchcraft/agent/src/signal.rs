@@ -9,6 +9,7 @@
 
 use crate::agent::{self, STOPPING};
 use witchcraft::engine::thread_cpu_ns;
+use witchcraft::cputimer;
 use witchcraft::perf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -152,6 +153,13 @@ fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -> 
             return false;
         }
         (data & 0xff, flags)
+    } else if unsafe { (*info).si_code } == cputimer::SI_TIMER {
+        // A CPU-time timer: si_value at 24 carries our tag.
+        let tag = unsafe { std::ptr::read_unaligned(raw.add(24) as *const u64) };
+        if ts.is_null() || tag != perf::SIG_MAGIC | perf::SIG_SAMPLER {
+            return false;
+        }
+        (perf::SIG_SAMPLER, 0)
     } else {
         // F_SETSIG route: si_fd at 24 names the event.
         let fd = unsafe { std::ptr::read_unaligned(raw.add(24) as *const i32) };
@@ -292,7 +300,8 @@ fn calibration_signal(sig: i32, info: *mut libc::siginfo_t) -> bool {
 /// delivery and sigreturn (in a VM, the hypervisor's part too). Returns
 /// (trap ns, signal ns). Runs once, before sampling starts.
 pub fn calibrate(sigtrap: bool) -> (u64, u64) {
-    const N: u64 = 64;
+    // Few: the trap cost is re-measured while the program runs (engine `on_trap`).
+    const N: u64 = 16;
     CALIBRATING.store(true, Ordering::Release);
     let cell = Box::new(std::cell::UnsafeCell::new(0u64));
     let addr = cell.get() as u64;
