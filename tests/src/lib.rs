@@ -233,6 +233,23 @@ impl Program {
         Ok(Program { file: format!("{name}.c"), src, exe, text })
     }
 
+    /// Build `programs/<name>.rs` with rustc (optimized, with line tables)
+    /// into `dir/<name>`: the linker and layout Rust programs really get.
+    pub fn build_rust(name: &str, dir: &Path) -> Program {
+        let src = programs_dir().join(format!("{name}.rs"));
+        let text = std::fs::read_to_string(&src).unwrap_or_else(|e| panic!("read {}: {e}", src.display()));
+        let exe = dir.join(name);
+        let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+        let out = Command::new(rustc)
+            .args(["-C", "opt-level=2", "-g", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run rustc: {e}"));
+        assert!(out.status.success(), "rustc {} failed ({}):\n{}", src.display(), out.status, String::from_utf8_lossy(&out.stderr));
+        Program { file: format!("{name}.rs"), src, exe, text }
+    }
+
     /// Line number (1-based) of the one source line carrying `/* <marker> */`.
     pub fn line(&self, marker: &str) -> u32 {
         let needle = format!("/* {marker} */");

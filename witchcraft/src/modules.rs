@@ -215,14 +215,29 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// Load bias of a mapping: the PT_LOAD segment holding its file offset.
+/// Load bias of a mapping. The kernel maps each PT_LOAD segment from its
+/// file offset rounded down to a page, at its address rounded down alike, so
+/// the segment is the one whose rounded offset is the mapping's. lld (Rust's
+/// default linker) does not page-align segment offsets: `.text` at offset
+/// 0x12e10 and address 0x13e10 is mapped from offset 0x12000 at base +
+/// 0x13000, and the segment before it also covers offset 0x12000; taking
+/// that one put every address 4 KiB off.
 fn bias_of(file: &object::File, m: &Mapping) -> Option<u64> {
-    let seg = file.segments().find(|s| {
-        let (off, size) = s.file_range();
-        off <= m.offset && m.offset < off + size.max(1)
-    })?;
+    const PAGE: u64 = 4096;
+    let seg = file
+        .segments()
+        .find(|s| s.file_range().0 & !(PAGE - 1) == m.offset)
+        .or_else(|| {
+            file.segments().find(|s| {
+                let (off, size) = s.file_range();
+                off <= m.offset && m.offset < off + size.max(1)
+            })
+        })?;
     let (seg_off, _) = seg.file_range();
-    Some(m.start.wrapping_sub(seg.address() + (m.offset - seg_off)))
+    let page_off = seg_off & !(PAGE - 1);
+    // The address of the mapping's first byte in the file's address space.
+    let first = seg.address().wrapping_sub(seg_off - page_off).wrapping_add(m.offset.wrapping_sub(page_off));
+    Some(m.start.wrapping_sub(first))
 }
 
 /// The profile's module map for any process, from its /proc/PID/maps text
