@@ -17,6 +17,9 @@ Needs `cargo build --release --workspace` first.
 """
 import argparse, json, os, statistics, subprocess, sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import workloads  # noqa: E402  (real programs built from crate-bundled sources)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WITCH = os.path.join(ROOT, "target", "release", "witch")
 OUT = os.path.join(ROOT, "target", "bench")
@@ -45,6 +48,24 @@ WORKLOAD_SIZES = {
 WORKLOAD_CASES = [(w, f"benches/workloads/{w}.c", c, None, (lo, hi), big)
                   for w, (lo, hi, big) in WORKLOAD_SIZES.items()
                   for c in ["dead", "silent-store", "silent-load"]]
+# The real programs of benches/workloads.py, built by it, measured in the
+# same steady state; pairs count under their driver's main and are named by
+# their innermost frames' lines. One repetition of the repeated part is
+# 0.4M instructions for zstd (compress and decompress 4 KiB), 2.5M for SQLite
+# (a whole session on 40 rows) and 1.5M for Lua (bench.lua at scale 0.0001),
+# so the exact runs take 20 s to 3 minutes each here, the set about half an
+# hour; it runs on demand (--set real), not in `all`.
+# name -> (driver source, exact args, exact args with one more repetition,
+# sampled args); "@lua" is benches/workloads/bench.lua.
+REAL_SIZES = {
+    "zstd": ("benches/workloads/zstd_driver.c", ["4k", "3", "1"], ["4k", "3", "2"], ["4k", "3", "15000"]),
+    "sqlite": ("benches/workloads/sqlite_driver.c", ["40", "1"], ["40", "2"], ["40", "2000"]),
+    "lua": ("benches/workloads/lua_main.c", ["@lua", "0.0001", "1"], ["@lua", "0.0001", "2"], ["@lua", "0.0001", "2500"]),
+}
+REAL_NAMES = {os.path.basename(v[0]) for v in REAL_SIZES.values()}
+REAL_CASES = [(w, src, c, None, (lo, hi), big)
+              for w, (src, lo, hi, big) in REAL_SIZES.items()
+              for c in ["dead", "silent-store", "silent-load"]]
 
 
 def marked_lines(src, markers):
@@ -70,7 +91,9 @@ def profile(craft, exe, args, opts, out):
 
 def pair_sums(report, src, lines_at, by_pc=False):
     """{(watch line, trap line): [waste, use]} over the pairs that count (see above).
-    by_pc: keyed by the watched instruction instead ((module, offset), None)."""
+    by_pc: keyed by the watched instruction instead ((module, offset), None).
+    For a real program (an interpreter, where everything runs under one line
+    of the driver), lines are the innermost frames' ("file:line")."""
     base = os.path.basename(src)
     here = lambda fr: (fr.get("file") or "").endswith(base)  # noqa: E731
     sums = {}
@@ -85,6 +108,10 @@ def pair_sums(report, src, lines_at, by_pc=False):
         if by_pc:
             f0 = p["watch"]["frames"][0]
             key = ((os.path.basename(f0.get("module") or ""), f0.get("offset")), None)
+        elif REAL_NAMES & {base}:
+            w0, t0 = p["watch"]["frames"][0], p["trap"]["frames"][0]
+            line = lambda f: f"{os.path.basename(f.get('file') or '?')}:{f.get('line')}"  # noqa: E731
+            key = (line(w0), line(t0))
         else:
             key = (wf[0].get("line"), tf[0].get("line") if tf else None)
         s = sums.setdefault(key, [0.0, 0.0])
@@ -158,10 +185,12 @@ def bias(exact, sampled):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--set", default="all", choices=["all", "ground-truth", "workloads"])
+    ap.add_argument("--set", default="all", choices=["all", "ground-truth", "workloads", "real"],
+                    help="all = ground-truth + workloads; real (zstd, SQLite, Lua; ~30 minutes) runs only on demand")
     ap.add_argument("--only", default="", help="comma-separated program names to keep")
     a = ap.parse_args()
-    cases = {"all": CASES + WORKLOAD_CASES, "ground-truth": CASES, "workloads": WORKLOAD_CASES}[a.set]
+    cases = {"all": CASES + WORKLOAD_CASES, "ground-truth": CASES, "workloads": WORKLOAD_CASES,
+             "real": REAL_CASES}[a.set]
     if a.only:
         cases = [c for c in cases if c[0] in a.only.split(",")]
     if not os.path.exists(WITCH):
@@ -172,7 +201,13 @@ def main():
     print("|---|---|---:|" + "---:|" * len(PERIODS) + "---:|---:|---:|---:|")
     bias_rows = []
     for name, src, craft, markers, small, big in cases:
-        exe = build(name, src)
+        if name in REAL_SIZES:
+            exe = workloads.build_one(name, OUT)[0][0]
+            lua = lambda args: [os.path.join(ROOT, "benches/workloads/bench.lua") if x == "@lua" else x for x in args]  # noqa: E731
+            small = tuple(lua(x) for x in small)
+            big = lua(big)
+        else:
+            exe = build(name, src)
         at = marked_lines(src, markers)
         out = os.path.join(OUT, f"acc-{name}-{craft}.json")
         if isinstance(small, tuple):

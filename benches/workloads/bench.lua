@@ -1,7 +1,9 @@
 -- Interpreter workload for witch: string building, tables, closures and
 -- numeric loops, run by the Lua interpreter built from source.
--- Usage: lua bench.lua [SCALE].  Prints deterministic checksums.
+-- Usage: lua bench.lua [SCALE [REPS]].  Prints deterministic checksums.
+-- REPS repeats the same work (benches/accuracy.py's steady state).
 local scale = tonumber(arg and arg[1]) or 3
+local reps = tonumber(arg and arg[2]) or 1
 
 local function checksum(s)
   local h = 5381
@@ -88,7 +90,9 @@ local function closures(n)
   return acc
 end
 
-print("strings", strings(60000 * scale))
-print("tables", tables(200000 * scale))
-print("numeric", numeric(math.floor(90 * scale ^ (1 / 3))))
-print("closures", closures(200000 * scale))
+for _ = 1, reps do
+  print("strings", strings(math.floor(60000 * scale)))
+  print("tables", tables(math.floor(200000 * scale)))
+  print("numeric", numeric(math.floor(90 * scale ^ (1 / 3))))
+  print("closures", closures(math.floor(200000 * scale)))
+end

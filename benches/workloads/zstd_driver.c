@@ -1,7 +1,9 @@
 /* Compressor workload: compresses a generated pseudo-text buffer with the
  * zstd library (built from source) at level 3, decompresses it, checks the
  * round trip and prints sizes and a checksum.
- * Usage: zstd_driver [MEGABYTES [LEVEL]]. */
+ * Usage: zstd_driver [SIZE [LEVEL [REPS]]]: SIZE in MiB, or KiB with a `k`
+ * suffix; REPS repeats the compression and decompression of the same buffer
+ * (benches/accuracy.py's steady state: two exact runs differing in REPS). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,19 +57,24 @@ static unsigned long long fnv1a(const unsigned char *p, size_t n) {
 }
 
 int main(int argc, char **argv) {
-    size_t mb = argc > 1 ? (size_t)atol(argv[1]) : 32;
+    char *unit = NULL;
+    size_t len = argc > 1 ? (size_t)strtoul(argv[1], &unit, 10) : 32;
+    len <<= (unit && *unit == 'k') ? 10 : 20;
     int level = argc > 2 ? atoi(argv[2]) : 3;
-    size_t len = mb << 20;
+    long reps = argc > 3 ? atol(argv[3]) : 1;
     unsigned char *src = malloc(len), *back = malloc(len);
     size_t cap = ZSTD_compressBound(len);
     unsigned char *dst = malloc(cap);
     if (!src || !back || !dst) return 1;
     fill_text(src, len);
-    size_t csize = ZSTD_compress(dst, cap, src, len, level);
-    if (ZSTD_isError(csize)) { fprintf(stderr, "compress: %s\n", ZSTD_getErrorName(csize)); return 1; }
-    size_t dsize = ZSTD_decompress(back, len, dst, csize);
-    if (ZSTD_isError(dsize)) { fprintf(stderr, "decompress: %s\n", ZSTD_getErrorName(dsize)); return 1; }
-    if (dsize != len || memcmp(src, back, len) != 0) { fprintf(stderr, "round trip mismatch\n"); return 1; }
+    size_t csize = 0, dsize = 0;
+    for (long r = 0; r < reps; r++) {
+        csize = ZSTD_compress(dst, cap, src, len, level);
+        if (ZSTD_isError(csize)) { fprintf(stderr, "compress: %s\n", ZSTD_getErrorName(csize)); return 1; }
+        dsize = ZSTD_decompress(back, len, dst, csize);
+        if (ZSTD_isError(dsize)) { fprintf(stderr, "decompress: %s\n", ZSTD_getErrorName(dsize)); return 1; }
+        if (dsize != len || memcmp(src, back, len) != 0) { fprintf(stderr, "round trip mismatch\n"); return 1; }
+    }
     printf("zstd %s level=%d in=%zu out=%zu ratio=%.3f csum=%016llx dsum=%016llx\n", ZSTD_versionString(),
            level, len, csize, (double)len / csize, fnv1a(dst, csize), fnv1a(back, dsize));
     free(src); free(back); free(dst);
