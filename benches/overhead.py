@@ -2,10 +2,11 @@
 """Overhead of witch over native, measured side by side in one run.
 
 For each workload, craft and sampling period, runs the program natively and
-under `witch` alternately (REPS times each), and reports the median wall-time
-ratio and the peak-RSS ratio (the largest maxrss in the process tree, which
-under witch is the profiled program, not the small launcher), with the
-geometric mean and worst case.
+under `witch` alternately (REPS pairs), and reports the median of the pairs'
+wall-time ratios, the CPU-time and peak-RSS ratios (the largest maxrss in the
+process tree, which under witch is the profiled program, not the small
+launcher), and the engine's own cost as the profile measures it; then per
+setting the geometric mean with a bootstrap 95% interval, and the worst case.
 
     python3 benches/overhead.py                     # real workloads, markdown tables
     python3 benches/overhead.py --set ci --reps 1     # the fast subset
@@ -56,10 +57,38 @@ def run(cmd, env=None):
     return time.perf_counter() - t, ru.ru_utime + ru.ru_stime, ru.ru_maxrss
 
 
+def engine_share(prof):
+    """The engine's own measured cost (handlers, trap and signal round trips)
+    as a share of the profiled threads' run time, from the profile."""
+    try:
+        import json
+        with open(prof) as f:
+            d = json.load(f)
+        return d["counters"]["engine_ns"] / max(1, d["duration_ns"])
+    except (OSError, ValueError, KeyError):
+        return float("nan")
+
+
+def bootstrap_geomean(per_workload, draws=2000, seed=1):
+    """95% interval of the geomean over workloads of each one's median pair
+    ratio, resampling each workload's pairs."""
+    import random
+    rng = random.Random(seed)
+    gms = []
+    for _ in range(draws):
+        logs = []
+        for ratios in per_workload:
+            pick = [rng.choice(ratios) for _ in ratios]
+            logs.append(math.log(statistics.median(pick)))
+        gms.append(math.exp(sum(logs) / len(logs)))
+    gms.sort()
+    return gms[int(0.025 * draws)], gms[int(0.975 * draws) - 1]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--periods", default="default,500000,10000000",
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--periods", default="default,1000000,20000000",
                     help="comma-separated; 'default' = witch's own default; 'none' = a period longer than "
                          "any run, so no samples: the fixed cost alone (launcher, agent start-up, profile)")
     ap.add_argument("--crafts", default=",".join(CRAFTS))
@@ -87,28 +116,37 @@ def main():
             for per in periods:
                 popt = {"default": [], "none": ["-p", str(10**15)]}.get(per, ["-p", per])
                 prof = os.path.join(OUT, f"{w}-{craft}.json")
-                nat, wit, ncpu, wcpu, nrss, wrss = [], [], [], [], [], []
+                nat, wit, ncpu, wcpu, nrss, wrss, eng = [], [], [], [], [], [], []
+                # Alternating pairs: this VM's speed drifts by up to ±10% between
+                # runs, and a pair's two runs see about the same machine.
                 for _ in range(a.reps):
                     t, c, r = run([exe] + args, native_env); nat.append(t); ncpu.append(c); nrss.append(r)
                     t, c, r = run([WITCH, craft, "-q", "-o", prof] + popt + [exe] + args); wit.append(t); wcpu.append(c); wrss.append(r)
+                    eng.append(engine_share(prof))
                 med = statistics.median
-                tr = med(wit) / med(nat)
-                cr = med(wcpu) / med(ncpu)
+                pairs = [x / n for x, n in zip(wit, nat)]
+                tr = med(pairs)
+                cr = med([x / n for x, n in zip(wcpu, ncpu)])
                 mr = med(wrss) / med(nrss)
-                rows.append((w, craft, per, med(nat), med(wit), tr, cr, mr))
-                by_setting.setdefault((craft, per), []).append((tr, cr, mr))
-    print(f"witch overhead, median of {a.reps} alternating runs each (witch / native: wall time,"
-          " CPU time of the process tree, peak RSS)\n")
-    print("| workload | craft | period | native s | witch s | time × | cpu × | memory × |")
-    print("|---|---|---|---:|---:|---:|---:|---:|")
-    for w, c, p, n, x, tr, cr, mr in rows:
-        print(f"| {w} | {c} | {p} | {n:.3f} | {x:.3f} | {tr:.3f} | {cr:.3f} | {mr:.2f} |")
+                en = med(eng)
+                rows.append((w, craft, per, med(nat), med(wit), tr, cr, mr, en))
+                by_setting.setdefault((craft, per), []).append((tr, cr, mr, en, pairs))
+    print(f"witch overhead, {a.reps} alternating native/witch pairs each: median pair ratio (witch / native) of wall time\n"
+          "and of the process tree's CPU time, peak RSS, and the engine's own measured cost (handlers and the\n"
+          "kernel's trap and signal paths, from the profile) as a share of the run\n")
+    print("| workload | craft | period | native s | witch s | time × | cpu × | memory × | engine % |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for w, c, p, n, x, tr, cr, mr, en in rows:
+        print(f"| {w} | {c} | {p} | {n:.3f} | {x:.3f} | {tr:.3f} | {cr:.3f} | {mr:.2f} | {100*en:.2f} |")
     gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))  # noqa: E731
-    print("\n| craft | period | time × geomean | time × worst | cpu × geomean | cpu × worst | memory × geomean |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("\n| craft | period | time × geomean (95% interval) | time × worst | cpu × geomean | memory × geomean | memory × worst | engine % mean |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for (c, p), v in by_setting.items():
-        t, cpu, m = [x[0] for x in v], [x[1] for x in v], [x[2] for x in v]
-        print(f"| {c} | {p} | {gm(t):.3f} | {max(t):.3f} | {gm(cpu):.3f} | {max(cpu):.3f} | {gm(m):.2f} |")
+        t, cpu, m, en = [x[0] for x in v], [x[1] for x in v], [x[2] for x in v], [x[3] for x in v]
+        lo, hi = bootstrap_geomean([x[4] for x in v])
+        ens = [e for e in en if e == e]
+        print(f"| {c} | {p} | {gm(t):.3f} ({lo:.3f}–{hi:.3f}) | {max(t):.3f} | {gm(cpu):.3f} | {gm(m):.2f} | {max(m):.2f} | "
+              f"{100*statistics.mean(ens) if ens else float('nan'):.2f} |")
 
 
 if __name__ == "__main__":

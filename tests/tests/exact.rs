@@ -83,3 +83,23 @@ fn exact_silent_store_and_load_are_exact() {
         assert_eq!(pair.r#use, 0.0, "{craft}: <{line},{line}> use\n{}", rep.dump());
     }
 }
+
+#[test]
+fn exact_mode_follows_threads() {
+    let dir = Scratch::new("exact-threads");
+    let prog = Program::build("tiny_threads", dir.path());
+    let f = &prog.file;
+    let (tw, tk, read) = (prog.line("@tw"), prog.line("@tk"), prog.line("@read"));
+    let (n, passes, threads) = (16.0, 3.0, 2.0);
+    let native = prog.run_native(&["16", "3"]);
+    let out = dir.join("exact.json");
+    let run = WitchCmd::new("dead").args(&["--exact", "-q"]).out(&out).run(&prog.exe, &["16", "3"]);
+    assert_same_behaviour(&native, &run);
+    let raw = raw_profile(&out);
+    let workers = raw["threads"].as_array().map(|ts| ts.len()).unwrap_or(0);
+    assert!(workers >= 3, "main and both workers should have a part in the profile, got {workers}");
+    let rep = report_all(&out);
+    assert_eq!(rep.pair(f, tw, tk).waste, threads * passes * n * 8.0, "<{tw},{tk}> dead bytes\n{}", rep.dump());
+    assert_eq!(rep.pair(f, tk, tw).waste, threads * (passes - 1.0) * n * 8.0, "<{tk},{tw}> dead bytes\n{}", rep.dump());
+    assert_eq!(rep.pair(f, tk, read).r#use, threads * n * 8.0, "<{tk},{read}> used bytes\n{}", rep.dump());
+}
