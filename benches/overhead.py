@@ -11,6 +11,7 @@ setting the geometric mean with a bootstrap 95% interval, and the worst case.
     python3 benches/overhead.py                     # real workloads, markdown tables
     python3 benches/overhead.py --set ci --reps 1     # the fast subset
     python3 benches/overhead.py --set ground-truth    # the test programs
+    python3 benches/overhead.py --startup             # the fixed cost per process
 
 Needs `cargo build --release --workspace` first. Workloads are compiled here
 with gcc -O2 -g into target/bench/.
@@ -85,8 +86,34 @@ def bootstrap_geomean(per_workload, draws=2000, seed=1):
     return gms[int(0.025 * draws)], gms[int(0.975 * draws) - 1]
 
 
+# Tiny inputs of the real workloads, for --startup: runs of 10-25 ms, where
+# witch's fixed cost per process dominates.
+STARTUP = {"sqlite": ["2000"], "lua": ["@lua", "0.01"], "zstd": ["1", "3"]}
+
+
+def startup(reps):
+    """Median wall time of tiny runs: native, witch with no sample (the fixed
+    cost: launcher, agent start-up and calibration, profile), witch default."""
+    med = statistics.median
+    print(f"witch's fixed cost per process, median of {reps} runs of each (ms)\n")
+    print("| workload | native | witch, no samples | witch, default | fixed cost |")
+    print("|---|---:|---:|---:|---:|")
+    env = dict(os.environ, GLIBC_TUNABLES=TUNABLES)
+    for w, args in STARTUP.items():
+        argv = workloads.build_one(w, OUT)[0]
+        argv = [argv[0]] + [os.path.join(ROOT, "benches/workloads/bench.lua") if x == "@lua" else x for x in args]
+        prof = os.path.join(OUT, f"startup-{w}.json")
+        n, z, d = [], [], []
+        for _ in range(reps):
+            n.append(run(argv, env)[0])
+            z.append(run([WITCH, "dead", "-q", "-o", prof, "-p", str(10**15)] + argv)[0])
+            d.append(run([WITCH, "dead", "-q", "-o", prof] + argv)[0])
+        print(f"| {w} | {1e3*med(n):.1f} | {1e3*med(z):.1f} | {1e3*med(d):.1f} | {1e3*(med(z)-med(n)):.1f} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--startup", action="store_true", help="only the fixed cost per process, on tiny runs")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--periods", default="default,1000000,20000000",
                     help="comma-separated; 'default' = witch's own default; 'none' = a period longer than "
@@ -101,6 +128,8 @@ def main():
     if not os.path.exists(WITCH):
         sys.exit("benches/overhead.py: build first: cargo build --release --workspace")
     os.makedirs(OUT, exist_ok=True)
+    if a.startup:
+        return startup(max(a.reps, 15))
     if a.set == "ground-truth":
         cmds = {w: [build(w, src)] + args for w, (src, args) in GROUND_TRUTH.items()}
     else:
