@@ -272,6 +272,52 @@ pub unsafe extern "C" fn signal(sig: libc::c_int, handler: libc::sighandler_t) -
     old.sa_sigaction
 }
 
+type MaskFn = unsafe extern "C" fn(libc::c_int, *const libc::sigset_t, *mut libc::sigset_t) -> libc::c_int;
+
+/// `set` without the signals we own, if it names any (else `set` itself).
+/// The program may block anything but our samples and traps: a thread that
+/// blocks every signal (a common way to leave them all to one thread) would
+/// otherwise never be sampled, and its traps would arrive late. Its masks
+/// are otherwise kept, and glibc's own internal masking is untouched.
+unsafe fn without_ours(how: libc::c_int, set: *const libc::sigset_t, copy: &mut libc::sigset_t) -> *const libc::sigset_t {
+    if set.is_null() || how == libc::SIG_UNBLOCK {
+        return set;
+    }
+    let ours = [libc::SIGTRAP, perf::fallback_signal()];
+    let owned = |sig: i32| OWNED[sig as usize].load(Ordering::Acquire);
+    if !ours.iter().any(|&sig| owned(sig) && libc::sigismember(set, sig) == 1) {
+        return set;
+    }
+    *copy = *set;
+    for sig in ours.into_iter().filter(|&sig| owned(sig)) {
+        libc::sigdelset(copy, sig);
+    }
+    copy
+}
+
+fn real_mask(name: &std::ffi::CStr, slot: &std::sync::atomic::AtomicPtr<libc::c_void>) -> MaskFn {
+    let mut f = slot.load(Ordering::Relaxed);
+    if f.is_null() {
+        f = agent::next_symbol(name);
+        slot.store(f, Ordering::Relaxed);
+    }
+    unsafe { std::mem::transmute(f) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_sigmask(how: libc::c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> libc::c_int {
+    static REAL: std::sync::atomic::AtomicPtr<libc::c_void> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+    let mut copy: libc::sigset_t = std::mem::zeroed();
+    real_mask(c"pthread_sigmask", &REAL)(how, without_ours(how, set, &mut copy), old)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sigprocmask(how: libc::c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> libc::c_int {
+    static REAL: std::sync::atomic::AtomicPtr<libc::c_void> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+    let mut copy: libc::sigset_t = std::mem::zeroed();
+    real_mask(c"sigprocmask", &REAL)(how, without_ours(how, set, &mut copy), old)
+}
+
 // ---- calibration ---------------------------------------------------------
 
 static CALIBRATING: AtomicBool = AtomicBool::new(false);
