@@ -283,7 +283,15 @@ impl ThreadState {
         let fd = match &engine.sampler {
             SamplerKind::CpuTimer => {
                 let id = cputimer::create(target, perf::fallback_signal(), perf::SIG_MAGIC | perf::SIG_SAMPLER)
-                    .map_err(|e| format!("cannot create the CPU-time sampler: {}", std::io::Error::from_raw_os_error(e)))?;
+                    .map_err(|e| {
+                        let why = std::io::Error::from_raw_os_error(e);
+                        if e == libc::EAGAIN {
+                            // Each POSIX timer reserves a queued signal.
+                            format!("cannot create the CPU-time sampler: {why} (the signal queue limit, `ulimit -i`, is reached; raise it)")
+                        } else {
+                            format!("cannot create the CPU-time sampler: {why}")
+                        }
+                    })?;
                 self.sampler_timer = id;
                 return Ok(());
             }

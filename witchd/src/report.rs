@@ -177,6 +177,8 @@ fn notes(p: &Profile, c: &witchcraft::profile::Counters) -> Vec<String> {
              the time went to other code; try a smaller -p, or a host with a PMU (it samples {access}s by count)",
             c.interrupts
         ));
+    } else if c.samples == 0 && c.interrupts == 0 && c.threads_failed > 0 {
+        // The set-up failure's own note says why.
     } else if c.samples == 0 {
         v.push("no samples were taken: the run was shorter than the period; try a smaller -p".into());
     } else if p.sampler.kind == "software" && missed * 2 > c.interrupts {
