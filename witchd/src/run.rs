@@ -201,18 +201,8 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
         }
         _ => agent.clone().into_os_string(),
     };
-    // Any armed data breakpoint turns off x86 fast-string operation, so
-    // `rep stosb`/`rep movsb` run ~50x slower while a watchpoint is armed
-    // (measured here: a 128 KiB memset, 1.0 µs → 47 µs). Ask glibc's
-    // memset/memcpy to use their vector loops instead; opt out with
-    // WITCH_KEEP_REP_STRINGS=1.
-    if std::env::var_os("WITCH_KEEP_REP_STRINGS").is_none() {
-        const T: &str = "glibc.cpu.x86_rep_stosb_threshold=0x7fffffffffffffff:glibc.cpu.x86_rep_movsb_threshold=0x7fffffffffffffff";
-        let tunables = match std::env::var("GLIBC_TUNABLES") {
-            Ok(old) if !old.is_empty() => format!("{old}:{T}"),
-            _ => T.to_string(),
-        };
-        cmd.env("GLIBC_TUNABLES", tunables);
+    if let Some(t) = tunables() {
+        cmd.env("GLIBC_TUNABLES", t);
     }
     cmd.env("LD_PRELOAD", preload)
         .env("WITCH_CRAFT", craft.name())
@@ -311,13 +301,31 @@ fn pass_through(code: Option<i32>, signal: Option<i32>) -> i32 {
     128 + sig
 }
 
+/// GLIBC_TUNABLES for a profiled program. Any armed data breakpoint turns
+/// off x86 fast-string operation, so `rep stosb`/`rep movsb` run ~50x
+/// slower while a watchpoint is armed (measured here: a 128 KiB memset,
+/// 1.0 µs → 47 µs). Ask glibc's memset/memcpy to use their vector loops
+/// instead; opt out with WITCH_KEEP_REP_STRINGS=1. `--exact` runs the
+/// program with them too, so both modes judge the same instructions.
+fn tunables() -> Option<String> {
+    if std::env::var_os("WITCH_KEEP_REP_STRINGS").is_some() {
+        return None;
+    }
+    const T: &str = "glibc.cpu.x86_rep_stosb_threshold=0x7fffffffffffffff:glibc.cpu.x86_rep_movsb_threshold=0x7fffffffffffffff";
+    Some(match std::env::var("GLIBC_TUNABLES") {
+        Ok(old) if !old.is_empty() => format!("{old}:{T}"),
+        _ => T.to_string(),
+    })
+}
+
 /// `--exact`: single-step the program under ptrace and judge every access.
 fn run_exact(craft: Craft, a: &RunArgs, prog: &Path, program: &OsString) -> Result<i32> {
     if !a.quiet {
         eprintln!("witch: exact mode single-steps every instruction; expect it to run thousands of times slower");
     }
     let exact = witchcraft::exact::Exact::new(craft, a.fp_precision);
-    let run = exact.run(prog, &a.command[1..], program, &[]).map_err(|e| anyhow::anyhow!("cannot trace {}: {e}", prog.display()))?;
+    let env: Vec<(String, String)> = tunables().map(|t| ("GLIBC_TUNABLES".to_string(), t)).into_iter().collect();
+    let run = exact.run(prog, &a.command[1..], program, &env).map_err(|e| anyhow::anyhow!("cannot trace {}: {e}", prog.display()))?;
     let pid = run.profile.pid;
     let out = a.output.clone().unwrap_or_else(|| default_output(craft, prog, pid));
     run.profile.save(&out).with_context(|| format!("cannot write {}", out.display()))?;
