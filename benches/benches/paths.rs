@@ -42,8 +42,10 @@ fn install(sig: i32) {
 
 const DEPTH: u32 = 12;
 
+type Job = *mut dyn FnMut(&Regs);
+
 thread_local! {
-    static JOB: std::cell::Cell<Option<*mut dyn FnMut(&Regs)>> = const { std::cell::Cell::new(None) };
+    static JOB: std::cell::Cell<Option<Job>> = const { std::cell::Cell::new(None) };
 }
 
 extern "C" fn run_job(_: libc::c_int, _: *mut libc::siginfo_t, uc: *mut libc::c_void) {
@@ -60,7 +62,7 @@ fn at_depth(k: u32, f: &mut dyn FnMut(&Regs)) {
     if k == 0 {
         // Safe: the pointer is used only by the handler, before this returns.
         let f: *mut (dyn FnMut(&Regs) + '_) = f;
-        JOB.with(|j| j.set(Some(unsafe { std::mem::transmute::<*mut (dyn FnMut(&Regs) + '_), *mut dyn FnMut(&Regs)>(f) })));
+        JOB.with(|j| j.set(Some(unsafe { std::mem::transmute::<*mut (dyn FnMut(&Regs) + '_), Job>(f) })));
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = run_job as *const () as usize;
