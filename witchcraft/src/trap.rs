@@ -62,6 +62,15 @@ impl Default for PrecisePcCache {
 }
 
 impl PrecisePcCache {
+    /// Forgets every PC and layout, keeping the memory (the cold path can
+    /// then be timed without allocating).
+    pub fn forget(&mut self) {
+        self.keys.fill(0);
+        for f in self.funcs.iter_mut() {
+            f.end = 0;
+        }
+        self.next_func = 0;
+    }
     fn slot(pc: u64) -> usize {
         ((pc ^ (pc >> 12)) as usize) & (CACHE - 1)
     }
