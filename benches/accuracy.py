@@ -89,6 +89,13 @@ def profile(craft, exe, args, opts, out):
     subprocess.run([WITCH, craft, "-q", "-o", out] + opts + [exe] + args,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     r = subprocess.run([WITCH, "report", out, "--json", "--top", "0"], capture_output=True, check=True)
+    if "--exact" in opts:
+        # A reference that lost pairs is no reference.
+        with open(out) as f:
+            lost = sum(t["counters"].get("pair_overflow", 0) + t["counters"].get("tree_overflow", 0)
+                       for t in json.load(f).get("threads", []))
+        if lost:
+            sys.exit(f"benches/accuracy.py: the exact run of {exe} {' '.join(args)} lost {lost} pairs or contexts")
     return json.loads(r.stdout)
 
 
@@ -191,11 +198,14 @@ def main():
     ap.add_argument("--set", default="all", choices=["all", "ground-truth", "workloads", "real"],
                     help="all = ground-truth + workloads; real (zstd, SQLite, Lua; ~30 minutes) runs only on demand")
     ap.add_argument("--only", default="", help="comma-separated program names to keep")
+    ap.add_argument("--crafts", default="", help="comma-separated crafts to keep (run crafts in parallel processes to use more cores)")
     a = ap.parse_args()
     cases = {"all": CASES + WORKLOAD_CASES, "ground-truth": CASES, "workloads": WORKLOAD_CASES,
              "real": REAL_CASES}[a.set]
     if a.only:
         cases = [c for c in cases if c[0] in a.only.split(",")]
+    if a.crafts:
+        cases = [c for c in cases if c[2] in a.crafts.split(",")]
     if not os.path.exists(WITCH):
         sys.exit("benches/accuracy.py: build first: cargo build --release --workspace")
     os.makedirs(OUT, exist_ok=True)

@@ -48,6 +48,25 @@ impl Tree {
         self.overflow = 0;
     }
 
+    /// Doubles the capacity when full. It allocates, so only for code outside
+    /// signal handlers (the exact mode), where nothing may be lost.
+    pub fn grow_when_full(&mut self) {
+        if self.nodes.len() < self.cap {
+            return;
+        }
+        self.cap *= 2;
+        let mut index = vec![0u32; (self.cap * 2).next_power_of_two()];
+        let mask = index.len() - 1;
+        for (i, n) in self.nodes.iter().enumerate().skip(1) {
+            let mut h = (hash(n.parent, n.pc) as usize) & mask;
+            while index[h] != 0 {
+                h = (h + 1) & mask;
+            }
+            index[h] = i as u32;
+        }
+        self.index = index;
+    }
+
     /// Child of `parent` for `pc`, created if needed. Returns `parent` when full.
     pub fn child(&mut self, parent: u32, pc: u64) -> u32 {
         let mask = self.index.len() - 1;
@@ -115,6 +134,25 @@ impl Pairs {
         self.entries.truncate(1);
         self.index.iter_mut().for_each(|x| *x = 0);
         self.overflow = 0;
+    }
+
+    /// Doubles the capacity when full; allocates, so outside signal handlers
+    /// only (the exact mode).
+    pub fn grow_when_full(&mut self) {
+        if self.entries.len() <= self.cap {
+            return;
+        }
+        self.cap *= 2;
+        let mut index = vec![0u32; (self.cap * 2).next_power_of_two()];
+        let mask = index.len() - 1;
+        for (i, e) in self.entries.iter().enumerate().skip(1) {
+            let mut h = (hash(e.watch, e.trap as u64) as usize) & mask;
+            while index[h] != 0 {
+                h = (h + 1) & mask;
+            }
+            index[h] = i as u32;
+        }
+        self.index = index;
     }
 
     pub fn get(&mut self, watch: u32, trap: u32) -> Option<&mut PairEntry> {
@@ -190,5 +228,27 @@ mod tests {
         assert!(p.get(5, 5).is_none());
         let v: Vec<_> = p.iter().map(|e| (e.watch, e.trap, e.waste, e.used)).collect();
         assert_eq!(v, vec![(1, 2, 7.0, 0.0), (2, 1, 0.0, 1.0)]);
+    }
+
+    #[test]
+    fn grown_tables_keep_every_entry() {
+        let mut p = Pairs::with_capacity(2);
+        let mut t = Tree::with_capacity(2);
+        for i in 0..1000u32 {
+            p.grow_when_full();
+            p.get(i, i + 1).unwrap().waste += i as f64;
+            t.grow_when_full();
+            t.child(0, i as u64);
+        }
+        assert_eq!(p.overflow, 0);
+        assert_eq!(t.overflow, 0);
+        assert_eq!(p.iter().count(), 1000);
+        // Lookups after rehashing find the same entries.
+        for i in 0..1000u32 {
+            assert_eq!(p.get(i, i + 1).unwrap().waste, i as f64);
+            let n = t.child(0, i as u64);
+            assert_eq!(t.nodes[n as usize].pc, i as u64);
+        }
+        assert_eq!(t.nodes.len(), 1001);
     }
 }

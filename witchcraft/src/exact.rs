@@ -71,6 +71,8 @@ impl ThreadShadow {
         &mut page[(a % PAGE) as usize]
     }
     fn add(&mut self, watch: u32, trap: u32, v: Verdict) {
+        // A reference must not lose pairs (large programs have millions).
+        self.pairs.grow_when_full();
         if let Some(p) = self.pairs.get(watch, trap) {
             p.traps += 1;
             match v {
@@ -155,6 +157,7 @@ impl Exact {
             dec.decode().mnemonic()
         };
         let t = self.threads.entry(tid).or_insert_with(ThreadShadow::new);
+        t.tree.grow_when_full();
         let ctx = t.tree.child(t.frame, regs.rip);
         let mut p = Pending {
             ip: regs.rip,
@@ -252,6 +255,7 @@ impl Exact {
         // Shadow call stack.
         if p.is_call {
             t.returns.push(p.next_ip);
+            t.tree.grow_when_full();
             t.frame = t.tree.child(t.frame, p.next_ip - 1);
         } else if p.is_ret {
             if let Some(r) = regs_of(pid).map(|r| r.rip) {
