@@ -208,10 +208,7 @@ fn main() {
         200
     }, 5);
     rows.push(("handler: precise PC, cold (decode the function)", cold - forget));
-    let func = map.function_start(target).map(|s| (target - s, map.module(s).map(|m| {
-        let i = m.func_starts.partition_point(|&x| x <= s);
-        m.func_starts.get(i).map_or(0, |&e| e - s)
-    })));
+    let func = map.function_start(target).map(|s| (target - s, map.next_function_start(s).map(|e| e - s)));
     trap::previous_instruction(map, &mut cache, target);
     rows.push(("handler: precise PC, cached", median_us(|| {
         for _ in 0..10_000 {

@@ -33,6 +33,21 @@ fn hash(parent: u32, pc: u64) -> u64 {
     (pc ^ ((parent as u64) << 40) ^ (parent as u64)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
+/// An open-addressing index for `cap` entries, given their hashes in order
+/// (entry 0 is the empty marker, so the first hash is entry 1's).
+fn reindex(cap: usize, hashes: impl Iterator<Item = u64>) -> Vec<u32> {
+    let mut index = vec![0u32; (cap * 2).next_power_of_two()];
+    let mask = index.len() - 1;
+    for (i, h) in hashes.enumerate() {
+        let mut h = (h as usize) & mask;
+        while index[h] != 0 {
+            h = (h + 1) & mask;
+        }
+        index[h] = i as u32 + 1;
+    }
+    index
+}
+
 impl Tree {
     /// `cap` nodes at most; the index is twice that (zeroed pages stay untouched until used).
     pub fn with_capacity(cap: usize) -> Tree {
@@ -55,16 +70,7 @@ impl Tree {
             return;
         }
         self.cap *= 2;
-        let mut index = vec![0u32; (self.cap * 2).next_power_of_two()];
-        let mask = index.len() - 1;
-        for (i, n) in self.nodes.iter().enumerate().skip(1) {
-            let mut h = (hash(n.parent, n.pc) as usize) & mask;
-            while index[h] != 0 {
-                h = (h + 1) & mask;
-            }
-            index[h] = i as u32;
-        }
-        self.index = index;
+        self.index = reindex(self.cap, self.nodes.iter().skip(1).map(|n| hash(n.parent, n.pc)));
     }
 
     /// Child of `parent` for `pc`, created if needed. Returns `parent` when full.
@@ -143,16 +149,7 @@ impl Pairs {
             return;
         }
         self.cap *= 2;
-        let mut index = vec![0u32; (self.cap * 2).next_power_of_two()];
-        let mask = index.len() - 1;
-        for (i, e) in self.entries.iter().enumerate().skip(1) {
-            let mut h = (hash(e.watch, e.trap as u64) as usize) & mask;
-            while index[h] != 0 {
-                h = (h + 1) & mask;
-            }
-            index[h] = i as u32;
-        }
-        self.index = index;
+        self.index = reindex(self.cap, self.entries.iter().skip(1).map(|e| hash(e.watch, e.trap as u64)));
     }
 
     pub fn get(&mut self, watch: u32, trap: u32) -> Option<&mut PairEntry> {

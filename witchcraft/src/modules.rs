@@ -150,6 +150,13 @@ impl ProcessMap {
         m.func_starts.get(i.checked_sub(1)?).copied()
     }
 
+    /// Start of the function after the one at `pc` (where its code ends at most).
+    pub fn next_function_start(&self, pc: u64) -> Option<u64> {
+        let m = self.module(pc)?;
+        let i = m.func_starts.partition_point(|&s| s <= pc);
+        m.func_starts.get(i).copied()
+    }
+
     pub fn to_profile(&self) -> Vec<profile::Module> {
         self.modules
             .iter()

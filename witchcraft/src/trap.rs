@@ -142,11 +142,7 @@ pub fn previous_instruction(map: &ProcessMap, cache: &mut PrecisePcCache, end: u
     };
     // Scan the whole function (up to the next known start) for branch targets.
     let limit = map
-        .module(end)
-        .and_then(|m| {
-            let i = m.func_starts.partition_point(|&s| s <= start);
-            m.func_starts.get(i).copied()
-        })
+        .next_function_start(start)
         .unwrap_or(u64::MAX)
         .min(start + MAX_SCAN)
         .max(end);
