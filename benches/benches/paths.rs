@@ -90,62 +90,98 @@ fn main() {
     let mut a = perf::breakpoint_attr(base, 8, BpType::RW, true, true, perf::SIG_MAGIC);
     let fd = perf::open_on_self(&mut a).expect("breakpoint");
     let mut i = 0u64;
-    rows.push(("arm: PERF_EVENT_IOC_MODIFY_ATTRIBUTES", median_us(|| {
-        for _ in 0..200 {
-            i += 1;
-            let mut m = perf::breakpoint_attr(base + 8 * (i % 32), 8, BpType::RW, true, true, perf::SIG_MAGIC);
-            perf::modify(fd, &mut m);
-        }
-        200
-    }, 9)));
+    rows.push((
+        "arm: PERF_EVENT_IOC_MODIFY_ATTRIBUTES",
+        median_us(
+            || {
+                for _ in 0..200 {
+                    i += 1;
+                    let mut m = perf::breakpoint_attr(base + 8 * (i % 32), 8, BpType::RW, true, true, perf::SIG_MAGIC);
+                    perf::modify(fd, &mut m);
+                }
+                200
+            },
+            9,
+        ),
+    ));
     // The handlers' real path: the breakpoint goes live in the debug
     // registers (a disabled one, above, never reaches them).
-    rows.push(("arm: PERF_EVENT_IOC_MODIFY_ATTRIBUTES, enabled (handler's path)", median_us(|| {
-        for _ in 0..200 {
-            i += 1;
-            let mut m = perf::breakpoint_attr(base + 8 * (i % 32), 8, BpType::RW, false, true, perf::SIG_MAGIC);
-            perf::modify(fd, &mut m);
-        }
-        200
-    }, 9)));
-    rows.push(("disarm: PERF_EVENT_IOC_DISABLE", median_us(|| {
-        for _ in 0..200 {
-            perf::disable(fd);
-        }
-        200
-    }, 9)));
+    rows.push((
+        "arm: PERF_EVENT_IOC_MODIFY_ATTRIBUTES, enabled (handler's path)",
+        median_us(
+            || {
+                for _ in 0..200 {
+                    i += 1;
+                    let mut m = perf::breakpoint_attr(base + 8 * (i % 32), 8, BpType::RW, false, true, perf::SIG_MAGIC);
+                    perf::modify(fd, &mut m);
+                }
+                200
+            },
+            9,
+        ),
+    ));
+    rows.push((
+        "disarm: PERF_EVENT_IOC_DISABLE",
+        median_us(
+            || {
+                for _ in 0..200 {
+                    perf::disable(fd);
+                }
+                200
+            },
+            9,
+        ),
+    ));
     perf::close(fd);
-    rows.push(("arm fallback: close + perf_event_open", median_us(|| {
-        for k in 0..100u64 {
-            let mut m = perf::breakpoint_attr(base + 8 * (k % 32), 8, BpType::RW, true, true, perf::SIG_MAGIC);
-            let fd = perf::open_on_self(&mut m).unwrap();
-            perf::close(fd);
-        }
-        100
-    }, 9)));
+    rows.push((
+        "arm fallback: close + perf_event_open",
+        median_us(
+            || {
+                for k in 0..100u64 {
+                    let mut m = perf::breakpoint_attr(base + 8 * (k % 32), 8, BpType::RW, true, true, perf::SIG_MAGIC);
+                    let fd = perf::open_on_self(&mut m).unwrap();
+                    perf::close(fd);
+                }
+                100
+            },
+            9,
+        ),
+    ));
 
     // Trap round trip: a write that hits an armed watchpoint, with a handler that only counts.
     install(libc::SIGTRAP);
     let mut w = perf::breakpoint_attr(base, 8, BpType::W, false, true, perf::SIG_MAGIC);
     let wfd = perf::open_on_self(&mut w).expect("watchpoint");
-    rows.push(("trap: watchpoint hit -> SIGTRAP -> return", median_us(|| {
-        HITS.store(0, Ordering::Relaxed);
-        for k in 0..100 {
-            unsafe { std::ptr::write_volatile(base as *mut u64, k) };
-        }
-        HITS.load(Ordering::Relaxed)
-    }, 9)));
+    rows.push((
+        "trap: watchpoint hit -> SIGTRAP -> return",
+        median_us(
+            || {
+                HITS.store(0, Ordering::Relaxed);
+                for k in 0..100 {
+                    unsafe { std::ptr::write_volatile(base as *mut u64, k) };
+                }
+                HITS.load(Ordering::Relaxed)
+            },
+            9,
+        ),
+    ));
     perf::close(wfd);
 
     // Signal round trip without an exception.
     let rt = perf::fallback_signal();
     install(rt);
-    rows.push(("signal: tgkill -> handler -> return", median_us(|| {
-        for _ in 0..100 {
-            unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), perf::gettid(), rt) };
-        }
-        100
-    }, 9)));
+    rows.push((
+        "signal: tgkill -> handler -> return",
+        median_us(
+            || {
+                for _ in 0..100 {
+                    unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), perf::gettid(), rt) };
+                }
+                100
+            },
+            9,
+        ),
+    ));
 
     // Timer sample: task-clock every 100 µs over a busy loop, CPU time with and without.
     let busy = |n: u64| {
@@ -168,7 +204,10 @@ fn main() {
     perf::disable(sfd);
     perf::close(sfd);
     let hits = HITS.load(Ordering::Relaxed).max(1);
-    rows.push(("sample: task-clock timer signal, 100 µs period (extra CPU per sample)", with.saturating_sub(native) as f64 / hits as f64 / 1e3));
+    rows.push((
+        "sample: task-clock timer signal, 100 µs period (extra CPU per sample)",
+        with.saturating_sub(native) as f64 / hits as f64 / 1e3,
+    ));
 
     // The two samplers at a realistic period: benches/sampler_cost.c (too slow for here).
 
@@ -182,40 +221,58 @@ fn main() {
     let regs = unsafe { Regs::from_ucontext(&uc, 0, 0) };
     let mut code = [0u8; 16];
     unsafe { std::ptr::copy_nonoverlapping(pc as *const u8, code.as_mut_ptr(), 16) };
-    rows.push(("handler: decode one instruction (iced-x86 + accesses)", median_us(|| {
-        for _ in 0..10_000 {
-            black_box(an.decode(black_box(&code), pc, &regs, false));
-        }
-        10_000
-    }, 9)));
+    rows.push((
+        "handler: decode one instruction (iced-x86 + accesses)",
+        median_us(
+            || {
+                for _ in 0..10_000 {
+                    black_box(an.decode(black_box(&code), pc, &regs, false));
+                }
+                10_000
+            },
+            9,
+        ),
+    ));
     let mut cache = trap::PrecisePcCache::default();
     let target = regs.rip;
     // Cold: the cache forgotten before each lookup (not reallocated, which
     // the handlers never do); the cost of forgetting is measured and taken off.
     let mut c = trap::PrecisePcCache::default();
-    let forget = median_us(|| {
-        for _ in 0..200 {
-            c.forget();
-            black_box(&mut c);
-        }
-        200
-    }, 5);
-    let cold = median_us(|| {
-        for _ in 0..200 {
-            c.forget();
-            black_box(trap::previous_instruction(map, &mut c, target));
-        }
-        200
-    }, 5);
+    let forget = median_us(
+        || {
+            for _ in 0..200 {
+                c.forget();
+                black_box(&mut c);
+            }
+            200
+        },
+        5,
+    );
+    let cold = median_us(
+        || {
+            for _ in 0..200 {
+                c.forget();
+                black_box(trap::previous_instruction(map, &mut c, target));
+            }
+            200
+        },
+        5,
+    );
     rows.push(("handler: precise PC, cold (decode the function)", cold - forget));
     let func = map.function_start(target).map(|s| (target - s, map.next_function_start(s).map(|e| e - s)));
     trap::previous_instruction(map, &mut cache, target);
-    rows.push(("handler: precise PC, cached", median_us(|| {
-        for _ in 0..10_000 {
-            black_box(trap::previous_instruction(map, &mut cache, target));
-        }
-        10_000
-    }, 9)));
+    rows.push((
+        "handler: precise PC, cached",
+        median_us(
+            || {
+                for _ in 0..10_000 {
+                    black_box(trap::previous_instruction(map, &mut cache, target));
+                }
+                10_000
+            },
+            9,
+        ),
+    ));
     let mut ucache = unwind::new_cache();
     let mut frames = Box::new([0u64; unwind::MAX_FRAMES]);
     let mut attr: libc::pthread_attr_t = unsafe { std::mem::zeroed() };
@@ -229,28 +286,43 @@ fn main() {
     let mut depth = 0;
     let mut unwind_us = 0.0;
     at_depth(DEPTH, &mut |regs: &Regs| {
-        unwind_us = median_us(|| {
-            for _ in 0..1000 {
-                depth = unwind::walk(map, &mut ucache, regs, regs.rip, stack, &mut frames);
-            }
-            1000
-        }, 9);
+        unwind_us = median_us(
+            || {
+                for _ in 0..1000 {
+                    depth = unwind::walk(map, &mut ucache, regs, regs.rip, stack, &mut frames);
+                }
+                1000
+            },
+            9,
+        );
     });
     rows.push(("handler: unwind the calling context (framehop)", unwind_us));
     let mut tree = Tree::with_capacity(1 << 16);
-    rows.push(("handler: insert the context in the tree", median_us(|| {
-        for _ in 0..10_000 {
-            black_box(tree.insert(&frames[..depth]));
-        }
-        10_000
-    }, 9)));
+    rows.push((
+        "handler: insert the context in the tree",
+        median_us(
+            || {
+                for _ in 0..10_000 {
+                    black_box(tree.insert(&frames[..depth]));
+                }
+                10_000
+            },
+            9,
+        ),
+    ));
     let mut buf = [0u8; 32];
-    rows.push(("handler: read watched bytes (process_vm_readv)", median_us(|| {
-        for _ in 0..1000 {
-            perf::read_memory(base, &mut buf);
-        }
-        1000
-    }, 9)));
+    rows.push((
+        "handler: read watched bytes (process_vm_readv)",
+        median_us(
+            || {
+                for _ in 0..1000 {
+                    perf::read_memory(base, &mut buf);
+                }
+                1000
+            },
+            9,
+        ),
+    ));
 
     println!("witch engine paths, median µs per operation ({} frames unwound)\n", depth);
     if let Some((off, Some(size))) = func {

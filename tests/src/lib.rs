@@ -222,13 +222,7 @@ impl Program {
             .output()
             .map_err(|e| format!("cannot run gcc: {e}"))?;
         if !out.status.success() {
-            return Err(format!(
-                "gcc {} {:?} failed ({}):\n{}",
-                src.display(),
-                extra,
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ));
+            return Err(format!("gcc {} {:?} failed ({}):\n{}", src.display(), extra, out.status, String::from_utf8_lossy(&out.stderr)));
         }
         Ok(Program { file: format!("{name}.c"), src, exe, text })
     }
@@ -253,13 +247,7 @@ impl Program {
     /// Line number (1-based) of the one source line carrying `/* <marker> */`.
     pub fn line(&self, marker: &str) -> u32 {
         let needle = format!("/* {marker} */");
-        let hits: Vec<u32> = self
-            .text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| l.contains(&needle))
-            .map(|(i, _)| i as u32 + 1)
-            .collect();
+        let hits: Vec<u32> = self.text.lines().enumerate().filter(|(_, l)| l.contains(&needle)).map(|(i, _)| i as u32 + 1).collect();
         assert_eq!(hits.len(), 1, "marker {needle} must occur on exactly one line of {}: {hits:?}", self.src.display());
         hits[0]
     }
@@ -575,10 +563,7 @@ pub fn frame_line(frame: &Value) -> Option<u64> {
 
 /// Is `file:line` among the first [`MATCH_DEPTH`] frames of this side of the pair?
 pub fn side_at(pair: &Value, side: &str, file: &str, line: u32) -> bool {
-    frames(pair, side)
-        .iter()
-        .take(MATCH_DEPTH)
-        .any(|f| frame_in_file(f, file) && frame_line(f) == Some(line as u64))
+    frames(pair, side).iter().take(MATCH_DEPTH).any(|f| frame_in_file(f, file) && frame_line(f) == Some(line as u64))
 }
 
 fn fmt_frames(fr: &[Value]) -> String {
@@ -606,9 +591,7 @@ fn fmt_frames(fr: &[Value]) -> String {
 
 impl Report {
     fn field(&self, key: &str) -> f64 {
-        self.json[key]
-            .as_f64()
-            .unwrap_or_else(|| panic!("report has no numeric `{key}`\n{}", self.dump()))
+        self.json[key].as_f64().unwrap_or_else(|| panic!("report has no numeric `{key}`\n{}", self.dump()))
     }
     pub fn waste_fraction(&self) -> f64 {
         self.field("waste_fraction")
@@ -769,9 +752,9 @@ pub fn is_root() -> bool {
 /// Find an executable on PATH.
 pub fn which(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| {
-        p.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
-    })
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false))
 }
 
 /// Can a user who is neither owner nor in the group reach and run `path`?
@@ -780,9 +763,7 @@ pub fn others_can_run(path: &Path) -> bool {
     if m.permissions().mode() & 0o005 != 0o005 {
         return false;
     }
-    path.ancestors().skip(1).all(|d| {
-        d.as_os_str().is_empty() || d.metadata().map(|m| m.permissions().mode() & 0o001 != 0).unwrap_or(false)
-    })
+    path.ancestors().skip(1).all(|d| d.as_os_str().is_empty() || d.metadata().map(|m| m.permissions().mode() & 0o001 != 0).unwrap_or(false))
 }
 
 pub fn chmod(path: &Path, mode: u32) {

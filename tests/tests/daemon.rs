@@ -425,7 +425,13 @@ crafts = ["silent-store"]
             let per_pid = |p: u32| list.as_array().unwrap().iter().filter(|m| m["pid"] == p).count();
             ok >= 6.0 && evicted >= 1.0 && pids.iter().all(|&p| per_pid(p) >= 1)
         },
-        || format!("waiting for 6 sessions, an eviction and profiles of both targets\nmetrics:\n{}\nlog:\n{}", last_metrics.borrow(), d.log()),
+        || {
+            format!(
+                "waiting for 6 sessions, an eviction and profiles of both targets\nmetrics:\n{}\nlog:\n{}",
+                last_metrics.borrow(),
+                d.log()
+            )
+        },
     );
 
     // /metrics: syntax checked above; now the content.
@@ -451,9 +457,7 @@ crafts = ["silent-store"]
 
     // The stored profiles find what the programs do by construction.
     let list = json(&client(&witch, &[], &socket, &["list", "--json"]));
-    let newest = |pid: u32| {
-        list.as_array().unwrap().iter().rev().find(|m| m["pid"] == pid).unwrap()["id"].as_str().unwrap().to_string()
-    };
+    let newest = |pid: u32| list.as_array().unwrap().iter().rev().find(|m| m["pid"] == pid).unwrap()["id"].as_str().unwrap().to_string();
     let (id_dead, id_silent) = (newest(t_dead.pid()), newest(t_silent.pid()));
     let f_dead = dir.join("dead.json");
     let r = client(&witch, &[], &socket, &["fetch", &id_dead, "-o", f_dead.to_str().unwrap()]);
@@ -492,7 +496,12 @@ crafts = ["silent-store"]
 
     // An immediate session, returned to the caller (and never overlapping a scheduled one).
     let f_now = dir.join("now.json");
-    let r = client(&witch, &[], &socket, &["profile", "--pid", &t_dead.pid().to_string(), "--craft", "dead", "--duration", "1s", "-o", f_now.to_str().unwrap()]);
+    let r = client(
+        &witch,
+        &[],
+        &socket,
+        &["profile", "--pid", &t_dead.pid().to_string(), "--craft", "dead", "--duration", "1s", "-o", f_now.to_str().unwrap()],
+    );
     assert!(r.status.success(), "{}", r.describe());
     assert!(r.stderr_str().contains("stored as"), "{}", r.describe());
     let rep = report(&f_now);
@@ -507,7 +516,14 @@ crafts = ["silent-store"]
     let req = {
         let (witch, socket, f) = (witch.clone(), socket.clone(), f_exit.clone());
         let pid = t_exit.pid().to_string();
-        std::thread::spawn(move || client(&witch, &[], &socket, &["profile", "--pid", &pid, "--craft", "silent-store", "--duration", "20s", "-o", f.to_str().unwrap()]))
+        std::thread::spawn(move || {
+            client(
+                &witch,
+                &[],
+                &socket,
+                &["profile", "--pid", &pid, "--craft", "silent-store", "--duration", "20s", "-o", f.to_str().unwrap()],
+            )
+        })
     };
     std::thread::sleep(Duration::from_millis(1500));
     let (rounds, out, status) = t_exit.finish();
@@ -579,7 +595,11 @@ crafts = ["silent-store"]
     let before = stored_ids(&store);
     assert!(!before.is_empty());
     let config2 = dir.join("witchd2.toml");
-    std::fs::write(&config2, format!("socket = \"{}\"\nhttp = \"off\"\n[store]\ndir = \"{}\"\nmax_bytes = \"16KiB\"\n", socket.display(), store.display())).unwrap();
+    std::fs::write(
+        &config2,
+        format!("socket = \"{}\"\nhttp = \"off\"\n[store]\ndir = \"{}\"\nmax_bytes = \"16KiB\"\n", socket.display(), store.display()),
+    )
+    .unwrap();
     let mut d2 = Witchd::start(&config2, &dir.join("witchd2.log"));
     wait_for(Duration::from_secs(20), || socket.exists() && client(&witch, &[], &socket, &["status"]).status.success(), || d2.log());
     assert_eq!(std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777, 0o600);

@@ -118,7 +118,11 @@ fn listing_4_2_reservoir_finds_what_oldest_misses() {
     let raw = raw_profile(&old.path);
     assert_eq!(raw["replacement"].as_str(), Some("oldest"), "the raw profile should record --replacement oldest");
     let missed = old.pair(f, i, j);
-    old.note(&format!("oldest: <{i},{j}> waste {:.3e} = {:.3} of reservoir's", missed.waste, missed.waste / found.waste.max(f64::MIN_POSITIVE)));
+    old.note(&format!(
+        "oldest: <{i},{j}> waste {:.3e} = {:.3} of reservoir's",
+        missed.waste,
+        missed.waste / found.waste.max(f64::MIN_POSITIVE)
+    ));
     assert!(
         missed.waste <= 0.10 * found.waste,
         "oldest: <{f}:{i}, {f}:{j}> should be (nearly) missed: waste {:.4e} vs {:.4e} with reservoir (want <= 10%)\n\
@@ -140,7 +144,10 @@ fn listing_4_3_proportional_attribution() {
     let f = &prog.file;
     let expect = [(l3, l11, "<3,11>"), (l11, l3, "<11,3>"), (l7, l8, "<7,8>"), (l8, l7, "<8,7>")];
     let shares: Vec<(String, f64)> = expect.iter().map(|&(w, t, name)| (format!("{name} = <{w},{t}>"), rep.share(f, w, t))).collect();
-    rep.note(&format!("shares {:?} (want 25% +- 10 each)", shares.iter().map(|(n, s)| format!("{n}: {:.1}%", s * 100.0)).collect::<Vec<_>>()));
+    rep.note(&format!(
+        "shares {:?} (want 25% +- 10 each)",
+        shares.iter().map(|(n, s)| format!("{n}: {:.1}%", s * 100.0)).collect::<Vec<_>>()
+    ));
     for (name, s) in &shares {
         assert!(
             (s - 0.25).abs() <= 0.10,

@@ -46,7 +46,11 @@ fn exact_dead_matches_construction_and_sampling_comes_close() {
     assert_eq!(dead.waste, 3.0 * 64.0 * 8.0, "exact dead bytes of <{first},{second}>\n{}", exact.dump());
     assert_eq!(used.r#use, 3.0 * 64.0 * 8.0, "exact used bytes of <{second},{read}>\n{}", exact.dump());
     let (ef, _, _) = fraction_watched_at(&exact, f, &[first, second]);
-    assert!((ef - 0.5).abs() < 1e-9, "exact fraction of the stores at lines {first} and {second} should be 0.5, got {ef}\n{}", exact.dump());
+    assert!(
+        (ef - 0.5).abs() < 1e-9,
+        "exact fraction of the stores at lines {first} and {second} should be 0.5, got {ef}\n{}",
+        exact.dump()
+    );
 
     // Sampled: the same program at full size.
     let native = prog.run_native(&[]);

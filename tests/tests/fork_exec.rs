@@ -45,7 +45,10 @@ fn fork_and_exec_each_leave_a_profile() {
             panic!("profile {} names program {prog:?}, neither forker nor exec_target\n{}", p.display(), rep.dump());
         }
     }
-    assert!(forker_profiles >= 2, "expected profiles of the parent and of the child before exec, both naming forker; got {forker_profiles} among {files:?}");
+    assert!(
+        forker_profiles >= 2,
+        "expected profiles of the parent and of the child before exec, both naming forker; got {forker_profiles} among {files:?}"
+    );
     assert_eq!(target_reports.len(), 1, "expected exactly one profile naming exec_target among {files:?}");
 
     // The exec'd image was profiled for real: its own dead pair is there.

@@ -59,7 +59,8 @@ fn four_threads_each_profiled_and_merged() {
     // Merged across threads: no two pairs with identical symbolized contexts.
     let mut seen: HashMap<String, usize> = HashMap::new();
     for (i, p) in rep.pairs().iter().enumerate() {
-        let key = format!("{}|{}", serde_json::Value::from(frames(p, "watch").to_vec()), serde_json::Value::from(frames(p, "trap").to_vec()));
+        let key =
+            format!("{}|{}", serde_json::Value::from(frames(p, "watch").to_vec()), serde_json::Value::from(frames(p, "trap").to_vec()));
         if let Some(j) = seen.insert(key, i) {
             panic!("pairs #{j} and #{i} have identical contexts: threads' pairs should be merged\n{}", rep.dump());
         }
@@ -84,10 +85,8 @@ fn four_threads_with_the_default_sampler() {
     if raw["sampler"]["kind"] == "software" {
         assert_eq!(raw["sampler"]["event"], "cpu-timer", "the default software sampler: {}", raw["sampler"]);
     }
-    let busy = raw["threads"]
-        .as_array()
-        .map(|ts| ts.iter().filter(|t| t["counters"]["samples"].as_u64().unwrap_or(0) > 0).count())
-        .unwrap_or(0);
+    let busy =
+        raw["threads"].as_array().map(|ts| ts.iter().filter(|t| t["counters"]["samples"].as_u64().unwrap_or(0) > 0).count()).unwrap_or(0);
     assert!(busy >= 4, "every worker thread should be sampled; {busy} were (counters: {})", raw["counters"]);
     let rep = report(&out);
     rep.assert_samples(100.0);

@@ -9,8 +9,8 @@ const NOBODY: u32 = 65534;
 
 #[test]
 fn dead_loop_as_an_unprivileged_user() {
-    let paranoid_raw = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-        .expect("cannot read /proc/sys/kernel/perf_event_paranoid");
+    let paranoid_raw =
+        std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").expect("cannot read /proc/sys/kernel/perf_event_paranoid");
     let paranoid: i32 = paranoid_raw.trim().parse().unwrap_or_else(|e| panic!("perf_event_paranoid = {paranoid_raw:?}: {e}"));
     eprintln!("[witch-tests] kernel.perf_event_paranoid = {paranoid}");
     if paranoid < 2 {

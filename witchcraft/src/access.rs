@@ -6,7 +6,9 @@
 //! handlers: no allocation (the info factory's vectors are preallocated once
 //! per thread).
 
-use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, InstructionInfoOptions, MemorySize, OpAccess, Register};
+use iced_x86::{
+    Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, InstructionInfoOptions, MemorySize, OpAccess, Register,
+};
 
 /// Register file as the decoder needs it, taken from a signal context.
 #[derive(Clone, Copy, Debug, Default)]
@@ -28,10 +30,22 @@ impl Regs {
         let r = |i: i32| g[i as usize] as u64;
         Regs {
             gpr: [
-                r(libc::REG_RAX), r(libc::REG_RCX), r(libc::REG_RDX), r(libc::REG_RBX),
-                r(libc::REG_RSP), r(libc::REG_RBP), r(libc::REG_RSI), r(libc::REG_RDI),
-                r(libc::REG_R8), r(libc::REG_R9), r(libc::REG_R10), r(libc::REG_R11),
-                r(libc::REG_R12), r(libc::REG_R13), r(libc::REG_R14), r(libc::REG_R15),
+                r(libc::REG_RAX),
+                r(libc::REG_RCX),
+                r(libc::REG_RDX),
+                r(libc::REG_RBX),
+                r(libc::REG_RSP),
+                r(libc::REG_RBP),
+                r(libc::REG_RSI),
+                r(libc::REG_RDI),
+                r(libc::REG_R8),
+                r(libc::REG_R9),
+                r(libc::REG_R10),
+                r(libc::REG_R11),
+                r(libc::REG_R12),
+                r(libc::REG_R13),
+                r(libc::REG_R14),
+                r(libc::REG_R15),
             ],
             rip: r(libc::REG_RIP),
             fs_base,
@@ -50,8 +64,22 @@ impl Regs {
         use Register::*;
         let full = reg.full_register();
         let idx = match full {
-            RAX => 0, RCX => 1, RDX => 2, RBX => 3, RSP => 4, RBP => 5, RSI => 6, RDI => 7,
-            R8 => 8, R9 => 9, R10 => 10, R11 => 11, R12 => 12, R13 => 13, R14 => 14, R15 => 15,
+            RAX => 0,
+            RCX => 1,
+            RDX => 2,
+            RBX => 3,
+            RSP => 4,
+            RBP => 5,
+            RSI => 6,
+            RDI => 7,
+            R8 => 8,
+            R9 => 9,
+            R10 => 10,
+            R11 => 11,
+            R12 => 12,
+            R13 => 13,
+            R14 => 14,
+            R15 => 15,
             RIP => return Some(self.rip),
             ES | CS | SS | DS => return Some(0),
             FS => return Some(self.fs_base),
@@ -134,8 +162,22 @@ impl Decoded {
 fn gpr_bit(r: Register) -> u16 {
     use Register::*;
     let i = match r.full_register() {
-        RAX => 0, RCX => 1, RDX => 2, RBX => 3, RSP => 4, RBP => 5, RSI => 6, RDI => 7,
-        R8 => 8, R9 => 9, R10 => 10, R11 => 11, R12 => 12, R13 => 13, R14 => 14, R15 => 15,
+        RAX => 0,
+        RCX => 1,
+        RDX => 2,
+        RBX => 3,
+        RSP => 4,
+        RBP => 5,
+        RSI => 6,
+        RDI => 7,
+        R8 => 8,
+        R9 => 9,
+        R10 => 10,
+        R11 => 11,
+        R12 => 12,
+        R13 => 13,
+        R14 => 14,
+        R15 => 15,
         _ => return 0,
     };
     1 << i

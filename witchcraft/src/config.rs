@@ -97,9 +97,11 @@ mod tests {
 
     #[test]
     fn settings_lines_read_like_the_environment() {
-        let c = Config::from_lines("WITCH_CRAFT=silent-load\nWITCH_PERIOD=1234\nWITCH_REPLACEMENT=oldest\nWITCH_DEBUG_REGISTERS=9\nWITCH_OUT_DIR=/x\n")
-            .unwrap()
-            .unwrap();
+        let c = Config::from_lines(
+            "WITCH_CRAFT=silent-load\nWITCH_PERIOD=1234\nWITCH_REPLACEMENT=oldest\nWITCH_DEBUG_REGISTERS=9\nWITCH_OUT_DIR=/x\n",
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(c.craft, Craft::SilentLoad);
         assert_eq!(c.period, Some(1234));
         assert_eq!(c.replacement, Policy::Oldest);

@@ -188,7 +188,14 @@ pub fn thread_profile(tid: u32, tree: &Tree, pairs: &Pairs, mut counters: crate:
         nodes: tree.nodes.iter().map(|n| profile::Node { parent: n.parent, pc: n.pc, samples: n.samples }).collect(),
         pairs: pairs
             .iter()
-            .map(|p| profile::Pair { watch: p.watch, trap: p.trap, waste: p.waste, approx_waste: p.approx_waste, r#use: p.used, traps: p.traps })
+            .map(|p| profile::Pair {
+                watch: p.watch,
+                trap: p.trap,
+                waste: p.waste,
+                approx_waste: p.approx_waste,
+                r#use: p.used,
+                traps: p.traps,
+            })
             .collect(),
         counters,
     }

@@ -38,7 +38,8 @@ pub fn create(tid: i32, sig: i32, tag: u64) -> Result<i32, i32> {
     ev.sigev_notify = libc::SIGEV_THREAD_ID;
     ev.sigev_notify_thread_id = tid;
     let mut id: libc::c_int = -1;
-    let r = unsafe { libc::syscall(libc::SYS_timer_create, thread_clock(tid), &mut ev as *mut libc::sigevent, &mut id as *mut libc::c_int) };
+    let r =
+        unsafe { libc::syscall(libc::SYS_timer_create, thread_clock(tid), &mut ev as *mut libc::sigevent, &mut id as *mut libc::c_int) };
     if r != 0 {
         Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL))
     } else {
@@ -50,7 +51,10 @@ pub fn create(tid: i32, sig: i32, tag: u64) -> Result<i32, i32> {
 pub fn set(id: i32, period_ns: u64) -> bool {
     let ts = libc::timespec { tv_sec: (period_ns / 1_000_000_000) as libc::time_t, tv_nsec: (period_ns % 1_000_000_000) as libc::c_long };
     let it = libc::itimerspec { it_interval: ts, it_value: ts };
-    id >= 0 && unsafe { libc::syscall(libc::SYS_timer_settime, id, 0, &it as *const libc::itimerspec, std::ptr::null_mut::<libc::itimerspec>()) } == 0
+    id >= 0
+        && unsafe {
+            libc::syscall(libc::SYS_timer_settime, id, 0, &it as *const libc::itimerspec, std::ptr::null_mut::<libc::itimerspec>())
+        } == 0
 }
 
 pub fn delete(id: i32) {

@@ -16,8 +16,8 @@ use crate::pmu;
 use crate::profile::{self, Counters};
 use crate::replacement::{Reservoir, SlotView};
 use crate::trap::{self, PrecisePcCache};
-pub use crate::watchpoint::{watch_range, Slot};
 use crate::unwind::{self, MAX_FRAMES};
+pub use crate::watchpoint::{watch_range, Slot};
 use rand::{rngs::SmallRng, RngExt, SeedableRng};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -282,16 +282,15 @@ impl ThreadState {
         // arriving together would lose one of them.
         let fd = match &engine.sampler {
             SamplerKind::CpuTimer => {
-                let id = cputimer::create(target, perf::fallback_signal(), perf::SIG_MAGIC | perf::SIG_SAMPLER)
-                    .map_err(|e| {
-                        let why = std::io::Error::from_raw_os_error(e);
-                        if e == libc::EAGAIN {
-                            // Each POSIX timer reserves a queued signal.
-                            format!("cannot create the CPU-time sampler: {why} (the signal queue limit, `ulimit -i`, is reached; raise it)")
-                        } else {
-                            format!("cannot create the CPU-time sampler: {why}")
-                        }
-                    })?;
+                let id = cputimer::create(target, perf::fallback_signal(), perf::SIG_MAGIC | perf::SIG_SAMPLER).map_err(|e| {
+                    let why = std::io::Error::from_raw_os_error(e);
+                    if e == libc::EAGAIN {
+                        // Each POSIX timer reserves a queued signal.
+                        format!("cannot create the CPU-time sampler: {why} (the signal queue limit, `ulimit -i`, is reached; raise it)")
+                    } else {
+                        format!("cannot create the CPU-time sampler: {why}")
+                    }
+                })?;
                 self.sampler_timer = id;
                 return Ok(());
             }
@@ -536,7 +535,8 @@ impl ThreadState {
         }
         // Length and float kind come from decoding the sampled instruction.
         let mut buf = [0u8; 16];
-        let mut a = Access { addr: r.addr, len: if r.len > 0 { r.len as u32 } else { 8 }, read: true, write: true, float: Default::default() };
+        let mut a =
+            Access { addr: r.addr, len: if r.len > 0 { r.len as u32 } else { 8 }, read: true, write: true, float: Default::default() };
         if let Some(bytes) = code_bytes(map, r.ip, &mut buf) {
             if let Some(d) = self.analyzer.decode(bytes, r.ip, regs, false) {
                 if let Some(x) = d.accesses().iter().find(|x| engine.craft.samples(x)) {
@@ -596,7 +596,20 @@ impl ThreadState {
             None => (false, 0, 0, false),
         };
         let fd = self.slots[i].fd;
-        self.slots[i] = Slot { fd, armed: true, armed_seq: self.seq, ctx, addr: waddr, len: wlen, watched, skip_first, skip_pc, skip_next, skip_branch, ignored: 0 };
+        self.slots[i] = Slot {
+            fd,
+            armed: true,
+            armed_seq: self.seq,
+            ctx,
+            addr: waddr,
+            len: wlen,
+            watched,
+            skip_first,
+            skip_pc,
+            skip_next,
+            skip_branch,
+            ignored: 0,
+        };
         self.tree.node(ctx).armed += 1;
         self.counters.armed += 1;
         self.blind = 0;

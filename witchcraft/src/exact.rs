@@ -321,8 +321,8 @@ impl Exact {
                     // A step reports TRAP_TRACE, or TRAP_BRKPT after a
                     // stepped syscall; the program's own int3 is SI_KERNEL
                     // and raise() is SI_TKILL, and those are delivered.
-                    let from_step = sig == Signal::SIGTRAP
-                        && ptrace::getsiginfo(pid).map(|i| i.si_code == 2 || i.si_code == 1).unwrap_or(false);
+                    let from_step =
+                        sig == Signal::SIGTRAP && ptrace::getsiginfo(pid).map(|i| i.si_code == 2 || i.si_code == 1).unwrap_or(false);
                     if from_step {
                         self.retire(pid);
                         self.prepare(pid);
@@ -347,7 +347,16 @@ impl Exact {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn profile(&self, program: &Path, args: &[OsString], pid: u32, d: std::time::Duration, maps: &str, code: Option<i32>, signal: Option<i32>) -> Profile {
+    fn profile(
+        &self,
+        program: &Path,
+        args: &[OsString],
+        pid: u32,
+        d: std::time::Duration,
+        maps: &str,
+        code: Option<i32>,
+        signal: Option<i32>,
+    ) -> Profile {
         let mut counters = profile::Counters::default();
         let mut threads: Vec<profile::Thread> = self
             .threads

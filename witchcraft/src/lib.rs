@@ -5,19 +5,19 @@
 //! sampled address, and classify the next access to it. The crafts (clients)
 //! live in [`craft`]; the machinery below them is in the other modules.
 
-pub mod profile;
+pub mod access;
+pub mod config;
+pub mod context;
+pub mod cputimer;
+pub mod craft;
+pub mod engine;
+pub mod exact;
+pub mod modules;
+pub mod perf;
 pub mod pmu;
 pub mod probe;
-pub mod perf;
-pub mod cputimer;
+pub mod profile;
 pub mod replacement;
-pub mod access;
-pub mod context;
-pub mod modules;
-pub mod unwind;
 pub mod trap;
-pub mod craft;
-pub mod config;
-pub mod engine;
+pub mod unwind;
 pub mod watchpoint;
-pub mod exact;

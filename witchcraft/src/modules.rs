@@ -160,13 +160,7 @@ impl ProcessMap {
     pub fn to_profile(&self) -> Vec<profile::Module> {
         self.modules
             .iter()
-            .map(|m| profile::Module {
-                path: m.path.clone(),
-                build_id: m.build_id.clone(),
-                start: m.start,
-                end: m.end,
-                bias: m.bias,
-            })
+            .map(|m| profile::Module { path: m.path.clone(), build_id: m.build_id.clone(), start: m.start, end: m.end, bias: m.bias })
             .collect()
     }
 }
@@ -190,8 +184,7 @@ fn parse_maps(maps: &str) -> Vec<Mapping> {
             continue;
         }
         let Some((s, e)) = range.split_once('-') else { continue };
-        let (Ok(start), Ok(end), Ok(offset)) =
-            (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16), u64::from_str_radix(off, 16))
+        let (Ok(start), Ok(end), Ok(offset)) = (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16), u64::from_str_radix(off, 16))
         else {
             continue;
         };
@@ -231,15 +224,12 @@ fn hex(b: &[u8]) -> String {
 /// that one put every address 4 KiB off.
 fn bias_of(file: &object::File, m: &Mapping) -> Option<u64> {
     const PAGE: u64 = 4096;
-    let seg = file
-        .segments()
-        .find(|s| s.file_range().0 & !(PAGE - 1) == m.offset)
-        .or_else(|| {
-            file.segments().find(|s| {
-                let (off, size) = s.file_range();
-                off <= m.offset && m.offset < off + size.max(1)
-            })
-        })?;
+    let seg = file.segments().find(|s| s.file_range().0 & !(PAGE - 1) == m.offset).or_else(|| {
+        file.segments().find(|s| {
+            let (off, size) = s.file_range();
+            off <= m.offset && m.offset < off + size.max(1)
+        })
+    })?;
     let (seg_off, _) = seg.file_range();
     let page_off = seg_off & !(PAGE - 1);
     // The address of the mapping's first byte in the file's address space.

@@ -87,9 +87,7 @@ pub fn open_on_self(attr: &mut perf_event_attr) -> Result<i32, i32> {
 /// own process passes the kernel's ptrace check, `sigtrap` included, so an
 /// attached agent can open the events of threads it did not start.
 pub fn open_on(attr: &mut perf_event_attr, tid: i32) -> Result<i32, i32> {
-    let fd = unsafe {
-        sys::perf_event_open(attr, tid, -1, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as libc::c_ulong)
-    };
+    let fd = unsafe { sys::perf_event_open(attr, tid, -1, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as libc::c_ulong) };
     if fd < 0 {
         Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL))
     } else {

@@ -55,9 +55,7 @@ fn read_trim(p: &Path) -> Option<String> {
 
 fn pmu_type(dir: &Path) -> Result<u32, String> {
     let t = dir.join("type");
-    read_trim(&t)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("cannot read {}", t.display()))
+    read_trim(&t).and_then(|s| s.parse().ok()).ok_or_else(|| format!("cannot read {}", t.display()))
 }
 
 /// Sysfs does not say "Intel"; these format terms and `caps/pmu_name` only
@@ -67,9 +65,7 @@ fn looks_intel(dir: &Path) -> bool {
     if name == "cpu_core" || name == "cpu_atom" {
         return true;
     }
-    ["ldlat", "offcore_rsp", "in_tx", "frontend", "pc", "any"]
-        .iter()
-        .any(|t| dir.join("format").join(t).exists())
+    ["ldlat", "offcore_rsp", "in_tx", "frontend", "pc", "any"].iter().any(|t| dir.join("format").join(t).exists())
         || dir.join("caps/pmu_name").exists()
 }
 
@@ -169,8 +165,7 @@ impl Config {
                         self.words[f.field as usize] |= bits;
                     } else if val.is_none() && depth == 0 {
                         let alias = dir.join("events").join(key);
-                        let body = read_trim(&alias)
-                            .ok_or_else(|| format!("{} has no format or event named {key:?}", dir.display()))?;
+                        let body = read_trim(&alias).ok_or_else(|| format!("{} has no format or event named {key:?}", dir.display()))?;
                         self.apply(dir, &body, depth + 1)?;
                     } else {
                         return Err(format!("{} has no format term {key:?}", dir.display()));
@@ -182,14 +177,7 @@ impl Config {
     }
 }
 
-fn event_in(
-    dir: &Path,
-    pmu: &str,
-    terms: &str,
-    display: &str,
-    kind: AccessKind,
-    precise: u8,
-) -> Result<PmuEvent, String> {
+fn event_in(dir: &Path, pmu: &str, terms: &str, display: &str, kind: AccessKind, precise: u8) -> Result<PmuEvent, String> {
     let mut c = Config::default();
     c.apply(dir, terms, 0)?;
     Ok(PmuEvent {
@@ -281,10 +269,7 @@ pub fn discover(sysfs_root: &Path, kind: AccessKind) -> Result<PmuEvent, String>
         why.push("cpu: core PMU without precise memory events, and no ibs_op".into());
     }
     if why.is_empty() {
-        why.push(format!(
-            "no cpu, cpu_core or ibs_op PMU under {} (virtual machine without PMU passthrough?)",
-            sysfs_root.display()
-        ));
+        why.push(format!("no cpu, cpu_core or ibs_op PMU under {} (virtual machine without PMU passthrough?)", sysfs_root.display()));
     }
     Err(format!("no PMU: {}", why.join("; ")))
 }
@@ -349,21 +334,9 @@ pub fn parse_event(sysfs_root: &Path, spec: &str, kind: AccessKind) -> Result<Pm
         } else {
             event_in(&dir, pmu, terms, terms, kind, intel_precise(&dir).max(1))?
         }
-    } else if let Some(hex) = body
-        .strip_prefix('r')
-        .filter(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_hexdigit()))
-    {
+    } else if let Some(hex) = body.strip_prefix('r').filter(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_hexdigit())) {
         let config = u64::from_str_radix(hex, 16).map_err(|_| format!("event {spec:?}: bad raw code"))?;
-        PmuEvent {
-            name: spec.to_string(),
-            pmu_type: b::PERF_TYPE_RAW,
-            config,
-            config1: 0,
-            config2: 0,
-            precise_ip: 2,
-            kind,
-            ibs: false,
-        }
+        PmuEvent { name: spec.to_string(), pmu_type: b::PERF_TYPE_RAW, config, config1: 0, config2: 0, precise_ip: 2, kind, ibs: false }
     } else {
         let found = INTEL_PMUS
             .iter()
@@ -371,12 +344,7 @@ pub fn parse_event(sysfs_root: &Path, spec: &str, kind: AccessKind) -> Result<Pm
             .find(|(_, d)| d.join("type").exists() && d.join("events").join(body).exists());
         match found {
             Some((pmu, dir)) => event_in(&dir, pmu, body, body, kind, intel_precise(&dir).max(1))?,
-            None => {
-                return Err(format!(
-                    "no PMU: no PMU under {} has an event named {body:?}",
-                    sysfs_root.display()
-                ))
-            }
+            None => return Err(format!("no PMU: no PMU under {} has an event named {body:?}", sysfs_root.display())),
         }
     };
     if let Some(p) = precise {
@@ -504,13 +472,7 @@ pub fn parse_sample(body: &[u8], sample_type: u64, ibs: bool) -> Option<PmuRecor
     if has(b::PERF_SAMPLE_ADDR) {
         rec.addr = r.u64()?;
     }
-    for bit in [
-        b::PERF_SAMPLE_ID,
-        b::PERF_SAMPLE_STREAM_ID,
-        b::PERF_SAMPLE_CPU,
-        b::PERF_SAMPLE_PERIOD,
-        b::PERF_SAMPLE_READ,
-    ] {
+    for bit in [b::PERF_SAMPLE_ID, b::PERF_SAMPLE_STREAM_ID, b::PERF_SAMPLE_CPU, b::PERF_SAMPLE_PERIOD, b::PERF_SAMPLE_READ] {
         if has(bit) {
             r.u64()?;
         }
@@ -606,9 +568,9 @@ fn open_error(ev: &PmuEvent, err: std::io::Error) -> String {
             format!("cannot open {what} with precise_ip={}: {err}; retry with a lower precise_ip", ev.precise_ip)
         }
         libc::EOPNOTSUPP => format!("no PMU: {what} does not support sampling here: {err}"),
-        libc::EACCES | libc::EPERM => format!(
-            "cannot open {what}: {err}; needs kernel.perf_event_paranoid <= 2 (or <= 1 for IBS without swfilt) or CAP_PERFMON"
-        ),
+        libc::EACCES | libc::EPERM => {
+            format!("cannot open {what}: {err}; needs kernel.perf_event_paranoid <= 2 (or <= 1 for IBS without swfilt) or CAP_PERFMON")
+        }
         libc::ENOSPC | libc::EBUSY => format!("cannot open {what}: counters busy: {err}"),
         libc::E2BIG => format!("cannot open {what}: kernel too old for this perf_event_attr: {err}"),
         _ => format!("cannot open {what}: {err}"),
@@ -629,23 +591,11 @@ impl PmuSampler {
             return Err(open_error(ev, std::io::Error::last_os_error()));
         }
         let len = page_size() * (1 + RING_DATA_PAGES);
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
         if p == libc::MAP_FAILED {
             let err = std::io::Error::last_os_error();
             unsafe { libc::close(fd) };
-            return Err(format!(
-                "cannot map the ring buffer of {}: {err} (RLIMIT_MEMLOCK / perf_event_mlock_kb?)",
-                ev.name
-            ));
+            return Err(format!("cannot map the ring buffer of {}: {err} (RLIMIT_MEMLOCK / perf_event_mlock_kb?)", ev.name));
         }
         Ok(PmuSampler {
             fd,
@@ -661,23 +611,8 @@ impl PmuSampler {
 
     /// Wrap a fake ring laid out like a perf mmap (tests only; not unmapped).
     #[cfg(test)]
-    pub(crate) fn from_raw_ring(
-        ring: *mut u8,
-        ring_len: usize,
-        sample_type: u64,
-        ibs: bool,
-        kind: AccessKind,
-    ) -> PmuSampler {
-        PmuSampler {
-            fd: -1,
-            ring,
-            ring_len,
-            mapped: false,
-            sample_type,
-            ibs,
-            kind,
-            filter: Some(kind),
-        }
+    pub(crate) fn from_raw_ring(ring: *mut u8, ring_len: usize, sample_type: u64, ibs: bool, kind: AccessKind) -> PmuSampler {
+        PmuSampler { fd: -1, ring, ring_len, mapped: false, sample_type, ibs, kind, filter: Some(kind) }
     }
 
     /// Which record kinds `drain` passes on (default: the event's kind).
@@ -785,24 +720,12 @@ mod tests {
     impl FakeSysfs {
         fn new(tag: &str) -> FakeSysfs {
             static N: AtomicUsize = AtomicUsize::new(0);
-            let d = std::env::temp_dir().join(format!(
-                "witch-pmu-{}-{}-{}",
-                std::process::id(),
-                tag,
-                N.fetch_add(1, Ordering::Relaxed)
-            ));
+            let d = std::env::temp_dir().join(format!("witch-pmu-{}-{}-{}", std::process::id(), tag, N.fetch_add(1, Ordering::Relaxed)));
             let _ = fs::remove_dir_all(&d);
             fs::create_dir_all(&d).unwrap();
             FakeSysfs(d)
         }
-        fn pmu(
-            &self,
-            name: &str,
-            ty: u32,
-            formats: &[(&str, &str)],
-            events: &[(&str, &str)],
-            caps: &[(&str, &str)],
-        ) -> &Self {
+        fn pmu(&self, name: &str, ty: u32, formats: &[(&str, &str)], events: &[(&str, &str)], caps: &[(&str, &str)]) -> &Self {
             let d = self.0.join(name);
             for (sub, list) in [("format", formats), ("events", events), ("caps", caps)] {
                 if !list.is_empty() {
@@ -817,10 +740,13 @@ mod tests {
             self
         }
         fn vm_basics(&self) -> &Self {
-            self.pmu("software", 1, &[], &[], &[])
-                .pmu("tracepoint", 2, &[], &[], &[])
-                .pmu("breakpoint", 5, &[], &[], &[])
-                .pmu("msr", 9, &[("event", "config:0-63")], &[], &[])
+            self.pmu("software", 1, &[], &[], &[]).pmu("tracepoint", 2, &[], &[], &[]).pmu("breakpoint", 5, &[], &[], &[]).pmu(
+                "msr",
+                9,
+                &[("event", "config:0-63")],
+                &[],
+                &[],
+            )
         }
     }
 
@@ -847,10 +773,7 @@ mod tests {
             "cpu",
             4,
             INTEL_FORMATS,
-            &[
-                ("mem-loads", "event=0xcd,umask=0x1,ldlat=3"),
-                ("mem-stores", "event=0xd0,umask=0x82"),
-            ],
+            &[("mem-loads", "event=0xcd,umask=0x1,ldlat=3"), ("mem-stores", "event=0xd0,umask=0x82")],
             &[("max_precise", "3"), ("pmu_name", "skylake")],
         );
         s
@@ -859,13 +782,7 @@ mod tests {
     #[test]
     fn format_ranges_and_deposit() {
         let f = parse_format("config:0-7,32-35").unwrap();
-        assert_eq!(
-            f,
-            Format {
-                field: 0,
-                ranges: vec![(0, 7), (32, 35)]
-            }
-        );
+        assert_eq!(f, Format { field: 0, ranges: vec![(0, 7), (32, 35)] });
         assert_eq!(deposit(&f, 0x1d0), Some(0x1_0000_00d0));
         assert_eq!(deposit(&f, 0x1000), None);
         let f = parse_format("config1:0-15").unwrap();
@@ -879,10 +796,7 @@ mod tests {
     fn discover_intel_classic() {
         let s = intel_classic();
         let st = discover(&s.0, AccessKind::Store).unwrap();
-        assert_eq!(
-            (st.pmu_type, st.config, st.config1, st.precise_ip, st.ibs),
-            (4, 0x82d0, 0, 2, false)
-        );
+        assert_eq!((st.pmu_type, st.config, st.config1, st.precise_ip, st.ibs), (4, 0x82d0, 0, 2, false));
         assert_eq!(st.name, "cpu/mem-stores/");
         assert_eq!(st.kind, AccessKind::Store);
         let ld = discover(&s.0, AccessKind::Load).unwrap();
@@ -906,10 +820,7 @@ mod tests {
                 "cpu_atom",
                 10,
                 INTEL_FORMATS,
-                &[
-                    ("mem-loads", "event=0xd0,umask=0x5,ldlat=3"),
-                    ("mem-stores", "event=0xd0,umask=0x6"),
-                ],
+                &[("mem-loads", "event=0xd0,umask=0x5,ldlat=3"), ("mem-stores", "event=0xd0,umask=0x6")],
                 &[("max_precise", "3")],
             )
             .pmu(
@@ -924,10 +835,7 @@ mod tests {
                 &[("max_precise", "3"), ("pmu_name", "alderlake_hybrid")],
             );
         let st = discover(&s.0, AccessKind::Store).unwrap();
-        assert_eq!(
-            (st.pmu_type, st.config, st.name.as_str()),
-            (4, 0x02cd, "cpu_core/mem-stores/")
-        );
+        assert_eq!((st.pmu_type, st.config, st.name.as_str()), (4, 0x02cd, "cpu_core/mem-stores/"));
         // mem-loads would need the mem-loads-aux group leader: use ALL_LOADS.
         let ld = discover(&s.0, AccessKind::Load).unwrap();
         assert_eq!((ld.pmu_type, ld.config, ld.config1), (4, 0x81d0, 0));
@@ -951,13 +859,7 @@ mod tests {
                 &[("max_precise", "2")],
             )
             .pmu("ibs_fetch", 10, &[("rand_en", "config:57")], &[], &[])
-            .pmu(
-                "ibs_op",
-                11,
-                &[("cnt_ctl", "config:19"), ("swfilt", "config2:0")],
-                &[],
-                &[],
-            );
+            .pmu("ibs_op", 11, &[("cnt_ctl", "config:19"), ("swfilt", "config2:0")], &[], &[]);
         let ev = discover(&s.0, AccessKind::Store).unwrap();
         assert!(ev.ibs);
         assert_eq!((ev.pmu_type, ev.config, ev.config2, ev.precise_ip), (11, 1 << 19, 1, 0));
@@ -982,13 +884,7 @@ mod tests {
         let e = discover(&s.0, AccessKind::Store).unwrap_err();
         assert!(e.starts_with("no PMU:"), "{e}");
         // A PMU passed through without PEBS cannot give addresses either.
-        s.pmu(
-            "cpu",
-            4,
-            INTEL_FORMATS,
-            &[],
-            &[("max_precise", "0"), ("pmu_name", "skylake")],
-        );
+        s.pmu("cpu", 4, INTEL_FORMATS, &[], &[("max_precise", "0"), ("pmu_name", "skylake")]);
         let e = discover(&s.0, AccessKind::Load).unwrap_err();
         assert!(e.starts_with("no PMU:") && e.contains("max_precise=0"), "{e}");
     }
@@ -1023,9 +919,7 @@ mod tests {
         assert!(parse_event(&s.0, "cpu/umask=0x1ff/", AccessKind::Load).is_err());
         assert!(parse_event(&s.0, "cpu/mem-stores", AccessKind::Load).is_err());
         assert!(parse_event(&s.0, "cpu/mem-stores/x", AccessKind::Load).is_err());
-        assert!(parse_event(&s.0, "nope/event=1/", AccessKind::Load)
-            .unwrap_err()
-            .starts_with("no PMU"));
+        assert!(parse_event(&s.0, "nope/event=1/", AccessKind::Load).unwrap_err().starts_with("no PMU"));
         assert!(parse_event(&s.0, "mem-nothing", AccessKind::Load).is_err());
     }
 
@@ -1043,18 +937,9 @@ mod tests {
         };
         let a = attr(&ev, 10007, true, 0xabc);
         assert_eq!(a.size as usize, std::mem::size_of::<perf_event_attr>());
-        assert_eq!(
-            (a.type_, a.config, a.sample_period, a.wakeup_events),
-            (4, 0x82d0, 10007, 1)
-        );
-        assert_eq!(
-            a.sample_type,
-            (b::PERF_SAMPLE_IP | b::PERF_SAMPLE_TID | b::PERF_SAMPLE_ADDR) as u64
-        );
-        assert_eq!(
-            (a.exclude_kernel(), a.exclude_hv(), a.disabled(), a.precise_ip()),
-            (1, 1, 0, 2)
-        );
+        assert_eq!((a.type_, a.config, a.sample_period, a.wakeup_events), (4, 0x82d0, 10007, 1));
+        assert_eq!(a.sample_type, (b::PERF_SAMPLE_IP | b::PERF_SAMPLE_TID | b::PERF_SAMPLE_ADDR) as u64);
+        assert_eq!((a.exclude_kernel(), a.exclude_hv(), a.disabled(), a.precise_ip()), (1, 1, 0, 2));
         assert_eq!((a.sigtrap(), a.remove_on_exec(), a.sig_data), (1, 1, 0xabc));
         let a = attr(&ev, 10007, false, 0xabc);
         assert_eq!((a.sigtrap(), a.remove_on_exec(), a.sig_data), (0, 0, 0));
@@ -1092,22 +977,11 @@ mod tests {
     fn parse_intel_sample() {
         let body = intel_body(0x401000, 42, 43, 0x7ffd_0000_1000);
         let r = parse_sample(&body, INTEL_ST, false).unwrap();
-        assert_eq!(
-            r,
-            PmuRecord {
-                ip: 0x401000,
-                addr: 0x7ffd_0000_1000,
-                pid: 42,
-                tid: 43,
-                kind: None,
-                len: 0
-            }
-        );
+        assert_eq!(r, PmuRecord { ip: 0x401000, addr: 0x7ffd_0000_1000, pid: 42, tid: 43, kind: None, len: 0 });
         assert_eq!(parse_sample(&body[..20], INTEL_ST, false), None);
 
         // TIME and CPU interleave; DATA_SRC names the op.
-        let st = INTEL_ST
-            | (b::PERF_SAMPLE_TIME | b::PERF_SAMPLE_CPU | b::PERF_SAMPLE_WEIGHT | b::PERF_SAMPLE_DATA_SRC) as u64;
+        let st = INTEL_ST | (b::PERF_SAMPLE_TIME | b::PERF_SAMPLE_CPU | b::PERF_SAMPLE_WEIGHT | b::PERF_SAMPLE_DATA_SRC) as u64;
         let mut v = Vec::new();
         v.extend(0x401000u64.to_ne_bytes());
         v.extend(42u32.to_ne_bytes());
@@ -1118,42 +992,17 @@ mod tests {
         v.extend(17u64.to_ne_bytes()); // weight
         v.extend((b::PERF_MEM_OP_LOAD as u64).to_ne_bytes());
         let r = parse_sample(&v, st, false).unwrap();
-        assert_eq!(
-            (r.ip, r.addr, r.tid, r.kind),
-            (0x401000, 0x5000, 43, Some(AccessKind::Load))
-        );
+        assert_eq!((r.ip, r.addr, r.tid, r.kind), (0x401000, 0x5000, 43, Some(AccessKind::Load)));
     }
 
     #[test]
     fn parse_ibs_samples() {
         let width8 = 4u64 << IBS_MEM_WIDTH_SHIFT;
-        let load = ibs_body(
-            0xdead,
-            0x401234,
-            0,
-            IBS_LD_OP | IBS_LIN_ADDR_VALID | width8,
-            0x7f00_0000_0008,
-        );
+        let load = ibs_body(0xdead, 0x401234, 0, IBS_LD_OP | IBS_LIN_ADDR_VALID | width8, 0x7f00_0000_0008);
         let r = parse_sample(&load, IBS_ST, true).unwrap();
-        assert_eq!(
-            r,
-            PmuRecord {
-                ip: 0x401234,
-                addr: 0x7f00_0000_0008,
-                pid: 10,
-                tid: 11,
-                kind: Some(AccessKind::Load),
-                len: 8
-            }
-        );
+        assert_eq!(r, PmuRecord { ip: 0x401234, addr: 0x7f00_0000_0008, pid: 10, tid: 11, kind: Some(AccessKind::Load), len: 8 });
 
-        let store = ibs_body(
-            0xdead,
-            0x401240,
-            0,
-            IBS_ST_OP | IBS_LIN_ADDR_VALID | (3u64 << IBS_MEM_WIDTH_SHIFT),
-            0x7f00_0000_0010,
-        );
+        let store = ibs_body(0xdead, 0x401240, 0, IBS_ST_OP | IBS_LIN_ADDR_VALID | (3u64 << IBS_MEM_WIDTH_SHIFT), 0x7f00_0000_0010);
         let r = parse_sample(&store, IBS_ST, true).unwrap();
         assert_eq!((r.kind, r.addr, r.len), (Some(AccessKind::Store), 0x7f00_0000_0010, 4));
 
@@ -1164,23 +1013,11 @@ mod tests {
         assert_eq!(parse_sample(&invalid, IBS_ST, true), None);
 
         // IbsRipInvalid: keep the (imprecise) interrupted IP.
-        let bad_rip = ibs_body(
-            0x401300,
-            0,
-            IBS_RIP_INVALID,
-            IBS_LD_OP | IBS_LIN_ADDR_VALID,
-            0x7f00_0000_0020,
-        );
+        let bad_rip = ibs_body(0x401300, 0, IBS_RIP_INVALID, IBS_LD_OP | IBS_LIN_ADDR_VALID, 0x7f00_0000_0020);
         assert_eq!(parse_sample(&bad_rip, IBS_ST, true).unwrap().ip, 0x401300);
 
         // Without the swfilt bit the kernel hands us kernel samples too.
-        let kern = ibs_body(
-            0,
-            0xffff_ffff_8100_0000,
-            0,
-            IBS_LD_OP | IBS_LIN_ADDR_VALID,
-            0x7f00_0000_0020,
-        );
+        let kern = ibs_body(0, 0xffff_ffff_8100_0000, 0, IBS_LD_OP | IBS_LIN_ADDR_VALID, 0x7f00_0000_0020);
         assert_eq!(parse_sample(&kern, IBS_ST, true), None);
 
         // IBS without RAW data cannot be decoded.
@@ -1239,10 +1076,7 @@ mod tests {
         let mut s = PmuSampler::from_raw_ring(ring.ptr(), META + DATA, INTEL_ST, false, AccessKind::Store);
         let mut got = Vec::new();
         s.drain(|r| got.push(r));
-        assert_eq!(
-            got.iter().map(|r| (r.ip, r.addr)).collect::<Vec<_>>(),
-            vec![(0x1000, 0xa000), (0x1001, 0xa008), (0x1002, 0xa010)]
-        );
+        assert_eq!(got.iter().map(|r| (r.ip, r.addr)).collect::<Vec<_>>(), vec![(0x1000, 0xa000), (0x1001, 0xa008), (0x1002, 0xa010)]);
         assert!(got.iter().all(|r| r.kind == Some(AccessKind::Store) && r.tid == 2));
         assert_eq!(ring.meta().data_tail, head);
 
@@ -1279,10 +1113,7 @@ mod tests {
         s.set_kind_filter(None);
         got.clear();
         s.drain(|r| got.push(r));
-        assert_eq!(
-            got.iter().map(|r| r.kind.unwrap()).collect::<Vec<_>>(),
-            vec![AccessKind::Load, AccessKind::Store]
-        );
+        assert_eq!(got.iter().map(|r| r.kind.unwrap()).collect::<Vec<_>>(), vec![AccessKind::Load, AccessKind::Store]);
     }
 
     #[test]

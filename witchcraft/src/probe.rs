@@ -39,17 +39,8 @@ pub const CHECK_PARANOID: &str = "perf_event_paranoid";
 pub const CHECK_CAPS: &str = "capabilities";
 pub const CHECK_MEMLOCK: &str = "RLIMIT_MEMLOCK";
 pub const CHECK_PTRACE: &str = "ptrace_scope";
-pub const CHECK_NAMES: [&str; 9] = [
-    CHECK_PMU,
-    CHECK_TASK_CLOCK,
-    CHECK_BREAKPOINTS,
-    CHECK_MODIFY,
-    CHECK_SIGTRAP,
-    CHECK_PARANOID,
-    CHECK_CAPS,
-    CHECK_MEMLOCK,
-    CHECK_PTRACE,
-];
+pub const CHECK_NAMES: [&str; 9] =
+    [CHECK_PMU, CHECK_TASK_CLOCK, CHECK_BREAKPOINTS, CHECK_MODIFY, CHECK_SIGTRAP, CHECK_PARANOID, CHECK_CAPS, CHECK_MEMLOCK, CHECK_PTRACE];
 
 /// x86 has at most 4 debug registers; 8 bounds the probe on other hardware.
 const MAX_BREAKPOINTS: usize = 8;
@@ -160,10 +151,7 @@ fn read_int(path: &str) -> Option<i32> {
 /// The precise memory events for loads and stores, as discovered in sysfs.
 pub fn pmu_events() -> Vec<(String, Result<PmuEvent, String>)> {
     let root = Path::new(pmu::SYSFS_PMU_ROOT);
-    vec![
-        ("loads".to_string(), pmu::discover(root, AccessKind::Load)),
-        ("stores".to_string(), pmu::discover(root, AccessKind::Store)),
-    ]
+    vec![("loads".to_string(), pmu::discover(root, AccessKind::Load)), ("stores".to_string(), pmu::discover(root, AccessKind::Store))]
 }
 
 /// task-clock is the fallback sampler, so it must open on this thread.
@@ -209,12 +197,7 @@ fn has_cap(caps: Option<u64>, bit: u32) -> bool {
 }
 
 fn check(name: &str, status: Status, detail: String, advice: Option<&str>) -> Check {
-    Check {
-        name: name.to_string(),
-        status,
-        detail,
-        advice: advice.map(str::to_string),
-    }
+    Check { name: name.to_string(), status, detail, advice: advice.map(str::to_string) }
 }
 
 fn pmu_check() -> Check {
@@ -239,10 +222,7 @@ fn pmu_check() -> Check {
         _ => Status::Missing,
     };
     // Both usually fail for the same reason; say it once.
-    let detail = if ok == 0
-        && parts.len() == 2
-        && parts[0].split_once(": ").map(|p| p.1) == parts[1].split_once(": ").map(|p| p.1)
-    {
+    let detail = if ok == 0 && parts.len() == 2 && parts[0].split_once(": ").map(|p| p.1) == parts[1].split_once(": ").map(|p| p.1) {
         first_err.unwrap_or_default()
     } else {
         parts.join("; ")
@@ -253,10 +233,7 @@ fn pmu_check() -> Check {
 
 fn memlock_check() -> Check {
     let ring = (1 + pmu::RING_DATA_PAGES) * unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
+    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     let got = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) } == 0;
     // perf charges rings to perf_event_mlock_kb (per user) before RLIMIT_MEMLOCK.
     let perf_kb = read_int("/proc/sys/kernel/perf_event_mlock_kb");
@@ -277,38 +254,18 @@ fn memlock_check() -> Check {
     if enough {
         check(CHECK_MEMLOCK, Status::Ok, detail, None)
     } else {
-        check(
-            CHECK_MEMLOCK,
-            Status::Degraded,
-            detail,
-            Some("raise it with `ulimit -l` so PMU ring buffers can be mapped"),
-        )
+        check(CHECK_MEMLOCK, Status::Degraded, detail, Some("raise it with `ulimit -l` so PMU ring buffers can be mapped"))
     }
 }
 
 fn ptrace_check(caps: Option<u64>) -> Check {
     let Some(scope) = read_int("/proc/sys/kernel/yama/ptrace_scope") else {
-        return check(
-            CHECK_PTRACE,
-            Status::Ok,
-            "no Yama LSM: attach is unrestricted".into(),
-            None,
-        );
+        return check(CHECK_PTRACE, Status::Ok, "no Yama LSM: attach is unrestricted".into(), None);
     };
     let cap = has_cap(caps, CAP_SYS_PTRACE);
     match scope {
-        0 => check(
-            CHECK_PTRACE,
-            Status::Ok,
-            "0: attach to own processes allowed".into(),
-            None,
-        ),
-        1 | 2 if cap => check(
-            CHECK_PTRACE,
-            Status::Ok,
-            format!("{scope}: attach allowed by CAP_SYS_PTRACE"),
-            None,
-        ),
+        0 => check(CHECK_PTRACE, Status::Ok, "0: attach to own processes allowed".into(), None),
+        1 | 2 if cap => check(CHECK_PTRACE, Status::Ok, format!("{scope}: attach allowed by CAP_SYS_PTRACE"), None),
         1 => check(
             CHECK_PTRACE,
             Status::Degraded,
@@ -321,12 +278,7 @@ fn ptrace_check(caps: Option<u64>) -> Check {
             "2: attach needs CAP_SYS_PTRACE; launching under witch works".into(),
             Some("to attach to running processes: run as root or sysctl kernel.yama.ptrace_scope=0"),
         ),
-        _ => check(
-            CHECK_PTRACE,
-            Status::Missing,
-            format!("{scope}: attach disabled until reboot; launching under witch works"),
-            None,
-        ),
+        _ => check(CHECK_PTRACE, Status::Missing, format!("{scope}: attach disabled until reboot; launching under witch works"), None),
     }
 }
 
@@ -337,12 +289,7 @@ pub fn checks() -> Vec<Check> {
     let mut out = vec![pmu_check()];
 
     out.push(match open_task_clock() {
-        Ok(()) => check(
-            CHECK_TASK_CLOCK,
-            Status::Ok,
-            "task-clock sampling opens on this thread".into(),
-            None,
-        ),
+        Ok(()) => check(CHECK_TASK_CLOCK, Status::Ok, "task-clock sampling opens on this thread".into(), None),
         Err(e) => check(
             CHECK_TASK_CLOCK,
             Status::Missing,
@@ -356,10 +303,7 @@ pub fn checks() -> Vec<Check> {
         0 => check(
             CHECK_BREAKPOINTS,
             Status::Missing,
-            format!(
-                "no hardware breakpoint could be opened: {}",
-                bp_err.map_or(String::new(), |e| e.to_string())
-            ),
+            format!("no hardware breakpoint could be opened: {}", bp_err.map_or(String::new(), |e| e.to_string())),
             Some("Witch needs debug registers; VMs must expose them and containers must allow perf_event_open"),
         ),
         1..=3 => check(
@@ -372,12 +316,7 @@ pub fn checks() -> Vec<Check> {
     });
 
     out.push(if modify_attributes_supported() {
-        check(
-            CHECK_MODIFY,
-            Status::Ok,
-            "breakpoints are re-armed in place".into(),
-            None,
-        )
+        check(CHECK_MODIFY, Status::Ok, "breakpoints are re-armed in place".into(), None)
     } else {
         check(
             CHECK_MODIFY,
@@ -388,12 +327,7 @@ pub fn checks() -> Vec<Check> {
     });
 
     out.push(if sigtrap_supported() {
-        check(
-            CHECK_SIGTRAP,
-            Status::Ok,
-            "synchronous SIGTRAP with sig_data".into(),
-            None,
-        )
+        check(CHECK_SIGTRAP, Status::Ok, "synchronous SIGTRAP with sig_data".into(), None)
     } else {
         check(
             CHECK_SIGTRAP,
@@ -410,18 +344,8 @@ pub fn checks() -> Vec<Check> {
             "/proc/sys/kernel/perf_event_paranoid is missing: no perf events in this kernel?".into(),
             Some("use a kernel built with CONFIG_PERF_EVENTS and CONFIG_HAVE_HW_BREAKPOINT"),
         ),
-        Some(p) if p <= 2 => check(
-            CHECK_PARANOID,
-            Status::Ok,
-            format!("{p}: user-space measurement allowed"),
-            None,
-        ),
-        Some(p) if perfmon => check(
-            CHECK_PARANOID,
-            Status::Ok,
-            format!("{p}: bypassed by CAP_PERFMON/CAP_SYS_ADMIN"),
-            None,
-        ),
+        Some(p) if p <= 2 => check(CHECK_PARANOID, Status::Ok, format!("{p}: user-space measurement allowed"), None),
+        Some(p) if perfmon => check(CHECK_PARANOID, Status::Ok, format!("{p}: bypassed by CAP_PERFMON/CAP_SYS_ADMIN"), None),
         Some(p) => check(
             CHECK_PARANOID,
             Status::Missing,
@@ -435,11 +359,9 @@ pub fn checks() -> Vec<Check> {
         CHECK_CAPS,
         Status::Ok,
         match caps {
-            Some(_) => format!(
-                "CAP_PERFMON {}, CAP_SYS_ADMIN {} (not needed: Witch measures user space only)",
-                yn(CAP_PERFMON),
-                yn(CAP_SYS_ADMIN)
-            ),
+            Some(_) => {
+                format!("CAP_PERFMON {}, CAP_SYS_ADMIN {} (not needed: Witch measures user space only)", yn(CAP_PERFMON), yn(CAP_SYS_ADMIN))
+            }
             None => "unknown (no CapEff in /proc/self/status); not needed for user-space measurement".into(),
         },
         None,
@@ -496,16 +418,11 @@ mod tests {
         assert!(bp.detail.ends_with("free"), "{bp:?}");
         let pmu = cs.iter().find(|c| c.name == CHECK_PMU).unwrap();
         if pmu.status != Status::Ok {
-            assert_eq!(
-                pmu.advice.as_deref(),
-                Some("software task-clock sampling is used instead")
-            );
+            assert_eq!(pmu.advice.as_deref(), Some("software task-clock sampling is used instead"));
         }
         let json = serde_json::to_string(&cs[0]).unwrap();
         assert!(
-            json.contains("\"status\":\"ok\"")
-                || json.contains("\"status\":\"missing\"")
-                || json.contains("\"status\":\"degraded\""),
+            json.contains("\"status\":\"ok\"") || json.contains("\"status\":\"missing\"") || json.contains("\"status\":\"degraded\""),
             "{json}"
         );
     }
@@ -513,9 +430,6 @@ mod tests {
     #[test]
     fn pmu_events_cover_loads_and_stores() {
         let evs = pmu_events();
-        assert_eq!(
-            evs.iter().map(|e| e.0.as_str()).collect::<Vec<_>>(),
-            ["loads", "stores"]
-        );
+        assert_eq!(evs.iter().map(|e| e.0.as_str()).collect::<Vec<_>>(), ["loads", "stores"]);
     }
 }

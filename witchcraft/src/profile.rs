@@ -217,10 +217,7 @@ impl std::fmt::Display for LoadError {
             LoadError::Io(e) => write!(f, "cannot read profile: {e}"),
             LoadError::Empty => write!(f, "profile is empty"),
             LoadError::Corrupt(e) => write!(f, "profile is corrupt or truncated: {e}"),
-            LoadError::Newer(v) => write!(
-                f,
-                "profile schema {v} is newer than this witch understands ({SCHEMA}); upgrade witch"
-            ),
+            LoadError::Newer(v) => write!(f, "profile schema {v} is newer than this witch understands ({SCHEMA}); upgrade witch"),
         }
     }
 }
@@ -236,18 +233,14 @@ impl Profile {
         struct Head {
             schema: u32,
         }
-        let head: Head =
-            serde_json::from_slice(b).map_err(|e| LoadError::Corrupt(e.to_string()))?;
+        let head: Head = serde_json::from_slice(b).map_err(|e| LoadError::Corrupt(e.to_string()))?;
         if head.schema > SCHEMA {
             return Err(LoadError::Newer(head.schema));
         }
-        let p: Profile =
-            serde_json::from_slice(b).map_err(|e| LoadError::Corrupt(e.to_string()))?;
+        let p: Profile = serde_json::from_slice(b).map_err(|e| LoadError::Corrupt(e.to_string()))?;
         for t in &p.threads {
             let n = t.nodes.len() as u32;
-            if t.nodes.iter().any(|x| x.parent >= n)
-                || t.pairs.iter().any(|x| x.watch >= n || x.trap >= n)
-            {
+            if t.nodes.iter().any(|x| x.parent >= n) || t.pairs.iter().any(|x| x.watch >= n || x.trap >= n) {
                 return Err(LoadError::Corrupt(format!("thread {}: node index out of range", t.tid)));
             }
         }

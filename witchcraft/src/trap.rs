@@ -141,11 +141,7 @@ pub fn previous_instruction(map: &ProcessMap, cache: &mut PrecisePcCache, end: u
         return (None, false);
     };
     // Scan the whole function (up to the next known start) for branch targets.
-    let limit = map
-        .next_function_start(start)
-        .unwrap_or(u64::MAX)
-        .min(start + MAX_SCAN)
-        .max(end);
+    let limit = map.next_function_start(start).unwrap_or(u64::MAX).min(start + MAX_SCAN).max(end);
     let k = match cache.funcs.iter().position(|f| f.end != 0 && f.start == start) {
         Some(k) => k,
         None => {
@@ -194,7 +190,15 @@ fn overlapping(d: &Decoded, addr: u64, len: u64) -> Option<Access> {
 
 /// Find the access behind a trap on [addr, addr+len) with registers `regs`
 /// (after the access) and context PC `regs.rip`.
-pub fn recover(map: &ProcessMap, cache: &mut PrecisePcCache, an: &mut Analyzer, regs: &Regs, addr: u64, len: u64, stack: (u64, u64)) -> Option<TrapAccess> {
+pub fn recover(
+    map: &ProcessMap,
+    cache: &mut PrecisePcCache,
+    an: &mut Analyzer,
+    regs: &Regs,
+    addr: u64,
+    len: u64,
+    stack: (u64, u64),
+) -> Option<TrapAccess> {
     let ctx = regs.rip;
     let mut buf = [0u8; 16];
     // 1. The instruction just before the context PC.

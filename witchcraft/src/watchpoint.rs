@@ -33,7 +33,17 @@ pub struct Slot {
 impl Slot {
     /// Point this slot at [addr, addr+len), enabled. Async-signal-safe.
     #[allow(clippy::too_many_arguments)]
-    pub fn retarget(&mut self, ty: BpType, addr: u64, len: u64, sigtrap: bool, modify: bool, tid: i32, sig_data: u64, parking: u64) -> bool {
+    pub fn retarget(
+        &mut self,
+        ty: BpType,
+        addr: u64,
+        len: u64,
+        sigtrap: bool,
+        modify: bool,
+        tid: i32,
+        sig_data: u64,
+        parking: u64,
+    ) -> bool {
         let mut a = perf::breakpoint_attr(addr, len, ty, false, sigtrap, sig_data);
         if modify && perf::modify(self.fd, &mut a) {
             return true;

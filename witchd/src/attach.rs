@@ -222,7 +222,8 @@ pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
                 Some((b, path)) => (b, path),
                 None => {
                     let path = agent.to_string_lossy().into_owned();
-                    let handle = tracee.call(dlopen.unwrap_or(0), &[Arg::Str(path.clone()), Arg::Int((libc::RTLD_NOW | libc::RTLD_LOCAL) as u64)])?;
+                    let handle = tracee
+                        .call(dlopen.unwrap_or(0), &[Arg::Str(path.clone()), Arg::Int((libc::RTLD_NOW | libc::RTLD_LOCAL) as u64)])?;
                     if handle == 0 {
                         let why = match dlerror {
                             Some(f) => tracee.call(f, &[]).and_then(|p| tracee.read_cstr(p)).unwrap_or_default(),
@@ -285,7 +286,9 @@ pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
 fn alive(pid: i32) -> bool {
     let gone = unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
     // A zombie is gone for our purposes.
-    !gone && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')))
+    !gone
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')))
 }
 
 impl Session {
@@ -351,9 +354,7 @@ struct Tracee {
 }
 
 /// Blocking calls a thread may be stopped in without holding a C library lock.
-const BLOCKING_SYSCALLS: [i64; 20] = [
-    0, 7, 23, 34, 35, 43, 45, 47, 61, 128, 130, 202, 230, 232, 247, 270, 271, 281, 288, 441,
-];
+const BLOCKING_SYSCALLS: [i64; 20] = [0, 7, 23, 34, 35, 43, 45, 47, 61, 128, 130, 202, 230, 232, 247, 270, 271, 281, 288, 441];
 
 impl Tracee {
     /// Seize a thread of `pid` at a safe moment (see the module comment).
@@ -366,7 +367,11 @@ impl Tracee {
                 .filter(|l| {
                     let name = l.rsplit('/').next().unwrap_or("");
                     l.split_whitespace().nth(1).is_some_and(|p| p.contains('x'))
-                        && (name.starts_with("libc") || name.starts_with("ld-") || name.starts_with("libpthread") || name.starts_with("libdl") || name.starts_with("libwitch_agent"))
+                        && (name.starts_with("libc")
+                            || name.starts_with("ld-")
+                            || name.starts_with("libpthread")
+                            || name.starts_with("libdl")
+                            || name.starts_with("libwitch_agent"))
                 })
                 .filter_map(|l| {
                     let (a, b) = l.split_whitespace().next()?.split_once('-')?;

@@ -40,7 +40,8 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run a program and find dead stores: stores overwritten before any load reads them
-    #[command(after_help = "\
+    #[command(
+        after_help = "\
 Examples:
   witch dead ./app
   witch dead -p 20000 --top 5 -- ./app --input big.txt
@@ -50,28 +51,35 @@ Examples:
 
 Each pair reads \"dead store at C1, killed by C2\": the store in context C1 was overwritten by
 the store in C2 before anything read it.",
-        override_usage = "witch dead [OPTIONS] [--] <PROGRAM> [ARGS]...")]
+        override_usage = "witch dead [OPTIONS] [--] <PROGRAM> [ARGS]..."
+    )]
     Dead(RunArgs),
 
     /// Run a program and find silent stores: stores that write the value already there
-    #[command(visible_alias = "silent", after_help = "\
+    #[command(
+        visible_alias = "silent",
+        after_help = "\
 Examples:
   witch silent-store ./app
   witch silent --fp-precision 0 ./app       (floating point must match exactly)
 
 Each pair reads \"store at C1, rewritten with the same value by C2\". Floating-point values
 equal within --fp-precision count as approximate waste, reported apart from exact waste.",
-        override_usage = "witch silent-store [OPTIONS] [--] <PROGRAM> [ARGS]...")]
+        override_usage = "witch silent-store [OPTIONS] [--] <PROGRAM> [ARGS]..."
+    )]
     SilentStore(RunArgs),
 
     /// Run a program and find redundant loads: loads of a value that has not changed
-    #[command(visible_alias = "load", after_help = "\
+    #[command(
+        visible_alias = "load",
+        after_help = "\
 Examples:
   witch silent-load ./app
   witch silent-load -p 5000003 ./app
 
 Each pair reads \"load at C1, reloaded unchanged by C2\"; stores in between are ignored.",
-        override_usage = "witch silent-load [OPTIONS] [--] <PROGRAM> [ARGS]...")]
+        override_usage = "witch silent-load [OPTIONS] [--] <PROGRAM> [ARGS]..."
+    )]
     SilentLoad(RunArgs),
 
     /// Render a saved profile: text, JSON, pprof, folded stacks or a flame graph
@@ -319,9 +327,7 @@ pub fn parse_percent(s: &str) -> Result<f64, String> {
 pub fn parse_points(s: &str) -> Result<f64, String> {
     let t = s.trim();
     if t.ends_with('%') {
-        return Err(format!(
-            "`{s}`: give the increase in percentage points of waste, e.g. 2pp, not a relative percent"
-        ));
+        return Err(format!("`{s}`: give the increase in percentage points of waste, e.g. 2pp, not a relative percent"));
     }
     let t = t.strip_suffix("pp").unwrap_or(t).trim();
     let v: f64 = t.parse().map_err(|_| format!("`{s}` is not a number of percentage points (e.g. 2pp)"))?;

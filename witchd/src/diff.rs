@@ -52,11 +52,7 @@ pub fn run(a: &DiffArgs) -> anyhow::Result<i32> {
     let base = model::load(&a.base)?;
     let new = model::load(&a.new)?;
     if base.craft != new.craft {
-        anyhow::bail!(
-            "cannot compare a {} profile with a {} profile",
-            base.craft.name(),
-            new.craft.name()
-        );
+        anyhow::bail!("cannot compare a {} profile with a {} profile", base.craft.name(), new.craft.name());
     }
     if base.program != new.program {
         eprintln!("witch: warning: the profiles are of different programs ({} and {})", base.program, new.program);
@@ -88,9 +84,7 @@ pub fn run(a: &DiffArgs) -> anyhow::Result<i32> {
     }
     // Pairs without waste on either side are not interesting to a diff of waste.
     changes.retain(|c| c.base_waste_bytes > 0.0 || c.new_waste_bytes > 0.0);
-    changes.sort_by(|x, y| {
-        y.share_change.abs().total_cmp(&x.share_change.abs()).then(y.new_share.total_cmp(&x.new_share))
-    });
+    changes.sort_by(|x, y| y.share_change.abs().total_cmp(&x.share_change.abs()).then(y.new_share.total_cmp(&x.new_share)));
     let d = DiffJson {
         schema: crate::report::REPORT_SCHEMA,
         craft: new.craft.name(),
@@ -142,20 +136,9 @@ fn text(d: &DiffJson, new: &Profile, top: usize) -> String {
     let mut o = String::new();
     o += &format!("witch diff: {}, {}\n", d.craft, d.new.program);
     for (label, s) in [("base", &d.base), ("new ", &d.new)] {
-        o += &format!(
-            "  {label}  {}: {} {} ({} samples)\n",
-            s.file,
-            pct(s.waste_fraction),
-            w.waste,
-            s.samples
-        );
+        o += &format!("  {label}  {}: {} {} ({} samples)\n", s.file, pct(s.waste_fraction), w.waste, s.samples);
     }
-    o += &format!(
-        "Waste fraction: {} → {} ({})\n",
-        pct(d.base.waste_fraction),
-        pct(d.new.waste_fraction),
-        pp(d.waste_fraction_change)
-    );
+    o += &format!("Waste fraction: {} → {} ({})\n", pct(d.base.waste_fraction), pct(d.new.waste_fraction), pp(d.waste_fraction_change));
     if d.pairs.is_empty() {
         o += "\nNo pairs with waste in either profile.\n";
         return o;

@@ -36,10 +36,8 @@ pub fn run(a: &DoctorArgs) -> anyhow::Result<i32> {
             detail: &'a str,
             advice: Option<&'a str>,
         }
-        let v: Vec<J> = cs
-            .iter()
-            .map(|c| J { name: &c.name, status: word(&c.status), detail: &c.detail, advice: c.advice.as_deref() })
-            .collect();
+        let v: Vec<J> =
+            cs.iter().map(|c| J { name: &c.name, status: word(&c.status), detail: &c.detail, advice: c.advice.as_deref() }).collect();
         serde_json::to_string_pretty(&v)? + "\n"
     } else {
         render(&cs)

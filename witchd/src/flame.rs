@@ -42,8 +42,7 @@ pub fn svg(p: &Profile, lines: &[String], path: &Path) -> anyhow::Result<()> {
     ));
     opt.count_name = crate::model::byte_unit(p).to_string();
     opt.name_type = "Frame:".to_string();
-    let f = std::fs::File::create(path)
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    let f = std::fs::File::create(path).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     let w = std::io::BufWriter::new(f);
     if lines.is_empty() {
         // inferno refuses empty input; an empty graph still says "nothing wasted".

@@ -46,10 +46,7 @@ pub fn run(a: &GateArgs) -> anyhow::Result<i32> {
         checks.push(Check {
             name: format!("max-increase {max:.1}pp"),
             passed,
-            detail: format!(
-                "waste {frac:.1}% is {inc:+.1}pp over baseline {bf:.1}%, {} max +{max:.1}pp",
-                if passed { "<=" } else { ">" }
-            ),
+            detail: format!("waste {frac:.1}% is {inc:+.1}pp over baseline {bf:.1}%, {} max +{max:.1}pp", if passed { "<=" } else { ">" }),
         });
     }
     if checks.is_empty() {
@@ -57,13 +54,8 @@ pub fn run(a: &GateArgs) -> anyhow::Result<i32> {
     }
     let pass = checks.iter().all(|c| c.passed);
     let details: Vec<&str> = checks.iter().map(|c| c.detail.as_str()).collect();
-    let verdict = format!(
-        "witch gate: {} {} ({}, {})\n",
-        if pass { "PASS" } else { "FAIL" },
-        details.join("; "),
-        p.craft.name(),
-        p.program
-    );
+    let verdict =
+        format!("witch gate: {} {} ({}, {})\n", if pass { "PASS" } else { "FAIL" }, details.join("; "), p.craft.name(), p.program);
     if let Some(path) = &a.junit {
         let xml = junit(&checks, p.craft.name(), &p.program);
         std::fs::write(path, xml).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;

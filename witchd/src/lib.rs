@@ -1,7 +1,9 @@
 //! The `witch` command line and the `witchd` daemon, as a library both
 //! binaries share: running and attaching, reports, diffs, gates, exports.
 
+pub mod attach;
 pub mod cli;
+pub mod daemon;
 pub mod diff;
 pub mod doctor;
 pub mod flame;
@@ -11,8 +13,6 @@ pub mod pprof;
 pub mod report;
 pub mod run;
 pub mod symbolize;
-pub mod attach;
-pub mod daemon;
 
 use std::io::Write;
 

@@ -1,10 +1,9 @@
 //! `witch`: run a program under the Witch engine, and read, compare and gate its profiles.
 
-
 use clap::{CommandFactory, Parser};
+use witchcraft::profile::Craft;
 use witchd::cli::{self, Cli, Command, Format, ReportArgs};
 use witchd::{diff, doctor, flame, gate, model, pprof, print, report, run, symbolize};
-use witchcraft::profile::Craft;
 
 fn main() {
     let cli = Cli::parse(); // usage errors exit 2, --help/--version exit 0
@@ -37,10 +36,7 @@ fn craft(c: Craft, a: &cli::RunArgs) -> anyhow::Result<i32> {
         let mut cmd = Cli::command();
         let sub = cmd.find_subcommand_mut(c.name()).expect("craft subcommand").clone();
         sub.bin_name(format!("witch {}", c.name()))
-            .error(
-                clap::error::ErrorKind::MissingRequiredArgument,
-                format!("no PROGRAM given: try `witch {} ./app`", c.name()),
-            )
+            .error(clap::error::ErrorKind::MissingRequiredArgument, format!("no PROGRAM given: try `witch {} ./app`", c.name()))
             .exit();
     }
     run::run(c, a)
@@ -71,4 +67,3 @@ fn report(a: &ReportArgs) -> anyhow::Result<i32> {
     }
     Ok(0)
 }
-

@@ -107,18 +107,8 @@ pub struct Words {
 pub fn words(c: Craft) -> Words {
     match c {
         Craft::Dead => Words { watch: "dead store at", trap: "killed by", waste: "dead", access: "store" },
-        Craft::SilentStore => Words {
-            watch: "store",
-            trap: "rewritten with the same value by",
-            waste: "silent",
-            access: "store",
-        },
-        Craft::SilentLoad => Words {
-            watch: "load",
-            trap: "reloaded unchanged by",
-            waste: "redundant",
-            access: "load",
-        },
+        Craft::SilentStore => Words { watch: "store", trap: "rewritten with the same value by", waste: "silent", access: "store" },
+        Craft::SilentLoad => Words { watch: "load", trap: "reloaded unchanged by", waste: "redundant", access: "load" },
     }
 }
 

@@ -289,8 +289,7 @@ pub fn build(p: &WitchProfile, sym: &mut Symbolizer) -> Profile {
 pub fn write(p: &WitchProfile, sym: &mut Symbolizer, path: &Path) -> anyhow::Result<()> {
     use prost::Message;
     let msg = build(p, sym);
-    let f = std::fs::File::create(path)
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    let f = std::fs::File::create(path).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     let mut gz = GzEncoder::new(std::io::BufWriter::new(f), flate2::Compression::default());
     gz.write_all(&msg.encode_to_vec())?;
     gz.finish()?.flush()?;

@@ -105,23 +105,13 @@ fn text(p: &Profile, pairs: &[SymPair], top: usize, width: Option<usize>) -> Str
 
     let frac = p.waste_fraction();
     let total = waste + used;
-    line(
-        &mut o,
-        format!("Waste fraction: {} of observed {} bytes are {}", pct(frac), w.access, w.waste),
-    );
+    line(&mut o, format!("Waste fraction: {} of observed {} bytes are {}", pct(frac), w.access, w.waste));
     let fp = if p.craft == witchcraft::profile::Craft::Dead {
         String::new()
     } else {
         format!(" (floating point equal within {})", pct(p.fp_precision))
     };
-    line(
-        &mut o,
-        format!(
-            "  exact {}, approximate {}{fp}",
-            pct(model::ratio(waste - approx, total)),
-            pct(model::ratio(approx, total))
-        ),
-    );
+    line(&mut o, format!("  exact {}, approximate {}{fp}", pct(model::ratio(waste - approx, total)), pct(model::ratio(approx, total))));
     line(&mut o, format!("  waste {} {unit}, use {} {unit}", human(waste), human(used)));
 
     let shown: Vec<&SymPair> = pairs.iter().filter(|x| x.waste > 0.0).collect();
@@ -192,10 +182,7 @@ fn notes(p: &Profile, c: &witchcraft::profile::Counters) -> Vec<String> {
         v.push("no watchpoint fired: nothing to attribute".into());
     }
     if c.tree_overflow > 0 || c.pair_overflow > 0 {
-        v.push(format!(
-            "tables overflowed ({} contexts, {} pairs lost): figures are partial",
-            c.tree_overflow, c.pair_overflow
-        ));
+        v.push(format!("tables overflowed ({} contexts, {} pairs lost): figures are partial", c.tree_overflow, c.pair_overflow));
     }
     if c.threads_failed > 0 {
         v.push(format!("{} threads could not be profiled", c.threads_failed));
@@ -280,12 +267,7 @@ fn json<'a>(p: &'a Profile, pairs: &'a [SymPair], top: usize) -> JsonReport<'a> 
         program: &p.program,
         args: &p.args,
         pid: p.pid,
-        sampler: JsonSampler {
-            event: &p.sampler.event,
-            period: p.sampler.period,
-            kind: &p.sampler.kind,
-            unit: &p.sampler.unit,
-        },
+        sampler: JsonSampler { event: &p.sampler.event, period: p.sampler.period, kind: &p.sampler.kind, unit: &p.sampler.unit },
         samples: c.samples,
         traps: c.traps,
         waste_bytes: waste,

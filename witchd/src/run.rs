@@ -84,10 +84,12 @@ fn check_dynamic(prog: &Path) -> Result<()> {
     if let Err(e) = read {
         bail!("cannot read {}: {e}", prog.display());
     }
-    if data.len() as u64 == HEAD_BYTES && object::elf::FileHeader64::<object::Endianness>::parse(&*data).is_ok_and(|elf| {
-        let e = elf.endian().unwrap_or(object::Endianness::Little);
-        elf.e_phoff(e) + elf.e_phnum(e) as u64 * elf.e_phentsize(e) as u64 > HEAD_BYTES
-    }) {
+    if data.len() as u64 == HEAD_BYTES
+        && object::elf::FileHeader64::<object::Endianness>::parse(&*data).is_ok_and(|elf| {
+            let e = elf.endian().unwrap_or(object::Endianness::Little);
+            elf.e_phoff(e) + elf.e_phnum(e) as u64 * elf.e_phentsize(e) as u64 > HEAD_BYTES
+        })
+    {
         data = std::fs::read(prog).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", prog.display()))?;
     }
     if data.starts_with(b"#!") {
@@ -138,7 +140,12 @@ fn list_events(craft: Craft) {
     println!("  cpu-clock    software  ok     like task-clock, from the CPU clock");
     for (name, r) in witchcraft::probe::pmu_events() {
         match r {
-            Ok(e) => println!("  {:<12} pmu       ok     {} (period in {})", e.name, name, if e.kind == pmu::AccessKind::Load { "loads" } else { "stores" }),
+            Ok(e) => println!(
+                "  {:<12} pmu       ok     {} (period in {})",
+                e.name,
+                name,
+                if e.kind == pmu::AccessKind::Load { "loads" } else { "stores" }
+            ),
             Err(why) => println!("  {name:<12} pmu       missing  {why}"),
         }
     }

@@ -78,10 +78,7 @@ impl Debug {
         if let Some(l) = &self.dwarf {
             if let Ok(mut it) = l.find_frames(vaddr) {
                 while let Ok(Some(f)) = it.next() {
-                    let function = f
-                        .function
-                        .as_ref()
-                        .and_then(|n| n.demangle().ok().map(|s| s.into_owned()));
+                    let function = f.function.as_ref().and_then(|n| n.demangle().ok().map(|s| s.into_owned()));
                     let (file, line) = match &f.location {
                         Some(loc) => (loc.file.map(str::to_string), loc.line.filter(|&l| l > 0)),
                         None => (None, None),
@@ -104,14 +101,7 @@ impl Debug {
         if out.is_empty() || out.iter().any(|f| f.function.is_empty()) {
             let sym = self.symbol(vaddr);
             if out.is_empty() {
-                out.push(Frame {
-                    function: String::new(),
-                    file: None,
-                    line: None,
-                    module: m.path.clone(),
-                    offset: vaddr,
-                    inlined: false,
-                });
+                out.push(Frame { function: String::new(), file: None, line: None, module: m.path.clone(), offset: vaddr, inlined: false });
             }
             for f in out.iter_mut().filter(|f| f.function.is_empty()) {
                 f.function = match sym {

@@ -95,12 +95,9 @@ fn bad_profiles_and_usage_exit_2() {
     assert_eq!(code(&o), 2);
     let p = save(&profile(fx, 0, BASE), "usage.witch");
     // Neither bound, a bad bound, a half bound: usage errors.
-    for args in [
-        vec!["gate"],
-        vec!["gate", "--max-waste", "lots"],
-        vec!["gate", "--max-increase", "2%"],
-        vec!["gate", "--max-increase", "2pp"],
-    ] {
+    for args in
+        [vec!["gate"], vec!["gate", "--max-waste", "lots"], vec!["gate", "--max-increase", "2%"], vec!["gate", "--max-increase", "2pp"]]
+    {
         let mut a: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
         a.push(p.clone().into());
         let o = witch(&a);

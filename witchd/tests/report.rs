@@ -9,13 +9,7 @@ fn frames(v: &Value) -> Vec<(String, Option<String>, Option<u64>)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|f| {
-            (
-                f["function"].as_str().unwrap().to_string(),
-                f["file"].as_str().map(str::to_string),
-                f["line"].as_u64(),
-            )
-        })
+        .map(|f| (f["function"].as_str().unwrap().to_string(), f["file"].as_str().map(str::to_string), f["line"].as_u64()))
         .collect()
 }
 
@@ -62,10 +56,7 @@ fn json_report_fields_values_and_lines() {
 
     let l = &fx.line;
     check_frames(&pairs[0]["watch"], &[("init", l["INIT_STORE"]), ("main", l["MAIN_CALLS_INIT"])]);
-    check_frames(
-        &pairs[0]["trap"],
-        &[("poke", l["POKE_STORE"]), ("fill", l["FILL_CALLS_POKE"]), ("main", l["MAIN_CALLS_FILL"])],
-    );
+    check_frames(&pairs[0]["trap"], &[("poke", l["POKE_STORE"]), ("fill", l["FILL_CALLS_POKE"]), ("main", l["MAIN_CALLS_FILL"])]);
     check_frames(&pairs[2]["trap"], &[("sum", l["SUM_LOAD"]), ("main", l["MAIN_CALLS_SUM"])]);
     // Frames carry module and file virtual address; inlined flag on poke only.
     let f0 = &pairs[0]["trap"]["frames"][0];
@@ -144,12 +135,7 @@ fn missing_module_file_degrades_to_module_offset() {
 fn stripped_binary_falls_back_to_symbols() {
     let fx = fixture();
     let stripped = fx.dir.join("app-nodebug");
-    let st = std::process::Command::new("objcopy")
-        .arg("--strip-debug")
-        .arg(&fx.bin)
-        .arg(&stripped)
-        .status()
-        .unwrap();
+    let st = std::process::Command::new("objcopy").arg("--strip-debug").arg(&fx.bin).arg(&stripped).status().unwrap();
     assert!(st.success());
     let mut p = profile(fx, 0, BASE);
     p.modules[0].path = stripped.display().to_string();

@@ -13,17 +13,17 @@
 //! which loads the agent itself. Code loaded by `dlopen` is unwound and
 //! decoded from the next module refresh on (a new thread, or exit).
 
-use witchcraft::config::{Config, SamplerChoice, DEFAULT_PMU_PERIOD, DEFAULT_SOFTWARE_PERIOD_NS};
-use witchcraft::engine::{Engine, SamplerKind, ThreadState};
-use witchcraft::cputimer;
-use witchcraft::modules;
-use witchcraft::perf;
-use witchcraft::pmu;
-use witchcraft::profile::{self, Profile};
 use crate::signal;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
+use witchcraft::config::{Config, SamplerChoice, DEFAULT_PMU_PERIOD, DEFAULT_SOFTWARE_PERIOD_NS};
+use witchcraft::cputimer;
+use witchcraft::engine::{Engine, SamplerKind, ThreadState};
+use witchcraft::modules;
+use witchcraft::perf;
+use witchcraft::pmu;
+use witchcraft::profile::{self, Profile};
 
 /// The running engine: set once by a preloaded agent, or per session by an
 /// attached one (see `attach.rs`), which frees it after detaching.
@@ -144,7 +144,11 @@ pub(crate) fn make_engine(cfg: Config, install: fn(bool)) -> Engine {
     let craft = witchcraft::craft::for_kind(cfg.craft, cfg.fp_precision);
     install(sigtrap);
     let (trap_cost_ns, signal_cost_ns) = signal::calibrate(sigtrap);
-    note(format!("measured round trips: watchpoint trap {:.1} µs, signal {:.1} µs", trap_cost_ns as f64 / 1e3, signal_cost_ns as f64 / 1e3));
+    note(format!(
+        "measured round trips: watchpoint trap {:.1} µs, signal {:.1} µs",
+        trap_cost_ns as f64 / 1e3,
+        signal_cost_ns as f64 / 1e3
+    ));
     Engine { config: cfg, craft, sampler, period, sigtrap, modify, own_code: own, trap_cost_ns, signal_cost_ns }
 }
 
@@ -180,7 +184,10 @@ pub(crate) fn choose_sampler(cfg: &Config) -> (SamplerKind, u64) {
             _ => SamplerKind::Software { config: PERF_COUNT_SW_TASK_CLOCK as u64 },
         };
         if matches!(kind, SamplerKind::CpuTimer) && period < cputimer::MIN_PERIOD_NS {
-            note(format!("cpu-timer fires at scheduler ticks: a {} µs period is served at the tick rate (use -e task-clock for short periods)", period / 1000));
+            note(format!(
+                "cpu-timer fires at scheduler ticks: a {} µs period is served at the tick rate (use -e task-clock for short periods)",
+                period / 1000
+            ));
         }
         (kind, period)
     };
@@ -362,8 +369,7 @@ pub(crate) fn write_profile(ended_by: &str) -> std::io::Result<()> {
     }
     counters.threads_failed = THREADS_FAILED.load(Ordering::Relaxed);
     let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
-    let args: Vec<String> =
-        cmdline.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    let args: Vec<String> = cmdline.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
     let program = std::fs::read_link("/proc/self/exe")
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_else(|_| args.first().cloned().unwrap_or_default());
@@ -404,8 +410,7 @@ pub(crate) fn write_profile(ended_by: &str) -> std::io::Result<()> {
 // ---- interposed libc entry points -------------------------------------
 
 type StartFn = extern "C" fn(*mut libc::c_void) -> *mut libc::c_void;
-type PthreadCreate =
-    unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartFn, *mut libc::c_void) -> libc::c_int;
+type PthreadCreate = unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartFn, *mut libc::c_void) -> libc::c_int;
 
 struct Tramp {
     start: StartFn,
@@ -468,13 +473,21 @@ type Execve = unsafe extern "C" fn(*const libc::c_char, *const *const libc::c_ch
 type Execv = unsafe extern "C" fn(*const libc::c_char, *const *const libc::c_char) -> libc::c_int;
 
 #[no_mangle]
-pub unsafe extern "C" fn execve(path: *const libc::c_char, argv: *const *const libc::c_char, envp: *const *const libc::c_char) -> libc::c_int {
+pub unsafe extern "C" fn execve(
+    path: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+) -> libc::c_int {
     let real: Execve = std::mem::transmute(next_symbol(c"execve"));
     around_exec(|| real(path, argv, envp))
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn execvpe(file: *const libc::c_char, argv: *const *const libc::c_char, envp: *const *const libc::c_char) -> libc::c_int {
+pub unsafe extern "C" fn execvpe(
+    file: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+) -> libc::c_int {
     let real: Execve = std::mem::transmute(next_symbol(c"execvpe"));
     around_exec(|| real(file, argv, envp))
 }

@@ -8,10 +8,10 @@
 //! signals with default action write the profile first, then kill as usual.
 
 use crate::agent::{self, STOPPING};
-use witchcraft::engine::thread_cpu_ns;
-use witchcraft::cputimer;
-use witchcraft::perf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use witchcraft::cputimer;
+use witchcraft::engine::thread_cpu_ns;
+use witchcraft::perf;
 
 /// The program's own disposition for the signals we own (SIGTRAP and the
 /// fallback real-time signal), indexed by signal number.
@@ -19,7 +19,8 @@ static mut PROGRAM: [libc::sigaction; 65] = unsafe { std::mem::zeroed() };
 static OWNED: [AtomicBool; 65] = [const { AtomicBool::new(false) }; 65];
 /// Fatal signals whose default action we replaced (to write the profile).
 static FATAL_OURS: [AtomicBool; 65] = [const { AtomicBool::new(false) }; 65];
-const FATAL: [i32; 8] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGABRT, libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE];
+const FATAL: [i32; 8] =
+    [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGABRT, libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE];
 
 type SigactionFn = unsafe extern "C" fn(libc::c_int, *const libc::sigaction, *mut libc::sigaction) -> libc::c_int;
 

@@ -80,7 +80,9 @@ pub async fn serve(d: Arc<Daemon>, l: UnixListener) {
         };
         let Ok(permit) = conns.clone().try_acquire_owned() else {
             let mut s = stream;
-            tokio::spawn(async move { let _ = send(&mut s, &Reply::err("witchd is busy; try again"), &[]).await; });
+            tokio::spawn(async move {
+                let _ = send(&mut s, &Reply::err("witchd is busy; try again"), &[]).await;
+            });
             continue;
         };
         let d = d.clone();
@@ -252,7 +254,13 @@ async fn profile(
             _ = d.until_shutdown() => return Err("witchd is shutting down".into()),
         }
     };
-    say!("uid {} asked for a {} {} session on pid {pid} ({})", caller.uid, humantime::format_duration(duration), craft.name(), target.name());
+    say!(
+        "uid {} asked for a {} {} session on pid {pid} ({})",
+        caller.uid,
+        humantime::format_duration(duration),
+        craft.name(),
+        target.name()
+    );
     let plan = Plan { target: target.clone(), opts: options(&prof, craft), duration, origin: "request" };
     let done = session::run(d.clone(), claim, plan).await;
     let Some(p) = done.profile else {
@@ -289,7 +297,11 @@ pub fn status(d: &Daemon, caller: Caller) -> Status {
                 },
                 sessions: t.sessions,
                 next_in_s: (t.state == State::Idle).then(|| {
-                    if t.next_due >= now { t.next_due.duration_since(now).as_secs_f64() } else { -now.duration_since(t.next_due).as_secs_f64() }
+                    if t.next_due >= now {
+                        t.next_due.duration_since(now).as_secs_f64()
+                    } else {
+                        -now.duration_since(t.next_due).as_secs_f64()
+                    }
                 }),
                 last_error: t.last_error.clone(),
                 waste: t.last.iter().map(|(c, l)| (c.name().to_string(), l.waste_fraction)).collect(),

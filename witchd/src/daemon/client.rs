@@ -111,7 +111,10 @@ pub fn default_socket() -> PathBuf {
 pub fn call(socket: &Path, req: &Request, timeout: Duration) -> Result<(Reply, Vec<u8>)> {
     let mut s = UnixStream::connect(socket).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
-            anyhow::anyhow!("witchd is not running (nothing listening at {}); start it with `witchd --config FILE`, or give --socket", socket.display())
+            anyhow::anyhow!(
+                "witchd is not running (nothing listening at {}); start it with `witchd --config FILE`, or give --socket",
+                socket.display()
+            )
         }
         std::io::ErrorKind::PermissionDenied => anyhow::anyhow!(
             "cannot connect to witchd at {}: permission denied (its socket is owner-only unless witchd's socket_mode opens it)",
@@ -127,7 +130,9 @@ pub fn call(socket: &Path, req: &Request, timeout: Duration) -> Result<(Reply, V
     let mut r = BufReader::new(s);
     let mut head = String::new();
     r.read_line(&mut head).map_err(|e| match e.kind() {
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => anyhow::anyhow!("witchd did not answer within {}", humantime::format_duration(timeout)),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            anyhow::anyhow!("witchd did not answer within {}", humantime::format_duration(timeout))
+        }
         _ => anyhow::anyhow!("lost the connection to witchd: {e}"),
     })?;
     if head.is_empty() {
@@ -264,7 +269,8 @@ fn render_list(v: &[Meta]) -> String {
     if v.is_empty() {
         return "no stored profiles (that you may read)\n".into();
     }
-    let mut o = format!("{:<36} {:>8} {:<16} {:<12} {:>9} {:>8} {:>7}  STORED\n", "ID", "PID", "EXE", "CRAFT", "DURATION", "SAMPLES", "WASTE");
+    let mut o =
+        format!("{:<36} {:>8} {:<16} {:<12} {:>9} {:>8} {:>7}  STORED\n", "ID", "PID", "EXE", "CRAFT", "DURATION", "SAMPLES", "WASTE");
     for m in v {
         let stored = humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_nanos(m.stored_unix_ns));
         let _ = writeln!(

@@ -278,9 +278,8 @@ fn crafts<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<Craft>>, D::Erro
     }
     let mut out: Vec<Craft> = Vec::new();
     for n in &names {
-        let c = Craft::parse(n).ok_or_else(|| {
-            serde::de::Error::custom(format!("unknown craft {n:?} (dead, silent-store, silent-load)"))
-        })?;
+        let c =
+            Craft::parse(n).ok_or_else(|| serde::de::Error::custom(format!("unknown craft {n:?} (dead, silent-store, silent-load)")))?;
         if !out.contains(&c) {
             out.push(c);
         }
@@ -363,8 +362,7 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 impl Config {
     /// Reads and checks a configuration file; errors read `FILE:LINE:COL: what`.
     pub fn load(path: &Path) -> Result<Config> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("cannot read config {}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read config {}: {e}", path.display()))?;
         Self::parse(&text, &path.display().to_string())
     }
 
@@ -387,9 +385,10 @@ impl Config {
         let http = match f.http.as_deref().map(str::trim) {
             None => Some(SocketAddr::from(([127, 0, 0, 1], 9465))),
             Some("off" | "") => None,
-            Some(s) => Some(s.parse::<SocketAddr>().map_err(|_| {
-                anyhow::anyhow!("http = {s:?} is not an address:port (e.g. \"127.0.0.1:9465\"), or \"off\"")
-            })?),
+            Some(s) => Some(
+                s.parse::<SocketAddr>()
+                    .map_err(|_| anyhow::anyhow!("http = {s:?} is not an address:port (e.g. \"127.0.0.1:9465\"), or \"off\""))?,
+            ),
         };
         let defaults = merge(&ProfilingFile::default(), &f.defaults);
         check_profiling(&defaults, "[defaults]")?;
@@ -407,7 +406,11 @@ impl Config {
             }
             let cgroup = w.cgroup.as_deref().map(|c| {
                 let c = c.trim().trim_end_matches('/');
-                if c.starts_with('/') { c.to_string() } else { format!("/{c}") }
+                if c.starts_with('/') {
+                    c.to_string()
+                } else {
+                    format!("/{c}")
+                }
             });
             let profiling = merge(&f.defaults, &w.profiling());
             check_profiling(&profiling, &what)?;

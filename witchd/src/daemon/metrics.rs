@@ -96,7 +96,11 @@ fn value(v: f64) -> String {
     if v.is_nan() {
         "NaN".into()
     } else if v.is_infinite() {
-        if v > 0.0 { "+Inf".into() } else { "-Inf".into() }
+        if v > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        }
     } else if v.fract() == 0.0 && v.abs() < 1e15 {
         format!("{}", v as i64)
     } else {
@@ -177,12 +181,20 @@ pub fn render(d: &super::Daemon) -> String {
         let ts = d.targets.lock().unwrap();
         type Get = fn(&super::scheduler::Last) -> f64;
         let per_craft: [(&str, &str, Get); 5] = [
-            ("witchd_waste_fraction", "Waste fraction (waste/(waste+use)) of the target's latest session of this craft", |l| l.waste_fraction),
+            ("witchd_waste_fraction", "Waste fraction (waste/(waste+use)) of the target's latest session of this craft", |l| {
+                l.waste_fraction
+            }),
             ("witchd_target_samples", "Samples taken in the target's latest session of this craft", |l| l.samples as f64),
             ("witchd_target_traps", "Watchpoint traps in the target's latest session of this craft", |l| l.traps as f64),
-            ("witchd_target_overhead_seconds", "Estimated CPU seconds the engine's handlers took in the latest session", |l| l.overhead_ns as f64 / 1e9),
+            ("witchd_target_overhead_seconds", "Estimated CPU seconds the engine's handlers took in the latest session", |l| {
+                l.overhead_ns as f64 / 1e9
+            }),
             ("witchd_target_overhead_ratio", "Estimated overhead of the latest session: handler CPU seconds per second profiled", |l| {
-                if l.duration_ns > 0 { l.overhead_ns as f64 / l.duration_ns as f64 } else { 0.0 }
+                if l.duration_ns > 0 {
+                    l.overhead_ns as f64 / l.duration_ns as f64
+                } else {
+                    0.0
+                }
             }),
         ];
         for (name, help, get) in per_craft {
@@ -212,9 +224,19 @@ pub fn render(d: &super::Daemon) -> String {
     }
     e.single("witchd_samples_total", "counter", "Samples taken over all sessions", c.samples.load(Relaxed) as f64);
     e.single("witchd_traps_total", "counter", "Watchpoint traps over all sessions", c.traps.load(Relaxed) as f64);
-    e.single("witchd_overhead_seconds_total", "counter", "Estimated CPU seconds spent in the engine's handlers in targets", c.overhead_ns.load(Relaxed) as f64 / 1e9);
+    e.single(
+        "witchd_overhead_seconds_total",
+        "counter",
+        "Estimated CPU seconds spent in the engine's handlers in targets",
+        c.overhead_ns.load(Relaxed) as f64 / 1e9,
+    );
     e.single("witchd_requests_total", "counter", "Local API requests", c.requests.load(Relaxed) as f64);
-    e.single("witchd_requests_denied_total", "counter", "Local API requests refused for the caller's credentials", c.denied.load(Relaxed) as f64);
+    e.single(
+        "witchd_requests_denied_total",
+        "counter",
+        "Local API requests refused for the caller's credentials",
+        c.denied.load(Relaxed) as f64,
+    );
     let (bytes, n, evicted, rejected, max) = {
         let s = d.store.lock().unwrap();
         let (b, n) = s.usage();

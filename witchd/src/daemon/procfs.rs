@@ -39,9 +39,8 @@ impl Proc {
         let uids = ids(&status, "Uid:")?;
         let gids = ids(&status, "Gid:")?;
         let proc_owner = std::fs::metadata(&dir).ok()?.uid();
-        let exe = std::fs::read_link(dir.join("exe"))
-            .map(|p| p.to_string_lossy().trim_end_matches(" (deleted)").to_string())
-            .unwrap_or_default();
+        let exe =
+            std::fs::read_link(dir.join("exe")).map(|p| p.to_string_lossy().trim_end_matches(" (deleted)").to_string()).unwrap_or_default();
         let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default().trim_end().to_string();
         Some(Proc { pid, start_time, exe, comm, uids, gids, proc_owner, state })
     }
@@ -120,9 +119,7 @@ fn parse_cgroups(s: &str) -> Vec<String> {
 
 /// Is `path` the cgroup `want` or below it?
 pub fn cgroup_matches(paths: &[String], want: &str) -> bool {
-    paths.iter().any(|p| {
-        want == "/" || p == want || (p.starts_with(want) && p.as_bytes().get(want.len()) == Some(&b'/'))
-    })
+    paths.iter().any(|p| want == "/" || p == want || (p.starts_with(want) && p.as_bytes().get(want.len()) == Some(&b'/')))
 }
 
 #[cfg(test)]
@@ -154,7 +151,16 @@ mod tests {
 
     #[test]
     fn owners() {
-        let mut p = Proc { pid: 1, start_time: 1, exe: "/bin/x".into(), comm: "x".into(), uids: [1000; 4], gids: [100; 4], proc_owner: 1000, state: 'S' };
+        let mut p = Proc {
+            pid: 1,
+            start_time: 1,
+            exe: "/bin/x".into(),
+            comm: "x".into(),
+            uids: [1000; 4],
+            gids: [100; 4],
+            proc_owner: 1000,
+            state: 'S',
+        };
         assert_eq!(p.owner(), Some((1000, 100)));
         assert!(may_access(1000, 100, p.owner()));
         assert!(!may_access(1001, 100, p.owner()));

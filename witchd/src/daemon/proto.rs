@@ -16,11 +16,22 @@ pub const MAX_REQUEST: usize = 64 * 1024;
 pub enum Request {
     Status,
     /// Stored profiles, optionally of one pid or craft.
-    List { pid: Option<u32>, craft: Option<String> },
+    List {
+        pid: Option<u32>,
+        craft: Option<String>,
+    },
     /// One stored profile: by id, or the newest matching pid/craft.
-    Fetch { id: Option<String>, pid: Option<u32>, craft: Option<String> },
+    Fetch {
+        id: Option<String>,
+        pid: Option<u32>,
+        craft: Option<String>,
+    },
     /// Profile a process now and return the profile (it is stored too).
-    Profile { pid: i32, craft: Option<String>, duration_ms: Option<u64> },
+    Profile {
+        pid: i32,
+        craft: Option<String>,
+        duration_ms: Option<u64>,
+    },
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]

@@ -161,9 +161,7 @@ pub fn scan(rules: &[Watch]) -> Vec<(Proc, usize)> {
         let rule = rules.iter().position(|r| {
             r.pid.is_none_or(|x| x == pid)
                 && r.exe.as_deref().is_none_or(|e| p.exe_matches(e))
-                && r.cgroup.as_deref().is_none_or(|c| {
-                    procfs::cgroup_matches(cgroups.get_or_insert_with(|| procfs::cgroups(pid)), c)
-                })
+                && r.cgroup.as_deref().is_none_or(|c| procfs::cgroup_matches(cgroups.get_or_insert_with(|| procfs::cgroups(pid)), c))
         });
         if let Some(rule) = rule {
             out.push((p, rule));
@@ -249,7 +247,10 @@ async fn scheduled(d: Arc<Daemon>, claim: super::Claim, plan: Plan) {
     match (done.outcome, done.note) {
         (Outcome::Failed, Some(msg)) if !d.shutting_down() => {
             if t.last_error.as_ref() != Some(&msg) {
-                say!("{msg} (retrying every {}; logged again only if this changes)", humantime::format_duration(d.cfg.watch[t.rule].profiling.every));
+                say!(
+                    "{msg} (retrying every {}; logged again only if this changes)",
+                    humantime::format_duration(d.cfg.watch[t.rule].profiling.every)
+                );
             }
             t.last_error = Some(msg);
         }
@@ -265,7 +266,16 @@ mod tests {
     use super::*;
 
     fn proc(pid: i32, start: u64) -> Proc {
-        Proc { pid, start_time: start, exe: format!("/bin/p{pid}"), comm: "p".into(), uids: [0; 4], gids: [0; 4], proc_owner: 0, state: 'S' }
+        Proc {
+            pid,
+            start_time: start,
+            exe: format!("/bin/p{pid}"),
+            comm: "p".into(),
+            uids: [0; 4],
+            gids: [0; 4],
+            proc_owner: 0,
+            state: 'S',
+        }
     }
 
     fn rules() -> Vec<Watch> {

@@ -220,12 +220,7 @@ impl Store {
         let need = (data.len() + meta_data.len()) as u64;
         if need > self.cfg.max_bytes {
             self.rejected += 1;
-            bail!(
-                "profile of pid {} ({} bytes) is larger than the store's max_bytes ({}): not stored",
-                p.pid,
-                need,
-                self.cfg.max_bytes
-            );
+            bail!("profile of pid {} ({} bytes) is larger than the store's max_bytes ({}): not stored", p.pid, need, self.cfg.max_bytes);
         }
         self.expire_at(meta.stored_unix_ns);
         self.make_room(need);
@@ -245,9 +240,7 @@ impl Store {
     /// Evicts oldest-first until `need` more bytes and one more profile fit.
     fn make_room(&mut self, need: u64) {
         let extra = usize::from(need > 0);
-        while !self.index.is_empty()
-            && (self.total + need > self.cfg.max_bytes || self.index.len() + extra > self.cfg.max_profiles)
-        {
+        while !self.index.is_empty() && (self.total + need > self.cfg.max_bytes || self.index.len() + extra > self.cfg.max_profiles) {
             let id = self.index.keys().next().cloned().expect("not empty");
             self.remove(&id);
             self.evicted += 1;
@@ -257,12 +250,8 @@ impl Store {
     /// Removes profiles stored longer ago than max_age.
     pub fn expire_at(&mut self, now_ns: u64) {
         let max = self.cfg.max_age.as_nanos() as u64;
-        let old: Vec<String> = self
-            .index
-            .values()
-            .filter(|e| now_ns.saturating_sub(e.meta.stored_unix_ns) > max)
-            .map(|e| e.meta.id.clone())
-            .collect();
+        let old: Vec<String> =
+            self.index.values().filter(|e| now_ns.saturating_sub(e.meta.stored_unix_ns) > max).map(|e| e.meta.id.clone()).collect();
         for id in old {
             self.remove(&id);
             self.evicted += 1;
