@@ -9,10 +9,12 @@
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
-use witchcraft::access::{Analyzer, Regs};
 use witchcraft::context::Tree;
-use witchcraft::perf::{self, BpType};
-use witchcraft::{modules, trap, unwind};
+use witchcraft::sys::perf::{self, Attr, BpType, SoftwareClock};
+use witchcraft::sys::{mem, siginfo, task};
+use witchcraft::x86::decode::{Analyzer, Regs};
+use witchcraft::x86::precise_pc as trap;
+use witchcraft::{modules, unwind};
 
 fn median_us(mut f: impl FnMut() -> u64, batches: usize) -> f64 {
     let mut v: Vec<f64> = (0..batches)
@@ -68,7 +70,7 @@ fn at_depth(k: u32, f: &mut dyn FnMut(&Regs)) {
             sa.sa_sigaction = run_job as *const () as usize;
             sa.sa_flags = libc::SA_SIGINFO;
             libc::sigaction(libc::SIGUSR2, &sa, std::ptr::null_mut());
-            libc::syscall(libc::SYS_tgkill, libc::getpid(), perf::gettid(), libc::SIGUSR2);
+            libc::syscall(libc::SYS_tgkill, libc::getpid(), task::gettid(), libc::SIGUSR2);
         }
         JOB.with(|j| j.set(None));
     } else {
@@ -78,7 +80,17 @@ fn at_depth(k: u32, f: &mut dyn FnMut(&Regs)) {
 }
 
 fn thread_cpu_ns() -> u64 {
-    witchcraft::engine::thread_cpu_ns()
+    task::thread_cpu_ns()
+}
+
+/// A breakpoint attribute on `addr` with our sigtrap tag.
+fn bp(addr: u64, ty: BpType, disabled: bool) -> Attr {
+    let a = Attr::breakpoint(addr, 8, ty).unwrap().sigtrap(siginfo::TAG);
+    if disabled {
+        a.disabled()
+    } else {
+        a
+    }
 }
 
 fn main() {
@@ -87,8 +99,7 @@ fn main() {
     let base = cells.as_ptr() as u64;
 
     // Arming: MODIFY_ATTRIBUTES vs close+reopen, and disarming.
-    let mut a = perf::breakpoint_attr(base, 8, BpType::RW, true, true, perf::SIG_MAGIC);
-    let fd = perf::open_on_self(&mut a).expect("breakpoint");
+    let fd = bp(base, BpType::RW, true).open(0).expect("breakpoint");
     let mut i = 0u64;
     rows.push((
         "arm: PERF_EVENT_IOC_MODIFY_ATTRIBUTES",
@@ -96,8 +107,7 @@ fn main() {
             || {
                 for _ in 0..200 {
                     i += 1;
-                    let mut m = perf::breakpoint_attr(base + 8 * (i % 32), 8, BpType::RW, true, true, perf::SIG_MAGIC);
-                    perf::modify(fd, &mut m);
+                    bp(base + 8 * (i % 32), BpType::RW, true).modify(fd);
                 }
                 200
             },
@@ -112,8 +122,7 @@ fn main() {
             || {
                 for _ in 0..200 {
                     i += 1;
-                    let mut m = perf::breakpoint_attr(base + 8 * (i % 32), 8, BpType::RW, false, true, perf::SIG_MAGIC);
-                    perf::modify(fd, &mut m);
+                    bp(base + 8 * (i % 32), BpType::RW, false).modify(fd);
                 }
                 200
             },
@@ -138,8 +147,7 @@ fn main() {
         median_us(
             || {
                 for k in 0..100u64 {
-                    let mut m = perf::breakpoint_attr(base + 8 * (k % 32), 8, BpType::RW, true, true, perf::SIG_MAGIC);
-                    let fd = perf::open_on_self(&mut m).unwrap();
+                    let fd = bp(base + 8 * (k % 32), BpType::RW, true).open(0).unwrap();
                     perf::close(fd);
                 }
                 100
@@ -150,8 +158,7 @@ fn main() {
 
     // Trap round trip: a write that hits an armed watchpoint, with a handler that only counts.
     install(libc::SIGTRAP);
-    let mut w = perf::breakpoint_attr(base, 8, BpType::W, false, true, perf::SIG_MAGIC);
-    let wfd = perf::open_on_self(&mut w).expect("watchpoint");
+    let wfd = bp(base, BpType::W, false).open(0).expect("watchpoint");
     rows.push((
         "trap: watchpoint hit -> SIGTRAP -> return",
         median_us(
@@ -168,14 +175,14 @@ fn main() {
     perf::close(wfd);
 
     // Signal round trip without an exception.
-    let rt = perf::fallback_signal();
+    let rt = siginfo::sampler_signal();
     install(rt);
     rows.push((
         "signal: tgkill -> handler -> return",
         median_us(
             || {
                 for _ in 0..100 {
-                    unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), perf::gettid(), rt) };
+                    unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), task::gettid(), rt) };
                 }
                 100
             },
@@ -195,9 +202,8 @@ fn main() {
     };
     let n = 50_000_000;
     let native = busy(n).min(busy(n));
-    let mut s = perf::task_clock_attr(100_000, false, 0);
-    let sfd = perf::open_on_self(&mut s).expect("task-clock");
-    perf::route_signal_to_thread(sfd, rt, perf::gettid());
+    let sfd = Attr::software_clock(SoftwareClock::Task, 100_000).open(0).expect("task-clock");
+    perf::route_signal_to_thread(sfd, rt, task::gettid());
     HITS.store(0, Ordering::Relaxed);
     perf::enable(sfd);
     let with = busy(n);
@@ -316,7 +322,7 @@ fn main() {
         median_us(
             || {
                 for _ in 0..1000 {
-                    perf::read_memory(base, &mut buf);
+                    mem::read_own(base, &mut buf);
                 }
                 1000
             },

@@ -1,4 +1,4 @@
-//! Per-thread calling-context tree in preallocated memory.
+//! Calling contexts: a per-thread tree in preallocated memory.
 //!
 //! Each node carries µ(C), the samples taken in that context, and η(C), the
 //! part of µ already accounted for by traps (Witch §4.4.2). Insertion never
@@ -29,13 +29,13 @@ pub struct Tree {
     pub overflow: u64,
 }
 
-fn hash(parent: u32, pc: u64) -> u64 {
+pub(crate) fn hash(parent: u32, pc: u64) -> u64 {
     (pc ^ ((parent as u64) << 40) ^ (parent as u64)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// An open-addressing index for `cap` entries, given their hashes in order
 /// (entry 0 is the empty marker, so the first hash is entry 1's).
-fn reindex(cap: usize, hashes: impl Iterator<Item = u64>) -> Vec<u32> {
+pub(crate) fn reindex(cap: usize, hashes: impl Iterator<Item = u64>) -> Vec<u32> {
     let mut index = vec![0u32; (cap * 2).next_power_of_two()];
     let mask = index.len() - 1;
     for (i, h) in hashes.enumerate() {
@@ -111,99 +111,10 @@ impl Tree {
     }
 }
 
-/// ⟨C_watch, C_trap⟩ → attributed bytes, preallocated like the tree.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct PairEntry {
-    pub watch: u32,
-    pub trap: u32,
-    pub waste: f64,
-    pub approx_waste: f64,
-    pub used: f64,
-    pub traps: u64,
-}
-
-pub struct Pairs {
-    pub entries: Vec<PairEntry>,
-    index: Vec<u32>,
-    cap: usize,
-    pub overflow: u64,
-}
-
-impl Pairs {
-    pub fn with_capacity(cap: usize) -> Pairs {
-        let mut entries = Vec::with_capacity(cap + 1);
-        entries.push(PairEntry::default()); // index 0 = empty marker
-        Pairs { entries, index: vec![0u32; (cap * 2).next_power_of_two()], cap, overflow: 0 }
-    }
-
-    pub fn clear(&mut self) {
-        self.entries.truncate(1);
-        self.index.iter_mut().for_each(|x| *x = 0);
-        self.overflow = 0;
-    }
-
-    /// Doubles the capacity when full; allocates, so outside signal handlers
-    /// only (the exact mode).
-    pub fn grow_when_full(&mut self) {
-        if self.entries.len() <= self.cap {
-            return;
-        }
-        self.cap *= 2;
-        self.index = reindex(self.cap, self.entries.iter().skip(1).map(|e| hash(e.watch, e.trap as u64)));
-    }
-
-    pub fn get(&mut self, watch: u32, trap: u32) -> Option<&mut PairEntry> {
-        let mask = self.index.len() - 1;
-        let mut h = (hash(watch, trap as u64) as usize) & mask;
-        loop {
-            let i = self.index[h] as usize;
-            if i == 0 {
-                if self.entries.len() > self.cap {
-                    self.overflow += 1;
-                    return None;
-                }
-                self.index[h] = self.entries.len() as u32;
-                self.entries.push(PairEntry { watch, trap, ..Default::default() });
-                return self.entries.last_mut();
-            }
-            if self.entries[i].watch == watch && self.entries[i].trap == trap {
-                return Some(&mut self.entries[i]);
-            }
-            h = (h + 1) & mask;
-        }
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &PairEntry> {
-        self.entries[1..].iter()
-    }
-}
-
-/// One thread's tree and pairs in the profile's form.
-pub fn thread_profile(tid: u32, tree: &Tree, pairs: &Pairs, mut counters: crate::profile::Counters) -> crate::profile::Thread {
-    use crate::profile;
-    counters.tree_overflow = tree.overflow;
-    counters.pair_overflow = pairs.overflow;
-    profile::Thread {
-        tid,
-        nodes: tree.nodes.iter().map(|n| profile::Node { parent: n.parent, pc: n.pc, samples: n.samples }).collect(),
-        pairs: pairs
-            .iter()
-            .map(|p| profile::Pair {
-                watch: p.watch,
-                trap: p.trap,
-                waste: p.waste,
-                approx_waste: p.approx_waste,
-                r#use: p.used,
-                traps: p.traps,
-            })
-            .collect(),
-        counters,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pair::Pairs;
 
     #[test]
     fn paths_share_prefixes_and_never_grow_past_capacity() {
@@ -221,17 +132,6 @@ mod tests {
         assert_eq!(t.nodes.len(), 8);
         assert_eq!(t.nodes.capacity(), cap_before);
         assert!(t.overflow > 0);
-    }
-
-    #[test]
-    fn pairs_accumulate() {
-        let mut p = Pairs::with_capacity(2);
-        p.get(1, 2).unwrap().waste += 3.0;
-        p.get(1, 2).unwrap().waste += 4.0;
-        p.get(2, 1).unwrap().used += 1.0;
-        assert!(p.get(5, 5).is_none());
-        let v: Vec<_> = p.iter().map(|e| (e.watch, e.trap, e.waste, e.used)).collect();
-        assert_eq!(v, vec![(1, 2, 7.0, 0.0), (2, 1, 0.0, 1.0)]);
     }
 
     #[test]

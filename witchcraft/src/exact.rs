@@ -15,10 +15,12 @@
 //! watching `call` and `ret` execute, so no unwinding is needed. It is slow
 //! (one ptrace stop per instruction): a reference, not the product.
 
-use crate::access::{Access, Analyzer, Regs};
-use crate::context::{Pairs, Tree, ROOT};
+use crate::context::{Tree, ROOT};
 use crate::craft::{compare, Verdict, Watched, SNAPSHOT};
+use crate::pair::Pairs;
 use crate::profile::{self, Craft, Profile};
+use crate::sys::mem;
+use crate::x86::decode::{Access, Analyzer, Regs};
 use nix::sys::ptrace;
 use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
@@ -74,13 +76,7 @@ impl ThreadShadow {
         // A reference must not lose pairs (large programs have millions).
         self.pairs.grow_when_full();
         if let Some(p) = self.pairs.get(watch, trap) {
-            p.traps += 1;
-            match v {
-                Verdict::Waste { bytes, approx: false } => p.waste += bytes as f64,
-                Verdict::Waste { bytes, approx: true } => p.approx_waste += bytes as f64,
-                Verdict::Use { bytes } => p.used += bytes as f64,
-                Verdict::Ignore => {}
-            }
+            p.credit(v, 1.0);
         }
     }
 }
@@ -89,19 +85,12 @@ impl ThreadShadow {
 struct Pending {
     ip: u64,
     ctx: u32,
-    accesses: [Access; crate::access::MAX_ACCESSES],
+    accesses: [Access; crate::x86::decode::MAX_ACCESSES],
     n: usize,
-    before: [[u8; SNAPSHOT]; crate::access::MAX_ACCESSES],
+    before: [[u8; SNAPSHOT]; crate::x86::decode::MAX_ACCESSES],
     is_call: bool,
     is_ret: bool,
     next_ip: u64,
-}
-
-fn read_remote(pid: Pid, addr: u64, out: &mut [u8]) -> bool {
-    let local = libc::iovec { iov_base: out.as_mut_ptr() as *mut libc::c_void, iov_len: out.len() };
-    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: out.len() };
-    let n = unsafe { libc::process_vm_readv(pid.as_raw(), &local, 1, &remote, 1, 0) };
-    n == out.len() as isize
 }
 
 fn regs_of(pid: Pid) -> Option<Regs> {
@@ -145,7 +134,7 @@ impl Exact {
         let Some(regs) = regs_of(pid) else { return };
         let mut code = [0u8; 16];
         let mut n = 16;
-        while n > 0 && !read_remote(pid, regs.rip, &mut code[..n]) {
+        while n > 0 && !mem::read(pid.as_raw(), regs.rip, &mut code[..n]) {
             n -= 4;
         }
         let Some(d) = self.an.decode(&code[..n], regs.rip, &regs, false) else {
@@ -164,7 +153,7 @@ impl Exact {
             ctx,
             accesses: d.accesses,
             n: d.n,
-            before: [[0; SNAPSHOT]; crate::access::MAX_ACCESSES],
+            before: [[0; SNAPSHOT]; crate::x86::decode::MAX_ACCESSES],
             is_call: mn == iced_x86::Mnemonic::Call,
             is_ret: mn == iced_x86::Mnemonic::Ret,
             next_ip: d.next_ip(),
@@ -172,7 +161,7 @@ impl Exact {
         for i in 0..p.n {
             let a = p.accesses[i];
             let len = (a.len as usize).min(SNAPSHOT);
-            read_remote(pid, a.addr, &mut p.before[i][..len]);
+            mem::read(pid.as_raw(), a.addr, &mut p.before[i][..len]);
         }
         self.pending.insert(tid, p);
     }
@@ -195,7 +184,7 @@ impl Exact {
                 let len = (a.len as usize).min(SNAPSHOT);
                 let mut after = [0u8; SNAPSHOT];
                 if !pass {
-                    read_remote(pid, a.addr, &mut after[..len]);
+                    mem::read(pid.as_raw(), a.addr, &mut after[..len]);
                 }
                 match (craft, pass) {
                     (Craft::Dead, true) => {
@@ -364,7 +353,7 @@ impl Exact {
             .map(|(&tid, t)| {
                 let mut c = t.counters.clone();
                 c.traps = t.pairs.iter().map(|p| p.traps).sum();
-                let th = crate::context::thread_profile(tid as u32, &t.tree, &t.pairs, c);
+                let th = crate::pair::thread_profile(tid as u32, &t.tree, &t.pairs, c);
                 counters.add(&th.counters);
                 th
             })

@@ -1,23 +1,22 @@
 //! witchcraft: the Witch engine (Wen, Liu, Chabbi et al., "Watching for
-//! Software Inefficiencies with Witch", ASPLOS'18; thesis chapter 4).
+//! Software Inefficiencies with Witch", ASPLOS'18).
 //!
 //! Sample memory accesses, arm a hardware debug-register watchpoint on the
 //! sampled address, and classify the next access to it. The crafts (clients)
-//! live in [`craft`]; the machinery below them is in the other modules.
+//! live in [`craft`]; the engine that drives them in [`engine`]; below them,
+//! [`x86`] decodes instructions and [`sys`] is the one home of every kernel
+//! interface (perf events, signals, timers, /proc).
 
-pub mod access;
 pub mod config;
 pub mod context;
-pub mod cputimer;
 pub mod craft;
 pub mod engine;
 pub mod exact;
 pub mod modules;
-pub mod perf;
-pub mod pmu;
+pub mod pair;
 pub mod probe;
 pub mod profile;
 pub mod replacement;
-pub mod trap;
+pub mod sys;
 pub mod unwind;
-pub mod watchpoint;
+pub mod x86;

@@ -7,6 +7,7 @@
 //! maps are leaked on purpose because a handler may still be reading them.
 
 use crate::profile;
+use crate::sys::procfs::{self, Mapping};
 use framehop::x86_64::UnwinderX86_64;
 use framehop::{ExplicitModuleSectionInfo, MustNotAllocateDuringUnwind, Unwinder};
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
@@ -106,7 +107,7 @@ pub fn set_own_address(a: u64) {
 
 /// Rebuild from /proc/self/maps and publish. Not for signal handlers.
 pub fn refresh() {
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let maps = procfs::read_maps_text(None).unwrap_or_default();
     let own = OWN.load(Ordering::Relaxed);
     let map = Box::new(build(&maps, (own != 0).then_some(own)));
     let old = CURRENT.swap(Box::into_raw(map), Ordering::AcqRel);
@@ -165,39 +166,16 @@ impl ProcessMap {
     }
 }
 
-struct Mapping {
-    start: u64,
-    end: u64,
-    offset: u64,
-    path: String,
-}
-
-fn parse_maps(maps: &str) -> Vec<Mapping> {
-    let mut out = Vec::new();
-    for line in maps.lines() {
-        let mut it = line.split_ascii_whitespace();
-        let (Some(range), Some(perms), Some(off)) = (it.next(), it.next(), it.next()) else { continue };
-        let _dev = it.next();
-        let _inode = it.next();
-        let path: String = it.collect::<Vec<_>>().join(" ");
-        if !perms.contains('x') || !path.starts_with('/') {
-            continue;
-        }
-        let Some((s, e)) = range.split_once('-') else { continue };
-        let (Ok(start), Ok(end), Ok(offset)) = (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16), u64::from_str_radix(off, 16))
-        else {
-            continue;
-        };
-        out.push(Mapping { start, end, offset, path });
-    }
-    out
+/// The executable, file-backed mappings: where code can be.
+fn code_mappings(maps: &str) -> Vec<Mapping> {
+    procfs::parse_maps(maps).into_iter().filter(|m| m.exec && m.is_file()).collect()
 }
 
 fn build(maps: &str, skip: Option<u64>) -> ProcessMap {
     let mut modules = Vec::new();
     let mut unwinder = Unwind::new();
     let mut own = (0, 0);
-    for m in parse_maps(maps) {
+    for m in code_mappings(maps) {
         if skip.is_some_and(|a| a >= m.start && a < m.end) {
             own = (m.start, m.end);
             continue;
@@ -240,7 +218,7 @@ fn bias_of(file: &object::File, m: &Mapping) -> Option<u64> {
 /// The profile's module map for any process, from its /proc/PID/maps text
 /// (used by the exact mode, which watches another process).
 pub fn profile_modules(maps: &str) -> Vec<profile::Module> {
-    let mut out: Vec<profile::Module> = parse_maps(maps)
+    let mut out: Vec<profile::Module> = code_mappings(maps)
         .iter()
         .filter_map(|m| {
             let fm = FileMap::open(&m.path)?;
@@ -355,7 +333,7 @@ mod tests {
         let maps = "00400000-00452000 r-xp 00001000 08:02 173521 /usr/bin/app with space\n\
                     00652000-00653000 rw-p 00052000 08:02 173521 /usr/bin/app\n\
                     7ffd0000-7ffd2000 r-xp 00000000 00:00 0 [vdso]\n";
-        let v = parse_maps(maps);
+        let v = code_mappings(maps);
         assert_eq!(v.len(), 1);
         assert_eq!((v[0].start, v[0].offset, v[0].path.as_str()), (0x400000, 0x1000, "/usr/bin/app with space"));
     }

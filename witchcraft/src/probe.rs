@@ -7,10 +7,9 @@
 
 use std::path::Path;
 
-use perf_event_open_sys as sys;
-use sys::bindings::{self as b, perf_event_attr};
+use crate::sys::perf::{self, Attr, BpType, SoftwareClock};
 
-use crate::pmu::{self, AccessKind, PmuEvent, PmuSampler};
+use crate::sys::pmu::{self, AccessKind, PmuEvent, PmuSampler};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -45,40 +44,14 @@ pub const CHECK_NAMES: [&str; 9] =
 /// x86 has at most 4 debug registers; 8 bounds the probe on other hardware.
 const MAX_BREAKPOINTS: usize = 8;
 
-fn open_self(a: &mut perf_event_attr) -> Result<i32, std::io::Error> {
-    let fd = unsafe { sys::perf_event_open(a, 0, -1, -1, b::PERF_FLAG_FD_CLOEXEC as libc::c_ulong) };
-    if fd < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(fd)
-    }
-}
-
-fn close(fd: i32) {
-    unsafe { libc::close(fd) };
-}
-
-#[allow(clippy::field_reassign_with_default)] // union fields go through Deref
-fn base_attr(type_: u32) -> perf_event_attr {
-    let mut a = perf_event_attr::default();
-    a.type_ = type_;
-    a.size = std::mem::size_of::<perf_event_attr>() as u32;
-    a.set_exclude_kernel(1);
-    a.set_exclude_hv(1);
-    a
+fn open_self(a: Attr) -> Result<i32, std::io::Error> {
+    a.open(0).map_err(std::io::Error::from_raw_os_error)
 }
 
 /// A disabled write watchpoint: it still takes a debug-register slot (the
 /// kernel reserves slots at creation) but cannot fire during the probe.
-fn bp_attr(addr: u64) -> perf_event_attr {
-    let mut a = base_attr(b::PERF_TYPE_BREAKPOINT);
-    a.bp_type = b::HW_BREAKPOINT_W;
-    a.bp_addr = addr;
-    a.bp_len = b::HW_BREAKPOINT_LEN_8 as u64;
-    a.sample_period = 1;
-    a.wakeup_events = 1;
-    a.set_disabled(1);
-    a
+fn bp_attr(word: &u64) -> Attr {
+    Attr::breakpoint(word as *const u64 as u64, 8, BpType::W).expect("an aligned u64").disabled()
 }
 
 /// Debug registers free to this thread: open write breakpoints until the
@@ -93,7 +66,7 @@ fn count_breakpoints() -> (usize, Option<std::io::Error>) {
     let mut fds = Vec::with_capacity(MAX_BREAKPOINTS);
     let mut err = None;
     for s in &slots {
-        match open_self(&mut bp_attr(s as *const u64 as u64)) {
+        match open_self(bp_attr(s)) {
             Ok(fd) => fds.push(fd),
             Err(e) => {
                 err = Some(e);
@@ -102,7 +75,7 @@ fn count_breakpoints() -> (usize, Option<std::io::Error>) {
         }
     }
     let n = fds.len();
-    fds.into_iter().for_each(close);
+    fds.into_iter().for_each(perf::close);
     std::hint::black_box(&slots);
     (n, err)
 }
@@ -111,12 +84,11 @@ fn count_breakpoints() -> (usize, Option<std::io::Error>) {
 /// one ioctl; without it each re-arm is a close + perf_event_open.
 pub fn modify_attributes_supported() -> bool {
     let words = [0u64; 2];
-    let Ok(fd) = open_self(&mut bp_attr(&words[0] as *const u64 as u64)) else {
+    let Ok(fd) = open_self(bp_attr(&words[0])) else {
         return false;
     };
-    let mut m = bp_attr(&words[1] as *const u64 as u64);
-    let ok = unsafe { sys::ioctls::MODIFY_ATTRIBUTES(fd, &mut m) } == 0;
-    close(fd);
+    let ok = bp_attr(&words[1]).modify(fd);
+    perf::close(fd);
     std::hint::black_box(&words);
     ok
 }
@@ -125,13 +97,9 @@ pub fn modify_attributes_supported() -> bool {
 /// thread; without it signals are routed with F_SETSIG.
 pub fn sigtrap_supported() -> bool {
     let word = 0u64;
-    let mut a = bp_attr(&word as *const u64 as u64);
-    a.set_sigtrap(1);
-    a.set_remove_on_exec(1);
-    a.sig_data = 1;
-    let ok = match open_self(&mut a) {
+    let ok = match open_self(bp_attr(&word).sigtrap(1)) {
         Ok(fd) => {
-            close(fd);
+            perf::close(fd);
             true
         }
         Err(_) => false,
@@ -160,24 +128,20 @@ pub fn software_event_ok() -> bool {
 }
 
 fn open_task_clock() -> Result<(), std::io::Error> {
-    let mut a = base_attr(b::PERF_TYPE_SOFTWARE);
-    a.config = b::PERF_COUNT_SW_TASK_CLOCK as u64;
-    a.sample_period = 1_000_000;
-    a.set_disabled(1);
-    open_self(&mut a).map(close)
+    open_self(Attr::software_clock(SoftwareClock::Task, 1_000_000)).map(perf::close)
 }
 
 /// Open `ev` for real, lowering precise_ip on refusal as the engine would.
 fn try_open(ev: &PmuEvent) -> Result<u8, String> {
     let mut ev = ev.clone();
     loop {
-        match PmuSampler::open(&ev, 1_000_003, false, 0) {
+        match PmuSampler::open(&ev, 1_000_003) {
             Ok(mut s) => {
                 s.close();
                 return Ok(ev.precise_ip);
             }
-            Err(e) if ev.precise_ip > 1 && e.contains("precise_ip") => ev.precise_ip -= 1,
-            Err(e) => return Err(e),
+            Err(e) if ev.precise_ip > 1 && e.precise_ip_refused() => ev.precise_ip -= 1,
+            Err(e) => return Err(e.to_string()),
         }
     }
 }

@@ -164,6 +164,15 @@ pub struct Pair {
     /// Waste bytes from floating-point comparison within the precision.
     pub approx_waste: f64,
     pub r#use: f64,
+    /// Sums of squares of each trap's credit to `waste`, `approx_waste` and
+    /// `use` (same unit squared), for intervals on ratios; 0 in profiles
+    /// written before they existed.
+    #[serde(default)]
+    pub waste_sq: f64,
+    #[serde(default)]
+    pub approx_waste_sq: f64,
+    #[serde(default)]
+    pub use_sq: f64,
     /// Traps that fed this pair.
     pub traps: u64,
 }
@@ -334,7 +343,7 @@ mod tests {
                     Node { parent: 0, pc: 10, samples: 3 },
                     Node { parent: 1, pc: 20, samples: 1 },
                 ],
-                pairs: vec![Pair { watch: 2, trap: 1, waste: 30.0, approx_waste: 10.0, r#use: 60.0, traps: 3 }],
+                pairs: vec![Pair { watch: 2, trap: 1, waste: 30.0, approx_waste: 10.0, r#use: 60.0, traps: 3, ..Default::default() }],
                 counters: Counters::default(),
             }],
         }

@@ -5,8 +5,8 @@
 //! against the thread's stack so a bad frame can't fault. Modules without
 //! unwind info fall back to frame pointers (framehop's own fallback rule).
 
-use crate::access::Regs;
 use crate::modules::ProcessMap;
+use crate::x86::decode::Regs;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, MustNotAllocateDuringUnwind, Unwinder};
 

@@ -10,8 +10,8 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicI32, Ordering};
-use witchcraft::pmu;
 use witchcraft::profile::{Craft, Profile};
+use witchcraft::sys::pmu;
 
 /// The agent library, built beside the `witch` binary.
 pub const AGENT: &str = "libwitch_agent.so";
@@ -125,7 +125,7 @@ pub(crate) fn sampler_env(craft: Craft, event: Option<&str>) -> Result<(&'static
         Some(spec) => {
             let ev = pmu::parse_event(Path::new(pmu::SYSFS_PMU_ROOT), spec, kind)
                 .map_err(|e| anyhow::anyhow!("unknown or unusable event {spec:?}: {e} (see `witch {} -e list`)", craft.name()))?;
-            let mut s = pmu::PmuSampler::open(&ev, 1_000_003, false, 0)
+            let mut s = pmu::PmuSampler::open(&ev, 1_000_003)
                 .map_err(|e| anyhow::anyhow!("event {spec:?} cannot be opened here: {e} (see `witch {} -e list`)", craft.name()))?;
             s.close();
             Ok(("pmu", Some(spec.to_string())))

@@ -66,7 +66,7 @@ fn cpp_profile(c: &Cpp, path: &Path) -> witchcraft::profile::Profile {
             Node { parent: 0, pc: c.poke, samples: 1 },
             Node { parent: 0, pc: c.twice, samples: 1 },
         ],
-        pairs: vec![Pair { watch: 1, trap: 2, waste: 0.0, approx_waste: 0.0, r#use: 64.0, traps: 1 }],
+        pairs: vec![Pair { watch: 1, trap: 2, waste: 0.0, approx_waste: 0.0, r#use: 64.0, traps: 1, ..Default::default() }],
         counters: Counters::default(),
     };
     let m = Module { path: path.display().to_string(), build_id: Some(c.build_id.clone()), start: 0x400000, end: 0x405000, bias: 0 };
@@ -202,7 +202,7 @@ fn rust_names_are_demangled_in_a_pie() {
     let t = Thread {
         tid: 1,
         nodes: vec![Node { parent: 0, pc: 0, samples: 0 }, Node { parent: 0, pc: bias + addr, samples: 1 }],
-        pairs: vec![Pair { watch: 1, trap: 1, waste: 8.0, approx_waste: 0.0, r#use: 0.0, traps: 1 }],
+        pairs: vec![Pair { watch: 1, trap: 1, waste: 8.0, approx_waste: 0.0, r#use: 0.0, traps: 1, ..Default::default() }],
         counters: Counters::default(),
     };
     let m = Module { path: bin.display().to_string(), build_id: None, start: bias, end: bias + 0x1000_0000, bias };

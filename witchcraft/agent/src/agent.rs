@@ -17,13 +17,11 @@ use crate::signal;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
-use witchcraft::config::{Config, SamplerChoice, DEFAULT_PMU_PERIOD, DEFAULT_SOFTWARE_PERIOD_NS};
-use witchcraft::cputimer;
+use witchcraft::config::Config;
 use witchcraft::engine::{Engine, SamplerKind, ThreadState};
 use witchcraft::modules;
-use witchcraft::perf;
-use witchcraft::pmu;
 use witchcraft::profile::{self, Profile};
+use witchcraft::sys::{procfs, task};
 
 /// The running engine: set once by a preloaded agent, or per session by an
 /// attached one (see `attach.rs`), which frees it after detaching.
@@ -54,7 +52,7 @@ thread_local! {
 /// `dlopen`ed library is allocated lazily, with malloc, on first touch).
 pub fn current_thread() -> *mut ThreadState {
     if ATTACHED.load(Ordering::Acquire) {
-        return crate::attach::lookup(perf::gettid());
+        return crate::attach::lookup(task::gettid());
     }
     STATE.with(|s| s.get())
 }
@@ -132,7 +130,9 @@ pub(crate) fn make_engine(cfg: Config, install: fn(bool)) -> Engine {
     let own = own_code_range();
     modules::set_own_address(own.0);
     modules::refresh();
-    let (sampler, period) = choose_sampler(&cfg);
+    let mut notes = Vec::new();
+    let (sampler, period) = SamplerKind::choose(&cfg, &mut notes);
+    notes.into_iter().for_each(note);
     let sigtrap = !cfg.no_sigtrap && witchcraft::probe::sigtrap_supported();
     if !sigtrap {
         note("sigtrap unavailable (Linux < 5.13?): traps use F_SETSIG with a real-time signal".into());
@@ -154,77 +154,7 @@ pub(crate) fn make_engine(cfg: Config, install: fn(bool)) -> Engine {
 
 /// The agent's executable mapping, from /proc/self/maps.
 pub(crate) fn own_code_range() -> (u64, u64) {
-    let here = init as *const () as u64;
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    for line in maps.lines() {
-        let Some((range, _)) = line.split_once(' ') else { continue };
-        let Some((a, b)) = range.split_once('-') else { continue };
-        if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
-            if a <= here && here < b {
-                return (a, b);
-            }
-        }
-    }
-    (0, 0)
-}
-
-pub(crate) fn choose_sampler(cfg: &Config) -> (SamplerKind, u64) {
-    use pmu::AccessKind;
-    let kind = if cfg.craft == profile::Craft::SilentLoad { AccessKind::Load } else { AccessKind::Store };
-    let sysfs = std::path::Path::new("/sys/bus/event_source/devices");
-    let software = |cfg: &Config| {
-        use perf_event_open_sys::bindings::{PERF_COUNT_SW_CPU_CLOCK, PERF_COUNT_SW_TASK_CLOCK};
-        let period = cfg.period.unwrap_or(DEFAULT_SOFTWARE_PERIOD_NS);
-        let kind = match cfg.event.as_deref() {
-            Some("cpu-clock") => SamplerKind::Software { config: PERF_COUNT_SW_CPU_CLOCK as u64 },
-            Some("task-clock") => SamplerKind::Software { config: PERF_COUNT_SW_TASK_CLOCK as u64 },
-            Some("cpu-timer") => SamplerKind::CpuTimer,
-            // The cheap CPU-time timer where its tick resolution serves the period.
-            _ if period >= cputimer::MIN_PERIOD_NS => SamplerKind::CpuTimer,
-            _ => SamplerKind::Software { config: PERF_COUNT_SW_TASK_CLOCK as u64 },
-        };
-        if matches!(kind, SamplerKind::CpuTimer) && period < cputimer::MIN_PERIOD_NS {
-            note(format!(
-                "cpu-timer fires at scheduler ticks: a {} µs period is served at the tick rate (use -e task-clock for short periods)",
-                period / 1000
-            ));
-        }
-        (kind, period)
-    };
-    let is_soft = matches!(cfg.event.as_deref(), Some("task-clock") | Some("cpu-clock") | Some("cpu-timer"));
-    if cfg.sampler == SamplerChoice::Software || is_soft {
-        return software(cfg);
-    }
-    let ev = match cfg.event.as_deref() {
-        Some(spec) => pmu::parse_event(sysfs, spec, kind),
-        None => pmu::discover(sysfs, kind),
-    };
-    let ev = ev.and_then(|e| {
-        // Opening proves the event works here (VMs often export but refuse it).
-        let mut s = pmu::PmuSampler::open(&e, cfg.period.unwrap_or(DEFAULT_PMU_PERIOD), false, 0)?;
-        s.close();
-        Ok(e)
-    });
-    match ev {
-        Ok(e) => {
-            let p = cfg.period.unwrap_or(DEFAULT_PMU_PERIOD);
-            (SamplerKind::Pmu(e), p)
-        }
-        Err(why) => {
-            let (kind, period) = software(cfg);
-            note(format!("no PMU: using {} sampling ({why})", software_event_name(&kind)));
-            (kind, period)
-        }
-    }
-}
-
-/// The `--event` name of a software sampler.
-pub(crate) fn software_event_name(kind: &SamplerKind) -> &'static str {
-    match kind {
-        SamplerKind::CpuTimer => "cpu-timer",
-        SamplerKind::Software { config } if *config == perf_event_open_sys::bindings::PERF_COUNT_SW_CPU_CLOCK as u64 => "cpu-clock",
-        _ => "task-clock",
-    }
+    procfs::own_mapping_containing(init as *const () as u64).map_or((0, 0), |m| (m.start, m.end))
 }
 
 /// Set up the calling thread. Not for signal handlers.
@@ -373,15 +303,11 @@ pub(crate) fn write_profile(ended_by: &str) -> std::io::Result<()> {
     let program = std::fs::read_link("/proc/self/exe")
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_else(|_| args.first().cloned().unwrap_or_default());
-    let (sampler_kind, event, unit) = match &engine.sampler {
-        SamplerKind::Pmu(e) => ("pmu", e.name.clone(), if e.kind == pmu::AccessKind::Load { "loads" } else { "stores" }),
-        soft => ("software", software_event_name(soft).to_string(), "ns"),
-    };
     let start = START_NS.load(Ordering::Relaxed);
     let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
     unsafe { libc::uname(&mut uts) };
     let kernel = unsafe { std::ffi::CStr::from_ptr(uts.release.as_ptr()) }.to_string_lossy().into_owned();
-    let used_regs = threads().map(|t| unsafe { (*t).slots.iter().filter(|s| s.fd >= 0).count() }).max().unwrap_or(0);
+    let used_regs = threads().map(|t| unsafe { (*t).debug_registers_held() }).max().unwrap_or(0);
     let p = Profile {
         schema: profile::SCHEMA,
         witch_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -392,7 +318,7 @@ pub(crate) fn write_profile(ended_by: &str) -> std::io::Result<()> {
         ppid: unsafe { libc::getppid() } as u32,
         start_unix_ns: start,
         duration_ns: now_ns().saturating_sub(start),
-        sampler: profile::Sampler { kind: sampler_kind.into(), event, period: engine.period, unit: unit.into() },
+        sampler: engine.sampler.to_profile(engine.period),
         replacement: engine.config.replacement.name().into(),
         debug_registers: if used_regs > 0 { used_regs as u32 } else { engine.config.debug_registers as u32 },
         fp_precision: engine.config.fp_precision,

@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 use witchcraft::config::Config;
 use witchcraft::engine::ThreadState;
 use witchcraft::modules;
-use witchcraft::perf;
+use witchcraft::sys::perf::{self, Attr, BpType};
+use witchcraft::sys::{procfs, task};
 
 /// Return values of [`witch_attach`] (the `witch` side maps them to messages).
 pub const OK: i32 = 0;
@@ -83,8 +84,8 @@ pub unsafe extern "C" fn witch_attach(settings: *const libc::c_char) -> libc::c_
     // A debugger (or another tool) holding every debug register is worth
     // saying right away, on this thread.
     let probe = 0u64;
-    let mut a = perf::breakpoint_attr(&probe as *const u64 as u64, 8, perf::BpType::W, true, false, 0);
-    if let Err(libc::ENOSPC) = perf::open_on_self(&mut a).map(perf::close) {
+    let a = Attr::breakpoint(&probe as *const u64 as u64, 8, BpType::W).expect("an aligned u64").disabled();
+    if let Err(libc::ENOSPC) = a.open(0).map(perf::close) {
         SESSION.store(false, Ordering::Release);
         return NO_DEBUG_REGISTERS;
     }
@@ -148,7 +149,7 @@ fn session(text: &str, dir: &Path, controller: Option<i32>) -> Result<(), String
     AT_EXIT.call_once(|| unsafe {
         libc::atexit(agent::at_exit);
     });
-    let me = perf::gettid();
+    let me = task::gettid();
     let mut known = HashSet::new();
     let adopted = adopt_new(me, &mut known);
     if adopted == 0 {
@@ -181,15 +182,6 @@ fn session(text: &str, dir: &Path, controller: Option<i32>) -> Result<(), String
     Ok(())
 }
 
-fn tasks() -> Vec<i32> {
-    std::fs::read_dir("/proc/self/task")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
-        .collect()
-}
-
 fn tgkill(tid: i32, sig: i32) -> bool {
     unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, sig) == 0 }
 }
@@ -202,7 +194,7 @@ fn slots() -> usize {
 /// close the events of threads that ended. Returns the threads adopted.
 fn adopt_new(me: i32, known: &mut HashSet<i32>) -> usize {
     let Some(engine) = agent::engine() else { return 0 };
-    let live = tasks();
+    let live = procfs::tasks(None);
     let live_set: HashSet<i32> = live.iter().copied().collect();
     for i in 0..slots() {
         let ts = THREADS[i].load(Ordering::Acquire);
@@ -265,20 +257,12 @@ fn adopt_new(me: i32, known: &mut HashSet<i32>) -> usize {
 }
 
 fn read_maps() {
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    let mut n = 0;
-    for line in maps.lines() {
-        let Some((range, _)) = line.split_once(' ') else { continue };
-        let Some((a, b)) = range.split_once('-') else { continue };
-        if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
-            if n < MAX_MAPS {
-                MAPS[2 * n].store(a, Ordering::Relaxed);
-                MAPS[2 * n + 1].store(b, Ordering::Relaxed);
-                n += 1;
-            }
-        }
+    let maps = procfs::read_maps(None).unwrap_or_default();
+    for (n, m) in maps.iter().take(MAX_MAPS).enumerate() {
+        MAPS[2 * n].store(m.start, Ordering::Relaxed);
+        MAPS[2 * n + 1].store(m.end, Ordering::Relaxed);
     }
-    NMAPS.store(n, Ordering::Release);
+    NMAPS.store(maps.len().min(MAX_MAPS), Ordering::Release);
 }
 
 fn stack_of(sp: u64) -> (u64, u64) {
@@ -304,7 +288,7 @@ pub fn lookup(tid: i32) -> *mut ThreadState {
 /// the control thread opened, or, when detaching, leave. False if the
 /// signal wasn't a request of ours (the program's handler gets it).
 pub fn on_control(uc: *mut libc::ucontext_t) -> bool {
-    let tid = perf::gettid();
+    let tid = task::gettid();
     for i in 0..slots() {
         let ts = THREADS[i].load(Ordering::Acquire);
         if ts.is_null() || unsafe { (*ts).tid } != tid || !REQUEST[i].swap(false, Ordering::AcqRel) {

@@ -9,9 +9,10 @@
 
 use crate::agent::{self, STOPPING};
 use std::sync::atomic::{AtomicBool, Ordering};
-use witchcraft::cputimer;
-use witchcraft::engine::thread_cpu_ns;
-use witchcraft::perf;
+use witchcraft::engine;
+use witchcraft::sys::perf::{self, Attr, BpType};
+use witchcraft::sys::siginfo::{self, sampler_signal};
+use witchcraft::sys::task::{self, thread_cpu_ns};
 
 /// The program's own disposition for the signals we own (SIGTRAP and the
 /// fallback real-time signal), indexed by signal number.
@@ -66,14 +67,14 @@ pub fn install(sigtrap: bool) {
 /// Take SIGTRAP and the sampler's signal, remembering the program's handlers.
 fn install_owned(sigtrap: bool) {
     let _ = sigtrap; // both signals are used either way: RT for the sampler
-    let sigs = [libc::SIGTRAP, perf::fallback_signal()];
+    let sigs = [libc::SIGTRAP, sampler_signal()];
     for &sig in &sigs {
         let mut sa = handler_action(on_signal);
         // Never nest: a sample must not interrupt a trap handler or vice
         // versa, and a thread must not leave its alternate stack while on it.
         unsafe {
             libc::sigaddset(&mut sa.sa_mask, libc::SIGTRAP);
-            libc::sigaddset(&mut sa.sa_mask, perf::fallback_signal());
+            libc::sigaddset(&mut sa.sa_mask, sampler_signal());
             libc::sigaddset(&mut sa.sa_mask, control_signal());
         }
         unsafe {
@@ -94,7 +95,7 @@ pub fn install_attached(sigtrap: bool) {
     sa.sa_flags &= !libc::SA_ONSTACK;
     unsafe {
         libc::sigaddset(&mut sa.sa_mask, libc::SIGTRAP);
-        libc::sigaddset(&mut sa.sa_mask, perf::fallback_signal());
+        libc::sigaddset(&mut sa.sa_mask, sampler_signal());
         real_sigaction()(sig, &sa, std::ptr::addr_of_mut!(PROGRAM[sig as usize]));
     }
     OWNED[sig as usize].store(true, Ordering::Release);
@@ -103,7 +104,7 @@ pub fn install_attached(sigtrap: bool) {
 /// Give the program back its handlers (attached agent, after detach),
 /// unless it replaced ours meanwhile, in which case its choice stands.
 pub fn restore_attached(keep_control: bool) {
-    for sig in [libc::SIGTRAP, perf::fallback_signal(), control_signal()] {
+    for sig in [libc::SIGTRAP, sampler_signal(), control_signal()] {
         if keep_control && sig == control_signal() {
             continue;
         }
@@ -141,59 +142,15 @@ fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -> 
         return calibration_signal(sig, info);
     }
     let Some(engine) = agent::engine() else { return false };
-    let raw = info as *const u8;
     let ts = agent::current_thread();
-    let (which, flags) = if sig == libc::SIGTRAP {
-        if unsafe { (*info).si_code } != perf::TRAP_PERF {
-            return false;
-        }
-        // x86-64 siginfo: si_perf_data at 24, si_perf_type at 32, si_perf_flags at 36.
-        let data = unsafe { std::ptr::read_unaligned(raw.add(24) as *const u64) };
-        let flags = unsafe { std::ptr::read_unaligned(raw.add(36) as *const u32) };
-        if data & perf::SIG_MAGIC_MASK != perf::SIG_MAGIC {
-            return false;
-        }
-        (data & 0xff, flags)
-    } else if unsafe { (*info).si_code } == cputimer::SI_TIMER {
-        // A CPU-time timer: si_value at 24 carries our tag.
-        let tag = unsafe { std::ptr::read_unaligned(raw.add(24) as *const u64) };
-        if ts.is_null() || tag != perf::SIG_MAGIC | perf::SIG_SAMPLER {
-            return false;
-        }
-        (perf::SIG_SAMPLER, 0)
-    } else {
-        // F_SETSIG route: si_fd at 24 names the event.
-        let fd = unsafe { std::ptr::read_unaligned(raw.add(24) as *const i32) };
-        if ts.is_null() {
-            return false;
-        }
-        let t = unsafe { &*ts };
-        if fd == t.sampler_fd {
-            (perf::SIG_SAMPLER, 0)
-        } else if let Some(i) = t.slots[..t.nslots].iter().position(|s| s.fd == fd) {
-            (i as u64, 0)
-        } else {
-            return false;
-        }
-    };
+    // SAFETY: `ts` is null or this thread's state, which only this thread's
+    // handlers touch while it is active.
+    let Some(event) = (unsafe { engine::classify(sig, info, ts.as_ref()) }) else { return false };
     if ts.is_null() || STOPPING.load(Ordering::Acquire) {
         return true;
     }
-    let t = unsafe { &mut *ts };
-    if !t.active.load(Ordering::Acquire) {
-        return true;
-    }
-    t.in_handler.store(true, Ordering::Release);
-    let entry = thread_cpu_ns();
-    let trap = which != perf::SIG_SAMPLER;
-    t.enter(entry);
-    if trap {
-        unsafe { t.on_trap(engine, which as usize, uc, flags) };
-    } else {
-        unsafe { t.on_sample(engine, uc) };
-    }
-    t.account(engine, trap, entry, thread_cpu_ns());
-    t.in_handler.store(false, Ordering::Release);
+    // SAFETY: as above; `uc` is the kernel's context for this signal.
+    unsafe { (*ts).handle(engine, event, uc) };
     true
 }
 
@@ -207,7 +164,7 @@ fn chain(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
             let mut d: libc::sigaction = std::mem::zeroed();
             d.sa_sigaction = libc::SIG_DFL;
             real_sigaction()(sig, &d, std::ptr::null_mut());
-            libc::syscall(libc::SYS_tgkill, libc::getpid(), perf::gettid(), sig);
+            libc::syscall(libc::SYS_tgkill, libc::getpid(), task::gettid(), sig);
         },
         h => unsafe {
             if sa.sa_flags & libc::SA_SIGINFO != 0 {
@@ -227,7 +184,7 @@ extern "C" fn on_fatal(sig: libc::c_int, _info: *mut libc::siginfo_t, _uc: *mut 
     FATAL_OURS[sig as usize].store(false, Ordering::Release);
     // Best effort: this allocates, which a signal may have interrupted.
     agent::finish(&format!("signal {sig}"));
-    unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), perf::gettid(), sig) };
+    unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), task::gettid(), sig) };
 }
 
 /// `sigaction` as the program sees it: the signals we own keep our handler
@@ -284,7 +241,7 @@ unsafe fn without_ours(how: libc::c_int, set: *const libc::sigset_t, copy: &mut 
     if set.is_null() || how == libc::SIG_UNBLOCK {
         return set;
     }
-    let ours = [libc::SIGTRAP, perf::fallback_signal()];
+    let ours = [libc::SIGTRAP, sampler_signal()];
     let owned = |sig: i32| OWNED[sig as usize].load(Ordering::Acquire);
     if !ours.iter().any(|&sig| owned(sig) && libc::sigismember(set, sig) == 1) {
         return set;
@@ -329,9 +286,9 @@ fn calibration_signal(sig: i32, info: *mut libc::siginfo_t) -> bool {
     let ours = if sig == libc::SIGTRAP {
         let data = unsafe { std::ptr::read_unaligned((info as *const u8).add(24) as *const u64) };
         let code = unsafe { (*info).si_code };
-        code == perf::TRAP_PERF && data == perf::SIG_MAGIC | CALIBRATION_TAG
+        code == siginfo::TRAP_PERF && data == siginfo::TAG | CALIBRATION_TAG
     } else {
-        sig == perf::fallback_signal()
+        sig == sampler_signal()
     };
     if ours {
         let t0 = thread_cpu_ns();
@@ -353,10 +310,11 @@ pub fn calibrate(sigtrap: bool) -> (u64, u64) {
     let cell = Box::new(std::cell::UnsafeCell::new(0u64));
     let addr = cell.get() as u64;
     let mut trap_ns = 0;
-    let mut a = perf::breakpoint_attr(addr, 8, perf::BpType::W, false, sigtrap, perf::SIG_MAGIC | CALIBRATION_TAG);
-    if let Ok(fd) = perf::open_on_self(&mut a) {
+    let a = Attr::breakpoint(addr, 8, BpType::W).expect("an aligned u64");
+    let a = if sigtrap { a.sigtrap(siginfo::TAG | CALIBRATION_TAG) } else { a };
+    if let Ok(fd) = a.open(0) {
         if !sigtrap {
-            perf::route_signal_to_thread(fd, perf::fallback_signal(), perf::gettid());
+            perf::route_signal_to_thread(fd, sampler_signal(), task::gettid());
         }
         CALIBRATION_HITS.store(0, Ordering::Relaxed);
         let t0 = thread_cpu_ns();
@@ -372,7 +330,7 @@ pub fn calibrate(sigtrap: bool) -> (u64, u64) {
     CALIBRATION_HITS.store(0, Ordering::Relaxed);
     let t0 = thread_cpu_ns();
     for _ in 0..N {
-        unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), perf::gettid(), perf::fallback_signal()) };
+        unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), task::gettid(), sampler_signal()) };
     }
     let t1 = thread_cpu_ns();
     let signal_ns = (t1 - t0) / CALIBRATION_HITS.load(Ordering::Relaxed).max(1);

@@ -6,9 +6,9 @@
 //! the store was used.
 
 use super::{overlap, Craft, Verdict, Watched};
-use crate::access::Access;
-use crate::perf::BpType;
 use crate::profile::Craft as Kind;
+use crate::sys::perf::BpType;
+use crate::x86::decode::Access;
 
 pub struct DeadCraft;
 

@@ -6,9 +6,9 @@
 //! break the redundancy. On the next load, compare like SilentCraft.
 
 use super::{compare, Craft, Verdict, Watched};
-use crate::access::Access;
-use crate::perf::BpType;
 use crate::profile::Craft as Kind;
+use crate::sys::perf::BpType;
+use crate::x86::decode::Access;
 
 pub struct LoadCraft {
     pub precision: f64,

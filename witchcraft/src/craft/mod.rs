@@ -8,9 +8,9 @@ pub mod dead;
 pub mod load;
 pub mod silent;
 
-use crate::access::{Access, Float};
-use crate::perf::BpType;
 use crate::profile::Craft as Kind;
+use crate::sys::perf::BpType;
+use crate::x86::decode::{Access, Float};
 
 /// Bytes remembered from the sampled access (enough for a 256-bit vector).
 pub const SNAPSHOT: usize = 32;

@@ -6,9 +6,9 @@
 //! the relative precision) means the store was silent.
 
 use super::{compare, Craft, Verdict, Watched};
-use crate::access::Access;
-use crate::perf::BpType;
 use crate::profile::Craft as Kind;
+use crate::sys::perf::BpType;
+use crate::x86::decode::Access;
 
 pub struct SilentCraft {
     pub precision: f64,

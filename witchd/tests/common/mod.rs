@@ -210,7 +210,7 @@ pub const BASE: Bytes = Bytes { init_fill: (600.0, 200.0), fill_fill: 100.0, fil
 pub fn profile(fx: &Fixture, shift: u64, b: Bytes) -> Profile {
     let s = |a: u64| a + shift;
     let node = |parent, pc| Node { parent, pc, samples: 1 };
-    let pair = |watch, trap, waste: f64, r#use: f64| Pair { watch, trap, waste, approx_waste: 0.0, r#use, traps: 3 };
+    let pair = |watch, trap, waste: f64, r#use: f64| Pair { watch, trap, waste, approx_waste: 0.0, r#use, traps: 3, ..Default::default() };
     let mut t1 = Thread {
         tid: 100,
         nodes: vec![

@@ -87,15 +87,15 @@ mod tests {
             sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
             libc::sigaction(sig, &sa, std::ptr::null_mut());
         }
-        let id = create(crate::perf::gettid(), sig, 0xabc).expect("timer_create");
+        let id = create(crate::sys::task::gettid(), sig, 0xabc).expect("timer_create");
         assert!(set(id, 1_000_000));
         // Sleeping uses no CPU time: nothing fires.
         std::thread::sleep(std::time::Duration::from_millis(30));
         assert_eq!(TAGGED.load(Ordering::Relaxed), 0);
         // 60 ms of CPU time: the timer fires (at tick granularity).
-        let t0 = crate::engine::thread_cpu_ns();
+        let t0 = crate::sys::task::thread_cpu_ns();
         let mut x = 0u64;
-        while crate::engine::thread_cpu_ns() - t0 < 60_000_000 {
+        while crate::sys::task::thread_cpu_ns() - t0 < 60_000_000 {
             x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
         }
         assert!(set(id, 0));

@@ -8,8 +8,8 @@
 //! known implicit updates undone). Control transfers that store or load
 //! (call, ret) land elsewhere and are recognised from the stack.
 
-use crate::access::{Access, Analyzer, Decoded, Regs};
 use crate::modules::ProcessMap;
+use crate::x86::decode::{Access, Analyzer, Decoded, Regs};
 
 const CACHE: usize = 4096;
 /// Longest forward decode, in bytes, before giving up.
@@ -210,7 +210,7 @@ pub fn recover(
                 }
                 // An address register overwritten by the instruction itself
                 // (mov rax,[rax]) can't be checked; take its access as is.
-                if d.n == 1 && crate::access::clobbers_address(bytes, prev) {
+                if d.n == 1 && crate::x86::decode::clobbers_address(bytes, prev) {
                     let mut a = d.accesses[0];
                     a.addr = addr;
                     return Some(TrapAccess { pc: prev, access: a, precise: true });

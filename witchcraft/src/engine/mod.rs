@@ -1,0 +1,78 @@
+//! The Witch engine: samples arm watchpoints, traps are judged by the
+//! craft, and the result is attributed to ⟨C_watch, C_trap⟩.
+//!
+//! [`Engine`] is the process-wide, immutable part; [`ThreadState`] is one
+//! thread's. A signal handler asks [`classify`] whether a signal is ours and
+//! hands it to [`ThreadState::handle`], which runs the sample path
+//! ([`sample`]) or the trap path ([`trap`]) with the time accounting
+//! ([`clock`]) around it. Everything reachable from there runs in a signal
+//! handler: no allocation, no locks, no stdio.
+
+pub mod clock;
+pub mod sample;
+pub mod sampler;
+pub mod thread;
+pub mod trap;
+pub mod watch;
+
+pub use sampler::{Sampler, SamplerKind};
+pub use thread::{ThreadState, ALT_STACK};
+pub use watch::MAX_SLOTS;
+
+use crate::config::Config;
+use crate::craft::Craft;
+use crate::sys::siginfo::{self, Origin};
+
+/// Process-wide, immutable after start-up.
+pub struct Engine {
+    pub config: Config,
+    pub craft: &'static dyn Craft,
+    pub sampler: SamplerKind,
+    pub period: u64,
+    pub sigtrap: bool,
+    pub modify: bool,
+    /// The agent's own code range: samples there are skipped.
+    pub own_code: (u64, u64),
+    /// Measured CPU cost (ns) of one watchpoint trap round trip and of one
+    /// sampler signal, outside our handler code (kernel, and hypervisor in a
+    /// VM). See [`clock`].
+    pub trap_cost_ns: u64,
+    pub signal_cost_ns: u64,
+}
+
+/// One of our signals, as the engine handles it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The sampler fired.
+    Sample,
+    /// The watchpoint in `slot` fired (`flags`: `si_perf_flags`).
+    Trap { slot: usize, flags: u32 },
+}
+
+/// Is signal `sig` one of ours, and which? `thread` is the receiving
+/// thread's state, if it has one (signals routed with F_SETSIG name their
+/// event by fd, which only the thread knows). Async-signal-safe.
+///
+/// # Safety
+/// `info` must point to the `siginfo_t` the kernel passed to the handler.
+pub unsafe fn classify(sig: i32, info: *const libc::siginfo_t, thread: Option<&ThreadState>) -> Option<Event> {
+    // SAFETY: forwarded from the caller.
+    match unsafe { siginfo::origin(sig, info) } {
+        Origin::Perf { data, flags } if data & siginfo::TAG_MASK == siginfo::TAG => {
+            let low = data & !siginfo::TAG_MASK;
+            Some(if low == siginfo::TAG_SAMPLER { Event::Sample } else { Event::Trap { slot: low as usize, flags } })
+        }
+        Origin::Timer { value } if sig == siginfo::sampler_signal() && value == siginfo::TAG | siginfo::TAG_SAMPLER => {
+            thread.map(|_| Event::Sample)
+        }
+        Origin::Fd(fd) if sig == siginfo::sampler_signal() => {
+            let t = thread?;
+            if t.sampler.fd() == Some(fd) {
+                Some(Event::Sample)
+            } else {
+                t.watch.slot_of_fd(fd).map(|slot| Event::Trap { slot, flags: 0 })
+            }
+        }
+        _ => None,
+    }
+}

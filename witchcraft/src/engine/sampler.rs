@@ -1,0 +1,204 @@
+//! What interrupts a thread to take a sample: the process-wide choice
+//! ([`SamplerKind`]) and each thread's kernel object ([`Sampler`]).
+
+use crate::config::{Config, SamplerChoice, DEFAULT_PMU_PERIOD, DEFAULT_SOFTWARE_PERIOD_NS};
+use crate::profile;
+use crate::sys::perf::{self, Attr, SoftwareClock};
+use crate::sys::pmu::{self, AccessKind, PmuEvent, PmuSampler};
+use crate::sys::{cputimer, siginfo};
+
+/// Which sampler drives this process.
+#[derive(Clone, Debug)]
+pub enum SamplerKind {
+    /// A perf software clock (`task-clock`/`cpu-clock`): decode the
+    /// interrupted instruction.
+    Clock(SoftwareClock),
+    /// A POSIX CPU-time timer per thread ([`cputimer`]): the same decoding,
+    /// at a fraction of the kernel's cost, for periods of a tick or more.
+    CpuTimer,
+    /// A PMU precise memory event with the data address.
+    Pmu(PmuEvent),
+}
+
+impl SamplerKind {
+    /// The `--event` name.
+    pub fn event_name(&self) -> String {
+        match self {
+            SamplerKind::Clock(SoftwareClock::Task) => "task-clock".into(),
+            SamplerKind::Clock(SoftwareClock::Cpu) => "cpu-clock".into(),
+            SamplerKind::CpuTimer => "cpu-timer".into(),
+            SamplerKind::Pmu(e) => e.name.clone(),
+        }
+    }
+
+    pub fn is_pmu(&self) -> bool {
+        matches!(self, SamplerKind::Pmu(_))
+    }
+
+    /// The profile's description of this sampler at `period`.
+    pub fn to_profile(&self, period: u64) -> profile::Sampler {
+        let (kind, unit) = match self {
+            SamplerKind::Pmu(e) if e.kind == AccessKind::Load => ("pmu", "loads"),
+            SamplerKind::Pmu(_) => ("pmu", "stores"),
+            _ => ("software", "ns"),
+        };
+        profile::Sampler { kind: kind.into(), event: self.event_name(), period, unit: unit.into() }
+    }
+
+    /// Choose the sampler for `cfg` on this machine: the PMU event it names
+    /// or the best one found, else a software sampler. Notes say why.
+    pub fn choose(cfg: &Config, notes: &mut Vec<String>) -> (SamplerKind, u64) {
+        let kind = if cfg.craft == profile::Craft::SilentLoad { AccessKind::Load } else { AccessKind::Store };
+        let sysfs = std::path::Path::new(pmu::SYSFS_PMU_ROOT);
+        let software = |notes: &mut Vec<String>| {
+            let period = cfg.period.unwrap_or(DEFAULT_SOFTWARE_PERIOD_NS);
+            let kind = match cfg.event.as_deref() {
+                Some("cpu-clock") => SamplerKind::Clock(SoftwareClock::Cpu),
+                Some("task-clock") => SamplerKind::Clock(SoftwareClock::Task),
+                Some("cpu-timer") => SamplerKind::CpuTimer,
+                // The cheap CPU-time timer where its tick resolution serves the period.
+                _ if period >= cputimer::MIN_PERIOD_NS => SamplerKind::CpuTimer,
+                _ => SamplerKind::Clock(SoftwareClock::Task),
+            };
+            if matches!(kind, SamplerKind::CpuTimer) && period < cputimer::MIN_PERIOD_NS {
+                notes.push(format!(
+                    "cpu-timer fires at scheduler ticks: a {} µs period is served at the tick rate (use -e task-clock for short periods)",
+                    period / 1000
+                ));
+            }
+            (kind, period)
+        };
+        let is_soft = matches!(cfg.event.as_deref(), Some("task-clock") | Some("cpu-clock") | Some("cpu-timer"));
+        if cfg.sampler == SamplerChoice::Software || is_soft {
+            return software(notes);
+        }
+        let ev = match cfg.event.as_deref() {
+            Some(spec) => pmu::parse_event(sysfs, spec, kind),
+            None => pmu::discover(sysfs, kind),
+        };
+        let period = cfg.period.unwrap_or(DEFAULT_PMU_PERIOD);
+        // Opening proves the event works here (VMs often export but refuse it).
+        let ev = ev.and_then(|e| PmuSampler::open(&e, period).map(|mut s| s.close()).map(|_| e).map_err(String::from));
+        match ev {
+            Ok(e) => (SamplerKind::Pmu(e), period),
+            Err(why) => {
+                let (kind, period) = software(notes);
+                notes.push(format!("no PMU: using {} sampling ({why})", kind.event_name()));
+                (kind, period)
+            }
+        }
+    }
+}
+
+/// One thread's sampler: the kernel object that interrupts it.
+#[derive(Default)]
+pub enum Sampler {
+    #[default]
+    None,
+    /// A POSIX timer id.
+    Timer(i32),
+    /// A perf software clock's fd.
+    Clock(i32),
+    Pmu(PmuSampler),
+}
+
+impl Sampler {
+    /// Create `kind`'s sampler for thread `tid` of this process, stopped,
+    /// signalling that thread (`open_tid` 0 when `tid` is the caller).
+    pub fn open(kind: &SamplerKind, period: u64, tid: i32, open_tid: i32) -> Result<Sampler, String> {
+        // The sampler always signals with a real-time signal, never
+        // SIGTRAP: standard signals don't queue, so a sample and a trap
+        // arriving together would lose one of them.
+        let sig = siginfo::sampler_signal();
+        let s = match kind {
+            SamplerKind::CpuTimer => {
+                let id = cputimer::create(tid, sig, siginfo::TAG | siginfo::TAG_SAMPLER).map_err(|e| {
+                    let why = std::io::Error::from_raw_os_error(e);
+                    if e == libc::EAGAIN {
+                        // Each POSIX timer reserves a queued signal.
+                        format!("cannot create the CPU-time sampler: {why} (the signal queue limit, `ulimit -i`, is reached; raise it)")
+                    } else {
+                        format!("cannot create the CPU-time sampler: {why}")
+                    }
+                })?;
+                return Ok(Sampler::Timer(id));
+            }
+            SamplerKind::Clock(clock) => Sampler::Clock(
+                Attr::software_clock(*clock, period)
+                    .open(open_tid)
+                    .map_err(|e| format!("cannot open the software sampler: {}", std::io::Error::from_raw_os_error(e)))?,
+            ),
+            SamplerKind::Pmu(ev) => Sampler::Pmu(PmuSampler::open_on(ev, period, open_tid)?),
+        };
+        let fd = s.fd().unwrap_or(-1);
+        if !perf::route_signal_to_thread(fd, sig, tid) {
+            let mut s = s;
+            s.close();
+            return Err("cannot route sampler signals to the thread (fcntl F_SETSIG)".into());
+        }
+        Ok(s)
+    }
+
+    pub fn is_some(&self) -> bool {
+        !matches!(self, Sampler::None)
+    }
+
+    /// The perf event's fd, for samplers that have one.
+    pub fn fd(&self) -> Option<i32> {
+        match self {
+            Sampler::Clock(fd) => Some(*fd),
+            Sampler::Pmu(p) => Some(p.fd()),
+            _ => None,
+        }
+    }
+
+    /// Start interrupting every `period`. Async-signal-safe.
+    pub fn resume(&self, period: u64) {
+        match self {
+            Sampler::Timer(id) => {
+                cputimer::set(*id, period);
+            }
+            Sampler::Clock(fd) => {
+                perf::enable(*fd);
+            }
+            Sampler::Pmu(p) => {
+                perf::enable(p.fd());
+            }
+            Sampler::None => {}
+        }
+    }
+
+    /// Stop interrupting, keeping the kernel object. Async-signal-safe.
+    pub fn pause(&self) {
+        match self {
+            Sampler::Timer(id) => {
+                cputimer::set(*id, 0);
+            }
+            Sampler::Clock(fd) => {
+                perf::disable(*fd);
+            }
+            Sampler::Pmu(p) => {
+                perf::disable(p.fd());
+            }
+            Sampler::None => {}
+        }
+    }
+
+    pub fn close(&mut self) {
+        match std::mem::take(self) {
+            Sampler::Timer(id) => cputimer::delete(id),
+            Sampler::Clock(fd) => perf::close(fd),
+            Sampler::Pmu(mut p) => p.close(),
+            Sampler::None => {}
+        }
+    }
+
+    /// In a fork child: POSIX timers are not inherited (the parent's id
+    /// means nothing here); the inherited fds are closed.
+    pub fn close_after_fork(&mut self) {
+        if let Sampler::Timer(_) = self {
+            *self = Sampler::None;
+        }
+        self.close();
+    }
+}

@@ -1,0 +1,282 @@
+//! One thread's engine state, and its life: set up, sample, stop.
+//!
+//! The state is a handful of parts, each with one job: the sampler that
+//! interrupts the thread, the watchpoints, the clock that tells the
+//! program's time from the engine's, the record (contexts, pairs, counters)
+//! that becomes the profile, and the scratch space the handlers decode and
+//! unwind in. Everything is reserved in [`ThreadState::new`]: the handlers
+//! never allocate.
+
+use super::clock::Clock;
+use super::sampler::Sampler;
+use super::watch::Watchpoints;
+use super::{Engine, Event};
+use crate::context::Tree;
+use crate::pair::Pairs;
+use crate::profile::{self, Counters};
+use crate::sys::task;
+use crate::unwind::{self, MAX_FRAMES};
+use crate::x86::decode::Analyzer;
+use crate::x86::precise_pc::PrecisePcCache;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+const TREE_NODES: usize = 1 << 16;
+const PAIRS: usize = 1 << 13;
+pub const ALT_STACK: usize = 256 * 1024;
+
+/// What becomes this thread's part of the profile.
+pub struct Record {
+    pub tree: Tree,
+    pub pairs: Pairs,
+    pub counters: Counters,
+    /// Samples in a row that went unmonitored.
+    pub blind: u64,
+}
+
+/// Where the handlers decode and unwind (preallocated).
+pub struct Scratch {
+    pub analyzer: Analyzer,
+    pub unwind: Box<unwind::Cache>,
+    pub pc: PrecisePcCache,
+    pub frames: Box<[u64; MAX_FRAMES]>,
+}
+
+/// Where the thread lives: its stacks and segment bases.
+#[derive(Clone, Copy)]
+pub struct Place {
+    pub stack: (u64, u64),
+    pub alt_stack: (u64, u64),
+    pub fs_base: u64,
+    pub gs_base: u64,
+}
+
+pub struct ThreadState {
+    pub tid: i32,
+    /// Cleared when the thread ends or the process stops profiling.
+    pub active: AtomicBool,
+    pub in_handler: AtomicBool,
+    pub sampler: Sampler,
+    pub watch: Watchpoints,
+    pub clock: Clock,
+    pub record: Record,
+    pub scratch: Scratch,
+    pub place: Place,
+    /// The thread's alternate stack before ours (restored on detach).
+    pub prev_alt_stack: libc::stack_t,
+}
+
+fn thread_stack() -> (u64, u64) {
+    // SAFETY: pthread_getattr_np fills `attr`, which is destroyed after use.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return (0, 0);
+        }
+        let mut addr: *mut libc::c_void = std::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+        libc::pthread_attr_destroy(&mut attr);
+        (addr as u64, addr as u64 + size as u64)
+    }
+}
+
+fn arch_prctl_get(code: i32) -> u64 {
+    let mut v: u64 = 0;
+    // SAFETY: ARCH_GET_FS/GS write one u64.
+    unsafe { libc::syscall(libc::SYS_arch_prctl, code, &mut v as *mut u64) };
+    v
+}
+
+impl ThreadState {
+    pub fn new(engine: &Engine) -> Box<ThreadState> {
+        let seed = engine.config.seed.unwrap_or_else(task::monotonic_ns) ^ (task::gettid() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        Box::new(ThreadState {
+            tid: task::gettid(),
+            active: AtomicBool::new(false),
+            in_handler: AtomicBool::new(false),
+            sampler: Sampler::None,
+            watch: Watchpoints::new(engine, seed),
+            clock: Clock::new(engine.trap_cost_ns),
+            record: Record {
+                tree: Tree::with_capacity(TREE_NODES),
+                pairs: Pairs::with_capacity(PAIRS),
+                counters: Counters::default(),
+                blind: 0,
+            },
+            scratch: Scratch {
+                analyzer: Analyzer::new(),
+                unwind: unwind::new_cache(),
+                pc: PrecisePcCache::default(),
+                frames: Box::new([0; MAX_FRAMES]),
+            },
+            place: Place { stack: (0, 0), alt_stack: (0, 0), fs_base: 0, gs_base: 0 },
+            prev_alt_stack: libc::stack_t { ss_sp: std::ptr::null_mut(), ss_flags: libc::SS_DISABLE, ss_size: 0 },
+        })
+    }
+
+    /// Set up this thread: alternate signal stack, debug registers, sampler.
+    /// Runs on the thread itself, outside any signal handler.
+    pub fn start(&mut self, engine: &Engine) -> Result<(), String> {
+        self.map_alt_stack()?;
+        self.adopt_here(thread_stack());
+        self.open_events(engine, 0)?;
+        self.go(engine);
+        Ok(())
+    }
+
+    /// Reserve the alternate signal stack; [`ThreadState::adopt_here`] installs it.
+    pub fn map_alt_stack(&mut self) -> Result<(), String> {
+        // Handlers run here so their frames never land on a watched stack address (Witch Fig. 4.3).
+        // SAFETY: a fresh anonymous mapping.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                ALT_STACK,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err("cannot map an alternate signal stack".into());
+        }
+        self.place.alt_stack = (p as u64, p as u64 + ALT_STACK as u64);
+        Ok(())
+    }
+
+    /// The per-thread part of set-up, on the thread itself: its id, stack
+    /// bounds, segment bases and alternate signal stack (the previous one is
+    /// kept for [`ThreadState::leave_here`]). Only system calls, so an
+    /// attached agent can run it in a signal handler.
+    pub fn adopt_here(&mut self, stack: (u64, u64)) {
+        self.tid = task::gettid();
+        self.place.stack = stack;
+        const ARCH_GET_FS: i32 = 0x1003;
+        const ARCH_GET_GS: i32 = 0x1004;
+        self.place.fs_base = arch_prctl_get(ARCH_GET_FS);
+        self.place.gs_base = arch_prctl_get(ARCH_GET_GS);
+        let (lo, hi) = self.place.alt_stack;
+        let ss = libc::stack_t { ss_sp: lo as *mut libc::c_void, ss_flags: 0, ss_size: (hi - lo) as usize };
+        // SAFETY: installs a stack this thread state owns.
+        unsafe { libc::sigaltstack(&ss, &mut self.prev_alt_stack) };
+    }
+
+    /// Undo [`ThreadState::adopt_here`] on the thread (attached agent's detach).
+    pub fn leave_here(&mut self) {
+        let mut prev = self.prev_alt_stack;
+        if prev.ss_sp.is_null() {
+            prev.ss_flags = libc::SS_DISABLE;
+        }
+        // SAFETY: restores the thread's previous alternate stack.
+        unsafe { libc::sigaltstack(&prev, std::ptr::null_mut()) };
+    }
+
+    /// Unmap the alternate stack once no thread can be running on it.
+    pub fn release_alt_stack(&mut self) {
+        let (lo, hi) = self.place.alt_stack;
+        if lo != 0 {
+            // SAFETY: the mapping made by `map_alt_stack`, no longer in use.
+            unsafe { libc::munmap(lo as *mut libc::c_void, (hi - lo) as usize) };
+            self.place.alt_stack = (0, 0);
+        }
+    }
+
+    /// Open the debug-register slots and the sampler (stopped) for thread
+    /// `tid` of this process (0: the calling thread), signalling that thread.
+    pub fn open_events(&mut self, engine: &Engine, tid: i32) -> Result<(), String> {
+        let target = if tid == 0 { task::gettid() } else { tid };
+        self.tid = target;
+        self.watch.open(engine, target, tid)?;
+        self.sampler = Sampler::open(&engine.sampler, engine.period, target, tid)?;
+        Ok(())
+    }
+
+    /// Start sampling (async-signal-safe).
+    pub fn go(&mut self, engine: &Engine) {
+        self.active.store(true, Ordering::Release);
+        self.resume_sampler(engine);
+    }
+
+    /// Whether this thread has a sampler to pause or resume.
+    pub fn has_sampler(&self) -> bool {
+        self.sampler.is_some()
+    }
+
+    /// Stop the sampler's interrupts, keeping its kernel object.
+    pub fn pause_sampler(&mut self) {
+        self.sampler.pause();
+    }
+
+    pub fn resume_sampler(&mut self, engine: &Engine) {
+        self.sampler.resume(engine.period);
+    }
+
+    /// Stop sampling and release the kernel resources (thread exit, exec, detach).
+    pub fn stop(&mut self) {
+        self.active.store(false, Ordering::Release);
+        self.sampler.pause();
+        self.watch.close();
+        self.sampler.close();
+    }
+
+    /// Forget what the parent gathered (fork child) and drop its kernel
+    /// resources without touching the parent's events.
+    pub fn reset_after_fork(&mut self) {
+        self.sampler.close_after_fork();
+        self.watch.reset();
+        self.record.tree.clear();
+        self.record.pairs.clear();
+        self.record.counters = Counters::default();
+        self.record.blind = 0;
+        self.clock.reset();
+        self.active.store(false, Ordering::Release);
+    }
+
+    /// Debug registers this thread holds.
+    pub fn debug_registers_held(&self) -> usize {
+        self.watch.held()
+    }
+
+    /// Is this address the engine's own (this state, the alternate stack,
+    /// the parking word)? Samples there are skipped.
+    pub(crate) fn is_engine_memory(&self, addr: u64) -> bool {
+        let inside = |r: (u64, u64)| addr >= r.0 && addr < r.1;
+        let me = self as *const Self as u64;
+        inside(self.place.alt_stack) || inside((me, me + std::mem::size_of::<Self>() as u64)) || addr == self.watch.parking_addr()
+    }
+
+    /// Handle one of our signals (see [`super::classify`]) on this thread:
+    /// the sample or trap path, with the time accounting around it.
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    pub unsafe fn handle(&mut self, engine: &Engine, event: Event, uc: *mut libc::ucontext_t) {
+        if !self.active.load(Ordering::Acquire) {
+            return;
+        }
+        self.in_handler.store(true, Ordering::Release);
+        let entry = task::thread_cpu_ns();
+        self.clock.enter(entry);
+        let trap = match event {
+            Event::Sample => {
+                // SAFETY: forwarded from the caller.
+                unsafe { self.on_sample(engine, uc) };
+                false
+            }
+            Event::Trap { slot, flags } => {
+                // SAFETY: forwarded from the caller.
+                unsafe { self.on_trap(engine, slot, uc, flags) };
+                true
+            }
+        };
+        let cost = self.clock.leave(trap, engine.signal_cost_ns, entry, task::thread_cpu_ns());
+        self.record.counters.engine_ns += cost;
+        self.in_handler.store(false, Ordering::Release);
+    }
+
+    /// This thread's part of the profile.
+    pub fn to_profile(&self) -> profile::Thread {
+        crate::pair::thread_profile(self.tid as u32, &self.record.tree, &self.record.pairs, self.record.counters.clone())
+    }
+}

@@ -1,0 +1,118 @@
+//! The trap path (a signal handler): the next access to watched bytes. The
+//! craft judges it, and the verdict is attributed to ⟨C_watch, C_trap⟩ in
+//! proportion to the samples of C_watch it stands for (Witch §4.4.2).
+
+use super::thread::ThreadState;
+use super::Engine;
+use crate::craft::{Verdict, SNAPSHOT};
+use crate::modules;
+use crate::sys::perf::BpType;
+use crate::sys::{mem, siginfo};
+use crate::unwind;
+use crate::x86::decode::{Access, Regs};
+use crate::x86::precise_pc;
+
+/// Ignored traps a watchpoint may take before it is given up. LoadCraft
+/// ignores stores; a location stored to often and loaded rarely would
+/// otherwise trap (~15 µs each here) on every store until its next load.
+const MAX_IGNORED: u32 = 32;
+
+impl ThreadState {
+    /// A watchpoint trap on slot `i`.
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    pub(crate) unsafe fn on_trap(&mut self, engine: &Engine, i: usize, uc: *mut libc::ucontext_t, perf_flags: u32) {
+        if i >= self.watch.n || !self.watch.slots[i].armed {
+            return;
+        }
+        let Some(map) = modules::current() else { return };
+        // SAFETY: forwarded from the caller.
+        let regs = unsafe { Regs::from_ucontext(uc, self.place.fs_base, self.place.gs_base) };
+        self.clock.resume_at(&regs);
+        let s = self.watch.slots[i];
+        let self_trap = s.self_trap.is_some_and(|own| own.is(regs.rip));
+        self.clock.trap(self_trap);
+        if perf_flags & siginfo::TRAP_PERF_FLAG_ASYNC != 0 {
+            // Delivered late (SIGTRAP was blocked): the context isn't the access.
+            self.record.counters.ignored_traps += 1;
+            self.free(i);
+            return;
+        }
+        if s.self_trap.is_some() {
+            self.watch.slots[i].self_trap = None;
+            if self_trap {
+                // The sampled instruction's own access, not the next one.
+                self.record.counters.self_traps += 1;
+                if engine.craft.needs_value() && engine.craft.watch() == BpType::W {
+                    // The store has now run: remember what it left (SilentCraft).
+                    let w = &mut self.watch.slots[i].watched;
+                    let n = (w.access.len as usize).min(SNAPSHOT);
+                    w.value_len = if mem::read_own(w.access.addr, &mut w.value[..n]) { n } else { 0 };
+                }
+                return;
+            }
+        }
+        let found = precise_pc::recover(map, &mut self.scratch.pc, &mut self.scratch.analyzer, &regs, s.addr, s.len, self.place.stack);
+        let (pc, access) = match found {
+            Some(t) => {
+                if !t.precise {
+                    self.record.counters.imprecise += 1;
+                }
+                (t.pc, t.access)
+            }
+            None => {
+                self.record.counters.imprecise += 1;
+                if engine.craft.watch() != BpType::W {
+                    // A read-or-write trap we can't place: neither waste nor use.
+                    self.free(i);
+                    return;
+                }
+                // A write-only watchpoint only traps on stores.
+                let a = Access { addr: s.addr, len: s.len as u32, read: false, write: true, float: s.watched.access.float };
+                (regs.rip, a)
+            }
+        };
+        let mut now = [0u8; SNAPSHOT];
+        if engine.craft.needs_value() {
+            let n = s.watched.value_len;
+            if n > 0 && !mem::read_own(s.watched.access.addr, &mut now[..n]) {
+                self.free(i);
+                return;
+            }
+        }
+        let verdict = engine.craft.judge(&s.watched, &access, &now);
+        if verdict == Verdict::Ignore {
+            self.record.counters.ignored_traps += 1;
+            self.watch.slots[i].ignored += 1;
+            if self.watch.slots[i].ignored >= MAX_IGNORED {
+                self.record.counters.abandoned += 1;
+                self.free(i);
+            }
+            return;
+        }
+        self.record.counters.traps += 1;
+        let n = unwind::walk(map, &mut self.scratch.unwind, &regs, pc, self.place.stack, &mut self.scratch.frames);
+        let rec = &mut self.record;
+        let trap_ctx = rec.tree.insert(&self.scratch.frames[..n]);
+        // Proportional attribution (Witch §4.4.2): this trap stands for the
+        // samples of C_watch not yet accounted for, shared among the
+        // watchpoints currently armed from C_watch.
+        let node = rec.tree.node(s.ctx);
+        let sharers = node.armed.max(1) as f64;
+        let delta = ((node.mu - node.eta) / sharers).max(0.0);
+        node.eta += delta;
+        let scale = delta * engine.period as f64;
+        if let Some(p) = rec.pairs.get(s.ctx, trap_ctx) {
+            p.credit(verdict, scale);
+        }
+        self.free(i);
+    }
+
+    /// Free slot `i` for the next sample.
+    pub(crate) fn free(&mut self, i: usize) {
+        let node = self.record.tree.node(self.watch.slots[i].ctx);
+        node.armed = node.armed.saturating_sub(1);
+        self.watch.free(i);
+    }
+}

@@ -1,0 +1,151 @@
+//! Pairs ⟨C_watch, C_trap⟩: what each trap's verdict credits, per pair of
+//! calling contexts, in a table preallocated like the context tree.
+
+use crate::context::{hash, reindex};
+use crate::craft::Verdict;
+
+/// ⟨C_watch, C_trap⟩ → attributed bytes, preallocated like the tree.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PairEntry {
+    pub watch: u32,
+    pub trap: u32,
+    pub waste: f64,
+    pub approx_waste: f64,
+    pub used: f64,
+    /// Sums of the squares of each trap's credit to the three above, so a
+    /// report can put an interval on any ratio of them (the linearized
+    /// variance of a ratio estimator needs Σx² per side).
+    pub waste_sq: f64,
+    pub approx_waste_sq: f64,
+    pub used_sq: f64,
+    pub traps: u64,
+}
+
+impl PairEntry {
+    /// One trap's verdict, credited with `scale` times its bytes.
+    pub fn credit(&mut self, verdict: Verdict, scale: f64) {
+        self.traps += 1;
+        let (sum, sq, bytes) = match verdict {
+            Verdict::Waste { bytes, approx: false } => (&mut self.waste, &mut self.waste_sq, bytes),
+            Verdict::Waste { bytes, approx: true } => (&mut self.approx_waste, &mut self.approx_waste_sq, bytes),
+            Verdict::Use { bytes } => (&mut self.used, &mut self.used_sq, bytes),
+            Verdict::Ignore => return,
+        };
+        let x = scale * bytes as f64;
+        *sum += x;
+        *sq += x * x;
+    }
+}
+
+pub struct Pairs {
+    pub entries: Vec<PairEntry>,
+    index: Vec<u32>,
+    cap: usize,
+    pub overflow: u64,
+}
+
+impl Pairs {
+    pub fn with_capacity(cap: usize) -> Pairs {
+        let mut entries = Vec::with_capacity(cap + 1);
+        entries.push(PairEntry::default()); // index 0 = empty marker
+        Pairs { entries, index: vec![0u32; (cap * 2).next_power_of_two()], cap, overflow: 0 }
+    }
+
+    pub fn clear(&mut self) {
+        self.entries.truncate(1);
+        self.index.iter_mut().for_each(|x| *x = 0);
+        self.overflow = 0;
+    }
+
+    /// Doubles the capacity when full; allocates, so outside signal handlers
+    /// only (the exact mode).
+    pub fn grow_when_full(&mut self) {
+        if self.entries.len() <= self.cap {
+            return;
+        }
+        self.cap *= 2;
+        self.index = reindex(self.cap, self.entries.iter().skip(1).map(|e| hash(e.watch, e.trap as u64)));
+    }
+
+    pub fn get(&mut self, watch: u32, trap: u32) -> Option<&mut PairEntry> {
+        let mask = self.index.len() - 1;
+        let mut h = (hash(watch, trap as u64) as usize) & mask;
+        loop {
+            let i = self.index[h] as usize;
+            if i == 0 {
+                if self.entries.len() > self.cap {
+                    self.overflow += 1;
+                    return None;
+                }
+                self.index[h] = self.entries.len() as u32;
+                self.entries.push(PairEntry { watch, trap, ..Default::default() });
+                return self.entries.last_mut();
+            }
+            if self.entries[i].watch == watch && self.entries[i].trap == trap {
+                return Some(&mut self.entries[i]);
+            }
+            h = (h + 1) & mask;
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &PairEntry> {
+        self.entries[1..].iter()
+    }
+}
+
+/// One thread's tree and pairs in the profile's form.
+pub fn thread_profile(
+    tid: u32,
+    tree: &crate::context::Tree,
+    pairs: &Pairs,
+    mut counters: crate::profile::Counters,
+) -> crate::profile::Thread {
+    use crate::profile;
+    counters.tree_overflow = tree.overflow;
+    counters.pair_overflow = pairs.overflow;
+    profile::Thread {
+        tid,
+        nodes: tree.nodes.iter().map(|n| profile::Node { parent: n.parent, pc: n.pc, samples: n.samples }).collect(),
+        pairs: pairs
+            .iter()
+            .map(|p| profile::Pair {
+                watch: p.watch,
+                trap: p.trap,
+                waste: p.waste,
+                approx_waste: p.approx_waste,
+                r#use: p.used,
+                waste_sq: p.waste_sq,
+                approx_waste_sq: p.approx_waste_sq,
+                use_sq: p.used_sq,
+                traps: p.traps,
+            })
+            .collect(),
+        counters,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_accumulate() {
+        let mut p = Pairs::with_capacity(2);
+        p.get(1, 2).unwrap().waste += 3.0;
+        p.get(1, 2).unwrap().waste += 4.0;
+        p.get(2, 1).unwrap().used += 1.0;
+        assert!(p.get(5, 5).is_none());
+        let v: Vec<_> = p.iter().map(|e| (e.watch, e.trap, e.waste, e.used)).collect();
+        assert_eq!(v, vec![(1, 2, 7.0, 0.0), (2, 1, 0.0, 1.0)]);
+    }
+
+    #[test]
+    fn credits_keep_sums_of_squares() {
+        let mut p = PairEntry::default();
+        p.credit(Verdict::Waste { bytes: 8, approx: false }, 2.0);
+        p.credit(Verdict::Waste { bytes: 8, approx: false }, 1.0);
+        p.credit(Verdict::Use { bytes: 4 }, 1.0);
+        p.credit(Verdict::Ignore, 1.0);
+        assert_eq!((p.waste, p.waste_sq, p.used, p.used_sq, p.traps), (24.0, 320.0, 4.0, 16.0, 4));
+    }
+}

@@ -1,0 +1,13 @@
+//! The kernel interfaces the engine uses, each in one place: perf events
+//! (breakpoints, software clocks, PMU samplers), POSIX CPU-time timers,
+//! signal information, and /proc. Raw constants and system calls live here
+//! behind small named functions; the engine above speaks in their terms.
+
+pub mod cputimer;
+pub mod mem;
+pub mod perf;
+pub mod pmu;
+pub mod procfs;
+pub mod siginfo;
+pub mod task;
+pub mod watchpoint;

@@ -1,0 +1,124 @@
+//! What our signals carry, and telling them from everyone else's.
+//!
+//! - Watchpoints use perf's `sigtrap` (Linux 5.13+): SIGTRAP with
+//!   `si_code == TRAP_PERF`, delivered synchronously to the thread that
+//!   caused the event, with our tag in `si_perf_data`.
+//! - The sampler signals with a real-time signal ([`sampler_signal`]),
+//!   never SIGTRAP: standard signals don't queue, so a sample and a trap
+//!   arriving together would lose one. A CPU-time timer sends it with our
+//!   tag in `si_value` (`si_code == SI_TIMER`); a perf sampler (and
+//!   watchpoints before 5.13) through `F_SETSIG`, naming the event in `si_fd`.
+//! - Single steps (the trap flag) arrive as SIGTRAP with `TRAP_TRACE`.
+
+/// `si_code` of a single-step trap.
+pub const TRAP_TRACE: i32 = 2;
+/// `si_code` of a SIGTRAP raised by a perf event with `sigtrap` set.
+pub const TRAP_PERF: i32 = 6;
+/// `si_code` of a POSIX timer's signal.
+pub const SI_TIMER: i32 = -2;
+/// `si_perf_flags` bit: the signal was sent while SIGTRAP was blocked, so
+/// its context is not the one of the access.
+pub const TRAP_PERF_FLAG_ASYNC: u32 = 1;
+
+/// The real-time signal of the sampler (and of traps before `sigtrap`).
+pub fn sampler_signal() -> i32 {
+    libc::SIGRTMIN() + 7
+}
+
+/// Our tag, in the top half of `si_perf_data` / `si_value` ("WITC").
+pub const TAG: u64 = 0x5749_5443_0000_0000;
+pub const TAG_MASK: u64 = 0xffff_ffff_0000_0000;
+/// Tag low bits naming the sampler (watchpoint slots use 0..N).
+pub const TAG_SAMPLER: u64 = 0xff;
+
+/// The tag of watchpoint slot `i`.
+pub fn slot_tag(i: usize) -> u64 {
+    TAG | i as u64
+}
+
+/// Where a signal came from, as far as its `siginfo` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A perf event with `sigtrap`: its `sig_data` and `si_perf_flags`.
+    Perf { data: u64, flags: u32 },
+    /// A POSIX timer: its `si_value`.
+    Timer { value: u64 },
+    /// An `F_SETSIG` notification from the event with this fd.
+    Fd(i32),
+    /// A single-step trap.
+    Step,
+    /// Anything else: sent by a process, a fault, the program's own.
+    Other,
+}
+
+// x86-64 siginfo layout: si_code at 8; the union at 16. Perf traps keep
+// si_perf_data at 24 and si_perf_flags at 36 (si_addr at 16); timers keep
+// si_value at 24 (si_tid, si_overrun before it); SIGPOLL keeps si_fd at 24
+// (si_band at 16).
+const UNION_24: usize = 24;
+const PERF_FLAGS: usize = 36;
+const POLL_IN: i32 = 1;
+const POLL_HUP: i32 = 6;
+
+/// Read where signal `sig` came from.
+///
+/// # Safety
+/// `info` must point to the `siginfo_t` the kernel passed to the handler.
+pub unsafe fn origin(sig: i32, info: *const libc::siginfo_t) -> Origin {
+    let raw = info as *const u8;
+    // SAFETY (all reads below): `info` is a whole siginfo_t (128 bytes);
+    // the offsets are inside it and read unaligned.
+    let code = unsafe { (*info).si_code };
+    let u64_at = |o: usize| unsafe { std::ptr::read_unaligned(raw.add(o) as *const u64) };
+    if sig == libc::SIGTRAP {
+        return match code {
+            TRAP_PERF => {
+                Origin::Perf { data: u64_at(UNION_24), flags: unsafe { std::ptr::read_unaligned(raw.add(PERF_FLAGS) as *const u32) } }
+            }
+            TRAP_TRACE => Origin::Step,
+            _ => Origin::Other,
+        };
+    }
+    match code {
+        SI_TIMER => Origin::Timer { value: u64_at(UNION_24) },
+        POLL_IN..=POLL_HUP => Origin::Fd(unsafe { std::ptr::read_unaligned(raw.add(UNION_24) as *const i32) }),
+        _ => Origin::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(code: i32, at24: u64, at36: u32) -> libc::siginfo_t {
+        // SAFETY: siginfo_t is plain data.
+        let mut i: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        i.si_code = code;
+        let raw = &mut i as *mut libc::siginfo_t as *mut u8;
+        // SAFETY: inside the 128-byte siginfo.
+        unsafe {
+            std::ptr::write_unaligned(raw.add(24) as *mut u64, at24);
+            std::ptr::write_unaligned(raw.add(36) as *mut u32, at36);
+        }
+        i
+    }
+
+    #[test]
+    fn origins_are_told_apart() {
+        let o = |sig, i: libc::siginfo_t| unsafe { origin(sig, &i) };
+        assert_eq!(o(libc::SIGTRAP, info(TRAP_PERF, TAG | 3, 1)), Origin::Perf { data: TAG | 3, flags: 1 });
+        assert_eq!(o(libc::SIGTRAP, info(TRAP_TRACE, 0, 0)), Origin::Step);
+        assert_eq!(o(libc::SIGTRAP, info(libc::SI_TKILL, 0, 0)), Origin::Other);
+        assert_eq!(o(sampler_signal(), info(SI_TIMER, TAG | TAG_SAMPLER, 0)), Origin::Timer { value: TAG | TAG_SAMPLER });
+        assert_eq!(o(sampler_signal(), info(POLL_IN, 42, 0)), Origin::Fd(42));
+        assert_eq!(o(sampler_signal(), info(libc::SI_QUEUE, 42, 0)), Origin::Other);
+    }
+
+    #[test]
+    fn real_siginfo_offsets_match() {
+        // si_value of a timer signal and si_fd of SIGPOLL, as libc lays them out.
+        let i = info(SI_TIMER, 0x1234, 0);
+        // SAFETY: reading the union member libc exposes.
+        assert_eq!(unsafe { i.si_value().sival_ptr } as u64, 0x1234);
+    }
+}
