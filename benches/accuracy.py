@@ -13,9 +13,24 @@ is left out of both.
     python3 benches/accuracy.py              # markdown tables
     python3 benches/accuracy.py --runs 3     # quicker
 
+The acceptance report (--accept) judges one or more sampler configurations
+on the real programs (zstd, SQLite, Lua, PCRE2, simdjson, RustFFT) against
+their exact steady state:
+
+    python3 benches/accuracy.py --set real --exact-only     # the references (hours, once)
+    python3 benches/accuracy.py --set real --accept         # today's default sampler
+    python3 benches/accuracy.py --set real --accept --witch-args "-e cpu-timer -p 1000000"
+
+Exact references are cached in target/bench/exact/ (--exact-cache DIR to
+use another checkout's), keyed by program, craft, arguments, the workload
+binary's contents, the reduction this script applies, and the sources that
+make the exact mode's judgements (EXACT_SOURCES, plus the decoder crate's
+version); --recompute-exact runs them again. A reference whose run lost
+pairs ("tables overflowed") or did not exit 0 is refused, never cached.
+
 Needs `cargo build --release --workspace` first.
 """
-import argparse, json, os, statistics, subprocess, sys
+import argparse, glob, gzip, hashlib, json, os, shlex, statistics, subprocess, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import workloads  # noqa: E402  (real programs built from crate-bundled sources)
@@ -51,24 +66,37 @@ WORKLOAD_SIZES = {
 WORKLOAD_CASES = [(w, f"benches/workloads/{w}.c", c, None, (lo, hi), big)
                   for w, (lo, hi, big) in WORKLOAD_SIZES.items()
                   for c in ["dead", "silent-store", "silent-load"]]
-# The real programs of benches/workloads.py, built by it, measured in the
-# same steady state; pairs count under their driver's main and are named by
-# their innermost frames' lines. One repetition of the repeated part is
-# 0.4M instructions for zstd (compress and decompress 4 KiB), 2.5M for SQLite
-# (a whole session on 40 rows) and 1.5M for Lua (bench.lua at scale 0.0001),
-# so the exact runs take 20 s to 3 minutes each here, the set about half an
-# hour; it runs on demand (--set real), not in `all`.
+# The real programs of benches/workloads.py, built by it from release sources
+# at -O2 -g, measured in the same steady state; pairs count under their
+# driver's main and are named by their innermost frames' lines. One
+# repetition of the repeated part is kept small enough for the exact runs
+# to take minutes (sizes and timings: docs/ACCURACY.md); the sampled runs
+# repeat it for a few seconds. --set real runs on demand, not in `all`.
 # name -> (driver source, exact args, exact args with one more repetition,
 # sampled args); "@lua" is benches/workloads/bench.lua.
 REAL_SIZES = {
     "zstd": ("benches/workloads/zstd_driver.c", ["4k", "3", "1"], ["4k", "3", "2"], ["4k", "3", "15000"]),
     "sqlite": ("benches/workloads/sqlite_driver.c", ["40", "1"], ["40", "2"], ["40", "2000"]),
     "lua": ("benches/workloads/lua_main.c", ["@lua", "0.0001", "1"], ["@lua", "0.0001", "2"], ["@lua", "0.0001", "2500"]),
+    "pcre2": ("benches/workloads/pcre2_driver.c", ["4", "1"], ["4", "2"], ["4", "12000"]),
+    "simdjson": ("benches/workloads/simdjson_driver.cpp", ["32", "1"], ["32", "2"], ["32", "12000"]),
+    "fft": ("benches/workloads/fft_driver.rs", ["3600", "2", "1"], ["3600", "2", "2"], ["3600", "2", "20000"]),
 }
 REAL_NAMES = {os.path.basename(v[0]) for v in REAL_SIZES.values()}
 REAL_CASES = [(w, src, c, None, (lo, hi), big)
               for w, (src, lo, hi, big) in REAL_SIZES.items()
               for c in ["dead", "silent-store", "silent-load"]]
+LUA_SCRIPT = os.path.join(ROOT, "benches/workloads/bench.lua")
+
+# The sources whose code makes the exact mode's judgements (stepping,
+# decoding, shadow memory, comparisons, the context tree and pair table),
+# where they are now and where the restructure puts them. A change to any of
+# them, or to the decoder crate's version, keys new exact references.
+EXACT_SOURCES = ["witchcraft/src/exact.rs", "witchcraft/src/exact/*.rs", "witchcraft/src/access.rs",
+                 "witchcraft/src/x86/decode.rs", "witchcraft/src/context.rs", "witchcraft/src/craft/*.rs",
+                 "witchcraft/src/craft.rs"]
+# Bumped whenever pair_sums' reduction (what a cached reference stores) changes.
+CACHE_FORMAT = 1
 
 
 def marked_lines(src, markers):
@@ -80,23 +108,121 @@ PERIODS = ["100000", "1000000", "default"]
 
 
 def build(name, src):
+    if name in workloads.SETS["all"]:
+        return workloads.build_one(name, OUT)[0][0]
     exe = os.path.join(OUT, name)
-    subprocess.run(["gcc", "-O2", "-g", "-o", exe, os.path.join(ROOT, src), "-lm"], check=True)
+    # Path-independent, like workloads.py's builds (the exact cache keys by contents).
+    subprocess.run(["gcc", f"-ffile-prefix-map={ROOT}=.", "-O2", "-g", "-o", exe, os.path.join(ROOT, src), "-lm"],
+                   check=True, cwd=ROOT)
     return exe
 
 
-def profile(craft, exe, args, opts, out):
-    subprocess.run([WITCH, craft, "-q", "-o", out] + opts + [exe] + args,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def run_witch(craft, exe, args, opts, out):
+    """One witch run writing the profile `out`; returns (exit status, seconds)."""
+    nice = ["nice", "-n", "19"] if "--exact" in opts else []
+    t0 = time.monotonic()
+    r = subprocess.run(nice + [WITCH, craft, "-q", "-o", out] + opts + [exe] + args,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return r.returncode, time.monotonic() - t0
+
+
+def report_of(out):
     r = subprocess.run([WITCH, "report", out, "--json", "--top", "0"], capture_output=True, check=True)
-    if "--exact" in opts:
-        # A reference that lost pairs is no reference.
-        with open(out) as f:
-            lost = sum(t["counters"].get("pair_overflow", 0) + t["counters"].get("tree_overflow", 0)
-                       for t in json.load(f).get("threads", []))
-        if lost:
-            sys.exit(f"benches/accuracy.py: the exact run of {exe} {' '.join(args)} lost {lost} pairs or contexts")
     return json.loads(r.stdout)
+
+
+def profile(craft, exe, args, opts, out):
+    run_witch(craft, exe, args, opts, out)
+    return report_of(out)
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+_FINGERPRINT = None
+
+
+def exact_fingerprint():
+    """Hash of the exact mode's sources (EXACT_SOURCES) and the decoder
+    crate's locked version; refuses a witch binary older than them, which
+    would not be the build those sources describe."""
+    global _FINGERPRINT
+    if _FINGERPRINT is None:
+        files = sorted({f for g in EXACT_SOURCES for f in glob.glob(os.path.join(ROOT, g))})
+        if not files:
+            sys.exit("benches/accuracy.py: none of EXACT_SOURCES exists; update the list to where the exact mode lives")
+        newest = max(os.stat(f).st_mtime for f in files)
+        if os.stat(WITCH).st_mtime < newest:
+            sys.exit("benches/accuracy.py: target/release/witch is older than the exact mode's sources; "
+                     "cargo build --release --workspace")
+        h = hashlib.sha256()
+        for f in files:
+            h.update(os.path.relpath(f, ROOT).encode() + b"\0")
+            with open(f, "rb") as fh:
+                h.update(fh.read() + b"\0")
+        with open(os.path.join(ROOT, "Cargo.lock")) as fh:
+            lock = fh.read()
+        at = lock.find('name = "iced-x86"')
+        h.update(lock[at:at + 60].encode() if at >= 0 else b"?")
+        _FINGERPRINT = h.hexdigest()
+    return _FINGERPRINT
+
+
+def _tuplify(x):
+    return tuple(_tuplify(v) for v in x) if isinstance(x, list) else x
+
+
+def exact_reference(craft, exe, args, src, lines_at, a):
+    """Pair sums of one exact run ({"line": ..., "pc": ..., "meta": ...}),
+    from the cache or computed (and cached). Refuses a lossy run."""
+    shown = ["@lua" if x == LUA_SCRIPT else x for x in args]
+    key_parts = {
+        "format": CACHE_FORMAT, "craft": craft, "program": os.path.basename(exe), "args": shown,
+        "binary": sha256_file(exe), "exact": exact_fingerprint(), "src": os.path.basename(src),
+        "lines": sorted(lines_at) if lines_at is not None else None,
+        "script": sha256_file(LUA_SCRIPT) if "@lua" in shown else None,
+        "env": {k: os.environ.get(k) for k in ("GLIBC_TUNABLES", "WITCH_KEEP_REP_STRINGS")},
+    }
+    key = hashlib.sha256(json.dumps(key_parts, sort_keys=True).encode()).hexdigest()[:20]
+    path = os.path.join(a.exact_cache, f"{os.path.basename(exe)}-{craft}-{'_'.join(shown).replace('/', '_')}-{key}.json.gz")
+    if os.path.exists(path) and not a.recompute_exact:
+        with gzip.open(path, "rt") as f:
+            d = json.load(f)
+        return {"line": {_tuplify(k): v for k, v in d["line"]}, "pc": {_tuplify(k): v for k, v in d["pc"]},
+                "meta": d["meta"]}
+    os.makedirs(a.exact_cache, exist_ok=True)
+    out = os.path.join(OUT, f"exact-{os.getpid()}-{os.path.basename(exe)}-{craft}.json")
+    print(f"  exact: {craft} {os.path.basename(exe)} {' '.join(shown)} ...", end="", file=sys.stderr, flush=True)
+    code, secs = run_witch(craft, exe, args, ["--exact"], out)
+    with open(out) as f:
+        prof = json.load(f)
+    lost = sum(t["counters"].get("pair_overflow", 0) + t["counters"].get("tree_overflow", 0)
+               for t in prof.get("threads", []))
+    what = f"the exact run of {os.path.basename(exe)} {' '.join(shown)} ({craft})"
+    if lost:
+        sys.exit(f"benches/accuracy.py: {what} lost {lost} pairs or contexts (tables overflowed): no reference")
+    if code != 0 or prof.get("ended_by") != "exit":
+        sys.exit(f"benches/accuracy.py: {what} exited {code} ({prof.get('ended_by')}): no reference")
+    rep = report_of(out)
+    os.unlink(out)
+    note = " ".join(prof.get("notes", []))
+    instr = int(note.split("exact reference: ")[1].split()[0]) if "exact reference: " in note else None
+    d = {"line": pair_sums(rep, src, lines_at), "pc": pair_sums(rep, src, lines_at, True),
+         "meta": {"seconds": secs, "instructions": instr, "pairs": rep.get("pair_count"),
+                  "total": [rep.get("waste_bytes"), rep.get("use_bytes")], "key": key_parts,
+                  "date": time.strftime("%Y-%m-%d")}}
+    tmp = path + f".tmp{os.getpid()}"
+    with gzip.open(tmp, "wt") as f:
+        json.dump({"line": [[k, v] for k, v in d["line"].items()], "pc": [[k, v] for k, v in d["pc"].items()],
+                   "meta": d["meta"]}, f)
+    os.replace(tmp, path)
+    print(f" {secs:.0f} s, {instr} instructions", file=sys.stderr, flush=True)
+    return d
 
 
 def pair_sums(report, src, lines_at, by_pc=False):
@@ -192,14 +318,156 @@ def bias(exact, sampled):
     return (num / den if den > 0 else float("nan")), seen / et, ratios
 
 
+def resolve(name, src, small, big):
+    """(binary, exact args (one list, or a (fewer, more repetitions) pair), sampled args)."""
+    if name in REAL_SIZES:
+        exe = workloads.build_one(name, OUT)[0][0]
+        lua = lambda args: [LUA_SCRIPT if x == "@lua" else x for x in args]  # noqa: E731
+        return exe, tuple(lua(x) for x in small), lua(big)
+    return build(name, src), small, big
+
+
+def exact_case(craft, exe, src, at, small, a):
+    """The exact side of one case: (fraction, top-5 pair keys, per-pair sums
+    by line, by instruction, [cached run metadata])."""
+    if isinstance(small, tuple):
+        lo = exact_reference(craft, exe, small[0], src, at, a)
+        hi = exact_reference(craft, exe, small[1], src, at, a)
+        ex_sums = steady(lo["line"], hi["line"])
+        ex_pc = steady(lo["pc"], hi["pc"])
+        ex_frac, ex_top = summarize(ex_sums)
+        d = sum(sum(v) for v in ex_sums.values())
+        # Too little of the repeated part to tell (or it isn't steady).
+        if d < 0.05 * sum(sum(v) for v in hi["line"].values()) or not 0.0 <= ex_frac <= 1.0:
+            ex_frac = float("nan")
+        return ex_frac, ex_top, ex_sums, ex_pc, [lo["meta"], hi["meta"]]
+    rex = exact_reference(craft, exe, small, src, at, a)
+    ex_frac, ex_top = summarize(rex["line"])
+    return ex_frac, ex_top, rex["line"], rex["pc"], [rex["meta"]]
+
+
+def exact_only(cases, a):
+    """Compute (or load) the exact references of `cases`, one at a time, and
+    print what they say and what they cost."""
+    print("| program | craft | exact (steady) | exact runs (instructions, seconds) | repeated part (instructions) |")
+    print("|---|---|---:|---|---:|")
+    total = 0.0
+    for name, src, craft, markers, small, big in cases:
+        exe, small, big = resolve(name, src, small, big)
+        f, _, _, _, metas = exact_case(craft, exe, src, marked_lines(src, markers), small, a)
+        runs = ", ".join(f"{m['instructions']:,} in {m['seconds']:.0f} s" for m in metas)
+        rep = (f"{metas[1]['instructions'] - metas[0]['instructions']:,}"
+               if len(metas) == 2 and metas[0]["instructions"] and metas[1]["instructions"] else "")
+        total += sum(m["seconds"] for m in metas)
+        print(f"| {name} | {craft} | {'n/a' if f != f else f'{100*f:.1f}'} | {runs} | {rep} |", flush=True)
+    print(f"\nExact runs of these cases: {total/3600:.2f} h of wall time when computed (under nice -n 19).")
+
+
+def engine_share(path):
+    """The engine's own measured cost (handlers plus the calibrated trap and
+    signal round trips, counters.engine_ns) over the run's duration."""
+    with open(path) as f:
+        d = json.load(f)
+    return d["counters"].get("engine_ns", 0) / max(1, d["duration_ns"])
+
+
+def accept(cases, a):
+    """The acceptance report: per program x craft, the exact steady-state
+    fraction against RUNS sampled runs of each --witch-args configuration."""
+    for conf in a.witch_args:
+        opts = shlex.split(conf)
+        t_all = time.monotonic()
+        print(f"Sampler settings: `{' '.join(['witch', 'CRAFT'] + opts) if opts else 'witch CRAFT'}` (defaults of this build); "
+              f"{a.runs} sampled runs per case; {time.strftime('%Y-%m-%d')}\n")
+        print("| program | craft | exact | sampled (mean ± sd) | sampled - exact | within 3 | "
+              "exact top-3 in sampled top-5 (runs) | engine share |")
+        print("|---|---|---:|---:|---:|---|---|---:|")
+        judged, within, misses, tops_ok, sds, bias_rows = 0, 0, [], 0, [], []
+        for name, src, craft, markers, small, big in cases:
+            exe, small, big = resolve(name, src, small, big)
+            at = marked_lines(src, markers)
+            ex_frac, ex_top, ex_sums, ex_pc, _ = exact_case(craft, exe, src, at, small, a)
+            out = os.path.join(OUT, f"accept-{os.getpid()}-{name}-{craft}.json")
+            fr, shares, hits, pooled, pooled_pc = [], [], 0, {}, {}
+            need = min(2, len(ex_top[:3]))
+            for _ in range(a.runs):
+                code, _ = run_witch(craft, exe, big, opts, out)
+                rep = report_of(out)
+                shares.append(engine_share(out))
+                sums = pair_sums(rep, src, at)
+                f, top = summarize(sums)
+                fr.append(f)
+                hits += len(set(ex_top[:3]) & set(top[:5])) >= need
+                for into, got in ((pooled, sums), (pooled_pc, pair_sums(rep, src, at, True))):
+                    for k, v in got.items():
+                        acc = into.setdefault(k, [0.0, 0.0])
+                        acc[0] += v[0]
+                        acc[1] += v[1]
+            os.unlink(out)
+            mean, sd = statistics.mean(fr), (statistics.stdev(fr) if len(fr) > 1 else 0.0)
+            sds.append((100 * sd, f"{name} {craft}"))
+            top_ok = hits * 2 > a.runs
+            if ex_frac == ex_frac:
+                judged += 1
+                diff = 100 * (mean - ex_frac)
+                within += abs(diff) <= 3
+                misses.append((abs(diff), diff, f"{name} {craft}"))
+                tops_ok += top_ok
+                cells = f"{100*ex_frac:.1f} | {100*mean:.1f} ± {100*sd:.1f} | {diff:+.1f} | {'yes' if abs(diff) <= 3 else 'no'}"
+                rw, seen, ratios = bias(ex_sums, pooled)
+                rw_pc, seen_pc, _ = bias(ex_pc, pooled_pc)
+                fmt = lambda rs: ", ".join(f"{l}: {r:.2f}" for l, r in rs)  # noqa: E731
+                bias_rows.append(f"| {name} | {craft} | {100*ex_frac:.1f} | {100*summarize(pooled)[0]:.1f} | "
+                                 + ("n/a" if rw != rw else f"{100*rw:.1f}") + f" | {100*seen:.0f}% | "
+                                 + ("n/a" if rw_pc != rw_pc else f"{100*rw_pc:.1f}")
+                                 + f" | {100*seen_pc:.0f}% | {fmt(ratios[:2])} | {fmt(ratios[::-1][:2])} |")
+            else:
+                cells = f"n/a | {100*mean:.1f} ± {100*sd:.1f} | | "
+            print(f"| {name} | {craft} | {cells} | {'yes' if top_ok else 'no'} ({hits}/{a.runs}) | "
+                  f"{100*statistics.mean(shares):.2f}% |", flush=True)
+        misses.sort(reverse=True)
+        sds.sort(reverse=True)
+        print(f"\n- Within 3 points of exact: {within} of {judged} cases"
+              + (f" ({100*within/judged:.0f}%)" if judged else "") + ".")
+        if misses:
+            print(f"- Largest miss: {misses[0][1]:+.1f} points ({misses[0][2]}).")
+        print(f"- At least 2 of the exact top-3 pairs in the sampled top 5 (in most runs): {tops_ok} of {judged} cases"
+              + (f" ({100*tops_ok/judged:.0f}%)" if judged else "") + ".")
+        if sds:
+            print(f"- Largest run-to-run standard deviation: {sds[0][0]:.1f} points ({sds[0][1]}).")
+        print(f"- Sampled runs of this configuration took {(time.monotonic() - t_all)/60:.1f} minutes.")
+        if bias_rows:
+            print("\nWhere the sampler looks vs what it finds (runs pooled). Re-weighted: the sampled per-site "
+                  "fractions weighted by the exact per-site bytes (by line: the innermost frames' lines; by "
+                  "instruction: the watched instruction). Ratios: a watch line's share of sampled bytes over "
+                  "its share of exact bytes.\n")
+            print("| program | craft | exact | sampled | re-weighted by line | exact weight seen | "
+                  "re-weighted by instruction | exact weight seen | least sampled (line: ratio) | most sampled |")
+            print("|---|---|---:|---:|---:|---:|---:|---:|---|---|")
+            for r in bias_rows:
+                print(r)
+        print()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--set", default="all", choices=["all", "ground-truth", "workloads", "real"],
-                    help="all = ground-truth + workloads; real (zstd, SQLite, Lua; ~30 minutes) runs only on demand")
+                    help="all = ground-truth + workloads; real (zstd, SQLite, Lua, PCRE2, simdjson, RustFFT) "
+                         "runs only on demand")
     ap.add_argument("--only", default="", help="comma-separated program names to keep")
-    ap.add_argument("--crafts", default="", help="comma-separated crafts to keep (run crafts in parallel processes to use more cores)")
+    ap.add_argument("--crafts", default="", help="comma-separated crafts to keep")
+    ap.add_argument("--accept", action="store_true",
+                    help="acceptance report: exact vs --runs sampled runs of each --witch-args configuration")
+    ap.add_argument("--witch-args", action="append", default=None, metavar="ARGS",
+                    help='sampler options passed to witch for --accept, e.g. "-e cpu-timer -p 1000000" '
+                         "(repeatable; default: no options, today's default sampler)")
+    ap.add_argument("--exact-only", action="store_true", help="only compute (or load) the exact references")
+    ap.add_argument("--exact-cache", default=os.path.join(OUT, "exact"), metavar="DIR",
+                    help="where exact references are cached (default target/bench/exact)")
+    ap.add_argument("--recompute-exact", action="store_true", help="run the exact references again")
     a = ap.parse_args()
+    a.witch_args = a.witch_args or [""]
     cases = {"all": CASES + WORKLOAD_CASES, "ground-truth": CASES, "workloads": WORKLOAD_CASES,
              "real": REAL_CASES}[a.set]
     if a.only:
@@ -209,35 +477,19 @@ def main():
     if not os.path.exists(WITCH):
         sys.exit("benches/accuracy.py: build first: cargo build --release --workspace")
     os.makedirs(OUT, exist_ok=True)
+    if a.exact_only:
+        return exact_only(cases, a)
+    if a.accept:
+        return accept(cases, a)
     print(f"Sampled vs exact waste fraction (own code), mean ± std over {a.runs} runs\n")
     print("| program | craft | exact | " + " | ".join(f"-p {p}" for p in PERIODS) + " | top-5 overlap | top-3 same | oldest | 1 debug reg |")
     print("|---|---|---:|" + "---:|" * len(PERIODS) + "---:|---:|---:|---:|")
     bias_rows = []
     for name, src, craft, markers, small, big in cases:
-        if name in REAL_SIZES:
-            exe = workloads.build_one(name, OUT)[0][0]
-            lua = lambda args: [os.path.join(ROOT, "benches/workloads/bench.lua") if x == "@lua" else x for x in args]  # noqa: E731
-            small = tuple(lua(x) for x in small)
-            big = lua(big)
-        else:
-            exe = build(name, src)
+        exe, small, big = resolve(name, src, small, big)
         at = marked_lines(src, markers)
         out = os.path.join(OUT, f"acc-{name}-{craft}.json")
-        if isinstance(small, tuple):
-            rlo = profile(craft, exe, small[0], ["--exact"], out)
-            rhi = profile(craft, exe, small[1], ["--exact"], out)
-            lo, hi = pair_sums(rlo, src, at), pair_sums(rhi, src, at)
-            ex_sums = steady(lo, hi)
-            ex_pc = steady(pair_sums(rlo, src, at, True), pair_sums(rhi, src, at, True))
-            ex_frac, ex_top = summarize(ex_sums)
-            d = sum(sum(v) for v in steady(lo, hi).values())
-            # Too little of the repeated part to tell (or it isn't steady).
-            if d < 0.05 * sum(sum(v) for v in hi.values()) or not 0.0 <= ex_frac <= 1.0:
-                ex_frac = float("nan")
-        else:
-            rex = profile(craft, exe, small, ["--exact"], out)
-            ex_sums, ex_pc = pair_sums(rex, src, at), pair_sums(rex, src, at, True)
-            ex_frac, ex_top = summarize(ex_sums)
+        ex_frac, ex_top, ex_sums, ex_pc, _ = exact_case(craft, exe, src, at, small, a)
         cells, tops, pooled, pooled_pc = [], None, {}, {}
         for per in PERIODS:
             opts = [] if per == "default" else ["-p", per]

@@ -35,6 +35,7 @@ import concurrent.futures
 import glob
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -47,11 +48,22 @@ CRATES = {  # crate -> (version requirement for cargo fetch, file that must exis
     "lua-src": ("*", "lua-5.4.*/lapi.c"),
     "libsqlite3-sys": ("*", "sqlite3/sqlite3.c"),
     "zstd-sys": ("*", "zstd/lib/zstd.h"),
+    "pcre2-sys": ("*", "upstream/src/pcre2_match.c"),
+    # Only a pre-release of the crate bundles simdjson 4 (its amalgamated
+    # release sources); cargo's "*" never picks a pre-release.
+    "simdjson-sys": ("=0.4.0-alpha.2", "vendor/simdjson/simdjson.cpp"),
+}
+# Rust workloads: a cargo project generated under the output directory that
+# builds a driver from benches/workloads/ against a crates.io crate.
+RUST = {  # name -> (driver, dependency lines, argv tail)
+    "fft": ("fft_driver.rs", 'rustfft = "=6.4.1"', ["3600", "8", "400"]),
 }
 
 SETS = {
     "ci": ["stencil", "hash_collide", "lua"],
-    "all": ["zstd", "sqlite", "lua", "stencil", "nbody", "linear_search", "hash_collide", "regscan"],
+    "all": ["zstd", "sqlite", "lua", "pcre2", "simdjson", "fft", "stencil", "nbody", "linear_search", "hash_collide",
+            "regscan"],
+    "real": ["zstd", "sqlite", "lua", "pcre2", "simdjson", "fft"],
 }
 
 
@@ -125,6 +137,21 @@ def _spec(name, out_dir):
                       if os.path.basename(f) not in ("lua.c", "luac.c", "onelua.c"))
         return dict(srcs=[w("lua_main.c")] + srcs, hdr_dirs=[d], cflags=["-I" + d, "-DLUA_USE_LINUX"],
                     libs=["-lm", "-ldl"], args=[w("bench.lua"), "3"])
+    if name == "pcre2":
+        # As pcre2-sys builds it (its NON-AUTOTOOLS-BUILD recipe), but
+        # without SUPPORT_JIT: the interpreter matches.
+        up = os.path.join(_crate_dirs(["pcre2-sys"], out_dir)["pcre2-sys"], "upstream")
+        skip = ("pcre2_jit_match.c", "pcre2_jit_misc.c", "pcre2_ucptables.c")
+        srcs = sorted(f for f in glob.glob(os.path.join(up, "src", "*.c")) if os.path.basename(f) not in skip)
+        return dict(srcs=[w("pcre2_driver.c")] + srcs, hdr_dirs=[os.path.join(up, "src"), os.path.join(up, "include")],
+                    cflags=["-I" + os.path.join(up, "src"), "-I" + os.path.join(up, "include"),
+                            "-DPCRE2_CODE_UNIT_WIDTH=8", "-DHAVE_STDLIB_H=1", "-DHAVE_MEMMOVE=1", "-DHAVE_CONFIG_H=1",
+                            "-DPCRE2_STATIC=1", "-DSTDC_HEADERS=1", "-DSUPPORT_PCRE2_8=1", "-DSUPPORT_UNICODE=1"],
+                    libs=[], args=["4096", "2"])
+    if name == "simdjson":
+        d = os.path.join(_crate_dirs(["simdjson-sys"], out_dir)["simdjson-sys"], "vendor", "simdjson")
+        return dict(srcs=[w("simdjson_driver.cpp"), os.path.join(d, "simdjson.cpp")], hdr_dirs=[d],
+                    cflags=["-I" + d, "-std=c++17"], libs=[], args=["8192", "20"])
     simple = {
         "stencil": (w("stencil.c"), ["128", "250"]),
         "nbody": (w("nbody.c"), ["1000", "250"]),
@@ -145,31 +172,71 @@ def _mtime(p):
         return None
 
 
-def _gcc(args):
-    r = subprocess.run(["gcc"] + args, capture_output=True, text=True)
+def _cc(args, cxx=False):
+    # Run from the repository with its path mapped to ".", so a workload's
+    # binary (and its debug info) is the same from any checkout: accuracy.py
+    # keys its cached exact references by the binary's contents.
+    cmd = ["g++" if cxx else "gcc", "-ffile-prefix-map=%s=." % ROOT] + args
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if r.returncode != 0:
-        raise RuntimeError("gcc %s failed:\n%s" % (" ".join(args), r.stderr))
+        raise RuntimeError("%s failed:\n%s" % (" ".join(cmd), r.stderr))
+
+
+def _build_rust(name, out_dir):
+    """Build a RUST workload with cargo (opt-level 2, full debug info: the
+    -O2 -g of the C ones); returns (argv, build seconds, rebuilt?)."""
+    driver, deps, args = RUST[name]
+    proj = os.path.join(out_dir, "rust-" + name)
+    os.makedirs(proj, exist_ok=True)
+    manifest = ('[package]\nname = "witch-bench-%s"\nversion = "0.0.0"\nedition = "2021"\npublish = false\n\n'
+                '[workspace]\n\n[[bin]]\nname = "%s"\npath = "%s"\n\n[dependencies]\n%s\n\n'
+                '[profile.release]\nopt-level = 2\ndebug = 2\n' % (name, name, os.path.join(SRC, driver), deps))
+    path = os.path.join(proj, "Cargo.toml")
+    if not os.path.exists(path) or open(path).read() != manifest:
+        with open(path, "w") as f:
+            f.write(manifest)
+    exe = os.path.join(out_dir, name)
+    env = dict(os.environ, CARGO_TARGET_DIR=os.path.join(proj, "target"),
+               RUSTFLAGS="--remap-path-prefix=%s=." % ROOT)
+    t0 = time.monotonic()
+    built = os.path.join(proj, "target", "release", name)
+    before = _mtime(built)
+    r = subprocess.run(["cargo", "build", "--release", "--quiet", "--manifest-path", path], env=env, cwd=ROOT,
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("cargo build of %s failed:\n%s" % (name, r.stderr))
+    rebuilt = _mtime(built) != before or _mtime(exe) is None
+    if rebuilt:
+        shutil.copy2(built, exe)
+    return [exe] + args, time.monotonic() - t0, rebuilt
 
 
 def build_one(name, out_dir):
     """Build one workload; returns (argv, build seconds, rebuilt?)."""
     out_dir = os.path.abspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
+    if name in RUST:
+        return _build_rust(name, out_dir)
     spec = _spec(name, out_dir)
     exe = os.path.join(out_dir, name)
     argv = [exe] + spec["args"]
+    cxx = any(s.endswith(".cpp") for s in spec["srcs"])
+    base = ["-O2", "-g"] + spec["cflags"]
+    # A change of flags or compiler rebuilds too, not only newer sources.
+    stamp_text = " ".join(["g++" if cxx else "gcc", "-ffile-prefix-map=%s=." % ROOT] + base + spec["libs"]) + "\n"
+    stamp = exe + ".flags"
+    same_flags = os.path.exists(stamp) and open(stamp).read() == stamp_text
     inputs = list(spec["srcs"])
     for d in spec["hdr_dirs"]:
         inputs += glob.glob(os.path.join(d, "*.h"))
     exe_time = _mtime(exe)
     newest = max(os.stat(p).st_mtime for p in inputs)
     hdr_newest = max([os.stat(p).st_mtime for p in inputs[len(spec["srcs"]):]] or [0])
-    if exe_time is not None and exe_time > newest:
+    if exe_time is not None and exe_time > newest and same_flags:
         return argv, 0.0, False
     t0 = time.monotonic()
-    base = ["-O2", "-g"] + spec["cflags"]
     if len(spec["srcs"]) == 1:
-        _gcc(base + ["-o", exe] + spec["srcs"] + spec["libs"])
+        _cc(base + ["-o", exe] + spec["srcs"] + spec["libs"], cxx)
     else:
         obj_dir = os.path.join(out_dir, "obj", name)
         os.makedirs(obj_dir, exist_ok=True)
@@ -178,19 +245,21 @@ def build_one(name, out_dir):
             obj = os.path.join(obj_dir, os.path.splitext(os.path.basename(src))[0] + ".o")
             objs.append(obj)
             ot = _mtime(obj)
-            if ot is None or ot <= max(os.stat(src).st_mtime, hdr_newest):
+            if ot is None or ot <= max(os.stat(src).st_mtime, hdr_newest) or not same_flags:
                 jobs.append(base + ["-c", "-o", obj, src])
         # the biggest translation units first, so they overlap with the rest
         jobs.sort(key=lambda a: -os.stat(a[-1]).st_size)
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-            for f in [pool.submit(_gcc, j) for j in jobs]:
+            for f in [pool.submit(_cc, j, j[-1].endswith(".cpp")) for j in jobs]:
                 f.result()
-        _gcc(["-o", exe] + objs + spec["libs"])
+        _cc(["-o", exe] + objs + spec["libs"], cxx)
+    with open(stamp, "w") as f:
+        f.write(stamp_text)
     return argv, time.monotonic() - t0, True
 
 
 def build(out_dir: str, set: str = "ci") -> dict[str, list[str]]:
-    """Build the workloads of `set` ("ci" or "all") into out_dir; {name: argv}."""
+    """Build the workloads of `set` ("ci", "real" or "all") into out_dir; {name: argv}."""
     if set not in SETS:
         raise ValueError("unknown set %r (have %s)" % (set, ", ".join(SETS)))
     return {name: build_one(name, out_dir)[0] for name in SETS[set]}
