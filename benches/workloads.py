@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark workloads for witch: real programs built from source.
 
-Each workload is compiled with ``gcc -O2 -g``. The large ones use C sources
+Each workload is compiled at ``-O2 -g`` (gcc or g++; cargo at opt-level 2
+with full debug info for the Rust one). The large ones use C/C++ sources
 bundled in crates.io crates, found in cargo's registry cache
 (``$CARGO_HOME/registry/src/*/<crate>-<version>/``) and fetched with
 ``cargo fetch`` in a throw-away project when missing:
@@ -12,6 +13,13 @@ bundled in crates.io crates, found in cargo's registry cache
                   200k inserts in a transaction, indexes, aggregates, a join
     lua           Lua 5.4 (lua-src) + lua_main.c running bench.lua:
                   string building, tables, closures, numeric loops
+    pcre2         PCRE2 10.46 (pcre2-sys), interpreter only (no JIT) +
+                  pcre2_driver.c: six log-scanning patterns over a 4 MiB log
+    simdjson      simdjson 4.6 (simdjson-sys; C++) + simdjson_driver.cpp:
+                  parse, walk and minify an 8 MiB document, 20 times
+    fft           RustFFT 6.4 (crates.io; Rust, built by cargo at opt-level
+                  2 with debug info) + fft_driver.rs: single-precision
+                  low-pass filtering, forward and inverse length-3600 FFTs
     stencil       3D 7-point Jacobi stencil, double precision
     nbody         O(N^2) direct-summation N-body, double precision
     linear_search repeated lookups in a linked list (redundant loads)
@@ -19,13 +27,18 @@ bundled in crates.io crates, found in cargo's registry cache
     regscan       examples/regscan.c, gcc-like repeated zeroing (dead stores)
 
 Each prints a deterministic checksum and exits 0, in about 0.5-1.5 s natively.
+C and C++ builds map the repository's path to "." (-ffile-prefix-map), Rust
+ones likewise (--remap-path-prefix), so a workload's binary is the same from
+any checkout of the repository (benches/accuracy.py keys cached exact
+references by it). Nothing third-party is committed: sources come from
+crates.io at build time.
 
     from workloads import build
     progs = build("target/bench", set="ci")   # {name: argv}
 
 ``set="ci"`` is a fast subset (stencil, hash_collide, lua; builds in seconds);
-``set="all"`` is everything (SQLite's amalgamation alone takes about a minute
-to compile). Binaries are cached: a workload is rebuilt only when one of its
+``set="real"`` the six real programs; ``set="all"`` is everything (SQLite's
+amalgamation alone takes about a minute to compile). Binaries are cached: a workload is rebuilt only when one of its
 sources is newer than its binary.
 
 Run as a script, builds everything into target/bench and prints a table of
@@ -56,7 +69,7 @@ CRATES = {  # crate -> (version requirement for cargo fetch, file that must exis
 # Rust workloads: a cargo project generated under the output directory that
 # builds a driver from benches/workloads/ against a crates.io crate.
 RUST = {  # name -> (driver, dependency lines, argv tail)
-    "fft": ("fft_driver.rs", 'rustfft = "=6.4.1"', ["3600", "8", "400"]),
+    "fft": ("fft_driver.rs", 'rustfft = "=6.4.1"', ["3600", "8", "3000"]),
 }
 
 SETS = {
