@@ -12,6 +12,10 @@ use std::path::PathBuf;
 /// trap ≈15 µs (`cargo bench -p witch-benches`), so sample + self-trap +
 /// trap stay under 2% of the period.
 pub const DEFAULT_SOFTWARE_PERIOD_NS: u64 = 5_000_000;
+/// Default instructions per single-step burst of the software sampler.
+pub const DEFAULT_BURST_STEPS: u32 = 32;
+/// Default accesses picked per burst.
+pub const DEFAULT_BURST_PICKS: u32 = 1;
 /// Default PMU period: a prime, as PMU sampling recommends (Witch §4.7).
 pub const DEFAULT_PMU_PERIOD: u64 = 5_000_003;
 
@@ -39,6 +43,13 @@ pub struct Config {
     /// Force close+reopen instead of PERF_EVENT_IOC_MODIFY_ATTRIBUTES (for testing).
     pub no_modify: bool,
     pub seed: Option<u64>,
+    /// Instructions per single-step burst of the software sampler (0: no
+    /// bursts, the time-proportional look-around); None: the default.
+    pub burst_steps: Option<u32>,
+    /// Experimental: one weight per burst instead of its access count.
+    pub burst_weight_per_burst: bool,
+    /// Accesses picked per burst; None: the default.
+    pub burst_picks: Option<u32>,
 }
 
 impl Config {
@@ -87,6 +98,9 @@ impl Config {
             no_sigtrap: get("WITCH_NO_SIGTRAP").is_some(),
             no_modify: get("WITCH_NO_MODIFY").is_some(),
             seed: num("WITCH_SEED")?,
+            burst_steps: num("WITCH_BURST")?.map(|n| n.min(1 << 20) as u32),
+            burst_weight_per_burst: get("WITCH_BURST_WEIGHT").as_deref() == Some("one"),
+            burst_picks: num("WITCH_BURST_PICKS")?.map(|n| n.clamp(1, 4) as u32),
         }))
     }
 }

@@ -375,7 +375,7 @@ impl Exact {
             ppid: std::process::id(),
             start_unix_ns: 0,
             duration_ns: d.as_nanos() as u64,
-            sampler: profile::Sampler { kind: "exact".into(), event: "single-step".into(), period: 1, unit: "accesses".into() },
+            sampler: profile::Sampler { kind: "exact".into(), event: "single-step".into(), period: 1, unit: "accesses".into(), weight_unit: "bytes".into(), burst_steps: 0 },
             replacement: "none".into(),
             debug_registers: 0,
             fp_precision: self.precision,

@@ -50,7 +50,7 @@ impl Craft {
     }
 }
 
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 pub struct Sampler {
     /// "pmu", "software" or "exact".
     pub kind: String,
@@ -59,6 +59,26 @@ pub struct Sampler {
     pub period: u64,
     /// Unit of `period`: "ns", "stores", "loads", "ops" or "accesses".
     pub unit: String,
+    /// Unit of the pairs' waste and use totals: "bytes" where samples are
+    /// count-proportional (PMU, single-step bursts, exact), "byte·ns" for
+    /// the time-proportional software sampler. Empty in profiles written
+    /// before this field: then "byte·ns" if `unit` is "ns", else "bytes".
+    #[serde(default)]
+    pub weight_unit: String,
+    /// Instructions per single-step burst (0: no bursts).
+    #[serde(default)]
+    pub burst_steps: u32,
+}
+
+impl Sampler {
+    /// The unit of waste and use totals (see `weight_unit`).
+    pub fn totals_unit(&self) -> &str {
+        match self.weight_unit.as_str() {
+            "" if self.unit == "ns" => "byte·ns",
+            "" => "bytes",
+            u => u,
+        }
+    }
 }
 
 /// Engine counters, summed over threads.
@@ -104,6 +124,20 @@ pub struct Counters {
     /// the kernel's part of each trap and signal as calibrated at start-up.
     #[serde(default)]
     pub engine_ns: u64,
+    /// Single-step bursts begun (count-proportional software sampler).
+    #[serde(default)]
+    pub bursts: u64,
+    /// Instructions single-stepped in them.
+    #[serde(default)]
+    pub steps: u64,
+    /// Ticks that began no burst: SIGTRAP blocked where the program was,
+    /// or the program single-stepping itself.
+    #[serde(default)]
+    pub bursts_blocked: u64,
+    /// Bursts whose trap flag the program took away (a `siglongjmp` out of
+    /// its own signal handler), found at the next tick.
+    #[serde(default)]
+    pub bursts_lost: u64,
 }
 
 impl Counters {
@@ -124,6 +158,10 @@ impl Counters {
         self.tree_overflow += o.tree_overflow;
         self.pair_overflow += o.pair_overflow;
         self.threads_failed += o.threads_failed;
+        self.bursts += o.bursts;
+        self.steps += o.steps;
+        self.bursts_blocked += o.bursts_blocked;
+        self.bursts_lost += o.bursts_lost;
         self.engine_ns += o.engine_ns;
     }
 }
@@ -327,7 +365,7 @@ mod tests {
             ppid: 0,
             start_unix_ns: 0,
             duration_ns: 1,
-            sampler: Sampler { kind: "software".into(), event: "task-clock".into(), period: 1000, unit: "ns".into() },
+            sampler: Sampler { kind: "software".into(), event: "task-clock".into(), period: 1000, unit: "ns".into(), ..Default::default() },
             replacement: "reservoir".into(),
             debug_registers: 4,
             fp_precision: 0.01,

@@ -114,7 +114,7 @@ pub fn words(c: Craft) -> Words {
 
 /// The unit of byte figures: with a time-based period the weights are byte·ns, not bytes.
 pub fn byte_unit(p: &Profile) -> &'static str {
-    if p.sampler.unit == "ns" {
+    if p.sampler.totals_unit() == "byte·ns" {
         "byte·ns"
     } else {
         "bytes"

@@ -143,13 +143,23 @@ pub(crate) fn make_engine(cfg: Config, install: fn(bool)) -> Engine {
     }
     let craft = witchcraft::craft::for_kind(cfg.craft, cfg.fp_precision);
     install(sigtrap);
-    let (trap_cost_ns, signal_cost_ns) = signal::calibrate(sigtrap);
+    let costs = signal::calibrate(sigtrap);
+    let (trap_cost_ns, signal_cost_ns) = (costs.trap_ns, costs.signal_ns);
     note(format!(
-        "measured round trips: watchpoint trap {:.1} µs, signal {:.1} µs",
-        trap_cost_ns as f64 / 1e3,
-        signal_cost_ns as f64 / 1e3
+        "measured round trips: watchpoint trap {:.1} µs, signal {:.1} µs, single step {:.1} µs",
+        costs.trap_ns as f64 / 1e3,
+        costs.signal_ns as f64 / 1e3,
+        costs.step_ns as f64 / 1e3
     ));
-    Engine { config: cfg, craft, sampler, period, sigtrap, modify, own_code: own, trap_cost_ns, signal_cost_ns }
+    let burst = match (&sampler, cfg.burst_steps) {
+        (SamplerKind::Pmu(_), _) | (_, Some(0)) => None,
+        (_, steps) => Some(witchcraft::engine::BurstSettings {
+            steps: steps.unwrap_or(witchcraft::config::DEFAULT_BURST_STEPS),
+            weight_per_burst: cfg.burst_weight_per_burst,
+            picks: cfg.burst_picks.unwrap_or(witchcraft::config::DEFAULT_BURST_PICKS),
+        }),
+    };
+    Engine { config: cfg, craft, sampler, period, sigtrap, modify, own_code: own, trap_cost_ns, signal_cost_ns, step_cost_ns: costs.step_ns, ns_per_cycle: costs.ns_per_cycle, burst }
 }
 
 /// The agent's executable mapping, from /proc/self/maps.
@@ -318,7 +328,7 @@ pub(crate) fn write_profile(ended_by: &str) -> std::io::Result<()> {
         ppid: unsafe { libc::getppid() } as u32,
         start_unix_ns: start,
         duration_ns: now_ns().saturating_sub(start),
-        sampler: engine.sampler.to_profile(engine.period),
+        sampler: engine.sampler.to_profile(engine.period, engine.burst.map_or(0, |b| b.steps)),
         replacement: engine.config.replacement.name().into(),
         debug_registers: if used_regs > 0 { used_regs as u32 } else { engine.config.debug_registers as u32 },
         fp_precision: engine.config.fp_precision,

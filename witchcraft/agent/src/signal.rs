@@ -139,7 +139,7 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut l
 /// Handle our own samples and traps; false if the signal isn't ours.
 fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -> bool {
     if CALIBRATING.load(Ordering::Acquire) {
-        return calibration_signal(sig, info);
+        return calibration_signal(sig, info, uc);
     }
     let Some(engine) = agent::engine() else { return false };
     let ts = agent::current_thread();
@@ -282,13 +282,33 @@ static CALIBRATING: AtomicBool = AtomicBool::new(false);
 static CALIBRATION_HITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 const CALIBRATION_TAG: u64 = 0xfe;
 
-fn calibration_signal(sig: i32, info: *mut libc::siginfo_t) -> bool {
-    let ours = if sig == libc::SIGTRAP {
-        let data = unsafe { std::ptr::read_unaligned((info as *const u8).add(24) as *const u64) };
-        let code = unsafe { (*info).si_code };
-        code == siginfo::TRAP_PERF && data == siginfo::TAG | CALIBRATION_TAG
-    } else {
-        sig == sampler_signal()
+/// Steps left in the step calibration (0: not stepping).
+static CALIBRATION_STEPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn calibration_signal(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -> bool {
+    const TF: i64 = 0x100;
+    // SAFETY: the kernel's siginfo and context for this signal.
+    let origin = unsafe { siginfo::origin(sig, info) };
+    let efl = unsafe { &mut (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] };
+    let stepping = CALIBRATION_STEPS.load(Ordering::Relaxed) > 0;
+    let ours = match origin {
+        siginfo::Origin::Perf { data, .. } => data == siginfo::TAG | CALIBRATION_TAG,
+        siginfo::Origin::Step if stepping => {
+            // One instruction ran; step the next, or stop.
+            if CALIBRATION_STEPS.fetch_sub(1, Ordering::Relaxed) > 1 {
+                *efl |= TF;
+            } else {
+                *efl &= !TF;
+            }
+            true
+        }
+        _ if sig == sampler_signal() => {
+            if stepping {
+                *efl |= TF;
+            }
+            true
+        }
+        _ => false,
     };
     if ours {
         let t0 = thread_cpu_ns();
@@ -299,11 +319,11 @@ fn calibration_signal(sig: i32, info: *mut libc::siginfo_t) -> bool {
     ours
 }
 
-/// Measure, on this machine, the CPU cost of a watchpoint trap and of a
-/// signal round trip outside our handler code: exception entry, signal
-/// delivery and sigreturn (in a VM, the hypervisor's part too). Returns
-/// (trap ns, signal ns). Runs once, before sampling starts.
-pub fn calibrate(sigtrap: bool) -> (u64, u64) {
+/// Measure, on this machine, the CPU cost of a watchpoint trap, of a
+/// signal round trip, and of one single step, outside our handler code:
+/// exception entry, signal delivery and sigreturn (in a VM, the
+/// hypervisor's part too). Runs once, before sampling starts.
+pub fn calibrate(sigtrap: bool) -> witchcraft::engine::Costs {
     // Few: the trap cost is re-measured while the program runs (engine `on_trap`).
     const N: u64 = 16;
     CALIBRATING.store(true, Ordering::Release);
@@ -334,7 +354,21 @@ pub fn calibrate(sigtrap: bool) -> (u64, u64) {
     }
     let t1 = thread_cpu_ns();
     let signal_ns = (t1 - t0) / CALIBRATION_HITS.load(Ordering::Relaxed).max(1);
+    // Single steps: the sampler's signal sets the trap flag, then each step
+    // of a busy loop is one SIGTRAP with TRAP_TRACE.
+    const STEPS: u64 = 64;
+    CALIBRATION_HITS.store(0, Ordering::Relaxed);
+    CALIBRATION_STEPS.store(STEPS, Ordering::Relaxed);
+    let t0 = thread_cpu_ns();
+    task::tgkill(task::gettid(), sampler_signal());
+    let mut spin = 0u64;
+    while CALIBRATION_STEPS.load(Ordering::Relaxed) > 0 && spin < 1_000_000 {
+        spin = std::hint::black_box(spin + 1);
+    }
+    let t1 = thread_cpu_ns();
+    let stepped = STEPS - CALIBRATION_STEPS.swap(0, Ordering::Relaxed);
+    let step_ns = if stepped > 0 { (t1 - t0).saturating_sub(signal_ns) / stepped } else { 0 };
     CALIBRATING.store(false, Ordering::Release);
     drop(cell);
-    (trap_ns, signal_ns)
+    witchcraft::engine::Costs { trap_ns, signal_ns, step_ns, ns_per_cycle: task::ns_per_cycle(500_000) }
 }

@@ -36,11 +36,15 @@ pub struct Clock {
     /// What one return-and-trap costs outside our handlers, learned from
     /// this thread's self-traps; starts at the start-up calibration.
     trap_gap_ns: f64,
+    /// CPU time of single steps since our last handler that read the clock:
+    /// the engine's, not the program's (steps don't read the clock: a
+    /// thread CPU clock read is a system call, a large part of a step).
+    stepped_ns: u64,
 }
 
 impl Clock {
     pub fn new(trap_cost_ns: u64) -> Clock {
-        Clock { resumed: Regs::default(), program_ns: 0.0, exit_ns: 0, interval_ns: 0, trap_gap_ns: trap_cost_ns as f64 }
+        Clock { resumed: Regs::default(), program_ns: 0.0, exit_ns: 0, interval_ns: 0, trap_gap_ns: trap_cost_ns as f64, stepped_ns: 0 }
     }
 
     /// Forget the timeline (a fork child starts afresh).
@@ -48,11 +52,13 @@ impl Clock {
         self.program_ns = 0.0;
         self.exit_ns = 0;
         self.interval_ns = 0;
+        self.stepped_ns = 0;
     }
 
     /// A handler begins at `entry_ns`.
     pub fn enter(&mut self, entry_ns: u64) {
-        self.interval_ns = if self.exit_ns == 0 { 0 } else { entry_ns.saturating_sub(self.exit_ns) };
+        let since = if self.exit_ns == 0 { 0 } else { entry_ns.saturating_sub(self.exit_ns) };
+        self.interval_ns = since.saturating_sub(std::mem::take(&mut self.stepped_ns));
     }
 
     /// A software sample found the program exactly where the last handler
@@ -103,6 +109,13 @@ impl Clock {
         let round_trip = if trap { self.trap_gap_ns as u64 } else { signal_cost_ns };
         self.exit_ns = exit_ns;
         round_trip + handler
+    }
+
+    /// A single step that cost `cost_ns` (its round trip and handler): the
+    /// program ran one instruction, so all of it is the engine's time, and
+    /// the next handler that reads the clock leaves it out of the program's.
+    pub fn step(&mut self, cost_ns: u64) {
+        self.stepped_ns += cost_ns;
     }
 
     /// The current estimate of a trap's round trip outside our handlers.
@@ -163,6 +176,21 @@ mod tests {
         c.enter(c.exit_ns + 10_000_000);
         c.trap(true);
         assert!(c.trap_gap_ns() <= before * 1.125 + 1.0);
+    }
+
+    #[test]
+    fn steps_are_the_engines_time_not_the_programs() {
+        let mut c = Clock::new(15_000);
+        sample(&mut c, 1_000_000, 1_010_000);
+        // 100 single steps of 11 µs each.
+        let mut t = 1_010_000;
+        for _ in 0..100 {
+            c.step(11_000);
+            t += 11_000;
+        }
+        // Then one period of program time.
+        let (w, _) = sample(&mut c, t + 1_000_000 + SIGNAL, t + 1_000_000 + SIGNAL + 10_000);
+        assert!((w - 1.0).abs() < 1e-9, "{w}");
     }
 
     #[test]

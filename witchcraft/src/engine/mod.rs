@@ -8,6 +8,7 @@
 //! ([`clock`]) around it. Everything reachable from there runs in a signal
 //! handler: no allocation, no locks, no stdio.
 
+pub mod burst;
 pub mod clock;
 pub mod sample;
 pub mod sampler;
@@ -15,6 +16,7 @@ pub mod thread;
 pub mod trap;
 pub mod watch;
 
+pub use burst::BurstSettings;
 pub use sampler::{Sampler, SamplerKind};
 pub use thread::{ThreadState, ALT_STACK};
 pub use watch::MAX_SLOTS;
@@ -38,6 +40,37 @@ pub struct Engine {
     /// VM). See [`clock`].
     pub trap_cost_ns: u64,
     pub signal_cost_ns: u64,
+    /// Measured CPU cost (ns) of one single step outside our handler code.
+    pub step_cost_ns: u64,
+    /// The cycle counter's period, to time handlers without system calls.
+    pub ns_per_cycle: f64,
+    /// Software samples are single-step bursts (count-proportional); None:
+    /// the interrupted instruction's neighbourhood (time-proportional).
+    pub burst: Option<BurstSettings>,
+}
+
+impl Engine {
+    /// What one unit of sample weight stands for, in the unit the pair
+    /// totals are kept in: a PMU sample stands for `period` accesses (so
+    /// totals are bytes); a time-proportional software sample for `period`
+    /// ns of the program's time (byte·ns); a burst's weight already counts
+    /// the accesses it stepped (bytes).
+    pub fn unit_scale(&self) -> f64 {
+        match (&self.sampler, self.burst) {
+            (SamplerKind::Pmu(_), _) => self.period as f64,
+            (_, Some(_)) => 1.0,
+            _ => self.period as f64,
+        }
+    }
+}
+
+/// Round trips measured at start-up (ns of CPU time outside our handlers).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Costs {
+    pub trap_ns: u64,
+    pub signal_ns: u64,
+    pub step_ns: u64,
+    pub ns_per_cycle: f64,
 }
 
 /// One of our signals, as the engine handles it.
@@ -47,6 +80,8 @@ pub enum Event {
     Sample,
     /// The watchpoint in `slot` fired (`flags`: `si_perf_flags`).
     Trap { slot: usize, flags: u32 },
+    /// A single step of this thread's burst.
+    Step,
 }
 
 /// Is signal `sig` one of ours, and which? `thread` is the receiving
@@ -73,6 +108,7 @@ pub unsafe fn classify(sig: i32, info: *const libc::siginfo_t, thread: Option<&T
                 t.watch.slot_of_fd(fd).map(|slot| Event::Trap { slot, flags: 0 })
             }
         }
+        Origin::Step => thread.filter(|t| t.burst.active).map(|_| Event::Step),
         _ => None,
     }
 }

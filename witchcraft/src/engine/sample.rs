@@ -63,7 +63,12 @@ impl ThreadState {
             self.record.counters.skipped_self += 1;
             return;
         }
-        self.look_around(engine, map, &regs, weight);
+        if engine.burst.is_some() {
+            // SAFETY: forwarded from the caller.
+            unsafe { self.begin_burst(engine, map, &regs, weight, uc) };
+        } else {
+            self.look_around(engine, map, &regs, weight);
+        }
     }
 
     /// A software sample: the access of the craft's kind the interrupted

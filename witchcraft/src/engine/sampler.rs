@@ -35,14 +35,16 @@ impl SamplerKind {
         matches!(self, SamplerKind::Pmu(_))
     }
 
-    /// The profile's description of this sampler at `period`.
-    pub fn to_profile(&self, period: u64) -> profile::Sampler {
+    /// The profile's description of this sampler at `period`, with
+    /// single-step bursts of `burst_steps` instructions (0: none).
+    pub fn to_profile(&self, period: u64, burst_steps: u32) -> profile::Sampler {
         let (kind, unit) = match self {
             SamplerKind::Pmu(e) if e.kind == AccessKind::Load => ("pmu", "loads"),
             SamplerKind::Pmu(_) => ("pmu", "stores"),
             _ => ("software", "ns"),
         };
-        profile::Sampler { kind: kind.into(), event: self.event_name(), period, unit: unit.into() }
+        let weight_unit = if kind == "software" && burst_steps == 0 { "byte·ns" } else { "bytes" };
+        profile::Sampler { kind: kind.into(), event: self.event_name(), period, unit: unit.into(), weight_unit: weight_unit.into(), burst_steps }
     }
 
     /// Choose the sampler for `cfg` on this machine: the PMU event it names

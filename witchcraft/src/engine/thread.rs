@@ -7,6 +7,7 @@
 //! unwind in. Everything is reserved in [`ThreadState::new`]: the handlers
 //! never allocate.
 
+use super::burst::Burst;
 use super::clock::Clock;
 use super::sampler::Sampler;
 use super::watch::Watchpoints;
@@ -58,6 +59,7 @@ pub struct ThreadState {
     pub sampler: Sampler,
     pub watch: Watchpoints,
     pub clock: Clock,
+    pub burst: Burst,
     pub record: Record,
     pub scratch: Scratch,
     pub place: Place,
@@ -97,6 +99,7 @@ impl ThreadState {
             sampler: Sampler::None,
             watch: Watchpoints::new(engine, seed),
             clock: Clock::new(engine.trap_cost_ns),
+            burst: Burst::new(seed),
             record: Record {
                 tree: Tree::with_capacity(TREE_NODES),
                 pairs: Pairs::with_capacity(PAIRS),
@@ -230,6 +233,7 @@ impl ThreadState {
         self.record.counters = Counters::default();
         self.record.blind = 0;
         self.clock.reset();
+        self.burst.reset();
         self.active.store(false, Ordering::Release);
     }
 
@@ -256,21 +260,36 @@ impl ThreadState {
             return;
         }
         self.in_handler.store(true, Ordering::Release);
+        if event == Event::Step {
+            // No clock system calls per step: the handler is timed with the
+            // cycle counter, the round trip is the calibrated one.
+            let c0 = task::cycles();
+            if let Some(map) = crate::modules::current() {
+                // SAFETY: forwarded from the caller.
+                unsafe { self.on_step(engine, map, uc) };
+            }
+            let handler = (task::cycles().wrapping_sub(c0) as f64 * engine.ns_per_cycle) as u64;
+            let cost = engine.step_cost_ns + handler;
+            self.clock.step(cost);
+            self.record.counters.engine_ns += cost;
+            self.in_handler.store(false, Ordering::Release);
+            return;
+        }
         let entry = task::thread_cpu_ns();
         self.clock.enter(entry);
-        let trap = match event {
+        let cost = match event {
             Event::Sample => {
                 // SAFETY: forwarded from the caller.
                 unsafe { self.on_sample(engine, uc) };
-                false
+                self.clock.leave(false, engine.signal_cost_ns, entry, task::thread_cpu_ns())
             }
             Event::Trap { slot, flags } => {
                 // SAFETY: forwarded from the caller.
                 unsafe { self.on_trap(engine, slot, uc, flags) };
-                true
+                self.clock.leave(true, engine.signal_cost_ns, entry, task::thread_cpu_ns())
             }
+            Event::Step => unreachable!("handled above"),
         };
-        let cost = self.clock.leave(trap, engine.signal_cost_ns, entry, task::thread_cpu_ns());
         self.record.counters.engine_ns += cost;
         self.in_handler.store(false, Ordering::Release);
     }

@@ -15,7 +15,7 @@ use crate::x86::precise_pc;
 /// Ignored traps a watchpoint may take before it is given up. LoadCraft
 /// ignores stores; a location stored to often and loaded rarely would
 /// otherwise trap (~15 µs each here) on every store until its next load.
-const MAX_IGNORED: u32 = 32;
+pub(crate) const MAX_IGNORED: u32 = 32;
 
 impl ThreadState {
     /// A watchpoint trap on slot `i`.
@@ -83,30 +83,43 @@ impl ThreadState {
         }
         let verdict = engine.craft.judge(&s.watched, &access, &now);
         if verdict == Verdict::Ignore {
-            self.record.counters.ignored_traps += 1;
-            self.watch.slots[i].ignored += 1;
-            if self.watch.slots[i].ignored >= MAX_IGNORED {
-                self.record.counters.abandoned += 1;
-                self.free(i);
-            }
+            self.ignore(i);
             return;
         }
-        self.record.counters.traps += 1;
         let n = unwind::walk(map, &mut self.scratch.unwind, &regs, pc, self.place.stack, &mut self.scratch.frames);
+        let trap_ctx = self.record.tree.insert(&self.scratch.frames[..n]);
+        self.attribute(engine, s.ctx, trap_ctx, verdict);
+        self.free(i);
+    }
+
+    /// The craft ignored a trap on slot `i` (LoadCraft: a store): keep
+    /// watching, up to [`MAX_IGNORED`] times in a row. False if given up.
+    pub(crate) fn ignore(&mut self, i: usize) -> bool {
+        self.record.counters.ignored_traps += 1;
+        self.watch.slots[i].ignored += 1;
+        if self.watch.slots[i].ignored >= MAX_IGNORED {
+            self.record.counters.abandoned += 1;
+            self.free(i);
+            return false;
+        }
+        true
+    }
+
+    /// Attribute a trap's verdict to ⟨C_watch, C_trap⟩. Proportional
+    /// attribution (Witch §4.4.2): this trap stands for the samples of
+    /// C_watch not yet accounted for, shared among the watchpoints
+    /// currently armed from C_watch.
+    pub(crate) fn attribute(&mut self, engine: &Engine, watch_ctx: u32, trap_ctx: u32, verdict: Verdict) {
         let rec = &mut self.record;
-        let trap_ctx = rec.tree.insert(&self.scratch.frames[..n]);
-        // Proportional attribution (Witch §4.4.2): this trap stands for the
-        // samples of C_watch not yet accounted for, shared among the
-        // watchpoints currently armed from C_watch.
-        let node = rec.tree.node(s.ctx);
+        rec.counters.traps += 1;
+        let node = rec.tree.node(watch_ctx);
         let sharers = node.armed.max(1) as f64;
         let delta = ((node.mu - node.eta) / sharers).max(0.0);
         node.eta += delta;
-        let scale = delta * engine.period as f64;
-        if let Some(p) = rec.pairs.get(s.ctx, trap_ctx) {
+        let scale = delta * engine.unit_scale();
+        if let Some(p) = rec.pairs.get(watch_ctx, trap_ctx) {
             p.credit(verdict, scale);
         }
-        self.free(i);
     }
 
     /// Free slot `i` for the next sample.

@@ -136,6 +136,12 @@ pub struct Decoded {
     pub branch: bool,
     /// rep-prefixed string instruction: traps may land with rip still on it.
     pub rep: bool,
+    /// Safe to single-step with the trap flag from user space: not a system
+    /// call or interrupt, not an instruction that reads or writes the flags
+    /// register whole (`pushf` would store the trap flag into the program's
+    /// memory, `popf` could set or clear it), not a transaction, not a far
+    /// transfer or a stack-segment load.
+    pub steppable: bool,
     /// Some access address could not be computed (VSIB) or is ambiguous.
     pub partial: bool,
     /// Registers (full width, hardware numbers 0..16) the addresses depend on, as a bit set.
@@ -230,6 +236,7 @@ impl Analyzer {
             len: instr.len() as u32,
             branch: !matches!(instr.flow_control(), FlowControl::Next),
             rep: instr.has_rep_prefix() || instr.has_repne_prefix(),
+            steppable: steppable(instr),
             ..Default::default()
         };
         let info = self.factory.info_options(instr, InstructionInfoOptions::NO_REGISTER_USAGE);
@@ -289,6 +296,50 @@ impl Analyzer {
         }
         Some(d)
     }
+}
+
+fn steppable(i: &Instruction) -> bool {
+    use iced_x86::Mnemonic::*;
+    if matches!(i.flow_control(), FlowControl::Interrupt | FlowControl::Exception | FlowControl::XbeginXabortXend) {
+        return false;
+    }
+    if i.is_call_far() || i.is_jmp_far() || i.is_call_far_indirect() || i.is_jmp_far_indirect() {
+        return false;
+    }
+    if i.op_count() > 0 && i.op0_kind() == iced_x86::OpKind::Register && i.op0_register() == Register::SS {
+        return false; // mov ss / pop ss: the next instruction runs in its shadow
+    }
+    !matches!(
+        i.mnemonic(),
+        Syscall
+            | Sysenter
+            | Sysexit
+            | Sysret
+            | Iret
+            | Iretd
+            | Iretq
+            | Retf
+            | Pushf
+            | Pushfd
+            | Pushfq
+            | Popf
+            | Popfd
+            | Popfq
+            | Hlt
+            | Cli
+            | Sti
+            | Int
+            | Int1
+            | Int3
+            | Into
+            | Ud0
+            | Ud1
+            | Ud2
+            | Xbegin
+            | Xend
+            | Xabort
+            | Xtest
+    )
 }
 
 fn constant_step(i: &Instruction) -> Option<(usize, i64)> {
@@ -441,6 +492,14 @@ mod tests {
         let d = a.decode(&[0x8b, 0x05, 0x10, 0, 0, 0], 0x400000, &regs(), false).unwrap();
         assert_eq!(d.accesses()[0].addr, 0x400016);
         assert!(clobbers_address(&[0x48, 0x8b, 0x00], 0)); // mov rax,[rax]
+        let mut ok = |bytes: &[u8]| a.decode(bytes, 0, &regs(), false).unwrap().steppable;
+        assert!(ok(&[0x48, 0x89, 0x07])); // mov [rdi], rax
+        assert!(ok(&[0xf3, 0x48, 0xab])); // rep stosq
+        assert!(ok(&[0xc3]) && ok(&[0xe8, 0, 0, 0, 0])); // ret, call
+        assert!(!ok(&[0x0f, 0x05])); // syscall
+        assert!(!ok(&[0x9c]) && !ok(&[0x9d])); // pushfq, popfq
+        assert!(!ok(&[0xcd, 0x80]) && !ok(&[0xcc])); // int 0x80, int3
+        assert!(!ok(&[0x8e, 0xd0])); // mov ss, eax
         assert!(!clobbers_address(&[0x48, 0x8b, 0x01], 0)); // mov rax,[rcx]
     }
 }

@@ -317,7 +317,7 @@ pub mod tests_support {
             ppid: 1,
             start_unix_ns: start_ms * 1_000_000,
             duration_ns: 1_000_000_000,
-            sampler: Sampler { kind: "software".into(), event: "task-clock".into(), period: 1, unit: "ns".into() },
+            sampler: Sampler { kind: "software".into(), event: "task-clock".into(), period: 1, unit: "ns".into(), ..Default::default() },
             replacement: "reservoir".into(),
             debug_registers: 4,
             fp_precision: 0.01,

@@ -265,7 +265,7 @@ pub fn skeleton(craft: Craft, program: &str, modules: Vec<Module>, threads: Vec<
         ppid: 1,
         start_unix_ns: 1_700_000_000_000_000_000,
         duration_ns: 1_500_000_000,
-        sampler: Sampler { kind: "software".into(), event: "task-clock".into(), period: 100_000, unit: "ns".into() },
+        sampler: Sampler { kind: "software".into(), event: "task-clock".into(), period: 100_000, unit: "ns".into(), ..Default::default() },
         replacement: "reservoir".into(),
         debug_registers: 4,
         fp_precision: 0.01,

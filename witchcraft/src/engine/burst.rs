@@ -1,0 +1,453 @@
+//! The count-proportional software sampler: single-step bursts.
+//!
+//! Without a PMU nothing counts a program's memory accesses, and a timer
+//! interrupt lands where time is spent: on the instruction after a stall,
+//! not on a random access. So at each timer tick the thread is single-
+//! stepped for a short burst (the trap flag, EFLAGS.TF, set in the
+//! interrupted context; each step is a SIGTRAP with `TRAP_TRACE`). Every
+//! instruction is decoded *before* it runs, so its accesses, implicit ones
+//! included, and their addresses come exactly from the live registers.
+//!
+//! Among the K accesses of the craft's kind that the burst executes, one is
+//! picked uniformly (a reservoir of one), so each of them is equally likely,
+//! and the sample stands for all K: its weight is K (times the program's own
+//! share of the tick's period, as for any software sample; see [`super::clock`]).
+//! Summed over bursts, the weighted verdicts count the bytes of every access
+//! the bursts stepped through, which is what Equation 4.1 asks for. What
+//! remains time-proportional is where bursts start: at time-uniform points,
+//! so a phase that runs fewer instructions per second is stepped more often
+//! per instruction than a fast one (the accuracy document measures how much
+//! that matters).
+//!
+//! The next access to the picked bytes is watched in software while the
+//! burst lasts (every later instruction is decoded anyway) and by a debug
+//! register after it. Likewise a stepped instruction that touches bytes an
+//! earlier sample watches is handled here, with its precise PC, and its
+//! debug register is disabled before it runs, so no hardware trap (whose
+//! SIGTRAP would coalesce with the step's) is raised.
+//!
+//! A burst never steps an instruction that could let the trap flag leak or
+//! be seen (`pushf`, `popf`), enter the kernel (`syscall`, `int`), or change
+//! how traps are delivered; it ends just before one. It never starts when the
+//! program blocks SIGTRAP, or already single-steps itself.
+
+use super::thread::ThreadState;
+use super::watch::MAX_SLOTS;
+use super::Engine;
+use crate::craft::{Verdict, Watched, SNAPSHOT};
+use crate::modules::ProcessMap;
+use crate::sys::mem;
+use crate::sys::perf::{self, BpType};
+use crate::sys::watchpoint::watch_range;
+use crate::unwind;
+use crate::x86::decode::{Access, Decoded, Regs};
+use rand::{rngs::SmallRng, RngExt, SeedableRng};
+
+/// Most accesses a burst picks.
+pub const MAX_PICKS: usize = 4;
+
+/// The trap flag in EFLAGS.
+const TF: i64 = 0x100;
+
+/// How bursts are sized (process-wide).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BurstSettings {
+    /// Instructions stepped per burst at most.
+    pub steps: u32,
+    /// Accesses picked per burst (a reservoir of this size, at most
+    /// [`MAX_PICKS`]): more samples for the same steps.
+    pub picks: u32,
+    /// Experimental: weigh each burst's sample 1 instead of K.
+    pub weight_per_burst: bool,
+}
+
+/// The picked access and what became of it.
+#[derive(Clone, Copy, Debug, Default)]
+struct Candidate {
+    /// C_watch
+    ctx: u32,
+    /// The watched piece (as a debug register would watch it).
+    waddr: u64,
+    wlen: u64,
+    watched: Watched,
+    /// Its bytes are read after its instruction ran (a store's value).
+    snapshot_after: bool,
+    /// Its next access, to be judged after that instruction ran.
+    trap_after: Option<(Access, u32)>,
+    /// Judged within the burst: the verdict and C_trap.
+    verdict: Option<(Verdict, u32)>,
+    /// Accesses the craft ignored (LoadCraft: stores).
+    ignored: u32,
+    /// Given up (too many ignored accesses).
+    dropped: bool,
+}
+
+/// An access to bytes an armed debug register watches, made by the
+/// instruction about to run; the register was disabled before it ran.
+#[derive(Clone, Copy, Debug, Default)]
+struct Intercept {
+    access: Access,
+    trap_ctx: u32,
+    /// Judged before the instruction ran (no value needed after it).
+    verdict: Option<Verdict>,
+}
+
+/// One thread's burst state.
+pub struct Burst {
+    pub active: bool,
+    /// Steps taken.
+    steps: u32,
+    /// Steps taken when the last tick arrived (a tick that finds no step
+    /// since the previous one means the trap flag was lost, e.g. to a
+    /// `siglongjmp` out of the program's own handler).
+    steps_at_tick: u32,
+    /// Accesses of the craft's kind executed so far: K.
+    seen: u64,
+    /// The program-time weight of the tick that began the burst.
+    time_weight: f64,
+    /// The instruction the last handler returned to.
+    pending_pc: u64,
+    picks: [Option<Candidate>; MAX_PICKS],
+    intercepts: [Option<Intercept>; MAX_SLOTS],
+    rng: SmallRng,
+}
+
+impl Burst {
+    pub fn new(seed: u64) -> Burst {
+        Burst {
+            active: false,
+            steps: 0,
+            steps_at_tick: 0,
+            seen: 0,
+            time_weight: 0.0,
+            pending_pc: 0,
+            picks: [None; MAX_PICKS],
+            intercepts: [None; MAX_SLOTS],
+            rng: SmallRng::seed_from_u64(seed ^ 0xb0b5_7ea1),
+        }
+    }
+
+    pub fn reset(&mut self) {
+        self.active = false;
+        self.picks = [None; MAX_PICKS];
+        self.intercepts = [None; MAX_SLOTS];
+    }
+}
+
+/// Why a tick did not begin a burst.
+enum Refusal {
+    /// SIGTRAP is blocked where the program resumes: a step would kill it.
+    Blocked,
+    /// The program single-steps itself.
+    Stepping,
+}
+
+/// # Safety
+/// `uc` must be the context the kernel passed to the signal handler.
+unsafe fn refusal(uc: *const libc::ucontext_t) -> Option<Refusal> {
+    // SAFETY: forwarded from the caller; sigismember only reads the set.
+    unsafe {
+        if libc::sigismember(&(*uc).uc_sigmask, libc::SIGTRAP) == 1 {
+            return Some(Refusal::Blocked);
+        }
+        if (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] & TF != 0 {
+            return Some(Refusal::Stepping);
+        }
+    }
+    None
+}
+
+/// # Safety
+/// `uc` must be the context the kernel passed to the signal handler.
+unsafe fn set_trap_flag(uc: *mut libc::ucontext_t, on: bool) {
+    // SAFETY: forwarded from the caller.
+    let efl = unsafe { &mut (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] };
+    if on {
+        *efl |= TF;
+    } else {
+        *efl &= !TF;
+    }
+}
+
+/// Does access `a` make a debug register of type `ty` on [addr, addr+len) fire?
+fn fires(ty: BpType, a: &Access, addr: u64, len: u64) -> bool {
+    a.overlap(addr, len) > 0 && (ty == BpType::RW || a.write)
+}
+
+/// The access of `d` that a debug register on [addr, addr+len) would see
+/// first: a load before a store in the same instruction (`add [m], r`).
+fn trapping(d: &Decoded, ty: BpType, addr: u64, len: u64) -> Option<Access> {
+    let mut best: Option<Access> = None;
+    for a in d.accesses().iter().filter(|a| fires(ty, a, addr, len)) {
+        match best {
+            Some(b) if b.read => {}
+            _ => best = Some(*a),
+        }
+    }
+    best
+}
+
+/// A verdict that needs the bytes after the instruction ran: a store's,
+/// for crafts that compare values.
+fn judged_after(engine: &Engine, a: &Access) -> bool {
+    engine.craft.needs_value() && !a.read
+}
+
+impl ThreadState {
+    /// A tick of the software sampler in burst mode: begin a burst at the
+    /// interrupted instruction.
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    pub(crate) unsafe fn begin_burst(&mut self, engine: &Engine, map: &ProcessMap, regs: &Regs, weight: f64, uc: *mut libc::ucontext_t) {
+        let b = &mut self.burst;
+        if b.active {
+            if b.steps != b.steps_at_tick {
+                // Still stepping: this tick's period ran out inside the burst.
+                b.steps_at_tick = b.steps;
+                self.record.counters.overdue += 1;
+                return;
+            }
+            // No step since the last tick: the trap flag was lost.
+            self.record.counters.bursts_lost += 1;
+            self.burst.reset();
+        }
+        // SAFETY: forwarded from the caller.
+        if let Some(why) = unsafe { refusal(uc) } {
+            match why {
+                Refusal::Blocked => self.record.counters.bursts_blocked += 1,
+                Refusal::Stepping => self.record.counters.bursts_blocked += 1,
+            }
+            return;
+        }
+        let b = &mut self.burst;
+        b.active = true;
+        b.steps = 0;
+        b.steps_at_tick = 0;
+        b.seen = 0;
+        b.time_weight = weight;
+        b.picks = [None; MAX_PICKS];
+        b.intercepts = [None; MAX_SLOTS];
+        self.record.counters.bursts += 1;
+        let go = self.visit(engine, map, regs);
+        // SAFETY: forwarded from the caller.
+        unsafe { set_trap_flag(uc, go) };
+        if !go {
+            self.end_burst(engine);
+        }
+    }
+
+    /// A single step of the burst: the instruction visited last has run.
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    pub(crate) unsafe fn on_step(&mut self, engine: &Engine, map: &ProcessMap, uc: *mut libc::ucontext_t) {
+        // SAFETY: forwarded from the caller.
+        let regs = unsafe { Regs::from_ucontext(uc, self.place.fs_base, self.place.gs_base) };
+        self.record.counters.steps += 1;
+        self.after_step(engine);
+        self.burst.steps += 1;
+        // SAFETY: forwarded from the caller (the trap flag is ours here).
+        let blocked = matches!(unsafe { refusal(uc) }, Some(Refusal::Blocked));
+        let go = !blocked && self.burst.steps < engine.burst.map_or(0, |s| s.steps) && self.visit(engine, map, &regs);
+        // SAFETY: forwarded from the caller.
+        unsafe { set_trap_flag(uc, go) };
+        if !go {
+            self.end_burst(engine);
+        }
+    }
+
+    /// Decode the instruction about to run at `regs.rip`, watch it for the
+    /// picked and the armed bytes, and count its accesses of the craft's
+    /// kind, picking one of them with probability 1/K. False: the burst
+    /// ends before this instruction.
+    fn visit(&mut self, engine: &Engine, map: &ProcessMap, regs: &Regs) -> bool {
+        let pc = regs.rip;
+        if pc >= engine.own_code.0 && pc < engine.own_code.1 {
+            return false;
+        }
+        let mut buf = [0u8; 16];
+        let Some(bytes) = super::sample::code_bytes(map, pc, &mut buf) else { return false };
+        let Some(d) = self.scratch.analyzer.decode(bytes, pc, regs, false) else { return false };
+        if !d.steppable || d.partial {
+            return false;
+        }
+        self.burst.pending_pc = pc;
+        let ty = engine.craft.watch();
+        // Armed debug registers this instruction would make fire.
+        for i in 0..self.watch.n {
+            let s = self.watch.slots[i];
+            if !s.armed {
+                continue;
+            }
+            let Some(a) = trapping(&d, ty, s.addr, s.len) else { continue };
+            s.bp.disable();
+            let trap_ctx = self.context_at(map, regs, pc);
+            let verdict = (!judged_after(engine, &a)).then(|| self.judge_now(engine, &s.watched, &a));
+            self.burst.intercepts[i] = Some(Intercept { access: a, trap_ctx, verdict });
+        }
+        // The picked accesses' next accesses.
+        for k in 0..MAX_PICKS {
+            let Some(c) = self.burst.picks[k] else { continue };
+            if c.verdict.is_some() || c.dropped || c.trap_after.is_some() {
+                continue;
+            }
+            let Some(a) = trapping(&d, ty, c.waddr, c.wlen) else { continue };
+            let trap_ctx = self.context_at(map, regs, pc);
+            if judged_after(engine, &a) {
+                self.burst.picks[k].as_mut().unwrap().trap_after = Some((a, trap_ctx));
+            } else {
+                let v = self.judge_now(engine, &c.watched, &a);
+                self.settle(k, v, trap_ctx);
+            }
+        }
+        // Count, and pick: a reservoir of `picks` over the accesses seen.
+        let m = engine.burst.map_or(1, |s| s.picks).clamp(1, MAX_PICKS as u32) as u64;
+        for a in d.accesses().iter().copied() {
+            if !engine.craft.samples(&a) || self.is_engine_memory(a.addr) {
+                continue;
+            }
+            let b = &mut self.burst;
+            b.seen += 1;
+            let seen = b.seen;
+            let k = if seen <= m { seen - 1 } else { b.rng.random_range(0..seen) };
+            if k >= m {
+                continue;
+            }
+            let ctx = self.context_at(map, regs, pc);
+            let (waddr, wlen) = watch_range(a.addr, a.len);
+            let mut watched = Watched { access: a, ..Default::default() };
+            let snapshot_after = engine.craft.needs_value() && a.write;
+            if engine.craft.needs_value() && !snapshot_after {
+                // A load's value is what it reads: the bytes now.
+                let n = (a.len as usize).min(SNAPSHOT);
+                if mem::read_own(a.addr, &mut watched.value[..n]) {
+                    watched.value_len = n;
+                }
+            }
+            self.burst.picks[k as usize] = Some(Candidate { ctx, waddr, wlen, watched, snapshot_after, ..Default::default() });
+        }
+        true
+    }
+
+    /// After the visited instruction ran: take the values that needed it,
+    /// judge what waited for them, and re-enable debug registers whose
+    /// access the craft ignored.
+    fn after_step(&mut self, engine: &Engine) {
+        for k in 0..MAX_PICKS {
+            let Some(c) = self.burst.picks[k].as_mut() else { continue };
+            if c.snapshot_after {
+                c.snapshot_after = false;
+                let w = &mut c.watched;
+                let n = (w.access.len as usize).min(SNAPSHOT);
+                w.value_len = if mem::read_own(w.access.addr, &mut w.value[..n]) { n } else { 0 };
+            }
+            if let Some((a, trap_ctx)) = c.trap_after.take() {
+                let w = c.watched;
+                let v = self.judge_now(engine, &w, &a);
+                self.settle(k, v, trap_ctx);
+            }
+        }
+        for i in 0..MAX_SLOTS {
+            let Some(x) = self.burst.intercepts[i].take() else { continue };
+            let s = self.watch.slots[i];
+            let verdict = x.verdict.unwrap_or_else(|| self.judge_now(engine, &s.watched, &x.access));
+            if verdict == Verdict::Ignore {
+                if self.ignore(i) {
+                    perf::enable(s.bp.fd());
+                }
+                continue;
+            }
+            self.attribute(engine, s.ctx, x.trap_ctx, verdict);
+            self.free(i);
+        }
+    }
+
+    /// The craft's verdict on `trap` touching the bytes of `w`, with the
+    /// bytes as they are now.
+    fn judge_now(&mut self, engine: &Engine, w: &Watched, trap: &Access) -> Verdict {
+        let mut now = [0u8; SNAPSHOT];
+        if engine.craft.needs_value() {
+            let n = w.value_len;
+            if n > 0 && !mem::read_own(w.access.addr, &mut now[..n]) {
+                return Verdict::Use { bytes: crate::craft::overlap(&w.access, trap) };
+            }
+        }
+        engine.craft.judge(w, trap, &now)
+    }
+
+    fn settle(&mut self, k: usize, v: Verdict, trap_ctx: u32) {
+        let Some(c) = self.burst.picks[k].as_mut() else { return };
+        if v == Verdict::Ignore {
+            c.ignored += 1;
+            c.dropped = c.ignored >= super::trap::MAX_IGNORED;
+        } else {
+            c.verdict = Some((v, trap_ctx));
+        }
+    }
+
+    /// The calling context of the instruction at `pc` (about to run).
+    fn context_at(&mut self, map: &ProcessMap, regs: &Regs, pc: u64) -> u32 {
+        let n = unwind::walk(map, &mut self.scratch.unwind, regs, pc, self.place.stack, &mut self.scratch.frames);
+        self.record.tree.insert(&self.scratch.frames[..n])
+    }
+
+    /// The burst is over: the picked access becomes the sample, judged
+    /// already or watched from now on by a debug register.
+    fn end_burst(&mut self, engine: &Engine) {
+        let b = &mut self.burst;
+        b.active = false;
+        // Registers intercepted by an instruction that then did not run
+        // (the burst ended before it) go back to watching.
+        for i in 0..MAX_SLOTS {
+            if b.intercepts[i].take().is_some() && self.watch.slots[i].armed {
+                perf::enable(self.watch.slots[i].bp.fd());
+            }
+        }
+        // Each pick stands for K/m of the K accesses stepped (m picks).
+        let m = b.picks.iter().flatten().count();
+        if m == 0 {
+            return;
+        }
+        let per_burst = engine.burst.is_some_and(|s| s.weight_per_burst);
+        let weight = if per_burst { b.time_weight / m as f64 } else { b.seen as f64 / m as f64 * b.time_weight };
+        let picks = std::mem::replace(&mut b.picks, [None; MAX_PICKS]);
+        for c in picks.into_iter().flatten() {
+            self.settle_pick(engine, c, weight);
+        }
+    }
+
+    /// A pick becomes a sample of weight `weight`: judged already, or
+    /// watched from now on by a debug register.
+    fn settle_pick(&mut self, engine: &Engine, c: Candidate, weight: f64) {
+        let rec = &mut self.record;
+        rec.counters.samples += 1;
+        let node = rec.tree.node(c.ctx);
+        node.samples += 1;
+        node.mu += weight; // µ(C)
+        if c.dropped {
+            return;
+        }
+        if let Some((v, trap_ctx)) = c.verdict {
+            self.attribute(engine, c.ctx, trap_ctx, v);
+            return;
+        }
+        let Some(i) = self.watch.choose() else {
+            rec.counters.dropped += 1;
+            rec.blind += 1;
+            rec.counters.longest_blind_spot = rec.counters.longest_blind_spot.max(rec.blind);
+            return;
+        };
+        if self.watch.slots[i].armed {
+            let node = rec.tree.node(self.watch.slots[i].ctx);
+            node.armed = node.armed.saturating_sub(1);
+        }
+        if !self.watch.arm(i, c.waddr, c.wlen, c.ctx, c.watched, None) {
+            rec.counters.arm_failures += 1;
+            return;
+        }
+        rec.tree.node(c.ctx).armed += 1;
+        rec.counters.armed += 1;
+        rec.blind = 0;
+    }
+}
