@@ -8,6 +8,10 @@
 
 use witch_tests::*;
 
+/// Bursts of 32 steps (opt-in while they are being measured against the
+/// time-proportional default).
+const BURSTS: [&str; 2] = ["env", "WITCH_BURST=32"];
+
 /// Shares of dead bytes by watch line (cheap_costly.c's two stores).
 fn shares(rep: &Report, prog: &Program) -> (f64, f64) {
     let f = &prog.file;
@@ -27,7 +31,7 @@ fn counts_not_time_cheap_store_beside_a_costly_one() {
     assert_eq!(native.code(), Some(0), "{}", native.describe());
 
     let out = dir.join("count.json");
-    let run = WitchCmd::new("dead").arg("-q").out(&out).run(&prog.exe, &[]);
+    let run = WitchCmd::new("dead").wrapper(&BURSTS).arg("-q").out(&out).run(&prog.exe, &[]);
     assert_same_behaviour(&native, &run);
     let rep = report(&out);
     rep.assert_samples(60.0);
@@ -44,7 +48,11 @@ fn counts_not_time_cheap_store_beside_a_costly_one() {
         let rep = report(&out);
         let (cheap, _) = shares(&rep, &prog);
         rep.note(&format!("time-proportional: cheap {cheap:.3}"));
-        assert!(!(0.2..=0.8).contains(&cheap), "time-proportional sampling should be lopsided here: cheap share {cheap:.3}\n{}", rep.dump());
+        assert!(
+            !(0.2..=0.8).contains(&cheap),
+            "time-proportional sampling should be lopsided here: cheap share {cheap:.3}\n{}",
+            rep.dump()
+        );
     }
 }
 
@@ -58,7 +66,7 @@ fn a_program_that_steps_itself_is_unharmed() {
     assert_eq!(native.stdout_str().trim(), "self_step 40000 0 0", "{}", native.describe());
     for craft in ["dead", "silent-load"] {
         let out = dir.join(&format!("{craft}.json"));
-        let run = WitchCmd::new(craft).args(&["-q", "-p", "200000"]).out(&out).run(&prog.exe, &[]);
+        let run = WitchCmd::new(craft).wrapper(&BURSTS).args(&["-q", "-p", "200000"]).out(&out).run(&prog.exe, &[]);
         assert_same_behaviour(&native, &run);
     }
 }
@@ -74,7 +82,7 @@ fn thousands_of_bursts_leave_the_program_as_it_was() {
     let native = prog.run_native(&[]);
     assert_eq!(native.code(), Some(5), "{}", native.describe());
     let out = dir.join("stress.json");
-    let run = WitchCmd::new("dead").args(&["-q", "-p", "200000"]).out(&out).run(&prog.exe, &[]);
+    let run = WitchCmd::new("dead").wrapper(&BURSTS).args(&["-q", "-p", "200000"]).out(&out).run(&prog.exe, &[]);
     assert_same_behaviour(&native, &run);
     let p = raw_profile(&out);
     if p["sampler"]["kind"] == "software" {

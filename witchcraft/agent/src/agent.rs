@@ -151,15 +151,29 @@ pub(crate) fn make_engine(cfg: Config, install: fn(bool)) -> Engine {
         costs.signal_ns as f64 / 1e3,
         costs.step_ns as f64 / 1e3
     ));
+    // Bursts are opt-in (WITCH_BURST=N) until they are measured to be the better default.
     let burst = match (&sampler, cfg.burst_steps) {
-        (SamplerKind::Pmu(_), _) | (_, Some(0)) => None,
+        (SamplerKind::Pmu(_), _) | (_, Some(0)) | (_, None) => None,
         (_, steps) => Some(witchcraft::engine::BurstSettings {
             steps: steps.unwrap_or(witchcraft::config::DEFAULT_BURST_STEPS),
             weight_per_burst: cfg.burst_weight_per_burst,
             picks: cfg.burst_picks.unwrap_or(witchcraft::config::DEFAULT_BURST_PICKS),
         }),
     };
-    Engine { config: cfg, craft, sampler, period, sigtrap, modify, own_code: own, trap_cost_ns, signal_cost_ns, step_cost_ns: costs.step_ns, ns_per_cycle: costs.ns_per_cycle, burst }
+    Engine {
+        config: cfg,
+        craft,
+        sampler,
+        period,
+        sigtrap,
+        modify,
+        own_code: own,
+        trap_cost_ns,
+        signal_cost_ns,
+        step_cost_ns: costs.step_ns,
+        ns_per_cycle: costs.ns_per_cycle,
+        burst,
+    }
 }
 
 /// The agent's executable mapping, from /proc/self/maps.

@@ -367,7 +367,7 @@ pub fn calibrate(sigtrap: bool) -> witchcraft::engine::Costs {
     }
     let t1 = thread_cpu_ns();
     let stepped = STEPS - CALIBRATION_STEPS.swap(0, Ordering::Relaxed);
-    let step_ns = if stepped > 0 { (t1 - t0).saturating_sub(signal_ns) / stepped } else { 0 };
+    let step_ns = (t1 - t0).saturating_sub(signal_ns).checked_div(stepped).unwrap_or(0);
     CALIBRATING.store(false, Ordering::Release);
     drop(cell);
     witchcraft::engine::Costs { trap_ns, signal_ns, step_ns, ns_per_cycle: task::ns_per_cycle(500_000) }

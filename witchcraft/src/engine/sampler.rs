@@ -44,7 +44,14 @@ impl SamplerKind {
             _ => ("software", "ns"),
         };
         let weight_unit = if kind == "software" && burst_steps == 0 { "byte·ns" } else { "bytes" };
-        profile::Sampler { kind: kind.into(), event: self.event_name(), period, unit: unit.into(), weight_unit: weight_unit.into(), burst_steps }
+        profile::Sampler {
+            kind: kind.into(),
+            event: self.event_name(),
+            period,
+            unit: unit.into(),
+            weight_unit: weight_unit.into(),
+            burst_steps,
+        }
     }
 
     /// Choose the sampler for `cfg` on this machine: the PMU event it names
