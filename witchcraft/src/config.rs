@@ -1,4 +1,7 @@
-//! Agent configuration, read from the environment the `witch` command sets.
+//! Agent configuration, and its one encoding as `WITCH_*` settings: the
+//! environment `witch` gives a preloaded agent, and the lines it sends an
+//! attached one ([`Config::to_pairs`] builds them, [`Config::from_lookup`]
+//! reads them).
 //!
 //! The agent is inert unless `WITCH_CRAFT` is set, so an inherited
 //! `LD_PRELOAD` in an unrelated program costs nothing.
@@ -18,12 +21,46 @@ pub const DEFAULT_BURST_STEPS: u32 = 32;
 pub const DEFAULT_BURST_PICKS: u32 = 1;
 /// Default PMU period: a prime, as PMU sampling recommends (Witch §4.7).
 pub const DEFAULT_PMU_PERIOD: u64 = 5_000_003;
+/// Default relative precision at which two floating-point values are equal.
+pub const DEFAULT_FP_PRECISION: f64 = 0.01;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SamplerChoice {
     Auto,
     Software,
     Pmu,
+}
+
+impl SamplerChoice {
+    pub fn name(self) -> &'static str {
+        match self {
+            SamplerChoice::Auto => "auto",
+            SamplerChoice::Software => "software",
+            SamplerChoice::Pmu => "pmu",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<SamplerChoice> {
+        [SamplerChoice::Auto, SamplerChoice::Software, SamplerChoice::Pmu].into_iter().find(|c| c.name() == s)
+    }
+}
+
+/// The names of the settings.
+pub mod keys {
+    pub const CRAFT: &str = "WITCH_CRAFT";
+    pub const PERIOD: &str = "WITCH_PERIOD";
+    pub const SAMPLER: &str = "WITCH_SAMPLER";
+    pub const EVENT: &str = "WITCH_EVENT";
+    pub const DEBUG_REGISTERS: &str = "WITCH_DEBUG_REGISTERS";
+    pub const REPLACEMENT: &str = "WITCH_REPLACEMENT";
+    pub const FP_PRECISION: &str = "WITCH_FP_PRECISION";
+    pub const OUT_DIR: &str = "WITCH_OUT_DIR";
+    pub const NO_SIGTRAP: &str = "WITCH_NO_SIGTRAP";
+    pub const NO_MODIFY: &str = "WITCH_NO_MODIFY";
+    pub const SEED: &str = "WITCH_SEED";
+    pub const BURST: &str = "WITCH_BURST";
+    pub const BURST_WEIGHT: &str = "WITCH_BURST_WEIGHT";
+    pub const BURST_PICKS: &str = "WITCH_BURST_PICKS";
 }
 
 #[derive(Clone, Debug)]
@@ -53,6 +90,84 @@ pub struct Config {
 }
 
 impl Config {
+    /// The defaults for `craft` (what an empty environment besides
+    /// `WITCH_CRAFT` means).
+    pub fn new(craft: Craft) -> Config {
+        Config {
+            craft,
+            period: None,
+            sampler: SamplerChoice::Auto,
+            event: None,
+            debug_registers: 4,
+            replacement: Policy::Reservoir,
+            fp_precision: DEFAULT_FP_PRECISION,
+            out_dir: PathBuf::from("."),
+            no_sigtrap: false,
+            no_modify: false,
+            seed: None,
+            burst_steps: None,
+            burst_weight_per_burst: false,
+            burst_picks: None,
+        }
+    }
+
+    /// The testing and experimental knobs (`WITCH_NO_SIGTRAP`,
+    /// `WITCH_NO_MODIFY`, `WITCH_SEED`, `WITCH_BURST*`) from this process's
+    /// environment, as a controller passes them on to the agent it starts.
+    pub fn with_knobs_from_env(mut self) -> Config {
+        let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        self.no_sigtrap = get(keys::NO_SIGTRAP).is_some();
+        self.no_modify = get(keys::NO_MODIFY).is_some();
+        self.seed = get(keys::SEED).and_then(|v| v.parse().ok());
+        self.burst_steps = get(keys::BURST).and_then(|v| v.parse::<u64>().ok()).map(|n| n.min(1 << 20) as u32);
+        self.burst_weight_per_burst = get(keys::BURST_WEIGHT).as_deref() == Some("one");
+        self.burst_picks = get(keys::BURST_PICKS).and_then(|v| v.parse::<u32>().ok()).map(|n| n.clamp(1, 4));
+        self
+    }
+
+    /// The settings as `WITCH_*` pairs, the ones [`Config::from_lookup`]
+    /// reads back to an equal `Config`.
+    pub fn to_pairs(&self) -> Vec<(&'static str, String)> {
+        let mut v = vec![
+            (keys::CRAFT, self.craft.name().to_string()),
+            (keys::SAMPLER, self.sampler.name().to_string()),
+            (keys::DEBUG_REGISTERS, self.debug_registers.to_string()),
+            (keys::REPLACEMENT, self.replacement.name().to_string()),
+            (keys::FP_PRECISION, self.fp_precision.to_string()),
+            (keys::OUT_DIR, self.out_dir.to_string_lossy().into_owned()),
+        ];
+        if let Some(p) = self.period {
+            v.push((keys::PERIOD, p.to_string()));
+        }
+        if let Some(e) = &self.event {
+            v.push((keys::EVENT, e.clone()));
+        }
+        if self.no_sigtrap {
+            v.push((keys::NO_SIGTRAP, "1".into()));
+        }
+        if self.no_modify {
+            v.push((keys::NO_MODIFY, "1".into()));
+        }
+        if let Some(s) = self.seed {
+            v.push((keys::SEED, s.to_string()));
+        }
+        if let Some(n) = self.burst_steps {
+            v.push((keys::BURST, n.to_string()));
+        }
+        if self.burst_weight_per_burst {
+            v.push((keys::BURST_WEIGHT, "one".into()));
+        }
+        if let Some(n) = self.burst_picks {
+            v.push((keys::BURST_PICKS, n.to_string()));
+        }
+        v
+    }
+
+    /// [`Config::to_pairs`] as `KEY=VALUE` lines (for an attached agent).
+    pub fn to_lines(&self) -> String {
+        self.to_pairs().into_iter().map(|(k, v)| format!("{k}={v}\n")).collect()
+    }
+
     pub fn from_env() -> Result<Option<Config>, String> {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
@@ -67,40 +182,38 @@ impl Config {
 
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<Config>, String> {
         let get = |k: &str| lookup(k).filter(|v| !v.is_empty());
-        let Some(craft) = get("WITCH_CRAFT") else { return Ok(None) };
+        let Some(craft) = get(keys::CRAFT) else { return Ok(None) };
         let craft = Craft::parse(&craft).ok_or(format!("unknown craft {craft:?}"))?;
         let num = |k: &str| -> Result<Option<u64>, String> {
             get(k).map(|v| v.parse::<u64>().map_err(|_| format!("{k}: not a number: {v:?}"))).transpose()
         };
-        let sampler = match get("WITCH_SAMPLER").as_deref() {
-            None | Some("auto") => SamplerChoice::Auto,
-            Some("software") => SamplerChoice::Software,
-            Some("pmu") => SamplerChoice::Pmu,
-            Some(s) => return Err(format!("unknown sampler {s:?}")),
+        let sampler = match get(keys::SAMPLER) {
+            None => SamplerChoice::Auto,
+            Some(s) => SamplerChoice::parse(&s).ok_or(format!("unknown sampler {s:?}"))?,
         };
-        let replacement = match get("WITCH_REPLACEMENT") {
+        let replacement = match get(keys::REPLACEMENT) {
             None => Policy::Reservoir,
             Some(r) => Policy::parse(&r).ok_or(format!("unknown replacement policy {r:?}"))?,
         };
-        let fp_precision = match get("WITCH_FP_PRECISION") {
-            None => 0.01,
+        let fp_precision = match get(keys::FP_PRECISION) {
+            None => DEFAULT_FP_PRECISION,
             Some(v) => v.parse::<f64>().ok().filter(|p| p.is_finite() && *p >= 0.0).ok_or(format!("bad precision {v:?}"))?,
         };
         Ok(Some(Config {
             craft,
-            period: num("WITCH_PERIOD")?.filter(|&p| p > 0),
+            period: num(keys::PERIOD)?.filter(|&p| p > 0),
             sampler,
-            event: get("WITCH_EVENT"),
-            debug_registers: num("WITCH_DEBUG_REGISTERS")?.unwrap_or(4).clamp(1, 4) as usize,
+            event: get(keys::EVENT),
+            debug_registers: num(keys::DEBUG_REGISTERS)?.unwrap_or(4).clamp(1, 4) as usize,
             replacement,
             fp_precision,
-            out_dir: get("WITCH_OUT_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".")),
-            no_sigtrap: get("WITCH_NO_SIGTRAP").is_some(),
-            no_modify: get("WITCH_NO_MODIFY").is_some(),
-            seed: num("WITCH_SEED")?,
-            burst_steps: num("WITCH_BURST")?.map(|n| n.min(1 << 20) as u32),
-            burst_weight_per_burst: get("WITCH_BURST_WEIGHT").as_deref() == Some("one"),
-            burst_picks: num("WITCH_BURST_PICKS")?.map(|n| n.clamp(1, 4) as u32),
+            out_dir: get(keys::OUT_DIR).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".")),
+            no_sigtrap: get(keys::NO_SIGTRAP).is_some(),
+            no_modify: get(keys::NO_MODIFY).is_some(),
+            seed: num(keys::SEED)?,
+            burst_steps: num(keys::BURST)?.map(|n| n.min(1 << 20) as u32),
+            burst_weight_per_burst: get(keys::BURST_WEIGHT).as_deref() == Some("one"),
+            burst_picks: num(keys::BURST_PICKS)?.map(|n| n.clamp(1, 4) as u32),
         }))
     }
 }
@@ -123,5 +236,29 @@ mod tests {
         assert_eq!(c.out_dir, PathBuf::from("/x"));
         assert!(Config::from_lines("WITCH_PERIOD=5\n").unwrap().is_none());
         assert!(Config::from_lines("WITCH_CRAFT=dead\nWITCH_PERIOD=abc\n").is_err());
+    }
+
+    #[test]
+    fn settings_are_read_back_as_they_were_built() {
+        let mut c = Config::new(Craft::SilentStore);
+        c.period = Some(777);
+        c.sampler = SamplerChoice::Software;
+        c.event = Some("task-clock".into());
+        c.debug_registers = 2;
+        c.replacement = Policy::Newest;
+        c.fp_precision = 0.125;
+        c.out_dir = PathBuf::from("/tmp/x y");
+        c.no_modify = true;
+        c.seed = Some(9);
+        c.burst_steps = Some(16);
+        c.burst_weight_per_burst = true;
+        c.burst_picks = Some(2);
+        let back = Config::from_lines(&c.to_lines()).unwrap().unwrap();
+        assert_eq!(format!("{back:?}"), format!("{c:?}"));
+        let map: std::collections::HashMap<_, _> = c.to_pairs().into_iter().collect();
+        let env = Config::from_lookup(|k| map.get(k).cloned()).unwrap().unwrap();
+        assert_eq!(format!("{env:?}"), format!("{c:?}"));
+        let plain = Config::new(Craft::Dead);
+        assert_eq!(format!("{:?}", Config::from_lines(&plain.to_lines()).unwrap().unwrap()), format!("{plain:?}"));
     }
 }

@@ -17,6 +17,7 @@ pub mod pair;
 pub mod probe;
 pub mod profile;
 pub mod replacement;
+pub mod session;
 pub mod sys;
 pub mod unwind;
 pub mod x86;
