@@ -107,7 +107,9 @@ pub fn set_own_address(a: u64) {
 
 /// Rebuild from /proc/self/maps and publish. Not for signal handlers.
 pub fn refresh() {
-    let maps = procfs::read_maps_text(None).unwrap_or_default();
+    // Unreadable now (the program lowered its descriptor limit, say): the
+    // map we have beats an empty one.
+    let Ok(maps) = procfs::read_maps_text(None) else { return };
     let own = OWN.load(Ordering::Relaxed);
     let map = Box::new(build(&maps, (own != 0).then_some(own)));
     let old = CURRENT.swap(Box::into_raw(map), Ordering::AcqRel);

@@ -92,12 +92,7 @@ impl Watchpoints {
                     self.slots[i] = Slot { bp, ..Default::default() };
                     self.n += 1;
                 }
-                Err(e) if i == 0 => {
-                    return Err(format!(
-                        "no free debug registers ({}): a debugger or another tool may be using them",
-                        std::io::Error::from_raw_os_error(e)
-                    ))
-                }
+                Err(e) if i == 0 => return Err(why_no_watchpoint(e)),
                 Err(_) => break,
             }
         }
@@ -161,6 +156,18 @@ impl Watchpoints {
         self.close();
         self.slots = [Slot::default(); MAX_SLOTS];
         self.reservoir.k = 0;
+    }
+}
+
+/// Why a thread got no watchpoint at all, from the errno.
+fn why_no_watchpoint(e: i32) -> String {
+    match e {
+        libc::ENOSPC => "no free debug registers: a debugger or another tool may be using them".into(),
+        libc::ESRCH => "the thread ended before it could be set up".into(),
+        libc::EMFILE | libc::ENFILE => {
+            "no file descriptor left for the thread's watchpoints (the program's RLIMIT_NOFILE is reached)".into()
+        }
+        _ => format!("cannot open a watchpoint: {}", std::io::Error::from_raw_os_error(e)),
     }
 }
 

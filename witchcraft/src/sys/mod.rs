@@ -4,6 +4,7 @@
 //! behind small named functions; the engine above speaks in their terms.
 
 pub mod cputimer;
+pub mod fd;
 pub mod mem;
 pub mod perf;
 pub mod pmu;

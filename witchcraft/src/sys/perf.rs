@@ -127,10 +127,12 @@ impl Attr {
         // SAFETY: `a` is a valid attribute of the size it declares.
         let fd = unsafe { sys::perf_event_open(&mut a, tid, -1, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as libc::c_ulong) };
         if fd < 0 {
-            Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL))
-        } else {
-            Ok(fd)
+            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL));
         }
+        // Out of the program's descriptor range, and remembered as ours ([`super::fd`]).
+        let fd = super::fd::place(fd)?;
+        super::fd::own_perf(fd);
+        Ok(fd)
     }
 
     /// Re-target open event `fd` to this attribute with one ioctl
@@ -172,11 +174,10 @@ pub fn disable(fd: i32) -> bool {
     // SAFETY: plain ioctl; a bad fd fails with EBADF.
     unsafe { sys::ioctls::DISABLE(fd, 0) == 0 }
 }
+/// Close an event opened by [`Attr::open`], unless the program closed it
+/// and reused the number ([`super::fd::close_perf`]).
 pub fn close(fd: i32) {
-    if fd >= 0 {
-        // SAFETY: the caller owns `fd`.
-        unsafe { libc::close(fd) };
-    }
+    super::fd::close_perf(fd);
 }
 
 #[cfg(test)]

@@ -234,8 +234,7 @@ impl PmuSampler {
         let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
         if p == libc::MAP_FAILED {
             let err = std::io::Error::last_os_error();
-            // SAFETY: our own fd, not yet handed out.
-            unsafe { libc::close(fd) };
+            crate::sys::perf::close(fd);
             let message = format!("cannot map the ring buffer of {}: {err} (RLIMIT_MEMLOCK / perf_event_mlock_kb?)", ev.name);
             return Err(OpenError { errno: err.raw_os_error().unwrap_or(0), precise_ip: ev.precise_ip, message });
         }
@@ -338,7 +337,7 @@ impl PmuSampler {
             self.ring = std::ptr::null_mut();
         }
         if self.fd >= 0 {
-            unsafe { libc::close(self.fd) };
+            crate::sys::perf::close(self.fd);
             self.fd = -1;
         }
     }

@@ -1,0 +1,150 @@
+//! Descriptors opened inside a profiled program: kept out of its way, and
+//! never closed unless still ours.
+//!
+//! A program counts on its descriptor numbers: `open` returns the lowest
+//! free one, `select` takes only numbers below 1024, and a sandboxed
+//! program lowers its RLIMIT_NOFILE to what it needs. Once [`reserve_top`]
+//! has run (the agent calls it when it starts), every descriptor opened
+//! through [`place`] moves to the top of the range the program had then
+//! (at most up to [`TOP`]), close-on-exec, and one that cannot go there is
+//! refused rather than taken from the numbers below.
+//!
+//! A program may also close descriptors it did not open (daemons close
+//! them all when they start) and reuse the numbers. [`close_perf`] closes a
+//! perf event's descriptor only if it still is the event that was opened
+//! there (its `PERF_EVENT_IOC_ID`), so the engine never closes a file of
+//! the program's.
+//!
+//! Everything here is a plain system call: async-signal-safe.
+
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+
+/// The highest descriptor numbers used: the kernel sizes a process's
+/// descriptor table by its highest open number, so a program whose limit
+/// is a million is not made to carry a table that size.
+pub const TOP: i32 = 4096;
+/// How many numbers below the top are reserved (at most half the range).
+pub const SPAN: i32 = 1024;
+
+/// Lowest number [`place`] uses; -1: descriptors stay where the kernel puts them.
+static FLOOR: AtomicI32 = AtomicI32::new(-1);
+static CEILING: AtomicI32 = AtomicI32::new(-1);
+
+/// Perf event ids (plus one) by descriptor number, for [`close_perf`].
+const TRACKED: usize = TOP as usize;
+static IDS: [AtomicU64; TRACKED] = [const { AtomicU64::new(0) }; TRACKED];
+
+/// Reserve the top of the descriptor range the process has now; returns
+/// the range `[floor, ceiling)`.
+pub fn reserve_top() -> (i32, i32) {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `r` is a valid rlimit to fill.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
+    let ceiling = (r.rlim_cur.min(TOP as u64)) as i32;
+    let floor = ceiling - SPAN.min(ceiling / 2);
+    FLOOR.store(floor, Ordering::Release);
+    CEILING.store(ceiling, Ordering::Release);
+    (floor, ceiling)
+}
+
+/// The reserved range, if any.
+pub fn reserved() -> Option<(i32, i32)> {
+    let f = FLOOR.load(Ordering::Acquire);
+    (f >= 0).then(|| (f, CEILING.load(Ordering::Acquire)))
+}
+
+/// Move `fd` into the reserved range, close-on-exec. Returns the new
+/// number, or the errno (and `fd` is closed) if the range is full or the
+/// program's limit no longer reaches it. Without a reserved range, `fd`.
+pub fn place(fd: i32) -> Result<i32, i32> {
+    if fd < 0 {
+        return Err(libc::EBADF);
+    }
+    let Some((floor, ceiling)) = reserved() else { return Ok(fd) };
+    if (floor..ceiling).contains(&fd) {
+        return Ok(fd);
+    }
+    // SAFETY: F_DUPFD_CLOEXEC duplicates a descriptor we own; then the original is closed.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, floor) };
+    let err = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EMFILE);
+    // SAFETY: `fd` is ours (just opened by the caller).
+    unsafe { libc::close(fd) };
+    if new < 0 {
+        return Err(err);
+    }
+    if new >= ceiling {
+        // SAFETY: the duplicate just made.
+        unsafe { libc::close(new) };
+        return Err(libc::EMFILE);
+    }
+    Ok(new)
+}
+
+fn perf_id(fd: i32) -> Option<u64> {
+    let mut id = 0u64;
+    // SAFETY: PERF_EVENT_IOC_ID writes one u64; a descriptor that is not a perf event fails.
+    let r = unsafe { perf_event_open_sys::ioctls::ID(fd, &mut id) };
+    (r == 0).then_some(id)
+}
+
+/// Remember perf event `fd` as ours.
+pub fn own_perf(fd: i32) {
+    if let (Some(slot), Some(id)) = (IDS.get(fd as usize), perf_id(fd)) {
+        slot.store(id + 1, Ordering::Release);
+    }
+}
+
+/// Close perf event `fd` if it still is the event [`own_perf`] recorded
+/// there; a number the program closed and reused is left alone.
+pub fn close_perf(fd: i32) {
+    if fd < 0 {
+        return;
+    }
+    let ours = match IDS.get(fd as usize) {
+        Some(slot) => {
+            let want = slot.swap(0, Ordering::AcqRel);
+            want != 0 && perf_id(fd) == Some(want - 1)
+        }
+        // Beyond the tracked numbers (no range reserved): as the caller says.
+        None => true,
+    };
+    if ours {
+        // SAFETY: the descriptor is the event we opened.
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// Close a descriptor of ours that is not a perf event (the caller knows
+/// the program cannot have reused it, or accepts that it may have).
+pub fn close(fd: i32) {
+    if fd >= 0 {
+        // SAFETY: the caller owns `fd`.
+        unsafe { libc::close(fd) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::perf::{Attr, SoftwareClock};
+
+    #[test]
+    fn perf_descriptors_are_closed_only_while_still_ours() {
+        let fd = Attr::software_clock(SoftwareClock::Task, 1_000_000).open(0).expect("task-clock");
+        // The program closes it and reuses the number for a file of its own.
+        // SAFETY: test-local descriptors.
+        unsafe { libc::close(fd) };
+        let file = std::fs::File::open("/proc/self/stat").unwrap();
+        let reused = std::os::fd::AsRawFd::as_raw_fd(&file);
+        if reused == fd {
+            close_perf(fd);
+            // SAFETY: F_GETFD only reads the flags.
+            assert!(unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0, "close_perf closed a reused number");
+        }
+        drop(file);
+        let fd = Attr::software_clock(SoftwareClock::Task, 1_000_000).open(0).expect("task-clock");
+        close_perf(fd);
+        // SAFETY: as above.
+        assert!(unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0, "close_perf left our own event open");
+    }
+}
