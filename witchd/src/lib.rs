@@ -1,13 +1,13 @@
 //! The `witch` command line and the `witchd` daemon, as a library both
 //! binaries share: running and attaching, reports, diffs, gates, exports.
 
-pub mod attach;
 pub mod cli;
 pub mod daemon;
 pub mod diff;
 pub mod doctor;
 pub mod flame;
 pub mod gate;
+pub mod inject;
 pub mod model;
 pub mod pprof;
 pub mod report;

@@ -170,7 +170,11 @@ fn notes(p: &Profile, c: &witchcraft::profile::Counters) -> Vec<String> {
     } else if c.samples == 0 && c.interrupts == 0 && c.threads_failed > 0 {
         // The set-up failure's own note says why.
     } else if c.samples == 0 {
-        v.push("no samples were taken: the run was shorter than the period; try a smaller -p".into());
+        // One short run, or many short threads: either way no thread ran a period.
+        v.push(format!(
+            "no samples were taken: no thread ran one period ({} {}) of its own CPU time; try a smaller -p",
+            p.sampler.period, p.sampler.unit
+        ));
     } else if p.sampler.kind == "software" && missed * 2 > c.interrupts {
         v.push(format!(
             "{missed} of {} timer interrupts landed away from any {access} and were not samples: \

@@ -10,6 +10,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicI32, Ordering};
+use witchcraft::config::{Config, SamplerChoice};
 use witchcraft::profile::{Craft, Profile};
 use witchcraft::sys::pmu;
 
@@ -116,19 +117,19 @@ fn check_dynamic(prog: &Path) -> Result<()> {
     Ok(())
 }
 
-/// What `-e` chose, as (WITCH_SAMPLER, WITCH_EVENT).
-pub(crate) fn sampler_env(craft: Craft, event: Option<&str>) -> Result<(&'static str, Option<String>)> {
+/// What `-e` chose: the sampler and its event.
+pub(crate) fn sampler_env(craft: Craft, event: Option<&str>) -> Result<(SamplerChoice, Option<String>)> {
     let kind = if craft == Craft::SilentLoad { pmu::AccessKind::Load } else { pmu::AccessKind::Store };
     match event {
-        None => Ok(("auto", None)),
-        Some(e @ ("task-clock" | "cpu-clock" | "cpu-timer")) => Ok(("software", Some(e.to_string()))),
+        None => Ok((SamplerChoice::Auto, None)),
+        Some(e @ ("task-clock" | "cpu-clock" | "cpu-timer")) => Ok((SamplerChoice::Software, Some(e.to_string()))),
         Some(spec) => {
             let ev = pmu::parse_event(Path::new(pmu::SYSFS_PMU_ROOT), spec, kind)
                 .map_err(|e| anyhow::anyhow!("unknown or unusable event {spec:?}: {e} (see `witch {} -e list`)", craft.name()))?;
             let mut s = pmu::PmuSampler::open(&ev, 1_000_003)
                 .map_err(|e| anyhow::anyhow!("event {spec:?} cannot be opened here: {e} (see `witch {} -e list`)", craft.name()))?;
             s.close();
-            Ok(("pmu", Some(spec.to_string())))
+            Ok((SamplerChoice::Pmu, Some(spec.to_string())))
         }
     }
 }
@@ -211,19 +212,18 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     if let Some(t) = tunables() {
         cmd.env("GLIBC_TUNABLES", t);
     }
-    cmd.env("LD_PRELOAD", preload)
-        .env("WITCH_CRAFT", craft.name())
-        .env("WITCH_SAMPLER", sampler)
-        .env("WITCH_REPLACEMENT", a.replacement.name())
-        .env("WITCH_FP_PRECISION", a.fp_precision.to_string())
-        .env("WITCH_DEBUG_REGISTERS", a.debug_registers.unwrap_or(free.min(4) as u32).to_string())
-        .env("WITCH_OUT_DIR", &out_dir);
-    if let Some(e) = &event {
-        cmd.env("WITCH_EVENT", e);
-    }
-    if let Some(p) = a.period {
-        cmd.env("WITCH_PERIOD", p.to_string());
-    }
+    // The agent's settings, in their one encoding (witchcraft::config).
+    // Testing knobs (WITCH_SEED, ...) reach it through the inherited environment.
+    let mut settings = Config::new(craft);
+    settings.sampler = sampler;
+    settings.event = event;
+    settings.period = a.period;
+    settings.replacement =
+        witchcraft::replacement::Policy::parse(a.replacement.name()).unwrap_or(witchcraft::replacement::Policy::Reservoir);
+    settings.fp_precision = a.fp_precision;
+    settings.debug_registers = a.debug_registers.unwrap_or(free.min(4) as u32) as usize;
+    settings.out_dir = out_dir.clone();
+    cmd.env("LD_PRELOAD", preload).envs(settings.to_pairs());
 
     // Ctrl-C and Ctrl-\ reach the program through the terminal's process
     // group; witch waits for it. Termination requests sent to witch alone
@@ -277,7 +277,8 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
                 eprint!("{report}");
                 eprintln!("witch: profile written to {}", main_out.display());
             }
-            None => eprintln!("witch: the program left no profile (killed by SIGKILL, or it cleared LD_PRELOAD?)"),
+            None if status.signal() == Some(libc::SIGKILL) => eprintln!("witch: the program left no profile: it was killed by SIGKILL"),
+            None => eprintln!("witch: the program left no profile (did it clear LD_PRELOAD, or end with a raw exit system call?)"),
         }
         if !others.is_empty() {
             eprintln!(
@@ -352,7 +353,7 @@ extern "C" fn interrupted(_: libc::c_int) {
 /// `--pid`: attach to a running process, profile it for `--duration` or
 /// until Ctrl-C, detach, and report. The process goes on unchanged.
 fn run_attached(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
-    let opts = crate::attach::Options {
+    let opts = crate::inject::Options {
         craft,
         period: a.period,
         event: a.event.clone(),
@@ -363,7 +364,7 @@ fn run_attached(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         unsafe { libc::signal(sig, interrupted as *const () as libc::sighandler_t) };
     }
-    let session = crate::attach::attach(pid, &opts)?;
+    let session = crate::inject::attach(pid, &opts)?;
     let pid = session.pid;
     let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|s| s.trim().to_string()).unwrap_or_else(|_| "process".into());
     if !a.quiet {

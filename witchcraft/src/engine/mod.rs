@@ -18,7 +18,7 @@ pub mod watch;
 
 pub use burst::BurstSettings;
 pub use sampler::{Sampler, SamplerKind};
-pub use thread::{ThreadState, ALT_STACK};
+pub use thread::{Place, ThreadState};
 pub use watch::MAX_SLOTS;
 
 use crate::config::Config;

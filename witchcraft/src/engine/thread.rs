@@ -23,7 +23,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 const TREE_NODES: usize = 1 << 16;
 const PAIRS: usize = 1 << 13;
-pub const ALT_STACK: usize = 256 * 1024;
 
 /// What becomes this thread's part of the profile.
 pub struct Record {
@@ -43,12 +42,25 @@ pub struct Scratch {
 }
 
 /// Where the thread lives: its stacks and segment bases.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Place {
     pub stack: (u64, u64),
+    /// The alternate signal stack the handlers run on (the agent owns it;
+    /// the engine only keeps samples off it).
     pub alt_stack: (u64, u64),
     pub fs_base: u64,
     pub gs_base: u64,
+}
+
+impl Place {
+    /// The calling thread's place, given its stack and alternate stack:
+    /// its segment bases are read now. Only system calls, so a signal
+    /// handler may call it.
+    pub fn here(stack: (u64, u64), alt_stack: (u64, u64)) -> Place {
+        const ARCH_GET_FS: i32 = 0x1003;
+        const ARCH_GET_GS: i32 = 0x1004;
+        Place { stack, alt_stack, fs_base: arch_prctl_get(ARCH_GET_FS), gs_base: arch_prctl_get(ARCH_GET_GS) }
+    }
 }
 
 pub struct ThreadState {
@@ -63,11 +75,11 @@ pub struct ThreadState {
     pub record: Record,
     pub scratch: Scratch,
     pub place: Place,
-    /// The thread's alternate stack before ours (restored on detach).
-    pub prev_alt_stack: libc::stack_t,
 }
 
-fn thread_stack() -> (u64, u64) {
+/// The calling thread's stack, from the thread library (not for signal
+/// handlers: it may allocate).
+pub fn thread_stack() -> (u64, u64) {
     // SAFETY: pthread_getattr_np fills `attr`, which is destroyed after use.
     unsafe {
         let mut attr: libc::pthread_attr_t = std::mem::zeroed();
@@ -112,77 +124,17 @@ impl ThreadState {
                 pc: PrecisePcCache::default(),
                 frames: Box::new([0; MAX_FRAMES]),
             },
-            place: Place { stack: (0, 0), alt_stack: (0, 0), fs_base: 0, gs_base: 0 },
-            prev_alt_stack: libc::stack_t { ss_sp: std::ptr::null_mut(), ss_flags: libc::SS_DISABLE, ss_size: 0 },
+            place: Place::default(),
         })
     }
 
-    /// Set up this thread: alternate signal stack, debug registers, sampler.
-    /// Runs on the thread itself, outside any signal handler.
-    pub fn start(&mut self, engine: &Engine) -> Result<(), String> {
-        self.map_alt_stack()?;
-        self.adopt_here(thread_stack());
+    /// Set up the calling thread, which lives at `place`: debug registers
+    /// and sampler, started. Outside any signal handler.
+    pub fn start(&mut self, engine: &Engine, place: Place) -> Result<(), String> {
+        self.place = place;
         self.open_events(engine, 0)?;
         self.go(engine);
         Ok(())
-    }
-
-    /// Reserve the alternate signal stack; [`ThreadState::adopt_here`] installs it.
-    pub fn map_alt_stack(&mut self) -> Result<(), String> {
-        // Handlers run here so their frames never land on a watched stack address (Witch Fig. 4.3).
-        // SAFETY: a fresh anonymous mapping.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                ALT_STACK,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err("cannot map an alternate signal stack".into());
-        }
-        self.place.alt_stack = (p as u64, p as u64 + ALT_STACK as u64);
-        Ok(())
-    }
-
-    /// The per-thread part of set-up, on the thread itself: its id, stack
-    /// bounds, segment bases and alternate signal stack (the previous one is
-    /// kept for [`ThreadState::leave_here`]). Only system calls, so an
-    /// attached agent can run it in a signal handler.
-    pub fn adopt_here(&mut self, stack: (u64, u64)) {
-        self.tid = task::gettid();
-        self.place.stack = stack;
-        const ARCH_GET_FS: i32 = 0x1003;
-        const ARCH_GET_GS: i32 = 0x1004;
-        self.place.fs_base = arch_prctl_get(ARCH_GET_FS);
-        self.place.gs_base = arch_prctl_get(ARCH_GET_GS);
-        let (lo, hi) = self.place.alt_stack;
-        let ss = libc::stack_t { ss_sp: lo as *mut libc::c_void, ss_flags: 0, ss_size: (hi - lo) as usize };
-        // SAFETY: installs a stack this thread state owns.
-        unsafe { libc::sigaltstack(&ss, &mut self.prev_alt_stack) };
-    }
-
-    /// Undo [`ThreadState::adopt_here`] on the thread (attached agent's detach).
-    pub fn leave_here(&mut self) {
-        let mut prev = self.prev_alt_stack;
-        if prev.ss_sp.is_null() {
-            prev.ss_flags = libc::SS_DISABLE;
-        }
-        // SAFETY: restores the thread's previous alternate stack.
-        unsafe { libc::sigaltstack(&prev, std::ptr::null_mut()) };
-    }
-
-    /// Unmap the alternate stack once no thread can be running on it.
-    pub fn release_alt_stack(&mut self) {
-        let (lo, hi) = self.place.alt_stack;
-        if lo != 0 {
-            // SAFETY: the mapping made by `map_alt_stack`, no longer in use.
-            unsafe { libc::munmap(lo as *mut libc::c_void, (hi - lo) as usize) };
-            self.place.alt_stack = (0, 0);
-        }
     }
 
     /// Open the debug-register slots and the sampler (stopped) for thread

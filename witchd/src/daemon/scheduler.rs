@@ -14,7 +14,7 @@ use super::procfs::{self, Proc};
 use super::session::{self, Plan};
 use super::store::Meta;
 use super::{say, Daemon};
-use crate::attach::Options;
+use crate::inject::Options;
 use rand::RngExt;
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -8,7 +8,7 @@ use super::metrics::{overhead_ns, ErrorKind, Outcome};
 use super::procfs::Proc;
 use super::store::Meta;
 use super::{say, Claim, Daemon};
-use crate::attach::{self, Ended, Options};
+use crate::inject::{self, Ended, Options};
 use anyhow::Result;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,16 +30,16 @@ pub struct RealAttacher;
 
 impl Attacher for RealAttacher {
     fn attach(&self, pid: i32, opts: &Options) -> Result<Box<dyn Attached>> {
-        Ok(Box::new(attach::attach(pid, opts)?))
+        Ok(Box::new(inject::attach(pid, opts)?))
     }
 }
 
-impl Attached for attach::Session {
+impl Attached for inject::Session {
     fn target_alive(&self) -> bool {
-        attach::Session::target_alive(self)
+        inject::Session::target_alive(self)
     }
     fn detach(self: Box<Self>, timeout: Duration) -> Result<Ended> {
-        attach::Session::detach(*self, timeout)
+        inject::Session::detach(*self, timeout)
     }
 }
 

@@ -7,7 +7,7 @@ use super::config::Config;
 use super::proto::Request;
 use super::session::{Attached, Attacher};
 use super::*;
-use crate::attach::{Ended, Options};
+use crate::inject::{Ended, Options};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::PathBuf;

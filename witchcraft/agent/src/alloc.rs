@@ -1,0 +1,140 @@
+//! The agent's allocator: the C library's `malloc`, except while a crash
+//! handler writes the profile.
+//!
+//! A fatal signal may arrive while the program is inside `malloc`, holding
+//! its lock (glibc aborts from inside `free` on heap corruption, for one).
+//! Writing the profile allocates; through `malloc` it would wait on that
+//! lock forever. So [`enter_crash_mode`] switches every allocation of the
+//! agent's code to a region mapped for the purpose (`mmap` is a plain
+//! system call) and makes frees of `malloc`'s blocks no-ops: the process is
+//! about to die, nothing needs to be given back.
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+pub struct AgentAlloc;
+
+#[global_allocator]
+static ALLOC: AgentAlloc = AgentAlloc;
+
+/// Size of the crash-mode region (mapped only when needed, and lazily
+/// backed: only what the profile needs becomes memory).
+const ARENA: usize = 1 << 30;
+
+static CRASH: AtomicBool = AtomicBool::new(false);
+static BASE: AtomicUsize = AtomicUsize::new(0);
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// From now on, allocate from the crash region and never call `free`.
+/// Async-signal-safe. False if the region could not be mapped (then
+/// allocations still go to `malloc`).
+pub fn enter_crash_mode() -> bool {
+    if BASE.load(Ordering::Acquire) == 0 {
+        // SAFETY: a fresh anonymous mapping, owned by this module for the rest of the process.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                ARENA,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return false;
+        }
+        if BASE.compare_exchange(0, p as usize, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            NEXT.store(p as usize, Ordering::Release);
+        } else {
+            // SAFETY: our own mapping, lost the race to publish it.
+            unsafe { libc::munmap(p, ARENA) };
+        }
+    }
+    CRASH.store(true, Ordering::Release);
+    true
+}
+
+pub fn in_crash_mode() -> bool {
+    CRASH.load(Ordering::Acquire)
+}
+
+fn in_arena(p: *mut u8) -> bool {
+    let base = BASE.load(Ordering::Acquire);
+    base != 0 && (p as usize) >= base && (p as usize) < base + ARENA
+}
+
+fn bump(layout: Layout) -> *mut u8 {
+    let base = BASE.load(Ordering::Acquire);
+    let align = layout.align().max(16);
+    let mut cur = NEXT.load(Ordering::Acquire);
+    loop {
+        let start = (cur + align - 1) & !(align - 1);
+        let end = start + layout.size().max(1);
+        if end > base + ARENA {
+            return std::ptr::null_mut();
+        }
+        match NEXT.compare_exchange_weak(cur, end, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return start as *mut u8,
+            Err(now) => cur = now,
+        }
+    }
+}
+
+// SAFETY: every path returns memory of at least `layout.size()` bytes
+// aligned to `layout.align()`, or null; blocks are freed only by the
+// allocator that made them (malloc's by `free`, the arena's never).
+unsafe impl GlobalAlloc for AgentAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if CRASH.load(Ordering::Acquire) {
+            return bump(layout);
+        }
+        if layout.align() <= 16 {
+            // SAFETY: plain malloc.
+            unsafe { libc::malloc(layout.size().max(1)) as *mut u8 }
+        } else {
+            let mut p = std::ptr::null_mut();
+            // SAFETY: the alignment is a power of two and a multiple of the pointer size.
+            let r = unsafe { libc::posix_memalign(&mut p, layout.align(), layout.size().max(1)) };
+            if r == 0 {
+                p as *mut u8
+            } else {
+                std::ptr::null_mut()
+            }
+        }
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, _layout: Layout) {
+        if in_arena(p) || CRASH.load(Ordering::Acquire) {
+            return;
+        }
+        // SAFETY: `p` came from malloc or posix_memalign above.
+        unsafe { libc::free(p as *mut libc::c_void) }
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if in_arena(p) || CRASH.load(Ordering::Acquire) {
+            // SAFETY: the new layout has the old alignment and a valid size.
+            let new = unsafe { self.alloc(Layout::from_size_align_unchecked(new_size, layout.align())) };
+            if !new.is_null() {
+                // SAFETY: both blocks are at least min(old, new) bytes and distinct.
+                unsafe { std::ptr::copy_nonoverlapping(p, new, layout.size().min(new_size)) };
+            }
+            return new;
+        }
+        if layout.align() <= 16 {
+            // SAFETY: `p` came from malloc.
+            unsafe { libc::realloc(p as *mut libc::c_void, new_size.max(1)) as *mut u8 }
+        } else {
+            // SAFETY: as in `alloc`, then the old block is copied and freed by its allocator.
+            unsafe {
+                let new = self.alloc(Layout::from_size_align_unchecked(new_size, layout.align()));
+                if !new.is_null() {
+                    std::ptr::copy_nonoverlapping(p, new, layout.size().min(new_size));
+                    self.dealloc(p, layout);
+                }
+                new
+            }
+        }
+    }
+}

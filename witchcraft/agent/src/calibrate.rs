@@ -1,0 +1,111 @@
+//! Measure, on this machine, the CPU cost of a watchpoint trap, of a signal
+//! round trip and of one single step outside the handlers' own code
+//! (exception entry, signal delivery and sigreturn; in a VM, the
+//! hypervisor's part too). The engine's time accounting subtracts them
+//! (`witchcraft::engine::clock`).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use witchcraft::engine::Costs;
+use witchcraft::sys::perf::{self, Attr, BpType};
+use witchcraft::sys::siginfo::{self, sampler_signal, Origin};
+use witchcraft::sys::task::{self, thread_cpu_ns};
+
+static RUNNING: AtomicBool = AtomicBool::new(false);
+static HITS: AtomicU64 = AtomicU64::new(0);
+/// Steps left in the step calibration (0: not stepping).
+static STEPS_LEFT: AtomicU64 = AtomicU64::new(0);
+const TAG: u64 = 0xfe;
+/// The trap flag in EFLAGS.
+const TF: i64 = 0x100;
+
+/// Is a calibration running (its signals are its own)?
+pub fn running() -> bool {
+    RUNNING.load(Ordering::Acquire)
+}
+
+/// A signal during calibration: true if it was the calibration's.
+pub fn on_signal(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -> bool {
+    // SAFETY: `info` is the kernel's siginfo for this signal.
+    let origin = unsafe { siginfo::origin(sig, info) };
+    // SAFETY: `uc` is the kernel's context for this signal; only its flags are changed.
+    let efl = unsafe { &mut (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] };
+    let stepping = STEPS_LEFT.load(Ordering::Relaxed) > 0;
+    let ours = match origin {
+        Origin::Perf { data, .. } => data == siginfo::TAG | TAG,
+        Origin::Step if stepping => {
+            // One instruction ran; step the next, or stop.
+            if STEPS_LEFT.fetch_sub(1, Ordering::Relaxed) > 1 {
+                *efl |= TF;
+            } else {
+                *efl &= !TF;
+            }
+            true
+        }
+        _ if sig == sampler_signal() => {
+            if stepping {
+                *efl |= TF;
+            }
+            true
+        }
+        _ => false,
+    };
+    if ours {
+        let t0 = thread_cpu_ns();
+        std::hint::black_box(t0);
+        let _ = thread_cpu_ns(); // the two clock reads a real handler makes
+        HITS.fetch_add(1, Ordering::Relaxed);
+    }
+    ours
+}
+
+/// The round trips, measured on the calling thread with the handlers
+/// installed. Runs once per engine, before sampling starts.
+pub fn calibrate(sigtrap: bool) -> Costs {
+    // Few: the trap cost is re-measured while the program runs (engine clock).
+    const N: u64 = 16;
+    RUNNING.store(true, Ordering::Release);
+    let cell = Box::new(std::cell::UnsafeCell::new(0u64));
+    let addr = cell.get() as u64;
+    let mut trap_ns = 0;
+    let a = Attr::breakpoint(addr, 8, BpType::W).expect("an aligned u64");
+    let a = if sigtrap { a.sigtrap(siginfo::TAG | TAG) } else { a };
+    if let Ok(fd) = a.open(0) {
+        if !sigtrap {
+            perf::route_signal_to_thread(fd, sampler_signal(), task::gettid());
+        }
+        HITS.store(0, Ordering::Relaxed);
+        let t0 = thread_cpu_ns();
+        for i in 0..N {
+            // SAFETY: `cell` is ours and alive; the write is what traps.
+            unsafe { std::ptr::write_volatile(cell.get(), i) };
+        }
+        let t1 = thread_cpu_ns();
+        trap_ns = (t1 - t0) / HITS.load(Ordering::Relaxed).max(1);
+        perf::close(fd);
+    }
+    // A signal round trip without an exception: delivery and sigreturn.
+    HITS.store(0, Ordering::Relaxed);
+    let t0 = thread_cpu_ns();
+    for _ in 0..N {
+        task::tgkill(task::gettid(), sampler_signal());
+    }
+    let t1 = thread_cpu_ns();
+    let signal_ns = (t1 - t0) / HITS.load(Ordering::Relaxed).max(1);
+    // Single steps: the sampler's signal sets the trap flag, then each step
+    // of a busy loop is one SIGTRAP with TRAP_TRACE.
+    const STEPS: u64 = 64;
+    HITS.store(0, Ordering::Relaxed);
+    STEPS_LEFT.store(STEPS, Ordering::Relaxed);
+    let t0 = thread_cpu_ns();
+    task::tgkill(task::gettid(), sampler_signal());
+    let mut spin = 0u64;
+    while STEPS_LEFT.load(Ordering::Relaxed) > 0 && spin < 1_000_000 {
+        spin = std::hint::black_box(spin + 1);
+    }
+    let t1 = thread_cpu_ns();
+    let stepped = STEPS - STEPS_LEFT.swap(0, Ordering::Relaxed);
+    let step_ns = (t1 - t0).saturating_sub(signal_ns).checked_div(stepped).unwrap_or(0);
+    RUNNING.store(false, Ordering::Release);
+    drop(cell);
+    Costs { trap_ns, signal_ns, step_ns, ns_per_cycle: task::ns_per_cycle(500_000) }
+}

@@ -1,0 +1,305 @@
+//! The agent's signal handlers, and installing and removing them.
+//!
+//! - [`on_signal`] takes SIGTRAP and the sampler's signal, on the thread's
+//!   alternate stack: the engine's samples and watchpoint traps (see
+//!   `witchcraft::engine::classify`). Anything else goes to the handler the
+//!   program chose ([`crate::program`]), or its default.
+//! - [`on_control`] (attached only) takes the control signal, on the
+//!   thread's own stack: a thread sends it to itself, from a sample, to take
+//!   its alternate stack when a session starts and give it back when the
+//!   session ends. Only a thread that is running sends it, so no thread
+//!   blocked in a system call is ever interrupted by the agent.
+//! - [`on_fatal`] (preloaded only) replaces the default action of fatal
+//!   signals: write the profile, then die the way the program would have.
+//!
+//! An alternate stack changed inside a handler is undone by `sigreturn`,
+//! which restores the one saved in the signal frame: so adopting and
+//! leaving set the frame's `uc_stack`, and the kernel installs it on return.
+
+use crate::alloc;
+use crate::program::PROGRAM;
+use crate::state::{Mode, AGENT};
+use crate::threads::{self, Phase, Prior, Slot};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use witchcraft::engine::{self, Place};
+use witchcraft::sys::siginfo::sampler_signal;
+use witchcraft::sys::task;
+
+/// The trap flag in EFLAGS (single-step bursts set it in the interrupted context).
+const TRAP_FLAG: i64 = 0x100;
+
+/// Fatal signals whose default action writes the profile first (preloaded).
+pub const FATAL: [i32; 8] =
+    [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGABRT, libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE];
+
+/// The attached agent's control signal. Above the sampler's signal, so a
+/// thread handles any pending sample (and SIGTRAP) before it.
+pub fn control_signal() -> i32 {
+    libc::SIGRTMIN() + 8
+}
+
+type SigactionFn = unsafe extern "C" fn(libc::c_int, *const libc::sigaction, *mut libc::sigaction) -> libc::c_int;
+
+/// The C library's `sigaction` (ours interposes it, preloaded).
+pub fn real_sigaction() -> SigactionFn {
+    static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
+    let mut f = REAL.load(Ordering::Relaxed);
+    if f.is_null() {
+        f = crate::interpose::next_symbol(c"sigaction");
+        REAL.store(f, Ordering::Relaxed);
+    }
+    // SAFETY: the next `sigaction` in link order has this signature.
+    unsafe { std::mem::transmute::<*mut libc::c_void, SigactionFn>(f) }
+}
+
+fn action(h: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void), onstack: bool) -> libc::sigaction {
+    // SAFETY: sigaction is plain data; all-zero is a valid start.
+    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+    sa.sa_sigaction = h as usize;
+    sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | if onstack { libc::SA_ONSTACK } else { 0 };
+    // SAFETY: `sa.sa_mask` is a valid sigset to fill.
+    unsafe {
+        libc::sigemptyset(&mut sa.sa_mask);
+        // Never nest: a sample must not interrupt a trap handler or vice
+        // versa, and a thread must not change stacks while on one.
+        libc::sigaddset(&mut sa.sa_mask, libc::SIGTRAP);
+        libc::sigaddset(&mut sa.sa_mask, sampler_signal());
+        libc::sigaddset(&mut sa.sa_mask, control_signal());
+    }
+    sa
+}
+
+/// Take `sig` with `sa`, remembering the program's disposition.
+fn take(sig: i32, sa: &libc::sigaction) {
+    // SAFETY: sigaction is plain data.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to plain structs.
+    unsafe { real_sigaction()(sig, sa, &mut old) };
+    PROGRAM.set_action(sig, &old);
+    PROGRAM.set_owned(sig, true);
+}
+
+/// A preloaded agent's handlers: samples and traps, and the fatal-signal hooks.
+pub fn install_preloaded() {
+    let sa = action(on_signal, true);
+    take(libc::SIGTRAP, &sa);
+    take(sampler_signal(), &sa);
+    for sig in FATAL {
+        // SAFETY: sigaction is plain data.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: queries the current disposition.
+        unsafe { real_sigaction()(sig, std::ptr::null(), &mut old) };
+        if old.sa_sigaction == libc::SIG_DFL {
+            let mut sa = action(on_fatal, true);
+            sa.sa_flags |= libc::SA_RESETHAND;
+            // SAFETY: installs our handler.
+            unsafe { real_sigaction()(sig, &sa, std::ptr::null_mut()) };
+            PROGRAM.set_fatal_hook(sig, true);
+        }
+    }
+}
+
+/// An attached agent's handlers: samples and traps, and the control
+/// signal, which runs on the thread's own stack (it changes the alternate
+/// one). No fatal-signal hooks: `sigaction` is not interposed, so the
+/// program would see them.
+pub fn install_attached() {
+    let sa = action(on_signal, true);
+    take(libc::SIGTRAP, &sa);
+    take(sampler_signal(), &sa);
+    take(control_signal(), &action(on_control, false));
+}
+
+/// Give the program back its handlers (attached, after a session), unless
+/// it replaced ours meanwhile, in which case its choice stands. Signals in
+/// `keep` keep our handler (one may still be pending): it passes anything
+/// to the program's choice.
+pub fn restore_attached(keep: &[i32]) {
+    for sig in [libc::SIGTRAP, sampler_signal(), control_signal()] {
+        if keep.contains(&sig) {
+            continue;
+        }
+        // SAFETY: sigaction is plain data.
+        let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: queries the current disposition.
+        unsafe { real_sigaction()(sig, std::ptr::null(), &mut cur) };
+        let ours = cur.sa_sigaction == on_signal as *const () as usize || cur.sa_sigaction == on_control as *const () as usize;
+        if ours {
+            let program = PROGRAM.action(sig);
+            // SAFETY: reinstalls the program's recorded disposition.
+            unsafe { real_sigaction()(sig, &program, std::ptr::null_mut()) };
+        }
+        PROGRAM.set_owned(sig, false);
+    }
+}
+
+/// Runs `f` with errno saved: a handler must not change the errno the
+/// interrupted code sees.
+fn keeping_errno(f: impl FnOnce()) {
+    // SAFETY: __errno_location is this thread's errno.
+    let errno = unsafe { *libc::__errno_location() };
+    f();
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+pub extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    keeping_errno(|| {
+        if !dispatch(sig, info, uc as *mut libc::ucontext_t) {
+            chain(sig, info, uc);
+        }
+    });
+}
+
+/// Handle our samples and traps; false if the signal isn't ours.
+fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -> bool {
+    if crate::calibrate::running() {
+        return crate::calibrate::on_signal(sig, info, uc);
+    }
+    let Some(engine) = AGENT.engine() else { return false };
+    let slot = AGENT.current();
+    // SAFETY: a slot's state is only touched by its own thread's handlers
+    // while the thread is profiled; the table keeps it until the session
+    // (or process) ends.
+    let ts = slot.and_then(|s| unsafe { s.state().as_mut() });
+    // SAFETY: `info` is the kernel's siginfo for this signal.
+    let Some(event) = (unsafe { engine::classify(sig, info, ts.as_deref()) }) else { return false };
+    let (Some(slot), Some(ts)) = (slot, ts) else { return true };
+    if event == engine::Event::Step && (AGENT.stopping() || slot.phase() != Phase::Adopted || !ts.active.load(Ordering::Acquire)) {
+        // A burst the engine will not finish: stop stepping here, or the
+        // thread would go on single-stepping into the program's SIGTRAP.
+        // SAFETY: `uc` is the kernel's context; only its trap flag is cleared.
+        unsafe { (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] &= !TRAP_FLAG };
+        ts.burst.reset();
+        return true;
+    }
+    if AGENT.mode() == Mode::Attached {
+        match (slot.phase(), AGENT.stopping()) {
+            // Running, so not blocked in a call: take the stack now.
+            (Phase::New, false) if event == engine::Event::Sample => return request_control(slot, uc),
+            // The session is ending: give the stack back.
+            (Phase::Adopted, true) => return request_control(slot, uc),
+            (Phase::Adopted, false) => {}
+            _ => return true,
+        }
+    }
+    if AGENT.stopping() {
+        return true;
+    }
+    // SAFETY: `uc` is the kernel's context for this signal.
+    unsafe { ts.handle(engine, event, uc) };
+    true
+}
+
+/// Ask this thread to run [`on_control`] when this handler returns (the
+/// control signal is blocked until then), unless the interrupted code
+/// blocks it.
+fn request_control(slot: &Slot, uc: *mut libc::ucontext_t) -> bool {
+    // SAFETY: `uc` is the kernel's context: its signal mask is the interrupted code's.
+    if unsafe { libc::sigismember(&(*uc).uc_sigmask, control_signal()) } == 1 {
+        return true; // try again at a later sample
+    }
+    if !slot.request.swap(true, Ordering::AcqRel) {
+        task::tgkill(task::gettid(), control_signal());
+    }
+    true
+}
+
+pub extern "C" fn on_control(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    keeping_errno(|| {
+        // Ours only if this thread asked for it (a tgkill from this process).
+        // SAFETY: `info` is the kernel's siginfo for this signal.
+        let from_us = unsafe { (*info).si_code == libc::SI_TKILL && (*info).si_pid() == libc::getpid() };
+        let slot = AGENT.threads.find(task::gettid());
+        match slot {
+            Some(s) if from_us && s.request.swap(false, Ordering::AcqRel) => control(s, uc as *mut libc::ucontext_t),
+            _ => chain(sig, info, uc),
+        }
+    });
+}
+
+/// Take the alternate stack (a new thread) or give it back (leaving).
+fn control(slot: &Slot, uc: *mut libc::ucontext_t) {
+    // SAFETY: `uc` is the kernel's context; this handler runs on the
+    // interrupted code's stack, and sigreturn installs `uc_stack`.
+    let (sp, saved) = unsafe { ((*uc).uc_mcontext.gregs[libc::REG_RSP as usize] as u64, &mut (*uc).uc_stack) };
+    let current = Prior::from_stack(saved);
+    // The interrupted code runs on an alternate stack (a handler of the
+    // program's): the kernel refuses to change stacks there. Later.
+    if current != Prior::NONE && current.sp <= sp && sp < current.sp + current.size {
+        return;
+    }
+    let (lo, _) = slot.alt_stack();
+    match slot.phase() {
+        Phase::New if !AGENT.stopping() && lo != 0 => {
+            // A stack parked for this thread by an earlier session is still
+            // installed: the program's own stack is the one parked with it.
+            if current.sp != lo {
+                slot.set_prior(current);
+            }
+            *saved = slot.alt_stack_t();
+            // SAFETY: the state is this thread's (see `dispatch`).
+            if let Some(ts) = unsafe { slot.state().as_mut() } {
+                ts.place = Place::here(threads::stack_of(sp), slot.alt_stack());
+                ts.tid = task::gettid();
+            }
+            slot.set_phase(Phase::Adopted);
+        }
+        Phase::Adopted if AGENT.stopping() => {
+            // Unless the program installed a stack of its own meanwhile: its choice stands.
+            if current.sp == lo {
+                *saved = slot.prior().to_stack();
+            }
+            // SAFETY: as above.
+            if let Some(ts) = unsafe { slot.state().as_mut() } {
+                ts.pause_sampler();
+            }
+            slot.set_phase(Phase::Left);
+        }
+        _ => {}
+    }
+}
+
+/// Give a signal that isn't ours to the program's handler, or its default.
+pub fn chain(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    let sa = PROGRAM.action(sig);
+    match sa.sa_sigaction {
+        libc::SIG_IGN => {}
+        libc::SIG_DFL => {
+            // Default action (SIGTRAP: core dump). Deliver it as it would have been.
+            // SAFETY: sigaction is plain data.
+            let mut d: libc::sigaction = unsafe { std::mem::zeroed() };
+            d.sa_sigaction = libc::SIG_DFL;
+            // SAFETY: installs the default action, then re-sends the signal to this thread.
+            unsafe { real_sigaction()(sig, &d, std::ptr::null_mut()) };
+            task::tgkill(task::gettid(), sig);
+        }
+        h if sa.sa_flags & libc::SA_SIGINFO != 0 => {
+            // SAFETY: the program installed `h` as a three-argument handler.
+            let f = unsafe { std::mem::transmute::<usize, extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)>(h) };
+            f(sig, info, uc);
+        }
+        h => {
+            // SAFETY: the program installed `h` as a one-argument handler.
+            let f = unsafe { std::mem::transmute::<usize, extern "C" fn(libc::c_int)>(h) };
+            f(sig);
+        }
+    }
+}
+
+/// A fatal signal with default action: save what was gathered, then die
+/// the way the program would have (SA_RESETHAND restored the default).
+/// The crash may be inside `malloc` with its lock held, so the profile is
+/// written from the crash allocator, with no lock the program may hold.
+pub extern "C" fn on_fatal(sig: libc::c_int, _info: *mut libc::siginfo_t, _uc: *mut libc::c_void) {
+    PROGRAM.set_fatal_hook(sig, false);
+    if AGENT.claim_finish() {
+        alloc::enter_crash_mode();
+        AGENT.quiesce(|_| false);
+        let name = format!("signal {sig}");
+        if let Err(e) = AGENT.deliver(&AGENT.profile(&name)) {
+            crate::state::say(&format!("witch: agent: cannot write the profile: {e}\n"));
+        }
+    }
+    task::tgkill(task::gettid(), sig);
+}

@@ -1,0 +1,220 @@
+//! The preloaded agent: `LD_PRELOAD=libwitch_agent.so` puts the engine
+//! inside an unmodified program.
+//!
+//! It configures itself from the environment at load time, sets up every
+//! thread (`pthread_create` is interposed), starts afresh in a `fork`
+//! child, writes its profile before `exec` (events carry `remove_on_exec`,
+//! so none leak into the new image, while `LD_PRELOAD` carries over), and
+//! writes one profile per process: at exit, at `_exit`, or when a fatal
+//! signal with default action arrives.
+//!
+//! The profile's file is created when profiling starts, above the
+//! program's descriptor range (`witchcraft::sys::fd`): writing it at the
+//! end needs no new descriptor and no right the program may have dropped
+//! since (a lowered RLIMIT_NOFILE, setuid to another user).
+
+use crate::handlers;
+use crate::state::{now_ns, Mode, Sink, AGENT};
+use crate::threads::{self, Phase, Prior};
+use std::os::unix::fs::OpenOptionsExt;
+use std::sync::atomic::{AtomicU32, Ordering};
+use witchcraft::config::Config;
+use witchcraft::engine::{thread::thread_stack, Place, ThreadState};
+use witchcraft::modules;
+use witchcraft::sys::fd;
+
+/// The key whose destructor runs at each thread's exit.
+static KEY: AtomicU32 = AtomicU32::new(u32::MAX);
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;
+
+extern "C" fn init() {
+    let cfg = match Config::from_env() {
+        Ok(Some(c)) => c,
+        Ok(None) => return,
+        Err(e) => {
+            crate::state::say(&format!("witch: agent: {e}; not profiling\n"));
+            return;
+        }
+    };
+    fd::reserve_top();
+    if let Some(why) = traced_by_debugger() {
+        // Exec'd by a debugger's tracee: leave the debug registers and
+        // signals to the debugger, and say so in a profile of its own.
+        write_untraced_profile(cfg, &why);
+        return;
+    }
+    let out_dir = cfg.out_dir.clone();
+    let engine = crate::setup::make_engine(cfg, handlers::install_preloaded);
+    let sink = create_output(&out_dir);
+    if AGENT.begin(engine, Mode::Preloaded, sink).is_err() {
+        return;
+    }
+    // SAFETY: registers callbacks with the C library; `KEY` is written once here.
+    unsafe {
+        let mut key: libc::pthread_key_t = 0;
+        libc::pthread_key_create(&mut key, Some(thread_end));
+        KEY.store(key, Ordering::Release);
+        libc::pthread_atfork(None, None, Some(after_fork_child));
+        libc::atexit(at_exit);
+    }
+    start_thread();
+}
+
+/// A file for this process's profile, `OUT_DIR/PID-START.json`, out of the
+/// program's descriptor range.
+fn create_output(dir: &std::path::Path) -> Sink {
+    let _ = std::fs::create_dir_all(dir);
+    let path = dir.join(format!("{}-{}.json", std::process::id(), now_ns()));
+    let f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o644).custom_flags(libc::O_CLOEXEC).open(&path);
+    match f.map(std::os::fd::IntoRawFd::into_raw_fd) {
+        Ok(raw) => match fd::place(raw) {
+            Ok(fd) => Sink::File(fd),
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                crate::state::say(&format!(
+                    "witch: agent: no descriptor for the profile ({}); not profiling\n",
+                    std::io::Error::from_raw_os_error(e)
+                ));
+                Sink::None
+            }
+        },
+        Err(e) => {
+            crate::state::say(&format!("witch: agent: cannot create {}: {e}\n", path.display()));
+            Sink::None
+        }
+    }
+}
+
+/// Is this process traced (by a debugger)? Why, if so.
+fn traced_by_debugger() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let tracer: i32 = status.lines().find_map(|l| l.strip_prefix("TracerPid:"))?.trim().parse().ok()?;
+    (tracer != 0).then(|| format!("it is traced by pid {tracer} (a debugger)"))
+}
+
+fn untraced_note(why: &str) -> String {
+    format!("not profiled: {why}; its debug registers and signals are left to the debugger")
+}
+
+/// The profile of a process left to its debugger from the start: no
+/// samples, and the reason.
+fn write_untraced_profile(cfg: Config, why: &str) {
+    let out_dir = cfg.out_dir.clone();
+    let engine = crate::setup::bare_engine(cfg);
+    let sink = create_output(&out_dir);
+    if AGENT.begin(engine, Mode::Preloaded, sink).is_ok() {
+        AGENT.note(untraced_note(why));
+        AGENT.finish("exit");
+        // SAFETY: no handler was installed nor thread set up: nothing reads the engine.
+        unsafe { AGENT.end() };
+    }
+}
+
+/// The process asked to be traced: stop profiling it, give the debug
+/// registers back, and write what it gathered so far.
+pub fn leave_to_debugger(why: &str) {
+    AGENT.note(untraced_note(why));
+    AGENT.finish("traced");
+    for ts in AGENT.threads.states() {
+        // SAFETY: quiesced by `finish`: no handler uses the events any more.
+        unsafe { (*ts).stop() };
+    }
+}
+
+/// Set up the calling thread. Not for signal handlers.
+pub fn start_thread() {
+    let Some(engine) = AGENT.engine() else { return };
+    if AGENT.current().is_some() || AGENT.stopping() {
+        return;
+    }
+    // Code mapped since the last refresh (dlopen) was seen by a handler.
+    if modules::STALE.swap(false, Ordering::AcqRel) {
+        modules::refresh();
+    }
+    let Some(alt) = threads::map_stack() else {
+        AGENT.threads.failed.fetch_add(1, Ordering::Relaxed);
+        AGENT.note("cannot map an alternate signal stack");
+        return;
+    };
+    let Some(slot) = AGENT.threads.add(witchcraft::sys::task::gettid(), ThreadState::new(engine), alt, Prior::NONE, Phase::Adopted) else {
+        threads::unmap_stack(alt);
+        return;
+    };
+    AGENT.set_current(Some(slot));
+    let ss = slot.alt_stack_t();
+    // SAFETY: installs the stack the table owns for this thread (outside any handler).
+    let mut prev: libc::stack_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid stack_t pointers.
+    unsafe { libc::sigaltstack(&ss, &mut prev) };
+    slot.set_prior(Prior::from_stack(&prev));
+    // SAFETY: the key made in `init`; the value is the slot, read back in `thread_end`.
+    unsafe { libc::pthread_setspecific(KEY.load(Ordering::Acquire), slot as *const threads::Slot as *const libc::c_void) };
+    // SAFETY: the state was just added and only this thread uses it.
+    let ts = unsafe { &mut *slot.state() };
+    if let Err(e) = ts.start(engine, Place::here(thread_stack(), slot.alt_stack())) {
+        ts.stop();
+        AGENT.threads.failed.fetch_add(1, Ordering::Relaxed);
+        AGENT.note(e);
+    }
+}
+
+/// A thread ends: stop its events, keep its data for the profile, and put
+/// back the alternate stack it had.
+extern "C" fn thread_end(p: *mut libc::c_void) {
+    // SAFETY: the value set by `start_thread`: a slot of the static table.
+    let Some(slot) = (unsafe { (p as *const threads::Slot).as_ref() }) else { return };
+    // SAFETY: this thread's own state.
+    if let Some(ts) = unsafe { slot.state().as_mut() } {
+        ts.stop();
+    }
+    let prev = slot.prior().to_stack();
+    // SAFETY: outside any handler (a key destructor), so not on the stack being replaced.
+    unsafe { libc::sigaltstack(&prev, std::ptr::null_mut()) };
+    slot.set_phase(Phase::Gone);
+    AGENT.set_current(None);
+}
+
+extern "C" fn after_fork_child() {
+    let Some(engine) = AGENT.engine() else { return };
+    // Only the forking thread exists here; it keeps its slot's state.
+    let me = AGENT.current();
+    for ts in AGENT.threads.states() {
+        // SAFETY: the parent's states, in our copy of its memory; no other thread exists here.
+        unsafe { (*ts).reset_after_fork() };
+    }
+    // The parent's profile file is the parent's.
+    if let Sink::File(fd) = AGENT.sink() {
+        fd::close(fd);
+    }
+    let out_dir = engine.config.out_dir.clone();
+    let (mine, alt, prior) = match me {
+        Some(s) => (s.state(), s.alt_stack().0, s.prior()),
+        None => (std::ptr::null_mut(), 0, Prior::NONE),
+    };
+    AGENT.after_fork(create_output(&out_dir));
+    if mine.is_null() {
+        return;
+    }
+    // SAFETY: our copy of the forking thread's state, taken back into a Box for the table.
+    let ts = unsafe { Box::from_raw(mine) };
+    if let Some(slot) = AGENT.threads.add(witchcraft::sys::task::gettid(), ts, alt, prior, Phase::Adopted) {
+        AGENT.set_current(Some(slot));
+        // SAFETY: this thread's state, just added.
+        let ts = unsafe { &mut *slot.state() };
+        let place = ts.place;
+        if let Err(e) = ts.start(engine, place) {
+            ts.stop();
+            AGENT.note(e);
+        }
+        if let Some(why) = traced_by_debugger() {
+            leave_to_debugger(&why);
+        }
+    }
+}
+
+extern "C" fn at_exit() {
+    AGENT.finish("exit");
+}

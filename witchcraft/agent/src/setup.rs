@@ -1,0 +1,86 @@
+//! Making the engine: choose the sampler, probe the kernel, install the
+//! handlers and calibrate, before the first thread is set up.
+
+use crate::calibrate;
+use crate::state::AGENT;
+use witchcraft::config::{Config, DEFAULT_BURST_PICKS, DEFAULT_BURST_STEPS, DEFAULT_SOFTWARE_PERIOD_NS};
+use witchcraft::engine::{BurstSettings, Engine, SamplerKind};
+use witchcraft::modules;
+use witchcraft::sys::procfs;
+
+/// The engine for `cfg`, with `install` putting the handlers in place.
+/// Notes go to the profile.
+pub fn make_engine(cfg: Config, install: fn()) -> Engine {
+    let own = own_code_range();
+    modules::set_own_address(own.0);
+    modules::refresh();
+    let mut notes = Vec::new();
+    let (sampler, period) = SamplerKind::choose(&cfg, &mut notes);
+    notes.into_iter().for_each(|n| AGENT.note(n));
+    let sigtrap = !cfg.no_sigtrap && witchcraft::probe::sigtrap_supported();
+    if !sigtrap {
+        AGENT.note("sigtrap unavailable (Linux < 5.13?): traps use F_SETSIG with a real-time signal");
+    }
+    let modify = !cfg.no_modify && witchcraft::probe::modify_attributes_supported();
+    if !modify {
+        AGENT.note("PERF_EVENT_IOC_MODIFY_ATTRIBUTES unavailable: watchpoints re-armed by close+reopen");
+    }
+    let craft = witchcraft::craft::for_kind(cfg.craft, cfg.fp_precision);
+    install();
+    let costs = calibrate::calibrate(sigtrap);
+    AGENT.note(format!(
+        "measured round trips: watchpoint trap {:.1} µs, signal {:.1} µs, single step {:.1} µs",
+        costs.trap_ns as f64 / 1e3,
+        costs.signal_ns as f64 / 1e3,
+        costs.step_ns as f64 / 1e3
+    ));
+    // Bursts are opt-in (WITCH_BURST=N) until they are measured to be the better default.
+    let burst = match (&sampler, cfg.burst_steps) {
+        (SamplerKind::Pmu(_), _) | (_, Some(0)) | (_, None) => None,
+        (_, steps) => Some(BurstSettings {
+            steps: steps.unwrap_or(DEFAULT_BURST_STEPS),
+            weight_per_burst: cfg.burst_weight_per_burst,
+            picks: cfg.burst_picks.unwrap_or(DEFAULT_BURST_PICKS),
+        }),
+    };
+    Engine {
+        config: cfg,
+        craft,
+        sampler,
+        period,
+        sigtrap,
+        modify,
+        own_code: own,
+        trap_cost_ns: costs.trap_ns,
+        signal_cost_ns: costs.signal_ns,
+        step_cost_ns: costs.step_ns,
+        ns_per_cycle: costs.ns_per_cycle,
+        burst,
+    }
+}
+
+/// An engine that will not run: for the profile of a process that is not
+/// profiled (it says why). Nothing is probed or installed.
+pub fn bare_engine(cfg: Config) -> Engine {
+    let craft = witchcraft::craft::for_kind(cfg.craft, cfg.fp_precision);
+    let period = cfg.period.unwrap_or(DEFAULT_SOFTWARE_PERIOD_NS);
+    Engine {
+        config: cfg,
+        craft,
+        sampler: SamplerKind::CpuTimer,
+        period,
+        sigtrap: false,
+        modify: false,
+        own_code: (0, 0),
+        trap_cost_ns: 0,
+        signal_cost_ns: 0,
+        step_cost_ns: 0,
+        ns_per_cycle: 0.0,
+        burst: None,
+    }
+}
+
+/// The agent's executable mapping.
+fn own_code_range() -> (u64, u64) {
+    procfs::own_mapping_containing(own_code_range as *const () as u64).map_or((0, 0), |m| (m.start, m.end))
+}

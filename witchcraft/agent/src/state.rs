@@ -1,0 +1,402 @@
+//! The agent's process-wide state, with one owner: [`AGENT`].
+//!
+//! It holds the running engine and how it runs (preloaded, or attached for
+//! a session), whether profiling is stopping, the notes for the profile,
+//! where the profile goes, and the thread table. Every flag is reset in
+//! one place, [`Agent::begin`] (and [`Agent::after_fork`] for a fork
+//! child), and the stop-and-wait that ends profiling is [`Agent::quiesce`].
+
+use crate::alloc;
+use crate::threads::{Slot, ThreadTable};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Mutex;
+use witchcraft::engine::Engine;
+use witchcraft::modules;
+use witchcraft::profile::{self, Profile};
+use witchcraft::sys::task;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Mode {
+    Off = 0,
+    /// Loaded with `LD_PRELOAD` at the program's start.
+    Preloaded = 1,
+    /// Loaded into a running process for a session (`witch_attach`).
+    Attached = 2,
+}
+
+/// Where this process's profile goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sink {
+    None,
+    /// A file created when profiling began (preloaded): writing it needs
+    /// no new descriptor and no right the program may have given up since.
+    File(i32),
+    /// The session's socket (attached).
+    Session(i32),
+}
+
+pub struct Agent {
+    engine: AtomicPtr<Engine>,
+    mode: AtomicU8,
+    /// Profiling is ending: handlers do nothing (but leave, attached).
+    stopping: AtomicBool,
+    /// The profile was delivered.
+    finished: AtomicBool,
+    /// The process the state belongs to: a vfork child shares our memory
+    /// and must leave it alone.
+    owner: AtomicU32,
+    start_ns: AtomicU64,
+    sink: AtomicI32,
+    sink_is_session: AtomicBool,
+    notes: Mutex<Vec<String>>,
+    /// The program and its arguments, read when profiling began (reading
+    /// them at the end may need rights or descriptors it no longer has).
+    identity: Mutex<(String, Vec<String>)>,
+    pub threads: ThreadTable,
+}
+
+pub static AGENT: Agent = Agent::new();
+
+thread_local! {
+    /// A preloaded thread's slot (never touched attached: a dlopen'ed
+    /// library's TLS is allocated lazily, with malloc).
+    static MINE: Cell<*const Slot> = const { Cell::new(std::ptr::null()) };
+}
+
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+impl Agent {
+    const fn new() -> Agent {
+        Agent {
+            engine: AtomicPtr::new(std::ptr::null_mut()),
+            mode: AtomicU8::new(Mode::Off as u8),
+            stopping: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
+            owner: AtomicU32::new(0),
+            start_ns: AtomicU64::new(0),
+            sink: AtomicI32::new(-1),
+            sink_is_session: AtomicBool::new(false),
+            notes: Mutex::new(Vec::new()),
+            identity: Mutex::new((String::new(), Vec::new())),
+            threads: ThreadTable::new(),
+        }
+    }
+
+    pub fn engine(&self) -> Option<&'static Engine> {
+        let p = self.engine.load(Ordering::Acquire);
+        // SAFETY: published by `begin` from a Box and freed only by `end`,
+        // after every handler that could read it has finished.
+        (!p.is_null()).then(|| unsafe { &*p })
+    }
+
+    pub fn mode(&self) -> Mode {
+        match self.mode.load(Ordering::Acquire) {
+            1 => Mode::Preloaded,
+            2 => Mode::Attached,
+            _ => Mode::Off,
+        }
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    pub fn finished(&self) -> bool {
+        self.finished.load(Ordering::Acquire)
+    }
+
+    /// Is this process the one the state belongs to?
+    pub fn owner_is_me(&self) -> bool {
+        self.owner.load(Ordering::Relaxed) == std::process::id()
+    }
+
+    /// Start profiling with `engine`: every flag and the thread table start
+    /// afresh here. Gives the engine back if one is running already.
+    pub fn begin(&self, engine: Engine, mode: Mode, sink: Sink) -> Result<(), Box<Engine>> {
+        let b = Box::new(engine);
+        if !self.engine.load(Ordering::Acquire).is_null() {
+            return Err(b);
+        }
+        self.threads.clear(|_| false);
+        self.stopping.store(false, Ordering::Release);
+        self.finished.store(false, Ordering::Release);
+        self.owner.store(std::process::id(), Ordering::Relaxed);
+        self.start_ns.store(now_ns(), Ordering::Relaxed);
+        self.set_sink(sink);
+        self.mode.store(mode as u8, Ordering::Release);
+        if let Ok(mut id) = self.identity.lock() {
+            *id = identity();
+        }
+        // Never two at once: a preloaded agent begins once, at load, and
+        // attached sessions are serialized by `attach.rs`.
+        self.engine.store(Box::into_raw(b), Ordering::Release);
+        Ok(())
+    }
+
+    /// Withdraw the engine (attached, after a session) and free it.
+    ///
+    /// # Safety
+    /// No handler may be reading the engine, nor start to before the next
+    /// [`Agent::begin`].
+    pub unsafe fn end(&self) {
+        self.mode.store(Mode::Off as u8, Ordering::Release);
+        let p = self.engine.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if !p.is_null() {
+            // SAFETY: made by `begin` with Box::into_raw; no reader is left (the caller's promise).
+            drop(unsafe { Box::from_raw(p) });
+        }
+        self.set_sink(Sink::None);
+    }
+
+    /// In a fork child: the state is now this process's, with only the
+    /// forking thread; the parent's other threads don't exist here.
+    pub fn after_fork(&self, sink: Sink) {
+        self.threads.forget();
+        self.stopping.store(false, Ordering::Release);
+        self.finished.store(false, Ordering::Release);
+        self.owner.store(std::process::id(), Ordering::Relaxed);
+        self.start_ns.store(now_ns(), Ordering::Relaxed);
+        self.set_sink(sink);
+        MINE.with(|m| m.set(std::ptr::null()));
+    }
+
+    pub fn start_ns(&self) -> u64 {
+        self.start_ns.load(Ordering::Relaxed)
+    }
+
+    pub fn sink(&self) -> Sink {
+        match self.sink.load(Ordering::Acquire) {
+            -1 => Sink::None,
+            fd if self.sink_is_session.load(Ordering::Acquire) => Sink::Session(fd),
+            fd => Sink::File(fd),
+        }
+    }
+
+    pub fn set_sink(&self, sink: Sink) {
+        let (fd, session) = match sink {
+            Sink::None => (-1, false),
+            Sink::File(fd) => (fd, false),
+            Sink::Session(fd) => (fd, true),
+        };
+        self.sink_is_session.store(session, Ordering::Release);
+        self.sink.store(fd, Ordering::Release);
+    }
+
+    /// Add a line to the profile's notes (once). In a crash handler, only
+    /// if no one holds the notes.
+    pub fn note(&self, s: impl Into<String>) {
+        let s = s.into();
+        let guard = if alloc::in_crash_mode() { self.notes.try_lock().ok() } else { self.notes.lock().ok() };
+        if let Some(mut n) = guard {
+            if !n.contains(&s) {
+                n.push(s);
+            }
+        }
+    }
+
+    pub fn clear_notes(&self) {
+        if let Ok(mut n) = self.notes.lock() {
+            n.clear();
+        }
+    }
+
+    fn notes(&self) -> Vec<String> {
+        let guard = if alloc::in_crash_mode() { self.notes.try_lock().ok() } else { self.notes.lock().ok() };
+        guard.map(|n| n.clone()).unwrap_or_default()
+    }
+
+    /// This thread's slot, if it has one. Async-signal-safe: a TLS read
+    /// when preloaded, a scan of the table when attached.
+    pub fn current(&self) -> Option<&Slot> {
+        if self.mode() != Mode::Preloaded {
+            return self.threads.find(task::gettid());
+        }
+        // SAFETY: set by `set_current` to a slot of the static table.
+        MINE.with(|m| unsafe { m.get().as_ref() })
+    }
+
+    /// Remember the calling (preloaded) thread's slot.
+    pub fn set_current(&self, slot: Option<&Slot>) {
+        MINE.with(|m| m.set(slot.map_or(std::ptr::null(), |s| s as *const Slot)));
+    }
+
+    /// Stop every thread's sampling and wait (briefly) for handlers that
+    /// are running to finish: the one stop-and-wait of the agent.
+    /// `keep_sampling` says which slots keep their sampler (an attached
+    /// thread gives its alternate stack back at its next sample).
+    pub fn quiesce(&self, keep_sampling: impl Fn(&Slot) -> bool) {
+        self.stopping.store(true, Ordering::Release);
+        for s in self.threads.slots() {
+            let ts = s.state();
+            if ts.is_null() {
+                continue;
+            }
+            // SAFETY: `ts` lives in the table until `clear`, which only the
+            // session's end calls, after this. Only the flags and the
+            // sampler's kernel object are touched, both safe to race with
+            // the thread's own handler.
+            unsafe {
+                (*ts).active.store(false, Ordering::Release);
+                if !keep_sampling(s) {
+                    (*ts).pause_sampler();
+                }
+            }
+        }
+        let me = task::gettid();
+        for _ in 0..1000 {
+            // SAFETY: as above; `in_handler` is an atomic.
+            let busy = self
+                .threads
+                .slots()
+                .iter()
+                .any(|s| s.tid() != me && unsafe { s.state().as_ref() }.is_some_and(|t| t.in_handler.load(Ordering::Acquire)));
+            if !busy {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+    }
+
+    /// Undo [`Agent::quiesce`] (an exec that failed: the image goes on).
+    pub fn resume(&self) {
+        self.stopping.store(false, Ordering::Release);
+        self.finished.store(false, Ordering::Release);
+        let Some(engine) = self.engine() else { return };
+        for ts in self.threads.states() {
+            // SAFETY: as in `quiesce`.
+            unsafe {
+                if (*ts).has_sampler() {
+                    (*ts).active.store(true, Ordering::Release);
+                    (*ts).resume_sampler(engine);
+                }
+            }
+        }
+    }
+
+    /// Claim the one delivery of this process's profile; false if it was
+    /// delivered, or this is not the process profiling.
+    pub fn claim_finish(&self) -> bool {
+        self.engine().is_some() && self.owner_is_me() && !self.finished.swap(true, Ordering::AcqRel)
+    }
+
+    /// Stop sampling and deliver this process's profile, once.
+    pub fn finish(&self, ended_by: &str) {
+        if !self.claim_finish() {
+            return;
+        }
+        self.quiesce(|_| false);
+        if let Err(e) = self.deliver(&self.profile(ended_by)) {
+            say(&format!("witch: agent: cannot write the profile: {e}\n"));
+        }
+    }
+
+    /// The profile of what the threads gathered so far.
+    pub fn profile(&self, ended_by: &str) -> Profile {
+        let engine = self.engine().expect("profiling");
+        // Code mapped since the last refresh was seen by a handler (not in
+        // a crash handler: reading the maps takes a lock the crash may hold).
+        if !alloc::in_crash_mode() && modules::STALE.swap(false, Ordering::AcqRel) {
+            modules::refresh();
+        }
+        let mut counters = profile::Counters::default();
+        let mut threads = Vec::new();
+        for ts in self.threads.states() {
+            // SAFETY: the table's states, quiesced by the caller.
+            let t = unsafe { (*ts).to_profile() };
+            counters.add(&t.counters);
+            if t.counters.interrupts > 0 || t.nodes.len() > 1 {
+                threads.push(t);
+            }
+        }
+        counters.threads_failed = self.threads.failed.load(Ordering::Relaxed);
+        let guard = if alloc::in_crash_mode() { self.identity.try_lock().ok() } else { self.identity.lock().ok() };
+        let (program, args) = guard.map(|g| g.clone()).unwrap_or_default();
+        let start = self.start_ns();
+        // SAFETY: the table's states, quiesced by the caller.
+        let used = self.threads.states().map(|t| unsafe { (*t).debug_registers_held() }).max().unwrap_or(0);
+        Profile {
+            schema: profile::SCHEMA,
+            witch_version: env!("CARGO_PKG_VERSION").to_string(),
+            craft: engine.config.craft,
+            program,
+            args,
+            pid: std::process::id(),
+            // SAFETY: getppid has no preconditions.
+            ppid: unsafe { libc::getppid() } as u32,
+            start_unix_ns: start,
+            duration_ns: now_ns().saturating_sub(start),
+            sampler: engine.sampler.to_profile(engine.period, engine.burst.map_or(0, |b| b.steps)),
+            replacement: engine.config.replacement.name().into(),
+            debug_registers: if used > 0 { used as u32 } else { engine.config.debug_registers as u32 },
+            fp_precision: engine.config.fp_precision,
+            kernel: kernel_release(),
+            ended_by: ended_by.into(),
+            notes: self.notes(),
+            counters,
+            modules: modules::current().map(|m| m.to_profile()).unwrap_or_default(),
+            threads,
+        }
+    }
+
+    /// Send or write `p` where this process's profile goes.
+    pub fn deliver(&self, p: &Profile) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec(p).map_err(std::io::Error::other)?;
+        match self.sink() {
+            Sink::None => Err(std::io::Error::other("nowhere to write it")),
+            Sink::File(fd) => write_file(fd, &bytes),
+            Sink::Session(fd) => crate::attach::send_profile(fd, bytes),
+        }
+    }
+}
+
+/// Replace the contents of file `fd` with `bytes` (no new descriptor).
+fn write_file(fd: i32, bytes: &[u8]) -> std::io::Result<()> {
+    // SAFETY: `fd` is the agent's profile file; the writes stay inside `bytes`.
+    unsafe {
+        if libc::ftruncate(fd, 0) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut done = 0;
+        while done < bytes.len() {
+            let n = libc::pwrite(fd, bytes[done..].as_ptr() as *const libc::c_void, bytes.len() - done, done as i64);
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                return Err(e);
+            }
+            done += n as usize;
+        }
+    }
+    Ok(())
+}
+
+fn kernel_release() -> String {
+    // SAFETY: uname fills the plain struct; release is NUL-terminated.
+    unsafe {
+        let mut uts: libc::utsname = std::mem::zeroed();
+        libc::uname(&mut uts);
+        std::ffi::CStr::from_ptr(uts.release.as_ptr()).to_string_lossy().into_owned()
+    }
+}
+
+/// One line to stderr without std's lock (usable in a crash handler).
+pub fn say(s: &str) {
+    // SAFETY: writes from a valid buffer.
+    unsafe { libc::write(2, s.as_ptr() as *const libc::c_void, s.len()) };
+}
+
+/// This process's program and arguments.
+fn identity() -> (String, Vec<String>) {
+    let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    let args: Vec<String> = cmdline.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    let program = std::fs::read_link("/proc/self/exe")
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| args.first().cloned().unwrap_or_default());
+    (program, args)
+}

@@ -1,0 +1,372 @@
+//! The thread table: every thread the agent profiles, its engine state,
+//! its alternate signal stack, and (attached) where it is in its session.
+//!
+//! The table owns each thread's alternate signal stack: it maps it, and
+//! unmaps it only once no thread can be on it. A stack lent to a thread
+//! stays mapped for as long as it may be installed there: when a session
+//! ends while a thread could not take its own stack back (it was blocked
+//! the whole time), the stack is kept, parked, for that thread, and the
+//! next session reuses it (see `attach.rs`).
+//!
+//! Signal handlers find their thread here without locks or allocation:
+//! slots are only ever appended during a session (or while the program
+//! runs, preloaded), and are read through atomics.
+
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use witchcraft::engine::ThreadState;
+
+pub const MAX_THREADS: usize = 8192;
+/// Each thread's alternate signal stack.
+pub const ALT_STACK: usize = 256 * 1024;
+/// Threads whose stack may stay lent past a session.
+const MAX_PARKED: usize = 1024;
+
+/// Where a thread is in an attached session. A preloaded thread is
+/// `Adopted` from its start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    /// Its events are open; it takes its alternate stack at its next sample.
+    New = 0,
+    /// It runs on its alternate stack and samples.
+    Adopted = 1,
+    /// It gave its alternate stack back (detach).
+    Left = 2,
+    /// It ended; its events are closed, its data kept.
+    Gone = 3,
+    /// The session ended before it could give its stack back (it was idle
+    /// throughout); the stack stays lent to it.
+    Parked = 4,
+}
+
+impl Phase {
+    fn from_u8(v: u8) -> Phase {
+        match v {
+            0 => Phase::New,
+            1 => Phase::Adopted,
+            2 => Phase::Left,
+            3 => Phase::Gone,
+            _ => Phase::Parked,
+        }
+    }
+}
+
+/// A thread's alternate stack before ours, as `sigaltstack` reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prior {
+    pub sp: u64,
+    pub size: u64,
+    pub flags: i32,
+}
+
+impl Prior {
+    pub const NONE: Prior = Prior { sp: 0, size: 0, flags: libc::SS_DISABLE };
+
+    pub fn from_stack(s: &libc::stack_t) -> Prior {
+        // A never-set stack reads back as size 0 with flags 0: that is "none".
+        if s.ss_size == 0 || s.ss_flags & libc::SS_DISABLE != 0 {
+            return Prior::NONE;
+        }
+        Prior { sp: s.ss_sp as u64, size: s.ss_size as u64, flags: s.ss_flags & !libc::SS_ONSTACK }
+    }
+
+    pub fn to_stack(self) -> libc::stack_t {
+        libc::stack_t { ss_sp: self.sp as *mut libc::c_void, ss_flags: self.flags, ss_size: self.size as usize }
+    }
+}
+
+/// One thread's entry.
+pub struct Slot {
+    state: AtomicPtr<ThreadState>,
+    tid: AtomicI32,
+    phase: AtomicU8,
+    /// Set just before the control signal is sent to the thread, so that
+    /// the program's own use of that signal still reaches its handler.
+    pub request: AtomicBool,
+    /// The alternate stack lent to the thread (0: none).
+    alt: AtomicU64,
+    prior_sp: AtomicU64,
+    prior_size: AtomicU64,
+    prior_flags: AtomicI32,
+}
+
+impl Slot {
+    const fn new() -> Slot {
+        Slot {
+            state: AtomicPtr::new(std::ptr::null_mut()),
+            tid: AtomicI32::new(0),
+            phase: AtomicU8::new(Phase::New as u8),
+            request: AtomicBool::new(false),
+            alt: AtomicU64::new(0),
+            prior_sp: AtomicU64::new(0),
+            prior_size: AtomicU64::new(0),
+            prior_flags: AtomicI32::new(libc::SS_DISABLE),
+        }
+    }
+
+    pub fn state(&self) -> *mut ThreadState {
+        self.state.load(Ordering::Acquire)
+    }
+    pub fn tid(&self) -> i32 {
+        self.tid.load(Ordering::Acquire)
+    }
+    pub fn phase(&self) -> Phase {
+        Phase::from_u8(self.phase.load(Ordering::Acquire))
+    }
+    pub fn set_phase(&self, p: Phase) {
+        self.phase.store(p as u8, Ordering::Release);
+    }
+    /// The lent alternate stack's range ((0, 0): none).
+    pub fn alt_stack(&self) -> (u64, u64) {
+        let a = self.alt.load(Ordering::Acquire);
+        if a == 0 {
+            (0, 0)
+        } else {
+            (a, a + ALT_STACK as u64)
+        }
+    }
+    pub fn prior(&self) -> Prior {
+        Prior {
+            sp: self.prior_sp.load(Ordering::Acquire),
+            size: self.prior_size.load(Ordering::Acquire),
+            flags: self.prior_flags.load(Ordering::Acquire),
+        }
+    }
+    pub fn set_prior(&self, p: Prior) {
+        self.prior_sp.store(p.sp, Ordering::Release);
+        self.prior_size.store(p.size, Ordering::Release);
+        self.prior_flags.store(p.flags, Ordering::Release);
+    }
+    /// Our stack, as `sigaltstack` takes it.
+    pub fn alt_stack_t(&self) -> libc::stack_t {
+        let (lo, hi) = self.alt_stack();
+        libc::stack_t { ss_sp: lo as *mut libc::c_void, ss_flags: 0, ss_size: (hi - lo) as usize }
+    }
+}
+
+/// A stack left lent to a thread when its session ended.
+struct Parked {
+    tid: AtomicI32,
+    /// The thread's start time (clock ticks since boot): a tid reused by a
+    /// new thread is not the thread the stack was lent to.
+    start: AtomicU64,
+    alt: AtomicU64,
+    prior: [AtomicU64; 3],
+}
+
+impl Parked {
+    const fn new() -> Parked {
+        Parked {
+            tid: AtomicI32::new(0),
+            start: AtomicU64::new(0),
+            alt: AtomicU64::new(0),
+            prior: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
+        }
+    }
+}
+
+pub struct ThreadTable {
+    slots: [Slot; MAX_THREADS],
+    len: AtomicUsize,
+    /// Threads that could not be set up (table full, events refused).
+    pub failed: AtomicU64,
+    parked: [Parked; MAX_PARKED],
+}
+
+impl ThreadTable {
+    pub const fn new() -> ThreadTable {
+        ThreadTable {
+            slots: [const { Slot::new() }; MAX_THREADS],
+            len: AtomicUsize::new(0),
+            failed: AtomicU64::new(0),
+            parked: [const { Parked::new() }; MAX_PARKED],
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Acquire).min(MAX_THREADS)
+    }
+
+    /// The slots in use. Async-signal-safe.
+    pub fn slots(&self) -> &[Slot] {
+        &self.slots[..self.len()]
+    }
+
+    /// Every engine state in the table.
+    pub fn states(&self) -> impl Iterator<Item = *mut ThreadState> + '_ {
+        self.slots().iter().map(Slot::state).filter(|p| !p.is_null())
+    }
+
+    /// The slot of thread `tid`, if it has one. Async-signal-safe.
+    pub fn find(&self, tid: i32) -> Option<&Slot> {
+        self.slots().iter().find(|s| s.tid() == tid && !s.state().is_null() && s.phase() != Phase::Gone)
+    }
+
+    /// Add thread `tid` with its state, the alternate stack lent to it
+    /// (0: none yet) and its previous one. None if the table is full.
+    pub fn add(&self, tid: i32, state: Box<ThreadState>, alt: u64, prior: Prior, phase: Phase) -> Option<&Slot> {
+        let i = self.len.fetch_add(1, Ordering::AcqRel);
+        if i >= MAX_THREADS {
+            self.len.store(MAX_THREADS, Ordering::Release);
+            self.failed.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        let s = &self.slots[i];
+        s.tid.store(tid, Ordering::Release);
+        s.alt.store(alt, Ordering::Release);
+        s.set_prior(prior);
+        s.request.store(false, Ordering::Release);
+        s.set_phase(phase);
+        s.state.store(Box::into_raw(state), Ordering::Release);
+        Some(s)
+    }
+
+    /// Empty the table: free every engine state, and unmap every stack
+    /// except those `keep_stack` says a thread may still have installed
+    /// (they are leaked). Not for handlers; no handler may be using the
+    /// states.
+    pub fn clear(&self, keep_stack: impl Fn(&Slot) -> bool) {
+        for s in self.slots() {
+            let p = s.state.swap(std::ptr::null_mut(), Ordering::AcqRel);
+            if !p.is_null() {
+                // SAFETY: made by `add` with Box::into_raw, and taken out of the table above.
+                drop(unsafe { Box::from_raw(p) });
+            }
+            let keep = keep_stack(s);
+            let alt = s.alt.swap(0, Ordering::AcqRel);
+            if alt != 0 && !keep {
+                unmap_stack(alt);
+            }
+        }
+        self.len.store(0, Ordering::Release);
+        self.failed.store(0, Ordering::Relaxed);
+    }
+
+    /// Forget every slot without freeing anything (a fork child: the
+    /// parent's other threads don't exist here).
+    pub fn forget(&self) {
+        for s in self.slots() {
+            s.state.store(std::ptr::null_mut(), Ordering::Release);
+        }
+        self.len.store(0, Ordering::Release);
+        self.failed.store(0, Ordering::Relaxed);
+    }
+
+    /// Keep `slot`'s stack lent to its thread past the session.
+    pub fn park(&self, slot: &Slot) -> bool {
+        let tid = slot.tid();
+        let start = thread_start_time(tid);
+        for p in &self.parked {
+            if p.alt.load(Ordering::Acquire) == 0 {
+                let prior = slot.prior();
+                p.tid.store(tid, Ordering::Release);
+                p.start.store(start, Ordering::Release);
+                p.prior[0].store(prior.sp, Ordering::Release);
+                p.prior[1].store(prior.size, Ordering::Release);
+                p.prior[2].store(prior.flags as u32 as u64, Ordering::Release);
+                p.alt.store(slot.alt.swap(0, Ordering::AcqRel), Ordering::Release);
+                slot.set_phase(Phase::Parked);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The stack parked for thread `tid`, if it is still the same thread:
+    /// (stack, its previous stack). The entry is taken.
+    pub fn unpark(&self, tid: i32) -> Option<(u64, Prior)> {
+        for p in &self.parked {
+            if p.alt.load(Ordering::Acquire) != 0 && p.tid.load(Ordering::Acquire) == tid {
+                if p.start.load(Ordering::Acquire) != thread_start_time(tid) {
+                    continue; // a new thread with the old one's id: `reap_parked` frees it
+                }
+                let prior = Prior {
+                    sp: p.prior[0].load(Ordering::Acquire),
+                    size: p.prior[1].load(Ordering::Acquire),
+                    flags: p.prior[2].load(Ordering::Acquire) as u32 as i32,
+                };
+                return Some((p.alt.swap(0, Ordering::AcqRel), prior));
+            }
+        }
+        None
+    }
+
+    /// Unmap the parked stacks of threads that ended. Returns how many
+    /// stacks stay parked.
+    pub fn reap_parked(&self) -> usize {
+        let mut left = 0;
+        for p in &self.parked {
+            let alt = p.alt.load(Ordering::Acquire);
+            if alt == 0 {
+                continue;
+            }
+            let tid = p.tid.load(Ordering::Acquire);
+            if thread_start_time(tid) != p.start.load(Ordering::Acquire) {
+                // That thread is gone (its id is free or another's): nothing runs on the stack.
+                if p.alt.compare_exchange(alt, 0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    unmap_stack(alt);
+                }
+            } else {
+                left += 1;
+            }
+        }
+        left
+    }
+}
+
+/// A thread's start time from /proc/self/task/TID/stat (0: no such thread).
+pub fn thread_start_time(tid: i32) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else { return 0 };
+    // Field 22 (starttime), counted after the parenthesised command name.
+    stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(19)).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// A fresh alternate signal stack (its lowest address), or None.
+pub fn map_stack() -> Option<u64> {
+    // SAFETY: a fresh anonymous mapping, owned by the table from here on.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            ALT_STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    (p != libc::MAP_FAILED).then_some(p as u64)
+}
+
+/// Unmap a stack from [`map_stack`] that no thread can be on.
+pub fn unmap_stack(lo: u64) {
+    // SAFETY: a mapping made by `map_stack`; the callers know no thread uses it.
+    unsafe { libc::munmap(lo as *mut libc::c_void, ALT_STACK) };
+}
+
+/// The process's mappings, snapshot by the control thread, for a thread to
+/// find its stack from its stack pointer in a handler (no file reads there).
+const MAX_MAPS: usize = 8192;
+static MAPS: [AtomicU64; 2 * MAX_MAPS] = [const { AtomicU64::new(0) }; 2 * MAX_MAPS];
+static NMAPS: AtomicUsize = AtomicUsize::new(0);
+
+/// Take a new snapshot of this process's mappings (not for handlers).
+pub fn snapshot_mappings() {
+    let maps = witchcraft::sys::procfs::read_maps(None).unwrap_or_default();
+    let n = maps.len().min(MAX_MAPS);
+    NMAPS.store(0, Ordering::Release);
+    for (i, m) in maps.iter().take(n).enumerate() {
+        MAPS[2 * i].store(m.start, Ordering::Relaxed);
+        MAPS[2 * i + 1].store(m.end, Ordering::Relaxed);
+    }
+    NMAPS.store(n, Ordering::Release);
+}
+
+/// The mapping that holds `sp` in the last snapshot ((0, 0): none).
+/// Async-signal-safe.
+pub fn stack_of(sp: u64) -> (u64, u64) {
+    let n = NMAPS.load(Ordering::Acquire);
+    (0..n)
+        .map(|i| (MAPS[2 * i].load(Ordering::Relaxed), MAPS[2 * i + 1].load(Ordering::Relaxed)))
+        .find(|&(a, b)| a <= sp && sp < b)
+        .unwrap_or((0, 0))
+}

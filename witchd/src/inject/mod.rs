@@ -1,0 +1,217 @@
+//! `witch CRAFT --pid PID` and witchd's sessions: profile a process that is
+//! already running.
+//!
+//! One thread of the target is stopped briefly with ptrace ([`ptrace`]) and
+//! made to call `dlopen(agent)` (skipped when an earlier attach loaded it)
+//! and then the agent's entry point, after which it goes on where it was.
+//! The agent answers over a socket pair it creates, whose other end the
+//! controller takes with `pidfd_getfd` ([`channel`]); the protocol is
+//! `witchcraft::session`. Nothing goes through the file system, so a root
+//! controller never touches a path the target's owner controls
+//! (docs/SECURITY.md), and closing the socket, by detaching, giving up or
+//! dying, always ends the session in the target.
+
+pub mod channel;
+pub mod ptrace;
+pub mod target;
+
+use anyhow::{anyhow, bail, Result};
+use channel::{Channel, Event};
+use ptrace::{Arg, Tracee};
+use std::time::{Duration, Instant};
+use target::{file_name, Target};
+use witchcraft::config::Config;
+use witchcraft::profile::{Craft, Profile};
+use witchcraft::session::{AttachCode, Message, ATTACH_SYMBOL};
+
+pub use target::alive;
+
+/// What to profile with; the same knobs as a run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub craft: Craft,
+    pub period: Option<u64>,
+    /// `cpu-timer`, `task-clock`, `cpu-clock` or a PMU event spec; None = automatic.
+    pub event: Option<String>,
+    pub debug_registers: Option<u32>,
+    /// `reservoir`, `oldest`, `newest` or `empty-only`.
+    pub replacement: String,
+    pub fp_precision: f64,
+}
+
+impl Options {
+    /// The agent's settings.
+    pub fn config(&self) -> Result<Config> {
+        let (sampler, event) = crate::run::sampler_env(self.craft, self.event.as_deref())?;
+        let mut c = Config::new(self.craft).with_knobs_from_env();
+        c.sampler = sampler;
+        c.event = event;
+        c.period = self.period;
+        c.replacement = witchcraft::replacement::Policy::parse(&self.replacement)
+            .ok_or_else(|| anyhow!("unknown replacement policy {:?}", self.replacement))?;
+        c.fp_precision = self.fp_precision;
+        let free = witchcraft::probe::debug_registers().clamp(1, 4) as u32;
+        c.debug_registers = self.debug_registers.unwrap_or(free).clamp(1, 4) as usize;
+        Ok(c)
+    }
+}
+
+/// An agent session running inside a target process. Dropping it (without
+/// [`Session::detach`]) ends the session too: the agent sees its socket close.
+pub struct Session {
+    pub pid: i32,
+    chan: Channel,
+}
+
+/// How a session ended.
+pub struct Ended {
+    /// None when the target died before it could send one (e.g. SIGKILL).
+    pub profile: Option<Profile>,
+    /// The target exited during the session (its profile, if any, is its last).
+    pub target_exited: bool,
+}
+
+/// How long the agent may take to set the process up.
+const READY_WAIT: Duration = Duration::from_secs(20);
+
+pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
+    let mut target = Target::inspect(pid)?;
+    let pid = target.pid;
+    target.check_x86_64()?;
+    let config = opts.config()?;
+    let agent = crate::run::find_agent()?;
+    let agent_path = agent.to_string_lossy().into_owned();
+    let is_agent = |f: &str| f == "libwitch_agent.so";
+    let loaded = target.object(is_agent).cloned();
+    let (mut dlopen, mut dlerror) = (None, None);
+    if loaded.is_none() {
+        let is_libc =
+            |f: &str| f.starts_with("libc.so") || f.starts_with("libc-2.") || f.starts_with("libdl.so") || f.starts_with("libdl-");
+        for m in target.maps.iter().filter(|m| m.offset == 0 && m.is_file() && is_libc(file_name(&m.path))) {
+            if dlopen.is_none() {
+                dlopen = target.symbol(m, "dlopen")?.or(target.symbol(m, "__libc_dlopen_mode")?);
+                dlerror = target.symbol(m, "dlerror")?;
+            }
+        }
+        if dlopen.is_none() {
+            if !target.maps.iter().any(|x| x.path.contains("/ld-linux") || x.path.contains("/ld-")) {
+                bail!("pid {pid} is statically linked, so the agent can't be loaded into it; restart it under `witch {} PROGRAM`, or use --exact", opts.craft.name());
+            }
+            bail!("pid {pid} has no dlopen (no C library loaded?); restart it under `witch {} PROGRAM`", opts.craft.name());
+        }
+    }
+    // Names the process for good: a pid reused meanwhile is refused below.
+    let pidfd = channel::pidfd_open(pid)?;
+
+    let tracee = Tracee::stop_safely(&target)?;
+    let injected = (|| -> Result<i32> {
+        let agent_obj = match loaded {
+            Some(m) => m,
+            None => {
+                let args = [Arg::Str(agent_path.clone()), Arg::Int((libc::RTLD_NOW | libc::RTLD_LOCAL) as u64)];
+                let (handle, _) = tracee.call(dlopen.unwrap_or(0), &args)?;
+                if handle == 0 {
+                    let why = match dlerror {
+                        Some(f) => tracee.call(f, &[]).map(|(p, _)| tracee.read_cstr(p)).unwrap_or_default(),
+                        None => String::new(),
+                    };
+                    bail!("pid {pid} could not load the agent {agent_path}: {why}");
+                }
+                target.refresh_maps()?;
+                target
+                    .object(is_agent)
+                    .cloned()
+                    .ok_or_else(|| anyhow!("the agent was loaded into pid {pid} but is not in its memory map"))?
+            }
+        };
+        let entry = target
+            .symbol(&agent_obj, ATTACH_SYMBOL)?
+            .ok_or_else(|| anyhow!("{} has no {ATTACH_SYMBOL} (an older agent is loaded in pid {pid}?)", agent_obj.path))?;
+        let mut result = tracee.call(entry, &[Arg::OutInt])?;
+        // The kernel may free a closed breakpoint's debug register a
+        // little after close() returns (seen: ENOSPC in 6 of 20 attaches
+        // right after the test that plays a debugger closed its events,
+        // longer on a loaded machine), so look again for a while before
+        // refusing.
+        for _ in 0..50 {
+            if AttachCode::from_raw(result.0) != Some(AttachCode::NoDebugRegisters) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(30));
+            result = tracee.call(entry, &[Arg::OutInt])?;
+        }
+        match AttachCode::from_raw(result.0) {
+            Some(AttachCode::Ok) => Ok(result.1),
+            Some(code) => bail!("cannot profile pid {pid}: {}", code.message()),
+            None => bail!("cannot profile pid {pid}: the agent failed with code {}", result.0 as i32),
+        }
+    })();
+    // Taking the socket needs the process alive, not stopped: before or after resuming is alike.
+    let taken = injected.and_then(|fd| Channel::take(&pidfd, pid, fd));
+    tracee.resume();
+    let chan = taken?;
+
+    // From here, any failure drops `chan`: the agent sees its socket close and undoes everything.
+    if !chan.send(&Message::Settings(config.to_lines())) {
+        bail!("the agent in pid {pid} did not take its settings");
+    }
+    let until = Instant::now() + READY_WAIT;
+    loop {
+        match chan.recv(until.saturating_duration_since(Instant::now())) {
+            Some(Event::Message(Message::Ready { .. })) => return Ok(Session { pid, chan }),
+            Some(Event::Message(Message::Error(e))) => bail!("cannot profile pid {pid}: {}", e.trim()),
+            Some(Event::Message(_)) => {}
+            Some(Event::Closed(why)) => {
+                if !alive(pid) {
+                    bail!("pid {pid} exited while witch was attaching");
+                }
+                bail!("the agent in pid {pid} ended the session while setting up{}", why.map(|w| format!(" ({w})")).unwrap_or_default());
+            }
+            None => bail!("the agent in pid {pid} did not report ready within {READY_WAIT:?}"),
+        }
+    }
+}
+
+impl Session {
+    pub fn target_alive(&self) -> bool {
+        alive(self.pid)
+    }
+
+    /// Ask the agent to stop and wait (at most `timeout`) for its profile.
+    pub fn detach(self, timeout: Duration) -> Result<Ended> {
+        let _ = self.chan.send(&Message::Detach);
+        let until = Instant::now() + timeout;
+        let mut profile = None;
+        let mut closed = false;
+        let mut error = None;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            match self.chan.recv(left) {
+                Some(Event::Message(Message::Profile(p))) => profile = Some(p),
+                Some(Event::Message(Message::Detached)) => break,
+                Some(Event::Message(Message::Error(e))) => error = Some(e),
+                Some(Event::Message(_)) => {}
+                Some(Event::Closed(_)) => {
+                    closed = true;
+                    break;
+                }
+                None => {
+                    if !alive(self.pid) {
+                        closed = true;
+                        break;
+                    }
+                    bail!("the agent in pid {} did not detach within {:.0?}", self.pid, timeout);
+                }
+            }
+        }
+        let target_exited = closed && !alive(self.pid);
+        if let (None, Some(e)) = (&profile, error) {
+            bail!("the agent in pid {} failed: {}", self.pid, e.trim());
+        }
+        let profile = match profile {
+            Some(bytes) => Some(Profile::from_bytes(&bytes).map_err(|e| anyhow!("the profile from pid {}: {e}", self.pid))?),
+            None => None,
+        };
+        Ok(Ended { profile, target_exited })
+    }
+}

@@ -1,0 +1,233 @@
+//! What the controller learns about a target before and while injecting:
+//! its identity and rights, its loaded objects, and the addresses of the
+//! functions it will make the target call.
+//!
+//! Everything here may run as root against a process whose owner controls
+//! the files it maps and the paths they appear under. So a mapped object
+//! is opened as the exact file the target mapped
+//! (`/proc/PID/map_files/START-END`, root only) rather than by its path;
+//! anything opened must be a regular file of bounded size, is opened
+//! without blocking (a FIFO would), and is read with a deadline
+//! (docs/SECURITY.md).
+
+use anyhow::{anyhow, bail, Context, Result};
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::time::Duration;
+use witchcraft::sys::procfs::{self, Mapping};
+
+/// Largest object file read for its symbols (libc is ~2 MB).
+const MAX_OBJECT_BYTES: u64 = 512 << 20;
+/// Longest wait for one object file's symbols.
+const READ_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The process, as far as attaching needs it.
+pub struct Target {
+    /// The thread group id (a thread id given by the user resolves to it).
+    pub pid: i32,
+    /// Its real uid.
+    pub uid: u32,
+    pub maps: Vec<Mapping>,
+}
+
+impl Target {
+    pub fn inspect(pid: i32) -> Result<Target> {
+        if pid <= 0 {
+            bail!("no process with pid {pid}");
+        }
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| permission(pid, e))?;
+        let field = |k: &str| status.lines().find_map(|l| l.strip_prefix(k)).map(|v| v.split_whitespace().next().unwrap_or("").to_string());
+        let tgid = field("Tgid:").and_then(|v| v.parse().ok()).unwrap_or(pid);
+        let uid = field("Uid:").and_then(|v| v.parse().ok()).unwrap_or(0);
+        if field("State:").is_some_and(|s| s == "Z") {
+            bail!("pid {pid} has exited (zombie)");
+        }
+        if tgid == std::process::id() as i32 {
+            bail!("witch cannot attach to itself");
+        }
+        let maps = procfs::read_maps(Some(tgid)).map_err(|e| permission(tgid, e))?;
+        Ok(Target { pid: tgid, uid, maps })
+    }
+
+    pub fn refresh_maps(&mut self) -> Result<()> {
+        self.maps = procfs::read_maps(Some(self.pid)).map_err(|e| permission(self.pid, e))?;
+        Ok(())
+    }
+
+    /// The first mapping (offset 0) of the object whose file name
+    /// satisfies `pred`.
+    pub fn object(&self, pred: impl Fn(&str) -> bool) -> Option<&Mapping> {
+        self.maps.iter().find(|m| m.offset == 0 && m.is_file() && pred(file_name(&m.path)))
+    }
+
+    /// Refuses a 32-bit or non-x86-64 process, from the ELF header of its
+    /// executable as mapped in its memory (no file is opened).
+    pub fn check_x86_64(&self) -> Result<()> {
+        let exe = std::fs::read_link(format!("/proc/{}/exe", self.pid)).map_err(|e| permission(self.pid, e))?;
+        let exe = exe.to_string_lossy();
+        let m = self.maps.iter().find(|m| m.offset == 0 && m.path == exe).or_else(|| self.maps.iter().find(|m| m.is_file()));
+        let Some(m) = m else { bail!("pid {} maps no program", self.pid) };
+        let mut h = [0u8; 20];
+        if !read_memory(self.pid, m.start, &mut h) {
+            return Err(not_permitted(self.pid));
+        }
+        if &h[..4] != b"\x7fELF" {
+            bail!("pid {} does not run an ELF program", self.pid);
+        }
+        if h[4] != 2 || u16::from_le_bytes([h[18], h[19]]) != 62 {
+            bail!("pid {} is a 32-bit or non-x86-64 process; witch profiles x86-64 processes only", self.pid);
+        }
+        Ok(())
+    }
+
+    /// Executable ranges of the C library, the loader and the agent: a
+    /// thread stopped there may hold a lock that `dlopen` or `malloc` needs.
+    pub fn risky_ranges(&self) -> Vec<(u64, u64)> {
+        self.maps
+            .iter()
+            .filter(|m| m.exec)
+            .filter(|m| {
+                let name = file_name(&m.path);
+                ["libc", "ld-", "libpthread", "libdl", "libwitch_agent"].iter().any(|p| name.starts_with(p))
+            })
+            .map(|m| (m.start, m.end))
+            .collect()
+    }
+
+    /// Address of dynamic symbol `name` in the object mapped by `m` (its
+    /// first mapping).
+    pub fn symbol(&self, m: &Mapping, name: &str) -> Result<Option<u64>> {
+        let data = read_object(self.pid, m)?;
+        symbol_in(&data, m.start, name).map_err(|e| anyhow!("{}: {e}", m.path))
+    }
+}
+
+pub fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or("")
+}
+
+/// `name`'s address in an ELF image `data` loaded with its first segment at `base`.
+fn symbol_in(data: &[u8], base: u64, name: &str) -> std::result::Result<Option<u64>, object::Error> {
+    use object::{Object, ObjectSegment, ObjectSymbol};
+    let file = object::File::parse(data)?;
+    // Shared objects are linked at 0 (their first segment's vaddr is the bias base).
+    let first = file.segments().map(|s| s.address()).min().unwrap_or(0) & !0xfff;
+    Ok(file.dynamic_symbols().find(|s| s.name() == Ok(name) && s.is_definition()).map(|s| base + s.address() - first))
+}
+
+/// The bytes of the object the target mapped at `m`: as root the very
+/// file it mapped, otherwise the file at its path as the target sees it.
+/// Regular files only, bounded, never blocking for long.
+fn read_object(pid: i32, m: &Mapping) -> Result<Vec<u8>> {
+    let exact = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
+    let by_path = format!("/proc/{pid}/root{}", m.path);
+    let path = if std::fs::symlink_metadata(&exact).is_ok() && is_root() { exact } else { by_path };
+    let what = m.path.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(read_regular(&path, MAX_OBJECT_BYTES));
+    });
+    match rx.recv_timeout(READ_DEADLINE) {
+        Ok(r) => r.with_context(|| format!("cannot read {what}")),
+        Err(_) => bail!("reading {what} took more than {READ_DEADLINE:?}; giving up"),
+    }
+}
+
+/// Reads a regular file of at most `max` bytes; refuses anything else
+/// without blocking on it (O_NONBLOCK: a FIFO opens and is then refused).
+pub fn read_regular(path: &str, max: u64) -> Result<Vec<u8>> {
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path)?;
+    let meta = f.metadata()?;
+    let t = meta.file_type();
+    if !t.is_file() || t.is_fifo() || t.is_char_device() || t.is_block_device() || t.is_socket() {
+        bail!("not a regular file");
+    }
+    if meta.len() > max {
+        bail!("larger than {max} bytes");
+    }
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    f.take(max).read_to_end(&mut data)?;
+    Ok(data)
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Copies target memory at `addr` into `buf`; false if it can't.
+pub fn read_memory(pid: i32, addr: u64, buf: &mut [u8]) -> bool {
+    let local = libc::iovec { iov_base: buf.as_mut_ptr() as *mut _, iov_len: buf.len() };
+    let remote = libc::iovec { iov_base: addr as *mut _, iov_len: buf.len() };
+    // SAFETY: `local` describes `buf`, which we own; the kernel checks the remote side.
+    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    n == buf.len() as isize
+}
+
+pub fn permission(pid: i32, e: std::io::Error) -> anyhow::Error {
+    match e.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ESRCH) => anyhow!("no process with pid {pid}"),
+        Some(libc::EACCES) | Some(libc::EPERM) => not_permitted(pid),
+        _ => anyhow!("cannot inspect pid {pid}: {e}"),
+    }
+}
+
+pub fn not_permitted(pid: i32) -> anyhow::Error {
+    let owner = std::fs::metadata(format!("/proc/{pid}")).map(|m| std::os::unix::fs::MetadataExt::uid(&m)).ok();
+    let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").ok().and_then(|s| s.trim().parse::<u32>().ok());
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let mut why = match owner {
+        Some(u) if u != me => format!("pid {pid} belongs to uid {u}"),
+        _ => format!("ptrace of pid {pid} is refused"),
+    };
+    if let Some(s) = yama.filter(|&s| s > 0) {
+        why.push_str(&format!(" (kernel.yama.ptrace_scope = {s}{})", if s == 1 { ": only descendants may be traced" } else { "" }));
+    }
+    anyhow!("not permitted to attach to pid {pid}: {why}; run witch as the process's user with ptrace allowed, or as root (CAP_SYS_PTRACE)")
+}
+
+/// Is the process still there (and not a zombie)?
+pub fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    let gone = unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    !gone
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_bounded_regular_files_are_read() {
+        let dir = std::env::temp_dir().join(format!("witch-inject-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: `c` is a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let t = std::time::Instant::now();
+        assert!(read_regular(fifo.to_str().unwrap(), 1 << 20).is_err());
+        assert!(read_regular("/dev/zero", 1 << 20).is_err());
+        let big = dir.join("big");
+        std::fs::write(&big, vec![0u8; 4096]).unwrap();
+        assert!(read_regular(big.to_str().unwrap(), 100).is_err());
+        assert_eq!(read_regular(big.to_str().unwrap(), 4096).unwrap().len(), 4096);
+        assert!(t.elapsed() < Duration::from_secs(2));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn our_own_dlopen_is_found_in_our_libc() {
+        let me = Target::inspect(std::process::id() as i32);
+        assert!(me.is_err(), "attaching to oneself is refused");
+        let maps = procfs::read_maps(None).unwrap();
+        let t = Target { pid: std::process::id() as i32, uid: 0, maps };
+        let libc = t.object(|f| f.starts_with("libc.so")).expect("libc is mapped").clone();
+        let addr = t.symbol(&libc, "dlopen").unwrap().or(t.symbol(&libc, "__libc_dlopen_mode").unwrap());
+        assert_eq!(addr, Some(libc::dlopen as *const () as u64));
+    }
+}
