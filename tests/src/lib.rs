@@ -74,6 +74,8 @@
 //!   and their path printed, when a test fails).
 //! - `WITCH_TESTS_TIMEOUT`: seconds before a run is killed (default 300).
 
+pub mod attach;
+
 use serde_json::Value;
 use std::ffi::{OsStr, OsString};
 use std::fmt::Write as _;

@@ -5,6 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use witch_tests::attach::{attach_cmd as attach_to, Target as NewTarget};
 use witch_tests::*;
 
 const NOBODY: u32 = 65534;
@@ -261,4 +262,53 @@ fn occupy_debug_register(tid: i32) -> Option<i32> {
     put(&mut attr, 64, &8u64.to_le_bytes()); // bp_len
     let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), tid, -1, -1, 0) };
     (fd >= 0).then_some(fd as i32)
+}
+
+/// The second attach to a busy single-threaded program used to kill it: the
+/// first session left the thread's alternate signal stack pointing at the
+/// agent's freed one, and the next signal ran on freed memory.
+#[test]
+fn second_attach_to_a_busy_single_threaded_program_keeps_it_alive() {
+    let dir = Scratch::new("attach-single");
+    let prog = Program::build("busy_single", dir.path());
+    let mut target = NewTarget::start(&prog.exe, &["0"], &[]);
+    target.wait_ready(1, None);
+    for i in 0..3 {
+        let out = dir.join(&format!("single{i}.json"));
+        let run = attach_to(&witch_bin(), &[], "dead", target.pid(), &["--duration", "300ms", "-q", "-o", out.to_str().unwrap()]);
+        assert!(target.alive(), "attach #{i} killed the program:\n{}", run.describe());
+        assert_eq!(run.code(), Some(0), "attach #{i} failed:\n{}", run.describe());
+        report(&out).assert_samples(5.0);
+    }
+    let end = target.finish();
+    let native = prog.run_native(&[&end.rounds.to_string()]);
+    assert_eq!((native.code(), native.stdout_str()), (end.code(), end.stdout), "differs from an unprofiled run");
+}
+
+/// Attaching stops a thread with ptrace and sets every thread up; neither
+/// may cut short a call the program is blocked in. One process per call,
+/// where the call is on the thread witch stops, and one with a thread per
+/// call.
+#[test]
+fn attaching_does_not_interrupt_blocking_calls() {
+    let dir = Scratch::new("attach-blocking");
+    let prog = Program::build("blocking_calls", dir.path());
+    let kinds = ["sleep", "nanosleep", "usleep", "poll", "epoll", "select", "all"];
+    let secs = "6";
+    let targets: Vec<NewTarget> = kinds.iter().map(|k| NewTarget::start(&prog.exe, &[*k, secs], &[])).collect();
+    for (t, k) in targets.iter().zip(kinds) {
+        t.wait_ready(if k == "all" { 7 } else { 1 }, None);
+    }
+    let mut attaches = Vec::new();
+    for (t, k) in targets.iter().zip(kinds) {
+        let out = dir.join(&format!("{k}.json"));
+        attaches.push(attach_to(&witch_bin(), &[], "dead", t.pid(), &["--duration", "200ms", "-q", "-o", out.to_str().unwrap()]));
+    }
+    for ((t, k), run) in targets.into_iter().zip(kinds).zip(attaches) {
+        let end = t.finish();
+        let native = prog.run_native(&[k, "1"]);
+        assert_eq!(end.stdout, native.stdout_str(), "the {k} process's calls were disturbed by the attach:\n{}", run.describe());
+        assert_eq!(run.code(), Some(0), "attach to the {k} process failed:\n{}", run.describe());
+        assert_eq!(end.code(), Some(0));
+    }
 }

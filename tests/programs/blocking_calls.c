@@ -1,0 +1,86 @@
+/* Blocking calls that an attach must not cut short: each of sleep,
+ * nanosleep, usleep, poll, epoll_wait and select waits SECONDS with nothing
+ * to wake it, and reports whether it returned as it does undisturbed (0,
+ * no error, after the full time).  With KIND "all", one thread per call
+ * (and the main thread joining them); otherwise the one call on the main
+ * thread, the only thread.  Results are printed in a fixed order, so an
+ * undisturbed run always prints the same.
+ *
+ * Usage: blocking_calls KIND SECONDS; exits 0.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *kinds[] = {"sleep", "nanosleep", "usleep", "poll", "epoll", "select"};
+#define KINDS 6
+static int seconds;
+static char result[KINDS][160];
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static void *call(void *arg) {
+    int k = (int)(long)arg;
+    double t0 = now();
+    long r = 0;
+    int err = 0;
+    errno = 0;
+    switch (k) {
+    case 0: r = sleep(seconds); break;
+    case 1: {
+        struct timespec t = {seconds, 0}, rem;
+        r = nanosleep(&t, &rem);
+        break;
+    }
+    case 2: r = usleep(seconds * 1000000u); break;
+    case 3: r = poll(NULL, 0, seconds * 1000); break;
+    case 4: {
+        int ep = epoll_create1(0);
+        struct epoll_event ev;
+        r = epoll_wait(ep, &ev, 1, seconds * 1000);
+        break;
+    }
+    case 5: {
+        struct timeval tv = {seconds, 0};
+        r = select(0, NULL, NULL, NULL, &tv);
+        break;
+    }
+    }
+    err = r < 0 ? errno : 0;
+    double took = now() - t0;
+    snprintf(result[k], sizeof result[k], "%s returned %ld%s%s, %s", kinds[k], r, err ? " errno " : "", err ? strerror(err) : "",
+             took >= seconds - 0.02 ? "after the full time" : "EARLY");
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) return 2;
+    seconds = atoi(argv[2]);
+    if (strcmp(argv[1], "all") == 0) {
+        pthread_t t[KINDS];
+        for (long k = 0; k < KINDS; k++)
+            if (pthread_create(&t[k], NULL, call, (void *)k) != 0) return 100;
+        for (int k = 0; k < KINDS; k++) pthread_join(t[k], NULL);
+        for (int k = 0; k < KINDS; k++) printf("%s\n", result[k]);
+        return 0;
+    }
+    for (int k = 0; k < KINDS; k++) {
+        if (strcmp(argv[1], kinds[k]) == 0) {
+            call((void *)(long)k);
+            printf("%s\n", result[k]);
+            return 0;
+        }
+    }
+    return 2;
+}

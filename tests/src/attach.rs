@@ -1,0 +1,239 @@
+//! Helpers for the tests that attach to running processes
+//! (`witch CRAFT --pid`, witchd): a long-running target, the attach
+//! command, running as `nobody`, and what a process looks like from /proc.
+
+use crate::{agent_beside, chmod, is_root, run_cmd, which, witch_bin, Run, Scratch};
+use std::ffi::OsStr;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// The unprivileged user the tests run things as.
+pub const NOBODY: u32 = 65534;
+
+/// A test program that runs until its stdin closes (the programs' `0`
+/// argument), then prints its rounds and checksum; killed if dropped.
+pub struct Target {
+    child: Option<Child>,
+    pub cmdline: String,
+}
+
+/// What a target printed and how it ended.
+pub struct Finished {
+    pub rounds: u64,
+    pub stdout: String,
+    pub stderr: String,
+    pub status: ExitStatus,
+}
+
+impl Finished {
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+    pub fn signal(&self) -> Option<i32> {
+        self.status.signal()
+    }
+}
+
+impl Target {
+    /// Start `exe ARGS` (under `wrapper`, e.g. setpriv, which execs it so
+    /// the pid is the program's) with its stdin on a pipe.
+    pub fn start<S: AsRef<OsStr>>(exe: &Path, args: &[S], wrapper: &[String]) -> Target {
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        cmd.args(args);
+        let cmdline = format!("{cmd:?}");
+        let child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {cmdline}: {e}"));
+        Target { child: Some(child), cmdline }
+    }
+
+    /// The program's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("target running").id()
+    }
+
+    /// Wait (at most 10 s) until the program has `n` threads and, if
+    /// `exe_name` is given, has exec'd it (a wrapper runs first); then a
+    /// little longer, so it is in its steady state.
+    pub fn wait_ready(&self, n: usize, exe_name: Option<&str>) {
+        let pid = self.pid();
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count()).unwrap_or(0);
+            let exec_done = exe_name
+                .is_none_or(|name| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|p| p.file_name().is_some_and(|f| f == name)));
+            if threads >= n && exec_done {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    /// Is the program still running (not exited, not a zombie)?
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.as_mut().expect("target running").try_wait(), Ok(None)) && !is_zombie(self.pid())
+    }
+
+    /// Close stdin and wait (at most 60 s) for the program to end.
+    pub fn finish(mut self) -> Finished {
+        let mut child = self.child.take().expect("target running");
+        drop(child.stdin.take());
+        let pid = child.id() as i32;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        let out = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(r) => r.expect("wait for target"),
+            Err(_) => {
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                panic!("target {pid} did not end within 60 s of its stdin closing");
+            }
+        };
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let rounds = stdout.split_whitespace().nth(1).and_then(|r| r.parse().ok()).unwrap_or(0);
+        Finished { rounds, stdout, stderr: String::from_utf8_lossy(&out.stderr).into_owned(), status: out.status }
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `witch CRAFT --pid PID EXTRA...` (under `wrapper`), logged.
+pub fn attach_cmd(witch: &Path, wrapper: &[String], craft: &str, pid: u32, extra: &[&str]) -> Run {
+    let mut cmd = match wrapper.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(witch);
+            c
+        }
+        None => Command::new(witch),
+    };
+    cmd.arg(craft).arg("--pid").arg(pid.to_string()).args(extra);
+    let r = run_cmd(cmd, None);
+    eprintln!("[witch-tests] {:.2}s: {}", r.elapsed.as_secs_f64(), r.cmdline);
+    r
+}
+
+/// As root with setpriv: copies of witch and its agent that nobody can run
+/// (in `dir/bin`), and the wrapper that runs a command as nobody. None
+/// otherwise.
+pub fn as_nobody(dir: &Scratch) -> Option<(PathBuf, Vec<String>)> {
+    let wrapper = nobody_wrapper()?;
+    chmod(dir.path(), 0o777);
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    chmod(&bin, 0o755);
+    let witch = witch_bin();
+    let agent = agent_beside(&witch).expect("agent beside witch");
+    for f in [&witch, &agent] {
+        let to = bin.join(f.file_name().unwrap());
+        std::fs::copy(f, &to).unwrap();
+        chmod(&to, 0o755);
+    }
+    Some((bin.join("witch"), wrapper))
+}
+
+/// As root with setpriv: the wrapper that runs a command as nobody.
+pub fn nobody_wrapper() -> Option<Vec<String>> {
+    let setpriv = which("setpriv")?;
+    if !is_root() {
+        return None;
+    }
+    Some(vec![
+        setpriv.to_string_lossy().into_owned(),
+        format!("--reuid={NOBODY}"),
+        format!("--regid={NOBODY}"),
+        "--clear-groups".into(),
+        "--".into(),
+    ])
+}
+
+/// The one line of a refusal (exit 2, one non-empty line on stderr).
+pub fn error_line(run: &Run) -> String {
+    let err = run.stderr_str();
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(run.code(), Some(2), "expected exit 2 with one error line:\n{}", run.describe());
+    assert_eq!(lines.len(), 1, "expected exactly one error line:\n{}", run.describe());
+    lines[0].to_string()
+}
+
+/// A field of /proc/PID/status (e.g. `"SigCgt:"`), trimmed.
+pub fn status_field(pid: u32, key: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
+        .unwrap_or_default()
+}
+
+pub fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with(['Z', 'X'])))
+        .unwrap_or(true)
+}
+
+/// The names (comm) of the process's threads.
+pub fn thread_names(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .map(|s| s.trim().to_string())
+        .collect()
+}
+
+/// How many perf events the process holds open.
+pub fn perf_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().contains("perf_event")))
+        .count()
+}
+
+/// Whether an agent session is still set up in the process: its control
+/// thread or any perf event.
+pub fn agent_armed(pid: u32) -> bool {
+    thread_names(pid).iter().any(|n| n == "witch-agent") || perf_fds(pid) > 0
+}
+
+/// Wait (at most `limit`) for `what`; false if it never held.
+pub fn eventually(limit: Duration, mut what: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + limit;
+    loop {
+        if what() {
+            return true;
+        }
+        if Instant::now() > until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A python3 interpreter from the system (dynamically linked), if any.
+pub fn python3() -> Option<PathBuf> {
+    ["/usr/bin/python3", "/usr/local/bin/python3"].iter().map(PathBuf::from).find(|p| p.is_file()).or_else(|| which("python3"))
+}

@@ -1,0 +1,92 @@
+//! The agent inside programs that do things to themselves: debug a child
+//! through the debug registers, lower their descriptor limit, drop their
+//! privileges, end with `_exit`, close every descriptor, crash inside
+//! malloc. Each program must behave exactly as it does without witch, and
+//! its profile must still be delivered.
+
+use witch_tests::*;
+
+/// Runs `name` natively and under `witch dead` (killed after 60 s, so a
+/// hang is a failure, not a stuck test), and checks they behave the same.
+/// Returns the profile path and the run.
+fn same_as_native(name: &str, dir: &Scratch) -> (std::path::PathBuf, Run) {
+    let prog = Program::build(name, dir.path());
+    let native = prog.run_native(&[]);
+    let out = dir.join(&format!("{name}.json"));
+    let run = WitchCmd::new("dead").wrapper(&["timeout", "-s", "KILL", "60"]).out(&out).arg("-q").run(&prog.exe, &[]);
+    assert_ne!(run.signal(), Some(libc::SIGKILL), "witch hung (killed after 60 s):\n{}", run.describe());
+    assert_same_behaviour(&native, &run);
+    (out, run)
+}
+
+fn notes(profile: &std::path::Path) -> Vec<String> {
+    raw_profile(profile)["notes"].as_array().into_iter().flatten().filter_map(|n| n.as_str().map(String::from)).collect()
+}
+
+/// A debugger run under witch forks a tracee and sets a hardware watchpoint
+/// in it: the tracee's debug registers must be free for it, and it must see
+/// no stops but its own. The tracee's profile says why it has no samples.
+#[test]
+fn a_profiled_debugger_gets_the_debug_registers_and_no_extra_stops() {
+    let dir = Scratch::new("debugger");
+    let (out, run) = same_as_native("debugger", &dir);
+    assert!(run.stdout_str().starts_with("watchpoint set, 5 traps, 6 stops"), "{}", run.describe());
+    let all = profiles_near(&out);
+    let said = all.iter().any(|p| notes(p).iter().any(|n| n.contains("debugger")));
+    assert!(said, "no profile says the traced process was left to its debugger: {all:?}");
+}
+
+/// The program lowers RLIMIT_NOFILE (soft and hard) to 8: the agent's
+/// descriptors must not take the numbers it then has, and the profile must
+/// still be written.
+#[test]
+fn profile_survives_a_lowered_descriptor_limit() {
+    let dir = Scratch::new("fd-limit");
+    let (out, run) = same_as_native("fd_limit", &dir);
+    assert_eq!(run.stdout_str(), "5 files openable\n");
+    report(&out).assert_samples(5.0);
+}
+
+/// A root program drops to nobody: the profile must still be written.
+#[test]
+fn profile_survives_dropping_privileges() {
+    if !is_root() {
+        eprintln!("[witch-tests] not root: skipping");
+        return;
+    }
+    let dir = Scratch::new("drop-priv");
+    let (out, _) = same_as_native("drop_privileges", &dir);
+    report(&out).assert_samples(5.0);
+}
+
+/// The program ends with `_exit`, which skips atexit handlers: the profile
+/// must still be written.
+#[test]
+fn profile_survives_exit_without_atexit_handlers() {
+    let dir = Scratch::new("exit-now");
+    let (out, run) = same_as_native("exit_now", &dir);
+    assert_eq!(run.code(), Some(5));
+    report(&out).assert_samples(5.0);
+}
+
+/// The program closes every descriptor while a thread runs, then reuses the
+/// numbers; the thread's end must not make the agent close the program's
+/// files.
+#[test]
+fn agent_never_closes_the_programs_descriptors() {
+    let dir = Scratch::new("fd-reuse");
+    let (_, run) = same_as_native("fd_reuse", &dir);
+    assert_eq!(run.stdout_str(), "8 of 8 pipes work\n");
+}
+
+/// Heap corruption caught inside malloc, with its lock held, aborts the
+/// program: it must die by SIGABRT as without witch (no deadlock in the
+/// agent's crash handler), and its profile must still be written.
+#[test]
+fn crash_inside_malloc_dies_as_without_witch() {
+    let dir = Scratch::new("crash-malloc");
+    let (out, run) = same_as_native("crash_in_malloc", &dir);
+    assert_eq!(run.signal(), Some(libc::SIGABRT), "{}", run.describe());
+    let p = raw_profile(&out);
+    assert_eq!(p["ended_by"].as_str(), Some("signal 6"), "{p}");
+}

@@ -1,0 +1,300 @@
+//! What the owner of a target can do to a root-run `witch --pid` or witchd,
+//! and what a failed attach leaves behind (docs/SECURITY.md).
+//!
+//! The target runs as nobody; root attaches to it. Whatever the session
+//! puts in the file system where nobody can write is nobody's to replace:
+//! these tests plant, there, what a hostile owner would (links to root's
+//! files, FIFOs named like profiles) and check that root never reads
+//! through them, writes through them, or blocks on them.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use witch_tests::attach::*;
+use witch_tests::*;
+
+/// The planters look at every directory nobody owns: one test at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Root's files a hostile target owner would aim at.
+struct Vault {
+    secret: PathBuf,
+    secret_text: String,
+    victim: PathBuf,
+}
+
+impl Vault {
+    fn new(dir: &Scratch) -> Vault {
+        let vault = dir.join("vault");
+        std::fs::create_dir(&vault).unwrap();
+        chmod(&vault, 0o700);
+        let secret_text = format!("witch-test-secret-{}", std::process::id());
+        let secret = vault.join("secret");
+        std::fs::write(&secret, &secret_text).unwrap();
+        chmod(&secret, 0o600);
+        let victim = vault.join("victim");
+        std::fs::write(&victim, "intact\n").unwrap();
+        chmod(&victim, 0o644);
+        Vault { secret, secret_text, victim }
+    }
+}
+
+/// What a hostile owner plants in a directory of theirs.
+#[derive(Clone, Copy)]
+enum Plant {
+    /// `error` -> root's secret: would root read it and send it back?
+    ErrorLink,
+    /// `detach` -> root's file: would root truncate it?
+    DetachLink,
+    /// FIFOs and an endless file named like profiles: would root block?
+    Fifos,
+}
+
+/// Entries of the temporary directory that `uid` owns and may write in.
+fn writable_dirs_of(uid: u32) -> Vec<PathBuf> {
+    std::fs::read_dir(std::env::temp_dir())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("witch"))
+        .filter(|e| std::fs::symlink_metadata(e.path()).is_ok_and(|m| m.is_dir() && m.uid() == uid))
+        .map(|e| e.path())
+        .collect()
+}
+
+/// Plants `what` in every directory nobody owns under the temporary
+/// directory that was not there before, until `stop`; returns where.
+fn planter(vault: &Vault, what: Plant, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<PathBuf>> {
+    let before = writable_dirs_of(NOBODY);
+    let (secret, victim) = (vault.secret.clone(), vault.victim.clone());
+    std::thread::spawn(move || {
+        let mut planted = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            for d in writable_dirs_of(NOBODY) {
+                if before.contains(&d) || planted.contains(&d) {
+                    continue;
+                }
+                match what {
+                    Plant::ErrorLink => {
+                        let _ = std::os::unix::fs::symlink(&secret, d.join("error"));
+                    }
+                    Plant::DetachLink => {
+                        let _ = std::os::unix::fs::symlink(&victim, d.join("detach"));
+                    }
+                    Plant::Fifos => {
+                        for name in ["a.json", "b.json"] {
+                            let c = std::ffi::CString::new(d.join(name).to_str().unwrap()).unwrap();
+                            unsafe { libc::mkfifo(c.as_ptr(), 0o666) };
+                        }
+                        let _ = std::os::unix::fs::symlink("/dev/zero", d.join("c.json"));
+                    }
+                }
+                planted.push(d);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        planted
+    })
+}
+
+/// Runs `cmd`, killing it after `limit`; None if it had to be killed.
+fn run_within(mut cmd: Command, limit: Duration) -> Option<(std::process::ExitStatus, String)> {
+    let err = tempfile_path("stderr");
+    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(std::fs::File::create(&err).unwrap());
+    let mut child = cmd.spawn().expect("spawn");
+    let until = Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let text = std::fs::read_to_string(&err).unwrap_or_default();
+    let _ = std::fs::remove_file(&err);
+    status.map(|s| (s, text))
+}
+
+fn tempfile_path(tag: &str) -> PathBuf {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    std::env::temp_dir().join(format!("witch-tests-{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)))
+}
+
+/// A busy program running as nobody, and root's `witch dead --pid` on it
+/// while `what` is planted wherever nobody can.
+/// What one hostile session left: the scratch directory (holding the
+/// vault), the vault, where things were planted, and how witch ended
+/// (None: it hung and was killed).
+struct Hostile {
+    _dir: Scratch,
+    vault: Vault,
+    planted: Vec<PathBuf>,
+    ended: Option<(std::process::ExitStatus, String)>,
+}
+
+fn root_attach_with(what: Plant) -> Option<Hostile> {
+    let Some(wrapper) = nobody_wrapper() else {
+        eprintln!("[witch-tests] not root or no setpriv: skipping");
+        return None;
+    };
+    let _serial = one_at_a_time();
+    let dir = Scratch::new("hostile");
+    chmod(dir.path(), 0o755);
+    let vault = Vault::new(&dir);
+    let prog = Program::build("busy_single", dir.path());
+    chmod(&prog.exe, 0o755);
+    let mut target = Target::start(&prog.exe, &["0"], &wrapper);
+    target.wait_ready(1, Some("busy_single"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let plants = planter(&vault, what, stop.clone());
+    let mut cmd = Command::new(witch_bin());
+    cmd.args(["dead", "--pid", &target.pid().to_string(), "--duration", "1s", "-q", "-o"]).arg(dir.join("out.json"));
+    let ended = run_within(cmd, Duration::from_secs(30));
+    stop.store(true, Ordering::Relaxed);
+    let planted = plants.join().unwrap();
+    assert!(target.alive(), "the target died");
+    assert!(eventually(Duration::from_secs(5), || !agent_armed(target.pid())), "the session was left armed in the target");
+    let end = target.finish();
+    let native = prog.run_native(&[&end.rounds.to_string()]);
+    assert_eq!((native.code(), native.stdout_str()), (end.code(), end.stdout), "differs from an unprofiled run");
+    Some(Hostile { _dir: dir, vault, planted, ended })
+}
+
+#[test]
+fn root_attach_never_reads_through_a_link_the_targets_owner_planted() {
+    let Some(Hostile { _dir: _keep, vault, planted, ended }) = root_attach_with(Plant::ErrorLink) else { return };
+    let (_, stderr) = ended.expect("witch did not end within 30 s");
+    assert!(
+        !stderr.contains(&vault.secret_text),
+        "root's witch read a root-only file through a link planted in {planted:?} and printed it:\n{stderr}"
+    );
+}
+
+#[test]
+fn root_attach_never_writes_through_a_link_the_targets_owner_planted() {
+    let Some(Hostile { _dir: _keep, vault, planted, .. }) = root_attach_with(Plant::DetachLink) else { return };
+    assert_eq!(
+        std::fs::read_to_string(&vault.victim).unwrap(),
+        "intact\n",
+        "root's witch wrote to a root-owned file through a link planted in {planted:?}"
+    );
+}
+
+#[test]
+fn root_attach_never_blocks_on_a_fifo_the_targets_owner_planted() {
+    let Some(Hostile { _dir: _keep, planted, ended, .. }) = root_attach_with(Plant::Fifos) else { return };
+    let (status, stderr) = ended.unwrap_or_else(|| panic!("root's witch hung (FIFOs and /dev/zero planted in {planted:?})"));
+    assert!(status.success(), "witch failed:\n{stderr}");
+}
+
+/// witchd, as root, running sessions on a nobody process whose owner plants
+/// FIFOs named like profiles: SIGTERM must still end it promptly.
+#[test]
+fn witchd_exits_on_sigterm_whatever_the_targets_owner_planted() {
+    let Some(wrapper) = nobody_wrapper() else {
+        eprintln!("[witch-tests] not root or no setpriv: skipping");
+        return;
+    };
+    let _serial = one_at_a_time();
+    let dir = Scratch::new("hostile-witchd");
+    chmod(dir.path(), 0o755);
+    let vault = Vault::new(&dir);
+    let prog = Program::build("attach_target", dir.path());
+    chmod(&prog.exe, 0o755);
+    let mut target = Target::start(&prog.exe, &["0"], &wrapper);
+    target.wait_ready(5, Some("attach_target"));
+    let config = dir.join("witchd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "socket = \"{}\"\nhttp = \"off\"\nscan_every = \"200ms\"\ndetach_timeout = \"3s\"\n\
+             [store]\ndir = \"{}\"\n[defaults]\nevery = \"1s\"\nduration = \"500ms\"\ncrafts = [\"dead\"]\n[[watch]]\npid = {}\n",
+            dir.join("witchd.sock").display(),
+            dir.join("store").display(),
+            target.pid()
+        ),
+    )
+    .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let plants = planter(&vault, Plant::Fifos, stop.clone());
+    let log = dir.join("witchd.log");
+    let mut witchd = Command::new(witchd_bin())
+        .arg("--config")
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(dir.join("witchd.err")).unwrap())
+        .spawn()
+        .expect("start witchd");
+    // Two sessions' time: each gets its FIFOs, if it has a place for them.
+    std::thread::sleep(Duration::from_secs(4));
+    stop.store(true, Ordering::Relaxed);
+    let planted = plants.join().unwrap();
+    unsafe { libc::kill(witchd.id() as i32, libc::SIGTERM) };
+    let ended = eventually(Duration::from_secs(15), || matches!(witchd.try_wait(), Ok(Some(_))));
+    if !ended {
+        let _ = witchd.kill();
+        let _ = witchd.wait();
+    }
+    let logs = format!("{}{}", std::fs::read_to_string(&log).unwrap_or_default(), read(&dir.join("witchd.err")));
+    assert!(ended, "witchd did not exit within 15 s of SIGTERM (FIFOs planted in {planted:?}); log:\n{logs}");
+    assert!(logs.contains("dead"), "witchd ran no session; log:\n{logs}");
+    assert!(target.alive(), "the target died");
+    assert!(eventually(Duration::from_secs(5), || !agent_armed(target.pid())), "witchd left a session armed in the target");
+    let end = target.finish();
+    let native = prog.run_native(&[&end.rounds.to_string()]);
+    assert_eq!((native.code(), native.stdout_str()), (end.code(), end.stdout), "differs from an unprofiled run");
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+/// The process that attached (witch here; witchd does the same) stops
+/// controlling the session without detaching: it is killed, and stays a
+/// zombie because its parent does not reap it, the way a long-lived
+/// controller that gave up would stay around. The agent must notice and
+/// leave the target as it was, ready for the next attach.
+#[test]
+fn a_controller_that_gives_up_leaves_the_target_as_it_was() {
+    let dir = Scratch::new("gives-up");
+    let prog = Program::build("busy_single", dir.path());
+    let mut target = Target::start(&prog.exe, &["0"], &[]);
+    target.wait_ready(1, None);
+    let pid = target.pid();
+    let err = dir.join("witch.err");
+    let mut witch: Child = Command::new(witch_bin())
+        .args(["dead", "--pid", &pid.to_string(), "--duration", "60s", "-o"])
+        .arg(dir.join("never.json"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(20), || read(&err).contains("attached to pid")), "witch did not attach:\n{}", read(&err));
+    assert!(agent_armed(pid), "the session is not set up in the target");
+    unsafe { libc::kill(witch.id() as i32, libc::SIGKILL) };
+    // Not reaped yet: the controller is a zombie.
+    let left = eventually(Duration::from_secs(3), || !agent_armed(pid));
+    let _ = witch.wait();
+    assert!(left, "3 s after its controller went away the agent is still armed in pid {pid} (threads {:?})", thread_names(pid));
+    assert!(target.alive(), "the target died");
+    // The next attach is not refused as "already running".
+    let out = dir.join("next.json");
+    let run = attach_cmd(&witch_bin(), &[], "dead", pid, &["--duration", "300ms", "-q", "-o", out.to_str().unwrap()]);
+    assert_eq!(run.code(), Some(0), "{}", run.describe());
+    let end = target.finish();
+    let native = prog.run_native(&[&end.rounds.to_string()]);
+    assert_eq!((native.code(), native.stdout_str()), (end.code(), end.stdout), "differs from an unprofiled run");
+}

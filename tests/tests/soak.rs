@@ -1,0 +1,80 @@
+//! Attach and detach, again and again, to programs of every shape the
+//! attach has to survive: a busy single-threaded program, a busy
+//! multi-threaded one, an interpreter running a loop, and a program with a
+//! signal handler of its own on an alternate stack of its own. Each must
+//! then end exactly as an unprofiled run of the same length does.
+
+use witch_tests::attach::*;
+use witch_tests::*;
+
+const CYCLES: usize = 20;
+const CRAFTS: [&str; 4] = ["dead", "silent-store", "dead", "silent-load"];
+
+/// `CYCLES` attach/detach cycles with alternating crafts to `target`, then
+/// its output and exit status against `native` run for as many rounds.
+fn soak(dir: &Scratch, name: &str, target: Target, native: impl Fn(u64) -> Run) {
+    let pid = target.pid();
+    let mut target = target;
+    for i in 0..CYCLES {
+        let craft = CRAFTS[i % CRAFTS.len()];
+        let out = dir.join(&format!("{name}-{i}.json"));
+        let run = attach_cmd(&witch_bin(), &[], craft, pid, &["--duration", "150ms", "-q", "-o", out.to_str().unwrap()]);
+        assert!(target.alive(), "{name}: attach #{i} ({craft}) killed the program:\n{}", run.describe());
+        assert_eq!(run.code(), Some(0), "{name}: attach #{i} ({craft}) failed:\n{}", run.describe());
+        assert_eq!(report(&out).craft(), craft, "{name}: attach #{i}");
+        assert!(!agent_armed(pid), "{name}: attach #{i} left the agent's thread or events behind");
+    }
+    let end = target.finish();
+    assert!(end.rounds > 0, "{name}: the program did no work: {:?} {:?}", end.stdout, end.stderr);
+    let native = native(end.rounds);
+    assert_eq!(
+        (native.code(), native.signal(), native.stdout_str()),
+        (end.code(), end.signal(), end.stdout.clone()),
+        "{name}: after {CYCLES} attaches the program's output or exit differs from an unprofiled run of {} rounds\n\
+         stderr: {}",
+        end.rounds,
+        end.stderr
+    );
+}
+
+fn soak_program(program: &str, threads: usize) {
+    let dir = Scratch::new(&format!("soak-{program}"));
+    let prog = Program::build(program, dir.path());
+    let target = Target::start(&prog.exe, &["0"], &[]);
+    target.wait_ready(threads, None);
+    soak(&dir, program, target, |rounds| prog.run_native(&[&rounds.to_string()]));
+}
+
+#[test]
+fn soak_busy_single_threaded_program() {
+    soak_program("busy_single", 1);
+}
+
+#[test]
+fn soak_busy_multi_threaded_program() {
+    soak_program("attach_target", 5);
+}
+
+#[test]
+fn soak_program_with_its_own_alternate_signal_stack() {
+    soak_program("own_altstack", 1);
+}
+
+#[test]
+fn soak_python_running_a_loop() {
+    let Some(python) = python3() else {
+        eprintln!("[witch-tests] no python3: skipping");
+        return;
+    };
+    let dir = Scratch::new("soak-python");
+    let script = programs_dir().join("busy_loop.py");
+    let target = Target::start(&python, &[script.as_os_str(), "0".as_ref()], &[]);
+    let exe_name = std::fs::canonicalize(&python).ok().and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()));
+    target.wait_ready(1, exe_name.as_deref());
+    std::thread::sleep(std::time::Duration::from_millis(300)); // past start-up, into the loop
+    soak(&dir, "python3", target, |rounds| {
+        let mut cmd = std::process::Command::new(&python);
+        cmd.arg(&script).arg(rounds.to_string());
+        run_cmd(cmd, None)
+    });
+}
