@@ -282,7 +282,10 @@ fn set_up_new(me: i32, known: &mut HashSet<i32>, why: &mut Option<String>) -> us
             continue;
         };
         // SAFETY: just added; the thread's handlers only read it once its sampler runs.
-        unsafe { (*slot.state()).go(engine) };
+        let ts = unsafe { &mut *slot.state() };
+        ts.go(engine);
+        // Its first sample only sets it up: let that come soon.
+        ts.sampler.resume_soon(engine.period);
         n += 1;
     }
     n

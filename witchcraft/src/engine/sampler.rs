@@ -177,6 +177,18 @@ impl Sampler {
         }
     }
 
+    /// Like [`Sampler::resume`], but a CPU-time timer fires the first time
+    /// as soon as the thread has run at all (at its next tick): an attached
+    /// agent sets a thread up at its first sample. Async-signal-safe.
+    pub fn resume_soon(&self, period: u64) {
+        match self {
+            Sampler::Timer(id) => {
+                cputimer::set_first(*id, 1, period);
+            }
+            other => other.resume(period),
+        }
+    }
+
     /// Stop interrupting, keeping the kernel object. Async-signal-safe.
     pub fn pause(&self) {
         match self {

@@ -49,8 +49,13 @@ pub fn create(tid: i32, sig: i32, tag: u64) -> Result<i32, i32> {
 
 /// Fire every `period_ns` of the thread's CPU time; 0 stops it.
 pub fn set(id: i32, period_ns: u64) -> bool {
-    let ts = libc::timespec { tv_sec: (period_ns / 1_000_000_000) as libc::time_t, tv_nsec: (period_ns % 1_000_000_000) as libc::c_long };
-    let it = libc::itimerspec { it_interval: ts, it_value: ts };
+    set_first(id, period_ns, period_ns)
+}
+
+/// Fire after `first_ns` of the thread's CPU time, then every `period_ns`.
+pub fn set_first(id: i32, first_ns: u64, period_ns: u64) -> bool {
+    let spec = |ns: u64| libc::timespec { tv_sec: (ns / 1_000_000_000) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as libc::c_long };
+    let it = libc::itimerspec { it_interval: spec(period_ns), it_value: spec(first_ns) };
     id >= 0
         && unsafe {
             libc::syscall(libc::SYS_timer_settime, id, 0, &it as *const libc::itimerspec, std::ptr::null_mut::<libc::itimerspec>())
