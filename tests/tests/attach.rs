@@ -2,116 +2,25 @@
 //! it as it was (tests/programs/attach_target.c), and the clear refusals.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-use witch_tests::attach::{attach_cmd as attach_to, Target as NewTarget};
+use std::path::Path;
+use std::process::Command;
+use witch_tests::attach::*;
 use witch_tests::*;
 
-const NOBODY: u32 = 65534;
-
-/// The target, started with its stdin on a pipe (closing it ends the run).
-struct Target {
-    child: Child,
+/// attach_target.c running until its stdin closes (under `wrapper`), with
+/// its four workers started.
+fn start_target(exe: &Path, wrapper: &[String]) -> Target {
+    let t = Target::start(exe, &["0"], wrapper);
+    let name = exe.file_name().map(|n| n.to_string_lossy().into_owned());
+    t.wait_ready(5, if wrapper.is_empty() { None } else { name.as_deref() });
+    t
 }
 
-impl Target {
-    fn start(exe: &Path, wrapper: &[String]) -> Target {
-        let mut cmd = match wrapper.split_first() {
-            Some((first, rest)) => {
-                let mut c = Command::new(first);
-                c.args(rest).arg(exe);
-                c
-            }
-            None => Command::new(exe),
-        };
-        let child = cmd.arg("0").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start target");
-        let t = Target { child };
-        // Wait for its four workers.
-        let until = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < until {
-            let n = std::fs::read_dir(format!("/proc/{}/task", t.pid())).map(|d| d.count()).unwrap_or(0);
-            if n >= 5 {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-        t
-    }
-
-    /// The program's pid (setpriv execs it, so the same).
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Close stdin; returns (rounds, stdout, exit code).
-    fn finish(mut self) -> (u64, String, Option<i32>) {
-        drop(self.child.stdin.take());
-        let out = self.child.wait_with_output().expect("wait target");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let rounds = text.split_whitespace().nth(1).and_then(|r| r.parse().ok()).unwrap_or(0);
-        (rounds, text, out.status.code())
-    }
-}
-
-fn attach_cmd(witch: &Path, wrapper: &[String], craft: &str, pid: u32, extra: &[&str]) -> Run {
-    let mut cmd = match wrapper.split_first() {
-        Some((first, rest)) => {
-            let mut c = Command::new(first);
-            c.args(rest).arg(witch);
-            c
-        }
-        None => Command::new(witch),
-    };
-    cmd.arg(craft).arg("--pid").arg(pid.to_string()).args(extra);
-    let r = run_cmd(cmd, None);
-    eprintln!("[witch-tests] {:.2}s: {}", r.elapsed.as_secs_f64(), r.cmdline);
-    r
-}
-
-/// As root with setpriv: copies of witch and its agent that nobody can run,
-/// and the wrapper that runs a command as nobody. None otherwise.
-fn as_nobody(dir: &Scratch) -> Option<(PathBuf, Vec<String>)> {
-    let setpriv = which("setpriv")?;
-    if !is_root() {
-        return None;
-    }
-    chmod(dir.path(), 0o777);
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    chmod(&bin, 0o755);
-    let witch = witch_bin();
-    let agent = agent_beside(&witch).expect("agent beside witch");
-    for f in [&witch, &agent] {
-        let to = bin.join(f.file_name().unwrap());
-        std::fs::copy(f, &to).unwrap();
-        chmod(&to, 0o755);
-    }
-    let wrapper = vec![
-        setpriv.to_string_lossy().into_owned(),
-        format!("--reuid={NOBODY}"),
-        format!("--regid={NOBODY}"),
-        "--clear-groups".into(),
-        "--".into(),
-    ];
-    Some((bin.join("witch"), wrapper))
-}
-
-fn error_line(run: &Run) -> String {
-    let err = run.stderr_str();
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(run.code(), Some(2), "expected exit 2 with one error line:\n{}", run.describe());
-    assert_eq!(lines.len(), 1, "expected exactly one error line:\n{}", run.describe());
-    lines[0].to_string()
-}
-
-fn status_field(pid: u32, key: &str) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
-        .unwrap_or_default()
+/// Close its stdin; returns (rounds, stdout, exit code).
+fn done(t: Target) -> (u64, String, Option<i32>) {
+    let end = t.finish();
+    let code = end.code();
+    (end.rounds, end.stdout, code)
 }
 
 #[test]
@@ -120,7 +29,7 @@ fn attach_and_detach_ten_times_leaves_the_program_as_it_was() {
     let prog = Program::build("attach_target", dir.path());
     let f = &prog.file;
     let (w, k) = (prog.line("@aw"), prog.line("@ak"));
-    let target = Target::start(&prog.exe, &[]);
+    let target = start_target(&prog.exe, &[]);
     let pid = target.pid();
     let handlers_before = status_field(pid, "SigCgt:");
     let threads_before = status_field(pid, "Threads:");
@@ -149,7 +58,7 @@ fn attach_and_detach_ten_times_leaves_the_program_as_it_was() {
     let loads = maps.lines().filter(|l| l.ends_with("libwitch_agent.so") && l.contains(" 00000000 ")).count();
     assert_eq!(loads, 1, "attaching again should reuse the agent already loaded:\n{maps}");
 
-    let (rounds, text, code) = target.finish();
+    let (rounds, text, code) = done(target);
     assert!(rounds > 0, "the target did no work: {text:?}");
     let native = prog.run_native(&[&rounds.to_string()]);
     assert_eq!(native.code(), code, "exit status differs from an unprofiled run");
@@ -168,7 +77,7 @@ fn attach_as_an_unprivileged_user() {
         }
     };
     chmod(&prog.exe, 0o755);
-    let target = Target::start(&prog.exe, &wrapper);
+    let target = start_target(&prog.exe, &wrapper);
     let out = dir.join("nobody.json");
     let run = attach_cmd(&witch, &wrapper, "dead", target.pid(), &["--duration", "400ms", "-q", "-o", out.to_str().unwrap()]);
     assert_eq!(run.code(), Some(0), "attach failed:\n{}", run.describe());
@@ -176,18 +85,18 @@ fn attach_as_an_unprivileged_user() {
 
     // Another user's process: nobody may not attach to one of root's.
     if !wrapper.is_empty() {
-        let root_target = Target::start(&prog.exe, &[]);
+        let root_target = start_target(&prog.exe, &[]);
         let run = attach_cmd(&witch, &wrapper, "dead", root_target.pid(), &["--duration", "200ms"]);
         let line = error_line(&run);
         assert!(line.contains("not permitted") && line.contains(&root_target.pid().to_string()), "{line:?}");
-        let (_, _, code) = root_target.finish();
+        let (_, _, code) = done(root_target);
         assert_eq!(code, Some(7));
     } else if !is_root() {
         let run = attach_cmd(&witch, &[], "dead", 1, &["--duration", "200ms"]);
         let line = error_line(&run);
         assert!(line.contains("not permitted"), "{line:?}");
     }
-    let (rounds, text, code) = target.finish();
+    let (rounds, text, code) = done(target);
     let native = prog.run_native(&[&rounds.to_string()]);
     assert_eq!((native.code(), native.stdout_str()), (code, text));
 }
@@ -206,11 +115,11 @@ fn attach_refusals_are_clear() {
     // A statically linked program has no dlopen to load the agent with.
     match Program::build_with("attach_target", dir.path(), "attach_static", &["-static"]) {
         Ok(stat) => {
-            let t = Target::start(&stat.exe, &[]);
+            let t = start_target(&stat.exe, &[]);
             let run = attach_cmd(&witch_bin(), &[], "dead", t.pid(), &["--duration", "1s"]);
             let line = error_line(&run);
             assert!(line.contains("statically linked") && line.contains("witch dead"), "{line:?}");
-            let (rounds, text, code) = t.finish();
+            let (rounds, text, code) = done(t);
             let native = stat.run_native(&[&rounds.to_string()]);
             assert_eq!((native.code(), native.stdout_str()), (code, text), "a refused attach must not disturb the program");
         }
@@ -219,7 +128,7 @@ fn attach_refusals_are_clear() {
 
     // Every debug register of every thread taken (as by a debugger).
     let prog = Program::build("attach_target", dir.path());
-    let t = Target::start(&prog.exe, &[]);
+    let t = start_target(&prog.exe, &[]);
     let mut fds = Vec::new();
     for task in std::fs::read_dir(format!("/proc/{}/task", t.pid())).unwrap().flatten() {
         let tid: i32 = task.file_name().to_str().unwrap().parse().unwrap();
@@ -239,7 +148,7 @@ fn attach_refusals_are_clear() {
     let out = dir.join("after.json");
     let run = attach_cmd(&witch_bin(), &[], "dead", t.pid(), &["--duration", "300ms", "-q", "-o", out.to_str().unwrap()]);
     assert_eq!(run.code(), Some(0), "{}", run.describe());
-    let (rounds, text, code) = t.finish();
+    let (rounds, text, code) = done(t);
     let native = prog.run_native(&[&rounds.to_string()]);
     assert_eq!((native.code(), native.stdout_str()), (code, text));
     let _ = std::io::stderr().flush();
@@ -260,29 +169,11 @@ fn occupy_debug_register(tid: i32) -> Option<i32> {
     put(&mut attr, 52, &2u32.to_le_bytes()); // bp_type
     put(&mut attr, 56, &(&SPOT as *const u64 as u64).to_le_bytes()); // bp_addr
     put(&mut attr, 64, &8u64.to_le_bytes()); // bp_len
-    let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), tid, -1, -1, 0) };
+                                             // Close-on-exec: tests run in parallel and spawn processes, which must
+                                             // not inherit (and so keep holding) the register after we close it.
+    const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
+    let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), tid, -1, -1, PERF_FLAG_FD_CLOEXEC) };
     (fd >= 0).then_some(fd as i32)
-}
-
-/// The second attach to a busy single-threaded program used to kill it: the
-/// first session left the thread's alternate signal stack pointing at the
-/// agent's freed one, and the next signal ran on freed memory.
-#[test]
-fn second_attach_to_a_busy_single_threaded_program_keeps_it_alive() {
-    let dir = Scratch::new("attach-single");
-    let prog = Program::build("busy_single", dir.path());
-    let mut target = NewTarget::start(&prog.exe, &["0"], &[]);
-    target.wait_ready(1, None);
-    for i in 0..3 {
-        let out = dir.join(&format!("single{i}.json"));
-        let run = attach_to(&witch_bin(), &[], "dead", target.pid(), &["--duration", "300ms", "-q", "-o", out.to_str().unwrap()]);
-        assert!(target.alive(), "attach #{i} killed the program:\n{}", run.describe());
-        assert_eq!(run.code(), Some(0), "attach #{i} failed:\n{}", run.describe());
-        report(&out).assert_samples(5.0);
-    }
-    let end = target.finish();
-    let native = prog.run_native(&[&end.rounds.to_string()]);
-    assert_eq!((native.code(), native.stdout_str()), (end.code(), end.stdout), "differs from an unprofiled run");
 }
 
 /// Attaching stops a thread with ptrace and sets every thread up; neither
@@ -295,14 +186,14 @@ fn attaching_does_not_interrupt_blocking_calls() {
     let prog = Program::build("blocking_calls", dir.path());
     let kinds = ["sleep", "nanosleep", "usleep", "poll", "epoll", "select", "all"];
     let secs = "6";
-    let targets: Vec<NewTarget> = kinds.iter().map(|k| NewTarget::start(&prog.exe, &[*k, secs], &[])).collect();
+    let targets: Vec<Target> = kinds.iter().map(|k| Target::start(&prog.exe, &[*k, secs], &[])).collect();
     for (t, k) in targets.iter().zip(kinds) {
         t.wait_ready(if k == "all" { 7 } else { 1 }, None);
     }
     let mut attaches = Vec::new();
     for (t, k) in targets.iter().zip(kinds) {
         let out = dir.join(&format!("{k}.json"));
-        attaches.push(attach_to(&witch_bin(), &[], "dead", t.pid(), &["--duration", "200ms", "-q", "-o", out.to_str().unwrap()]));
+        attaches.push(attach_cmd(&witch_bin(), &[], "dead", t.pid(), &["--duration", "200ms", "-q", "-o", out.to_str().unwrap()]));
     }
     for ((t, k), run) in targets.into_iter().zip(kinds).zip(attaches) {
         let end = t.finish();

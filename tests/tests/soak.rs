@@ -78,3 +78,24 @@ fn soak_python_running_a_loop() {
         run_cmd(cmd, None)
     });
 }
+
+/// The second attach to a busy single-threaded program used to kill it: the
+/// first session left the thread's alternate signal stack pointing at the
+/// agent's freed one, and the next signal ran on freed memory.
+#[test]
+fn second_attach_to_a_busy_single_threaded_program_keeps_it_alive() {
+    let dir = Scratch::new("attach-single");
+    let prog = Program::build("busy_single", dir.path());
+    let mut target = Target::start(&prog.exe, &["0"], &[]);
+    target.wait_ready(1, None);
+    for i in 0..3 {
+        let out = dir.join(&format!("single{i}.json"));
+        let run = attach_cmd(&witch_bin(), &[], "dead", target.pid(), &["--duration", "300ms", "-q", "-o", out.to_str().unwrap()]);
+        assert!(target.alive(), "attach #{i} killed the program:\n{}", run.describe());
+        assert_eq!(run.code(), Some(0), "attach #{i} failed:\n{}", run.describe());
+        report(&out).assert_samples(5.0);
+    }
+    let end = target.finish();
+    let native = prog.run_native(&[&end.rounds.to_string()]);
+    assert_eq!((native.code(), native.stdout_str()), (end.code(), end.stdout), "differs from an unprofiled run");
+}

@@ -128,12 +128,10 @@ pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
             .symbol(&agent_obj, ATTACH_SYMBOL)?
             .ok_or_else(|| anyhow!("{} has no {ATTACH_SYMBOL} (an older agent is loaded in pid {pid}?)", agent_obj.path))?;
         let mut result = tracee.call(entry, &[Arg::OutInt])?;
-        // The kernel may free a closed breakpoint's debug register a
-        // little after close() returns (seen: ENOSPC in 6 of 20 attaches
-        // right after the test that plays a debugger closed its events,
-        // longer on a loaded machine), so look again for a while before
-        // refusing.
-        for _ in 0..50 {
+        // A debugger's breakpoint may be released a little after it is
+        // closed (another process may still hold the event for a moment),
+        // so look again for a while before refusing.
+        for _ in 0..10 {
             if AttachCode::from_raw(result.0) != Some(AttachCode::NoDebugRegisters) {
                 break;
             }
