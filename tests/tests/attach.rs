@@ -175,31 +175,3 @@ fn occupy_debug_register(tid: i32) -> Option<i32> {
     let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), tid, -1, -1, PERF_FLAG_FD_CLOEXEC) };
     (fd >= 0).then_some(fd as i32)
 }
-
-/// Attaching stops a thread with ptrace and sets every thread up; neither
-/// may cut short a call the program is blocked in. One process per call,
-/// where the call is on the thread witch stops, and one with a thread per
-/// call.
-#[test]
-fn attaching_does_not_interrupt_blocking_calls() {
-    let dir = Scratch::new("attach-blocking");
-    let prog = Program::build("blocking_calls", dir.path());
-    let kinds = ["sleep", "nanosleep", "usleep", "poll", "epoll", "select", "all"];
-    let secs = "6";
-    let targets: Vec<Target> = kinds.iter().map(|k| Target::start(&prog.exe, &[*k, secs], &[])).collect();
-    for (t, k) in targets.iter().zip(kinds) {
-        t.wait_ready(if k == "all" { 7 } else { 1 }, None);
-    }
-    let mut attaches = Vec::new();
-    for (t, k) in targets.iter().zip(kinds) {
-        let out = dir.join(&format!("{k}.json"));
-        attaches.push(attach_cmd(&witch_bin(), &[], "dead", t.pid(), &["--duration", "200ms", "-q", "-o", out.to_str().unwrap()]));
-    }
-    for ((t, k), run) in targets.into_iter().zip(kinds).zip(attaches) {
-        let end = t.finish();
-        let native = prog.run_native(&[k, "1"]);
-        assert_eq!(end.stdout, native.stdout_str(), "the {k} process's calls were disturbed by the attach:\n{}", run.describe());
-        assert_eq!(run.code(), Some(0), "attach to the {k} process failed:\n{}", run.describe());
-        assert_eq!(end.code(), Some(0));
-    }
-}

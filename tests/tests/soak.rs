@@ -2,7 +2,8 @@
 //! attach has to survive: a busy single-threaded program, a busy
 //! multi-threaded one, an interpreter running a loop, and a program with a
 //! signal handler of its own on an alternate stack of its own. Each must
-//! then end exactly as an unprofiled run of the same length does.
+//! then end exactly as an unprofiled run of the same length does. And
+//! programs blocked in calls an attach must not cut short.
 
 use witch_tests::attach::*;
 use witch_tests::*;
@@ -98,4 +99,32 @@ fn second_attach_to_a_busy_single_threaded_program_keeps_it_alive() {
     let end = target.finish();
     let native = prog.run_native(&[&end.rounds.to_string()]);
     assert_eq!((native.code(), native.stdout_str()), (end.code(), end.stdout), "differs from an unprofiled run");
+}
+
+/// Attaching stops a thread with ptrace and sets every thread up; neither
+/// may cut short a call the program is blocked in. One process per call,
+/// where the call is on the thread witch stops, and one with a thread per
+/// call.
+#[test]
+fn attaching_does_not_interrupt_blocking_calls() {
+    let dir = Scratch::new("attach-blocking");
+    let prog = Program::build("blocking_calls", dir.path());
+    let kinds = ["sleep", "nanosleep", "usleep", "poll", "epoll", "select", "all"];
+    let secs = "6";
+    let targets: Vec<Target> = kinds.iter().map(|k| Target::start(&prog.exe, &[*k, secs], &[])).collect();
+    for (t, k) in targets.iter().zip(kinds) {
+        t.wait_ready(if k == "all" { 7 } else { 1 }, None);
+    }
+    let mut attaches = Vec::new();
+    for (t, k) in targets.iter().zip(kinds) {
+        let out = dir.join(&format!("{k}.json"));
+        attaches.push(attach_cmd(&witch_bin(), &[], "dead", t.pid(), &["--duration", "200ms", "-q", "-o", out.to_str().unwrap()]));
+    }
+    for ((t, k), run) in targets.into_iter().zip(kinds).zip(attaches) {
+        let end = t.finish();
+        let native = prog.run_native(&[k, "1"]);
+        assert_eq!(end.stdout, native.stdout_str(), "the {k} process's calls were disturbed by the attach:\n{}", run.describe());
+        assert_eq!(run.code(), Some(0), "attach to the {k} process failed:\n{}", run.describe());
+        assert_eq!(end.code(), Some(0));
+    }
 }
