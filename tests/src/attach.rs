@@ -82,6 +82,13 @@ impl Target {
         std::thread::sleep(Duration::from_millis(100));
     }
 
+    /// Write `bytes` to the program's stdin.
+    pub fn send(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        let stdin = self.child.as_mut().expect("target running").stdin.as_mut().expect("stdin piped");
+        stdin.write_all(bytes).and_then(|_| stdin.flush()).expect("write to the target's stdin");
+    }
+
     /// Is the program still running (not exited, not a zombie)?
     pub fn alive(&mut self) -> bool {
         matches!(self.child.as_mut().expect("target running").try_wait(), Ok(None)) && !is_zombie(self.pid())

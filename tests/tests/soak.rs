@@ -128,3 +128,33 @@ fn attaching_does_not_interrupt_blocking_calls() {
         assert_eq!(end.code(), Some(0));
     }
 }
+
+/// A thread busy when a session begins and idle when it ends keeps the
+/// alternate stack it was lent (it never ran to give it back), and the stack
+/// must stay mapped: the thread's next signal, with SA_ONSTACK, runs there.
+/// A session that finds it idle throughout must not take the stack away.
+#[test]
+fn a_thread_idle_at_detach_keeps_its_lent_stack_until_it_runs() {
+    let dir = Scratch::new("idle-thread");
+    let prog = Program::build("idle_thread", dir.path());
+    let mut target = Target::start(&prog.exe, &["400"], &[]);
+    target.wait_ready(2, None);
+    let session = |name: &str, duration: &str, target: &mut Target| {
+        let out = dir.join(&format!("{name}.json"));
+        let run = attach_cmd(&witch_bin(), &[], "dead", target.pid(), &["--duration", duration, "-q", "-o", out.to_str().unwrap()]);
+        assert!(target.alive(), "{name} killed the program:\n{}", run.describe());
+        assert_eq!(run.code(), Some(0), "{name} failed:\n{}", run.describe());
+    };
+    // Begins while the worker is busy, ends after it went idle.
+    session("busy-then-idle", "700ms", &mut target);
+    // The worker idle throughout.
+    session("idle", "200ms", &mut target);
+    // The worker runs again (its signal first), then goes idle.
+    target.send(b"w\n");
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(target.alive(), "the worker's signal after the sessions killed the program");
+    session("busy-again", "700ms", &mut target);
+    let end = target.finish();
+    let native = prog.run_native_stdin(&["400"], b"w\n");
+    assert_eq!((native.code(), native.stdout_str()), (end.code(), end.stdout.clone()), "stderr: {}", end.stderr);
+}

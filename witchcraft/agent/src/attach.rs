@@ -173,7 +173,7 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
     }
     let parked = AGENT.threads.reap_parked();
     if parked > 0 {
-        AGENT.note(format!("{parked} thread(s) still had an alternate signal stack lent by an earlier session; taken back"));
+        AGENT.note(format!("{parked} thread(s) still hold the alternate signal stack an earlier session lent them (they stayed idle): it is theirs again for this session"));
     }
     let engine = crate::setup::make_engine(cfg, handlers::install_attached);
     if AGENT.begin(engine, Mode::Attached, Sink::Session(chan.fd())).is_err() {
@@ -255,10 +255,10 @@ fn set_up_new(me: i32, known: &mut HashSet<i32>, why: &mut Option<String>) -> us
     threads::snapshot_mappings();
     let mut n = 0;
     for tid in fresh {
-        let (alt, prior) = match AGENT.threads.unpark(tid) {
-            Some((alt, prior)) => (alt, prior),
+        let (alt, lent, prior) = match AGENT.threads.unpark(tid) {
+            Some((alt, prior)) => (alt, true, prior),
             None => match threads::map_stack() {
-                Some(alt) => (alt, Prior::NONE),
+                Some(alt) => (alt, false, Prior::NONE),
                 None => {
                     AGENT.threads.failed.fetch_add(1, Ordering::Relaxed);
                     continue;
@@ -268,7 +268,12 @@ fn set_up_new(me: i32, known: &mut HashSet<i32>, why: &mut Option<String>) -> us
         let mut ts = ThreadState::new(engine);
         if let Err(e) = ts.open_events(engine, tid) {
             ts.stop();
-            threads::unmap_stack(alt);
+            if lent {
+                // Still installed on the thread: keep it parked for it.
+                AGENT.threads.repark(tid, alt, prior);
+            } else {
+                threads::unmap_stack(alt);
+            }
             // A thread that ended meanwhile is not a failure.
             if std::path::Path::new(&format!("/proc/self/task/{tid}")).exists() {
                 AGENT.threads.failed.fetch_add(1, Ordering::Relaxed);
@@ -277,8 +282,12 @@ fn set_up_new(me: i32, known: &mut HashSet<i32>, why: &mut Option<String>) -> us
             }
             continue;
         }
-        let Some(slot) = AGENT.threads.add(tid, ts, alt, prior, Phase::New) else {
-            threads::unmap_stack(alt);
+        let Some(slot) = AGENT.threads.add(tid, ts, alt, lent, prior, Phase::New) else {
+            if lent {
+                AGENT.threads.repark(tid, alt, prior);
+            } else {
+                threads::unmap_stack(alt);
+            }
             continue;
         };
         // SAFETY: just added; the thread's handlers only read it once its sampler runs.
@@ -293,19 +302,20 @@ fn set_up_new(me: i32, known: &mut HashSet<i32>, why: &mut Option<String>) -> us
 
 /// Undo the session (see the module comment); `deliver`: send its profile.
 fn teardown(deliver: bool) {
-    // Threads that took their stack keep sampling, to give it back.
-    AGENT.quiesce(|s| s.phase() == Phase::Adopted);
+    // Threads with a stack installed keep sampling, to give it back.
+    let holding = |s: &threads::Slot| s.lent() && s.phase() != Phase::Gone;
+    AGENT.quiesce(holding);
     for s in AGENT.threads.slots() {
         // SAFETY: handlers are quiesced: they no longer touch the watchpoints.
         if let Some(ts) = unsafe { s.state().as_mut() } {
             ts.watch.close();
-            if s.phase() == Phase::Adopted {
-                ts.sampler.resume(LEAVE_PERIOD_NS);
+            if holding(s) {
+                ts.sampler.resume_soon(LEAVE_PERIOD_NS);
             }
         }
     }
     let until = Instant::now() + LEAVE_WAIT;
-    while Instant::now() < until && AGENT.threads.slots().iter().any(|s| s.phase() == Phase::Adopted) {
+    while Instant::now() < until && AGENT.threads.slots().iter().any(holding) {
         std::thread::sleep(Duration::from_millis(1));
     }
     let mut parked = 0;
@@ -314,7 +324,7 @@ fn teardown(deliver: bool) {
         if let Some(ts) = unsafe { s.state().as_mut() } {
             ts.stop();
         }
-        if s.phase() == Phase::Adopted && AGENT.threads.park(s) {
+        if holding(s) && AGENT.threads.park(s) {
             parked += 1;
         }
     }
@@ -333,7 +343,8 @@ fn teardown(deliver: bool) {
     std::thread::sleep(Duration::from_millis(5));
     let keep = pending_signals();
     handlers::restore_attached(&keep);
-    AGENT.threads.clear(|s| s.phase() == Phase::Adopted);
+    // A stack still installed that could not be parked stays mapped (leaked).
+    AGENT.threads.clear(holding);
     if keep.is_empty() {
         std::thread::sleep(Duration::from_millis(5));
         // SAFETY: every thread has left its handlers (quiesced, samplers

@@ -177,8 +177,10 @@ fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -> 
         match (slot.phase(), AGENT.stopping()) {
             // Running, so not blocked in a call: take the stack now.
             (Phase::New, false) if event == engine::Event::Sample => return request_control(slot, uc),
-            // The session is ending: give the stack back.
+            // The session is ending: give the stack back (also one an
+            // earlier session left installed).
             (Phase::Adopted, true) => return request_control(slot, uc),
+            (Phase::New, true) if slot.lent() => return request_control(slot, uc),
             (Phase::Adopted, false) => {}
             _ => return true,
         }
@@ -243,9 +245,10 @@ fn control(slot: &Slot, uc: *mut libc::ucontext_t) {
                 ts.place = Place::here(threads::stack_of(sp), slot.alt_stack());
                 ts.tid = task::gettid();
             }
+            slot.set_lent(true);
             slot.set_phase(Phase::Adopted);
         }
-        Phase::Adopted if AGENT.stopping() => {
+        Phase::Adopted | Phase::New if AGENT.stopping() && slot.lent() => {
             // Unless the program installed a stack of its own meanwhile: its choice stands.
             if current.sp == lo {
                 *saved = slot.prior().to_stack();
@@ -254,6 +257,7 @@ fn control(slot: &Slot, uc: *mut libc::ucontext_t) {
             if let Some(ts) = unsafe { slot.state().as_mut() } {
                 ts.pause_sampler();
             }
+            slot.set_lent(false);
             slot.set_phase(Phase::Left);
         }
         _ => {}

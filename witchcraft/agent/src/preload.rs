@@ -139,7 +139,8 @@ pub fn start_thread() {
         AGENT.note("cannot map an alternate signal stack");
         return;
     };
-    let Some(slot) = AGENT.threads.add(witchcraft::sys::task::gettid(), ThreadState::new(engine), alt, Prior::NONE, Phase::Adopted) else {
+    let Some(slot) = AGENT.threads.add(witchcraft::sys::task::gettid(), ThreadState::new(engine), alt, true, Prior::NONE, Phase::Adopted)
+    else {
         threads::unmap_stack(alt);
         return;
     };
@@ -173,6 +174,7 @@ extern "C" fn thread_end(p: *mut libc::c_void) {
     let prev = slot.prior().to_stack();
     // SAFETY: outside any handler (a key destructor), so not on the stack being replaced.
     unsafe { libc::sigaltstack(&prev, std::ptr::null_mut()) };
+    slot.set_lent(false);
     slot.set_phase(Phase::Gone);
     AGENT.set_current(None);
 }
@@ -200,7 +202,7 @@ extern "C" fn after_fork_child() {
     }
     // SAFETY: our copy of the forking thread's state, taken back into a Box for the table.
     let ts = unsafe { Box::from_raw(mine) };
-    if let Some(slot) = AGENT.threads.add(witchcraft::sys::task::gettid(), ts, alt, prior, Phase::Adopted) {
+    if let Some(slot) = AGENT.threads.add(witchcraft::sys::task::gettid(), ts, alt, alt != 0, prior, Phase::Adopted) {
         AGENT.set_current(Some(slot));
         // SAFETY: this thread's state, just added.
         let ts = unsafe { &mut *slot.state() };

@@ -83,8 +83,12 @@ pub struct Slot {
     /// Set just before the control signal is sent to the thread, so that
     /// the program's own use of that signal still reaches its handler.
     pub request: AtomicBool,
-    /// The alternate stack lent to the thread (0: none).
+    /// The alternate stack for the thread (0: none).
     alt: AtomicU64,
+    /// That stack is installed on the thread (it took it, or an earlier
+    /// session left it there): it must stay mapped until the thread gives
+    /// it back or ends.
+    lent: AtomicBool,
     prior_sp: AtomicU64,
     prior_size: AtomicU64,
     prior_flags: AtomicI32,
@@ -98,6 +102,7 @@ impl Slot {
             phase: AtomicU8::new(Phase::New as u8),
             request: AtomicBool::new(false),
             alt: AtomicU64::new(0),
+            lent: AtomicBool::new(false),
             prior_sp: AtomicU64::new(0),
             prior_size: AtomicU64::new(0),
             prior_flags: AtomicI32::new(libc::SS_DISABLE),
@@ -115,6 +120,13 @@ impl Slot {
     }
     pub fn set_phase(&self, p: Phase) {
         self.phase.store(p as u8, Ordering::Release);
+    }
+    /// Is the stack installed on the thread (see the field)?
+    pub fn lent(&self) -> bool {
+        self.lent.load(Ordering::Acquire)
+    }
+    pub fn set_lent(&self, yes: bool) {
+        self.lent.store(yes, Ordering::Release);
     }
     /// The lent alternate stack's range ((0, 0): none).
     pub fn alt_stack(&self) -> (u64, u64) {
@@ -202,9 +214,10 @@ impl ThreadTable {
         self.slots().iter().find(|s| s.tid() == tid && !s.state().is_null() && s.phase() != Phase::Gone)
     }
 
-    /// Add thread `tid` with its state, the alternate stack lent to it
-    /// (0: none yet) and its previous one. None if the table is full.
-    pub fn add(&self, tid: i32, state: Box<ThreadState>, alt: u64, prior: Prior, phase: Phase) -> Option<&Slot> {
+    /// Add thread `tid` with its state, its alternate stack (0: none yet),
+    /// whether that stack is installed on it already (`lent`), and its
+    /// previous one. None if the table is full.
+    pub fn add(&self, tid: i32, state: Box<ThreadState>, alt: u64, lent: bool, prior: Prior, phase: Phase) -> Option<&Slot> {
         let i = self.len.fetch_add(1, Ordering::AcqRel);
         if i >= MAX_THREADS {
             self.len.store(MAX_THREADS, Ordering::Release);
@@ -214,6 +227,7 @@ impl ThreadTable {
         let s = &self.slots[i];
         s.tid.store(tid, Ordering::Release);
         s.alt.store(alt, Ordering::Release);
+        s.set_lent(lent);
         s.set_prior(prior);
         s.request.store(false, Ordering::Release);
         s.set_phase(phase);
@@ -252,20 +266,30 @@ impl ThreadTable {
         self.failed.store(0, Ordering::Relaxed);
     }
 
-    /// Keep `slot`'s stack lent to its thread past the session.
+    /// Keep `slot`'s stack lent to its thread past the session. False if
+    /// there is no room to remember it (the stack then stays mapped, leaked).
     pub fn park(&self, slot: &Slot) -> bool {
-        let tid = slot.tid();
+        let alt = slot.alt.swap(0, Ordering::AcqRel);
+        slot.set_lent(false);
+        slot.set_phase(Phase::Parked);
+        self.repark(slot.tid(), alt, slot.prior())
+    }
+
+    /// Remember stack `alt`, installed on thread `tid` (whose own stack was
+    /// `prior`), past the session. False if there is no room (the stack
+    /// then stays mapped, leaked).
+    pub fn repark(&self, tid: i32, alt: u64, prior: Prior) -> bool {
+        if alt == 0 {
+            return true;
+        }
         let start = thread_start_time(tid);
         for p in &self.parked {
-            if p.alt.load(Ordering::Acquire) == 0 {
-                let prior = slot.prior();
+            if p.alt.compare_exchange(0, alt, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                 p.tid.store(tid, Ordering::Release);
                 p.start.store(start, Ordering::Release);
                 p.prior[0].store(prior.sp, Ordering::Release);
                 p.prior[1].store(prior.size, Ordering::Release);
                 p.prior[2].store(prior.flags as u32 as u64, Ordering::Release);
-                p.alt.store(slot.alt.swap(0, Ordering::AcqRel), Ordering::Release);
-                slot.set_phase(Phase::Parked);
                 return true;
             }
         }
