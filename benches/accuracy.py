@@ -95,7 +95,7 @@ LUA_SCRIPT = os.path.join(ROOT, "benches/workloads/bench.lua")
 # crate's version, keys new exact references.
 EXACT_SOURCES = ["witchcraft/src/exact.rs", "witchcraft/src/exact/*.rs", "witchcraft/src/access.rs",
                  "witchcraft/src/x86/decode.rs", "witchcraft/src/context.rs", "witchcraft/src/craft/*.rs",
-                 "witchcraft/src/craft.rs"]
+                 "witchcraft/src/craft.rs", "witchcraft/src/pair.rs", "witchcraft/src/sys/mem.rs"]
 # Bumped whenever pair_sums' reduction (what a cached reference stores) changes.
 CACHE_FORMAT = 1
 
@@ -159,7 +159,7 @@ def exact_fingerprint():
             sys.exit("benches/accuracy.py: none of EXACT_SOURCES exists; update the list to where the exact mode lives")
         newest = max(os.stat(f).st_mtime for f in files)
         if os.stat(WITCH).st_mtime < newest:
-            sys.exit("benches/accuracy.py: target/release/witch is older than the exact mode's sources; "
+            sys.exit(f"benches/accuracy.py: {WITCH} is older than the exact mode's sources; "
                      "cargo build --release --workspace")
         # Of each file's code with comments, white space and commas left
         # out, in sorted order: reformatting (rustfmt) and moving whole files
@@ -178,6 +178,9 @@ def exact_fingerprint():
         h.update(lock[at:at + 60].encode() if at >= 0 else b"?")
         _FINGERPRINT = h.hexdigest()
     return _FINGERPRINT
+
+
+REUSED = set()  # exact-mode builds whose references --reuse-exact used
 
 
 def _tuplify(x):
@@ -202,6 +205,20 @@ def exact_reference(craft, exe, args, src, lines_at, a):
             d = json.load(f)
         return {"line": {_tuplify(k): v for k, v in d["line"]}, "pc": {_tuplify(k): v for k, v in d["pc"]},
                 "meta": d["meta"]}
+    if a.reuse_exact and not a.recompute_exact:
+        # The same reference from another build of the exact mode, when asked:
+        # for a change known not to alter its judgements (say so where the
+        # numbers are used).
+        for other in sorted(glob.glob(path[:-len(key) - 8] + "*.json.gz")):
+            with gzip.open(other, "rt") as f:
+                d = json.load(f)
+            k = dict(d["meta"]["key"])
+            if k.pop("exact", None) and k == {x: y for x, y in key_parts.items() if x != "exact"}:
+                print(f"  exact: {craft} {os.path.basename(exe)} {' '.join(shown)}: reusing the reference of exact-mode "
+                      f"build {d['meta']['key']['exact'][:12]} ({d['meta']['date']})", file=sys.stderr, flush=True)
+                REUSED.add(d["meta"]["key"]["exact"][:12])
+                return {"line": {_tuplify(k): v for k, v in d["line"]}, "pc": {_tuplify(k): v for k, v in d["pc"]},
+                        "meta": d["meta"]}
     os.makedirs(a.exact_cache, exist_ok=True)
     out = os.path.join(OUT, f"exact-{os.getpid()}-{os.path.basename(exe)}-{craft}.json")
     print(f"  exact: {craft} {os.path.basename(exe)} {' '.join(shown)} ...", end="", file=sys.stderr, flush=True)
@@ -452,6 +469,8 @@ def accept(cases, a):
         if costs:
             top = max(costs)
             print(f"- Largest engine share: {top[0]:.2f}% ({top[1]}).")
+        print(f"- Exact mode: build {exact_fingerprint()[:12]} of its sources"
+              + (f"; references reused from build {', '.join(sorted(REUSED))} (--reuse-exact)" if REUSED else "") + ".")
         print(f"- Sampler the runs used: {'; '.join(sorted(samplers))}.")
         print(f"- This configuration took {(time.monotonic() - t_all)/60:.1f} minutes "
               "(sampled runs and their reports, plus any exact reference not yet cached).")
@@ -469,6 +488,7 @@ def accept(cases, a):
 
 
 def main():
+    global WITCH
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--set", default="all", choices=["all", "ground-truth", "workloads", "real"],
@@ -485,7 +505,12 @@ def main():
     ap.add_argument("--exact-cache", default=os.path.join(OUT, "exact"), metavar="DIR",
                     help="where exact references are cached (default target/bench/exact)")
     ap.add_argument("--recompute-exact", action="store_true", help="run the exact references again")
+    ap.add_argument("--reuse-exact", action="store_true",
+                    help="when this build of the exact mode has no cached reference, use one from another build "
+                         "(only for changes known not to alter its judgements; the report names the build used)")
+    ap.add_argument("--witch", default=WITCH, help="the witch binary (default target/release/witch)")
     a = ap.parse_args()
+    WITCH = a.witch
     a.witch_args = a.witch_args or [""]
     cases = {"all": CASES + WORKLOAD_CASES, "ground-truth": CASES, "workloads": WORKLOAD_CASES,
              "real": REAL_CASES}[a.set]
