@@ -384,8 +384,13 @@ def exact_only(cases, a):
     total = 0.0
     for name, src, craft, markers, small, big in cases:
         exe, small, big = resolve(name, src, small, big)
-        f, _, _, _, metas = exact_case(craft, exe, src, marked_lines(src, markers), small, a)
-        runs = ", ".join(f"{m['instructions']:,} in {m['seconds']:.0f} s" for m in metas)
+        try:
+            f, _, _, _, metas = exact_case(craft, exe, src, marked_lines(src, markers), small, a)
+        except NotCached as e:
+            print(f"| {name} | {craft} | not cached ({e}) | | |", flush=True)
+            continue
+        runs = ", ".join(f"{m['instructions']:,} in {m['seconds']:.0f} s (build {m['key']['exact'][:12]})"
+                         for m in metas)
         rep = (f"{metas[1]['instructions'] - metas[0]['instructions']:,}"
                if len(metas) == 2 and metas[0]["instructions"] and metas[1]["instructions"] else "")
         total += sum(m["seconds"] for m in metas)
@@ -519,7 +524,7 @@ def main():
                     help="when this build of the exact mode has no cached reference, use one from another build "
                          "(only for changes known not to alter its judgements; the report names the build used)")
     ap.add_argument("--cached-only", action="store_true",
-                    help="--accept: skip the cases whose exact references are not cached (while they are computed)")
+                    help="skip the cases whose exact references are not cached (while they are being computed)")
     ap.add_argument("--witch", default=WITCH, help="the witch binary (default target/release/witch)")
     a = ap.parse_args()
     WITCH = a.witch
