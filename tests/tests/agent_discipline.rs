@@ -71,12 +71,13 @@ fn profile_survives_exit_without_atexit_handlers() {
 
 /// The program closes every descriptor while a thread runs, then reuses the
 /// numbers; the thread's end must not make the agent close the program's
-/// files.
+/// files, and the profile (whose descriptor was closed too) still arrives.
 #[test]
 fn agent_never_closes_the_programs_descriptors() {
     let dir = Scratch::new("fd-reuse");
-    let (_, run) = same_as_native("fd_reuse", &dir);
+    let (out, run) = same_as_native("fd_reuse", &dir);
     assert_eq!(run.stdout_str(), "8 of 8 pipes work\n");
+    assert_eq!(raw_profile(&out)["ended_by"].as_str(), Some("exit"));
 }
 
 /// Heap corruption caught inside malloc, with its lock held, aborts the

@@ -102,7 +102,8 @@ fn start() -> AttachCode {
     }
 }
 
-/// Send `m` on the session socket `fd` (any thread but a handler).
+/// Send `m` on the session socket `fd` (any thread but a handler; the
+/// caller checked `fd` still is the socket).
 fn send(fd: i32, m: &Message) -> bool {
     let _one = SENDING.lock();
     let bytes = m.encode();
@@ -146,15 +147,16 @@ fn control(mut chan: Channel, theirs: i32) {
     fd::close(theirs);
     CONTROLLER_END.store(-1, Ordering::Release);
     if let Some(text) = settings {
-        let fd = chan.fd();
-        match session(&mut chan, &text) {
+        let end = session(&mut chan, &text);
+        let _one = SENDING.lock();
+        match end {
             Ok(End::Detached) => {
-                send(fd, &Message::Detached);
+                chan.send(&Message::Detached);
             }
             Ok(End::Exiting) => {}
             Err(e) => {
-                send(fd, &Message::Error(e));
-                send(fd, &Message::Detached);
+                chan.send(&Message::Error(e));
+                chan.send(&Message::Detached);
             }
         }
     }

@@ -11,6 +11,9 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct Channel {
     fd: i32,
+    /// What `fd` refers to: a program that closes every descriptor (and
+    /// reuses the numbers) ends the session, and the number is left alone.
+    id: (u64, u64),
     decoder: Decoder,
     closed: bool,
 }
@@ -52,15 +55,28 @@ impl Channel {
                 std::mem::size_of::<libc::timeval>() as u32,
             )
         };
-        Some((Channel { fd: ours, decoder: Decoder::default(), closed: false }, theirs))
+        let id = fds::identity(ours).unwrap_or((0, 0));
+        Some((Channel { fd: ours, id, decoder: Decoder::default(), closed: false }, theirs))
     }
 
     pub fn fd(&self) -> i32 {
         self.fd
     }
 
+    /// Is the descriptor still the session's socket?
+    fn ours(&mut self) -> bool {
+        if !self.closed && !fds::still(self.fd, self.id) {
+            self.closed = true;
+            self.fd = -1;
+        }
+        !self.closed
+    }
+
     /// Send one message; false if the controller is gone or stopped reading.
     pub fn send(&mut self, m: &Message) -> bool {
+        if !self.ours() {
+            return false;
+        }
         let bytes = m.encode();
         let mut done = 0;
         while done < bytes.len() {
@@ -90,7 +106,7 @@ impl Channel {
                     return Received::Closed;
                 }
             }
-            if self.closed {
+            if !self.ours() {
                 return Received::Closed;
             }
             let left = until.saturating_duration_since(Instant::now());
@@ -119,7 +135,7 @@ impl Channel {
     /// Has the controller's end closed? (Without waiting; messages that
     /// arrived meanwhile stay queued.)
     pub fn controller_gone(&mut self) -> bool {
-        if self.closed {
+        if !self.ours() {
             return true;
         }
         let mut p = libc::pollfd { fd: self.fd, events: libc::POLLIN | libc::POLLRDHUP, revents: 0 };
@@ -131,6 +147,8 @@ impl Channel {
 
 impl Drop for Channel {
     fn drop(&mut self) {
-        fds::close(self.fd);
+        if self.fd >= 0 && fds::still(self.fd, self.id) {
+            fds::close(self.fd);
+        }
     }
 }

@@ -71,7 +71,10 @@ fn create_output(dir: &std::path::Path) -> Sink {
     let f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o644).custom_flags(libc::O_CLOEXEC).open(&path);
     match f.map(std::os::fd::IntoRawFd::into_raw_fd) {
         Ok(raw) => match fd::place(raw) {
-            Ok(fd) => Sink::File(fd),
+            Ok(fd) => {
+                AGENT.set_sink_path(path);
+                Sink::File(fd)
+            }
             Err(e) => {
                 let _ = std::fs::remove_file(&path);
                 crate::state::say(&format!(

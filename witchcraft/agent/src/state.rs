@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use witchcraft::engine::Engine;
 use witchcraft::modules;
 use witchcraft::profile::{self, Profile};
-use witchcraft::sys::task;
+use witchcraft::sys::{fd, task};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -50,6 +50,11 @@ pub struct Agent {
     start_ns: AtomicU64,
     sink: AtomicI32,
     sink_is_session: AtomicBool,
+    /// Device and inode of the sink when it was set: the program may close
+    /// the number and reuse it, and then it is not ours to write.
+    sink_dev: AtomicU64,
+    sink_ino: AtomicU64,
+    sink_path: Mutex<std::path::PathBuf>,
     notes: Mutex<Vec<String>>,
     /// The program and its arguments, read when profiling began (reading
     /// them at the end may need rights or descriptors it no longer has).
@@ -80,6 +85,9 @@ impl Agent {
             start_ns: AtomicU64::new(0),
             sink: AtomicI32::new(-1),
             sink_is_session: AtomicBool::new(false),
+            sink_dev: AtomicU64::new(0),
+            sink_ino: AtomicU64::new(0),
+            sink_path: Mutex::new(std::path::PathBuf::new()),
             notes: Mutex::new(Vec::new()),
             identity: Mutex::new((String::new(), Vec::new())),
             threads: ThreadTable::new(),
@@ -182,8 +190,16 @@ impl Agent {
             Sink::File(fd) => (fd, false),
             Sink::Session(fd) => (fd, true),
         };
+        let (dev, ino) = fd::identity(fd).unwrap_or((0, 0));
+        self.sink_dev.store(dev, Ordering::Release);
+        self.sink_ino.store(ino, Ordering::Release);
         self.sink_is_session.store(session, Ordering::Release);
         self.sink.store(fd, Ordering::Release);
+    }
+
+    /// Is the sink's descriptor still the file or socket it was set to?
+    pub fn sink_is_ours(&self, fd: i32) -> bool {
+        fd::still(fd, (self.sink_dev.load(Ordering::Acquire), self.sink_ino.load(Ordering::Acquire)))
     }
 
     /// Add a line to the profile's notes (once). In a crash handler, only
@@ -347,8 +363,35 @@ impl Agent {
         let bytes = serde_json::to_vec(p).map_err(std::io::Error::other)?;
         match self.sink() {
             Sink::None => Err(std::io::Error::other("nowhere to write it")),
+            Sink::File(fd) if !self.sink_is_ours(fd) => self.write_reopened(&bytes),
+            Sink::Session(fd) if !self.sink_is_ours(fd) => {
+                Err(std::io::Error::other("the program closed the session's socket (and may have reused the number)"))
+            }
             Sink::File(fd) => write_file(fd, &bytes),
             Sink::Session(fd) => crate::attach::send_profile(fd, bytes),
+        }
+    }
+}
+
+impl Agent {
+    /// The program closed the profile's descriptor (daemons close them all):
+    /// open the file again by its name, if it still is the same file.
+    fn write_reopened(&self, bytes: &[u8]) -> std::io::Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let guard = if alloc::in_crash_mode() { self.sink_path.try_lock().ok() } else { self.sink_path.lock().ok() };
+        let path = guard.map(|p| p.clone()).unwrap_or_default();
+        let f = std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&path)?;
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&f);
+        if !fd::still(raw, (self.sink_dev.load(Ordering::Acquire), self.sink_ino.load(Ordering::Acquire))) {
+            return Err(std::io::Error::other(format!("{} is no longer the profile's file", path.display())));
+        }
+        write_file(raw, bytes)
+    }
+
+    /// Where the profile's file is (preloaded), for [`Agent::write_reopened`].
+    pub fn set_sink_path(&self, path: std::path::PathBuf) {
+        if let Ok(mut p) = self.sink_path.lock() {
+            *p = path;
         }
     }
 }

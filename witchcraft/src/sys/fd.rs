@@ -114,6 +114,21 @@ pub fn close_perf(fd: i32) {
     }
 }
 
+/// What descriptor `fd` refers to (device and inode), to tell later
+/// whether the number still holds the same file.
+pub fn identity(fd: i32) -> Option<(u64, u64)> {
+    // SAFETY: stat is plain data; fstat fills it or fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    (fd >= 0 && unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// Does `fd` still refer to the file [`identity`] saw? (A program may have
+/// closed the number and opened something of its own there.)
+pub fn still(fd: i32, id: (u64, u64)) -> bool {
+    identity(fd) == Some(id)
+}
+
 /// Close a descriptor of ours that is not a perf event (the caller knows
 /// the program cannot have reused it, or accepts that it may have).
 pub fn close(fd: i32) {
