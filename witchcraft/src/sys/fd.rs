@@ -70,7 +70,8 @@ pub fn place(fd: i32) -> Result<i32, i32> {
     // SAFETY: `fd` is ours (just opened by the caller).
     unsafe { libc::close(fd) };
     if new < 0 {
-        return Err(err);
+        // EINVAL: the program's limit is now below the range.
+        return Err(if err == libc::EINVAL { libc::EMFILE } else { err });
     }
     if new >= ceiling {
         // SAFETY: the duplicate just made.
