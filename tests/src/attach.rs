@@ -2,15 +2,14 @@
 //! (`witch CRAFT --pid`, witchd): a long-running target, the attach
 //! command, running as `nobody`, and what a process looks like from /proc.
 
-use crate::{agent_beside, chmod, is_root, run_cmd, which, witch_bin, Run, Scratch};
+use crate::{chmod, run_cmd, which, Run, Scratch};
 use std::ffi::OsStr;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-/// The unprivileged user the tests run things as.
-pub const NOBODY: u32 = 65534;
+pub use crate::{nobody_wrapper, NOBODY};
 
 /// A test program that runs until its stdin closes (the programs' `0`
 /// argument), then prints its rounds and checksum; killed if dropped.
@@ -141,38 +140,13 @@ pub fn attach_cmd(witch: &Path, wrapper: &[String], craft: &str, pid: u32, extra
     r
 }
 
-/// As root with setpriv: copies of witch and its agent that nobody can run
-/// (in `dir/bin`), and the wrapper that runs a command as nobody. None
-/// otherwise.
+/// As root with setpriv: witch and its agent where nobody can run them, in
+/// a `dir` nobody may write to, and the wrapper that runs a command as
+/// nobody. None otherwise.
 pub fn as_nobody(dir: &Scratch) -> Option<(PathBuf, Vec<String>)> {
-    let wrapper = nobody_wrapper()?;
+    let n = crate::Nobody::setup(dir)?;
     chmod(dir.path(), 0o777);
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    chmod(&bin, 0o755);
-    let witch = witch_bin();
-    let agent = agent_beside(&witch).expect("agent beside witch");
-    for f in [&witch, &agent] {
-        let to = bin.join(f.file_name().unwrap());
-        std::fs::copy(f, &to).unwrap();
-        chmod(&to, 0o755);
-    }
-    Some((bin.join("witch"), wrapper))
-}
-
-/// As root with setpriv: the wrapper that runs a command as nobody.
-pub fn nobody_wrapper() -> Option<Vec<String>> {
-    let setpriv = which("setpriv")?;
-    if !is_root() {
-        return None;
-    }
-    Some(vec![
-        setpriv.to_string_lossy().into_owned(),
-        format!("--reuid={NOBODY}"),
-        format!("--regid={NOBODY}"),
-        "--clear-groups".into(),
-        "--".into(),
-    ])
+    Some((n.witch, n.wrapper))
 }
 
 /// The one line of a refusal (exit 2, one non-empty line on stderr).
@@ -186,11 +160,7 @@ pub fn error_line(run: &Run) -> String {
 
 /// A field of /proc/PID/status (e.g. `"SigCgt:"`), trimmed.
 pub fn status_field(pid: u32, key: &str) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
-        .unwrap_or_default()
+    crate::proc_status(pid, key)
 }
 
 pub fn is_zombie(pid: u32) -> bool {

@@ -19,8 +19,11 @@ fn same_as_native(name: &str, dir: &Scratch) -> (std::path::PathBuf, Run) {
     (out, run)
 }
 
+/// The notes of every process section of a profile.
 fn notes(profile: &std::path::Path) -> Vec<String> {
-    raw_profile(profile)["notes"].as_array().into_iter().flatten().filter_map(|n| n.as_str().map(String::from)).collect()
+    let p = raw_profile(profile);
+    let sections = std::iter::once(&p).chain(p["processes"].as_array().into_iter().flatten());
+    sections.flat_map(|s| s["notes"].as_array().into_iter().flatten()).filter_map(|n| n.as_str().map(String::from)).collect()
 }
 
 /// A debugger run under witch forks a tracee and sets a hardware watchpoint

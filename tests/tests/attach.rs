@@ -86,7 +86,9 @@ fn attach_as_an_unprivileged_user() {
     // Another user's process: nobody may not attach to one of root's.
     if !wrapper.is_empty() {
         let root_target = start_target(&prog.exe, &[]);
-        let run = attach_cmd(&witch, &wrapper, "dead", root_target.pid(), &["--duration", "200ms"]);
+        // -o where nobody may write: witch checks the output before it attaches.
+        let out = dir.join("refused.json");
+        let run = attach_cmd(&witch, &wrapper, "dead", root_target.pid(), &["--duration", "200ms", "-o", out.to_str().unwrap()]);
         let line = error_line(&run);
         assert!(line.contains("not permitted") && line.contains(&root_target.pid().to_string()), "{line:?}");
         let (_, _, code) = done(root_target);

@@ -12,8 +12,6 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 use witch_tests::*;
 
-const NOBODY: u32 = 65534;
-
 /// A test program running until its stdin closes.
 struct Target {
     child: Option<Child>,
@@ -310,37 +308,9 @@ fn stored_ids(d: &Path) -> Vec<String> {
     v
 }
 
-/// /proc/PID/status field.
-fn proc_field(pid: u32, key: &str) -> String {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    s.lines().find_map(|l| l.strip_prefix(key)).unwrap_or("").trim().to_string()
-}
-
 /// As root with setpriv: a wrapper that runs a command as nobody, and a witch binary nobody can run.
-fn as_nobody(dir: &Scratch, witch: &Path) -> Option<(PathBuf, Vec<String>)> {
-    let setpriv = which("setpriv")?;
-    if !is_root() {
-        return None;
-    }
-    let witch = if others_can_run(witch) {
-        witch.to_path_buf()
-    } else {
-        let bin = dir.join("bin");
-        std::fs::create_dir_all(&bin).unwrap();
-        chmod(&bin, 0o755);
-        let to = bin.join("witch");
-        std::fs::copy(witch, &to).unwrap();
-        chmod(&to, 0o755);
-        to
-    };
-    let wrapper = vec![
-        setpriv.to_string_lossy().into_owned(),
-        format!("--reuid={NOBODY}"),
-        format!("--regid={NOBODY}"),
-        "--clear-groups".into(),
-        "--".into(),
-    ];
-    Some((witch, wrapper))
+fn as_nobody(dir: &Scratch, _witch: &Path) -> Option<(PathBuf, Vec<String>)> {
+    Nobody::setup(dir).map(|n| (n.witch, n.wrapper))
 }
 
 #[test]
@@ -483,7 +453,8 @@ crafts = ["silent-store"]
         assert_eq!(code, 200, "GET {path}: {}", String::from_utf8_lossy(&gz));
         let mut raw = Vec::new();
         flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut raw).unwrap_or_else(|e| panic!("GET {path}: not gzip: {e}"));
-        let p = <witchd::pprof::Profile as prost::Message>::decode(&raw[..]).unwrap_or_else(|e| panic!("GET {path}: not pprof: {e}"));
+        let p =
+            <witchd::render::pprof::Profile as prost::Message>::decode(&raw[..]).unwrap_or_else(|e| panic!("GET {path}: not pprof: {e}"));
         assert_eq!(p.string_table.first().map(String::as_str), Some(""), "pprof string 0 must be empty");
         let types: Vec<&str> = p.sample_type.iter().map(|t| p.string_table[t.r#type as usize].as_str()).collect();
         assert_eq!(types, ["waste", "use"]);
@@ -576,9 +547,9 @@ crafts = ["silent-store"]
     assert!(!socket.exists(), "socket removed at exit");
     store_ok("after exit");
     for pid in pids {
-        let state = proc_field(pid, "State:");
+        let state = proc_status(pid, "State:");
         assert!(state.starts_with('S') || state.starts_with('R'), "target {pid} state {state:?} after witchd left");
-        assert_eq!(proc_field(pid, "TracerPid:"), "0", "target {pid} still traced");
+        assert_eq!(proc_status(pid, "TracerPid:"), "0", "target {pid} still traced");
     }
 
     // The targets run on, then end as an unprofiled run of the same length.

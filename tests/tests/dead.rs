@@ -15,15 +15,7 @@ const PERIOD: &str = "100000";
 /// Build, run natively, run under `witch dead` with `-q -o`, compare
 /// behaviour, and load the report.
 fn dead_run(prog: &Program, dir: &Scratch, tag: &str, opts: &[&str]) -> (Run, Report) {
-    let native = prog.run_native(&[]);
-    assert_eq!(native.code(), Some(3), "native run:\n{}", native.describe());
-    let out = dir.join(&format!("{tag}.json"));
-    let run = WitchCmd::new("dead").args(opts).arg("-q").out(&out).run(&prog.exe, &[]);
-    assert_same_behaviour(&native, &run);
-    let rep = report(&out);
-    assert_eq!(rep.craft(), "dead", "{}", rep.dump());
-    rep.assert_samples(200.0);
-    (run, rep)
+    craft_run("dead", prog, dir, tag, &[], opts)
 }
 
 #[test]
@@ -43,9 +35,7 @@ fn overwritten_loop_is_dead() {
     let rep = report(&out);
     rep.assert_samples(200.0);
     let f = &prog.file;
-    let pair = rep.pair(f, w, k);
-    let from_w = rep.watched_at(f, w);
-    let own = pair.waste / (from_w.waste + from_w.r#use).max(f64::MIN_POSITIVE);
+    let (own, pair, from_w) = rep.own_fraction(f, w, k);
     rep.note(&format!("<{w},{k}> own fraction {own:.3}, rank {:?}", pair.best_rank));
     assert!(
         own >= 0.90,
@@ -84,7 +74,7 @@ fn store_then_load_is_not_dead() {
     assert!(wf <= 0.05, "waste fraction {wf:.3} should be <= 0.05: every store is read before it is overwritten\n{}", rep.dump());
     let f = &prog.file;
     let used = rep.pair(f, st, ld);
-    let total_use = rep.use_bytes();
+    let total_use = rep.used();
     assert!(
         total_use > 0.0 && used.r#use >= 0.9 * total_use,
         "<{f}:{st}, {f}:{ld}> should carry >= 90% of the use ({used:?}, total use {total_use})\n{}",

@@ -3,16 +3,12 @@
 //! program, the sampled dead fraction of its two store loops must come
 //! within 5 points of the exact one.
 
-use std::ffi::OsStr;
 use witch_tests::*;
 
 /// `witch report FILE --json --top 0`: every pair (the exact mode also
 /// reports the loader's and libc's many small pairs).
 fn report_all(profile: &std::path::Path) -> Report {
-    let r = witch_raw(&[OsStr::new("report"), profile.as_os_str(), OsStr::new("--json"), OsStr::new("--top"), OsStr::new("0")]);
-    assert!(r.status.success(), "witch report failed:\n{}", r.describe());
-    let json = serde_json::from_slice(&r.stdout).unwrap_or_else(|e| panic!("not JSON: {e}\n{}", r.describe()));
-    Report { json, path: profile.to_path_buf() }
+    report_with(profile, &["--top", "0"])
 }
 
 /// Waste fraction over the pairs watched at the given lines of `file`.

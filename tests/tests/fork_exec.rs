@@ -1,11 +1,12 @@
 //! fork + exec under witch (tests/programs/forker.c and exec_target.c): the
 //! child keeps profiling after fork with its own state, exec starts a fresh
-//! profile for the new image, and the program behaves as without witch.
+//! section for the new image, the program behaves as without witch, and the
+//! run leaves one profile holding every process.
 
 use witch_tests::*;
 
 #[test]
-fn fork_and_exec_each_leave_a_profile() {
+fn fork_and_exec_each_have_a_section_in_one_profile() {
     let dir = Scratch::new("fork-exec");
     let forker = Program::build("forker", dir.path());
     let target = Program::build("exec_target", dir.path());
@@ -25,43 +26,64 @@ fn fork_and_exec_each_leave_a_profile() {
         .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect::<Vec<_>>())
         .unwrap_or_default();
     assert!(
-        out.is_file() && files.len() >= 3,
-        "expected >= 3 profiles (parent at {}, child before exec and the exec'd image next to it as \
-         fe.<pid>[.<k>].json); found {files:?}; directory holds {listing:?}\n{}",
+        out.is_file() && files.len() == 1 && !listing.iter().any(|f| f.starts_with("witch-parts")),
+        "expected one profile at {} and nothing else; directory holds {listing:?}\n{}",
         out.display(),
         run.describe()
     );
 
-    let mut forker_profiles = 0;
-    let mut target_reports = vec![];
-    for p in &files {
-        let rep = report(p);
-        let prog = rep.program();
-        if prog.contains("exec_target") {
-            target_reports.push(rep);
-        } else if prog.contains("forker") {
-            forker_profiles += 1;
-        } else {
-            panic!("profile {} names program {prog:?}, neither forker nor exec_target\n{}", p.display(), rep.dump());
-        }
-    }
-    assert!(
-        forker_profiles >= 2,
-        "expected profiles of the parent and of the child before exec, both naming forker; got {forker_profiles} among {files:?}"
-    );
-    assert_eq!(target_reports.len(), 1, "expected exactly one profile naming exec_target among {files:?}");
+    // Its sections: the parent, the child before exec, and the exec'd image.
+    let rep = report(&out);
+    let procs = rep.processes();
+    let forkers = procs.iter().filter(|(_, p)| p.contains("forker")).count();
+    let targets: Vec<u64> = procs.iter().filter(|(_, p)| p.contains("exec_target")).map(|(pid, _)| *pid).collect();
+    assert!(procs.len() >= 3, "expected >= 3 process sections, got {procs:?}\n{}", rep.dump());
+    assert!(forkers >= 2, "expected the parent and the child before exec, both naming forker; got {procs:?}");
+    assert_eq!(targets.len(), 1, "expected exactly one section naming exec_target among {procs:?}");
+    let raw = raw_profile(&out);
+    assert_eq!(raw["processes"].as_array().map(Vec::len).unwrap_or(0) + 1, procs.len(), "one section per process in the raw profile");
 
     // The exec'd image was profiled for real: its own dead pair is there.
-    let rep = &target_reports[0];
+    let rep = rep.process(targets[0]);
     rep.assert_samples(200.0);
     let f = &target.file;
-    let pair = rep.pair(f, xw, xk);
-    let from = rep.watched_at(f, xw);
-    let own = pair.waste / (from.waste + from.r#use).max(f64::MIN_POSITIVE);
-    rep.note(&format!("profiles {files:?}; exec'd image <{xw},{xk}> own fraction {own:.3}"));
+    let (own, _, _) = rep.own_fraction(f, xw, xk);
+    rep.note(&format!("sections {procs:?}; exec'd image <{xw},{xk}> own fraction {own:.3}"));
     assert!(
         own >= 0.90,
         "exec'd image: <{f}:{xw}, {f}:{xk}> should hold >= 90% of what the stores at line {xw} are worth; got {own:.3}\n{}",
         rep.dump()
     );
+}
+
+/// A program run through a shell that forks three children: one profile,
+/// with a section for each process, and each child's own dead stores in its
+/// section.
+#[test]
+fn a_shell_with_three_children_gives_one_profile_with_each_process() {
+    let dir = Scratch::new("sh-three");
+    let prog = Program::build("dead_loop", dir.path());
+    let (w, k) = (prog.line("@w"), prog.line("@k"));
+    let p = prog.exe.to_str().unwrap();
+    let script = format!("{p} & {p} & {p} & wait");
+    let sh = which("sh").expect("sh");
+    let out = dir.join("sh.json");
+    let run = WitchCmd::new("dead").args(&["-p", "100000"]).out(&out).run(&sh, &["-c", &script]);
+    assert_eq!(run.code(), Some(0), "{}", run.describe());
+    assert_eq!(profiles_near(&out).len(), 1, "one profile for the run");
+    let rep = report(&out);
+    let procs = rep.processes();
+    let loops: Vec<u64> = procs.iter().filter(|(_, prog)| prog.ends_with("/dead_loop")).map(|(pid, _)| *pid).collect();
+    assert_eq!(loops.len(), 3, "three sections running dead_loop among {procs:?}\n{}", rep.dump());
+    assert!(
+        procs.iter().any(|(_, prog)| prog.ends_with("sh") || prog.contains("dash") || prog.contains("bash")),
+        "the shell's own section: {procs:?}"
+    );
+    for pid in loops {
+        let r = rep.process(pid);
+        let (own, pair, _) = r.own_fraction(&prog.file, w, k);
+        assert!(pair.waste > 0.0 && own >= 0.9, "pid {pid}: <{w},{k}> own fraction {own:.3}\n{}", r.dump());
+    }
+    let err = run.stderr_str();
+    assert!(err.contains("Processes with findings") && err.contains("profile of "), "the text report lists the processes:\n{err}");
 }

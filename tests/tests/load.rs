@@ -6,15 +6,7 @@ use witch_tests::*;
 const PERIOD: &str = "100000";
 
 fn load_run(prog: &Program, dir: &Scratch, mode: &str) -> Report {
-    let native = prog.run_native(&[mode]);
-    assert_eq!(native.code(), Some(3), "native run:\n{}", native.describe());
-    let out = dir.join(&format!("{mode}.json"));
-    let run = WitchCmd::new("silent-load").args(&["-p", PERIOD, "-q"]).out(&out).run(&prog.exe, &[mode]);
-    assert_same_behaviour(&native, &run);
-    let rep = report(&out);
-    assert_eq!(rep.craft(), "silent-load", "{}", rep.dump());
-    rep.assert_samples(200.0);
-    rep
+    craft_run("silent-load", prog, dir, mode, &[mode], &["-p", PERIOD]).1
 }
 
 #[test]
@@ -25,9 +17,7 @@ fn loading_an_unchanged_array_is_redundant() {
     let f = &prog.file;
     let rep = load_run(&prog, &dir, "same");
     let wf = rep.waste_fraction();
-    let pair = rep.pair(f, l, l);
-    let from = rep.watched_at(f, l);
-    let own = pair.waste / (from.waste + from.r#use).max(f64::MIN_POSITIVE);
+    let (own, pair, _) = rep.own_fraction(f, l, l);
     rep.note(&format!("<{l},{l}> own fraction {own:.3}, rank {:?}", pair.best_rank));
     assert!(wf >= 0.90, "waste fraction {wf:.3} should be >= 0.90: every pass loads the same values again\n{}", rep.dump());
     assert!(

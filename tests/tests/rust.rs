@@ -25,9 +25,7 @@ fn rust_program_dead_stores_with_full_contexts() {
 
     let rep = report(&out);
     rep.assert_samples(200.0);
-    let pair = rep.pair(f, w, k);
-    let from_w = rep.watched_at(f, w);
-    let own = pair.waste / (from_w.waste + from_w.r#use).max(f64::MIN_POSITIVE);
+    let (own, pair, _) = rep.own_fraction(f, w, k);
     assert!(
         own >= 0.90 && pair.best_rank.is_some_and(|r| r < 2),
         "<{f}:{w}, {f}:{k}> should be a top-two pair with >= 90% of what the stores at line {w} are worth; \

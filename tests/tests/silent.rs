@@ -6,15 +6,8 @@ use witch_tests::*;
 const PERIOD: &str = "100000";
 
 fn silent_run(prog: &Program, dir: &Scratch, tag: &str, args: &[&str], opts: &[&str]) -> Report {
-    let native = prog.run_native(args);
-    assert_eq!(native.code(), Some(3), "native run:\n{}", native.describe());
-    let out = dir.join(&format!("{tag}.json"));
-    let run = WitchCmd::new("silent-store").args(&["-p", PERIOD, "-q"]).args(opts).out(&out).run(&prog.exe, args);
-    assert_same_behaviour(&native, &run);
-    let rep = report(&out);
-    assert_eq!(rep.craft(), "silent-store", "{}", rep.dump());
-    rep.assert_samples(200.0);
-    rep
+    let opts: Vec<&str> = ["-p", PERIOD].iter().chain(opts).copied().collect();
+    craft_run("silent-store", prog, dir, tag, args, &opts).1
 }
 
 #[test]
@@ -25,9 +18,7 @@ fn rewriting_the_same_values_is_silent() {
     let f = &prog.file;
     let rep = silent_run(&prog, &dir, "same", &["same"], &[]);
     let wf = rep.waste_fraction();
-    let pair = rep.pair(f, s, s);
-    let from = rep.watched_at(f, s);
-    let own = pair.waste / (from.waste + from.r#use).max(f64::MIN_POSITIVE);
+    let (own, pair, _) = rep.own_fraction(f, s, s);
     rep.note(&format!("<{s},{s}> own fraction {own:.3}, rank {:?}", pair.best_rank));
     assert!(wf >= 0.90, "waste fraction {wf:.3} should be >= 0.90: every rep stores the values already there\n{}", rep.dump());
     assert!(
@@ -57,7 +48,7 @@ fn float_within_precision_is_approximately_silent() {
     let f = &prog.file;
     let rep = silent_run(&prog, &dir, "float", &[], &[]);
     let wf = rep.waste_fraction();
-    let (waste, approx) = (rep.waste_bytes(), rep.approx_waste_bytes());
+    let (waste, approx) = (rep.waste(), rep.approx_waste());
     let approx_part = if waste > 0.0 { approx / waste } else { 0.0 };
     rep.note(&format!("approximate part {approx_part:.3} (want >= 0.9), waste_fraction want >= 0.8"));
     assert!(

@@ -38,9 +38,7 @@ fn four_threads_each_profiled_and_merged() {
 
     let rep = report(&out);
     rep.assert_samples(800.0);
-    let pair = rep.pair(f, w, k);
-    let from_w = rep.watched_at(f, w);
-    let own = pair.waste / (from_w.waste + from_w.r#use).max(f64::MIN_POSITIVE);
+    let (own, pair, _) = rep.own_fraction(f, w, k);
     rep.note(&format!("threads (tid, samples) {sampled:?}; <{w},{k}> own fraction {own:.3}, rank {:?}", pair.best_rank));
     assert!(
         own >= 0.90 && pair.best_rank.is_some_and(|r| r < 2),

@@ -2,10 +2,7 @@
 //! capabilities). As root with `setpriv` available, the dead-loop test runs
 //! as nobody; otherwise it runs as the current, already unprivileged, user.
 
-use std::path::PathBuf;
 use witch_tests::*;
-
-const NOBODY: u32 = 65534;
 
 #[test]
 fn dead_loop_as_an_unprivileged_user() {
@@ -18,44 +15,23 @@ fn dead_loop_as_an_unprivileged_user() {
     }
 
     let dir = Scratch::new("unpriv");
-    let setpriv = which("setpriv");
-    let as_nobody = is_root() && setpriv.is_some();
+    let nobody = Nobody::setup(&dir);
+    let as_nobody = nobody.is_some();
     if is_root() && !as_nobody {
         eprintln!("[witch-tests] running as root without setpriv: this checks nothing about privileges");
     }
 
     let prog = Program::build("dead_loop", dir.path());
     let (w, k) = (prog.line("@w"), prog.line("@k"));
-    let mut witch = witch_bin();
-    let mut wrapper: Vec<String> = vec![];
-    if as_nobody {
-        chmod(dir.path(), 0o777);
-        chmod(&prog.exe, 0o755);
-        // nobody must reach witch and its agent; copy them if the build tree is private.
-        let agent = agent_beside(&witch);
-        if !others_can_run(&witch) || agent.as_ref().is_some_and(|a| !others_can_run(a)) {
-            let bin = dir.join("bin");
-            std::fs::create_dir_all(&bin).unwrap();
-            chmod(&bin, 0o755);
-            let copy = |from: &PathBuf| {
-                let to = bin.join(from.file_name().unwrap());
-                std::fs::copy(from, &to).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
-                chmod(&to, 0o755);
-                to
-            };
-            if let Some(agent) = &agent {
-                copy(agent);
-            }
-            witch = copy(&witch);
+    let (witch, wrapper) = match nobody {
+        Some(n) => {
+            // nobody writes its profile here and runs the program.
+            chmod(dir.path(), 0o777);
+            chmod(&prog.exe, 0o755);
+            (n.witch, n.wrapper)
         }
-        wrapper = vec![
-            setpriv.unwrap().to_string_lossy().into_owned(),
-            format!("--reuid={NOBODY}"),
-            format!("--regid={NOBODY}"),
-            "--clear-groups".into(),
-            "--".into(),
-        ];
-    }
+        None => (witch_bin(), vec![]),
+    };
 
     let native = prog.run_native(&[]);
     assert_eq!(native.code(), Some(3), "native run:\n{}", native.describe());
@@ -71,9 +47,7 @@ fn dead_loop_as_an_unprivileged_user() {
     let rep = report(&out);
     rep.assert_samples(200.0);
     let f = &prog.file;
-    let pair = rep.pair(f, w, k);
-    let from_w = rep.watched_at(f, w);
-    let own = pair.waste / (from_w.waste + from_w.r#use).max(f64::MIN_POSITIVE);
+    let (own, _, _) = rep.own_fraction(f, w, k);
     rep.note(&format!("as {}: <{w},{k}> own fraction {own:.3}", if as_nobody { "nobody" } else { "the current user" }));
     assert!(
         own >= 0.90,

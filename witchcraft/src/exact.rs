@@ -376,11 +376,11 @@ impl Exact {
             start_unix_ns: 0,
             duration_ns: d.as_nanos() as u64,
             sampler: profile::Sampler {
-                kind: "exact".into(),
+                kind: profile::SamplerKind::Exact,
                 event: "single-step".into(),
                 period: 1,
-                unit: "accesses".into(),
-                weight_unit: "bytes".into(),
+                unit: profile::PeriodUnit::Accesses,
+                weight_unit: Some(profile::ValueUnit::Bytes),
                 burst_steps: 0,
             },
             replacement: "none".into(),
@@ -396,6 +396,7 @@ impl Exact {
             counters,
             modules: crate::modules::profile_modules(maps),
             threads,
+            processes: Vec::new(),
         }
     }
 }

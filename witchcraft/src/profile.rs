@@ -4,18 +4,24 @@
 //! the module map, so symbolization can happen later on any machine that has
 //! the binaries (matched by build-id first, then path).
 //!
-//! Units: `waste`/`use` are bytes as estimated by proportional attribution
-//! (Witch §4.4.2): each trap adds (µ−η)·P·M where P is the sampler period in
-//! the sampler's unit (`Sampler::unit`). For the software sampler P is in
-//! nanoseconds of thread CPU time, so absolute byte figures are "byte·ns"
-//! weights; fractions (Equation 4.1) are unit-free and comparable.
+//! Units: `waste`/`use` are estimated by proportional attribution (Witch
+//! §4.4.2): each trap adds (µ−η)·P·M where P is the sampler period in the
+//! sampler's unit (`Sampler::unit`). What that makes them is recorded as
+//! data, in `Sampler::weight_unit` ([`Profile::value_unit`]): bytes when
+//! samples are count-proportional, byte·ns for the time-proportional
+//! software sampler. Fractions (Equation 4.1) are unit-free and comparable.
+//!
+//! One file holds one run: the top level is its first process, and
+//! `processes` holds every other process of the run (fork children, exec'd
+//! images), each a whole profile of its own (modules, threads, counters).
 
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::Path;
 
 /// Bump when a reader of the old format would misread the new one.
-pub const SCHEMA: u32 = 1;
+/// 2: `processes` (a run's other processes).
+pub const SCHEMA: u32 = 2;
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[serde(rename_all = "kebab-case")]
@@ -50,21 +56,99 @@ impl Craft {
     }
 }
 
+/// Which kind of sampler chose the watched accesses.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum SamplerKind {
+    /// A PMU's precise memory events: samples by count of accesses.
+    Pmu,
+    /// A timer on the thread's CPU time (with or without single-step bursts).
+    #[default]
+    Software,
+    /// The exact reference mode: every access is judged.
+    Exact,
+}
+
+impl SamplerKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            SamplerKind::Pmu => "pmu",
+            SamplerKind::Software => "software",
+            SamplerKind::Exact => "exact",
+        }
+    }
+}
+
+/// The unit of a sampler's period.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum PeriodUnit {
+    /// Nanoseconds of thread CPU time.
+    #[default]
+    Ns,
+    Stores,
+    Loads,
+    /// Micro-ops (AMD IBS).
+    Ops,
+    Accesses,
+}
+
+impl PeriodUnit {
+    pub fn name(self) -> &'static str {
+        match self {
+            PeriodUnit::Ns => "ns",
+            PeriodUnit::Stores => "stores",
+            PeriodUnit::Loads => "loads",
+            PeriodUnit::Ops => "ops",
+            PeriodUnit::Accesses => "accesses",
+        }
+    }
+}
+
+/// What the `waste`/`use` figures of a profile measure.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ValueUnit {
+    /// Bytes (estimated by count-proportional sampling, or counted exactly).
+    #[serde(rename = "bytes")]
+    Bytes,
+    /// Bytes times nanoseconds of CPU time: time-proportional weights, whose
+    /// ratios are meaningful but whose absolute values are not bytes.
+    #[serde(rename = "byte·ns", alias = "byte-ns")]
+    ByteNs,
+}
+
+impl ValueUnit {
+    /// The unit as people read it: "bytes" or "byte·ns".
+    pub fn label(self) -> &'static str {
+        match self {
+            ValueUnit::Bytes => "bytes",
+            ValueUnit::ByteNs => "byte·ns",
+        }
+    }
+}
+
+/// An absent or empty `weight_unit` (profiles written before it existed) reads as None.
+fn weight_unit<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<ValueUnit>, D::Error> {
+    match Option::<String>::deserialize(d)?.as_deref() {
+        None | Some("") => Ok(None),
+        Some(s) => ValueUnit::deserialize(serde::de::value::StrDeserializer::<D::Error>::new(s)).map(Some),
+    }
+}
+
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 pub struct Sampler {
-    /// "pmu", "software" or "exact".
-    pub kind: String,
+    pub kind: SamplerKind,
     /// Event name, e.g. "task-clock" or "cpu/mem-stores/".
     pub event: String,
     pub period: u64,
-    /// Unit of `period`: "ns", "stores", "loads", "ops" or "accesses".
-    pub unit: String,
-    /// Unit of the pairs' waste and use totals: "bytes" where samples are
-    /// count-proportional (PMU, single-step bursts, exact), "byte·ns" for
-    /// the time-proportional software sampler. Empty in profiles written
-    /// before this field: then "byte·ns" if `unit` is "ns", else "bytes".
-    #[serde(default)]
-    pub weight_unit: String,
+    /// Unit of `period`.
+    pub unit: PeriodUnit,
+    /// Unit of the pairs' waste and use totals: bytes where samples are
+    /// count-proportional (PMU, single-step bursts, exact), byte·ns for the
+    /// time-proportional software sampler. None in profiles written before
+    /// this field: then byte·ns if `unit` is ns, else bytes.
+    #[serde(default, deserialize_with = "weight_unit", skip_serializing_if = "Option::is_none")]
+    pub weight_unit: Option<ValueUnit>,
     /// Instructions per single-step burst (0: no bursts).
     #[serde(default)]
     pub burst_steps: u32,
@@ -72,12 +156,11 @@ pub struct Sampler {
 
 impl Sampler {
     /// The unit of waste and use totals (see `weight_unit`).
-    pub fn totals_unit(&self) -> &str {
-        match self.weight_unit.as_str() {
-            "" if self.unit == "ns" => "byte·ns",
-            "" => "bytes",
-            u => u,
-        }
+    pub fn totals_unit(&self) -> ValueUnit {
+        self.weight_unit.unwrap_or(match self.unit {
+            PeriodUnit::Ns => ValueUnit::ByteNs,
+            _ => ValueUnit::Bytes,
+        })
     }
 }
 
@@ -248,6 +331,10 @@ pub struct Profile {
     pub counters: Counters,
     pub modules: Vec<Module>,
     pub threads: Vec<Thread>,
+    /// The run's other processes (fork children, exec'd images), in start
+    /// order, each a whole profile with an empty `processes` of its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processes: Vec<Profile>,
 }
 
 #[derive(Debug)]
@@ -285,10 +372,20 @@ impl Profile {
             return Err(LoadError::Newer(head.schema));
         }
         let p: Profile = serde_json::from_slice(b).map_err(|e| LoadError::Corrupt(e.to_string()))?;
-        for t in &p.threads {
+        if p.processes.iter().any(|c| !c.processes.is_empty()) {
+            return Err(LoadError::Corrupt("a process section holds processes of its own".into()));
+        }
+        for t in p.all().flat_map(|q| &q.threads) {
             let n = t.nodes.len() as u32;
             if t.nodes.iter().any(|x| x.parent >= n) || t.pairs.iter().any(|x| x.watch >= n || x.trap >= n) {
                 return Err(LoadError::Corrupt(format!("thread {}: node index out of range", t.tid)));
+            }
+            // Amounts are sums of credits: never negative, never NaN or infinite.
+            let bad = |v: f64| !(v.is_finite() && v >= 0.0);
+            if let Some(x) =
+                t.pairs.iter().find(|x| [x.waste, x.approx_waste, x.r#use, x.waste_sq, x.approx_waste_sq, x.use_sq].into_iter().any(bad))
+            {
+                return Err(LoadError::Corrupt(format!("thread {}: a pair with waste {} and use {}", t.tid, x.waste, x.r#use)));
             }
         }
         Ok(p)
@@ -313,7 +410,18 @@ impl Profile {
         std::fs::rename(&tmp, path)
     }
 
-    /// Totals per Equation 4.1: (waste incl. approximate, approximate part, use).
+    /// The unit of `waste`/`use` (see `Sampler::weight_unit`).
+    pub fn value_unit(&self) -> ValueUnit {
+        self.sampler.totals_unit()
+    }
+
+    /// Every process of the run: this one, then `processes`.
+    pub fn all(&self) -> impl Iterator<Item = &Profile> {
+        std::iter::once(self).chain(&self.processes)
+    }
+
+    /// Totals of this process alone, per Equation 4.1: (waste incl.
+    /// approximate, approximate part, use).
     pub fn totals(&self) -> (f64, f64, f64) {
         let (mut w, mut a, mut u) = (0.0, 0.0, 0.0);
         for t in &self.threads {
@@ -365,7 +473,13 @@ mod tests {
             ppid: 0,
             start_unix_ns: 0,
             duration_ns: 1,
-            sampler: Sampler { kind: "software".into(), event: "task-clock".into(), period: 1000, unit: "ns".into(), ..Default::default() },
+            sampler: Sampler {
+                kind: SamplerKind::Software,
+                event: "task-clock".into(),
+                period: 1000,
+                unit: PeriodUnit::Ns,
+                ..Default::default()
+            },
             replacement: "reservoir".into(),
             debug_registers: 4,
             fp_precision: 0.01,
@@ -384,6 +498,7 @@ mod tests {
                 pairs: vec![Pair { watch: 2, trap: 1, waste: 30.0, approx_waste: 10.0, r#use: 60.0, traps: 3, ..Default::default() }],
                 counters: Counters::default(),
             }],
+            processes: vec![],
         }
     }
 
@@ -411,5 +526,41 @@ mod tests {
         p.threads[0].pairs[0].trap = 7;
         let s = serde_json::to_vec(&p).unwrap();
         assert!(matches!(Profile::from_bytes(&s), Err(LoadError::Corrupt(_))));
+        let mut p = sample();
+        p.threads[0].pairs[0].waste = -5.0;
+        assert!(matches!(Profile::from_bytes(&serde_json::to_vec(&p).unwrap()), Err(LoadError::Corrupt(_))));
+        // A broken child section is as corrupt as a broken top level.
+        let mut p = sample();
+        let mut child = sample();
+        child.threads[0].pairs[0].watch = 9;
+        p.processes.push(child);
+        assert!(matches!(Profile::from_bytes(&serde_json::to_vec(&p).unwrap()), Err(LoadError::Corrupt(_))));
+        let mut p = sample();
+        let mut child = sample();
+        child.processes.push(sample());
+        p.processes.push(child);
+        assert!(matches!(Profile::from_bytes(&serde_json::to_vec(&p).unwrap()), Err(LoadError::Corrupt(_))));
+    }
+
+    #[test]
+    fn units_are_typed_and_read_from_older_files() {
+        let mut v = serde_json::to_value(sample()).unwrap();
+        assert_eq!(v["sampler"]["kind"], "software");
+        assert_eq!(v["sampler"]["unit"], "ns");
+        assert!(v["sampler"].get("weight_unit").is_none() && v.get("processes").is_none());
+        let p = Profile::from_bytes(v.to_string().as_bytes()).unwrap();
+        assert_eq!(p.value_unit(), ValueUnit::ByteNs);
+        v["sampler"]["unit"] = "stores".into();
+        assert_eq!(Profile::from_bytes(v.to_string().as_bytes()).unwrap().value_unit(), ValueUnit::Bytes);
+        // As the engine writes it, and as profiles of an interim format did ("").
+        for (w, want) in [("byte·ns", ValueUnit::ByteNs), ("bytes", ValueUnit::Bytes), ("", ValueUnit::Bytes)] {
+            v["sampler"]["weight_unit"] = w.into();
+            assert_eq!(Profile::from_bytes(v.to_string().as_bytes()).unwrap().value_unit(), want, "{w:?}");
+        }
+        let mut p = sample();
+        p.sampler.weight_unit = Some(ValueUnit::ByteNs);
+        assert_eq!(serde_json::to_value(&p).unwrap()["sampler"]["weight_unit"], "byte·ns");
+        v["sampler"]["kind"] = "sundial".into();
+        assert!(matches!(Profile::from_bytes(v.to_string().as_bytes()), Err(LoadError::Corrupt(_))));
     }
 }

@@ -6,14 +6,20 @@
 //! with probability N/k. A trap that frees a slot resets k. The naive
 //! policies are kept as options to show why they fail (Listing 4.2).
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The doc comments are the command line's help (the `clap` feature).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Policy {
+    /// Reservoir sampling: every sample has an equal chance to be watched
     Reservoir,
-    /// Replace the slot armed longest ago.
+    /// Replace the oldest armed watchpoint
     Oldest,
-    /// Replace the slot armed most recently.
+    /// Replace the newest armed watchpoint
     Newest,
-    /// Only use free slots.
+    /// Only use free slots; drop samples while all are armed
+    #[serde(alias = "empty")]
+    #[cfg_attr(feature = "clap", value(alias = "empty"))]
     EmptyOnly,
 }
 

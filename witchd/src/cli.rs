@@ -2,9 +2,11 @@
 //!
 //! Parsing only: each subcommand's work lives in its own module.
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use crate::render::Format;
+use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
+use witchcraft::replacement::Policy;
 
 const TOP_AFTER_HELP: &str = "\
 Examples:
@@ -91,14 +93,30 @@ Examples:
   witch report app.witch --folded > app.folded
   witch report app.witch --flamegraph app.svg
 
-pprof and flame-graph stacks are the synthetic context of each pair: the watched context,
-then KILLED_BY or SAME_VALUE_AS (USED_BY for the bytes that were used), then the trap context.
+PROFILE may also be the directory of parts an interrupted run left (witch-parts-PID/);
+--save FILE writes it as one profile.
 
-JSON (stable fields): schema, craft, program, sampler {event, period, kind}, samples, traps,
-waste_bytes, use_bytes, waste_fraction (0..1), approx_waste_bytes, and pairs sorted by waste,
-each {waste_bytes, use_bytes, share, watch: {frames}, trap: {frames}} with frames innermost
-first as {function, file, line, module, offset}; file and line are null when unknown.
---top limits `pairs` (pair_count gives the total); totals always cover every pair.
+pprof and flame-graph stacks are the synthetic context of each pair. With --pprof-leaf trap
+(the default) a stack runs from the watched context through KILLED_BY or SAME_VALUE_AS (USED_BY
+for the bytes that were used) to the trapping context, so `go tool pprof -top` ranks the
+killers; with --pprof-leaf watch it runs from the trapping context through KILLS, SAME_VALUE_AS
+or USES to the watched one, so `-top` ranks the dead (or silent, redundant) accesses themselves.
+Sample types waste and use are in the profile's unit: bytes, or byte·ns for time-weighted
+estimates (which pprof then shows as plain numbers).
+
+JSON (schema 2; stable fields): schema, craft, program, args, pid, sampler {event, period,
+kind, unit}, unit (of every waste and use figure: bytes or byte·ns), samples, traps, waste,
+approx_waste, use, waste_fraction (0..1), waste_fraction_ci [lo, hi] (95%), duration_ns,
+threads, pair_count, counters, notes;
+lines: the program's own source lines by waste, each {function, file, line, module, via,
+pids, waste, approx_waste, use, share, share_ci, fraction, fraction_ci, traps, few_traps,
+partners: [{function, file, line, module, via, waste, use}]};
+pairs by waste, each {pid, waste, approx_waste, use, share, share_ci, fraction, fraction_ci,
+traps, few_traps, watch: {frames}, trap: {frames}}, frames innermost first as {function,
+file, line, module, offset, inlined} (file and line null when unknown);
+processes: each {pid, ppid, program, args, ended_by, duration_ns, threads, samples, traps,
+waste, use, share, waste_fraction, waste_fraction_ci, notes}.
+JSON keeps every line and pair unless --top is given; totals always cover everything.
 
 Debug info is found by build-id under $WITCH_DEBUG_DIRS (colon-separated) and /usr/lib/debug,
 then at the recorded path; without it frames read `module+0xoffset`.")]
@@ -136,10 +154,10 @@ Each line ends in ok, degraded or missing, with what to do about it.")]
     Doctor(DoctorArgs),
 
     /// Talk to the witchd daemon: status, list, fetch, profile
-    Daemon(crate::daemon::client::DaemonArgs),
+    Daemon(crate::cmd::daemon::DaemonArgs),
 }
 
-/// Options shared by the three crafts' run commands (consumed by `run.rs`).
+/// Options shared by the three crafts' run commands (consumed by `cmd/run.rs`).
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     /// Sampling event name, or "list" to show what this machine offers and why
@@ -155,24 +173,32 @@ pub struct RunArgs {
     pub debug_registers: Option<u32>,
 
     /// Which armed watchpoint a new sample replaces when all are busy
-    #[arg(long, value_enum, default_value_t = Replacement::Reservoir, value_name = "POLICY")]
-    pub replacement: Replacement,
+    #[arg(long, value_enum, default_value_t = Policy::Reservoir, value_name = "POLICY")]
+    pub replacement: Policy,
 
     /// Relative precision within which floating-point values count as equal (0 = exact)
     #[arg(long, value_name = "REL", default_value_t = 0.01, value_parser = parse_precision)]
     pub fp_precision: f64,
 
-    /// Number of pairs to show in the report (0 = all)
-    #[arg(long, value_name = "N", default_value_t = 10)]
-    pub top: usize,
+    /// Lines in the report's summary (0 = all) [default: 10 in text; JSON keeps all]
+    #[arg(long, value_name = "N")]
+    pub top: Option<usize>,
 
-    /// Report format
+    /// Pairs the text report shows in full (0 = all)
+    #[arg(long, value_name = "N", default_value_t = crate::render::text::PAIRS_SHOWN)]
+    pub pairs: usize,
+
+    /// Report format: text on stderr, or JSON alone on stdout (the program's own stdout then goes to stderr)
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
 
     /// Where to write the profile [default: a name made of craft, program and pid]
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+
+    /// Also write the report, as JSON, to FILE (the program's output is left alone)
+    #[arg(long, value_name = "FILE")]
+    pub json_out: Option<PathBuf>,
 
     /// Don't print the report (the profile is still written)
     #[arg(short = 'q', long)]
@@ -196,51 +222,27 @@ pub struct RunArgs {
     pub command: Vec<OsString>,
 }
 
-/// Watchpoint replacement policy (Witch §4.4.1).
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Replacement {
-    /// Reservoir sampling: every sample has an equal chance to be watched
-    Reservoir,
-    /// Replace the oldest armed watchpoint
-    Oldest,
-    /// Replace the newest armed watchpoint
-    Newest,
-    /// Only use free slots; drop samples while all are armed
-    EmptyOnly,
-}
-
-impl Replacement {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Replacement::Reservoir => "reservoir",
-            Replacement::Oldest => "oldest",
-            Replacement::Newest => "newest",
-            Replacement::EmptyOnly => "empty-only",
-        }
-    }
-}
-
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// Human-readable report for a terminal
-    Text,
-    /// One JSON object (fields: see `witch report --help`)
-    Json,
-}
-
 #[derive(Args, Debug)]
 pub struct ReportArgs {
-    /// The profile file written by a run
+    /// The profile file written by a run (or the directory of parts an interrupted run left)
     #[arg(value_name = "PROFILE")]
     pub file: PathBuf,
+
+    /// Also write the profile, as one file, to FILE (gathers a directory of parts)
+    #[arg(long, value_name = "FILE")]
+    pub save: Option<PathBuf>,
 
     /// Print the report as one JSON object instead of text
     #[arg(long)]
     pub json: bool,
 
-    /// Also write a gzipped pprof profile (sample types waste/bytes and use/bytes)
+    /// Also write a gzipped pprof profile (sample types waste and use, in the profile's unit)
     #[arg(long, value_name = "OUT.pb.gz")]
     pub pprof: Option<PathBuf>,
+
+    /// Which side of a pair is the leaf of its pprof stack: trap (the killer) or watch (the dead access)
+    #[arg(long, value_enum, default_value_t = crate::render::pprof::Leaf::Trap, value_name = "SIDE")]
+    pub pprof_leaf: crate::render::pprof::Leaf,
 
     /// Print folded stacks (root first, value = waste bytes) instead of the report
     #[arg(long, conflicts_with = "json")]
@@ -250,9 +252,13 @@ pub struct ReportArgs {
     #[arg(long, value_name = "OUT.svg")]
     pub flamegraph: Option<PathBuf>,
 
-    /// Number of pairs to show (0 = all)
-    #[arg(long, value_name = "N", default_value_t = 10)]
-    pub top: usize,
+    /// Lines in the summary (0 = all) [default: 10 in text; JSON keeps all]
+    #[arg(long, value_name = "N")]
+    pub top: Option<usize>,
+
+    /// Pairs the text report shows in full (0 = all)
+    #[arg(long, value_name = "N", default_value_t = crate::render::text::PAIRS_SHOWN)]
+    pub pairs: usize,
 }
 
 #[derive(Args, Debug)]
@@ -337,23 +343,17 @@ pub fn parse_points(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
-/// "30s", "2m", "1h", "500ms" or plain seconds.
+/// A duration, for the command line and witchd's configuration alike:
+/// humantime's forms ("30s", "1m30s", "1h 30m", "500ms", "0.5s", "7d"), or a
+/// plain number of seconds ("30", "1.5"). Zero is refused.
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    let s = s.trim();
-    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = s.strip_suffix('m') {
-        (n, 60.0)
-    } else if let Some(n) = s.strip_suffix('h') {
-        (n, 3600.0)
-    } else {
-        (s, 1.0)
-    };
-    match num.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(std::time::Duration::from_secs_f64(v * mult)),
-        _ => Err(format!("{s:?} is not a duration (try 30s, 2m, 500ms)")),
+    let t = s.trim();
+    let d = humantime::parse_duration(t)
+        .ok()
+        .or_else(|| t.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0 && *v < 1e12).map(std::time::Duration::from_secs_f64));
+    match d {
+        Some(d) if !d.is_zero() => Ok(d),
+        _ => Err(format!("{s:?} is not a duration (try \"30s\", \"1m30s\", \"500ms\", \"7d\")")),
     }
 }
 
@@ -389,13 +389,32 @@ mod tests {
         let Command::Dead(a) = c.command else { panic!() };
         assert_eq!(a.period, None);
         assert_eq!(a.command.len(), 4);
-        assert_eq!(a.replacement.name(), "reservoir");
+        assert_eq!(a.replacement, Policy::Reservoir);
         let c = Cli::try_parse_from(["witch", "load", "--replacement", "empty-only", "--", "-weird"]).unwrap();
         let Command::SilentLoad(a) = c.command else { panic!() };
-        assert_eq!(a.replacement, Replacement::EmptyOnly);
+        assert_eq!(a.replacement, Policy::EmptyOnly);
         assert_eq!(a.command, vec![OsString::from("-weird")]);
         assert!(Cli::try_parse_from(["witch", "dead", "--debug-registers", "5", "./a"]).is_err());
         assert!(Cli::try_parse_from(["witch", "gate", "p.json"]).is_err());
         assert!(Cli::try_parse_from(["witch", "gate", "--baseline", "b", "p.json"]).is_err());
+        let c = Cli::try_parse_from(["witch", "dead", "--replacement", "empty", "./a"]).unwrap();
+        let Command::Dead(a) = c.command else { panic!() };
+        assert_eq!(a.replacement, Policy::EmptyOnly);
+    }
+
+    #[test]
+    fn one_duration_parser() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("0.5s"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(2 * 86400)));
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration(" 1.5 "), Ok(Duration::from_millis(1500)));
+        for bad in ["0s", "0", "soon", "-1s", "", "1e300"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -1,26 +1,43 @@
 //! The `witch` command line and the `witchd` daemon, as a library both
-//! binaries share: running and attaching, reports, diffs, gates, exports.
+//! binaries share.
+//!
+//! - [`cli`]: the command line's declaration (clap); [`cmd`]: one module per subcommand;
+//! - [`agent`]: where the agent library is and what it is told;
+//! - [`inject`]: attaching the agent to a running process;
+//! - [`analysis`]: a profile's pairs, symbolized and merged at source level;
+//! - [`symbolize`]: addresses to source frames, offline;
+//! - [`render`]: every output format, behind one `Recorder` trait;
+//! - [`daemon`]: the witchd daemon.
+
+pub mod agent;
+pub mod analysis;
 
 pub mod cli;
+pub mod cmd;
 pub mod daemon;
-pub mod diff;
-pub mod doctor;
-pub mod flame;
-pub mod gate;
+pub mod exit;
 pub mod inject;
-pub mod model;
-pub mod pprof;
-pub mod report;
-pub mod run;
+pub mod render;
 pub mod symbolize;
 
 use std::io::Write;
 
 /// Writes to stdout; a reader that went away (`| head`) is not an error.
 pub fn print(s: &str) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(s.as_bytes()).and_then(|_| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        r => Ok(r?),
+    print_with(|w| Ok(w.write_all(s.as_bytes())?))
+}
+
+/// Streams output to stdout through `f`; a reader that went away is not an error.
+pub fn print_with(f: impl FnOnce(&mut dyn Write) -> anyhow::Result<()>) -> anyhow::Result<()> {
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let broken = |e: &anyhow::Error| {
+        e.chain().any(|c| {
+            c.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+                || c.downcast_ref::<serde_json::Error>().is_some_and(|e| e.io_error_kind() == Some(std::io::ErrorKind::BrokenPipe))
+        })
+    };
+    match f(&mut out).and_then(|_| Ok(out.flush()?)) {
+        Err(e) if broken(&e) => Ok(()),
+        r => r,
     }
 }

@@ -2,16 +2,32 @@
 
 use clap::{CommandFactory, Parser};
 use witchcraft::profile::Craft;
-use witchd::cli::{self, Cli, Command, Format, ReportArgs};
-use witchd::{diff, doctor, flame, gate, model, pprof, print, report, run, symbolize};
+use witchd::cli::{Cli, Command, RunArgs};
+use witchd::{cmd, exit};
+
+/// Does the command line run a program (a craft without --pid)? Then witch's
+/// own failures must not look like the program's exit status.
+fn runs_a_program(args: &[String]) -> bool {
+    let craft = args.get(1).is_some_and(|c| ["dead", "silent-store", "silent", "silent-load", "load"].contains(&c.as_str()));
+    craft && !args.iter().skip(2).take_while(|a| *a != "--").any(|a| a == "--pid" || a.starts_with("--pid="))
+}
 
 fn main() {
-    let cli = Cli::parse(); // usage errors exit 2, --help/--version exit 0
+    let args: Vec<String> = std::env::args().collect();
+    let failed = if runs_a_program(&args) { exit::FAILED } else { exit::ERROR };
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) if !e.use_stderr() => e.exit(), // --help, --version: exit 0
+        Err(e) => {
+            let _ = e.print();
+            std::process::exit(failed);
+        }
+    };
     let code = match dispatch(cli) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("witch: {e:#}");
-            2
+            exit::code_of(&e, failed)
         }
     };
     std::process::exit(code);
@@ -22,48 +38,24 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Dead(a) => craft(Craft::Dead, &a),
         Command::SilentStore(a) => craft(Craft::SilentStore, &a),
         Command::SilentLoad(a) => craft(Craft::SilentLoad, &a),
-        Command::Report(a) => report(&a),
-        Command::Diff(a) => diff::run(&a),
-        Command::Gate(a) => gate::run(&a),
-        Command::Doctor(a) => doctor::run(&a),
-        Command::Daemon(a) => witchd::daemon::client::run(&a),
+        Command::Report(a) => cmd::report::run(&a),
+        Command::Diff(a) => cmd::diff::run(&a),
+        Command::Gate(a) => cmd::gate::run(&a),
+        Command::Doctor(a) => cmd::doctor::run(&a),
+        Command::Daemon(a) => cmd::daemon::run(&a),
     }
 }
 
-fn craft(c: Craft, a: &cli::RunArgs) -> anyhow::Result<i32> {
+fn craft(c: Craft, a: &RunArgs) -> anyhow::Result<i32> {
     // PROGRAM is optional to clap only so that `-e list` needs none.
     if a.command.is_empty() && a.pid.is_none() && a.event.as_deref() != Some("list") {
         let mut cmd = Cli::command();
         let sub = cmd.find_subcommand_mut(c.name()).expect("craft subcommand").clone();
-        sub.bin_name(format!("witch {}", c.name()))
+        let _ = sub
+            .bin_name(format!("witch {}", c.name()))
             .error(clap::error::ErrorKind::MissingRequiredArgument, format!("no PROGRAM given: try `witch {} ./app`", c.name()))
-            .exit();
+            .print();
+        std::process::exit(exit::FAILED);
     }
-    run::run(c, a)
-}
-
-fn report(a: &ReportArgs) -> anyhow::Result<i32> {
-    let p = model::load(&a.file)?;
-    let mut sym = symbolize::Symbolizer::new(&p.modules);
-    let pairs = model::pairs(&p, &mut sym);
-    if let Some(out) = &a.pprof {
-        pprof::write(&p, &mut sym, out)?;
-        eprintln!("witch: wrote pprof profile {}", out.display());
-    }
-    let folded = if a.folded || a.flamegraph.is_some() { flame::folded(&p, &pairs) } else { Vec::new() };
-    if let Some(out) = &a.flamegraph {
-        flame::svg(&p, &folded, out)?;
-        eprintln!("witch: wrote flame graph {}", out.display());
-    }
-    if a.folded {
-        let mut s = folded.join("\n");
-        if !s.is_empty() {
-            s.push('\n');
-        }
-        print(&s)?;
-    } else {
-        let f = if a.json { Format::Json } else { Format::Text };
-        print(&report::render_pairs(&p, &pairs, a.top, f)?)?;
-    }
-    Ok(0)
+    cmd::run::run(c, a)
 }

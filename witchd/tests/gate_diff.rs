@@ -14,10 +14,10 @@ fn gate_passes_and_fails_on_max_waste() {
     let p = save(&profile(fx, 0, BASE), "gate.witch"); // 75% waste
     let pass = witch(["gate".as_ref(), "--max-waste".as_ref(), "80%".as_ref(), p.as_os_str()]);
     assert_eq!(code(&pass), 0, "{}", stderr(&pass));
-    assert!(stdout(&pass).starts_with("witch gate: PASS waste 75.0% <= max 80.0% (dead, "), "{}", stdout(&pass));
+    assert!(stdout(&pass).starts_with("witch gate: PASS waste 75.0% (95% interval 74.2–75.8%) <= max 80.0% (dead, "), "{}", stdout(&pass));
     let fail = witch(["gate".as_ref(), "--max-waste".as_ref(), "70".as_ref(), p.as_os_str()]);
     assert_eq!(code(&fail), 1);
-    assert!(stdout(&fail).starts_with("witch gate: FAIL waste 75.0% > max 70.0% (dead, "), "{}", stdout(&fail));
+    assert!(stdout(&fail).starts_with("witch gate: FAIL waste 75.0% (95% interval 74.2–75.8%) > max 70.0% (dead, "), "{}", stdout(&fail));
 }
 
 #[test]
@@ -41,7 +41,7 @@ fn gate_baseline_increase_and_junit() {
         worse.as_os_str(),
     ]);
     assert_eq!(code(&o), 1, "{}{}", stdout(&o), stderr(&o));
-    assert!(stdout(&o).contains("+35.0pp over baseline 40.0%, > max +2.0pp"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("+35.0pp (95% interval +33.7 to +36.3pp) over baseline 40.0%, > max +2.0pp"), "{}", stdout(&o));
     let x = std::fs::read_to_string(&junit).unwrap();
     assert!(x.contains("<testsuite name=\"witch gate\" tests=\"2\" failures=\"1\""), "{x}");
     assert_eq!(x.matches("<testcase").count(), 2);
@@ -145,4 +145,52 @@ fn diff_matches_pairs_by_source_location() {
     // and offsets are file addresses, so they still match): vanished stays 0 either way.
     let o = witch(["diff".as_ref(), base.as_os_str(), fx.dir.join("nope.witch").as_os_str()]);
     assert_eq!(code(&o), 2);
+}
+
+/// A gate fails only when the waste is above its bound beyond the noise: on
+/// a profile resting on few traps it says it cannot tell, and passes.
+#[test]
+fn gate_cannot_tell_within_the_noise() {
+    let fx = fixture();
+    let few = save(&few_traps(profile(fx, 0, BASE), 3), "gate-few.witch"); // 75%, on 12 traps
+    let o = witch(["gate".as_ref(), "--max-waste".as_ref(), "70".as_ref(), few.as_os_str()]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).starts_with("witch gate: PASS (cannot tell) waste 75.0% (95% interval "), "{}", stdout(&o));
+    assert!(stdout(&o).contains("within the noise of max 70.0%"), "{}", stdout(&o));
+    // Far enough above the bound, even few traps fail.
+    let o = witch(["gate".as_ref(), "--max-waste".as_ref(), "10".as_ref(), few.as_os_str()]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    // An increase within the noise of the difference cannot fail either.
+    let base = save(&few_traps(profile(fx, 0, Bytes { init_fill: (500.0, 200.0), ..BASE }), 3), "gate-few-base.witch");
+    let junit = fx.dir.join("gate-few.xml");
+    let o = witch([
+        "gate".as_ref(),
+        "--baseline".as_ref(),
+        base.as_os_str(),
+        "--max-increase".as_ref(),
+        "1pp".as_ref(),
+        "--junit".as_ref(),
+        junit.as_os_str(),
+        few.as_os_str(),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    assert!(stdout(&o).contains("PASS (cannot tell)"), "{}", stdout(&o));
+    let x = std::fs::read_to_string(&junit).unwrap();
+    assert!(x.contains("skipped=\"1\"") && x.contains("<skipped message=\"cannot tell: "), "{x}");
+}
+
+/// Negative waste is not a profile witch wrote: refused, not passed.
+#[test]
+fn negative_waste_is_refused() {
+    let fx = fixture();
+    let mut p = profile(fx, 0, BASE);
+    p.threads[0].pairs[0].waste = -1e9;
+    let path = save(&p, "negative.witch");
+    for args in [&["gate", "--max-waste", "20%"][..], &["report"]] {
+        let mut a: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+        a.push(path.clone().into());
+        let o = witch(&a);
+        assert_eq!(code(&o), 2, "{args:?}: {}", stdout(&o));
+        assert!(stderr(&o).contains("corrupt"), "{}", stderr(&o));
+    }
 }

@@ -34,18 +34,22 @@ fn every_help_shows_an_example() {
     }
 }
 
+/// Usage errors exit 2, except where witch runs a program: there they exit
+/// 125, so that they cannot be mistaken for the program's own status.
 #[test]
-fn usage_errors_exit_2() {
+fn usage_errors_exit_2_or_125_where_a_program_runs() {
+    for args in [vec![], vec!["frobnicate"], vec!["report"], vec!["gate", "p.json"], vec!["dead", "--pid", "x"]] {
+        let o = witch(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    }
     for args in [
-        vec![],
         vec!["dead"],
-        vec!["frobnicate"],
         vec!["dead", "--debug-registers", "9", "./app"],
         vec!["dead", "--replacement", "lifo", "./app"],
         vec!["silent-load", "-p", "0", "./app"],
     ] {
         let o = witch(&args);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert_eq!(o.status.code(), Some(125), "{args:?}: {}", stderr(&o));
     }
 }
 

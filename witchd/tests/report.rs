@@ -30,7 +30,7 @@ fn json_report_fields_values_and_lines() {
     let o = witch(["report".as_ref(), path.as_os_str(), "--json".as_ref()]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: Value = serde_json::from_str(&stdout(&o)).expect("one JSON object");
-    assert_eq!(v["schema"], 1);
+    assert_eq!(v["schema"], 2);
     assert_eq!(v["craft"], "dead");
     assert_eq!(v["program"], fx.bin.display().to_string());
     assert_eq!(v["sampler"]["kind"], "software");
@@ -38,20 +38,24 @@ fn json_report_fields_values_and_lines() {
     assert_eq!(v["sampler"]["period"], 100_000);
     assert_eq!(v["samples"], 50);
     assert_eq!(v["traps"], 35);
-    assert_eq!(v["waste_bytes"], 900.0);
-    assert_eq!(v["use_bytes"], 300.0);
-    assert_eq!(v["approx_waste_bytes"], 0.0);
+    // The fixture's period is CPU time: the figures are byte·ns, and say so.
+    assert_eq!(v["unit"], "byte·ns");
+    assert_eq!(v["waste"], 900.0);
+    assert_eq!(v["use"], 300.0);
+    assert_eq!(v["approx_waste"], 0.0);
+    let ci = v["waste_fraction_ci"].as_array().unwrap();
+    assert!(ci[0].as_f64().unwrap() < 0.75 && ci[1].as_f64().unwrap() > 0.75, "{ci:?}");
     assert!((v["waste_fraction"].as_f64().unwrap() - 0.75).abs() < 1e-12);
 
     let pairs = v["pairs"].as_array().unwrap();
     // Thread 1's and thread 2's init→fill pairs merged: 3 source-level pairs.
     assert_eq!(pairs.len(), 3);
     assert_eq!(v["pair_count"], 3);
-    let wastes: Vec<f64> = pairs.iter().map(|p| p["waste_bytes"].as_f64().unwrap()).collect();
+    let wastes: Vec<f64> = pairs.iter().map(|p| p["waste"].as_f64().unwrap()).collect();
     assert_eq!(wastes, vec![800.0, 100.0, 0.0], "sorted by waste");
     assert!((pairs[0]["share"].as_f64().unwrap() - 800.0 / 900.0).abs() < 1e-12);
     assert!((pairs[1]["share"].as_f64().unwrap() - 100.0 / 900.0).abs() < 1e-12);
-    assert_eq!(pairs[2]["use_bytes"], 300.0);
+    assert_eq!(pairs[2]["use"], 300.0);
     assert_eq!(pairs[2]["share"], 0.0);
 
     let l = &fx.line;
@@ -69,7 +73,7 @@ fn json_report_fields_values_and_lines() {
     let o = witch(["report".as_ref(), path.as_os_str(), "--json".as_ref(), "--top".as_ref(), "1".as_ref()]);
     let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["pairs"].as_array().unwrap().len(), 1);
-    assert_eq!(v["waste_bytes"], 900.0);
+    assert_eq!(v["waste"], 900.0);
 }
 
 #[test]
@@ -217,7 +221,8 @@ fn pprof_decodes_to_the_same_totals_and_synthetic_stacks() {
     let p = pb::Profile::decode(&*raw).unwrap();
     let s = |i: i64| p.string_table[i as usize].as_str();
     let types: Vec<(&str, &str)> = p.sample_type.iter().map(|t| (s(t.r#type), s(t.unit))).collect();
-    assert_eq!(types, vec![("waste", "bytes"), ("use", "bytes")]);
+    // The fixture's period is CPU time: its figures are byte·ns, not bytes.
+    assert_eq!(types, vec![("waste", "byte·ns"), ("use", "byte·ns")]);
     let waste: i64 = p.sample.iter().map(|x| x.value[0]).sum();
     let used: i64 = p.sample.iter().map(|x| x.value[1]).sum();
     assert_eq!((waste, used), (900, 300));
@@ -261,4 +266,158 @@ fn folded_and_flamegraph() {
     assert!(s.contains("init") && s.contains("KILLED_BY"));
     // The report is still printed.
     assert!(stdout(&o).contains("Waste fraction"));
+}
+
+/// Module paths are the profile writer's choice: a FIFO there must not hang
+/// `witch report`, nor /dev/zero make it read without end.
+#[test]
+fn report_of_a_profile_naming_a_fifo_or_dev_zero_finishes() {
+    let fx = fixture();
+    let dir = scratch("fifo-module");
+    let fifo = dir.join("libfifo.so");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let mut p = profile(fx, 0, BASE);
+    for (path, start) in [(fifo.display().to_string(), 0x500000), ("/dev/zero".to_string(), 0x600000)] {
+        p.modules.push(Module { path, build_id: None, start, end: start + 0x10000, bias: start });
+        let t = &mut p.threads[0];
+        t.nodes.push(Node { parent: 0, pc: start + 0x1000, samples: 1 });
+        let n = t.nodes.len() as u32 - 1;
+        t.pairs.push(Pair { watch: n, trap: n, waste: 50.0, traps: 1, ..Default::default() });
+    }
+    let path = save_in(&dir, &p, "fifo.witch");
+    let svg = dir.join("f.svg");
+    let pb = dir.join("f.pb.gz");
+    for extra in [vec![], vec!["--json"], vec!["--folded"], vec!["--pprof", pb.to_str().unwrap(), "--flamegraph", svg.to_str().unwrap()]] {
+        let mut args = vec!["report", path.to_str().unwrap()];
+        args.extend(&extra);
+        let (o, took) = witch_limited(&args, 60, 2 << 30).unwrap_or_else(|| panic!("witch {args:?} did not finish within 60 s"));
+        assert!(o.status.success(), "{args:?} ({took:?}): {}", stderr(&o));
+    }
+    let (o, _) = witch_limited(&["report", path.to_str().unwrap()], 60, 2 << 30).unwrap();
+    let t = stdout(&o);
+    assert!(t.contains("libfifo.so+0x1000") && t.contains("zero+0x1000"), "{t}");
+}
+
+/// A profile as large as a big program's (here 400k context nodes and 120k
+/// pairs) renders in seconds, in memory proportional to it: before, every
+/// pair's two contexts were symbolized and keyed frame by frame, and a 130 MB
+/// profile took minutes and tens of GB.
+#[test]
+fn a_large_profile_renders_in_seconds_within_bounded_memory() {
+    let fx = fixture();
+    let dir = scratch("big");
+    let p = big_profile(fx, 4, 100_000, 30_000);
+    let path = save_in(&dir, &p, "big.witch");
+    let mb = std::fs::metadata(&path).unwrap().len() >> 20;
+    for args in [vec!["report", path.to_str().unwrap()], vec!["diff", path.to_str().unwrap(), path.to_str().unwrap()]] {
+        let (o, took) = witch_limited(&args, 60, 1 << 30).unwrap_or_else(|| panic!("witch {args:?} on a {mb} MB profile took over 60 s"));
+        assert!(o.status.success(), "witch {args:?} on a {mb} MB profile failed in 1 GiB of address space: {}", stderr(&o));
+        eprintln!("witch {} on a {mb} MB profile: {took:.1?}", args[0]);
+    }
+}
+
+/// The report starts with the program's own lines, each with the lines that
+/// killed it, and `--top` limits that table; JSON keeps every line and pair.
+#[test]
+fn summary_of_own_lines_with_their_killers_comes_first() {
+    let fx = fixture();
+    let path = save(&profile(fx, 0, BASE), "summary.witch");
+    let l = &fx.line;
+    let o = witch(["report".as_ref(), path.as_os_str()]);
+    let t = stdout(&o);
+    let lines: Vec<&str> = t.lines().collect();
+    let at = |needle: &str| lines.iter().position(|x| x.contains(needle)).unwrap_or_else(|| panic!("no {needle:?} in\n{t}"));
+    let init = at(&format!("app.c:{} init", l["INIT_STORE"]));
+    assert!(lines[init].trim_start().starts_with("88.9%"), "{}", lines[init]);
+    assert!(lines[init + 1].contains(&format!("killed by app.c:{} poke", l["POKE_STORE"])), "{}", lines[init + 1]);
+    let poke =
+        lines.iter().position(|x| x.trim_start().starts_with("11.1%") && x.contains(&format!("app.c:{} poke", l["POKE_STORE"]))).unwrap();
+    assert!(init < poke && poke < at("#1 "), "summary first, then the pairs:\n{t}");
+    assert!(lines[poke + 1].contains("killed by the same line"), "{}", lines[poke + 1]);
+
+    // --top limits the table.
+    let o = witch(["report".as_ref(), path.as_os_str(), "--top".as_ref(), "1".as_ref()]);
+    let t = stdout(&o);
+    assert!(t.contains("(top 1 of 2; --top N for more)") && !t.contains(&format!("app.c:{} poke  ", l["POKE_STORE"])), "{t}");
+
+    // JSON keeps every line, with its partners and intervals.
+    let o = witch(["report".as_ref(), path.as_os_str(), "--json".as_ref()]);
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let lines = v["lines"].as_array().unwrap();
+    assert_eq!(lines.len(), 2, "the watch lines, init's and poke's: {lines:?}");
+    assert_eq!(lines[1]["partners"][1]["function"], "sum", "poke's stores are used by sum: {:?}", lines[1]);
+    assert_eq!(lines[1]["partners"][1]["use"], 300.0);
+    assert_eq!((lines[0]["function"].as_str(), lines[0]["line"].as_u64()), (Some("init"), Some(l["INIT_STORE"] as u64)));
+    assert_eq!(lines[0]["waste"], 800.0);
+    assert_eq!(lines[0]["partners"][0]["function"], "poke");
+    assert!((lines[0]["share"].as_f64().unwrap() - 800.0 / 900.0).abs() < 1e-12);
+    let ci = lines[0]["share_ci"].as_array().unwrap();
+    assert!(ci[0].as_f64().unwrap() <= 800.0 / 900.0 && ci[1].as_f64().unwrap() >= 800.0 / 900.0);
+    assert_eq!(v["pairs"].as_array().unwrap().len(), 3);
+    assert_eq!(v["pair_count"], 3);
+}
+
+/// Pairs resting on few traps say so, in text and JSON.
+#[test]
+fn pairs_resting_on_few_traps_are_marked() {
+    let fx = fixture();
+    let path = save(&few_traps(profile(fx, 0, BASE), 3), "few.witch");
+    let t = stdout(&witch(["report".as_ref(), path.as_os_str()]));
+    assert!(t.contains("few traps: uncertain") && t.contains("~ fewer than 10 traps"), "{t}");
+    let v: Value = serde_json::from_str(&stdout(&witch(["report".as_ref(), path.as_os_str(), "--json".as_ref()]))).unwrap();
+    assert_eq!(v["pairs"][0]["few_traps"], true);
+    let path = save(&profile(fx, 0, BASE), "many.witch");
+    let v: Value = serde_json::from_str(&stdout(&witch(["report".as_ref(), path.as_os_str(), "--json".as_ref()]))).unwrap();
+    assert_eq!(v["pairs"][0]["few_traps"], false);
+}
+
+/// Escape sequences in a profile's strings reach the terminal as text, not as
+/// commands to it.
+#[test]
+fn terminal_escapes_in_a_profile_are_shown_not_obeyed() {
+    let fx = fixture();
+    let mut p = profile(fx, 0, BASE);
+    p.program = "/tmp/\x1b[2J\x1b]0;pwned\x07app".into();
+    p.notes = vec!["\x1b[31mred\x1b[0m".into()];
+    let path = save(&p, "escapes.witch");
+    for args in [vec!["report"], vec!["gate", "--max-waste", "50"]] {
+        let mut a: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+        a.push(path.clone().into());
+        let o = witch(&a);
+        let out = [o.stdout.clone(), o.stderr.clone()].concat();
+        assert!(!out.iter().any(|&b| b == 0x1b || b == 0x07), "{args:?}: raw control bytes in {:?}", String::from_utf8_lossy(&out));
+        assert!(String::from_utf8_lossy(&out).contains("\\e[2J"), "{args:?}: {}", String::from_utf8_lossy(&out));
+    }
+    let o = witch(["diff".as_ref(), path.as_os_str(), path.as_os_str()]);
+    assert!(!o.stdout.contains(&0x1b), "diff: {}", stdout(&o));
+}
+
+/// `--pprof-leaf watch` puts the dead store at the leaf, so pprof's `-top`
+/// ranks dead stores; the default keeps the killer there.
+#[test]
+fn pprof_leaf_watch_puts_the_dead_store_at_the_leaf() {
+    use prost::Message;
+    use std::io::Read;
+    let fx = fixture();
+    let path = save(&profile(fx, 0, BASE), "leaf.witch");
+    let out = fx.dir.join("leaf.pb.gz");
+    let o = witch(["report".as_ref(), path.as_os_str(), "--pprof".as_ref(), out.as_os_str(), "--pprof-leaf".as_ref(), "watch".as_ref()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(&out).unwrap()).read_to_end(&mut raw).unwrap();
+    let p = pb::Profile::decode(&*raw).unwrap();
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    let fname = |fid: u64| s(p.function.iter().find(|f| f.id == fid).unwrap().name).to_string();
+    let stack = |smp: &pb::Sample| -> Vec<String> {
+        smp.location_id
+            .iter()
+            .flat_map(|id| p.location.iter().find(|l| l.id == *id).unwrap().line.iter().map(|l| fname(l.function_id)))
+            .collect()
+    };
+    let want: Vec<&str> = vec!["init", "main", "KILLS", "poke", "fill", "main"];
+    let got: i64 = p.sample.iter().filter(|x| stack(x) == want).map(|x| x.value[0]).sum();
+    assert_eq!(got, 800, "init's dead stores at the leaf, killed by fill");
+    let waste: i64 = p.sample.iter().map(|x| x.value[0]).sum();
+    assert_eq!(waste, 900);
 }

@@ -171,9 +171,9 @@ fn silent_crafts_word_pairs_and_split_approximate_waste() {
         let o = witch(["report".as_ref(), path.as_os_str(), "--json".as_ref()]);
         let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
         assert_eq!(v["craft"], craft.name());
-        assert_eq!(v["waste_bytes"], 900.0);
-        assert_eq!(v["approx_waste_bytes"], 100.0);
-        assert_eq!(v["pairs"][0]["approx_waste_bytes"], 100.0);
+        assert_eq!(v["waste"], 900.0);
+        assert_eq!(v["approx_waste"], 100.0);
+        assert_eq!(v["pairs"][0]["approx_waste"], 100.0);
         let o = witch(["report".as_ref(), path.as_os_str(), "--folded".as_ref()]);
         assert!(stdout(&o).contains(&format!("main;init;{rel};main;fill;poke 800")), "{}", stdout(&o));
     }

@@ -355,6 +355,7 @@ impl Agent {
             counters,
             modules: modules::current().map(|m| m.to_profile()).unwrap_or_default(),
             threads,
+            processes: Vec::new(),
         }
     }
 

@@ -38,20 +38,14 @@ impl SamplerKind {
     /// The profile's description of this sampler at `period`, with
     /// single-step bursts of `burst_steps` instructions (0: none).
     pub fn to_profile(&self, period: u64, burst_steps: u32) -> profile::Sampler {
+        use profile::{PeriodUnit, SamplerKind as Kind, ValueUnit};
         let (kind, unit) = match self {
-            SamplerKind::Pmu(e) if e.kind == AccessKind::Load => ("pmu", "loads"),
-            SamplerKind::Pmu(_) => ("pmu", "stores"),
-            _ => ("software", "ns"),
+            SamplerKind::Pmu(e) if e.kind == AccessKind::Load => (Kind::Pmu, PeriodUnit::Loads),
+            SamplerKind::Pmu(_) => (Kind::Pmu, PeriodUnit::Stores),
+            _ => (Kind::Software, PeriodUnit::Ns),
         };
-        let weight_unit = if kind == "software" && burst_steps == 0 { "byte·ns" } else { "bytes" };
-        profile::Sampler {
-            kind: kind.into(),
-            event: self.event_name(),
-            period,
-            unit: unit.into(),
-            weight_unit: weight_unit.into(),
-            burst_steps,
-        }
+        let weight_unit = if kind == Kind::Software && burst_steps == 0 { ValueUnit::ByteNs } else { ValueUnit::Bytes };
+        profile::Sampler { kind, event: self.event_name(), period, unit, weight_unit: Some(weight_unit), burst_steps }
     }
 
     /// Choose the sampler for `cfg` on this machine: the PMU event it names

@@ -16,7 +16,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use serde::Deserialize;
-use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -100,7 +99,7 @@ async fn pprof(d: Arc<Daemon>, id: String) -> Response {
     let r = tokio::task::spawn_blocking(move || -> Result<Vec<u8>> {
         let bytes = d.store.lock().unwrap().read(&id)?;
         let p = Profile::from_bytes(&bytes).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let gz = gzipped_pprof(&p);
+        let gz = crate::render::pprof::gzipped(&p);
         // Symbolizing parsed every module's debug info into many small
         // allocations, now free: give the pages back rather than keep the peak.
         unsafe { libc::malloc_trim(0) };
@@ -116,18 +115,8 @@ async fn pprof(d: Arc<Daemon>, id: String) -> Response {
             gz,
         )
             .into_response(),
-        Ok(Err(e)) if e.to_string().starts_with("no stored profile") => (StatusCode::NOT_FOUND, format!("{e:#}\n")).into_response(),
+        Ok(Err(e)) if e.is::<store::NotStored>() => (StatusCode::NOT_FOUND, format!("{e:#}\n")).into_response(),
         Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}\n")).into_response(),
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "conversion failed\n").into_response(),
     }
-}
-
-/// The pprof message of a profile, gzipped, as `witch report --pprof` writes it.
-pub fn gzipped_pprof(p: &Profile) -> Result<Vec<u8>> {
-    use prost::Message;
-    let mut sym = crate::symbolize::Symbolizer::new(&p.modules);
-    let msg = crate::pprof::build(p, &mut sym);
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    gz.write_all(&msg.encode_to_vec())?;
-    Ok(gz.finish()?)
 }

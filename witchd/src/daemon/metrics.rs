@@ -154,7 +154,7 @@ impl Exposition {
 /// every profile) times the traps and interrupts counted. The fallback costs
 /// are this repository's measurements in a VM.
 pub fn overhead_ns(p: &witchcraft::profile::Profile) -> u64 {
-    let c = crate::model::counters(p);
+    let c = crate::analysis::counters(p);
     if c.engine_ns > 0 {
         return c.engine_ns;
     }

@@ -12,7 +12,6 @@
 //! fixed counters.
 
 pub mod api;
-pub mod client;
 pub mod config;
 pub mod http;
 pub mod metrics;

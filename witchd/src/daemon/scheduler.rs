@@ -69,7 +69,7 @@ impl Targets {
     /// Records a finished session's figures on its target, if it is one.
     pub fn record(&mut self, p: &Proc, craft: Craft, profile: &Profile, meta: Option<&Meta>, overhead_ns: u64) {
         let Some(t) = self.map.get_mut(&p.pid).filter(|t| t.proc.start_time == p.start_time) else { return };
-        let c = crate::model::counters(profile);
+        let c = crate::analysis::counters(profile);
         let last = Last {
             waste_fraction: profile.waste_fraction(),
             samples: c.samples,
@@ -176,7 +176,7 @@ pub fn options(p: &Profiling, craft: Craft) -> Options {
         period: p.period,
         event: p.event.clone(),
         debug_registers: p.debug_registers,
-        replacement: p.replacement.clone(),
+        replacement: p.replacement,
         fp_precision: p.fp_precision,
     }
 }

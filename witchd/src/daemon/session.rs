@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use witchcraft::profile::{Craft, Profile};
 
-/// How sessions are started; the real one is [`crate::attach`], tests use fakes.
+/// How sessions are started; the real one is [`crate::inject`], tests use fakes.
 pub trait Attacher: Send + Sync + 'static {
     fn attach(&self, pid: i32, opts: &Options) -> Result<Box<dyn Attached>>;
 }
@@ -175,7 +175,7 @@ pub async fn run(d: Arc<Daemon>, claim: Claim, plan: Plan) -> Done {
         return done(Outcome::Failed, None, None, Some(format!("{who} detached without a profile")));
     };
 
-    let c = crate::model::counters(&profile);
+    let c = crate::analysis::counters(&profile);
     d.counters.samples.fetch_add(c.samples, std::sync::atomic::Ordering::Relaxed);
     d.counters.traps.fetch_add(c.traps, std::sync::atomic::Ordering::Relaxed);
     let overhead = overhead_ns(&profile);

@@ -48,7 +48,7 @@ pub struct Meta {
 impl Meta {
     /// The meta of a profile about to be stored.
     pub fn new(p: &Profile, owner: Option<(u32, u32)>, target_exited: bool, origin: &str) -> Meta {
-        let c = crate::model::counters(p);
+        let c = crate::analysis::counters(p);
         Meta {
             id: String::new(),
             pid: p.pid,
@@ -100,6 +100,18 @@ pub fn now_ns() -> u64 {
 pub fn valid_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') && !id.starts_with('-')
 }
+
+/// No profile by that ID is stored (a refusal, not an I/O failure).
+#[derive(Debug)]
+pub struct NotStored(pub String);
+
+impl std::fmt::Display for NotStored {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "no stored profile {:?}", self.0)
+    }
+}
+
+impl std::error::Error for NotStored {}
 
 /// Write a file so a reader sees the old content or the new, never a part.
 fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
@@ -274,7 +286,7 @@ impl Store {
     /// The profile file's bytes.
     pub fn read(&self, id: &str) -> Result<Vec<u8>> {
         if !valid_id(id) || !self.index.contains_key(id) {
-            bail!("no stored profile {id:?}");
+            return Err(NotStored(id.to_string()).into());
         }
         std::fs::read(self.profile_path(id)).with_context(|| format!("cannot read stored profile {id}"))
     }
@@ -304,7 +316,7 @@ impl Store {
 /// A small synthetic profile, for tests here and in the daemon's.
 #[cfg(test)]
 pub mod tests_support {
-    use witchcraft::profile::{Counters, Craft, Pair, Profile, Sampler, Thread};
+    use witchcraft::profile::{Counters, Craft, Pair, PeriodUnit, Profile, Sampler, SamplerKind, Thread};
 
     pub fn profile(pid: u32, start_ms: u64, pad: usize) -> Profile {
         Profile {
@@ -317,7 +329,13 @@ pub mod tests_support {
             ppid: 1,
             start_unix_ns: start_ms * 1_000_000,
             duration_ns: 1_000_000_000,
-            sampler: Sampler { kind: "software".into(), event: "task-clock".into(), period: 1, unit: "ns".into(), ..Default::default() },
+            sampler: Sampler {
+                kind: SamplerKind::Software,
+                event: "task-clock".into(),
+                period: 1,
+                unit: PeriodUnit::Ns,
+                ..Default::default()
+            },
             replacement: "reservoir".into(),
             debug_registers: 4,
             fp_precision: 0.01,
@@ -332,6 +350,7 @@ pub mod tests_support {
                 pairs: vec![Pair { waste: 3.0, r#use: 1.0, ..Default::default() }],
                 counters: Counters::default(),
             }],
+            processes: vec![],
         }
     }
 }

@@ -135,7 +135,7 @@ pid = {}
             "test stop"
         }))
     });
-    let call = |req: &Request| client::call(&sock, req, Duration::from_secs(20));
+    let call = |req: &Request| crate::cmd::daemon::call(&sock, req, Duration::from_secs(20));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while call(&Request::Status).is_err() {
         assert!(std::time::Instant::now() < deadline, "daemon did not start");
@@ -197,7 +197,7 @@ pid = {}
     assert_eq!(code, 200);
     let mut raw = Vec::new();
     flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut raw).unwrap();
-    let pp = <crate::pprof::Profile as prost::Message>::decode(&raw[..]).unwrap();
+    let pp = <crate::render::pprof::Profile as prost::Message>::decode(&raw[..]).unwrap();
     assert!(!pp.sample.is_empty());
     assert_eq!(http_get(&addr, "/pprof/latest?pid=1&craft=dead").0, 404);
     assert_eq!(http_get(&addr, "/pprof/nope").0, 404);
@@ -211,5 +211,106 @@ pid = {}
     assert!(dir_bytes() <= max_bytes);
     let _ = a.kill();
     let _ = a.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A daemon serving `cfg` on its own thread, with a fake attacher, until the sender is used.
+struct Running {
+    sock: PathBuf,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Running {
+    fn start(cfg: Config) -> Running {
+        let sock = cfg.socket.clone();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(serve(cfg, Arc::new(Arc::new(Fake::default())), async move {
+                let _ = stop_rx.await;
+                "test stop"
+            }))
+        });
+        let r = Running { sock, stop: Some(stop_tx), thread: Some(thread) };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while r.call(&Request::Status).is_err() {
+            assert!(std::time::Instant::now() < deadline, "daemon did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        r
+    }
+
+    fn call(&self, req: &Request) -> anyhow::Result<(super::proto::Reply, Vec<u8>)> {
+        crate::cmd::daemon::call(&self.sock, req, Duration::from_secs(20))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        // A failed test may have left the daemon stuck: let it go rather than hang.
+        if let Some(t) = self.thread.take().filter(|_| !std::thread::panicking()) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Runs `f` on a thread; None if it has not returned within `limit`.
+fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit).ok()
+}
+
+/// A stored profile whose module files are a FIFO and /dev/zero (as the
+/// target's owner can make them after the profile was stored): the
+/// unauthenticated pprof export must answer, not hang on the FIFO or read
+/// /dev/zero without end.
+#[test]
+fn pprof_export_of_a_profile_naming_a_fifo_or_dev_zero_answers() {
+    let dir = tmpdir("fifo-module");
+    let fifo = dir.join("libevil.so");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let store_cfg =
+        super::config::StoreConfig { dir: dir.join("store"), max_bytes: 1 << 20, max_profiles: 10, max_age: Duration::from_secs(3600) };
+    let id = {
+        let (mut st, _) = store::Store::open(&store_cfg).unwrap();
+        let mut p = store::tests_support::profile(4242, 1000, 0);
+        let module = |path: &str, start: u64| witchcraft::profile::Module {
+            path: path.into(),
+            build_id: None,
+            start,
+            end: start + 0x10000,
+            bias: start,
+        };
+        p.modules = vec![module(fifo.to_str().unwrap(), 0x400000), module("/dev/zero", 0x800000)];
+        let t = &mut p.threads[0];
+        t.nodes.push(witchcraft::profile::Node { parent: 0, pc: 0x401000, samples: 1 });
+        t.nodes.push(witchcraft::profile::Node { parent: 1, pc: 0x801000, samples: 1 });
+        t.pairs[0].watch = 2;
+        t.pairs[0].trap = 1;
+        st.put(&p, store::Meta::new(&p, None, false, "schedule")).unwrap().id
+    };
+    let cfg = Config::parse(
+        &format!("socket = \"{}\"\nhttp = \"127.0.0.1:0\"\n[store]\ndir = \"{}\"\n", dir.join("w.sock").display(), store_cfg.dir.display()),
+        "test.toml",
+    )
+    .unwrap();
+    let d = Running::start(cfg);
+    let addr = d.call(&Request::Status).unwrap().0.status.unwrap().http.unwrap();
+    let got = within(Duration::from_secs(60), move || http_get(&addr, &format!("/pprof/{id}")));
+    let (code, gz) = got.expect("GET /pprof/ID did not answer within 60 s");
+    assert_eq!(code, 200);
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut raw).unwrap();
+    let pp = <crate::render::pprof::Profile as prost::Message>::decode(&raw[..]).unwrap();
+    assert!(!pp.sample.is_empty());
+    drop(d);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -34,21 +34,19 @@ pub struct Options {
     /// `cpu-timer`, `task-clock`, `cpu-clock` or a PMU event spec; None = automatic.
     pub event: Option<String>,
     pub debug_registers: Option<u32>,
-    /// `reservoir`, `oldest`, `newest` or `empty-only`.
-    pub replacement: String,
+    pub replacement: witchcraft::replacement::Policy,
     pub fp_precision: f64,
 }
 
 impl Options {
     /// The agent's settings.
     pub fn config(&self) -> Result<Config> {
-        let (sampler, event) = crate::run::sampler_env(self.craft, self.event.as_deref())?;
+        let (sampler, event) = crate::agent::sampler_env(self.craft, self.event.as_deref())?;
         let mut c = Config::new(self.craft).with_knobs_from_env();
         c.sampler = sampler;
         c.event = event;
         c.period = self.period;
-        c.replacement = witchcraft::replacement::Policy::parse(&self.replacement)
-            .ok_or_else(|| anyhow!("unknown replacement policy {:?}", self.replacement))?;
+        c.replacement = self.replacement;
         c.fp_precision = self.fp_precision;
         let free = witchcraft::probe::debug_registers().clamp(1, 4) as u32;
         c.debug_registers = self.debug_registers.unwrap_or(free).clamp(1, 4) as usize;
@@ -79,7 +77,7 @@ pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
     let pid = target.pid;
     target.check_x86_64()?;
     let config = opts.config()?;
-    let agent = crate::run::find_agent()?;
+    let agent = crate::agent::find_agent()?;
     let agent_path = agent.to_string_lossy().into_owned();
     let is_agent = |f: &str| f == "libwitch_agent.so";
     let loaded = target.object(is_agent).cloned();

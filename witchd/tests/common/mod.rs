@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
-use witchcraft::profile::{Counters, Craft, Module, Node, Pair, Profile, Sampler, Thread, SCHEMA};
+pub use witchcraft::profile::{Counters, Craft, Module, Node, Pair, PeriodUnit, Profile, Sampler, SamplerKind, Thread, SCHEMA};
 
 pub const SOURCE: &str = r#"#include <stdio.h>
 
@@ -210,7 +210,9 @@ pub const BASE: Bytes = Bytes { init_fill: (600.0, 200.0), fill_fill: 100.0, fil
 pub fn profile(fx: &Fixture, shift: u64, b: Bytes) -> Profile {
     let s = |a: u64| a + shift;
     let node = |parent, pc| Node { parent, pc, samples: 1 };
-    let pair = |watch, trap, waste: f64, r#use: f64| Pair { watch, trap, waste, approx_waste: 0.0, r#use, traps: 3, ..Default::default() };
+    // Many traps per pair, so the figures are well above the noise (see `few_traps`).
+    let pair =
+        |watch, trap, waste: f64, r#use: f64| Pair { watch, trap, waste, approx_waste: 0.0, r#use, traps: 3000, ..Default::default() };
     let mut t1 = Thread {
         tid: 100,
         nodes: vec![
@@ -253,6 +255,14 @@ pub fn profile(fx: &Fixture, shift: u64, b: Bytes) -> Profile {
     p
 }
 
+/// The same profile resting on `n` traps per pair: too few for its figures to be sure.
+pub fn few_traps(mut p: Profile, n: u64) -> Profile {
+    for pair in p.threads.iter_mut().flat_map(|t| &mut t.pairs) {
+        pair.traps = n;
+    }
+    p
+}
+
 /// A profile with the usual metadata around the given modules and threads.
 pub fn skeleton(craft: Craft, program: &str, modules: Vec<Module>, threads: Vec<Thread>) -> Profile {
     Profile {
@@ -265,7 +275,13 @@ pub fn skeleton(craft: Craft, program: &str, modules: Vec<Module>, threads: Vec<
         ppid: 1,
         start_unix_ns: 1_700_000_000_000_000_000,
         duration_ns: 1_500_000_000,
-        sampler: Sampler { kind: "software".into(), event: "task-clock".into(), period: 100_000, unit: "ns".into(), ..Default::default() },
+        sampler: Sampler {
+            kind: SamplerKind::Software,
+            event: "task-clock".into(),
+            period: 100_000,
+            unit: PeriodUnit::Ns,
+            ..Default::default()
+        },
         replacement: "reservoir".into(),
         debug_registers: 4,
         fp_precision: 0.01,
@@ -275,6 +291,7 @@ pub fn skeleton(craft: Craft, program: &str, modules: Vec<Module>, threads: Vec<
         counters: Counters::default(),
         modules,
         threads,
+        processes: vec![],
     }
 }
 
@@ -306,4 +323,92 @@ pub fn stdout(o: &Output) -> String {
 
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `witch ARGS` with a time limit and an address-space limit, so a witch that
+/// hangs or reads without end fails the test instead of the machine.
+/// Returns the output and the wall time; None if it ran out of time.
+pub fn witch_limited<S: AsRef<std::ffi::OsStr>>(args: &[S], secs: u64, max_bytes: u64) -> Option<(Output, std::time::Duration)> {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_witch"));
+    cmd.args(args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit { rlim_cur: max_bytes, rlim_max: max_bytes };
+            libc::setrlimit(libc::RLIMIT_AS, &lim);
+            Ok(())
+        });
+    }
+    let start = std::time::Instant::now();
+    let mut child = cmd.spawn().unwrap();
+    // Drain the pipes on threads so a large output cannot block the child.
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let o = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut out, &mut b);
+        b
+    });
+    let e = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut err, &mut b);
+        b
+    });
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let took = start.elapsed();
+            return Some((Output { status, stdout: o.join().unwrap(), stderr: e.join().unwrap() }, took));
+        }
+        if start.elapsed() > std::time::Duration::from_secs(secs) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A large synthetic profile over the fixture's code: `nodes` context-tree
+/// nodes (up to 40 deep) and `pairs` pairs in each of `threads` threads, with
+/// pcs spread over the fixture's functions. Deterministic.
+pub fn big_profile(fx: &Fixture, threads: usize, nodes: usize, pairs: usize) -> Profile {
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    let mut rnd = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n.max(1)
+    };
+    let pcs = [fx.init_store, fx.fill_store, fx.sum_load, fx.main_init, fx.main_fill, fx.main_sum];
+    let mut ts = Vec::new();
+    for t in 0..threads {
+        let mut ns = vec![Node { parent: 0, pc: 0, samples: 0 }];
+        let mut depth = vec![0u32];
+        for i in 1..nodes {
+            let mut parent = i as u64 - 1 - rnd(200.min(i as u64));
+            if depth[parent as usize] >= 40 {
+                parent = 0;
+            }
+            // Nearby instructions of the fixture's lines, so many distinct addresses.
+            let pc = pcs[rnd(pcs.len() as u64) as usize] + rnd(4);
+            ns.push(Node { parent: parent as u32, pc, samples: rnd(3) });
+            depth.push(depth[parent as usize] + 1);
+        }
+        let ps = (0..pairs)
+            .map(|_| Pair {
+                watch: 1 + rnd(nodes as u64 - 1) as u32,
+                trap: 1 + rnd(nodes as u64 - 1) as u32,
+                waste: rnd(1000) as f64,
+                approx_waste: 0.0,
+                r#use: rnd(1000) as f64,
+                traps: 1 + rnd(5),
+                ..Default::default()
+            })
+            .collect();
+        ts.push(Thread { tid: 100 + t as u32, nodes: ns, pairs: ps, counters: Counters { samples: 1, traps: 1, ..Default::default() } });
+    }
+    let module =
+        Module { path: fx.bin.display().to_string(), build_id: Some(fx.build_id.clone()), start: 0x400000, end: 0x405000, bias: 0 };
+    skeleton(Craft::Dead, &fx.bin.display().to_string(), vec![module], ts)
 }

@@ -4,13 +4,21 @@
 //! Each pair becomes samples whose stack is Witch's synthetic calling context
 //! (§4.6.5): watch context, then a relation frame, then trap context. pprof stacks are
 //! leaf first, so location_id = trap frames (innermost first), the relation, then watch
-//! frames (innermost first): the path root→leaf reads main→…→watch→KILLED_BY→main→…→trap.
+//! frames (innermost first): the path root→leaf reads main→…→watch→KILLED_BY→main→…→trap,
+//! and pprof's flat column (`-top`) lands on the trapping access: the killer.
+//! [`Leaf::Watch`] turns each stack around (main→…→trap→KILLS→main→…→watch), so `-top`
+//! ranks the watched accesses: which stores are dead.
+//!
+//! Sample values are in the profile's unit (bytes, or byte·ns), rounded to integers;
+//! each sample carries its thread and process as labels.
 
-use crate::symbolize::{Frame, Symbolizer};
+use super::Recorder;
+use crate::analysis::context::FrameId;
+use crate::analysis::{Analysis, Process};
+use crate::symbolize::{Frame, Modules};
 use flate2::write::GzEncoder;
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::Path;
 use witchcraft::profile::Profile as WitchProfile;
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -143,7 +151,8 @@ struct Builder {
     out: Profile,
     strings: HashMap<String, i64>,
     functions: HashMap<(String, String), u64>,
-    locations: HashMap<u64, u64>,
+    /// By process (index in the analysis) and runtime address.
+    locations: HashMap<(usize, u64), u64>,
     relations: HashMap<&'static str, u64>,
 }
 
@@ -169,22 +178,25 @@ impl Builder {
         id
     }
 
-    /// One location per runtime address, carrying its inlined frames.
-    fn location(&mut self, addr: u64, frames: &[Frame], mapping_id: u64) -> u64 {
-        if let Some(&id) = self.locations.get(&addr) {
+    /// One location per process and runtime address, carrying its inlined frames.
+    fn location(&mut self, run: &Analysis, proc: usize, addr: u64, frames: &[FrameId], mapping_id: u64) -> u64 {
+        if let Some(&id) = self.locations.get(&(proc, addr)) {
             return id;
         }
         let id = self.out.location.len() as u64 + 1;
         let line = frames
             .iter()
-            .map(|f| Line {
-                function_id: self.function(&f.function, f.file.as_deref().unwrap_or("")),
-                line: f.line.unwrap_or(0) as i64,
-                column: 0,
+            .map(|&f| {
+                let f: &Frame = run.names.get(f);
+                Line {
+                    function_id: self.function(&f.function, f.file.as_deref().unwrap_or("")),
+                    line: f.line.unwrap_or(0) as i64,
+                    column: 0,
+                }
             })
             .collect();
         self.out.location.push(Location { id, mapping_id, address: addr, line, is_folded: false });
-        self.locations.insert(addr, id);
+        self.locations.insert((proc, addr), id);
         id
     }
 
@@ -210,8 +222,30 @@ impl Builder {
 /// Relation frame for the used part of a pair: its bytes were put to use, not wasted.
 pub const USED_BY: &str = "USED_BY";
 
-/// Builds the pprof message. Values are bytes rounded to integers.
-pub fn build(p: &WitchProfile, sym: &mut Symbolizer) -> Profile {
+/// Which side of a pair is the leaf of its stack.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Leaf {
+    /// The trapping access (the killer): `go tool pprof -top` ranks killers
+    #[default]
+    Trap,
+    /// The watched access (the dead store): `go tool pprof -top` ranks dead stores
+    Watch,
+}
+
+/// The relation frame's name, read from root to leaf.
+fn relation(craft: witchcraft::profile::Craft, used: bool, leaf: Leaf) -> &'static str {
+    use witchcraft::profile::Craft;
+    match (used, leaf, craft) {
+        (true, Leaf::Trap, _) => USED_BY,
+        (true, Leaf::Watch, _) => "USES",
+        (false, Leaf::Trap, c) => c.relation(),
+        (false, Leaf::Watch, Craft::Dead) => "KILLS",
+        (false, Leaf::Watch, c) => c.relation(),
+    }
+}
+
+/// Builds the pprof message of every process of a run. Values are rounded to integers.
+pub fn build(run: &Analysis, leaf: Leaf) -> Profile {
     let mut b = Builder {
         out: Profile { string_table: vec![String::new()], ..Default::default() },
         strings: HashMap::from([(String::new(), 0)]),
@@ -219,11 +253,12 @@ pub fn build(p: &WitchProfile, sym: &mut Symbolizer) -> Profile {
         locations: HashMap::new(),
         relations: HashMap::new(),
     };
-    let bytes = b.s("bytes");
+    let p = run.main().profile;
+    let unit = b.s(p.value_unit().label());
     let (waste, used) = (b.s("waste"), b.s("use"));
-    b.out.sample_type = vec![ValueType { r#type: waste, unit: bytes }, ValueType { r#type: used, unit: bytes }];
+    b.out.sample_type = vec![ValueType { r#type: waste, unit }, ValueType { r#type: used, unit }];
     b.out.default_sample_type = waste;
-    let (pt, pu) = (b.s(&p.sampler.event), b.s(&p.sampler.unit));
+    let (pt, pu) = (b.s(&p.sampler.event), b.s(p.sampler.unit.name()));
     b.out.period_type = Some(ValueType { r#type: pt, unit: pu });
     b.out.period = p.sampler.period as i64;
     b.out.time_nanos = p.start_unix_ns as i64;
@@ -231,16 +266,25 @@ pub fn build(p: &WitchProfile, sym: &mut Symbolizer) -> Profile {
     let comment = format!("witch {} {} (pid {})", p.craft.name(), p.program, p.pid);
     let c = b.s(&comment);
     b.out.comment.push(c);
+    for (i, proc) in run.procs.iter().enumerate() {
+        process(&mut b, run, i, proc, leaf);
+    }
+    b.out
+}
 
+/// One process's mappings and samples.
+fn process(b: &mut Builder, run: &Analysis, pi: usize, proc: &Process, leaf: Leaf) {
+    let p: &WitchProfile = proc.profile;
+    let first_mapping = b.out.mapping.len() as u64;
     for (i, m) in p.modules.iter().enumerate() {
         let (f, id) = (b.s(&m.path), b.s(m.build_id.as_deref().unwrap_or("")));
         b.out.mapping.push(Mapping {
-            id: i as u64 + 1,
+            id: first_mapping + i as u64 + 1,
             memory_start: m.start,
             memory_limit: m.end,
             // Where the mapping starts in the file; unknown (0) without the file. Frames
             // carry their functions and lines, so viewers need not symbolize again.
-            file_offset: crate::symbolize::file_offset(Path::new(&m.path), m.start.wrapping_sub(m.bias)).unwrap_or(0),
+            file_offset: run.file_offset(m).unwrap_or(0),
             filename: f,
             build_id: id,
             has_functions: true,
@@ -249,49 +293,72 @@ pub fn build(p: &WitchProfile, sym: &mut Symbolizer) -> Profile {
             has_inline_frames: true,
         });
     }
-    let mapping_of = |a: u64| p.modules.iter().position(|m| m.start <= a && a < m.end).map_or(0, |i| i as u64 + 1);
     let thread_key = b.s("thread");
-
+    let pid_key = b.s("pid");
+    let modules = Modules::new(&p.modules);
+    let mapping_of = |a: u64| modules.index(a).map_or(0, |i| first_mapping + i as u64 + 1);
     for t in &p.threads {
         for pair in &t.pairs {
-            let mut locs = |b: &mut Builder, node: u32| -> Vec<u64> {
-                WitchProfile::context(t, node)
-                    .into_iter()
-                    .map(|a| {
-                        let fr = sym.frames(a);
-                        b.location(a, &fr, mapping_of(a))
-                    })
-                    .collect()
+            let locs = |b: &mut Builder, node: u32| -> Vec<u64> {
+                WitchProfile::context(t, node).into_iter().map(|a| b.location(run, pi, a, proc.frames_at(a), mapping_of(a))).collect()
             };
-            let watch = locs(&mut b, pair.watch);
-            let trap = locs(&mut b, pair.trap);
+            let watch = locs(b, pair.watch);
+            let trap = locs(b, pair.trap);
             let w = (pair.waste + pair.approx_waste).round() as i64;
             let u = pair.r#use.round() as i64;
-            for (rel, value) in [(p.craft.relation(), [w, 0]), (USED_BY, [0, u])] {
+            for (used, value) in [(false, [w, 0]), (true, [0, u])] {
                 if value == [0, 0] {
                     continue;
                 }
-                let mut ids = trap.clone();
-                ids.push(b.relation(rel));
-                ids.extend(&watch);
-                b.out.sample.push(Sample {
-                    location_id: ids,
-                    value: value.to_vec(),
-                    label: vec![Label { key: thread_key, str: 0, num: t.tid as i64, num_unit: 0 }],
-                });
+                let (leaf_side, root_side) = match leaf {
+                    Leaf::Trap => (&trap, &watch),
+                    Leaf::Watch => (&watch, &trap),
+                };
+                let mut ids = leaf_side.clone();
+                ids.push(b.relation(relation(p.craft, used, leaf)));
+                ids.extend(root_side);
+                let mut label = vec![Label { key: thread_key, str: 0, num: t.tid as i64, num_unit: 0 }];
+                if run.procs.len() > 1 {
+                    label.push(Label { key: pid_key, str: 0, num: p.pid as i64, num_unit: 0 });
+                }
+                b.out.sample.push(Sample { location_id: ids, value: value.to_vec(), label });
             }
         }
     }
-    b.out
 }
 
-/// Writes the gzipped pprof file.
-pub fn write(p: &WitchProfile, sym: &mut Symbolizer, path: &Path) -> anyhow::Result<()> {
-    use prost::Message;
-    let msg = build(p, sym);
-    let f = std::fs::File::create(path).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-    let mut gz = GzEncoder::new(std::io::BufWriter::new(f), flate2::Compression::default());
-    gz.write_all(&msg.encode_to_vec())?;
-    gz.finish()?.flush()?;
-    Ok(())
+/// The gzipped pprof file of a run.
+#[derive(Default)]
+pub struct Pprof {
+    leaf: Leaf,
+    gz: Vec<u8>,
+}
+
+impl Pprof {
+    pub fn new(leaf: Leaf) -> Pprof {
+        Pprof { leaf, gz: Vec::new() }
+    }
+}
+
+impl<'a> Recorder<'a> for Pprof {
+    fn record(&mut self, run: &'a Analysis<'a>) -> anyhow::Result<()> {
+        use prost::Message;
+        let msg = build(run, self.leaf);
+        let mut gz = GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(&msg.encode_to_vec())?;
+        self.gz = gz.finish()?;
+        Ok(())
+    }
+
+    fn write(&mut self, out: &mut dyn Write) -> anyhow::Result<()> {
+        out.write_all(&self.gz)?;
+        Ok(())
+    }
+}
+
+/// A profile as gzipped pprof, as `witch report --pprof` writes it.
+pub fn gzipped(p: &WitchProfile) -> anyhow::Result<Vec<u8>> {
+    let run = Analysis::of(p);
+    let mut r = Pprof::default();
+    super::render(&mut r, &run)
 }

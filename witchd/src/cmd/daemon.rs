@@ -1,9 +1,10 @@
 //! `witch daemon ...`: talk to a running witchd over its Unix socket.
 //!
-//! Plain blocking I/O: one request, one reply (see [`super::proto`]).
+//! Plain blocking I/O: one request, one reply (see [`crate::daemon::proto`]).
 
-use super::proto::{Reply, Request, Status};
-use super::store::Meta;
+use crate::daemon::proto::{Reply, Request, Status};
+use crate::daemon::store::Meta;
+use crate::render::units::{duration as fmt_duration, pct, size};
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
@@ -99,7 +100,7 @@ pub struct Output {
 
 /// The socket the client tries when not told.
 pub fn default_socket() -> PathBuf {
-    let own = super::config::default_socket();
+    let own = crate::daemon::config::default_socket();
     let system = Path::new("/run/witchd.sock");
     if std::env::var_os("WITCHD_SOCKET").is_none() && !own.exists() && system.exists() {
         return system.to_path_buf();
@@ -183,15 +184,15 @@ pub fn run(a: &DaemonArgs) -> Result<i32> {
                 eprintln!("witch daemon: {n}");
             }
             let p = write_profile(&body, out, r.meta.as_ref())?;
-            let c = crate::model::counters(&p);
+            let c = crate::analysis::counters(&p);
             eprintln!(
                 "witch daemon: pid {} ({}): {} for {}, {} samples, waste {}{}",
                 p.pid,
                 p.program.rsplit('/').next().unwrap_or(&p.program),
                 p.craft.name(),
-                crate::model::duration(p.duration_ns),
+                fmt_duration(p.duration_ns),
                 c.samples,
-                crate::model::pct(p.waste_fraction()),
+                pct(p.waste_fraction()),
                 r.meta.map_or(String::new(), |m| format!("; stored as {}", m.id))
             );
         }
@@ -206,7 +207,7 @@ fn write_profile(body: &[u8], out: &Output, meta: Option<&Meta>) -> Result<Profi
         Some(f) => f.as_os_str() == "-",
         None => !out.report,
     };
-    let data = if out.pprof { crate::daemon::http::gzipped_pprof(&p)? } else { body.to_vec() };
+    let data = if out.pprof { crate::render::pprof::gzipped(&p)? } else { body.to_vec() };
     if to_stdout {
         if out.pprof && std::io::stdout().is_terminal() {
             bail!("not writing binary pprof to a terminal; give -o FILE");
@@ -219,21 +220,9 @@ fn write_profile(body: &[u8], out: &Output, meta: Option<&Meta>) -> Result<Profi
         eprintln!("witch daemon: wrote {what} {}{}", f.display(), meta.map_or(String::new(), |m| format!(" ({})", m.id)));
     }
     if out.report {
-        crate::print(&crate::report::render_report(&p, 10, crate::cli::Format::Text)?)?;
+        crate::print(&super::report::render(&p, None, crate::render::text::PAIRS_SHOWN, crate::render::Format::Text)?)?;
     }
     Ok(p)
-}
-
-/// Bytes in the largest binary unit that keeps them above 1.
-fn size(b: u64) -> String {
-    let mut v = b as f64;
-    for unit in ["B", "KiB", "MiB", "GiB"] {
-        if v < 1024.0 || unit == "GiB" {
-            return if unit == "B" { format!("{b} B") } else { format!("{v:.1} {unit}") };
-        }
-        v /= 1024.0;
-    }
-    unreachable!()
 }
 
 fn render_status(s: &Status) -> String {
@@ -255,7 +244,7 @@ fn render_status(s: &Status) -> String {
     let _ = writeln!(o, "\n{:<8} {:<16} {:<22} {:>8} {:>8}  LATEST WASTE", "PID", "EXE", "STATE", "SESSIONS", "NEXT");
     for t in &s.targets {
         let next = t.next_in_s.map_or("-".into(), |n| format!("{:.1}s", n.max(0.0)));
-        let waste: Vec<String> = t.waste.iter().map(|(c, w)| format!("{c} {}", crate::model::pct(*w))).collect();
+        let waste: Vec<String> = t.waste.iter().map(|(c, w)| format!("{c} {}", pct(*w))).collect();
         let _ = writeln!(o, "{:<8} {:<16} {:<22} {:>8} {:>8}  {}", t.pid, t.exe, t.state, t.sessions, next, waste.join(", "));
         if let Some(e) = &t.last_error {
             let _ = writeln!(o, "         last error: {e}");
@@ -280,9 +269,9 @@ fn render_list(v: &[Meta]) -> String {
             m.pid,
             m.exe(),
             m.craft.name(),
-            crate::model::duration(m.duration_ns),
+            fmt_duration(m.duration_ns),
             m.samples,
-            crate::model::pct(m.waste_fraction),
+            pct(m.waste_fraction),
             if m.target_exited { " (target exited)" } else { "" }
         );
     }
@@ -319,14 +308,6 @@ mod tests {
         assert!(Cli::try_parse_from(["witch", "daemon", "fetch", "x", "--pid", "3"]).is_err());
         assert!(Cli::try_parse_from(["witch", "daemon", "profile"]).is_err());
         assert!(Cli::try_parse_from(["witch", "daemon", "frobnicate"]).is_err());
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(size(512), "512 B");
-        assert_eq!(size(20 * 1024), "20.0 KiB");
-        assert_eq!(size(256 << 20), "256.0 MiB");
-        assert_eq!(size(5 << 40), "5120.0 GiB");
     }
 
     #[test]

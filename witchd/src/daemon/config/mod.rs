@@ -22,11 +22,12 @@
 //! checked while parsing so errors point at `file:line:column`.
 
 use anyhow::{bail, Result};
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use witchcraft::profile::Craft;
+use witchcraft::replacement::Policy;
 
 /// The daemon's whole configuration, defaults filled in.
 #[derive(Debug, Clone)]
@@ -82,7 +83,7 @@ pub struct Profiling {
     pub period: Option<u64>,
     pub event: Option<String>,
     pub debug_registers: Option<u32>,
-    pub replacement: String,
+    pub replacement: Policy,
     pub fp_precision: f64,
 }
 
@@ -157,7 +158,7 @@ struct ProfilingFile {
     #[serde(default, deserialize_with = "registers")]
     debug_registers: Option<u32>,
     #[serde(default, deserialize_with = "replacement")]
-    replacement: Option<String>,
+    replacement: Option<Policy>,
     #[serde(default, deserialize_with = "precision")]
     fp_precision: Option<f64>,
 }
@@ -182,7 +183,7 @@ struct WatchFile {
     #[serde(default, deserialize_with = "registers")]
     debug_registers: Option<u32>,
     #[serde(default, deserialize_with = "replacement")]
-    replacement: Option<String>,
+    replacement: Option<Policy>,
     #[serde(default, deserialize_with = "precision")]
     fp_precision: Option<f64>,
 }
@@ -196,127 +197,15 @@ impl WatchFile {
             period: self.period,
             event: self.event.clone(),
             debug_registers: self.debug_registers,
-            replacement: self.replacement.clone(),
+            replacement: self.replacement,
             fp_precision: self.fp_precision,
         }
     }
 }
 
-/// A duration as a string ("10s", "0.5s", "250ms", "5m", "7d", "1h 30m") or a number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    crate::cli::parse_duration(s)
-        .or_else(|_| humantime::parse_duration(s.trim()).map_err(|_| ()))
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| format!("{s:?} is not a duration (try \"10s\", \"500ms\", \"5m\", \"7d\")"))
-}
-
-/// A size in bytes: an integer, or a string with a unit ("64MiB", "500KB", "1G"; K/M/G are 1024-based).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        _ => return Err(format!("{s:?} is not a size (try 65536, \"64KiB\", \"256MiB\", \"1GiB\")")),
-    };
-    match num.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok((v * mult as f64) as u64),
-        _ => Err(format!("{s:?} is not a size (try 65536, \"64KiB\", \"256MiB\", \"1GiB\")")),
-    }
-}
-
-/// A TOML value that may be a string or a number.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum StrOrNum {
-    Str(String),
-    Int(i64),
-    Float(f64),
-}
-
-fn dur<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    let v = match StrOrNum::deserialize(d)? {
-        StrOrNum::Str(s) => parse_duration(&s),
-        StrOrNum::Int(n) if n > 0 => Ok(Duration::from_secs(n as u64)),
-        StrOrNum::Float(f) if f.is_finite() && f > 0.0 => Ok(Duration::from_secs_f64(f)),
-        _ => Err("a duration must be positive (a number of seconds, or a string such as \"10s\")".into()),
-    };
-    v.map(Some).map_err(serde::de::Error::custom)
-}
-
-fn size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    let v = match StrOrNum::deserialize(d)? {
-        StrOrNum::Str(s) => parse_size(&s),
-        StrOrNum::Int(n) if n > 0 => Ok(n as u64),
-        _ => Err("a size must be a positive number of bytes, or a string such as \"64MiB\"".into()),
-    };
-    v.map(Some).map_err(serde::de::Error::custom)
-}
-
-fn mode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
-    // TOML writes octal as 0o600; a string "0600" is read as octal too.
-    let v = match StrOrNum::deserialize(d)? {
-        StrOrNum::Str(s) => u32::from_str_radix(s.trim().trim_start_matches("0o"), 8).map_err(|_| ()),
-        StrOrNum::Int(n) => u32::try_from(n).map_err(|_| ()),
-        StrOrNum::Float(_) => Err(()),
-    };
-    match v {
-        Ok(m) if m <= 0o777 && m & 0o600 == 0o600 => Ok(Some(m)),
-        _ => Err(serde::de::Error::custom("socket_mode must be octal permission bits that include 0o600, e.g. 0o600 or 0o666")),
-    }
-}
-
-fn crafts<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<Craft>>, D::Error> {
-    let names = Vec::<String>::deserialize(d)?;
-    if names.is_empty() {
-        return Err(serde::de::Error::custom("crafts must name at least one of dead, silent-store, silent-load"));
-    }
-    let mut out: Vec<Craft> = Vec::new();
-    for n in &names {
-        let c =
-            Craft::parse(n).ok_or_else(|| serde::de::Error::custom(format!("unknown craft {n:?} (dead, silent-store, silent-load)")))?;
-        if !out.contains(&c) {
-            out.push(c);
-        }
-    }
-    Ok(Some(out))
-}
-
-fn positive<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    match u64::deserialize(d)? {
-        0 => Err(serde::de::Error::custom("period must be at least 1")),
-        n => Ok(Some(n)),
-    }
-}
-
-fn registers<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
-    match u32::deserialize(d)? {
-        n @ 1..=4 => Ok(Some(n)),
-        _ => Err(serde::de::Error::custom("debug_registers must be 1 to 4")),
-    }
-}
-
-fn replacement<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    let s = String::deserialize(d)?;
-    match s.as_str() {
-        "reservoir" | "oldest" | "newest" | "empty-only" => Ok(Some(s)),
-        _ => Err(serde::de::Error::custom("replacement must be reservoir, oldest, newest or empty-only")),
-    }
-}
-
-fn precision<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
-    let v = f64::deserialize(d)?;
-    if (0.0..1.0).contains(&v) {
-        Ok(Some(v))
-    } else {
-        Err(serde::de::Error::custom("fp_precision must be at least 0 and below 1 (0.01 means 1%)"))
-    }
-}
+mod values;
+use values::{crafts, dur, mode, positive, precision, registers, replacement, size};
+pub use values::{parse_duration, parse_size};
 
 // ---------------------------------------------------------------------------
 // Loading
@@ -454,7 +343,7 @@ fn merge(base: &ProfilingFile, over: &ProfilingFile) -> Profiling {
         period: over.period.or(base.period),
         event: over.event.clone().or_else(|| base.event.clone()),
         debug_registers: over.debug_registers.or(base.debug_registers),
-        replacement: over.replacement.clone().or_else(|| base.replacement.clone()).unwrap_or_else(|| "reservoir".into()),
+        replacement: over.replacement.or(base.replacement).unwrap_or(Policy::Reservoir),
         fp_precision: over.fp_precision.or(base.fp_precision).unwrap_or(0.01),
     }
 }
@@ -518,7 +407,7 @@ period = 1000000
         assert_eq!(a.profiling.crafts, vec![Craft::Dead, Craft::SilentStore]);
         assert_eq!(a.profiling.every, Duration::from_secs(2));
         assert_eq!(a.profiling.duration, Duration::from_millis(500));
-        assert_eq!(a.profiling.replacement, "reservoir");
+        assert_eq!(a.profiling.replacement, Policy::Reservoir);
         assert_eq!(b.exe.as_deref(), Some("nginx"));
         assert_eq!(b.cgroup.as_deref(), Some("/system.slice/x.service"));
         assert_eq!(b.profiling.crafts, vec![Craft::SilentLoad]);

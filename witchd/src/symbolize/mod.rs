@@ -1,13 +1,28 @@
 //! Turn a profile's lookup addresses into source frames, offline.
 //!
 //! A profile carries raw addresses and its module map, so this may run on another
-//! machine. Each module file is found by build-id first (a separate debug file under a
-//! debug root, verified), then by its recorded path (used only if its build-id agrees).
-//! Anything missing degrades — to the ELF symbol, then to `module+0xoffset` — and is
-//! never an error: a report with fewer names beats no report.
+//! machine. Each module's debug info is found where gdb looks for it: a separate
+//! debug file by build-id under a debug root (`.build-id/xx/rest.debug`, verified),
+//! then by the binary's `.gnu_debuglink`, then the binary itself at its recorded path
+//! (used only if its build-id agrees); DWARF compressed by dwz is completed from the
+//! `.gnu_debugaltlink` file. Anything missing degrades — to the ELF symbol, then to
+//! `module+0xoffset` — and is never an error: a report with fewer names beats no report.
+//!
+//! Every file is read through [`file::read_regular`]: its path came from the profile,
+//! so it is read only if it is a regular file, within a size and a time limit.
+//!
+//! Why not a symbolization crate (blazesym, wholesym)? Both open the paths they are
+//! given themselves (and the split-DWARF or supplementary files those name), with
+//! blocking opens and memory maps, so a FIFO, a device or a file truncated under the
+//! map (SIGBUS) reaches them; witchd runs this as root on paths its targets' owners
+//! choose. addr2line's own `Loader` has the same property. So the lookup is written
+//! here over addr2line's `Context`, gimli and object, with every byte coming from a
+//! checked, bounded read.
 
-use addr2line::Loader;
-use object::{Object, ObjectSymbol, ObjectSymbolTable};
+pub mod elf;
+pub mod file;
+
+use elf::Elf;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -66,17 +81,20 @@ fn short_path(p: &str) -> String {
 
 /// Debug info and symbols of one module file, loaded once.
 struct Debug {
-    /// DWARF (from the separate debug file when found); None when unreadable.
-    dwarf: Option<Loader>,
+    /// DWARF (from the separate debug file when found); None when there is none.
+    dwarf: Option<addr2line::Context<elf::Reader>>,
     /// Sorted (address, size, demangled name) from the symbol table (or .dynsym).
     symbols: Vec<(u64, u64, String)>,
+    /// The binary's segments, for file offsets; None without the binary.
+    bin: Option<Elf>,
 }
 
 impl Debug {
     fn frames(&self, m: &Module, vaddr: u64) -> Vec<Frame> {
         let mut out = Vec::new();
-        if let Some(l) = &self.dwarf {
-            if let Ok(mut it) = l.find_frames(vaddr) {
+        if let Some(ctx) = &self.dwarf {
+            // Split-DWARF units are skipped: their .dwo files are not read (see the module doc).
+            if let Ok(mut it) = ctx.find_frames(vaddr).skip_all_loads() {
                 while let Ok(Some(f)) = it.next() {
                     let function = f.function.as_ref().and_then(|n| n.demangle().ok().map(|s| s.into_owned()));
                     let (file, line) = match &f.location {
@@ -122,41 +140,67 @@ impl Debug {
     }
 }
 
-/// Resolves lookup addresses of one profile; caches per module and per address.
+/// A process's modules, ordered for lookup by address.
+pub struct Modules<'a> {
+    list: &'a [Module],
+    /// Indices into `list`, by start address.
+    order: Vec<usize>,
+}
+
+impl<'a> Modules<'a> {
+    pub fn new(list: &'a [Module]) -> Modules<'a> {
+        let mut order: Vec<usize> = (0..list.len()).collect();
+        order.sort_by_key(|&i| (list[i].start, i));
+        Modules { list, order }
+    }
+
+    /// The index in the profile's list of the module whose range holds `addr`.
+    pub fn index(&self, addr: u64) -> Option<usize> {
+        let i = self.order.partition_point(|&i| self.list[i].start <= addr);
+        // Ranges don't overlap in a real address space; look at a few in case a profile's do.
+        self.order[..i].iter().rev().take(4).copied().find(|&i| addr < self.list[i].end)
+    }
+
+    /// The module whose range holds `addr`.
+    pub fn find(&self, addr: u64) -> Option<&'a Module> {
+        self.index(addr).map(|i| &self.list[i])
+    }
+}
+
+/// Resolves lookup addresses to source frames; loads each module file's debug info once,
+/// for every process and profile it serves.
 pub struct Symbolizer {
-    modules: Vec<Module>,
     debug_roots: Vec<PathBuf>,
     loaded: HashMap<(String, Option<String>), Option<Debug>>,
-    cache: HashMap<u64, Vec<Frame>>,
+}
+
+impl Default for Symbolizer {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Symbolizer {
     /// Debug roots: `$WITCH_DEBUG_DIRS` (colon-separated), then /usr/lib/debug.
-    pub fn new(modules: &[Module]) -> Symbolizer {
+    pub fn new() -> Symbolizer {
         let mut roots: Vec<PathBuf> = std::env::var_os("WITCH_DEBUG_DIRS")
             .map(|v| std::env::split_paths(&v).filter(|p| !p.as_os_str().is_empty()).collect())
             .unwrap_or_default();
         roots.push(PathBuf::from("/usr/lib/debug"));
-        Symbolizer { modules: modules.to_vec(), debug_roots: roots, loaded: HashMap::new(), cache: HashMap::new() }
+        Symbolizer { debug_roots: roots, loaded: HashMap::new() }
     }
 
-    /// The frames at one lookup address, innermost (most deeply inlined) first. Never empty.
-    pub fn frames(&mut self, addr: u64) -> Vec<Frame> {
-        if let Some(f) = self.cache.get(&addr) {
-            return f.clone();
-        }
-        let f = self.resolve(addr);
-        self.cache.insert(addr, f.clone());
-        f
+    /// The offset in its file at which a module's mapping starts (pprof mappings
+    /// want it); None without the binary.
+    pub fn file_offset(&mut self, m: &Module) -> Option<u64> {
+        let roots = &self.debug_roots;
+        let d = self.loaded.entry((m.path.clone(), m.build_id.clone())).or_insert_with(|| load(m, roots)).as_ref()?;
+        d.bin.as_ref()?.file_offset(m.start.wrapping_sub(m.bias))
     }
 
-    /// The frames of a whole context (lookup addresses innermost first).
-    pub fn context(&mut self, addrs: &[u64]) -> Vec<Frame> {
-        addrs.iter().flat_map(|&a| self.frames(a)).collect()
-    }
-
-    fn resolve(&mut self, addr: u64) -> Vec<Frame> {
-        let Some(m) = self.modules.iter().find(|m| m.start <= addr && addr < m.end).cloned() else {
+    /// The frames at one lookup address of a process, innermost (most deeply inlined) first. Never empty.
+    pub fn frames(&mut self, modules: &Modules, addr: u64) -> Vec<Frame> {
+        let Some(m) = modules.find(addr) else {
             return vec![Frame {
                 function: format!("{addr:#x}"),
                 file: None,
@@ -168,12 +212,9 @@ impl Symbolizer {
         };
         let vaddr = addr.wrapping_sub(m.bias);
         let key = (m.path.clone(), m.build_id.clone());
-        if !self.loaded.contains_key(&key) {
-            let d = load(&m, &self.debug_roots);
-            self.loaded.insert(key.clone(), d);
-        }
-        match &self.loaded[&key] {
-            Some(d) => d.frames(&m, vaddr),
+        let roots = &self.debug_roots;
+        match self.loaded.entry(key).or_insert_with(|| load(m, roots)) {
+            Some(d) => d.frames(m, vaddr),
             None => vec![Frame {
                 function: format!("{}+{:#x}", module_name(&m.path), vaddr),
                 file: None,
@@ -186,25 +227,14 @@ impl Symbolizer {
     }
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+/// Reads and parses one file; None if it is not a usable ELF file.
+fn read_elf(path: &Path) -> Option<Elf> {
+    Elf::parse(file::read_regular(path).ok()?)
 }
 
 /// The GNU build-id of an ELF file, lowercase hex; None if unreadable or absent.
 pub fn file_build_id(path: &Path) -> Option<String> {
-    let data = std::fs::read(path).ok()?;
-    let obj = object::File::parse(&*data).ok()?;
-    obj.build_id().ok()?.filter(|b| !b.is_empty()).map(hex)
-}
-
-/// The file offset that a module's file virtual address is loaded from, by its
-/// program headers (pprof mappings want file offsets, not addresses).
-pub fn file_offset(path: &Path, vaddr: u64) -> Option<u64> {
-    use object::ObjectSegment;
-    let data = std::fs::read(path).ok()?;
-    let obj = object::File::parse(&*data).ok()?;
-    let seg = obj.segments().find(|s| s.address() <= vaddr && vaddr < s.address() + s.size())?;
-    Some(seg.file_range().0 + (vaddr - seg.address()))
+    read_elf(path)?.build_id
 }
 
 /// Finds and loads one module's debug info and symbols; None when no usable file exists.
@@ -215,68 +245,71 @@ fn load(m: &Module, roots: &[PathBuf]) -> Option<Debug> {
     let want = m.build_id.as_deref().map(str::to_ascii_lowercase);
     let path = Path::new(&m.path);
     // The binary at the recorded path, if it is the same build.
-    let bin = std::fs::read(path).ok().filter(|data| {
-        let Some(want) = &want else { return true };
-        let got = object::File::parse(&**data).ok().and_then(|o| o.build_id().ok().flatten().map(hex));
-        !matches!(got.as_deref(), Some(g) if g != want)
+    let bin = read_elf(path).filter(|e| match (&want, &e.build_id) {
+        (Some(w), Some(g)) => w == g,
+        _ => true,
     });
     // A separate debug file: by build-id, then by the binary's .gnu_debuglink.
-    let mut debug_path: Option<PathBuf> = None;
-    if let Some(id) = want.as_deref().filter(|id| id.len() > 2) {
-        for r in roots {
-            let p = r.join(".build-id").join(&id[..2]).join(format!("{}.debug", &id[2..]));
-            if p.is_file() && file_build_id(&p).as_deref() == Some(id) {
-                debug_path = Some(p);
-                break;
-            }
+    let mut debug: Option<(PathBuf, Elf)> = want.as_deref().and_then(|id| by_build_id(id, roots));
+    if debug.is_none() {
+        if let Some(name) = bin.as_ref().and_then(|b| b.debuglink.clone()) {
+            debug = debuglink(path, &name, roots);
         }
     }
-    if debug_path.is_none() {
-        if let Some(data) = &bin {
-            debug_path = debuglink(path, data, roots);
-        }
+    if debug.is_none() && bin.is_none() {
+        return None;
     }
-    let dwarf_path = debug_path.clone().or_else(|| bin.as_ref().map(|_| path.to_path_buf()))?;
-    let dwarf = Loader::new(&dwarf_path).ok();
-    let mut symbols = Vec::new();
-    for data in [debug_path.and_then(|p| std::fs::read(p).ok()), bin].into_iter().flatten() {
-        symbols = read_symbols(&data);
-        if !symbols.is_empty() {
-            break;
-        }
+    let (dwarf_path, dwarf_elf) = match &debug {
+        Some((p, e)) => (p.as_path(), e),
+        None => (path, bin.as_ref().expect("one of them")),
+    };
+    let dwarf = dwarf_elf.has_dwarf.then(|| context(dwarf_path, dwarf_elf, roots)).flatten();
+    let symbols = match &debug {
+        Some((_, e)) if !e.symbols.is_empty() => e.symbols.clone(),
+        _ => bin.as_ref().map(|b| b.symbols.clone()).unwrap_or_default(),
+    };
+    // Keep the binary's segments only; its bytes are not needed any more.
+    let bin = bin.map(|b| Elf { data: Default::default(), symbols: Vec::new(), ..b });
+    Some(Debug { dwarf, symbols, bin })
+}
+
+/// `ROOT/.build-id/xx/rest.debug` whose build-id is `id`.
+fn by_build_id(id: &str, roots: &[PathBuf]) -> Option<(PathBuf, Elf)> {
+    if id.len() <= 2 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
     }
-    Some(Debug { dwarf, symbols })
+    roots.iter().find_map(|r| {
+        let p = r.join(".build-id").join(&id[..2]).join(format!("{}.debug", &id[2..]));
+        let e = read_elf(&p)?;
+        (e.build_id.as_deref() == Some(id)).then_some((p, e))
+    })
 }
 
 /// The debug file named by `.gnu_debuglink`, looked up where gdb looks.
-fn debuglink(path: &Path, data: &[u8], roots: &[PathBuf]) -> Option<PathBuf> {
-    let obj = object::File::parse(data).ok()?;
-    let (name, _crc) = obj.gnu_debuglink().ok()??;
-    let name = std::str::from_utf8(name).ok()?;
+fn debuglink(path: &Path, name: &str, roots: &[PathBuf]) -> Option<(PathBuf, Elf)> {
+    if name.contains('/') {
+        return None;
+    }
     let dir = path.parent()?;
     let abs_dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     let mut cands = vec![dir.join(name), dir.join(".debug").join(name)];
     for r in roots {
         cands.push(r.join(abs_dir.strip_prefix("/").unwrap_or(&abs_dir)).join(name));
     }
-    cands.into_iter().find(|c| c.is_file() && c.as_path() != path)
+    cands.into_iter().filter(|c| c.as_path() != path).find_map(|c| read_elf(&c).map(|e| (c, e)))
 }
 
-fn read_symbols(data: &[u8]) -> Vec<(u64, u64, String)> {
-    let Ok(obj) = object::File::parse(data) else { return Vec::new() };
-    let table = obj.symbol_table().or_else(|| obj.dynamic_symbol_table());
-    let Some(table) = table else { return Vec::new() };
-    let mut v: Vec<(u64, u64, String)> = table
-        .symbols()
-        .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0 && s.is_definition())
-        .filter_map(|s| {
-            let n = s.name().ok()?;
-            let n = addr2line::demangle_auto(n.into(), None).into_owned();
-            Some((s.address(), s.size(), n))
-        })
-        .collect();
-    // Prefer the sized (and then global) symbol at an address: sort, then dedup by address.
-    v.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-    v.dedup_by_key(|s| s.0);
-    v
+/// The DWARF context of a file, completed from its `.gnu_debugaltlink`
+/// supplement (dwz) when that is found with the right build-id.
+fn context(path: &Path, e: &Elf, roots: &[PathBuf]) -> Option<addr2line::Context<elf::Reader>> {
+    let mut dwarf = e.dwarf()?;
+    if let Some((name, id)) = &e.altlink {
+        let named = if Path::new(name).is_absolute() { PathBuf::from(name) } else { path.parent()?.join(name) };
+        let sup = read_elf(&named).filter(|s| s.build_id.as_deref() == Some(id)).or_else(|| by_build_id(id, roots).map(|(_, s)| s));
+        if let Some(sup) = sup.and_then(|s| s.dwarf()) {
+            dwarf.sup = Some(std::sync::Arc::new(sup));
+        }
+    }
+    dwarf.populate_abbreviations_cache(gimli::AbbreviationsCacheStrategy::Duplicates);
+    addr2line::Context::from_dwarf(dwarf).ok()
 }

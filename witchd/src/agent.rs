@@ -1,0 +1,65 @@
+//! The agent library and what it is told: where `witch` finds it, which
+//! sampler `-e` asks it for, and the C library tunables a profiled program
+//! runs with. Shared by running a program and attaching to one.
+
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use witchcraft::config::SamplerChoice;
+use witchcraft::profile::Craft;
+use witchcraft::sys::pmu;
+
+/// The agent library, built beside the `witch` binary.
+pub const AGENT: &str = "libwitch_agent.so";
+
+/// `$WITCH_AGENT`, else beside `witch`, else in `../lib/witch/` (an installed prefix).
+pub fn find_agent() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("WITCH_AGENT") {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+        bail!("WITCH_AGENT={} does not exist", p.display());
+    }
+    let exe = std::env::current_exe().context("cannot locate the witch binary")?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    for cand in [dir.join(AGENT), dir.join("../lib/witch").join(AGENT), dir.join("../lib").join(AGENT)] {
+        if cand.is_file() {
+            return Ok(cand.canonicalize().unwrap_or(cand));
+        }
+    }
+    bail!("cannot find {AGENT} next to {} (build it with `cargo build --workspace`, or set WITCH_AGENT)", exe.display())
+}
+
+/// What `-e` chose: the sampler and its event.
+pub fn sampler_env(craft: Craft, event: Option<&str>) -> Result<(SamplerChoice, Option<String>)> {
+    let kind = if craft == Craft::SilentLoad { pmu::AccessKind::Load } else { pmu::AccessKind::Store };
+    match event {
+        None => Ok((SamplerChoice::Auto, None)),
+        Some(e @ ("task-clock" | "cpu-clock" | "cpu-timer")) => Ok((SamplerChoice::Software, Some(e.to_string()))),
+        Some(spec) => {
+            let ev = pmu::parse_event(Path::new(pmu::SYSFS_PMU_ROOT), spec, kind)
+                .map_err(|e| anyhow::anyhow!("unknown or unusable event {spec:?}: {e} (see `witch {} -e list`)", craft.name()))?;
+            let mut s = pmu::PmuSampler::open(&ev, 1_000_003)
+                .map_err(|e| anyhow::anyhow!("event {spec:?} cannot be opened here: {e} (see `witch {} -e list`)", craft.name()))?;
+            s.close();
+            Ok((SamplerChoice::Pmu, Some(spec.to_string())))
+        }
+    }
+}
+
+/// GLIBC_TUNABLES for a profiled program. Any armed data breakpoint turns
+/// off x86 fast-string operation, so `rep stosb`/`rep movsb` run ~50x
+/// slower while a watchpoint is armed (measured here: a 128 KiB memset,
+/// 1.0 µs → 47 µs). Ask glibc's memset/memcpy to use their vector loops
+/// instead; opt out with WITCH_KEEP_REP_STRINGS=1. `--exact` runs the
+/// program with them too, so both modes judge the same instructions.
+pub fn tunables() -> Option<String> {
+    if std::env::var_os("WITCH_KEEP_REP_STRINGS").is_some() {
+        return None;
+    }
+    const T: &str = "glibc.cpu.x86_rep_stosb_threshold=0x7fffffffffffffff:glibc.cpu.x86_rep_movsb_threshold=0x7fffffffffffffff";
+    Some(match std::env::var("GLIBC_TUNABLES") {
+        Ok(old) if !old.is_empty() => format!("{old}:{T}"),
+        _ => T.to_string(),
+    })
+}

@@ -1,0 +1,196 @@
+//! Confidence intervals for the report's ratios.
+//!
+//! Every figure the report gives as a fraction is a ratio of sums over
+//! watchpoint traps: the waste fraction W/(W+U), a pair's own fraction, a
+//! pair's or a line's share of all waste. Each trap credits some amount
+//! `c_i` either to waste or to use. For a ratio R = Σx_i / Σy_i over traps,
+//! the linearized (delta-method) variance of the ratio estimator is
+//!
+//!   Var(R) ≈ Σ (x_i − R·y_i)² / (Σy_i)²
+//!
+//! and since each trap is either waste or use, for the waste fraction
+//! (x_i = c_i for waste traps, 0 for use traps; y_i = c_i for all) this is
+//!
+//!   Var(R) ≈ ((1−R)²·S_waste + R²·S_use) / Y²
+//!
+//! with S the sums of squared per-trap credits the profile keeps beside each
+//! sum (`waste_sq`, `approx_waste_sq`, `use_sq`). A share of waste is the
+//! same form with "this pair's waste" for waste and "other waste" for use.
+//! The interval is R ± 1.96·√Var, clipped to [0, 1]: a normal approximation,
+//! fair when many traps carry the figure and optimistic when few do, which is
+//! why pairs resting on fewer than [`FEW_TRAPS`] traps are marked.
+//!
+//! Profiles written before the sums of squares existed have them at 0; for
+//! those each trap of a pair is taken to weigh the same (the pair's total
+//! over its traps), which makes the waste fraction's variance the binomial
+//! R(1−R)/n over n traps of equal weight.
+
+/// Fewer traps than this make a figure too uncertain to lean on.
+pub const FEW_TRAPS: u64 = 10;
+
+/// The z value of a two-sided 95% normal interval.
+const Z95: f64 = 1.959_963_984_540_054;
+
+/// Sums over a set of traps: amounts and their squares, and the trap count.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Sums {
+    /// Waste, exact plus approximate.
+    pub waste: f64,
+    pub waste_sq: f64,
+    pub r#use: f64,
+    pub use_sq: f64,
+    pub traps: u64,
+}
+
+impl Sums {
+    /// The sums of one raw pair; squares are filled in by the equal-weight
+    /// rule when the profile has none.
+    pub fn of_pair(p: &witchcraft::profile::Pair) -> Sums {
+        let waste = p.waste + p.approx_waste;
+        let (mut waste_sq, mut use_sq) = (p.waste_sq + p.approx_waste_sq, p.use_sq);
+        if waste_sq == 0.0 && use_sq == 0.0 && waste + p.r#use > 0.0 {
+            // One weight per trap: the pair's total over its traps.
+            let c = (waste + p.r#use) / p.traps.max(1) as f64;
+            waste_sq = waste * c;
+            use_sq = p.r#use * c;
+        }
+        Sums { waste, waste_sq, r#use: p.r#use, use_sq, traps: p.traps }
+    }
+
+    pub fn add(&mut self, o: &Sums) {
+        self.waste += o.waste;
+        self.waste_sq += o.waste_sq;
+        self.r#use += o.r#use;
+        self.use_sq += o.use_sq;
+        self.traps += o.traps;
+    }
+
+    /// waste / (waste + use) and its 95% interval.
+    pub fn fraction(&self) -> Estimate {
+        ratio(self.waste, self.waste_sq, self.r#use, self.use_sq)
+    }
+
+    /// This set's share of the waste in `all` (a superset), and its 95% interval.
+    pub fn share_of(&self, all: &Sums) -> Estimate {
+        ratio(self.waste, self.waste_sq, (all.waste - self.waste).max(0.0), (all.waste_sq - self.waste_sq).max(0.0))
+    }
+
+    pub fn few(&self) -> bool {
+        self.traps < FEW_TRAPS
+    }
+}
+
+/// A ratio, its standard error and its 95% interval (clipped to [0, 1] for ratios).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Estimate {
+    pub value: f64,
+    pub se: f64,
+    pub lo: f64,
+    pub hi: f64,
+}
+
+impl Estimate {
+    /// Half the interval's width before clipping.
+    pub fn half_width(&self) -> f64 {
+        Z95 * self.se
+    }
+
+    /// The standard error the interval was made from.
+    pub fn se(&self) -> f64 {
+        self.se
+    }
+}
+
+/// R = a / (a + b) where each trap credits either a or b, with the sums of
+/// squares of those credits.
+pub fn ratio(a: f64, a_sq: f64, b: f64, b_sq: f64) -> Estimate {
+    let y = a + b;
+    if y <= 0.0 {
+        // Nothing observed: the ratio could be anything.
+        return Estimate { value: 0.0, se: 0.5, lo: 0.0, hi: 1.0 };
+    }
+    let r = a / y;
+    let se = (((1.0 - r).powi(2) * a_sq + r.powi(2) * b_sq) / (y * y)).max(0.0).sqrt();
+    let h = Z95 * se;
+    Estimate { value: r, se, lo: (r - h).max(0.0), hi: (r + h).min(1.0) }
+}
+
+/// The difference new − base of two independent estimates, with its 95% interval.
+pub fn difference(base: &Estimate, new: &Estimate) -> Estimate {
+    let d = new.value - base.value;
+    let se = (base.se.powi(2) + new.se.powi(2)).sqrt();
+    Estimate { value: d, se, lo: d - Z95 * se, hi: d + Z95 * se }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sums(waste: &[f64], used: &[f64]) -> Sums {
+        Sums {
+            waste: waste.iter().sum(),
+            waste_sq: waste.iter().map(|c| c * c).sum(),
+            r#use: used.iter().sum(),
+            use_sq: used.iter().map(|c| c * c).sum(),
+            traps: (waste.len() + used.len()) as u64,
+        }
+    }
+
+    #[test]
+    fn equal_weights_give_the_binomial_interval() {
+        // 30 waste traps and 70 use traps of equal weight: R = 0.3, Var = R(1-R)/n.
+        let s = sums(&[2.0; 30], &[2.0; 70]);
+        let e = s.fraction();
+        assert!((e.value - 0.3).abs() < 1e-12);
+        let want = (0.3f64 * 0.7 / 100.0).sqrt();
+        assert!((e.se() - want).abs() < 1e-9, "{} vs {want}", e.se());
+        assert!((e.lo - (0.3 - Z95 * want)).abs() < 1e-9 && (e.hi - (0.3 + Z95 * want)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_linearized_variance_matches_its_definition() {
+        // Uneven credits: compare with Σ(x_i − R y_i)² / Y² computed trap by trap.
+        let waste = [5.0, 1.0, 7.5, 0.5];
+        let used = [3.0, 9.0, 2.0];
+        let s = sums(&waste, &used);
+        let y: f64 = waste.iter().chain(&used).sum();
+        let r = s.waste / y;
+        let direct: f64 = waste.iter().map(|c| (c - r * c).powi(2)).sum::<f64>() + used.iter().map(|c| (r * c).powi(2)).sum::<f64>();
+        let want = (direct / (y * y)).sqrt();
+        assert!((s.fraction().se() - want).abs() < 1e-12);
+    }
+
+    #[test]
+    fn shares_use_the_rest_of_the_waste() {
+        let pair = sums(&[4.0, 4.0], &[]);
+        let rest = sums(&[4.0; 6], &[1.0; 10]);
+        let mut all = pair;
+        all.add(&rest);
+        let e = pair.share_of(&all);
+        assert!((e.value - 0.25).abs() < 1e-12);
+        // 2 of 8 equal waste traps: binomial over the waste traps.
+        let want = (0.25f64 * 0.75 / 8.0).sqrt();
+        assert!((e.se() - want).abs() < 1e-9);
+    }
+
+    #[test]
+    fn profiles_without_squares_fall_back_to_equal_weights() {
+        let p = witchcraft::profile::Pair { waste: 300.0, r#use: 700.0, traps: 100, ..Default::default() };
+        let s = Sums::of_pair(&p);
+        assert!((s.fraction().se() - (0.3f64 * 0.7 / 100.0).sqrt()).abs() < 1e-9);
+        // With squares, they are used as they are.
+        let p = witchcraft::profile::Pair { waste: 300.0, waste_sq: 900.0, r#use: 700.0, use_sq: 4900.0, traps: 200, ..Default::default() };
+        assert_eq!(Sums::of_pair(&p).waste_sq, 900.0);
+    }
+
+    #[test]
+    fn more_traps_narrow_the_interval_and_limits_hold() {
+        let few = sums(&[1.0; 3], &[1.0; 3]).fraction();
+        let many = sums(&[1.0; 300], &[1.0; 300]).fraction();
+        assert!(few.half_width() > many.half_width() * 5.0);
+        assert!(few.lo >= 0.0 && few.hi <= 1.0);
+        assert_eq!((Sums::default().fraction().lo, Sums::default().fraction().hi), (0.0, 1.0));
+        let d = difference(&many, &few);
+        assert!(d.value.abs() < 1e-12 && d.lo < 0.0 && d.hi > 0.0);
+    }
+}

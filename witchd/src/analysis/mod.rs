@@ -1,0 +1,162 @@
+//! From a profile file to what every output shows: each process's pairs,
+//! symbolized and merged at source level, with the process's counters.
+//!
+//! Time and memory follow the profile: every address is symbolized once per
+//! process, every context-tree node costs one trie lookup ([`context`]), and
+//! pairs are merged by their two context ids.
+
+pub mod context;
+pub mod interval;
+pub mod pairs;
+pub mod summary;
+
+use crate::symbolize::Symbolizer;
+use anyhow::Context as _;
+use context::{CtxId, FrameId, Interner};
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::Path;
+use witchcraft::profile::{Counters, Craft, Profile};
+
+pub use pairs::SymPair;
+
+/// Loads a profile; the error names the file and says what is wrong with it.
+pub fn load(path: &Path) -> anyhow::Result<Profile> {
+    Profile::load(path).with_context(|| format!("{}", path.display()))
+}
+
+/// One process of a run, analysed.
+pub struct Process<'p> {
+    pub profile: &'p Profile,
+    /// Merged across threads, sorted by waste (then use), descending.
+    pub pairs: Vec<SymPair>,
+    /// Sums over every pair of the process.
+    pub total: interval::Sums,
+    pub counters: Counters,
+    /// Frames of each lookup address seen (for outputs that keep addresses).
+    addrs: HashMap<u64, Box<[FrameId]>>,
+}
+
+impl Process<'_> {
+    /// (waste incl. approximate, approximate part, use).
+    pub fn totals(&self) -> (f64, f64, f64) {
+        self.profile.totals()
+    }
+
+    /// The frame ids at one lookup address, innermost first (empty if never seen).
+    pub fn frames_at(&self, addr: u64) -> &[FrameId] {
+        self.addrs.get(&addr).map_or(&[], |f| f)
+    }
+}
+
+/// Every process of the profiles read, over one set of interned frames and
+/// contexts (so pairs of two profiles compare by their context ids), and the
+/// symbolizer that read their modules.
+#[derive(Default)]
+pub struct Analysis<'p> {
+    pub names: Interner,
+    pub procs: Vec<Process<'p>>,
+    sym: std::cell::RefCell<Symbolizer>,
+}
+
+impl<'p> Analysis<'p> {
+    /// One run's analysis.
+    pub fn of(run: &'p Profile) -> Analysis<'p> {
+        let mut a = Analysis::default();
+        a.add(run);
+        a
+    }
+
+    /// Adds every process of a run; returns their indices in `procs`.
+    pub fn add(&mut self, run: &'p Profile) -> Range<usize> {
+        let start = self.procs.len();
+        let sym = self.sym.get_mut();
+        for p in run.all() {
+            let proc = pairs::analyse(p, sym, &mut self.names);
+            self.procs.push(proc);
+        }
+        start..self.procs.len()
+    }
+
+    /// The offset in its file at which a module's mapping starts; None without the file.
+    pub fn file_offset(&self, m: &witchcraft::profile::Module) -> Option<u64> {
+        self.sym.borrow_mut().file_offset(m)
+    }
+
+    /// The first process: the one a single-process profile describes.
+    pub fn main(&self) -> &Process<'p> {
+        &self.procs[0]
+    }
+
+    /// Sums over every process.
+    pub fn total(&self) -> interval::Sums {
+        let mut s = interval::Sums::default();
+        for p in &self.procs {
+            s.add(&p.total);
+        }
+        s
+    }
+
+    /// The engine counters summed over every process.
+    pub fn counters(&self) -> Counters {
+        let mut c = Counters::default();
+        for p in &self.procs {
+            c.add(&p.counters);
+        }
+        c
+    }
+
+    /// Frames of a context, innermost first.
+    pub fn frames(&self, ctx: CtxId) -> impl Iterator<Item = &crate::symbolize::Frame> + '_ {
+        self.names.frames(ctx)
+    }
+}
+
+/// Sums over every raw pair of every process of a run, without symbolizing anything.
+pub fn run_sums(run: &Profile) -> interval::Sums {
+    let mut s = interval::Sums::default();
+    for t in run.all().flat_map(|p| &p.threads) {
+        for pair in &t.pairs {
+            s.add(&interval::Sums::of_pair(pair));
+        }
+    }
+    s
+}
+
+/// The process counters; summed from threads when the engine left the totals empty.
+pub fn counters(p: &Profile) -> Counters {
+    if p.counters != Counters::default() {
+        return p.counters.clone();
+    }
+    let mut c = Counters::default();
+    for t in &p.threads {
+        c.add(&t.counters);
+    }
+    c
+}
+
+pub fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+/// How each craft names the two contexts of a pair and its waste.
+pub struct Words {
+    pub watch: &'static str,
+    pub trap: &'static str,
+    /// Adjective for wasted bytes: "dead", "silent", "redundant".
+    pub waste: &'static str,
+    /// What was observed: "store" or "load".
+    pub access: &'static str,
+}
+
+pub fn words(c: Craft) -> Words {
+    match c {
+        Craft::Dead => Words { watch: "dead store at", trap: "killed by", waste: "dead", access: "store" },
+        Craft::SilentStore => Words { watch: "store", trap: "rewritten with the same value by", waste: "silent", access: "store" },
+        Craft::SilentLoad => Words { watch: "load", trap: "reloaded unchanged by", waste: "redundant", access: "load" },
+    }
+}

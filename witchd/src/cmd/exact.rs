@@ -1,0 +1,27 @@
+//! `witch CRAFT --exact PROGRAM`: single-step the program under ptrace and
+//! judge every access (the reference the sampled modes are measured against).
+
+use super::output::{self, Output};
+use crate::cli::RunArgs;
+use anyhow::Result;
+use std::ffi::OsString;
+use std::path::Path;
+use witchcraft::profile::Craft;
+
+pub fn run(craft: Craft, a: &RunArgs, prog: &Path, program: &OsString, out: &Output) -> Result<i32> {
+    out.probe()?;
+    if !a.quiet {
+        eprintln!("witch: exact mode single-steps every instruction; expect it to run thousands of times slower");
+    }
+    let exact = witchcraft::exact::Exact::new(craft, a.fp_precision);
+    let env: Vec<(String, String)> = crate::agent::tunables().map(|t| ("GLIBC_TUNABLES".to_string(), t)).into_iter().collect();
+    let run = exact.run(prog, &a.command[1..], program, &env).map_err(|e| anyhow::anyhow!("cannot trace {}: {e}", prog.display()))?;
+    let pid = run.profile.pid;
+    let out = out.path(craft, prog, pid);
+    output::save(&run.profile, &out)?;
+    if !a.quiet {
+        eprint!("{}", super::report::render(&run.profile, a.top, a.pairs, a.format)?);
+        eprintln!("witch: {} instructions single-stepped; profile written to {}", run.instructions, out.display());
+    }
+    Ok(super::launch::pass_through(run.code, run.signal))
+}

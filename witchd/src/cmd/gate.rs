@@ -1,0 +1,193 @@
+//! `witch gate`: the CI regression gate. Exit 0 pass, 1 fail (2 for errors, in main).
+//!
+//! A bound fails only when the waste fraction is above it beyond the noise:
+//! the whole 95% interval of the fraction (for --max-waste), or of its
+//! increase over the baseline (for --max-increase), is above the bound. When
+//! the interval straddles the bound the gate cannot tell, says so, and passes.
+
+use crate::analysis::{self as model, interval};
+use crate::cli::GateArgs;
+use crate::render::units::printable;
+
+/// How one bound came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Pass,
+    Fail,
+    /// The bound lies within the interval: the data cannot say.
+    CannotTell,
+}
+
+/// One bound's outcome, also one JUnit test case.
+struct Check {
+    name: String,
+    verdict: Verdict,
+    /// The figures, e.g. "waste 34.2% (95% interval 30.1–38.4%) > max 20.0%".
+    detail: String,
+}
+
+/// Tolerance so a fraction printed as equal to the bound does not fail on float noise.
+const EPS: f64 = 1e-9;
+
+fn verdict(lo: f64, hi: f64, max: f64) -> Verdict {
+    if lo > max + EPS {
+        Verdict::Fail
+    } else if hi <= max + EPS {
+        Verdict::Pass
+    } else {
+        Verdict::CannotTell
+    }
+}
+
+fn word(v: Verdict, pass: &'static str, fail: &'static str) -> &'static str {
+    match v {
+        Verdict::Pass => pass,
+        Verdict::Fail => fail,
+        Verdict::CannotTell => "within the noise of",
+    }
+}
+
+pub fn run(a: &GateArgs) -> anyhow::Result<i32> {
+    let p = model::load(&a.profile)?;
+    let f = model::run_sums(&p).fraction();
+    let pc = |x: f64| x * 100.0;
+    let mut checks = Vec::new();
+    if let Some(max) = a.max_waste {
+        let v = verdict(pc(f.lo), pc(f.hi), max);
+        checks.push(Check {
+            name: format!("max-waste {max:.1}%"),
+            verdict: v,
+            detail: format!(
+                "waste {:.1}% (95% interval {:.1}–{:.1}%) {} max {max:.1}%",
+                pc(f.value),
+                pc(f.lo),
+                pc(f.hi),
+                word(v, "<=", ">")
+            ),
+        });
+    }
+    if let (Some(base), Some(max)) = (&a.baseline, a.max_increase) {
+        let b = model::load(base)?;
+        if b.craft != p.craft {
+            anyhow::bail!(
+                "baseline {} is a {} profile, {} is a {} profile",
+                base.display(),
+                b.craft.name(),
+                a.profile.display(),
+                p.craft.name()
+            );
+        }
+        if b.program != p.program {
+            eprintln!("witch: warning: baseline is of a different program ({})", printable(&b.program));
+        }
+        let bf = model::run_sums(&b).fraction();
+        let inc = interval::difference(&bf, &f);
+        let v = verdict(pc(inc.lo), pc(inc.hi), max);
+        checks.push(Check {
+            name: format!("max-increase {max:.1}pp"),
+            verdict: v,
+            detail: format!(
+                "waste {:.1}% is {:+.1}pp (95% interval {:+.1} to {:+.1}pp) over baseline {:.1}%, {} max +{max:.1}pp",
+                pc(f.value),
+                pc(inc.value),
+                pc(inc.lo),
+                pc(inc.hi),
+                pc(bf.value),
+                word(v, "<=", ">")
+            ),
+        });
+    }
+    if checks.is_empty() {
+        anyhow::bail!("give a bound: --max-waste PERCENT, or --baseline BASE with --max-increase POINTS");
+    }
+    let fail = checks.iter().any(|c| c.verdict == Verdict::Fail);
+    let unsure = checks.iter().any(|c| c.verdict == Verdict::CannotTell);
+    let head = match (fail, unsure) {
+        (true, _) => "FAIL",
+        (false, true) => "PASS (cannot tell)",
+        _ => "PASS",
+    };
+    let details: Vec<&str> = checks.iter().map(|c| c.detail.as_str()).collect();
+    let verdict = format!("witch gate: {head} {} ({}, {})\n", details.join("; "), p.craft.name(), printable(&p.program));
+    if let Some(path) = &a.junit {
+        let xml = junit(&checks, p.craft.name(), &p.program);
+        std::fs::write(path, xml).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    }
+    crate::print(&verdict)?;
+    if unsure && !fail {
+        eprintln!("witch gate: the bound lies within the 95% interval: more samples (a longer run, or a smaller -p) would tell");
+    }
+    Ok(if fail { crate::exit::GATE_FAILED } else { 0 })
+}
+
+fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&apos;"),
+            c if (c as u32) < 0x20 && !matches!(c, '\n' | '\t' | '\r') => {}
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// One test suite, one test case per bound; a failed bound has a `<failure>`,
+/// one the data cannot decide is `<skipped>` with the reason.
+fn junit(checks: &[Check], craft: &str, program: &str) -> String {
+    let failures = checks.iter().filter(|c| c.verdict == Verdict::Fail).count();
+    let skipped = checks.iter().filter(|c| c.verdict == Verdict::CannotTell).count();
+    let mut o = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    o += &format!(
+        "<testsuite name=\"witch gate\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\" time=\"0\">\n",
+        checks.len()
+    );
+    for c in checks {
+        let class = esc(&format!("witch.{craft}.{program}"));
+        o += &format!("  <testcase classname=\"{class}\" name=\"{}\" time=\"0\"", esc(&c.name));
+        match c.verdict {
+            Verdict::Pass => o += &format!(">\n    <system-out>{}</system-out>\n  </testcase>\n", esc(&c.detail)),
+            Verdict::Fail => {
+                o += &format!(
+                    ">\n    <failure message=\"{}\" type=\"witch.gate\">{}</failure>\n  </testcase>\n",
+                    esc(&c.detail),
+                    esc(&format!("{} ({craft}, {program})", c.detail))
+                )
+            }
+            Verdict::CannotTell => o += &format!(">\n    <skipped message=\"cannot tell: {}\"/>\n  </testcase>\n", esc(&c.detail)),
+        }
+    }
+    o += "</testsuite>\n";
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn junit_escapes_and_counts() {
+        let c = [
+            Check { name: "a".into(), verdict: Verdict::Pass, detail: "x <= y".into() },
+            Check { name: "b".into(), verdict: Verdict::Fail, detail: "x > \"y\"".into() },
+            Check { name: "c".into(), verdict: Verdict::CannotTell, detail: "x ~ y".into() },
+        ];
+        let x = junit(&c, "dead", "./a&b");
+        assert!(x.contains("tests=\"3\" failures=\"1\" errors=\"0\" skipped=\"1\""));
+        assert!(x.contains("&gt; &quot;y&quot;"));
+        assert!(x.contains("witch.dead../a&amp;b"));
+        assert_eq!(x.matches("<failure").count(), 1);
+        assert_eq!(x.matches("<skipped").count(), 1);
+    }
+
+    #[test]
+    fn a_bound_fails_only_beyond_the_noise() {
+        assert_eq!(verdict(21.0, 25.0, 20.0), Verdict::Fail);
+        assert_eq!(verdict(15.0, 19.0, 20.0), Verdict::Pass);
+        assert_eq!(verdict(18.0, 23.0, 20.0), Verdict::CannotTell);
+    }
+}

@@ -1,0 +1,123 @@
+//! The program as witch's child: signals passed on, its end waited for.
+//!
+//! witch waits for the program and passes on the signals meant for it:
+//! SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 always; SIGINT and SIGQUIT when they
+//! were sent to witch by another process (`kill -INT`, `timeout
+//! --foreground`). Ctrl-C and Ctrl-\\ on a terminal reach the program through
+//! its process group already, so those are not passed on a second time.
+//! (A signal sent to the whole process group by another process, with
+//! `kill -INT -PGID`, does reach the program twice.)
+//!
+//! A program may make witch its tracer (`PTRACE_TRACEME` traces the calling
+//! thread by its parent). witch then stands as a tracer that changes
+//! nothing: each stop is resumed with the signal that caused it, so the
+//! program runs as it would under a parent that is no debugger. A stop is
+//! never mistaken for the program's end.
+
+use std::sync::atomic::{AtomicI32, Ordering};
+
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    let pid = CHILD.load(Ordering::Relaxed);
+    if pid <= 0 {
+        return;
+    }
+    if (sig == libc::SIGINT || sig == libc::SIGQUIT) && !info.is_null() {
+        // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+        let (code, from) = unsafe { ((*info).si_code, (*info).si_pid()) };
+        // From the terminal (the program's process group got it too), or from the program itself.
+        if code == libc::SI_KERNEL || (code <= 0 && from == pid) {
+            return;
+        }
+    }
+    // SAFETY: kill is async-signal-safe.
+    unsafe { libc::kill(pid, sig) };
+}
+
+/// Passes signals sent to witch on to `pid` from now on.
+pub fn forward_signals(pid: u32) {
+    CHILD.store(pid as i32, Ordering::Relaxed);
+    for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2] {
+        // SAFETY: installs a handler that only reads an atomic and calls kill.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = forward as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// How the program ended: its exit code, or the signal that killed it.
+pub struct Ended {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+/// Waits for `pid` to end, resuming every ptrace stop it makes witch see.
+pub fn wait(pid: u32) -> std::io::Result<Ended> {
+    let pid = pid as libc::pid_t;
+    loop {
+        let mut st = 0;
+        // SAFETY: plain waitpid on our own child.
+        let r = unsafe { libc::waitpid(pid, &mut st, 0) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if libc::WIFEXITED(st) {
+            return Ok(Ended { code: Some(libc::WEXITSTATUS(st)), signal: None });
+        }
+        if libc::WIFSIGNALED(st) {
+            return Ok(Ended { code: None, signal: Some(libc::WTERMSIG(st)) });
+        }
+        if libc::WIFSTOPPED(st) {
+            resume(pid, libc::WSTOPSIG(st));
+        }
+    }
+}
+
+/// Resumes a tracee stop as if nobody were tracing: a signal stop gets its
+/// signal delivered; a group stop, and the SIGTRAP the kernel sends a
+/// PTRACE_TRACEME tracee after each exec, get none.
+fn resume(pid: libc::pid_t, sig: libc::c_int) {
+    // SAFETY: siginfo_t is plain data; PTRACE_GETSIGINFO fills it or fails.
+    let mut si: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let signal_stop = unsafe { libc::ptrace(libc::PTRACE_GETSIGINFO, pid, 0, &mut si as *mut libc::siginfo_t) } == 0;
+    // The kernel's post-exec SIGTRAP reads as sent by the tracee to itself.
+    // SAFETY: si_pid is valid for SI_USER signals, the only ones it is read for.
+    let exec_trap = sig == libc::SIGTRAP && si.si_code == libc::SI_USER && {
+        let from = unsafe { si.si_pid() };
+        from == 0 || from == pid
+    };
+    let deliver = if signal_stop && !exec_trap { sig } else { 0 };
+    // SAFETY: resumes our own tracee.
+    unsafe { libc::ptrace(libc::PTRACE_CONT, pid, 0, deliver as libc::c_long) };
+}
+
+/// The program's exit code, or, if a signal ended it, die the same way so a
+/// shell or CI sees what it would have without witch (128+N if we survive).
+pub fn pass_through(code: Option<i32>, signal: Option<i32>) -> i32 {
+    if let Some(c) = code {
+        return c;
+    }
+    let sig = signal.unwrap_or(libc::SIGKILL);
+    // SAFETY: plain libc calls on witch itself.
+    unsafe {
+        // The program already dumped its own core if it was going to.
+        let core: libc::rlimit = std::mem::zeroed();
+        libc::setrlimit(libc::RLIMIT_CORE, &core);
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
+    }
+    128 + sig
+}

@@ -1,0 +1,173 @@
+//! Where a run's profile goes: checked before the program runs, written
+//! once at the end, and never lost on the way.
+//!
+//! The agent in each process of the run writes its part (one profile per
+//! process and exec'd image) into a directory made beside the output file
+//! before the program starts, which also proves that directory writable. At
+//! the end the parts become one profile; if that cannot be written, or witch
+//! is killed first, the parts stay there with a README saying how to read
+//! them (`witch report DIR`).
+
+use crate::symbolize::file;
+use anyhow::{bail, Context, Result};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use witchcraft::profile::{Craft, Profile};
+
+/// The profile's destination, as asked for with `-o` or by default.
+pub struct Output {
+    asked: Option<PathBuf>,
+    dir: PathBuf,
+}
+
+const README: &str = "This directory holds the profiles of a run of witch that did not finish
+gathering them: witch was stopped, or could not write the profile it was
+asked for. Each file is one process of the run. Read them with
+
+    witch report THIS_DIRECTORY
+
+or gather them into one profile file with
+
+    witch report THIS_DIRECTORY --save FILE.json
+";
+
+impl Output {
+    /// Checks, before anything runs, that a profile can go where asked: not
+    /// onto a directory, and into a directory that exists.
+    pub fn check(asked: Option<&Path>) -> Result<Output> {
+        let dir = match asked.and_then(Path::parent) {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        if let Some(p) = asked {
+            if p.is_dir() {
+                bail!("-o {}: is a directory; give the profile a file name", p.display());
+            }
+        }
+        match std::fs::metadata(&dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => bail!("cannot write the profile in {}: not a directory", dir.display()),
+            Err(e) => bail!("cannot write the profile in {}: {e}", dir.display()),
+        }
+        Ok(Output { asked: asked.map(Path::to_path_buf), dir })
+    }
+
+    /// The profile's path: `-o`, or `witch-CRAFT-PROGRAM-PID.json` here.
+    pub fn path(&self, craft: Craft, prog: &Path, pid: u32) -> PathBuf {
+        self.asked.clone().unwrap_or_else(|| default_name(craft, prog, pid))
+    }
+
+    /// Proves the directory writable by creating and removing a file in it.
+    pub fn probe(&self) -> Result<()> {
+        let p = self.dir.join(format!(".witch-probe-{}", std::process::id()));
+        std::fs::File::create(&p).map_err(|e| anyhow::anyhow!("cannot write the profile in {}: {e}", self.dir.display()))?;
+        let _ = std::fs::remove_file(&p);
+        Ok(())
+    }
+
+    /// Makes the directory this run's parts go to, beside the profile.
+    pub fn parts(&self) -> Result<Parts> {
+        use std::os::unix::fs::DirBuilderExt;
+        let mut k = 0;
+        loop {
+            let name = match k {
+                0 => format!("witch-parts-{}", std::process::id()),
+                _ => format!("witch-parts-{}-{k}", std::process::id()),
+            };
+            let dir = self.dir.join(name);
+            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => {
+                    std::fs::write(dir.join("README"), README.replace("THIS_DIRECTORY", &dir.display().to_string()))
+                        .map_err(|e| anyhow::anyhow!("cannot write the profile in {}: {e}", self.dir.display()))?;
+                    return Ok(Parts { dir });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && k < 100 => k += 1,
+                Err(e) => bail!("cannot write the profile in {}: {e}", self.dir.display()),
+            }
+        }
+    }
+}
+
+pub fn default_name(craft: Craft, prog: &Path, pid: u32) -> PathBuf {
+    let name = prog.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into());
+    PathBuf::from(format!("witch-{}-{}-{}.json", craft.name(), name, pid))
+}
+
+/// The directory the agents write a run's parts into.
+pub struct Parts {
+    pub dir: PathBuf,
+}
+
+impl Parts {
+    /// The parts written so far, by start time.
+    pub fn collect(&self) -> Vec<Profile> {
+        read_parts(&self.dir)
+    }
+
+    /// Removes the directory (its parts have been saved, or there were none).
+    pub fn remove(self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The profiles in a directory of parts, oldest first; unreadable ones are skipped.
+pub fn read_parts(dir: &Path) -> Vec<Profile> {
+    let mut v: Vec<Profile> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .filter_map(|p| Profile::from_bytes(&file::read_regular(&p).ok()?).ok())
+        .collect();
+    v.sort_by_key(|p| (p.start_unix_ns, p.pid));
+    v
+}
+
+/// One run's parts as one profile: the first process (`first_pid`'s first
+/// image if it left one, else the earliest part) at the top, every other
+/// process and image in `processes`, in start order.
+pub fn merge(mut parts: Vec<Profile>, first_pid: Option<u32>) -> Option<Profile> {
+    if parts.is_empty() {
+        return None;
+    }
+    let i = first_pid.and_then(|pid| parts.iter().position(|p| p.pid == pid)).unwrap_or(0);
+    let mut run = parts.remove(i);
+    for mut p in parts {
+        run.processes.append(&mut p.processes);
+        run.processes.push(p);
+    }
+    run.processes.sort_by_key(|p| (p.start_unix_ns, p.pid));
+    Some(run)
+}
+
+/// Writes a profile: atomically (a temporary file beside it, then a rename)
+/// onto a regular file or a new name, in place onto anything else (a device
+/// such as /dev/null is written to, never replaced). Leaves no temporary
+/// file behind, whatever fails.
+pub fn save(p: &Profile, path: &Path) -> Result<()> {
+    let data = serde_json::to_vec(p)?;
+    let in_place = std::fs::metadata(path).is_ok_and(|m| !m.is_file());
+    if in_place {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        return f.write_all(&data).with_context(|| format!("cannot write {}", path.display()));
+    }
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.witch-{}.tmp", std::process::id()));
+    let r = (|| -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&data)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = r {
+        let _ = std::fs::remove_file(&tmp);
+        bail!("cannot write {}: {e}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,244 @@
+//! `witch dead|silent-store|silent-load PROGRAM`: run a program under the
+//! preload agent, pass its stdio, signals and exit status through, then
+//! gather the profiles its processes left into one and report it.
+
+use super::launch;
+use super::output::{self, Output};
+use crate::cli::RunArgs;
+use crate::exit;
+use crate::render::Format;
+use anyhow::{bail, Result};
+use std::ffi::OsString;
+use std::os::fd::AsFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use witchcraft::config::Config;
+use witchcraft::profile::Craft;
+use witchcraft::sys::pmu;
+
+/// PATH lookup the way a shell does it, with clear errors.
+fn resolve(program: &OsString) -> Result<PathBuf> {
+    let p = PathBuf::from(program);
+    let candidates: Vec<PathBuf> = if p.components().count() > 1 || p.is_absolute() {
+        vec![p.clone()]
+    } else {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let mut v: Vec<PathBuf> = std::env::split_paths(&path).map(|d| d.join(&p)).collect();
+        v.push(p.clone());
+        v
+    };
+    for c in &candidates {
+        if let Ok(m) = std::fs::metadata(c) {
+            if m.is_file() && m.permissions().mode() & 0o111 != 0 {
+                return Ok(c.clone());
+            }
+            if m.is_file() && c == candidates.last().unwrap_or(c) || candidates.len() == 1 {
+                return Err(exit::cannot_run(format!("{} is not executable", c.display())));
+            }
+        }
+    }
+    if candidates.len() == 1 {
+        return Err(exit::not_found(format!("{}: no such program", p.display())));
+    }
+    Err(exit::not_found(format!("{}: program not found in PATH", p.display())))
+}
+
+const HEAD_BYTES: u64 = 64 << 10;
+
+/// A preload needs a dynamically linked program; say so for static ones.
+fn check_dynamic(prog: &Path) -> Result<()> {
+    // The headers are at the start: reading a large program whole (SQLite
+    // with debug info) cost 0.5% of a one-second run.
+    let mut data = Vec::new();
+    let read = std::fs::File::open(prog).and_then(|f| {
+        use std::io::Read;
+        f.take(HEAD_BYTES).read_to_end(&mut data)
+    });
+    if let Err(e) = read {
+        return Err(exit::cannot_run(format!("cannot read {}: {e}", prog.display())));
+    }
+    if data.len() as u64 == HEAD_BYTES
+        && object::elf::FileHeader64::<object::Endianness>::parse(&*data).is_ok_and(|elf| {
+            let e = elf.endian().unwrap_or(object::Endianness::Little);
+            elf.e_phoff(e) + elf.e_phnum(e) as u64 * elf.e_phentsize(e) as u64 > HEAD_BYTES
+        })
+    {
+        data = std::fs::read(prog).map_err(|e| exit::cannot_run(format!("cannot read {}: {e}", prog.display())))?;
+    }
+    if data.starts_with(b"#!") {
+        return Ok(()); // a script: its interpreter is what runs, and is usually dynamic
+    }
+    use object::read::elf::{FileHeader, ProgramHeader};
+    let Ok(elf) = object::elf::FileHeader64::<object::Endianness>::parse(&*data) else {
+        if data.starts_with(b"\x7fELF") {
+            return Err(exit::cannot_run(format!(
+                "{} is not a 64-bit x86-64 program; witch profiles x86-64 programs only",
+                prog.display()
+            )));
+        }
+        return Err(exit::cannot_run(format!("{} is not an ELF program", prog.display())));
+    };
+    let endian = elf.endian().map_err(|e| exit::cannot_run(format!("{}: {e}", prog.display())))?;
+    if elf.e_machine(endian) != object::elf::EM_X86_64 {
+        return Err(exit::cannot_run(format!("{} is not an x86-64 program", prog.display())));
+    }
+    let phdrs = elf.program_headers(endian, &*data).map_err(|e| exit::cannot_run(format!("{}: {e}", prog.display())))?;
+    if !phdrs.iter().any(|p| p.p_type(endian) == object::elf::PT_INTERP) {
+        return Err(exit::cannot_run(format!(
+            "{} is statically linked, so the agent can't be preloaded into it; profile it with --exact, or link it dynamically",
+            prog.display()
+        )));
+    }
+    Ok(())
+}
+
+fn list_events(craft: Craft) {
+    println!("Sampling events for `witch {}` on this machine:", craft.name());
+    println!("  cpu-timer    software  ok     POSIX timer on thread CPU time, at scheduler ticks; the instruction at each sample is decoded (period in ns)");
+    println!("  task-clock   software  ok     perf's thread CPU time: any period, but an extra timer interrupt per sample");
+    println!("  cpu-clock    software  ok     like task-clock, from the CPU clock");
+    for (name, r) in witchcraft::probe::pmu_events() {
+        match r {
+            Ok(e) => println!(
+                "  {:<12} pmu       ok     {} (period in {})",
+                e.name,
+                name,
+                if e.kind == pmu::AccessKind::Load { "loads" } else { "stores" }
+            ),
+            Err(why) => println!("  {name:<12} pmu       missing  {why}"),
+        }
+    }
+    println!("Without -e, witch uses the PMU event where it works; otherwise cpu-timer for periods of 4 ms or more, task-clock below.");
+}
+
+/// `witch CRAFT ...`: list events, attach (--pid), run exactly (--exact), or run under the agent.
+pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
+    if a.event.as_deref() == Some("list") {
+        list_events(craft);
+        return Ok(0);
+    }
+    if let Some(pid) = a.pid {
+        return super::attach::run(craft, a, pid);
+    }
+    if a.duration.is_some() {
+        bail!("--duration needs --pid: a program run under witch is profiled until it ends");
+    }
+    let Some(program) = a.command.first() else {
+        bail!("no program given; for example: witch {} ./app", craft.name());
+    };
+    let prog = resolve(program)?;
+    let out = Output::check(a.output.as_deref())?;
+    if let Some(j) = &a.json_out {
+        Output::check(Some(j))?.probe()?;
+    }
+    if a.exact {
+        return super::exact::run(craft, a, &prog, program, &out);
+    }
+    check_dynamic(&prog)?;
+    let (sampler, event) = crate::agent::sampler_env(craft, a.event.as_deref())?;
+    let free = witchcraft::probe::debug_registers();
+    if free == 0 {
+        bail!("no free debug registers on this thread (is a debugger attached?); witch needs at least one");
+    }
+    let agent = crate::agent::find_agent()?;
+    let parts = out.parts()?;
+
+    let mut cmd = Command::new(&prog);
+    cmd.args(&a.command[1..]);
+    cmd.arg0(program);
+    let preload = match std::env::var_os("LD_PRELOAD") {
+        Some(old) if !old.is_empty() => {
+            let mut s = agent.clone().into_os_string();
+            s.push(" ");
+            s.push(old);
+            s
+        }
+        _ => agent.clone().into_os_string(),
+    };
+    if let Some(t) = crate::agent::tunables() {
+        cmd.env("GLIBC_TUNABLES", t);
+    }
+    // The agent's settings, in their one encoding (witchcraft::config).
+    // Testing knobs (WITCH_SEED, ...) reach it through the inherited environment.
+    let mut settings = Config::new(craft);
+    settings.sampler = sampler;
+    settings.event = event;
+    settings.period = a.period;
+    settings.replacement = a.replacement;
+    settings.fp_precision = a.fp_precision;
+    settings.debug_registers = a.debug_registers.unwrap_or(free.min(4) as u32) as usize;
+    settings.out_dir = parts.dir.clone();
+    cmd.env("LD_PRELOAD", preload).envs(settings.to_pairs());
+    if a.format == Format::Json && !a.quiet {
+        // The JSON report has stdout to itself; the program's stdout goes to stderr.
+        match std::io::stderr().as_fd().try_clone_to_owned() {
+            Ok(fd) => {
+                cmd.stdout(fd);
+            }
+            Err(e) => bail!("cannot give the program stderr as its stdout: {e}"),
+        }
+    }
+
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            parts.remove();
+            return Err(exit::cannot_run(format!("cannot run {}: {e}", prog.display())));
+        }
+    };
+    let pid = child.id();
+    launch::forward_signals(pid);
+    let ended = launch::wait(pid)?;
+
+    let path = out.path(craft, &prog, pid);
+    match output::merge(parts.collect(), Some(pid)) {
+        None => {
+            parts.remove();
+            if ended.signal == Some(libc::SIGKILL) {
+                eprintln!("witch: the program left no profile: it was killed by SIGKILL");
+            } else {
+                eprintln!("witch: the program left no profile (did it clear LD_PRELOAD, or end with a raw exit system call?)");
+            }
+        }
+        Some(run) => match output::save(&run, &path) {
+            Ok(()) => {
+                parts.remove();
+                report(&run, a, &path)?;
+            }
+            Err(e) => {
+                eprintln!(
+                    "witch: {e:#}; the profiles are kept in {}/ (`witch report {}` reads them)",
+                    parts.dir.display(),
+                    parts.dir.display()
+                );
+                if !a.quiet {
+                    report(&run, a, &path).ok();
+                }
+            }
+        },
+    }
+    Ok(launch::pass_through(ended.code, ended.signal))
+}
+
+/// The report of a finished run: text on stderr, JSON alone on stdout or in --json-out.
+fn report(run: &witchcraft::profile::Profile, a: &RunArgs, path: &Path) -> Result<()> {
+    if let Some(j) = &a.json_out {
+        let json = super::report::render(run, a.top, a.pairs, Format::Json)?;
+        std::fs::write(j, json).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", j.display()))?;
+    }
+    if a.quiet {
+        return Ok(());
+    }
+    match a.format {
+        Format::Text => {
+            eprint!("{}", super::report::render(run, a.top, a.pairs, Format::Text)?);
+            let n = run.processes.len() + 1;
+            let what = if n > 1 { format!("profile of {n} processes") } else { "profile".into() };
+            eprintln!("witch: {what} written to {}", path.display());
+        }
+        Format::Json => crate::print(&super::report::render(run, a.top, a.pairs, Format::Json)?)?,
+    }
+    Ok(())
+}

@@ -1,0 +1,339 @@
+//! The report as one JSON object with stable fields (see `witch report --help`).
+//! Serialized straight from the analysis into the output: frames are written
+//! from the interned tables, never copied, so a large report is streamed.
+
+use super::Recorder;
+use crate::analysis::context::{CtxId, Interner};
+use crate::analysis::interval::{Estimate, Sums};
+use crate::analysis::summary::{self, Site};
+use crate::analysis::{Analysis, Process, SymPair};
+use serde::ser::{SerializeSeq, SerializeStruct};
+use serde::{Serialize, Serializer};
+use std::io::Write;
+
+/// Version of the JSON report's own shape (not of the profile file): bump on any
+/// change a reader of the stable fields would notice.
+/// 2: unit-neutral `waste`/`use` with `unit`, intervals, `lines`, `processes`, `pid` per pair.
+pub const REPORT_SCHEMA: u32 = 2;
+
+pub struct Json<'a> {
+    /// Lines and pairs kept (0 = all).
+    top: usize,
+    run: Option<&'a Analysis<'a>>,
+}
+
+impl Json<'_> {
+    /// `top` = lines and pairs kept (0 = all).
+    pub fn new(top: usize) -> Self {
+        Json { top, run: None }
+    }
+}
+
+impl<'a> Recorder<'a> for Json<'a> {
+    fn record(&mut self, run: &'a Analysis<'a>) -> anyhow::Result<()> {
+        self.run = Some(run);
+        Ok(())
+    }
+
+    /// Serialized straight into `out`, so the output is never held whole.
+    fn write(&mut self, out: &mut dyn Write) -> anyhow::Result<()> {
+        let Some(run) = self.run else { return Ok(()) };
+        let report = report(run, self.top);
+        let mut w = std::io::BufWriter::new(out);
+        serde_json::to_writer_pretty(&mut w, &report)?;
+        w.write_all(b"\n")?;
+        w.flush()?;
+        Ok(())
+    }
+}
+
+fn report<'a>(run: &'a Analysis<'a>, top: usize) -> JsonReport<'a> {
+    let main = run.main();
+    let p = main.profile;
+    let c = run.counters();
+    let total = run.total();
+    let keep = |n: usize| if top == 0 { n } else { top.min(n) };
+    let mut pairs: Vec<(usize, &SymPair)> = run.procs.iter().enumerate().flat_map(|(i, x)| x.pairs.iter().map(move |sp| (i, sp))).collect();
+    pairs.sort_by(|a, b| b.1.waste().total_cmp(&a.1.waste()).then(b.1.used().total_cmp(&a.1.used())));
+    let pair_count = pairs.len();
+    pairs.truncate(keep(pair_count));
+    let mut lines = summary::lines(run);
+    lines.truncate(keep(lines.len()));
+    let approx: f64 = run.procs.iter().map(|x| x.totals().1).sum();
+    JsonReport {
+        schema: REPORT_SCHEMA,
+        craft: p.craft.name(),
+        program: &p.program,
+        args: &p.args,
+        pid: p.pid,
+        sampler: JsonSampler {
+            event: &p.sampler.event,
+            period: p.sampler.period,
+            kind: p.sampler.kind.name(),
+            unit: p.sampler.unit.name(),
+        },
+        unit: p.value_unit().label(),
+        samples: c.samples,
+        traps: c.traps,
+        waste: total.waste,
+        approx_waste: approx,
+        r#use: total.r#use,
+        waste_fraction: total.fraction().value,
+        waste_fraction_ci: ci(&total.fraction()),
+        duration_ns: p.duration_ns,
+        threads: run.procs.iter().map(|x| x.profile.threads.len()).sum(),
+        pair_count,
+        notes: super::text::notes(p, &main.counters),
+        counters: c,
+        lines: Lines { run, lines, total },
+        pairs: Pairs { run, pairs, total },
+        processes: run.procs.iter().map(|x| JsonProcess::new(x, &total)).collect(),
+    }
+}
+
+fn ci(e: &Estimate) -> [f64; 2] {
+    [e.lo, e.hi]
+}
+
+/// `{"frames": [...]}`: a context's frames, innermost first.
+pub struct JsonContext<'a> {
+    pub names: &'a Interner,
+    pub ctx: CtxId,
+}
+
+impl Serialize for JsonContext<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        struct Frames<'a>(&'a Interner, CtxId);
+        impl Serialize for Frames<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut seq = s.serialize_seq(None)?;
+                for f in self.0.frames(self.1) {
+                    seq.serialize_element(f)?;
+                }
+                seq.end()
+            }
+        }
+        let mut st = s.serialize_struct("Context", 1)?;
+        st.serialize_field("frames", &Frames(self.names, self.ctx))?;
+        st.end()
+    }
+}
+
+#[derive(Serialize)]
+pub struct JsonPair<'a> {
+    /// The process it was found in.
+    pub pid: u32,
+    pub waste: f64,
+    pub approx_waste: f64,
+    pub r#use: f64,
+    /// Of all waste in the run, with its 95% interval.
+    pub share: f64,
+    pub share_ci: [f64; 2],
+    /// This pair's own waste / (waste + use).
+    pub fraction: f64,
+    pub fraction_ci: [f64; 2],
+    pub traps: u64,
+    /// Fewer traps than make a figure reliable.
+    pub few_traps: bool,
+    pub watch: JsonContext<'a>,
+    pub trap: JsonContext<'a>,
+}
+
+impl<'a> JsonPair<'a> {
+    pub fn new(names: &'a Interner, pid: u32, sp: &SymPair, total: &Sums) -> Self {
+        let (share, f) = (sp.sums.share_of(total), sp.sums.fraction());
+        JsonPair {
+            pid,
+            waste: sp.waste(),
+            approx_waste: sp.approx_waste,
+            r#use: sp.used(),
+            share: share.value,
+            share_ci: ci(&share),
+            fraction: f.value,
+            fraction_ci: ci(&f),
+            traps: sp.traps(),
+            few_traps: sp.sums.few(),
+            watch: JsonContext { names, ctx: sp.watch },
+            trap: JsonContext { names, ctx: sp.trap },
+        }
+    }
+}
+
+struct Pairs<'a> {
+    run: &'a Analysis<'a>,
+    pairs: Vec<(usize, &'a SymPair)>,
+    total: Sums,
+}
+
+impl Serialize for Pairs<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.pairs.len()))?;
+        for (pi, sp) in &self.pairs {
+            seq.serialize_element(&JsonPair::new(&self.run.names, self.run.procs[*pi].profile.pid, sp, &self.total))?;
+        }
+        seq.end()
+    }
+}
+
+/// A summary site: the frame, and the library function it went through.
+#[derive(Serialize)]
+struct JsonSite<'a> {
+    function: &'a str,
+    file: Option<&'a str>,
+    line: Option<u32>,
+    module: &'a str,
+    via: Option<&'a str>,
+}
+
+impl<'a> JsonSite<'a> {
+    fn new(names: &'a Interner, s: &Site) -> Self {
+        let f = names.get(s.frame);
+        JsonSite {
+            function: &f.function,
+            file: f.file.as_deref(),
+            line: f.line,
+            module: &f.module,
+            via: s.via.map(|v| names.get(v).function.as_str()),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct JsonPartner<'a> {
+    #[serde(flatten)]
+    site: JsonSite<'a>,
+    waste: f64,
+    r#use: f64,
+}
+
+#[derive(Serialize)]
+struct JsonLine<'a> {
+    #[serde(flatten)]
+    site: JsonSite<'a>,
+    pids: Vec<u32>,
+    waste: f64,
+    approx_waste: f64,
+    r#use: f64,
+    share: f64,
+    share_ci: [f64; 2],
+    fraction: f64,
+    fraction_ci: [f64; 2],
+    traps: u64,
+    few_traps: bool,
+    /// Where the trap side was: killers, or where the same value came again.
+    partners: Vec<JsonPartner<'a>>,
+}
+
+struct Lines<'a> {
+    run: &'a Analysis<'a>,
+    lines: Vec<summary::Line>,
+    total: Sums,
+}
+
+impl Serialize for Lines<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let names = &self.run.names;
+        let mut seq = s.serialize_seq(Some(self.lines.len()))?;
+        for l in &self.lines {
+            let (share, f) = (l.sums.share_of(&self.total), l.sums.fraction());
+            seq.serialize_element(&JsonLine {
+                site: JsonSite::new(names, &l.site),
+                pids: l.procs.iter().map(|&i| self.run.procs[i].profile.pid).collect(),
+                waste: l.sums.waste,
+                approx_waste: l.approx_waste,
+                r#use: l.sums.r#use,
+                share: share.value,
+                share_ci: ci(&share),
+                fraction: f.value,
+                fraction_ci: ci(&f),
+                traps: l.sums.traps,
+                few_traps: l.sums.few(),
+                partners: l.partners.iter().map(|(s, w, u)| JsonPartner { site: JsonSite::new(names, s), waste: *w, r#use: *u }).collect(),
+            })?;
+        }
+        seq.end()
+    }
+}
+
+#[derive(Serialize)]
+struct JsonProcess<'a> {
+    pid: u32,
+    ppid: u32,
+    program: &'a str,
+    args: &'a [String],
+    ended_by: &'a str,
+    duration_ns: u64,
+    threads: usize,
+    samples: u64,
+    traps: u64,
+    waste: f64,
+    r#use: f64,
+    /// Of all waste in the run.
+    share: f64,
+    waste_fraction: f64,
+    waste_fraction_ci: [f64; 2],
+    notes: Vec<String>,
+}
+
+impl<'a> JsonProcess<'a> {
+    fn new(x: &'a Process<'a>, total: &Sums) -> Self {
+        let p = x.profile;
+        let f = x.total.fraction();
+        JsonProcess {
+            pid: p.pid,
+            ppid: p.ppid,
+            program: &p.program,
+            args: &p.args,
+            ended_by: &p.ended_by,
+            duration_ns: p.duration_ns,
+            threads: p.threads.len(),
+            samples: x.counters.samples,
+            traps: x.counters.traps,
+            waste: x.total.waste,
+            r#use: x.total.r#use,
+            share: x.total.share_of(total).value,
+            waste_fraction: f.value,
+            waste_fraction_ci: ci(&f),
+            notes: super::text::notes(p, &x.counters),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct JsonSampler<'a> {
+    event: &'a str,
+    period: u64,
+    kind: &'a str,
+    unit: &'a str,
+}
+
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    schema: u32,
+    craft: &'static str,
+    /// The run's first process.
+    program: &'a str,
+    args: &'a [String],
+    pid: u32,
+    sampler: JsonSampler<'a>,
+    /// Unit of every waste and use figure: "bytes", or "byte·ns" for time-weighted estimates.
+    unit: &'static str,
+    samples: u64,
+    traps: u64,
+    /// Over every process of the run.
+    waste: f64,
+    approx_waste: f64,
+    r#use: f64,
+    waste_fraction: f64,
+    waste_fraction_ci: [f64; 2],
+    duration_ns: u64,
+    threads: usize,
+    /// Pairs over the run; `pairs` holds them all unless --top was given.
+    pair_count: usize,
+    counters: witchcraft::profile::Counters,
+    notes: Vec<String>,
+    /// The program's own source lines, by waste.
+    lines: Lines<'a>,
+    pairs: Pairs<'a>,
+    processes: Vec<JsonProcess<'a>>,
+}

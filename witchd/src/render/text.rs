@@ -1,0 +1,396 @@
+//! The report a person reads top-down: what ran and how it was observed, the
+//! waste fraction, a table of the program's own lines by waste with the
+//! lines that killed (or repeated) them, then the heaviest pairs in full.
+//! For a run of several processes, the processes with findings come next,
+//! heaviest first. Every figure that is an estimate carries its 95% interval.
+
+use super::units::{duration, human, interval, pct, printable};
+use super::Recorder;
+use crate::analysis::interval::Sums;
+use crate::analysis::summary::{self, Site};
+use crate::analysis::{self, Analysis, Process};
+use std::io::Write;
+use witchcraft::profile::{Counters, Profile, SamplerKind};
+
+/// Frames per context shown; deeper contexts end in "… N more".
+const TEXT_DEPTH: usize = 12;
+/// Pairs shown in full.
+pub const PAIRS_SHOWN: usize = 3;
+
+/// Outermost frames every context of a thread shares, left out of the text.
+const START_UP: [&str; 10] = [
+    "_start",
+    "__libc_start_main",
+    "__libc_start_main_impl",
+    "__libc_start_call_main",
+    "__libc_start_main_alias_2",
+    "start_thread",
+    "clone",
+    "clone3",
+    "__clone",
+    "__clone3",
+];
+
+pub struct Text<'a> {
+    /// Summary lines shown (0 = all).
+    top: usize,
+    pairs: usize,
+    width: Option<usize>,
+    run: Option<&'a Analysis<'a>>,
+}
+
+impl Text<'_> {
+    /// `top` = lines of the summary shown (0 = all).
+    pub fn new(top: usize) -> Self {
+        Text { top, pairs: PAIRS_SHOWN, width: terminal_width(), run: None }
+    }
+
+    /// How many pairs are shown in full (0 = all).
+    pub fn pairs(mut self, n: usize) -> Self {
+        self.pairs = n;
+        self
+    }
+}
+
+impl<'a> Recorder<'a> for Text<'a> {
+    fn record(&mut self, run: &'a Analysis<'a>) -> anyhow::Result<()> {
+        self.run = Some(run);
+        Ok(())
+    }
+
+    fn write(&mut self, out: &mut dyn Write) -> anyhow::Result<()> {
+        let Some(run) = self.run else { return Ok(()) };
+        let mut page = Page { width: self.width, out };
+        page.run(run, self.top, self.pairs)
+    }
+}
+
+/// The terminal's width; None (no truncation) unless both stdout and stderr are
+/// terminals, since the caller may print the report on either and a file must stay whole.
+fn terminal_width() -> Option<usize> {
+    use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    // SAFETY: TIOCGWINSZ only fills the winsize we pass.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::ioctl(2, libc::TIOCGWINSZ, &mut ws) } == 0;
+    if ok && ws.ws_col >= 40 {
+        return Some(ws.ws_col as usize);
+    }
+    std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok()).filter(|&c| c >= 40).or(Some(80))
+}
+
+fn clip(s: &str, width: Option<usize>) -> String {
+    match width {
+        Some(w) if s.chars().count() > w => {
+            let mut t: String = s.chars().take(w.saturating_sub(1)).collect();
+            t.push('…');
+            t
+        }
+        _ => s.to_string(),
+    }
+}
+
+struct Page<'w> {
+    width: Option<usize>,
+    out: &'w mut dyn Write,
+}
+
+impl Page<'_> {
+    /// One line; whatever came from the profile is shown with its control characters escaped.
+    fn line(&mut self, s: String) -> std::io::Result<()> {
+        writeln!(self.out, "{}", clip(&printable(&s), self.width))
+    }
+
+    fn blank(&mut self) -> std::io::Result<()> {
+        writeln!(self.out)
+    }
+
+    fn run(&mut self, run: &Analysis, top: usize, pairs: usize) -> anyhow::Result<()> {
+        let main = run.main();
+        let p = main.profile;
+        let w = analysis::words(p.craft);
+        let c = run.counters();
+        let total = run.total();
+        let unit = p.value_unit().label();
+        let threads: usize = run.procs.iter().map(|x| x.profile.threads.len()).sum();
+        let with = run.procs.iter().filter(|x| x.total.waste > 0.0).count();
+
+        let procs = if run.procs.len() > 1 { format!(", {} processes, {with} with findings", run.procs.len()) } else { String::new() };
+        self.line(format!(
+            "witch {}: {} (pid {}, ended by {}), run time {}, {threads} thread{}{procs}",
+            p.craft.name(),
+            p.program,
+            p.pid,
+            p.ended_by,
+            duration(p.duration_ns),
+            if threads == 1 { "" } else { "s" }
+        ))?;
+        self.line(format!(
+            "  sampler   {} {}, period {} {}; {} replacement, {} debug registers",
+            p.sampler.kind.name(),
+            p.sampler.event,
+            p.sampler.period,
+            p.sampler.unit.name(),
+            p.replacement,
+            p.debug_registers
+        ))?;
+        let cost = if c.engine_ns > 0 {
+            format!("; cost {} of CPU in witch's handlers and the kernel's trap and signal paths", duration(c.engine_ns))
+        } else {
+            String::new()
+        };
+        self.line(format!("  observed  {} samples, {} traps, {} imprecise PCs{cost}", c.samples, c.traps, c.imprecise))?;
+        for n in notes(p, &main.counters) {
+            self.line(format!("  note: {n}"))?;
+        }
+        self.blank()?;
+
+        let (approx, used) = (run.procs.iter().map(|x| x.totals().1).sum::<f64>(), total.r#use);
+        let frac = total.fraction();
+        self.line(format!(
+            "Waste fraction: {} of observed {} bytes are {} (95% interval {})",
+            pct(frac.value),
+            w.access,
+            w.waste,
+            interval(frac.lo, frac.hi)
+        ))?;
+        let fp = if p.craft == witchcraft::profile::Craft::Dead {
+            String::new()
+        } else {
+            format!(" (floating point equal within {})", pct(p.fp_precision))
+        };
+        let all = total.waste + used;
+        self.line(format!(
+            "  exact {}, approximate {}{fp}",
+            pct(analysis::ratio(total.waste - approx, all)),
+            pct(analysis::ratio(approx, all))
+        ))?;
+        self.line(format!("  waste {} {unit}, use {} {unit}", human(total.waste), human(used)))?;
+
+        self.blank()?;
+        if total.waste <= 0.0 {
+            self.line(format!("No {} pairs found.", w.waste))?;
+            return Ok(());
+        }
+        let lines: Vec<_> = summary::lines(run).into_iter().filter(|l| l.sums.waste > 0.0).collect();
+        self.lines(run, &total, &lines, top)?;
+        if run.procs.len() > 1 {
+            self.processes(run, &total)?;
+        }
+        self.pairs(run, &total, &lines, pairs)
+    }
+
+    /// The summary: the program's own lines by waste, each with its partner lines.
+    fn lines(&mut self, run: &Analysis, total: &Sums, lines: &[summary::Line], top: usize) -> anyhow::Result<()> {
+        let w = analysis::words(run.main().profile.craft);
+        let n = if top == 0 { lines.len() } else { top.min(lines.len()) };
+        let of = if n < lines.len() { format!(" (top {n} of {}; --top N for more)", lines.len()) } else { String::new() };
+        self.line(format!("Lines with {} {}s, by share of all waste{of}:", w.waste, w.access))?;
+        let partner = match run.main().profile.craft {
+            witchcraft::profile::Craft::Dead => "killed by",
+            _ => "same value again at",
+        };
+        self.line(format!("   share  95% interval  {:>6}  traps  line", w.waste))?;
+        for l in lines.iter().take(n) {
+            let share = l.sums.share_of(total);
+            let few = if l.sums.few() { "~" } else { " " };
+            self.line(format!(
+                "  {:>6}  {:<12}  {:>6}  {:>5}{few} {}",
+                pct(share.value),
+                interval(share.lo, share.hi),
+                pct(l.sums.fraction().value),
+                l.sums.traps,
+                site(run, &l.site)
+            ))?;
+            let key = run.names.frame_key(l.site.frame);
+            let mut partners: Vec<String> = l
+                .partners
+                .iter()
+                .filter(|p| p.1 > 0.0)
+                .take(2)
+                .map(|(s, wst, _)| {
+                    let at = if run.names.frame_key(s.frame) == key { "the same line".to_string() } else { site(run, s) };
+                    format!("{at} {}", pct(wst / l.sums.waste))
+                })
+                .collect();
+            let more = l.partners.iter().filter(|p| p.1 > 0.0).count().saturating_sub(2);
+            if more > 0 {
+                partners.push(format!("{more} more"));
+            }
+            self.line(format!("{:41}{partner} {}", "", partners.join(", ")))?;
+        }
+        if lines.iter().take(n).any(|l| l.sums.few()) {
+            self.line(format!("  ~ fewer than {} traps: an uncertain figure", crate::analysis::interval::FEW_TRAPS))?;
+        }
+        self.blank()?;
+        Ok(())
+    }
+
+    /// A run's processes with findings, heaviest first.
+    fn processes(&mut self, run: &Analysis, total: &Sums) -> anyhow::Result<()> {
+        let mut with: Vec<&Process> = run.procs.iter().filter(|x| x.total.waste > 0.0).collect();
+        with.sort_by(|a, b| b.total.waste.total_cmp(&a.total.waste));
+        self.line("Processes with findings, heaviest first:".into())?;
+        for x in &with {
+            let p = x.profile;
+            let share = x.total.share_of(total);
+            let f = x.total.fraction();
+            self.line(format!(
+                "  pid {:<7} {}  {} of all waste, {} {} (95% interval {}), ended by {}, {}",
+                p.pid,
+                p.program,
+                pct(share.value),
+                pct(f.value),
+                analysis::words(p.craft).waste,
+                interval(f.lo, f.hi),
+                p.ended_by,
+                duration(p.duration_ns)
+            ))?;
+        }
+        let without: Vec<String> = run
+            .procs
+            .iter()
+            .filter(|x| x.total.waste <= 0.0)
+            .map(|x| format!("{} {}", crate::symbolize::module_name(&x.profile.program), x.profile.pid))
+            .collect();
+        if !without.is_empty() {
+            self.line(format!("  {} without findings: {}", without.len(), without.join(", ")))?;
+        }
+        self.blank()?;
+        Ok(())
+    }
+
+    /// The heaviest pair of each of the top lines in full, start-up frames left out.
+    fn pairs(&mut self, run: &Analysis, total: &Sums, lines: &[summary::Line], top: usize) -> anyhow::Result<()> {
+        let n = if top == 0 { lines.len() } else { top.min(lines.len()) };
+        let w = analysis::words(run.main().profile.craft);
+        let unit = run.main().profile.value_unit().label();
+        let keys: Vec<u32> = lines.iter().take(n).map(|l| run.names.frame_key(l.site.frame)).collect();
+        // Each line's pairs, heaviest first: the first is shown, the others counted.
+        let mut shown: Vec<Option<(usize, &analysis::SymPair)>> = vec![None; n];
+        let mut others = vec![0usize; n];
+        for (pi, x) in run.procs.iter().enumerate() {
+            let own = summary::own_modules(x.profile);
+            for sp in x.pairs.iter().filter(|sp| sp.waste() > 0.0) {
+                let Some(s) = summary::site(&run.names, sp.watch, &own) else { continue };
+                let Some(i) = keys.iter().position(|&k| k == run.names.frame_key(s.frame)) else { continue };
+                match shown[i] {
+                    Some((_, best)) if best.waste() >= sp.waste() => others[i] += 1,
+                    Some(_) => {
+                        others[i] += 1;
+                        shown[i] = Some((pi, sp));
+                    }
+                    None => shown[i] = Some((pi, sp)),
+                }
+            }
+        }
+        let total_pairs: usize = run.procs.iter().map(|x| x.pairs.iter().filter(|sp| sp.waste() > 0.0).count()).sum();
+        self.line(format!(
+            "Top {n} of {total_pairs} pairs by {} bytes: the heaviest of each line above (start-up frames left out):",
+            w.waste
+        ))?;
+        for (i, (pi, sp)) in shown.iter().flatten().enumerate() {
+            self.blank()?;
+            let share = sp.sums.share_of(total);
+            let f = sp.sums.fraction();
+            let few = if sp.sums.few() { " (few traps: uncertain)" } else { "" };
+            let proc = if run.procs.len() > 1 {
+                let p = run.procs[*pi].profile;
+                format!(", pid {} {}", p.pid, crate::symbolize::module_name(&p.program))
+            } else {
+                String::new()
+            };
+            let more = match others[i] {
+                0 => String::new(),
+                k => format!("; {k} more pairs at this line"),
+            };
+            self.line(format!(
+                "#{:<3} {} of all waste ({})   {} {} (waste/(waste+use))   {} {unit}, {} traps{few}{proc}{more}",
+                i + 1,
+                pct(share.value),
+                interval(share.lo, share.hi),
+                pct(f.value),
+                w.waste,
+                human(sp.waste()),
+                sp.traps()
+            ))?;
+            for (label, ctx) in [(w.watch, sp.watch), (w.trap, sp.trap)] {
+                self.line(format!("     {label}"))?;
+                let mut frames: Vec<_> = run.frames(ctx).collect();
+                while frames.len() > 1 && frames.last().is_some_and(|f| START_UP.contains(&f.function.as_str())) {
+                    frames.pop();
+                }
+                for f in frames.iter().take(TEXT_DEPTH) {
+                    let inl = if f.inlined { " [inlined]" } else { "" };
+                    self.line(format!("       {}{inl}", f.display()))?;
+                }
+                if frames.len() > TEXT_DEPTH {
+                    self.line(format!("       … {} more frames", frames.len() - TEXT_DEPTH))?;
+                }
+                if frames.is_empty() {
+                    self.line("       (no calling context)".into())?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A site as a table cell: `file:line function`, and the library function it went through.
+fn site(run: &Analysis, s: &Site) -> String {
+    let f = run.names.get(s.frame);
+    let file = f.file.as_deref().map(|x| x.rsplit('/').next().unwrap_or(x));
+    let mut out = match (file, f.line) {
+        (Some(file), Some(line)) => format!("{file}:{line} {}", f.function),
+        _ => f.display(),
+    };
+    if let Some(v) = s.via {
+        out.push_str(&format!(" [{}]", run.names.get(v).function));
+    }
+    out
+}
+
+/// What the reader should know before trusting the figures.
+pub fn notes(p: &Profile, c: &Counters) -> Vec<String> {
+    let mut v = p.notes.clone();
+    let access = analysis::words(p.craft).access;
+    // The software sampler takes a timer interrupt's nearby access (a few
+    // instructions of straight-line code), so code whose time goes elsewhere
+    // (a store-free inner loop) yields interrupts but no samples.
+    let missed = c.interrupts.saturating_sub(c.samples + c.skipped_self + c.overdue);
+    let software = p.sampler.kind == SamplerKind::Software;
+    if c.samples == 0 && missed > 0 && software {
+        v.push(format!(
+            "no samples: none of {} timer interrupts landed within a few instructions of a {access}; \
+             the time went to other code; try a smaller -p, or a host with a PMU (it samples {access}s by count)",
+            c.interrupts
+        ));
+    } else if c.samples == 0 && c.interrupts == 0 && c.threads_failed > 0 {
+        // The set-up failure's own note says why.
+    } else if c.samples == 0 {
+        // One short run, or many short threads: either way no thread ran a period.
+        v.push(format!(
+            "no samples were taken: no thread ran one period ({} {}) of its own CPU time; try a smaller -p",
+            p.sampler.period,
+            p.sampler.unit.name()
+        ));
+    } else if software && missed * 2 > c.interrupts {
+        v.push(format!(
+            "{missed} of {} timer interrupts landed away from any {access} and were not samples: \
+             {access}s in code that takes little time per {access} are under-represented (see docs/ACCURACY.md)",
+            c.interrupts
+        ));
+    }
+    if c.traps == 0 && c.samples > 0 {
+        v.push("no watchpoint fired: nothing to attribute".into());
+    }
+    if c.tree_overflow > 0 || c.pair_overflow > 0 {
+        v.push(format!("tables overflowed ({} contexts, {} pairs lost): figures are partial", c.tree_overflow, c.pair_overflow));
+    }
+    if c.threads_failed > 0 {
+        v.push(format!("{} threads could not be profiled", c.threads_failed));
+    }
+    v
+}

@@ -1,0 +1,105 @@
+//! Numbers as people read them: magnitudes, durations, percentages.
+
+/// Compact magnitude: 950, 12.3K, 4.56M, 7.89G, ...
+pub fn human(v: f64) -> String {
+    let units = ["", "K", "M", "G", "T", "P", "E"];
+    let mut v = v;
+    let mut i = 0;
+    while v.abs() >= 1000.0 && i + 1 < units.len() {
+        v /= 1000.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 100.0 {
+        format!("{v:.0}{}", units[i])
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}{}", units[i])
+    } else {
+        format!("{v:.2}{}", units[i])
+    }
+}
+
+pub fn duration(ns: u64) -> String {
+    let s = ns as f64 / 1e9;
+    if s >= 120.0 {
+        format!("{}m{:02.0}s", (s / 60.0).floor(), s % 60.0)
+    } else if s >= 1.0 {
+        format!("{s:.2} s")
+    } else {
+        format!("{:.1} ms", s * 1e3)
+    }
+}
+
+pub fn pct(f: f64) -> String {
+    format!("{:.1}%", f * 100.0)
+}
+
+/// Bytes in the largest binary unit that keeps them above 1.
+pub fn size(b: u64) -> String {
+    let mut v = b as f64;
+    for unit in ["B", "KiB", "MiB", "GiB"] {
+        if v < 1024.0 || unit == "GiB" {
+            return if unit == "B" { format!("{b} B") } else { format!("{v:.1} {unit}") };
+        }
+        v /= 1024.0;
+    }
+    unreachable!()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(human(950.0), "950");
+        assert_eq!(human(12_345.0), "12.3K");
+        assert_eq!(human(4_560_000.0), "4.56M");
+        assert_eq!(pct(0.3421), "34.2%");
+        assert_eq!(duration(1_520_000_000), "1.52 s");
+        assert_eq!(duration(3_000_000), "3.0 ms");
+        assert_eq!(size(512), "512 B");
+        assert_eq!(size(20 * 1024), "20.0 KiB");
+        assert_eq!(size(256 << 20), "256.0 MiB");
+        assert_eq!(size(5 << 40), "5120.0 GiB");
+    }
+}
+
+/// Text from a profile made safe for a terminal: control characters (an
+/// escape sequence in a program's name or a function name could rewrite the
+/// screen) are shown as escapes instead, `\e` for ESC, `\xNN` for the others.
+pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(|c| c.is_control() && c != '\t') {
+        return s.into();
+    }
+    let mut o = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\t' => o.push(c),
+            '\x1b' => o.push_str("\\e"),
+            c if c.is_control() && (c as u32) < 0x100 => o.push_str(&format!("\\x{:02x}", c as u32)),
+            c if c.is_control() => o.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o.into()
+}
+
+/// A 95% interval as "lo–hi%", to one decimal.
+pub fn interval(lo: f64, hi: f64) -> String {
+    format!("{:.1}–{:.1}%", lo * 100.0, hi * 100.0)
+}
+
+#[cfg(test)]
+mod printable_tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(printable("plain (a.c:3)"), "plain (a.c:3)");
+        assert_eq!(printable("evil\x1b[2J\x07name\n"), "evil\\e[2J\\x07name\\x0a");
+        assert_eq!(printable("\u{9b}31m"), "\\x9b31m");
+        assert_eq!(interval(0.25, 0.3), "25.0–30.0%");
+    }
+}
