@@ -94,3 +94,32 @@ fn crash_inside_malloc_dies_as_without_witch() {
     let p = raw_profile(&out);
     assert_eq!(p["ended_by"].as_str(), Some("signal 6"), "{p}");
 }
+
+/// The engine's handlers never allocate (they may interrupt malloc): with
+/// WITCH_CHECK_HANDLER_ALLOC=1 the agent counts any allocation made in
+/// them, and the profile would say so. Every craft, threads, and the
+/// single-step bursts.
+#[test]
+fn handlers_never_allocate() {
+    let dir = Scratch::new("handler-alloc");
+    let cases: [(&str, &str, &[&str]); 5] = [
+        ("dead", "threads_dead", &[]),
+        ("silent-store", "silent_store", &[]),
+        ("silent-load", "redundant_load", &[]),
+        ("dead", "listing_4_3", &["WITCH_BURST=32"]),
+        ("silent-load", "redundant_load", &["WITCH_BURST=32"]),
+    ];
+    for (i, (craft, program, env)) in cases.into_iter().enumerate() {
+        let prog = Program::build(program, dir.path());
+        let out = dir.join(&format!("{i}-{program}.json"));
+        let mut wrapper = vec!["env", "WITCH_CHECK_HANDLER_ALLOC=1"];
+        wrapper.extend_from_slice(env);
+        let run = WitchCmd::new(craft).wrapper(&wrapper).out(&out).arg("-q").run(&prog.exe, &[]);
+        let native = prog.run_native(&[]);
+        assert_same_behaviour(&native, &run);
+        let rep = report(&out);
+        rep.assert_samples(5.0);
+        let said: Vec<String> = notes(&out).into_iter().filter(|n| n.contains("allocations inside signal handlers")).collect();
+        assert!(said.is_empty(), "{craft} on {program} {env:?}: {said:?}");
+    }
+}

@@ -9,8 +9,15 @@
 //! system call) and makes frees of `malloc`'s blocks no-ops: the process is
 //! about to die, nothing needs to be given back.
 
+//!
+//! It also checks the rule that signal handlers never allocate: with
+//! `WITCH_CHECK_HANDLER_ALLOC=1` (tests), every allocation made while a
+//! thread runs the engine's handler code ([`in_handler`]) is counted, and the
+//! profile says how many there were.
+
 use std::alloc::{GlobalAlloc, Layout};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 pub struct AgentAlloc;
 
@@ -59,6 +66,43 @@ pub fn in_crash_mode() -> bool {
     CRASH.load(Ordering::Acquire)
 }
 
+/// Count allocations made inside handlers (see the module comment).
+static CHECK: AtomicBool = AtomicBool::new(false);
+static IN_HANDLERS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// This thread runs handler code now (preloaded agents only: an
+    /// attached agent never touches its TLS in a handler).
+    static HANDLING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Start counting allocations made inside handlers.
+pub fn check_handlers() {
+    CHECK.store(true, Ordering::Release);
+}
+
+/// Run handler code `f`, counting any allocation it makes (when checking).
+pub fn in_handler<R>(f: impl FnOnce() -> R) -> R {
+    if !CHECK.load(Ordering::Relaxed) {
+        return f();
+    }
+    let outer = HANDLING.with(|h| h.replace(true));
+    let r = f();
+    HANDLING.with(|h| h.set(outer));
+    r
+}
+
+/// Allocations counted inside handlers so far.
+pub fn allocations_in_handlers() -> u64 {
+    IN_HANDLERS.load(Ordering::Relaxed)
+}
+
+fn count_if_handling() {
+    if CHECK.load(Ordering::Relaxed) && HANDLING.with(|h| h.get()) {
+        IN_HANDLERS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 fn in_arena(p: *mut u8) -> bool {
     let base = BASE.load(Ordering::Acquire);
     base != 0 && (p as usize) >= base && (p as usize) < base + ARENA
@@ -86,6 +130,7 @@ fn bump(layout: Layout) -> *mut u8 {
 // allocator that made them (malloc's by `free`, the arena's never).
 unsafe impl GlobalAlloc for AgentAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count_if_handling();
         if CRASH.load(Ordering::Acquire) {
             return bump(layout);
         }
@@ -113,6 +158,7 @@ unsafe impl GlobalAlloc for AgentAlloc {
     }
 
     unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count_if_handling();
         if in_arena(p) || CRASH.load(Ordering::Acquire) {
             // SAFETY: the new layout has the old alignment and a valid size.
             let new = unsafe { self.alloc(Layout::from_size_align_unchecked(new_size, layout.align())) };

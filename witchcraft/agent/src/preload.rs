@@ -40,6 +40,9 @@ extern "C" fn init() {
         }
     };
     fd::reserve_top();
+    if std::env::var_os("WITCH_CHECK_HANDLER_ALLOC").is_some() {
+        crate::alloc::check_handlers();
+    }
     if let Some(why) = traced_by_debugger() {
         // Exec'd by a debugger's tracee: leave the debug registers and
         // signals to the debugger, and say so in a profile of its own.

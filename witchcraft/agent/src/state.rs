@@ -329,6 +329,10 @@ impl Agent {
             }
         }
         counters.threads_failed = self.threads.failed.load(Ordering::Relaxed);
+        let allocs = alloc::allocations_in_handlers();
+        if allocs > 0 {
+            self.note(format!("{allocs} allocations inside signal handlers (the handlers must never allocate: a witch bug)"));
+        }
         let guard = if alloc::in_crash_mode() { self.identity.try_lock().ok() } else { self.identity.lock().ok() };
         let (program, args) = guard.map(|g| g.clone()).unwrap_or_default();
         let start = self.start_ns();
