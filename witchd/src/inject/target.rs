@@ -5,14 +5,12 @@
 //! Everything here may run as root against a process whose owner controls
 //! the files it maps and the paths they appear under. So a mapped object
 //! is opened as the exact file the target mapped
-//! (`/proc/PID/map_files/START-END`, root only) rather than by its path;
-//! anything opened must be a regular file of bounded size, is opened
-//! without blocking (a FIFO would), and is read with a deadline
-//! (docs/SECURITY.md).
+//! (`/proc/PID/map_files/START-END`, root only) rather than by its path, and
+//! read as any path a target chose is ([`crate::symbolize::file`]: a regular
+//! file of bounded size, opened without blocking, read with a deadline;
+//! docs/SECURITY.md).
 
 use anyhow::{anyhow, bail, Context, Result};
-use std::io::Read;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::time::Duration;
 use witchcraft::sys::procfs::{self, Mapping};
 
@@ -117,37 +115,14 @@ fn symbol_in(data: &[u8], base: u64, name: &str) -> std::result::Result<Option<u
 
 /// The bytes of the object the target mapped at `m`: as root the very
 /// file it mapped, otherwise the file at its path as the target sees it.
-/// Regular files only, bounded, never blocking for long.
+/// Regular files only, bounded, never blocking for long
+/// ([`crate::symbolize::file`], the one reader of paths a target chose).
 fn read_object(pid: i32, m: &Mapping) -> Result<Vec<u8>> {
     let exact = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
     let by_path = format!("/proc/{pid}/root{}", m.path);
     let path = if std::fs::symlink_metadata(&exact).is_ok() && is_root() { exact } else { by_path };
-    let what = m.path.clone();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(read_regular(&path, MAX_OBJECT_BYTES));
-    });
-    match rx.recv_timeout(READ_DEADLINE) {
-        Ok(r) => r.with_context(|| format!("cannot read {what}")),
-        Err(_) => bail!("reading {what} took more than {READ_DEADLINE:?}; giving up"),
-    }
-}
-
-/// Reads a regular file of at most `max` bytes; refuses anything else
-/// without blocking on it (O_NONBLOCK: a FIFO opens and is then refused).
-pub fn read_regular(path: &str, max: u64) -> Result<Vec<u8>> {
-    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path)?;
-    let meta = f.metadata()?;
-    let t = meta.file_type();
-    if !t.is_file() || t.is_fifo() || t.is_char_device() || t.is_block_device() || t.is_socket() {
-        bail!("not a regular file");
-    }
-    if meta.len() > max {
-        bail!("larger than {max} bytes");
-    }
-    let mut data = Vec::with_capacity(meta.len() as usize);
-    f.take(max).read_to_end(&mut data)?;
-    Ok(data)
+    crate::symbolize::file::read_within(std::path::Path::new(&path), MAX_OBJECT_BYTES, READ_DEADLINE)
+        .with_context(|| format!("cannot read {}", m.path))
 }
 
 fn is_root() -> bool {
@@ -199,26 +174,6 @@ pub fn alive(pid: i32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_bounded_regular_files_are_read() {
-        let dir = std::env::temp_dir().join(format!("witch-inject-test-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir(&dir).unwrap();
-        let fifo = dir.join("fifo");
-        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: `c` is a NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        let t = std::time::Instant::now();
-        assert!(read_regular(fifo.to_str().unwrap(), 1 << 20).is_err());
-        assert!(read_regular("/dev/zero", 1 << 20).is_err());
-        let big = dir.join("big");
-        std::fs::write(&big, vec![0u8; 4096]).unwrap();
-        assert!(read_regular(big.to_str().unwrap(), 100).is_err());
-        assert_eq!(read_regular(big.to_str().unwrap(), 4096).unwrap().len(), 4096);
-        assert!(t.elapsed() < Duration::from_secs(2));
-        let _ = std::fs::remove_dir_all(&dir);
-    }
 
     #[test]
     fn our_own_dlopen_is_found_in_our_libc() {
