@@ -408,13 +408,20 @@ crafts = ["silent-store"]
     let last_metrics = last_metrics.into_inner();
     let m = parse_prometheus(&last_metrics);
     for (pid, exe, craft) in [(t_dead.pid(), dead_name.as_str(), "dead"), (t_silent.pid(), "daemon_silent", "silent-store")] {
+        // Series are named by executable and slot, stable across restarts;
+        // the info metric says which pid holds a slot.
         let pid = pid.to_string();
-        let w = metric(&m, "witchd_waste_fraction", &[("pid", &pid), ("exe", exe), ("craft", craft)])
+        let info = metric(&m, "witchd_target_info", &[("pid", &pid), ("exe", exe)])
+            .unwrap_or_else(|| panic!("no info for {exe}:\n{last_metrics}"));
+        assert_eq!(info.value, 1.0);
+        let slot = info.labels["slot"].as_str();
+        let w = metric(&m, "witchd_waste_fraction", &[("exe", exe), ("slot", slot), ("craft", craft)])
             .unwrap_or_else(|| panic!("no waste fraction for {exe}:\n{last_metrics}"));
         assert!((0.0..=1.0).contains(&w.value), "{w:?}");
-        let s = metric(&m, "witchd_target_samples", &[("pid", &pid), ("craft", craft)]).expect("samples gauge");
+        assert!(!w.labels.contains_key("pid"), "no pid label on a series: {w:?}");
+        let s = metric(&m, "witchd_target_samples", &[("exe", exe), ("slot", slot), ("craft", craft)]).expect("samples gauge");
         assert!(s.value > 0.0, "{s:?}");
-        let o = metric(&m, "witchd_target_overhead_ratio", &[("pid", &pid), ("craft", craft)]).expect("overhead gauge");
+        let o = metric(&m, "witchd_target_overhead_ratio", &[("exe", exe), ("slot", slot), ("craft", craft)]).expect("overhead gauge");
         assert!(o.value > 0.0 && o.value < 1.0, "{o:?}");
     }
     let store_bytes = metric(&m, "witchd_store_bytes", &[]).expect("store bytes").value;

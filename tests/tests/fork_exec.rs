@@ -87,3 +87,28 @@ fn a_shell_with_three_children_gives_one_profile_with_each_process() {
     let err = run.stderr_str();
     assert!(err.contains("Processes with findings") && err.contains("profile of "), "the text report lists the processes:\n{err}");
 }
+
+/// `--no-children` profiles only the first process (here the shell), and
+/// `--exe` only processes running the named executable (here its children).
+#[test]
+fn no_children_and_exe_choose_the_processes() {
+    let dir = Scratch::new("sh-filter");
+    let prog = Program::build("dead_loop", dir.path());
+    let p = prog.exe.to_str().unwrap();
+    let script = format!("{p} 20 & {p} 20 & {p} 20 & wait");
+    let sh = which("sh").expect("sh");
+
+    let out = dir.join("first.json");
+    let run = WitchCmd::new("dead").args(&["-p", "100000", "-q", "--no-children"]).out(&out).run(&sh, &["-c", &script]);
+    assert_eq!(run.code(), Some(0), "{}", run.describe());
+    let procs = report(&out).processes();
+    assert_eq!(procs.len(), 1, "only the shell: {procs:?}");
+    assert!(!procs[0].1.ends_with("/dead_loop"), "{procs:?}");
+
+    let out = dir.join("exe.json");
+    let run = WitchCmd::new("dead").args(&["-p", "100000", "-q", "--exe", "dead_loop"]).out(&out).run(&sh, &["-c", &script]);
+    assert_eq!(run.code(), Some(0), "{}", run.describe());
+    let procs = report(&out).processes();
+    assert_eq!(procs.len(), 3, "only the three dead_loop processes: {procs:?}");
+    assert!(procs.iter().all(|(_, prog)| prog.ends_with("/dead_loop")), "{procs:?}");
+}

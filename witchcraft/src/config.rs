@@ -61,6 +61,8 @@ pub mod keys {
     pub const BURST: &str = "WITCH_BURST";
     pub const BURST_WEIGHT: &str = "WITCH_BURST_WEIGHT";
     pub const BURST_PICKS: &str = "WITCH_BURST_PICKS";
+    pub const ONLY_PID: &str = "WITCH_ONLY_PID";
+    pub const EXE: &str = "WITCH_EXE";
 }
 
 #[derive(Clone, Debug)]
@@ -87,6 +89,12 @@ pub struct Config {
     pub burst_weight_per_burst: bool,
     /// Accesses picked per burst; None: the default.
     pub burst_picks: Option<u32>,
+    /// Profile only this process (its exec'd images too), not its children;
+    /// Some(0): the first process that loads the agent, which then writes
+    /// its own pid here for its images and children to read.
+    pub only_pid: Option<u32>,
+    /// Profile only processes running one of these executables (file names); empty: all.
+    pub exe_names: Vec<String>,
 }
 
 impl Config {
@@ -108,7 +116,15 @@ impl Config {
             burst_steps: None,
             burst_weight_per_burst: false,
             burst_picks: None,
+            only_pid: None,
+            exe_names: Vec::new(),
         }
+    }
+
+    /// Is the process `pid`, running the executable named `exe` (its file
+    /// name; None: not known, so not filtered on), one to profile?
+    pub fn follows(&self, pid: u32, exe: Option<&str>) -> bool {
+        self.only_pid.is_none_or(|p| p == pid) && (self.exe_names.is_empty() || exe.is_none_or(|e| self.exe_names.iter().any(|n| n == e)))
     }
 
     /// The testing and experimental knobs (`WITCH_NO_SIGTRAP`,
@@ -159,6 +175,12 @@ impl Config {
         }
         if let Some(n) = self.burst_picks {
             v.push((keys::BURST_PICKS, n.to_string()));
+        }
+        if let Some(p) = self.only_pid {
+            v.push((keys::ONLY_PID, p.to_string()));
+        }
+        if !self.exe_names.is_empty() {
+            v.push((keys::EXE, self.exe_names.join(":")));
         }
         v
     }
@@ -214,6 +236,8 @@ impl Config {
             burst_steps: num(keys::BURST)?.map(|n| n.min(1 << 20) as u32),
             burst_weight_per_burst: get(keys::BURST_WEIGHT).as_deref() == Some("one"),
             burst_picks: num(keys::BURST_PICKS)?.map(|n| n.clamp(1, 4) as u32),
+            only_pid: num(keys::ONLY_PID)?.map(|p| p as u32),
+            exe_names: get(keys::EXE).map(|v| v.split(':').filter(|n| !n.is_empty()).map(str::to_string).collect()).unwrap_or_default(),
         }))
     }
 }
@@ -253,6 +277,8 @@ mod tests {
         c.burst_steps = Some(16);
         c.burst_weight_per_burst = true;
         c.burst_picks = Some(2);
+        c.only_pid = Some(4242);
+        c.exe_names = vec!["app".into(), "helper".into()];
         let back = Config::from_lines(&c.to_lines()).unwrap().unwrap();
         assert_eq!(format!("{back:?}"), format!("{c:?}"));
         let map: std::collections::HashMap<_, _> = c.to_pairs().into_iter().collect();
@@ -260,5 +286,16 @@ mod tests {
         assert_eq!(format!("{env:?}"), format!("{c:?}"));
         let plain = Config::new(Craft::Dead);
         assert_eq!(format!("{:?}", Config::from_lines(&plain.to_lines()).unwrap().unwrap()), format!("{plain:?}"));
+    }
+
+    #[test]
+    fn which_processes_a_run_follows() {
+        let mut c = Config::new(Craft::Dead);
+        assert!(c.follows(1, Some("sh")) && c.follows(2, None));
+        c.only_pid = Some(7);
+        assert!(c.follows(7, Some("sh")) && !c.follows(8, Some("sh")));
+        c.only_pid = None;
+        c.exe_names = vec!["app".into()];
+        assert!(c.follows(3, Some("app")) && !c.follows(3, Some("sh")) && c.follows(3, None));
     }
 }

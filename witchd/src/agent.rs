@@ -30,12 +30,18 @@ pub fn find_agent() -> Result<PathBuf> {
     bail!("cannot find {AGENT} next to {} (build it with `cargo build --workspace`, or set WITCH_AGENT)", exe.display())
 }
 
-/// What `-e` chose: the sampler and its event.
-pub fn sampler_env(craft: Craft, event: Option<&str>) -> Result<(SamplerChoice, Option<String>)> {
+/// What `-e` chose: the sampler and its event. A period given as a time
+/// (`-p 1ms`, `-F 200`) asks for a time-based sampler: the software one when
+/// no event is named, and an error with a PMU event, which counts accesses.
+pub fn sampler_env(craft: Craft, event: Option<&str>, timed: bool) -> Result<(SamplerChoice, Option<String>)> {
     let kind = if craft == Craft::SilentLoad { pmu::AccessKind::Load } else { pmu::AccessKind::Store };
     match event {
+        None if timed => Ok((SamplerChoice::Software, None)),
         None => Ok((SamplerChoice::Auto, None)),
         Some(e @ ("task-clock" | "cpu-clock" | "cpu-timer")) => Ok((SamplerChoice::Software, Some(e.to_string()))),
+        Some(spec) if timed => {
+            bail!("event {spec:?} counts {}s: give -p a count of them, not a time (or -e cpu-timer for a time)", kind_name(kind))
+        }
         Some(spec) => {
             let ev = pmu::parse_event(Path::new(pmu::SYSFS_PMU_ROOT), spec, kind)
                 .map_err(|e| anyhow::anyhow!("unknown or unusable event {spec:?}: {e} (see `witch {} -e list`)", craft.name()))?;
@@ -44,6 +50,14 @@ pub fn sampler_env(craft: Craft, event: Option<&str>) -> Result<(SamplerChoice, 
             s.close();
             Ok((SamplerChoice::Pmu, Some(spec.to_string())))
         }
+    }
+}
+
+fn kind_name(k: pmu::AccessKind) -> &'static str {
+    if k == pmu::AccessKind::Load {
+        "load"
+    } else {
+        "store"
     }
 }
 

@@ -164,9 +164,15 @@ pub struct RunArgs {
     #[arg(short = 'e', long, value_name = "EVENT")]
     pub event: Option<String>,
 
-    /// Sampling period in the event's units: stores, loads, or ns of thread CPU time [default: engine's]
-    #[arg(short = 'p', long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub period: Option<u64>,
+    /// Sampling period: a count in the event's units (stores, loads, or ns of thread CPU time),
+    /// or a duration of thread CPU time ("1ms", "250us"), which asks for a time-based sampler
+    /// [default: engine's]
+    #[arg(short = 'p', long, value_name = "PERIOD", value_parser = parse_period)]
+    pub period: Option<Period>,
+
+    /// Sampling frequency: samples per second of each thread's CPU time (a time-based sampler)
+    #[arg(short = 'F', long, value_name = "HZ", value_parser = parse_frequency, conflicts_with = "period")]
+    pub frequency: Option<Period>,
 
     /// Debug registers to use for watchpoints (1-4) [default: all free]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4))]
@@ -199,6 +205,14 @@ pub struct RunArgs {
     /// Also write the report, as JSON, to FILE (the program's output is left alone)
     #[arg(long, value_name = "FILE")]
     pub json_out: Option<PathBuf>,
+
+    /// Profile only the program's first process (and what it execs), not the processes it starts
+    #[arg(long, conflicts_with = "pid")]
+    pub no_children: bool,
+
+    /// Profile only processes running this executable (its file name; repeatable)
+    #[arg(long, value_name = "NAME", conflicts_with = "pid")]
+    pub exe: Vec<String>,
 
     /// Don't print the report (the profile is still written)
     #[arg(short = 'q', long)]
@@ -343,6 +357,49 @@ pub fn parse_points(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+/// A sampling period as given: a count in the event's units, or a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Period {
+    Count(u64),
+    Time(std::time::Duration),
+}
+
+impl RunArgs {
+    /// The period (`-p` or `-F`) as the engine takes it (a count; ns for time)
+    /// and whether it was given as a time.
+    pub fn period(&self) -> (Option<u64>, bool) {
+        match self.period.or(self.frequency) {
+            None => (None, false),
+            Some(Period::Count(n)) => (Some(n), false),
+            Some(Period::Time(d)) => (Some(d.as_nanos().clamp(1, u64::MAX as u128) as u64), true),
+        }
+    }
+}
+
+/// `-p`: a positive count ("5000003"), or a duration ("1ms", "250us", "0.5ms").
+pub fn parse_period(s: &str) -> Result<Period, String> {
+    let t = s.trim();
+    if t.bytes().all(|b| b.is_ascii_digit()) {
+        return match t.parse::<u64>() {
+            Ok(n) if n > 0 => Ok(Period::Count(n)),
+            _ => Err(format!("{s:?}: the period must be at least 1")),
+        };
+    }
+    match humantime::parse_duration(t) {
+        Ok(d) if !d.is_zero() => Ok(Period::Time(d)),
+        _ => Err(format!("{s:?} is neither a count nor a duration (try 5000003, 1ms, 250us)")),
+    }
+}
+
+/// `-F`: samples per second of CPU time, as the period it makes.
+pub fn parse_frequency(s: &str) -> Result<Period, String> {
+    let hz: f64 = s.trim().trim_end_matches("Hz").trim().parse().map_err(|_| format!("{s:?} is not a frequency (try 200)"))?;
+    if !(hz.is_finite() && hz > 0.0 && hz <= 1e9) {
+        return Err(format!("{s:?}: give a frequency above 0 and at most 1e9 per second"));
+    }
+    Ok(Period::Time(std::time::Duration::from_secs_f64(1.0 / hz)))
+}
+
 /// A duration, for the command line and witchd's configuration alike:
 /// humantime's forms ("30s", "1m30s", "1h 30m", "500ms", "0.5s", "7d"), or a
 /// plain number of seconds ("30", "1.5"). Zero is refused.
@@ -383,7 +440,8 @@ mod tests {
     fn run_args_as_written() {
         let c = Cli::try_parse_from(["witch", "silent-load", "-p", "5000003", "./app"]).unwrap();
         let Command::SilentLoad(a) = c.command else { panic!() };
-        assert_eq!(a.period, Some(5000003));
+        assert_eq!(a.period, Some(Period::Count(5000003)));
+        assert_eq!(a.period(), (Some(5000003), false));
         assert_eq!(a.command, vec![OsString::from("./app")]);
         let c = Cli::try_parse_from(["witch", "dead", "./app", "-p", "3", "--x"]).unwrap();
         let Command::Dead(a) = c.command else { panic!() };
@@ -400,6 +458,22 @@ mod tests {
         let c = Cli::try_parse_from(["witch", "dead", "--replacement", "empty", "./a"]).unwrap();
         let Command::Dead(a) = c.command else { panic!() };
         assert_eq!(a.replacement, Policy::EmptyOnly);
+    }
+
+    #[test]
+    fn periods_and_frequencies() {
+        use std::time::Duration;
+        let args = |v: &[&str]| {
+            let Command::Dead(a) = Cli::try_parse_from(v).unwrap().command else { panic!() };
+            a.period()
+        };
+        assert_eq!(args(&["witch", "dead", "-p", "1ms", "./a"]), (Some(1_000_000), true));
+        assert_eq!(args(&["witch", "dead", "-p", "250us", "./a"]), (Some(250_000), true));
+        assert_eq!(args(&["witch", "dead", "-F", "200", "./a"]), (Some(5_000_000), true));
+        assert_eq!(args(&["witch", "dead", "-p", "100000", "./a"]), (Some(100_000), false));
+        assert_eq!(parse_period("0.5ms"), Ok(Period::Time(Duration::from_micros(500))));
+        assert!(parse_period("0").is_err() && parse_period("soon").is_err() && parse_frequency("0").is_err());
+        assert!(Cli::try_parse_from(["witch", "dead", "-p", "1ms", "-F", "200", "./a"]).is_err());
     }
 
     #[test]

@@ -31,7 +31,7 @@ static KEY: AtomicU32 = AtomicU32::new(u32::MAX);
 static INIT: extern "C" fn() = init;
 
 extern "C" fn init() {
-    let cfg = match Config::from_env() {
+    let mut cfg = match Config::from_env() {
         Ok(Some(c)) => c,
         Ok(None) => return,
         Err(e) => {
@@ -39,6 +39,19 @@ extern "C" fn init() {
             return;
         }
     };
+    // `--no-children`: the first process to load the agent is the one;
+    // its exec'd images and its children read its pid from here on.
+    if cfg.only_pid == Some(0) {
+        let me = std::process::id();
+        cfg.only_pid = Some(me);
+        std::env::set_var(witchcraft::config::keys::ONLY_PID, me.to_string());
+    }
+    // Not a process this run follows (--no-children, --exe): stay inert.
+    let exe = std::fs::read_link("/proc/self/exe").ok();
+    let exe_name = exe.as_deref().and_then(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned());
+    if !cfg.follows(std::process::id(), exe_name.as_deref()) {
+        return;
+    }
     fd::reserve_top();
     if std::env::var_os("WITCH_CHECK_HANDLER_ALLOC").is_some() {
         crate::alloc::check_handlers();
@@ -202,6 +215,13 @@ extern "C" fn after_fork_child() {
         Some(s) => (s.state(), s.alt_stack().0, s.prior()),
         None => (std::ptr::null_mut(), 0, Prior::NONE),
     };
+    if !engine.config.follows(std::process::id(), None) {
+        // A child this run does not follow (--no-children): it runs on
+        // unprofiled (its events were dropped above) and writes no profile.
+        AGENT.after_fork(Sink::None);
+        AGENT.claim_finish();
+        return;
+    }
     AGENT.after_fork(create_output(&out_dir));
     if mine.is_null() {
         return;

@@ -17,7 +17,8 @@ extern "C" fn interrupted(_: libc::c_int) {
 pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
     let opts = crate::inject::Options {
         craft,
-        period: a.period,
+        period: a.period().0,
+        period_is_time: a.period().1,
         event: a.event.clone(),
         debug_registers: a.debug_registers,
         replacement: a.replacement,

@@ -121,3 +121,62 @@ pub fn pass_through(code: Option<i32>, signal: Option<i32>) -> i32 {
     }
     128 + sig
 }
+
+/// A line on a terminal's stderr while a long run goes on: elapsed time and
+/// the processes whose profiles are under way and done. Silent unless stderr
+/// is a terminal; cleared when dropped.
+pub struct Progress {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Progress {
+    /// Starts after two seconds, then updates every second. The agent in each
+    /// process makes its profile file when the process starts and fills it
+    /// when it ends, so the parts directory tells how many there are.
+    pub fn start(parts: &std::path::Path) -> Option<Progress> {
+        use std::io::{IsTerminal, Write};
+        if !std::io::stderr().is_terminal() {
+            return None;
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (s, dir) = (stop.clone(), parts.to_path_buf());
+        let thread = std::thread::Builder::new()
+            .name("witch-progress".into())
+            .spawn(move || {
+                let t0 = std::time::Instant::now();
+                let mut shown = false;
+                while !s.load(Ordering::Relaxed) {
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                    let secs = t0.elapsed().as_secs_f64();
+                    if secs < 2.0 || !((secs * 5.0) as u64).is_multiple_of(5) {
+                        continue;
+                    }
+                    let (mut all, mut done) = (0, 0);
+                    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                        if e.path().extension().is_some_and(|x| x == "json") {
+                            all += 1;
+                            done += usize::from(e.metadata().is_ok_and(|m| m.len() > 0));
+                        }
+                    }
+                    let procs = if all > 1 { format!(", {all} processes ({done} done)") } else { String::new() };
+                    let _ = write!(std::io::stderr(), "\r\x1b[Kwitch: profiling, {secs:.0} s{procs}");
+                    shown = true;
+                }
+                if shown {
+                    let _ = write!(std::io::stderr(), "\r\x1b[K");
+                }
+            })
+            .ok()?;
+        Some(Progress { stop, thread: Some(thread) })
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

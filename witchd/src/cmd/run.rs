@@ -137,7 +137,8 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
         return super::exact::run(craft, a, &prog, program, &out);
     }
     check_dynamic(&prog)?;
-    let (sampler, event) = crate::agent::sampler_env(craft, a.event.as_deref())?;
+    let (period, timed) = a.period();
+    let (sampler, event) = crate::agent::sampler_env(craft, a.event.as_deref(), timed)?;
     let free = witchcraft::probe::debug_registers();
     if free == 0 {
         bail!("no free debug registers on this thread (is a debugger attached?); witch needs at least one");
@@ -165,11 +166,15 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     let mut settings = Config::new(craft);
     settings.sampler = sampler;
     settings.event = event;
-    settings.period = a.period;
+    settings.period = period;
     settings.replacement = a.replacement;
     settings.fp_precision = a.fp_precision;
     settings.debug_registers = a.debug_registers.unwrap_or(free.min(4) as u32) as usize;
     settings.out_dir = parts.dir.clone();
+    if a.no_children {
+        settings.only_pid = Some(0); // the first process the agent loads into
+    }
+    settings.exe_names = a.exe.clone();
     cmd.env("LD_PRELOAD", preload).envs(settings.to_pairs());
     if a.format == Format::Json && !a.quiet {
         // The JSON report has stdout to itself; the program's stdout goes to stderr.
@@ -190,7 +195,9 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     };
     let pid = child.id();
     launch::forward_signals(pid);
+    let progress = (!a.quiet && a.format == Format::Text).then(|| launch::Progress::start(&parts.dir)).flatten();
     let ended = launch::wait(pid)?;
+    drop(progress);
 
     let path = out.path(craft, &prog, pid);
     match output::merge(parts.collect(), Some(pid)) {

@@ -25,6 +25,44 @@ use witchcraft::profile::Craft;
 
 /// Connections served at once; more are told to retry.
 const MAX_CONNECTIONS: usize = 64;
+/// Connections served at once for one user (root excepted), so that one
+/// user's idle or slow connections cannot keep everyone else out.
+const MAX_PER_USER: usize = 8;
+/// How long a connection may take to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connections in flight per uid; a slot is given back when its guard drops.
+#[derive(Default)]
+struct PerUser(std::sync::Mutex<std::collections::HashMap<u32, usize>>);
+
+struct UserSlot {
+    users: Arc<PerUser>,
+    uid: u32,
+}
+
+impl PerUser {
+    fn take(self: &Arc<Self>, uid: u32) -> Option<UserSlot> {
+        let mut m = self.0.lock().unwrap();
+        let n = m.entry(uid).or_insert(0);
+        if uid != 0 && *n >= MAX_PER_USER {
+            return None;
+        }
+        *n += 1;
+        Some(UserSlot { users: self.clone(), uid })
+    }
+}
+
+impl Drop for UserSlot {
+    fn drop(&mut self) {
+        let mut m = self.users.0.lock().unwrap();
+        if let Some(n) = m.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.uid);
+            }
+        }
+    }
+}
 
 /// Who is asking, as the kernel tells it.
 #[derive(Clone, Copy, Debug)]
@@ -66,6 +104,7 @@ pub fn bind(cfg: &Config) -> Result<UnixListener> {
 /// Accepts connections until shutdown.
 pub async fn serve(d: Arc<Daemon>, l: UnixListener) {
     let conns = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let users = Arc::new(PerUser::default());
     loop {
         let stream = tokio::select! {
             r = l.accept() => match r {
@@ -78,16 +117,25 @@ pub async fn serve(d: Arc<Daemon>, l: UnixListener) {
             },
             _ = d.until_shutdown() => return,
         };
-        let Ok(permit) = conns.clone().try_acquire_owned() else {
-            let mut s = stream;
+        let busy = |mut s: UnixStream, why: &'static str| {
             tokio::spawn(async move {
-                let _ = send(&mut s, &Reply::err("witchd is busy; try again"), &[]).await;
+                let _ = tokio::time::timeout(Duration::from_secs(1), send(&mut s, &Reply::err(why), &[])).await;
             });
+        };
+        // One user's connections are bounded apart from everyone else's.
+        let Some(uid) = stream.peer_cred().ok().map(|c| c.uid()) else { continue };
+        let Some(user_slot) = users.take(uid) else {
+            busy(stream, "witchd is busy with your other requests; try again");
+            continue;
+        };
+        let Ok(permit) = conns.clone().try_acquire_owned() else {
+            busy(stream, "witchd is busy; try again");
             continue;
         };
         let d = d.clone();
         tokio::spawn(async move {
             let _permit = permit;
+            let _user_slot = user_slot;
             handle(d, stream).await;
         });
     }
@@ -109,7 +157,7 @@ async fn handle(d: Arc<Daemon>, mut s: UnixStream) {
     };
     let mut line = Vec::new();
     let mut r = BufReader::new(&mut s).take(MAX_REQUEST as u64);
-    let read = tokio::time::timeout(Duration::from_secs(10), r.read_until(b'\n', &mut line)).await;
+    let read = tokio::time::timeout(REQUEST_TIMEOUT, r.read_until(b'\n', &mut line)).await;
     let (reply, body) = match read {
         Ok(Ok(_)) => match serde_json::from_slice::<Request>(&line) {
             Ok(req) => answer(&d, caller, req).await,

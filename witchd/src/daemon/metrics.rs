@@ -197,18 +197,27 @@ pub fn render(d: &super::Daemon) -> String {
                 }
             }),
         ];
+        // Series are named by executable and slot, which a restarted process
+        // keeps; its pid and rule are in witchd_target_info.
+        e.family("witchd_target_info", "gauge", "A watched process: its pid and rule, under the labels its series have");
+        for t in ts.map.values() {
+            let slot = t.label.1.to_string();
+            let pid = t.proc.pid.to_string();
+            let rule = d.cfg.watch.get(t.rule).map(|w| w.describe()).unwrap_or_default();
+            e.sample("witchd_target_info", &[("exe", &t.label.0), ("slot", &slot), ("pid", &pid), ("rule", &rule)], 1.0);
+        }
         for (name, help, get) in per_craft {
             e.family(name, "gauge", help);
             for t in ts.map.values() {
-                let pid = t.proc.pid.to_string();
+                let slot = t.label.1.to_string();
                 for (craft, last) in &t.last {
-                    e.sample(name, &[("pid", &pid), ("exe", t.proc.name()), ("craft", craft.name())], get(last));
+                    e.sample(name, &[("exe", &t.label.0), ("slot", &slot), ("craft", craft.name())], get(last));
                 }
             }
         }
         e.family("witchd_target_sessions_total", "counter", "Sessions started on the target since witchd found it");
         for t in ts.map.values() {
-            e.sample("witchd_target_sessions_total", &[("pid", &t.proc.pid.to_string()), ("exe", t.proc.name())], t.sessions as f64);
+            e.sample("witchd_target_sessions_total", &[("exe", &t.label.0), ("slot", &t.label.1.to_string())], t.sessions as f64);
         }
         e.single("witchd_targets", "gauge", "Processes watched now", ts.map.len() as f64);
     }

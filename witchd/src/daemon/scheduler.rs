@@ -55,6 +55,11 @@ pub struct Target {
     pub last_error: Option<String>,
     /// At most one entry per craft.
     pub last: Vec<(Craft, Last)>,
+    /// Its name in metrics: the executable's name when it was found, and the
+    /// lowest number free among the targets of its rule with that name. A
+    /// restarted process takes its predecessor's, so metric series outlive
+    /// pids (which go in `witchd_target_info`).
+    pub label: (String, u32),
 }
 
 /// Every target, by pid.
@@ -63,6 +68,8 @@ pub struct Targets {
     pub map: BTreeMap<i32, Target>,
     /// A match was left out for max_targets (logged once until it clears).
     full: bool,
+    /// Slots in use, by rule and name.
+    slots: std::collections::HashMap<(usize, String), std::collections::BTreeSet<u32>>,
 }
 
 impl Targets {
@@ -93,10 +100,24 @@ impl Targets {
     /// Applies a scan: adds new matches, forgets what is gone. Targets with a
     /// session in flight stay until it ends (it reports the exit itself).
     fn update(&mut self, found: Vec<(Proc, usize)>, rules: &[Watch], max: usize, now: Instant, busy: impl Fn(i32) -> bool) {
-        let mut seen = std::collections::HashSet::new();
+        // Forget what is gone first, so its metric slot is free for a successor.
+        let seen: std::collections::HashSet<i32> = found.iter().map(|(p, _)| p.pid).collect();
+        let mut gone = Vec::new();
+        self.map.retain(|pid, t| {
+            let keep = busy(*pid) || (seen.contains(pid) && t.state != State::Exited);
+            if !keep && t.state != State::Exited {
+                say!("pid {pid} ({}) is gone; forgetting it", t.proc.name());
+            }
+            if !keep {
+                gone.push((t.rule, t.label.clone()));
+            }
+            keep
+        });
+        for (rule, label) in gone {
+            self.free(rule, &label);
+        }
         let mut left_out = 0;
         for (p, rule) in found {
-            seen.insert(p.pid);
             match self.map.get_mut(&p.pid) {
                 Some(t) if t.proc.start_time == p.start_time && t.rule == rule => {
                     t.proc.exe = p.exe; // exec'd or renamed: keep the name current
@@ -106,10 +127,16 @@ impl Targets {
                 }
                 Some(t) if busy(t.proc.pid) => {}
                 existing => {
-                    if existing.is_none() && self.map.len() >= max {
+                    let old = existing.map(|t| (t.rule, t.label.clone()));
+                    if old.is_none() && self.map.len() >= max {
                         left_out += 1;
                         continue;
                     }
+                    if let Some((rule, label)) = old {
+                        self.free(rule, &label);
+                    }
+                    let name = p.name().to_string();
+                    let slot = self.take(rule, &name);
                     // Spread first sessions so targets found together don't attach together.
                     let every = rules[rule].profiling.every;
                     let jitter = every.min(Duration::from_secs(10)).mul_f64(rand::rng().random::<f64>() * 0.5);
@@ -122,23 +149,36 @@ impl Targets {
                         state: State::Idle,
                         last_error: None,
                         last: Vec::new(),
+                        label: (name, slot),
                     };
                     say!("watching pid {} ({}) by rule {}", t.proc.pid, t.proc.name(), rules[rule].describe());
                     self.map.insert(t.proc.pid, t);
                 }
             }
         }
-        self.map.retain(|pid, t| {
-            let keep = busy(*pid) || (seen.contains(pid) && t.state != State::Exited);
-            if !keep && t.state != State::Exited {
-                say!("pid {pid} ({}) is gone; forgetting it", t.proc.name());
-            }
-            keep
-        });
         if left_out > 0 && !self.full {
             say!("max_targets ({max}) reached: {left_out} more matching processes are not watched");
         }
         self.full = left_out > 0;
+    }
+}
+
+impl Targets {
+    /// The lowest slot free for `name` under `rule`.
+    fn take(&mut self, rule: usize, name: &str) -> u32 {
+        let used = self.slots.entry((rule, name.to_string())).or_default();
+        let slot = (0..).find(|n| !used.contains(n)).expect("a free slot");
+        used.insert(slot);
+        slot
+    }
+
+    fn free(&mut self, rule: usize, label: &(String, u32)) {
+        if let Some(used) = self.slots.get_mut(&(rule, label.0.clone())) {
+            used.remove(&label.1);
+            if used.is_empty() {
+                self.slots.remove(&(rule, label.0.clone()));
+            }
+        }
     }
 }
 
@@ -174,6 +214,7 @@ pub fn options(p: &Profiling, craft: Craft) -> Options {
     Options {
         craft,
         period: p.period,
+        period_is_time: false,
         event: p.event.clone(),
         debug_registers: p.debug_registers,
         replacement: p.replacement,
@@ -296,6 +337,15 @@ mod tests {
         ts.update(vec![(proc(1, 11), 0)], &r, 10, now, |_| false);
         assert_eq!(ts.map.keys().collect::<Vec<_>>(), vec![&1]);
         assert_eq!((ts.map[&1].proc.start_time, ts.map[&1].sessions), (11, 0));
+        // Metric labels outlive pids: a restarted process takes the free slot of its name.
+        let mut st = Targets::default();
+        let srv = |pid, start| Proc { exe: "/bin/srv".into(), ..proc(pid, start) };
+        st.update(vec![(srv(4, 40), 0), (srv(5, 50), 0)], &r, 10, now, |_| false);
+        assert_eq!((st.map[&4].label.clone(), st.map[&5].label.clone()), (("srv".to_string(), 0), ("srv".to_string(), 1)));
+        st.update(vec![(srv(4, 40), 0), (srv(6, 60), 0)], &r, 10, now, |_| false);
+        assert_eq!(st.map[&6].label, ("srv".to_string(), 1), "pid 6 replaces pid 5 in the metrics");
+        st.update(vec![(srv(6, 60), 0), (srv(7, 70), 0)], &r, 10, now, |_| false);
+        assert_eq!(st.map[&7].label, ("srv".to_string(), 0), "and pid 7 pid 4");
         // A busy target stays while its session runs, even if gone.
         ts.update(vec![], &r, 10, now, |p| p == 1);
         assert_eq!(ts.map.len(), 1);

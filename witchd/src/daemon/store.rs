@@ -142,6 +142,20 @@ impl Store {
             .mode(0o700)
             .create(dir)
             .with_context(|| format!("cannot create store directory {}", dir.display()))?;
+        // Another user's directory would let that user read, replace or
+        // plant profiles (root's among them): refuse it.
+        let meta = std::fs::metadata(dir).with_context(|| format!("cannot read store directory {}", dir.display()))?;
+        let me = unsafe { libc::geteuid() };
+        if !meta.is_dir() {
+            bail!("store directory {} is not a directory", dir.display());
+        }
+        if std::os::unix::fs::MetadataExt::uid(&meta) != me {
+            bail!(
+                "store directory {} belongs to uid {}, not to witchd's uid {me}; give witchd a directory of its own ([store] dir)",
+                dir.display(),
+                std::os::unix::fs::MetadataExt::uid(&meta)
+            );
+        }
         // Profiles are as private as the processes they describe.
         let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
         let mut log = Vec::new();
@@ -373,6 +387,22 @@ mod tests {
 
     fn dir_bytes(d: &Path) -> u64 {
         std::fs::read_dir(d).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum()
+    }
+
+    /// A store directory that belongs to another user is refused.
+    #[test]
+    fn another_users_store_directory_is_refused() {
+        let d = tmpdir("foreign");
+        std::fs::create_dir_all(&d).unwrap();
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("not root: cannot give the directory away; skipping");
+            return;
+        }
+        let c = std::ffi::CString::new(d.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+        let e = Store::open(&cfg(&d, 1 << 20, 10)).err().expect("refused");
+        assert!(format!("{e:#}").contains("belongs to uid 65534"), "{e:#}");
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

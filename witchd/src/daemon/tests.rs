@@ -190,8 +190,12 @@ pid = {}
     let (code, m) = http_get(&addr, "/metrics");
     let m = String::from_utf8(m).unwrap();
     assert_eq!(code, 200);
-    assert!(m.contains(&format!("witchd_waste_fraction{{pid=\"{}\",exe=\"sleep\",craft=\"dead\"}} 0.75", a.id())), "{m}");
+    // Series by executable and slot; the pid is in the info metric.
+    let info = m.lines().find(|l| l.starts_with("witchd_target_info{") && l.contains(&format!("pid=\"{}\"", a.id()))).expect("a's info");
+    let slot = info.split("slot=\"").nth(1).and_then(|r| r.split('"').next()).unwrap();
+    assert!(m.contains(&format!("witchd_waste_fraction{{exe=\"sleep\",slot=\"{slot}\",craft=\"dead\"}} 0.75")), "{m}");
     assert!(!m.contains(&format!("pid=\"{}\"", b.id())), "forgotten target still in metrics:\n{m}");
+    assert!(!m.lines().any(|l| l.starts_with("witchd_waste_fraction") && l.contains("pid=")), "no pid label on series:\n{m}");
     assert!(m.contains("witchd_sessions_total{outcome=\"target_exited\"} 1\n"), "{m}");
     let (code, gz) = http_get(&addr, &format!("/pprof/latest?pid={}&craft=dead", a.id()));
     assert_eq!(code, 200);
@@ -311,6 +315,61 @@ fn pprof_export_of_a_profile_naming_a_fifo_or_dev_zero_answers() {
     flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut raw).unwrap();
     let pp = <crate::render::pprof::Profile as prost::Message>::decode(&raw[..]).unwrap();
     assert!(!pp.sample.is_empty());
+    drop(d);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// 200 idle connections from one user (nobody) leave the API answering
+/// everyone else; they were enough to make it answer "busy" to all.
+#[test]
+fn idle_connections_of_one_user_do_not_shut_out_the_others() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: cannot connect as another user; skipping");
+        return;
+    }
+    let dir = tmpdir("idle");
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let sock = dir.join("w.sock");
+    let cfg = Config::parse(
+        &format!(
+            "socket = \"{}\"\nsocket_mode = 0o666\nhttp = \"off\"\n[store]\ndir = \"{}\"\n",
+            sock.display(),
+            dir.join("store").display()
+        ),
+        "test.toml",
+    )
+    .unwrap();
+    let d = Running::start(cfg);
+    // A child that becomes nobody, opens 200 connections and sends nothing.
+    let path = std::ffi::CString::new(sock.to_str().unwrap()).unwrap();
+    // SAFETY: the child only makes system calls (async-signal-safe) before it is killed.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        unsafe {
+            libc::setgroups(0, std::ptr::null());
+            libc::setgid(65534);
+            libc::setuid(65534);
+            let mut addr: libc::sockaddr_un = std::mem::zeroed();
+            addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+            for (i, b) in path.as_bytes().iter().enumerate() {
+                addr.sun_path[i] = *b as libc::c_char;
+            }
+            for _ in 0..200 {
+                let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+                libc::connect(fd, &addr as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_un>() as u32);
+            }
+            libc::pause();
+            libc::_exit(0);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let r = d.call(&Request::Status);
+    unsafe {
+        libc::kill(child, libc::SIGKILL);
+        libc::waitpid(child, std::ptr::null_mut(), 0);
+    }
+    let (reply, _) = r.expect("root's request is answered while nobody holds 200 idle connections");
+    assert!(reply.ok && reply.status.is_some());
     drop(d);
     let _ = std::fs::remove_dir_all(&dir);
 }

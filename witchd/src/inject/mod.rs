@@ -31,6 +31,8 @@ pub use target::alive;
 pub struct Options {
     pub craft: Craft,
     pub period: Option<u64>,
+    /// `period` was given as a time (`-p 1ms`, `-F 200`): a time-based sampler.
+    pub period_is_time: bool,
     /// `cpu-timer`, `task-clock`, `cpu-clock` or a PMU event spec; None = automatic.
     pub event: Option<String>,
     pub debug_registers: Option<u32>,
@@ -41,7 +43,7 @@ pub struct Options {
 impl Options {
     /// The agent's settings.
     pub fn config(&self) -> Result<Config> {
-        let (sampler, event) = crate::agent::sampler_env(self.craft, self.event.as_deref())?;
+        let (sampler, event) = crate::agent::sampler_env(self.craft, self.event.as_deref(), self.period_is_time)?;
         let mut c = Config::new(self.craft).with_knobs_from_env();
         c.sampler = sampler;
         c.event = event;
