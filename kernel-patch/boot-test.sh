@@ -1,0 +1,238 @@
+#!/usr/bin/env bash
+# Boot test of the kernel patches: builds a small guest kernel twice, from the
+# named 6.12 source as it is (upstream) and with patches/ applied (patched),
+# boots each under QEMU (TCG: no KVM needed) with an initramfs that runs
+#   - the selftest of the patched behaviour (kselftest TAP),
+#   - `witch dead` on a known-answer program, with witch's own build,
+#   - the re-arm micro-benchmark,
+# and prints one verdict line per check, plus the patched/upstream ratio of
+# the enabled-breakpoint re-arm. Exits non-zero if any check fails.
+#
+# Usage: kernel-patch/boot-test.sh [--only upstream|patched] [--no-witch]
+# Environment: KBUILD_DIR (build trees; default: a kbuild/ directory beside
+# the repository), JOBS (make -j; default: CPUs), REARM_MIN_RATIO (default 3),
+# BENCH_ROUNDS / BENCH_OPS (rearm_bench arguments), GUEST_TIMEOUT (seconds).
+#
+# A second run reuses the build trees: only what changed is rebuilt.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+only=
+with_witch=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --only) only=$2; shift 2 ;;
+    --no-witch) with_witch=; shift ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument: $1" ;;
+  esac
+done
+case "$only" in ''|upstream|patched) ;; *) die "--only takes upstream or patched" ;; esac
+
+JOBS=${JOBS:-$(nproc)}
+REARM_MIN_RATIO=${REARM_MIN_RATIO:-3}
+BENCH_ROUNDS=${BENCH_ROUNDS:-9}
+BENCH_OPS=${BENCH_OPS:-2000}
+GUEST_TIMEOUT=${GUEST_TIMEOUT:-1800}
+t_start=$(date +%s)
+step() { printf '[%4ds] %s\n' "$(( $(date +%s) - t_start ))" "$*"; }
+
+mkdir -p "$KBUILD_DIR"
+KBUILD_DIR=$(cd "$KBUILD_DIR" && pwd)
+LOGS=$KBUILD_DIR/logs
+mkdir -p "$LOGS"
+
+# --- 1. Tools ---------------------------------------------------------------
+step "tools (apt)"
+enable_backports
+need=(make gcc libc6-dev flex bison bc libelf-dev libssl-dev cpio xz-utils git
+      busybox-static)
+apt_install "${need[@]}"
+if ! command -v qemu-system-x86_64 >/dev/null; then
+  # The stable QEMU conflicts with backports' qemu-utils where that is
+  # installed: take the whole QEMU from backports then.
+  if dpkg-query -W -f='${Version}' qemu-utils 2>/dev/null | grep -q bpo; then
+    apt_update_once
+    note "apt: installing qemu-system-x86 from bookworm-backports"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      -t bookworm-backports qemu-system-x86 >/dev/null
+  else
+    apt_install qemu-system-x86
+  fi
+fi
+install_linux_source
+src_version=$(installed_linux_version)
+step "kernel source: $LINUX_PKG $src_version (patches made against $LINUX_DEB_VERSION, $LINUX_UPSTREAM)"
+
+# --- 2. Source trees ----------------------------------------------------------
+# src/ is the unpacked source as a git repository (its work tree is the
+# upstream build's source); src-patched/ is a worktree of it with the series
+# applied. The series is applied to a scratch index and the worktree checked
+# out to the result, so only files whose content changed get new mtimes and
+# an edited patch rebuilds only what it touches.
+SRC=$KBUILD_DIR/src
+PSRC=$KBUILD_DIR/src-patched
+export GIT_AUTHOR_NAME=boot-test GIT_AUTHOR_EMAIL=boot-test@localhost
+export GIT_COMMITTER_NAME=boot-test GIT_COMMITTER_EMAIL=boot-test@localhost
+git_src() { git -C "$SRC" -c core.quotepath=off "$@"; }
+
+if [ "$(cat "$SRC/.git/witch-source" 2>/dev/null)" != "$src_version" ]; then
+  step "unpacking $LINUX_TARBALL"
+  rm -rf "$SRC" "$PSRC" "$KBUILD_DIR"/build-*
+  mkdir -p "$SRC"
+  tar -xf "$LINUX_TARBALL" -C "$SRC" --strip-components=1
+  git_src init -q
+  git_src add -f -A .          # Debian's .gitignore ignores the top level
+  git_src commit -q -m "$LINUX_PKG $src_version"
+  git_src tag base
+  echo "$src_version" > "$SRC/.git/witch-source"
+fi
+if [ ! -e "$PSRC/.git" ]; then
+  git_src worktree prune
+  git_src worktree add -q --detach "$PSRC" base
+fi
+
+step "applying $(patches | wc -l) patches"
+idx=$KBUILD_DIR/series.index
+rm -f "$idx"
+GIT_INDEX_FILE=$idx git_src read-tree base
+for p in $(patches); do
+  GIT_INDEX_FILE=$idx git_src apply --cached "$p" ||
+    die "$(basename "$p") does not apply to $LINUX_PKG $src_version"
+done
+tree=$(GIT_INDEX_FILE=$idx git_src write-tree)
+rm -f "$idx"
+if [ "$(git -C "$PSRC" rev-parse 'HEAD^{tree}')" != "$tree" ]; then
+  commit=$(git_src commit-tree "$tree" -p base -m "patches")
+  git -C "$PSRC" checkout -q -f --detach "$commit"
+fi
+
+# --- 3. Kernels ----------------------------------------------------------------
+flavours=(upstream patched)
+[ -n "$only" ] && flavours=("$only")
+cfg_sum=$(sha256sum "$KP_DIR/guest.config" | cut -d' ' -f1)
+build_kernel() {
+  local flavour=$1 srcdir=$2 out=$KBUILD_DIR/build-$1 t0
+  t0=$(date +%s)
+  mkdir -p "$out"
+  if [ "$(cat "$out/.witch-config" 2>/dev/null)" != "$cfg_sum" ]; then
+    make -s -C "$srcdir" O="$out" allnoconfig KCONFIG_ALLCONFIG="$KP_DIR/guest.config" \
+      > "$LOGS/config-$flavour.log" 2>&1 || { cat "$LOGS/config-$flavour.log"; die "config failed"; }
+    # Every symbol the fragment sets must have survived the dependencies.
+    grep -E '^CONFIG_[A-Z0-9_]+=' "$KP_DIR/guest.config" | while IFS= read -r line; do
+      grep -qxF "$line" "$out/.config" || die "guest config: $line did not take"
+    done
+    echo "$cfg_sum" > "$out/.witch-config"
+  fi
+  if ! nice -n 10 make -s -C "$srcdir" O="$out" -j"$JOBS" bzImage > "$LOGS/build-$flavour.log" 2>&1; then
+    tail -40 "$LOGS/build-$flavour.log"
+    die "$flavour kernel build failed (log: $LOGS/build-$flavour.log)"
+  fi
+  step "built $flavour kernel in $(( $(date +%s) - t0 )) s"
+}
+for f in "${flavours[@]}"; do
+  step "building $f kernel (first time: several minutes)"
+  if [ "$f" = upstream ]; then build_kernel upstream "$SRC"; else build_kernel patched "$PSRC"; fi
+done
+
+# --- 4. Guest user space -------------------------------------------------------
+step "guest programs"
+ROOT=$KBUILD_DIR/initramfs
+rm -rf "$ROOT"
+mkdir -p "$ROOT"/{bin,dev,proc,sys,tmp}
+cp /bin/busybox "$ROOT/bin/busybox"
+cp "$KP_DIR/guest/init" "$ROOT/init"
+chmod 755 "$ROOT/init"
+cflags=(-O2 -Wall -static)
+gcc "${cflags[@]}" -Wl,-no-as-needed -o "$ROOT/bin/breakpoint_modify" \
+  "$PSRC/tools/testing/selftests/perf_events/breakpoint_modify.c" -lpthread
+gcc "${cflags[@]}" -o "$ROOT/bin/rearm_bench" "$KP_DIR/guest/rearm_bench.c"
+
+copy_with_libs() {   # copy_with_libs FILE DEST: the file and the libraries it loads
+  cp "$1" "$2"
+  ldd "$1" 2>/dev/null | grep -oE '/[^ ]+' | while read -r lib; do
+    [ -e "$ROOT$lib" ] || { mkdir -p "$ROOT$(dirname "$lib")"; cp -L "$lib" "$ROOT$lib"; }
+  done
+}
+if [ -n "$with_witch" ]; then
+  step "witch (cargo build --release)"
+  command -v cargo >/dev/null || die "cargo not found: witch's build needs Rust"
+  (cd "$REPO_DIR" && nice -n 10 cargo build --release -q -p witchd -p witch-agent) \
+    > "$LOGS/cargo.log" 2>&1 || { tail -20 "$LOGS/cargo.log"; die "cargo build failed"; }
+  tdir=$(cd "$REPO_DIR" && cargo metadata --format-version 1 --no-deps 2>/dev/null |
+         grep -o '"target_directory":"[^"]*"' | cut -d'"' -f4)
+  copy_with_libs "$tdir/release/witch" "$ROOT/bin/witch"
+  copy_with_libs "$tdir/release/libwitch_agent.so" "$ROOT/bin/libwitch_agent.so"
+  gcc -O2 -g -o "$ROOT/bin/half_dead" "$REPO_DIR/tests/programs/half_dead.c"
+  copy_with_libs "$ROOT/bin/half_dead" "$ROOT/bin/half_dead"
+else
+  printf '#!/bin/sh\nexit 97\n' > "$ROOT/bin/witch"
+  chmod 755 "$ROOT/bin/witch"
+  gcc "${cflags[@]}" -o "$ROOT/bin/half_dead" "$REPO_DIR/tests/programs/half_dead.c"
+fi
+(cd "$ROOT" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) > "$KBUILD_DIR/initramfs.cpio"
+
+# --- 5. Boot -------------------------------------------------------------------
+boot() {
+  local flavour=$1 log=$LOGS/guest-$1.log t0
+  t0=$(date +%s)
+  step "booting $flavour kernel (QEMU TCG, 2 CPUs)"
+  timeout "$GUEST_TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max -smp 2 -m 1024 \
+    -kernel "$KBUILD_DIR/build-$flavour/arch/x86/boot/bzImage" \
+    -initrd "$KBUILD_DIR/initramfs.cpio" \
+    -append "console=ttyS0 panic=-1 panic_on_warn=1 loglevel=4 witch_flavour=$flavour WITCH_BENCH_ROUNDS=$BENCH_ROUNDS WITCH_BENCH_OPS=$BENCH_OPS" \
+    -nographic -monitor none -no-reboot < /dev/null 2>&1 | tr -d '\r' > "$log" || true
+  step "$flavour guest ran $(( $(date +%s) - t0 )) s (log: $log)"
+}
+for f in "${flavours[@]}"; do boot "$f"; done
+
+# --- 6. Verdicts ---------------------------------------------------------------
+fail=0
+verdict() {   # verdict PASS|FAIL|SKIP NAME DETAIL
+  printf '%-4s %-22s %s\n' "$1" "$2" "$3"
+  [ "$1" = FAIL ] && fail=1
+  return 0
+}
+echo
+for f in "${flavours[@]}"; do
+  log=$LOGS/guest-$f.log
+  for c in caps selftest witch-dead bench; do
+    [ "$c" = witch-dead ] && [ -z "$with_witch" ] && continue
+    line=$(grep -m1 "^witch-check $c " "$log" || true)
+    if [ -z "$line" ]; then
+      verdict FAIL "$f/$c" "no result (guest died? see $log)"
+    else
+      set -- $line
+      verdict "$3" "$f/$c" "${line#witch-check $c $3 }"
+    fi
+  done
+  if grep -qE '^(\[ *[0-9.]+\] )?(WARNING:|BUG:|Oops|Kernel panic)' "$log"; then
+    verdict FAIL "$f/kernel-log" "$(grep -m1 -E 'WARNING:|BUG:|Oops|Kernel panic' "$log")"
+  else
+    verdict PASS "$f/kernel-log" "no warning, oops or panic"
+  fi
+done
+
+ns() { grep -m1 "^bench: rearm $2 " "$LOGS/guest-$1.log" | grep -o 'ns=[0-9]*' | cut -d= -f2; }
+if [ ${#flavours[@]} -eq 2 ]; then
+  up=$(ns upstream enabled || true)
+  pa=$(ns patched enabled || true)
+  if [ -n "$up" ] && [ -n "$pa" ] && [ "$pa" -gt 0 ]; then
+    ratio=$(awk -v u="$up" -v p="$pa" 'BEGIN { printf "%.2f", u / p }')
+    detail="enabled re-arm: upstream $up ns, patched $pa ns per ioctl in the guest: ${ratio}x (need >= ${REARM_MIN_RATIO}x)"
+    for path in disabled reopen; do
+      u=$(ns upstream $path || true); p=$(ns patched $path || true)
+      [ -n "$u" ] && [ -n "$p" ] && detail="$detail; $path $u/$p ns"
+    done
+    if awk -v r="$ratio" -v m="$REARM_MIN_RATIO" 'BEGIN { exit !(r >= m) }'; then
+      verdict PASS rearm-ratio "$detail"
+    else
+      verdict FAIL rearm-ratio "$detail"
+    fi
+  else
+    verdict FAIL rearm-ratio "benchmark results missing"
+  fi
+fi
+echo
+step "boot test finished: $([ $fail = 0 ] && echo PASS || echo FAIL)"
+exit $fail

@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Re-arm micro-benchmark: the cost of PERF_EVENT_IOC_MODIFY_ATTRIBUTES on a
+ * data breakpoint of the calling thread, as a sampling profiler re-arms it.
+ *
+ *   enabled   re-target an enabled breakpoint (witch's handler path; the one
+ *             the in-place patch speeds up), with the other debug registers
+ *             armed too, lengths changing as sampled accesses do
+ *   disabled  re-target a disabled breakpoint (keeps it disabled)
+ *   reopen    close the event and open a new one (the old fallback)
+ *
+ * Prints one line per path: "rearm PATH ns=MEDIAN min=MIN max=MAX rounds=R
+ * ops=N", the median over R rounds of the mean time of N operations.
+ * Absolute numbers under an emulator mean little: compare two kernels by
+ * the ratio of their medians on the same machine.
+ *
+ * Usage: rearm_bench [ROUNDS [OPS]]
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/hw_breakpoint.h>
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+
+#define SLOTS 4
+
+static volatile uint64_t buf[64] __attribute__((aligned(64)));
+
+static struct perf_event_attr attr_at(volatile void *addr, int len, int disabled)
+{
+	struct perf_event_attr a;
+
+	memset(&a, 0, sizeof(a));
+	a.type = PERF_TYPE_BREAKPOINT;
+	a.size = sizeof(a);
+	a.bp_type = HW_BREAKPOINT_W;
+	a.bp_addr = (unsigned long)addr;
+	a.bp_len = len;
+	a.sample_period = 1;
+	a.wakeup_events = 1;
+	a.disabled = disabled;
+	a.exclude_kernel = 1;
+	a.exclude_hv = 1;
+	return a;
+}
+
+static int open_bp(volatile void *addr, int len, int disabled)
+{
+	struct perf_event_attr a = attr_at(addr, len, disabled);
+	int fd = syscall(__NR_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+
+	if (fd < 0) {
+		fprintf(stderr, "rearm_bench: perf_event_open: %s\n", strerror(errno));
+		exit(2);
+	}
+	return fd;
+}
+
+static double now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Where operation i points the breakpoint: 8-aligned, length 1/2/4/8. */
+static volatile void *target(long i, int *len)
+{
+	static const int lens[] = { 8, 4, 8, 2, 8, 1, 4, 8 };
+
+	*len = lens[i % 8];
+	return &buf[8 + (i % 32)];
+}
+
+static double round_enabled(int *fds, long ops)
+{
+	double t0 = now_ns();
+
+	for (long i = 0; i < ops; i++) {
+		int len;
+		volatile void *p = target(i, &len);
+		struct perf_event_attr a = attr_at(p, len, 0);
+
+		if (ioctl(fds[i % SLOTS], PERF_EVENT_IOC_MODIFY_ATTRIBUTES, &a)) {
+			perror("rearm_bench: modify (enabled)");
+			exit(2);
+		}
+	}
+	return (now_ns() - t0) / ops;
+}
+
+static double round_disabled(int *fds, long ops)
+{
+	double t0 = now_ns();
+
+	for (long i = 0; i < ops; i++) {
+		int len;
+		volatile void *p = target(i, &len);
+		struct perf_event_attr a = attr_at(p, len, 1);
+
+		if (ioctl(fds[i % SLOTS], PERF_EVENT_IOC_MODIFY_ATTRIBUTES, &a)) {
+			perror("rearm_bench: modify (disabled)");
+			exit(2);
+		}
+	}
+	return (now_ns() - t0) / ops;
+}
+
+static double round_reopen(int *fds, long ops)
+{
+	double t0 = now_ns();
+
+	for (long i = 0; i < ops; i++) {
+		int len;
+		volatile void *p = target(i, &len);
+
+		close(fds[i % SLOTS]);
+		fds[i % SLOTS] = open_bp(p, len, 0);
+	}
+	return (now_ns() - t0) / ops;
+}
+
+static void run(const char *name, double (*fn)(int *, long), int disabled,
+		int rounds, long ops)
+{
+	double *t = calloc(rounds, sizeof(*t));
+	int fds[SLOTS];
+
+	for (int s = 0; s < SLOTS; s++)
+		fds[s] = open_bp(&buf[s], 8, disabled);
+	fn(fds, ops / 10 + 1);	/* warm up */
+	for (int r = 0; r < rounds; r++)
+		t[r] = fn(fds, ops);
+	for (int s = 0; s < SLOTS; s++)
+		close(fds[s]);
+	qsort(t, rounds, sizeof(*t), cmp);
+	printf("rearm %s ns=%.0f min=%.0f max=%.0f rounds=%d ops=%ld\n", name,
+	       t[rounds / 2], t[0], t[rounds - 1], rounds, ops);
+	fflush(stdout);
+	free(t);
+}
+
+int main(int argc, char **argv)
+{
+	int rounds = argc > 1 ? atoi(argv[1]) : 9;
+	long ops = argc > 2 ? atol(argv[2]) : 2000;
+
+	if (rounds < 1 || ops < 1) {
+		fprintf(stderr, "usage: rearm_bench [ROUNDS [OPS]]\n");
+		return 2;
+	}
+	run("enabled", round_enabled, 0, rounds, ops);
+	run("disabled", round_disabled, 1, rounds, ops);
+	run("reopen", round_reopen, 0, rounds, ops / 4 + 1);
+	return 0;
+}
