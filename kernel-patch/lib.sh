@@ -85,3 +85,38 @@ installed_linux_version() {
 patches() {
   ls "$KP_DIR"/patches/*.patch
 }
+
+# The unpacked source as a git repository, $KBUILD_DIR/src (tag base): its
+# work tree is the upstream build's source.
+SRC=$KBUILD_DIR/src
+git_src() { git -C "$SRC" -c core.quotepath=off -c gc.auto=0 "$@"; }
+export GIT_AUTHOR_NAME=boot-test GIT_AUTHOR_EMAIL=boot-test@localhost
+export GIT_COMMITTER_NAME=boot-test GIT_COMMITTER_EMAIL=boot-test@localhost
+
+prepare_source() {   # prepare_source VERSION
+  if [ "$(cat "$SRC/.git/witch-source" 2>/dev/null)" != "$1" ]; then
+    note "unpacking $LINUX_TARBALL"
+    rm -rf "$SRC" "$KBUILD_DIR/src-patched" "$KBUILD_DIR"/build-*
+    mkdir -p "$SRC"
+    tar -xf "$LINUX_TARBALL" -C "$SRC" --strip-components=1
+    git_src init -q
+    git_src add -f -A .          # Debian's .gitignore ignores the top level
+    git_src commit -q -m "$LINUX_PKG $1"
+    git_src tag base
+    echo "$1" > "$SRC/.git/witch-source"
+  fi
+}
+
+# Apply the series, in order, to a scratch index of the pristine source
+# (nothing is checked out); sets SERIES_TREE to the result's tree.
+apply_series() {
+  local idx=$KBUILD_DIR/series.$$.index p
+  rm -f "$idx"
+  GIT_INDEX_FILE=$idx git_src read-tree base
+  for p in $(patches); do
+    GIT_INDEX_FILE=$idx git_src apply --cached "$p" ||
+      die "$(basename "$p") does not apply to $LINUX_PKG $(cat "$SRC/.git/witch-source")"
+  done
+  SERIES_TREE=$(GIT_INDEX_FILE=$idx git_src write-tree)
+  rm -f "$idx"
+}

@@ -8,6 +8,11 @@
  *             armed too, lengths changing as sampled accesses do
  *   disabled  re-target a disabled breakpoint (keeps it disabled)
  *   reopen    close the event and open a new one (the old fallback)
+ *   cycle-disable  witch's free + arm on a stock kernel: disable the event
+ *             (PERF_EVENT_IOC_DISABLE), later re-target it enabled
+ *   cycle-park     witch's free + arm on a kernel that re-targets in place:
+ *             re-target it (enabled) to a parking address, later to the next
+ *             watched address
  *
  * Prints one line per path: "rearm PATH ns=MEDIAN min=MIN max=MAX rounds=R
  * ops=N", the median over R rounds of the mean time of N operations.
@@ -135,6 +140,45 @@ static double round_reopen(int *fds, long ops)
 	return (now_ns() - t0) / ops;
 }
 
+static double round_cycle_disable(int *fds, long ops)
+{
+	double t0 = now_ns();
+
+	for (long i = 0; i < ops; i++) {
+		int len;
+		volatile void *p = target(i, &len);
+		struct perf_event_attr a = attr_at(p, len, 0);
+		int fd = fds[i % SLOTS];
+
+		if (ioctl(fd, PERF_EVENT_IOC_DISABLE, 0) ||
+		    ioctl(fd, PERF_EVENT_IOC_MODIFY_ATTRIBUTES, &a)) {
+			perror("rearm_bench: disable + modify");
+			exit(2);
+		}
+	}
+	return (now_ns() - t0) / ops;
+}
+
+static double round_cycle_park(int *fds, long ops)
+{
+	double t0 = now_ns();
+
+	for (long i = 0; i < ops; i++) {
+		int len;
+		volatile void *p = target(i, &len);
+		struct perf_event_attr park = attr_at(&buf[63], 8, 0);
+		struct perf_event_attr a = attr_at(p, len, 0);
+		int fd = fds[i % SLOTS];
+
+		if (ioctl(fd, PERF_EVENT_IOC_MODIFY_ATTRIBUTES, &park) ||
+		    ioctl(fd, PERF_EVENT_IOC_MODIFY_ATTRIBUTES, &a)) {
+			perror("rearm_bench: park + modify");
+			exit(2);
+		}
+	}
+	return (now_ns() - t0) / ops;
+}
+
 static void run(const char *name, double (*fn)(int *, long), int disabled,
 		int rounds, long ops)
 {
@@ -167,5 +211,7 @@ int main(int argc, char **argv)
 	run("enabled", round_enabled, 0, rounds, ops);
 	run("disabled", round_disabled, 1, rounds, ops);
 	run("reopen", round_reopen, 0, rounds, ops / 4 + 1);
+	run("cycle-disable", round_cycle_disable, 0, rounds, ops / 2 + 1);
+	run("cycle-park", round_cycle_park, 0, rounds, ops / 2 + 1);
 	return 0;
 }

@@ -8,6 +8,7 @@
 use std::path::Path;
 
 use crate::sys::perf::{self, Attr, BpType, SoftwareClock};
+use crate::sys::watchpoint::KernelCaps;
 
 use crate::sys::pmu::{self, AccessKind, PmuEvent, PmuSampler};
 
@@ -33,13 +34,26 @@ pub const CHECK_PMU: &str = "pmu memory events";
 pub const CHECK_TASK_CLOCK: &str = "software task-clock";
 pub const CHECK_BREAKPOINTS: &str = "hardware breakpoints";
 pub const CHECK_MODIFY: &str = "PERF_EVENT_IOC_MODIFY_ATTRIBUTES";
+pub const CHECK_IN_PLACE: &str = "in-place re-arm (kernel patch)";
+pub const CHECK_BRANCH_STACK: &str = "breakpoint branch stacks (kernel patch)";
 pub const CHECK_SIGTRAP: &str = "sigtrap";
 pub const CHECK_PARANOID: &str = "perf_event_paranoid";
 pub const CHECK_CAPS: &str = "capabilities";
 pub const CHECK_MEMLOCK: &str = "RLIMIT_MEMLOCK";
 pub const CHECK_PTRACE: &str = "ptrace_scope";
-pub const CHECK_NAMES: [&str; 9] =
-    [CHECK_PMU, CHECK_TASK_CLOCK, CHECK_BREAKPOINTS, CHECK_MODIFY, CHECK_SIGTRAP, CHECK_PARANOID, CHECK_CAPS, CHECK_MEMLOCK, CHECK_PTRACE];
+pub const CHECK_NAMES: [&str; 11] = [
+    CHECK_PMU,
+    CHECK_TASK_CLOCK,
+    CHECK_BREAKPOINTS,
+    CHECK_MODIFY,
+    CHECK_IN_PLACE,
+    CHECK_BRANCH_STACK,
+    CHECK_SIGTRAP,
+    CHECK_PARANOID,
+    CHECK_CAPS,
+    CHECK_MEMLOCK,
+    CHECK_PTRACE,
+];
 
 /// x86 has at most 4 debug registers; 8 bounds the probe on other hardware.
 const MAX_BREAKPOINTS: usize = 8;
@@ -246,6 +260,38 @@ fn ptrace_check(caps: Option<u64>) -> Check {
     }
 }
 
+/// Whether this kernel has each of witch's kernel patches (`kernel-patch/`),
+/// as its breakpoint PMU reports them. Stock kernels work as they always
+/// have, so their absence is not a fault.
+pub fn kernel_patch_checks(k: KernelCaps) -> [Check; 2] {
+    let in_place = if k.modify_in_place {
+        check(CHECK_IN_PLACE, Status::Ok, "yes: enabled watchpoints are re-targeted in place, and witch uses it".into(), None)
+    } else {
+        check(
+            CHECK_IN_PLACE,
+            Status::Ok,
+            "no (stock kernel): each re-arm of an enabled watchpoint disables and re-enables it through the perf core".into(),
+            Some("optional: witch's kernel-patch/ makes it several times faster"),
+        )
+    };
+    let branch_stack = match k.branch_stack {
+        Some(true) => check(CHECK_BRANCH_STACK, Status::Ok, "yes: breakpoint samples can carry the LBR branch stack".into(), None),
+        Some(false) => check(
+            CHECK_BRANCH_STACK,
+            Status::Ok,
+            "patched, but this CPU has no LBR: trap PCs are found by decoding from the function start".into(),
+            None,
+        ),
+        None => check(
+            CHECK_BRANCH_STACK,
+            Status::Ok,
+            "no (stock kernel): trap PCs are found by decoding from the function start".into(),
+            Some("optional: witch's kernel-patch/ lets CPUs with LBR name the last branch before the access"),
+        ),
+    };
+    [in_place, branch_stack]
+}
+
 /// Everything Witch cares about on this machine, one line each.
 pub fn checks() -> Vec<Check> {
     let caps = cap_eff();
@@ -280,7 +326,7 @@ pub fn checks() -> Vec<Check> {
     });
 
     out.push(if modify_attributes_supported() {
-        check(CHECK_MODIFY, Status::Ok, "breakpoints are re-armed in place".into(), None)
+        check(CHECK_MODIFY, Status::Ok, "breakpoints are re-targeted with one ioctl".into(), None)
     } else {
         check(
             CHECK_MODIFY,
@@ -289,6 +335,8 @@ pub fn checks() -> Vec<Check> {
             Some("Linux >= 4.17 re-arms in one ioctl"),
         )
     });
+
+    out.extend(kernel_patch_checks(KernelCaps::read()));
 
     out.push(if sigtrap_supported() {
         check(CHECK_SIGTRAP, Status::Ok, "synchronous SIGTRAP with sig_data".into(), None)
@@ -389,6 +437,22 @@ mod tests {
             json.contains("\"status\":\"ok\"") || json.contains("\"status\":\"missing\"") || json.contains("\"status\":\"degraded\""),
             "{json}"
         );
+    }
+
+    #[test]
+    fn kernel_patches_are_reported_each() {
+        let stock = kernel_patch_checks(KernelCaps::default());
+        assert!(stock[0].detail.starts_with("no (stock kernel)") && stock[1].detail.starts_with("no (stock kernel)"), "{stock:?}");
+        let patched = kernel_patch_checks(KernelCaps { modify_in_place: true, branch_stack: Some(false) });
+        assert!(patched[0].detail.starts_with("yes") && patched[1].detail.starts_with("patched, but this CPU has no LBR"), "{patched:?}");
+        let lbr = kernel_patch_checks(KernelCaps { modify_in_place: true, branch_stack: Some(true) });
+        assert!(lbr[1].detail.starts_with("yes"), "{lbr:?}");
+        for c in stock.iter().chain(&patched).chain(&lbr) {
+            assert_eq!(c.status, Status::Ok, "a missing optional patch is not a fault: {c:?}");
+        }
+        // This machine's kernel is as its caps directory says.
+        let here = KernelCaps::read();
+        assert_eq!(here.modify_in_place, std::path::Path::new(crate::sys::watchpoint::CAPS_DIR).join("modify_in_place").exists());
     }
 
     #[test]

@@ -195,6 +195,11 @@ pub struct Counters {
     pub imprecise: u64,
     /// Failures to arm a watchpoint (ioctl/open errors).
     pub arm_failures: u64,
+    /// Watchpoints re-armed by the kernel in place, without the perf core's
+    /// disable/enable cycle: the kernel patch's fast path (`kernel-patch/`).
+    /// 0 on kernels without it.
+    #[serde(default)]
+    pub rearms_in_place: u64,
     /// Longest run of consecutive samples that were not monitored.
     pub longest_blind_spot: u64,
     /// Calling-context nodes that did not fit the preallocated tree.
@@ -237,6 +242,7 @@ impl Counters {
         self.abandoned += o.abandoned;
         self.imprecise += o.imprecise;
         self.arm_failures += o.arm_failures;
+        self.rearms_in_place += o.rearms_in_place;
         self.longest_blind_spot = self.longest_blind_spot.max(o.longest_blind_spot);
         self.tree_overflow += o.tree_overflow;
         self.pair_overflow += o.pair_overflow;

@@ -7,6 +7,7 @@ use witchcraft::config::{Config, DEFAULT_BURST_PICKS, DEFAULT_BURST_STEPS, DEFAU
 use witchcraft::engine::{BurstSettings, Engine, SamplerKind};
 use witchcraft::modules;
 use witchcraft::sys::procfs;
+use witchcraft::sys::watchpoint::KernelCaps;
 
 /// The engine for `cfg`, with `install` putting the handlers in place.
 /// Notes go to the profile.
@@ -24,6 +25,10 @@ pub fn make_engine(cfg: Config, install: fn()) -> Engine {
     let modify = !cfg.no_modify && witchcraft::probe::modify_attributes_supported();
     if !modify {
         AGENT.note("PERF_EVENT_IOC_MODIFY_ATTRIBUTES unavailable: watchpoints re-armed by close+reopen");
+    }
+    let in_place = modify && KernelCaps::read().modify_in_place;
+    if in_place {
+        AGENT.note("kernel re-arms enabled watchpoints in place (witch's kernel patch): freed watchpoints park enabled");
     }
     let craft = witchcraft::craft::for_kind(cfg.craft, cfg.fp_precision);
     install();
@@ -50,6 +55,7 @@ pub fn make_engine(cfg: Config, install: fn()) -> Engine {
         period,
         sigtrap,
         modify,
+        in_place,
         own_code: own,
         trap_cost_ns: costs.trap_ns,
         signal_cost_ns: costs.signal_ns,
@@ -71,6 +77,7 @@ pub fn bare_engine(cfg: Config) -> Engine {
         period,
         sigtrap: false,
         modify: false,
+        in_place: false,
         own_code: (0, 0),
         trap_cost_ns: 0,
         signal_cost_ns: 0,

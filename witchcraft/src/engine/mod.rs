@@ -33,6 +33,9 @@ pub struct Engine {
     pub period: u64,
     pub sigtrap: bool,
     pub modify: bool,
+    /// The kernel re-targets an enabled breakpoint in place (kernel patch):
+    /// freed watchpoints park enabled (see [`watch::Watchpoints::free`]).
+    pub in_place: bool,
     /// The agent's own code range: samples there are skipped.
     pub own_code: (u64, u64),
     /// Measured CPU cost (ns) of one watchpoint trap round trip and of one

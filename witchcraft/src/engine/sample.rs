@@ -226,10 +226,12 @@ impl ThreadState {
                 watched.value_len = n;
             }
         }
-        if !self.watch.arm(i, waddr, wlen, ctx, watched, own) {
+        let (armed, in_place) = self.watch.arm(i, waddr, wlen, ctx, watched, own);
+        if !armed {
             rec.counters.arm_failures += 1;
             return;
         }
+        rec.counters.rearms_in_place += in_place as u64;
         rec.tree.node(ctx).armed += 1;
         rec.counters.armed += 1;
         rec.blind = 0;

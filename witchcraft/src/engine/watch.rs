@@ -35,6 +35,8 @@ impl SelfTrap {
 pub struct Slot {
     pub bp: Breakpoint,
     pub armed: bool,
+    /// The breakpoint is enabled: armed, or parked enabled (in-place kernels).
+    pub live: bool,
     /// Sequence number of the sample that armed it.
     pub armed_seq: u64,
     /// C_watch
@@ -82,7 +84,14 @@ impl Watchpoints {
     /// Take up to the configured number of debug registers for thread `tid`
     /// (`open_tid` 0 when it is the calling thread). At least one, or why not.
     pub fn open(&mut self, engine: &Engine, tid: i32, open_tid: i32) -> Result<(), String> {
-        let how = Arming { ty: engine.craft.watch(), sigtrap: engine.sigtrap, modify: engine.modify, tid, parking: self.parking_addr() };
+        let how = Arming {
+            ty: engine.craft.watch(),
+            sigtrap: engine.sigtrap,
+            modify: engine.modify,
+            in_place: engine.in_place,
+            tid,
+            parking: self.parking_addr(),
+        };
         self.arming = Some(how);
         let want = engine.config.debug_registers.min(MAX_SLOTS);
         self.n = 0;
@@ -104,6 +113,7 @@ impl Watchpoints {
         for s in &mut self.slots[..self.n] {
             s.bp.close();
             s.armed = false;
+            s.live = false;
         }
         self.n = 0;
     }
@@ -131,23 +141,35 @@ impl Watchpoints {
     }
 
     /// Point slot `i` at `[addr, addr+len)` for `watched`, armed from
-    /// context `ctx`. False (slot left parked) if the kernel refused.
-    pub fn arm(&mut self, i: usize, addr: u64, len: u64, ctx: u32, watched: Watched, self_trap: Option<SelfTrap>) -> bool {
-        let Some(how) = self.arming else { return false };
+    /// context `ctx`. False (slot left parked) if the kernel refused. The
+    /// second value: the kernel re-targeted the enabled breakpoint in place.
+    pub fn arm(&mut self, i: usize, addr: u64, len: u64, ctx: u32, watched: Watched, self_trap: Option<SelfTrap>) -> (bool, bool) {
+        let Some(how) = self.arming else { return (false, false) };
         let mut bp = self.slots[i].bp;
+        let in_place = how.in_place && self.slots[i].live;
         let ok = bp.retarget(&how, siginfo::slot_tag(i), addr, len);
         self.slots[i] = if ok {
-            Slot { bp, armed: true, armed_seq: self.seq, ctx, addr, len, watched, self_trap, ignored: 0 }
+            Slot { bp, armed: true, live: true, armed_seq: self.seq, ctx, addr, len, watched, self_trap, ignored: 0 }
         } else {
             Slot { bp, ..Default::default() }
         };
-        ok
+        (ok, ok && in_place)
     }
 
-    /// Stop watching with slot `i`; it is free for the next sample.
+    /// Stop watching with slot `i`; it is free for the next sample. On a
+    /// kernel that re-targets in place it parks enabled, so that its next
+    /// arming is in place too (two fast ioctls instead of a disable and an
+    /// enable through the perf core).
     pub fn free(&mut self, i: usize) {
-        self.slots[i].bp.disable();
-        self.slots[i].armed = false;
+        let s = &mut self.slots[i];
+        match self.arming {
+            Some(how) if how.in_place && s.live => s.live = s.bp.park_enabled(&how, siginfo::slot_tag(i)),
+            _ => {
+                s.bp.disable();
+                s.live = false;
+            }
+        }
+        s.armed = false;
         self.reservoir.slot_freed();
     }
 

@@ -8,6 +8,35 @@
 
 use super::perf::{self, Attr, BpType};
 use super::siginfo;
+use crate::x86::lbr::Branch;
+use std::path::Path;
+
+/// Where the breakpoint PMU lists what this kernel adds to upstream Linux
+/// (the patches in the repository's `kernel-patch/`).
+pub const CAPS_DIR: &str = "/sys/bus/event_source/devices/breakpoint/caps";
+
+/// The kernel patches this kernel has, as its breakpoint PMU reports them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelCaps {
+    /// `PERF_EVENT_IOC_MODIFY_ATTRIBUTES` re-targets an enabled breakpoint
+    /// of the calling thread in place, without the disable/enable cycle.
+    pub modify_in_place: bool,
+    /// Breakpoint samples can carry the LBR branch stack: None without the
+    /// patch, Some(false) with it but no LBR on this CPU.
+    pub branch_stack: Option<bool>,
+}
+
+impl KernelCaps {
+    /// Reads the caps files (not async-signal-safe: at start-up).
+    pub fn read() -> KernelCaps {
+        Self::read_from(Path::new(CAPS_DIR))
+    }
+
+    pub fn read_from(dir: &Path) -> KernelCaps {
+        let flag = |name: &str| std::fs::read_to_string(dir.join(name)).ok().map(|s| s.trim() == "1");
+        KernelCaps { modify_in_place: flag("modify_in_place").unwrap_or(false), branch_stack: flag("branch_stack") }
+    }
+}
 
 /// How a thread's breakpoints are armed: fixed for its lifetime.
 #[derive(Clone, Copy, Debug)]
@@ -17,6 +46,10 @@ pub struct Arming {
     pub sigtrap: bool,
     /// Re-target with `PERF_EVENT_IOC_MODIFY_ATTRIBUTES` (else close+reopen).
     pub modify: bool,
+    /// The kernel re-targets an enabled breakpoint in place ([`KernelCaps`]):
+    /// a freed breakpoint then parks enabled, so its next arming is in place
+    /// too, rather than a disable now and an enable later.
+    pub in_place: bool,
     /// The thread the breakpoints belong to.
     pub tid: i32,
     /// An address never accessed, where a disarmed breakpoint parks.
@@ -94,10 +127,47 @@ impl Breakpoint {
         perf::disable(self.fd);
     }
 
+    /// Stop watching by pointing the breakpoint, still enabled, at the
+    /// parking address (on a kernel that does that in place). False if
+    /// that failed and the breakpoint is now disabled instead.
+    /// Async-signal-safe.
+    pub fn park_enabled(&mut self, how: &Arming, tag: u64) -> bool {
+        if self.retarget(how, tag, how.parking, 8) {
+            return true;
+        }
+        self.disable();
+        false
+    }
+
     pub fn close(&mut self) {
         perf::close(self.fd);
         self.fd = -1;
     }
+}
+
+/// A breakpoint sample's IP and branch stack, from its `PERF_RECORD_SAMPLE`
+/// record (`PERF_SAMPLE_IP | PERF_SAMPLE_BRANCH_STACK`, as the kernel patch
+/// lets a breakpoint ask for): the IP, and how many branches (newest first)
+/// were copied to `out`. None if `rec` is not such a complete record.
+/// Async-signal-safe.
+pub fn branch_sample(rec: &[u8], out: &mut [Branch]) -> Option<(u64, usize)> {
+    const PERF_RECORD_SAMPLE: u32 = 9;
+    let word = |i: usize| rec.get(i..i + 8).map(|b| u64::from_ne_bytes(b.try_into().unwrap()));
+    let kind = u32::from_ne_bytes(rec.get(0..4)?.try_into().ok()?);
+    let size = u16::from_ne_bytes(rec.get(6..8)?.try_into().ok()?) as usize;
+    if kind != PERF_RECORD_SAMPLE || size > rec.len() {
+        return None;
+    }
+    let ip = word(8)?;
+    let nr = word(16)? as usize;
+    if 24 + nr.checked_mul(24)? > size {
+        return None;
+    }
+    let n = nr.min(out.len());
+    for (k, b) in out[..n].iter_mut().enumerate() {
+        *b = Branch { from: word(24 + 24 * k)?, to: word(32 + 24 * k)? };
+    }
+    Some((ip, n))
 }
 
 /// Watch the first naturally aligned piece of at most 8 bytes of an access.
@@ -118,6 +188,61 @@ pub fn watch_range(addr: u64, len: u32) -> (u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_caps_are_read_from_the_breakpoint_pmu() {
+        let dir = std::env::temp_dir().join(format!("witch-caps-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(KernelCaps::read_from(&dir), KernelCaps { modify_in_place: false, branch_stack: None });
+        std::fs::write(dir.join("modify_in_place"), "1\n").unwrap();
+        std::fs::write(dir.join("branch_stack"), "0\n").unwrap();
+        assert_eq!(KernelCaps::read_from(&dir), KernelCaps { modify_in_place: true, branch_stack: Some(false) });
+        std::fs::write(dir.join("modify_in_place"), "0\n").unwrap();
+        std::fs::write(dir.join("branch_stack"), "1\n").unwrap();
+        assert_eq!(KernelCaps::read_from(&dir), KernelCaps { modify_in_place: false, branch_stack: Some(true) });
+        std::fs::remove_dir_all(&dir).unwrap();
+        // No kernel without the patch has the directory.
+        assert_eq!(KernelCaps::read_from(Path::new("/nonexistent-witch-caps")), KernelCaps::default());
+    }
+
+    /// A synthetic breakpoint sample: header, ip, nr, then from/to/flags.
+    fn record(ip: u64, branches: &[(u64, u64)], size_delta: isize) -> Vec<u8> {
+        let size = 8 + 16 + 24 * branches.len();
+        let mut r = Vec::new();
+        r.extend(9u32.to_ne_bytes());
+        r.extend(0u16.to_ne_bytes());
+        r.extend(((size as isize + size_delta) as u16).to_ne_bytes());
+        r.extend(ip.to_ne_bytes());
+        r.extend((branches.len() as u64).to_ne_bytes());
+        for &(from, to) in branches {
+            r.extend(from.to_ne_bytes());
+            r.extend(to.to_ne_bytes());
+            r.extend(0u64.to_ne_bytes());
+        }
+        r
+    }
+
+    #[test]
+    fn branch_samples_parse_and_bad_ones_are_refused() {
+        let mut out = [Branch::default(); 4];
+        let r = record(0x100b, &[(0x100e, 0x1000), (0x2000, 0x1000)], 0);
+        assert_eq!(branch_sample(&r, &mut out), Some((0x100b, 2)));
+        assert_eq!(out[0], Branch { from: 0x100e, to: 0x1000 });
+        assert_eq!(out[1], Branch { from: 0x2000, to: 0x1000 });
+        // More branches than room: the newest ones.
+        let mut one = [Branch::default(); 1];
+        assert_eq!(branch_sample(&r, &mut one), Some((0x100b, 1)));
+        assert_eq!(one[0], Branch { from: 0x100e, to: 0x1000 });
+        // An empty stack (the kernel could not take a snapshot).
+        assert_eq!(branch_sample(&record(0x42, &[], 0), &mut out), Some((0x42, 0)));
+        // Truncated, lying about its size, or another record type.
+        assert_eq!(branch_sample(&r[..r.len() - 1], &mut out), None);
+        assert_eq!(branch_sample(&record(0x100b, &[(1, 2)], -8), &mut out), None);
+        let mut other = r.clone();
+        other[0] = 1;
+        assert_eq!(branch_sample(&other, &mut out), None);
+        assert_eq!(branch_sample(&[], &mut out), None);
+    }
 
     #[test]
     fn watch_ranges_are_aligned_and_inside_the_access() {
