@@ -442,10 +442,12 @@ impl ThreadState {
             let node = rec.tree.node(self.watch.slots[i].ctx);
             node.armed = node.armed.saturating_sub(1);
         }
+        let in_place = self.watch.arms_in_place(i);
         if !self.watch.arm(i, c.waddr, c.wlen, c.ctx, c.watched, None) {
             rec.counters.arm_failures += 1;
             return;
         }
+        rec.counters.rearms_in_place += in_place as u64;
         rec.tree.node(c.ctx).armed += 1;
         rec.counters.armed += 1;
         rec.blind = 0;

@@ -226,8 +226,8 @@ impl ThreadState {
                 watched.value_len = n;
             }
         }
-        let (armed, in_place) = self.watch.arm(i, waddr, wlen, ctx, watched, own);
-        if !armed {
+        let in_place = self.watch.arms_in_place(i);
+        if !self.watch.arm(i, waddr, wlen, ctx, watched, own) {
             rec.counters.arm_failures += 1;
             return;
         }

@@ -140,20 +140,24 @@ impl Watchpoints {
         self.reservoir.choose(&views[..self.n], |m| rng.random_range(0..m))
     }
 
+    /// Will arming slot `i` re-target its enabled breakpoint in place (the
+    /// kernel patch's fast path)?
+    pub fn arms_in_place(&self, i: usize) -> bool {
+        self.arming.is_some_and(|how| how.in_place) && self.slots[i].live
+    }
+
     /// Point slot `i` at `[addr, addr+len)` for `watched`, armed from
-    /// context `ctx`. False (slot left parked) if the kernel refused. The
-    /// second value: the kernel re-targeted the enabled breakpoint in place.
-    pub fn arm(&mut self, i: usize, addr: u64, len: u64, ctx: u32, watched: Watched, self_trap: Option<SelfTrap>) -> (bool, bool) {
-        let Some(how) = self.arming else { return (false, false) };
+    /// context `ctx`. False (slot left parked) if the kernel refused.
+    pub fn arm(&mut self, i: usize, addr: u64, len: u64, ctx: u32, watched: Watched, self_trap: Option<SelfTrap>) -> bool {
+        let Some(how) = self.arming else { return false };
         let mut bp = self.slots[i].bp;
-        let in_place = how.in_place && self.slots[i].live;
         let ok = bp.retarget(&how, siginfo::slot_tag(i), addr, len);
         self.slots[i] = if ok {
             Slot { bp, armed: true, live: true, armed_seq: self.seq, ctx, addr, len, watched, self_trap, ignored: 0 }
         } else {
             Slot { bp, ..Default::default() }
         };
-        (ok, ok && in_place)
+        ok
     }
 
     /// Stop watching with slot `i`; it is free for the next sample. On a
