@@ -36,7 +36,7 @@ case "$only" in ''|upstream|patched) ;; *) die "--only takes upstream or patched
 JOBS=${JOBS:-$(nproc)}
 REARM_MIN_RATIO=${REARM_MIN_RATIO:-3}
 BENCH_ROUNDS=${BENCH_ROUNDS:-15}
-BENCH_PAIRS=${BENCH_PAIRS:-2}
+BENCH_PAIRS=${BENCH_PAIRS:-4}
 BENCH_OPS=${BENCH_OPS:-2000}
 GUEST_TIMEOUT=${GUEST_TIMEOUT:-1800}
 t_start=$(date +%s)
@@ -190,7 +190,7 @@ for f in "${flavours[@]}"; do
   log=$LOGS/guest-$f.log
   for c in caps selftest witch-dead bench; do
     [ "$c" = witch-dead ] && [ -z "$with_witch" ] && continue
-    line=$(grep -m1 "^witch-check $c " "$log" || true)
+    line=$(grep -a -m1 -o "witch-check $c .*" "$log" || true)
     if [ -z "$line" ]; then
       verdict FAIL "$f/$c" "no result (guest died? see $log)"
     else
@@ -205,7 +205,8 @@ for f in "${flavours[@]}"; do
   fi
 done
 
-ns() { grep -m1 "^bench: rearm $3 " "$LOGS/guest-$1$2.log" 2>/dev/null | grep -o 'ns=[0-9]*' | cut -d= -f2; }
+# (Serial output may carry the firmware's terminal escapes before a line.)
+ns() { grep -a -m1 "bench: rearm $3 " "$LOGS/guest-$1$2.log" 2>/dev/null | grep -o 'ns=[0-9]*' | cut -d= -f2; }
 ratio() { awk -v u="$1" -v p="$2" 'BEGIN { printf "%.2f", u / p }'; }
 if [ ${#flavours[@]} -eq 2 ]; then
   # One ratio per pair of boots (the full ones, then the benchmark-only ones).
