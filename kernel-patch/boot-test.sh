@@ -102,7 +102,13 @@ build_kernel() {
     done
     echo "$cfg_sum" > "$out/.witch-config"
   fi
-  if ! nice -n 10 make -s -C "$srcdir" O="$out" -j"$JOBS" bzImage > "$LOGS/build-$flavour.log" 2>&1; then
+  # V=2 logs why each file is rebuilt. A private TMPDIR keeps the compiler's
+  # temporary files (and the kernel's compiler-option probes, which decide
+  # the flags) away from whatever else uses /tmp: on a busy shared machine a
+  # few probes failed now and then, which changed the flags and rebuilt
+  # everything "due to command line change".
+  mkdir -p "$KBUILD_DIR/tmp"
+  if ! TMPDIR=$KBUILD_DIR/tmp nice -n 10 make -C "$srcdir" O="$out" -j"$JOBS" V=2 bzImage > "$LOGS/build-$flavour.log" 2>&1; then
     tail -40 "$LOGS/build-$flavour.log"
     die "$flavour kernel build failed (log: $LOGS/build-$flavour.log)"
   fi
