@@ -23,8 +23,10 @@
 //! is framed (kind, length, payload) and bounded per kind, so neither side
 //! can make the other read without end.
 
-/// The agent's entry point: `int witch_attach(int *controller_fd)`.
-pub const ATTACH_SYMBOL: &str = "witch_attach";
+/// The agent's entry point: `int witch_session_attach(int *controller_fd)`.
+/// (Named for this protocol: an agent of the earlier, file-based one,
+/// still loaded in a process, has no such symbol and is refused clearly.)
+pub const ATTACH_SYMBOL: &str = "witch_session_attach";
 
 /// Return values of the agent's entry point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! Attached mode: `witch CRAFT --pid` (or witchd) has a running process
-//! `dlopen` this library and call [`witch_attach`]; the protocol is
+//! `dlopen` this library and call [`witch_session_attach`]; the protocol is
 //! `witchcraft::session`. Nothing is interposed then, so:
 //!
 //! - the settings come over the session's socket;
@@ -35,7 +35,7 @@ use witchcraft::sys::perf::{self, Attr, BpType};
 use witchcraft::sys::siginfo::sampler_signal;
 use witchcraft::sys::{fd, procfs, task};
 
-/// A session runs (from `witch_attach` to the control thread's end).
+/// A session runs (from `witch_session_attach` to the control thread's end).
 static SESSION: AtomicBool = AtomicBool::new(false);
 /// Sends on the session socket come from the control thread and, at exit,
 /// from the exiting thread: one message at a time.
@@ -58,7 +58,7 @@ const LEAVE_PERIOD_NS: u64 = 1_000_000;
 /// # Safety
 /// `controller_fd` must point to a writable `int`.
 #[no_mangle]
-pub unsafe extern "C" fn witch_attach(controller_fd: *mut libc::c_int) -> libc::c_int {
+pub unsafe extern "C" fn witch_session_attach(controller_fd: *mut libc::c_int) -> libc::c_int {
     if controller_fd.is_null() {
         return AttachCode::BadArgument as i32;
     }
