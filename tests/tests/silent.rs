@@ -75,3 +75,45 @@ fn float_at_precision_zero_is_not_silent() {
         rep.dump()
     );
 }
+
+/// The whole report (`--top 0`: every pair).
+fn report_all(profile: &std::path::Path) -> Report {
+    let r = witch_raw(&[std::ffi::OsStr::new("report"), profile.as_os_str(), "--json".as_ref(), "--top".as_ref(), "0".as_ref()]);
+    assert!(r.status.success(), "witch report failed:\n{}", r.describe());
+    let json = serde_json::from_slice(&r.stdout).unwrap_or_else(|e| panic!("not JSON: {e}\n{}", r.describe()));
+    Report { json, path: profile.to_path_buf() }
+}
+
+/// Silent-store fraction over the program's own stores and the C library's
+/// memset (where the wide stores are).
+fn own_and_memset(rep: &Report) -> f64 {
+    let keep = |p: &serde_json::Value| {
+        frames(p, "watch").first().and_then(|f| f["file"].as_str()).is_some_and(|f| f.ends_with("wide_stores.c") || f.contains("memset"))
+    };
+    let s = rep.sum_where(keep);
+    s.waste / (s.waste + s.r#use).max(f64::MIN_POSITIVE)
+}
+
+/// Vector stores are watched through a randomly chosen element and compared
+/// there only, so the sampled fraction estimates the exact one (96.9% by
+/// construction) instead of calling every memset silent or none.
+#[test]
+fn wide_stores_are_judged_by_a_fair_element() {
+    let dir = Scratch::new("silent-wide");
+    let prog = Program::build("wide_stores", dir.path());
+    let out = dir.join("exact.json");
+    let run = WitchCmd::new("silent-store").args(&["--exact", "-q"]).out(&out).run(&prog.exe, &["3"]);
+    assert_eq!(run.code(), Some(0), "{}", run.describe());
+    let exact = own_and_memset(&report_all(&out));
+    assert!((exact - 63.0 / 65.0).abs() < 0.02, "exact silent fraction {exact:.3}, by construction 0.969");
+
+    let native = prog.run_native(&[]);
+    let out = dir.join("sampled.json");
+    let run = WitchCmd::new("silent-store").args(&["-p", "1000000", "-q"]).out(&out).run(&prog.exe, &[]);
+    assert_same_behaviour(&native, &run);
+    let rep = report_all(&out);
+    rep.assert_samples(100.0);
+    let sampled = own_and_memset(&rep);
+    rep.note(&format!("sampled {sampled:.3}, exact {exact:.3}"));
+    assert!((sampled - exact).abs() <= 0.05, "sampled silent fraction {sampled:.3}, exact {exact:.3}\n{}", rep.dump());
+}

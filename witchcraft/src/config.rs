@@ -19,6 +19,13 @@ pub const DEFAULT_SOFTWARE_PERIOD_NS: u64 = 5_000_000;
 pub const DEFAULT_BURST_STEPS: u32 = 32;
 /// Default accesses picked per burst.
 pub const DEFAULT_BURST_PICKS: u32 = 1;
+/// Shortest software sampling period (ns of thread CPU time). A perf
+/// software clock signals each period with a queued real-time signal; when
+/// periods end faster than the handler and the signal's round trip take
+/// (several µs here, tens with traps and unwinding), the queue grows until
+/// the kernel falls back to SIGIO, which kills the program (measured: every
+/// period up to 10 µs did; 50 µs held). 100 µs leaves a margin of ten.
+pub const MIN_SOFTWARE_PERIOD_NS: u64 = 100_000;
 /// Default PMU period: a prime, as PMU sampling recommends (Witch §4.7).
 pub const DEFAULT_PMU_PERIOD: u64 = 5_000_003;
 /// Default relative precision at which two floating-point values are equal.

@@ -16,10 +16,11 @@
 //! (one ptrace stop per instruction): a reference, not the product.
 
 use crate::context::{Tree, ROOT};
-use crate::craft::{compare, Verdict, Watched, SNAPSHOT};
+use crate::craft::{compare, Verdict, Watched};
 use crate::pair::Pairs;
 use crate::profile::{self, Craft, Profile};
 use crate::sys::mem;
+use crate::x86::decode::Float;
 use crate::x86::decode::{Access, Analyzer, Regs};
 use nix::sys::ptrace;
 use nix::sys::signal::Signal;
@@ -31,6 +32,64 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 
 const PAGE: u64 = 4096;
+/// Widest access (AVX-512): its bytes before and after are kept whole.
+const WIDE: usize = 64;
+
+/// The values comparisons are made in: a float access's floats (compared
+/// within the precision), and otherwise each value the instruction moves (a
+/// scalar whole, a vector's elements). A value is silent (or redundant) only
+/// if all of its bytes are; each of its bytes is then credited, waste or use,
+/// to the pair of that byte's own previous access and this one, as DeadSpy
+/// credits dead bytes. A sampling craft estimates the same through its
+/// monitored element (Witch §4.6.4).
+fn element_size(a: &Access) -> usize {
+    match a.float {
+        Float::F32 => 4,
+        Float::F64 => 8,
+        Float::No => a.element_len().clamp(1, 8) as usize,
+    }
+}
+
+/// Judge element `[off, off+el)` of access `a`: `then` held the bytes it is
+/// compared with, `now` the bytes now (both indexed from `a.addr`).
+fn judge_element(a: &Access, off: usize, el: usize, then: &[u8; WIDE], now: &[u8; WIDE], precision: f64) -> Verdict {
+    let e = Access { addr: a.addr + off as u64, len: el as u32, ..*a };
+    let mut w = Watched::with_piece(e, (e.addr, el as u64));
+    w.value_len = el;
+    w.value[..el].copy_from_slice(&then[off..off + el]);
+    compare(&w, &e, &now[off..off + el], precision)
+}
+
+/// Bytes `[off, off+n)` compared exactly: waste if all are unchanged.
+fn judge_bytes(off: usize, n: usize, then: &[u8; WIDE], now: &[u8; WIDE]) -> Verdict {
+    if then[off..off + n] == now[off..off + n] {
+        Verdict::Waste { bytes: n as u64, approx: false }
+    } else {
+        Verdict::Use { bytes: n as u64 }
+    }
+}
+
+/// The same verdict for `n` bytes.
+fn with_bytes(v: Verdict, n: usize) -> Verdict {
+    match v {
+        Verdict::Waste { approx, .. } => Verdict::Waste { bytes: n as u64, approx },
+        Verdict::Use { .. } => Verdict::Use { bytes: n as u64 },
+        Verdict::Ignore => Verdict::Ignore,
+    }
+}
+
+/// Runs of equal contexts: (start, length, context).
+fn runs(ctxs: &[u32]) -> impl Iterator<Item = (usize, usize, u32)> + '_ {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        let start = i;
+        let c = *ctxs.get(i)?;
+        while i < ctxs.len() && ctxs[i] == c {
+            i += 1;
+        }
+        Some((start, i - start, c))
+    })
+}
 
 /// What the shadow memory remembers about one byte.
 #[derive(Clone, Copy, Default)]
@@ -87,7 +146,7 @@ struct Pending {
     ctx: u32,
     accesses: [Access; crate::x86::decode::MAX_ACCESSES],
     n: usize,
-    before: [[u8; SNAPSHOT]; crate::x86::decode::MAX_ACCESSES],
+    before: [[u8; WIDE]; crate::x86::decode::MAX_ACCESSES],
     is_call: bool,
     is_ret: bool,
     next_ip: u64,
@@ -153,14 +212,14 @@ impl Exact {
             ctx,
             accesses: d.accesses,
             n: d.n,
-            before: [[0; SNAPSHOT]; crate::x86::decode::MAX_ACCESSES],
+            before: [[0; WIDE]; crate::x86::decode::MAX_ACCESSES],
             is_call: mn == iced_x86::Mnemonic::Call,
             is_ret: mn == iced_x86::Mnemonic::Ret,
             next_ip: d.next_ip(),
         };
         for i in 0..p.n {
             let a = p.accesses[i];
-            let len = (a.len as usize).min(SNAPSHOT);
+            let len = (a.len as usize).min(WIDE);
             mem::read(pid.as_raw(), a.addr, &mut p.before[i][..len]);
         }
         self.pending.insert(tid, p);
@@ -181,8 +240,8 @@ impl Exact {
                 if (pass && !a.read) || (!pass && !a.write) {
                     continue;
                 }
-                let len = (a.len as usize).min(SNAPSHOT);
-                let mut after = [0u8; SNAPSHOT];
+                let len = (a.len as usize).min(WIDE);
+                let mut after = [0u8; WIDE];
                 if !pass {
                     mem::read(pid.as_raw(), a.addr, &mut after[..len]);
                 }
@@ -210,32 +269,61 @@ impl Exact {
                         t.counters.samples += 1;
                     }
                     (Craft::SilentStore, false) => {
-                        let prev = t.byte(a.addr).store_ctx;
-                        for b in 0..a.len as u64 {
-                            t.byte(a.addr + b).store_ctx = p.ctx;
+                        // Each value: silent if the store left it as it was.
+                        // Its bytes are credited to their previous stores,
+                        // each run of bytes one store left judged by
+                        // itself: the question is whether this store
+                        // changed what that store wrote.
+                        let el = element_size(&a);
+                        for off in (0..len).step_by(el) {
+                            let el = el.min(len - off);
+                            let mut prevs = [0u32; 8];
+                            for (b, prev) in prevs.iter_mut().enumerate().take(el) {
+                                *prev = std::mem::replace(&mut t.byte(a.addr + (off + b) as u64).store_ctx, p.ctx);
+                            }
+                            for (start, n, prev) in runs(&prevs[..el]) {
+                                if prev == 0 {
+                                    continue;
+                                }
+                                let v = if n == el {
+                                    judge_element(&a, off, el, &p.before[i], &after, precision)
+                                } else {
+                                    judge_bytes(off + start, n, &p.before[i], &after)
+                                };
+                                t.add(prev, p.ctx, with_bytes(v, n));
+                            }
                         }
                         t.counters.samples += 1;
-                        if prev != 0 {
-                            let w = Watched { access: a, value: p.before[i], value_len: len };
-                            let v = compare(&w, &a, &after, precision);
-                            t.add(prev, p.ctx, v);
-                        }
                     }
                     (Craft::SilentLoad, true) => {
-                        let prev = t.byte(a.addr).load_ctx;
-                        let mut last = [0u8; SNAPSHOT];
-                        for (b, l) in last.iter_mut().enumerate().take(len) {
-                            let s = t.byte(a.addr + b as u64);
-                            *l = s.loaded;
-                            s.loaded = p.before[i][b];
-                            s.load_ctx = p.ctx;
+                        // Each value: redundant if it reads what the previous
+                        // load of it read, whatever stores came between; its
+                        // bytes credited to their previous loads, as above.
+                        let el = element_size(&a);
+                        for off in (0..len).step_by(el) {
+                            let el = el.min(len - off);
+                            let mut last = [0u8; WIDE];
+                            let mut prevs = [0u32; 8];
+                            for (b, prev) in prevs.iter_mut().enumerate().take(el) {
+                                let s = t.byte(a.addr + (off + b) as u64);
+                                last[off + b] = s.loaded;
+                                *prev = s.load_ctx;
+                                s.loaded = p.before[i][off + b];
+                                s.load_ctx = p.ctx;
+                            }
+                            for (start, n, prev) in runs(&prevs[..el]) {
+                                if prev == 0 {
+                                    continue;
+                                }
+                                let v = if n == el {
+                                    judge_element(&a, off, el, &last, &p.before[i], precision)
+                                } else {
+                                    judge_bytes(off + start, n, &last, &p.before[i])
+                                };
+                                t.add(prev, p.ctx, with_bytes(v, n));
+                            }
                         }
                         t.counters.samples += 1;
-                        if prev != 0 {
-                            let w = Watched { access: a, value: last, value_len: len };
-                            let v = compare(&w, &a, &p.before[i], precision);
-                            t.add(prev, p.ctx, v);
-                        }
                     }
                     _ => {}
                 }

@@ -226,6 +226,11 @@ pub struct Counters {
     /// its own signal handler), found at the next tick.
     #[serde(default)]
     pub bursts_lost: u64,
+    /// Ticks that landed right after an instruction that exits to the
+    /// hypervisor (`cpuid` in a virtual machine): no burst, the time there
+    /// was not the program's.
+    #[serde(default)]
+    pub ticks_after_exits: u64,
 }
 
 impl Counters {
@@ -251,6 +256,7 @@ impl Counters {
         self.steps += o.steps;
         self.bursts_blocked += o.bursts_blocked;
         self.bursts_lost += o.bursts_lost;
+        self.ticks_after_exits += o.ticks_after_exits;
         self.engine_ns += o.engine_ns;
     }
 }

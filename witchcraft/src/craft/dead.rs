@@ -5,7 +5,7 @@
 //! overwritten unread ("killed by" the trapping context). If it is a load,
 //! the store was used.
 
-use super::{overlap, Craft, Verdict, Watched};
+use super::{credited, Craft, Verdict, Watched};
 use crate::profile::Craft as Kind;
 use crate::sys::perf::BpType;
 use crate::x86::decode::Access;
@@ -26,7 +26,7 @@ impl Craft for DeadCraft {
         false
     }
     fn judge(&self, w: &Watched, trap: &Access, _now: &[u8]) -> Verdict {
-        let bytes = overlap(&w.access, trap);
+        let bytes = credited(w, trap);
         if trap.read {
             // A load (or the load half of a read-modify-write) came first.
             Verdict::Use { bytes }

@@ -12,17 +12,41 @@ use crate::profile::Craft as Kind;
 use crate::sys::perf::BpType;
 use crate::x86::decode::{Access, Float};
 
-/// Bytes remembered from the sampled access (enough for a 256-bit vector).
-pub const SNAPSHOT: usize = 32;
+/// Bytes remembered from the sampled access: all of the widest one (a
+/// 512-bit vector), so the monitored element can be any of its elements.
+pub const SNAPSHOT: usize = 64;
 
 /// What the craft remembers about a watched sample.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct Watched {
     /// The sampled access (address, length, float kind).
     pub access: Access,
+    /// The monitored element: the naturally aligned piece of at most 8
+    /// bytes of the access that the debug register watches (see
+    /// [`crate::sys::watchpoint::watch_range`]). Values are compared there
+    /// only: it is the part no access could reach unseen before the trap.
+    pub piece: (u64, u64),
     /// Bytes at `access.addr` after the sampled access (value crafts only).
     pub value: [u8; SNAPSHOT],
     pub value_len: usize,
+}
+
+impl Default for Watched {
+    fn default() -> Self {
+        Watched { access: Access::default(), piece: (0, 0), value: [0; SNAPSHOT], value_len: 0 }
+    }
+}
+
+impl Watched {
+    /// A watched access whose monitored element is its first watchable piece.
+    pub fn new(access: Access) -> Watched {
+        Self::with_piece(access, crate::sys::watchpoint::watch_range(access.addr, access.len))
+    }
+
+    /// A watched access monitored through `piece` (a debug register's reach).
+    pub fn with_piece(access: Access, piece: (u64, u64)) -> Watched {
+        Watched { access, piece, ..Default::default() }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -60,14 +84,39 @@ pub fn overlap(w: &Access, t: &Access) -> u64 {
     w.overlap(t.addr, t.len as u64)
 }
 
-/// Compare the overlapping bytes of the remembered and current values.
-/// Exact equality is waste; floats within relative `precision` are
-/// approximate waste (RedSpy/LoadSpy's rule: |new − old| ≤ p·|old|).
+/// The bytes a trap's verdict is credited with: the sampled access's bytes,
+/// in the proportion of its monitored element that the trapping access
+/// touched. The monitored element stands for all of the access's elements
+/// (Witch §4.6.4), and being chosen at random among them (see
+/// [`crate::sys::watchpoint::watch_piece`]) it does so without favouring
+/// any; for an access of one element this is the plain overlap.
+pub fn credited(w: &Watched, t: &Access) -> u64 {
+    let (plo, plen) = w.piece;
+    if plen == 0 {
+        return overlap(&w.access, t);
+    }
+    let touched = Access { addr: plo, len: plen as u32, ..w.access }.overlap(t.addr, t.len as u64);
+    (w.access.len as u64 * touched).div_ceil(plen)
+}
+
+/// Compare the remembered and current values of the monitored element,
+/// where the trapping access overlaps it. Unchanged bytes (floats: within
+/// relative `precision`, RedSpy/LoadSpy's rule |new − old| ≤ p·|old|) make
+/// the whole access waste, changed ones make it use, and the bytes credited
+/// are [`credited`]: the paper's rule for wide accesses (Witch §4.6.4: the
+/// monitored element of a SIMD instruction stands for all of its elements).
+///
+/// Only the monitored element is compared. Bytes of the access outside it
+/// may have been stored to between the two accesses without a trap (a debug
+/// register watches at most 8 bytes), so comparing them with the snapshot
+/// would not say whether the trapping store changed them: a `memset` over a
+/// block that something else wrote into would look silent.
 pub fn compare(w: &Watched, trap: &Access, now: &[u8], precision: f64) -> Verdict {
     let base = w.access.addr;
-    let lo = base.max(trap.addr);
-    let hi = (base + w.value_len as u64).min(trap.addr + trap.len as u64);
-    let bytes = overlap(&w.access, trap);
+    let (plo, phi) = (w.piece.0, w.piece.0 + w.piece.1);
+    let lo = base.max(trap.addr).max(plo);
+    let hi = (base + w.value_len as u64).min(trap.addr + trap.len as u64).min(phi);
+    let bytes = credited(w, trap);
     if hi <= lo || now.len() < w.value_len {
         // Nothing comparable (trap outside the remembered bytes): count it used.
         return Verdict::Use { bytes };
@@ -78,7 +127,8 @@ pub fn compare(w: &Watched, trap: &Access, now: &[u8], precision: f64) -> Verdic
     }
     if precision > 0.0 && w.access.float != Float::No && w.access.float == trap.float {
         let el = if w.access.float == Float::F32 { 4 } else { 8 };
-        // Compare whole elements inside the overlap, aligned to the sampled access.
+        // Compare whole elements inside the compared range, aligned to the
+        // sampled access (the piece is element-aligned when the access is).
         let first = s.div_ceil(el) * el;
         let mut any = false;
         let mut i = first;
@@ -108,7 +158,7 @@ mod tests {
     use super::*;
 
     fn watched(addr: u64, v: &[u8], float: Float) -> Watched {
-        let mut w = Watched { access: Access { addr, len: v.len() as u32, read: false, write: true, float }, ..Default::default() };
+        let mut w = Watched::new(Access { addr, len: v.len() as u32, read: false, write: true, float, elem: 0 });
         w.value[..v.len()].copy_from_slice(v);
         w.value_len = v.len();
         w
@@ -116,8 +166,8 @@ mod tests {
 
     #[test]
     fn exact_and_partial_overlap() {
-        let w = watched(100, &[1, 2, 3, 4, 5, 6, 7, 8], Float::No);
-        let t = Access { addr: 104, len: 4, read: false, write: true, float: Float::No };
+        let w = watched(96, &[1, 2, 3, 4, 5, 6, 7, 8], Float::No);
+        let t = Access { addr: 100, len: 4, read: false, write: true, float: Float::No, elem: 0 };
         let now = [9, 9, 9, 9, 5, 6, 7, 8];
         assert_eq!(compare(&w, &t, &now, 0.0), Verdict::Waste { bytes: 4, approx: false });
         let now = [1, 2, 3, 4, 5, 6, 7, 0];
@@ -125,9 +175,26 @@ mod tests {
     }
 
     #[test]
+    fn only_the_monitored_element_is_compared() {
+        // A 32-byte store watched through its first 8 bytes; a byte outside
+        // them changed meanwhile (unseen) and the next store rewrote all 32.
+        let mut v = [0u8; 32];
+        let w = watched(0x1000, &v, Float::No);
+        assert_eq!(w.piece, (0x1000, 8));
+        let t = Access { addr: 0x1000, len: 32, read: false, write: true, float: Float::No, elem: 0 };
+        v[16] = 7;
+        assert_eq!(compare(&w, &t, &v, 0.0), Verdict::Waste { bytes: 32, approx: false });
+        v[3] = 1;
+        assert_eq!(compare(&w, &t, &v, 0.0), Verdict::Use { bytes: 32 });
+        // A trap that touches half the element stands for half the access.
+        let t = Access { addr: 0x1004, len: 4, read: false, write: true, float: Float::No, elem: 0 };
+        assert_eq!(compare(&w, &t, &v, 0.0), Verdict::Waste { bytes: 16, approx: false });
+    }
+
+    #[test]
     fn floats_within_precision_are_approximate() {
         let w = watched(0, &100.0f64.to_le_bytes(), Float::F64);
-        let t = Access { addr: 0, len: 8, read: false, write: true, float: Float::F64 };
+        let t = Access { addr: 0, len: 8, read: false, write: true, float: Float::F64, elem: 0 };
         let near = 100.5f64.to_le_bytes();
         assert_eq!(compare(&w, &t, &near, 0.01), Verdict::Waste { bytes: 8, approx: true });
         assert_eq!(compare(&w, &t, &near, 0.0), Verdict::Use { bytes: 8 });

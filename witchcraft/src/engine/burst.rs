@@ -38,7 +38,7 @@ use crate::craft::{Verdict, Watched, SNAPSHOT};
 use crate::modules::ProcessMap;
 use crate::sys::mem;
 use crate::sys::perf::{self, BpType};
-use crate::sys::watchpoint::watch_range;
+use crate::sys::watchpoint::watch_piece;
 use crate::unwind;
 use crate::x86::decode::{Access, Decoded, Regs};
 use rand::{rngs::SmallRng, RngExt, SeedableRng};
@@ -220,6 +220,14 @@ impl ThreadState {
             }
             return;
         }
+        if self.after_hypervisor_exit(map, regs) {
+            // The time this tick landed in was the hypervisor's (a VM exit
+            // on `cpuid`), not the program's: anchoring here would put the
+            // accesses after every such instruction in the sample thousands
+            // of times more often than they run.
+            self.record.counters.ticks_after_exits += 1;
+            return;
+        }
         let b = &mut self.burst;
         b.active = true;
         b.steps = 0;
@@ -235,6 +243,17 @@ impl ThreadState {
         if !go {
             self.end_burst(engine);
         }
+    }
+
+    /// Did the thread just run an instruction that exits to the hypervisor
+    /// in a virtual machine (`cpuid`)? Its time is the hypervisor's.
+    fn after_hypervisor_exit(&mut self, map: &ProcessMap, regs: &Regs) -> bool {
+        let (Some(prev), false) = crate::x86::precise_pc::previous_instruction(map, &mut self.scratch.pc, regs.rip) else {
+            return false;
+        };
+        let mut buf = [0u8; 16];
+        let Some(bytes) = crate::x86::precise_pc::code_at(map, prev, &mut buf) else { return false };
+        bytes.starts_with(&[0x0f, 0xa2])
     }
 
     /// A single step of the burst: the instruction visited last has run.
@@ -315,8 +334,9 @@ impl ThreadState {
                 continue;
             }
             let ctx = self.context_at(map, regs, pc);
-            let (waddr, wlen) = watch_range(a.addr, a.len);
-            let mut watched = Watched { access: a, ..Default::default() };
+            let pick = self.burst.rng.random::<u64>();
+            let (waddr, wlen) = watch_piece(a.addr, a.len, pick);
+            let mut watched = Watched::with_piece(a, (waddr, wlen));
             let snapshot_after = engine.craft.needs_value() && a.write;
             if engine.craft.needs_value() && !snapshot_after {
                 // A load's value is what it reads: the bytes now.
@@ -370,7 +390,7 @@ impl ThreadState {
         if engine.craft.needs_value() {
             let n = w.value_len;
             if n > 0 && !mem::read_own(w.access.addr, &mut now[..n]) {
-                return Verdict::Use { bytes: crate::craft::overlap(&w.access, trap) };
+                return Verdict::Use { bytes: crate::craft::credited(w, trap) };
             }
         }
         engine.craft.judge(w, trap, &now)

@@ -8,7 +8,7 @@ use super::Engine;
 use crate::craft::{Watched, SNAPSHOT};
 use crate::modules::{self, ProcessMap};
 use crate::sys::pmu;
-use crate::sys::{mem, watchpoint::watch_range};
+use crate::sys::{mem, watchpoint::watch_piece};
 use crate::unwind;
 use crate::x86::decode::{self, Access, Regs};
 use crate::x86::precise_pc;
@@ -167,13 +167,20 @@ impl ThreadState {
         }
         // Length and float kind come from decoding the sampled instruction.
         let mut buf = [0u8; 16];
-        let mut a =
-            Access { addr: r.addr, len: if r.len > 0 { r.len as u32 } else { 8 }, read: true, write: true, float: Default::default() };
+        let mut a = Access {
+            addr: r.addr,
+            len: if r.len > 0 { r.len as u32 } else { 8 },
+            read: true,
+            write: true,
+            float: Default::default(),
+            elem: 0,
+        };
         if let Some(bytes) = code_bytes(map, r.ip, &mut buf) {
             if let Some(d) = self.scratch.analyzer.decode(bytes, r.ip, regs, false) {
                 if let Some(x) = d.accesses().iter().find(|x| engine.craft.samples(x)) {
                     a.len = x.len;
                     a.float = x.float;
+                    a.elem = x.elem;
                     a.read = x.read;
                     a.write = x.write;
                 }
@@ -218,8 +225,8 @@ impl ThreadState {
             let node = rec.tree.node(old);
             node.armed = node.armed.saturating_sub(1);
         }
-        let (waddr, wlen) = watch_range(a.addr, a.len);
-        let mut watched = Watched { access: a, ..Default::default() };
+        let (waddr, wlen) = watch_piece(a.addr, a.len, self.watch.random());
+        let mut watched = Watched::with_piece(a, (waddr, wlen));
         if engine.craft.needs_value() {
             let n = (a.len as usize).min(SNAPSHOT);
             if mem::read_own(a.addr, &mut watched.value[..n]) {

@@ -1,7 +1,7 @@
 //! What interrupts a thread to take a sample: the process-wide choice
 //! ([`SamplerKind`]) and each thread's kernel object ([`Sampler`]).
 
-use crate::config::{Config, SamplerChoice, DEFAULT_PMU_PERIOD, DEFAULT_SOFTWARE_PERIOD_NS};
+use crate::config::{Config, SamplerChoice, DEFAULT_PMU_PERIOD, DEFAULT_SOFTWARE_PERIOD_NS, MIN_SOFTWARE_PERIOD_NS};
 use crate::profile;
 use crate::sys::perf::{self, Attr, SoftwareClock};
 use crate::sys::pmu::{self, AccessKind, PmuEvent, PmuSampler};
@@ -15,7 +15,7 @@ pub enum SamplerKind {
     Clock(SoftwareClock),
     /// A POSIX CPU-time timer per thread ([`cputimer`]): the same decoding,
     /// at a fraction of the kernel's cost, for periods of a tick or more.
-    CpuTimer,
+    CpuTimer(cputimer::CpuTime),
     /// A PMU precise memory event with the data address.
     Pmu(PmuEvent),
 }
@@ -26,7 +26,8 @@ impl SamplerKind {
         match self {
             SamplerKind::Clock(SoftwareClock::Task) => "task-clock".into(),
             SamplerKind::Clock(SoftwareClock::Cpu) => "cpu-clock".into(),
-            SamplerKind::CpuTimer => "cpu-timer".into(),
+            SamplerKind::CpuTimer(cputimer::CpuTime::All) => "cpu-timer".into(),
+            SamplerKind::CpuTimer(cputimer::CpuTime::User) => "user-timer".into(),
             SamplerKind::Pmu(e) => e.name.clone(),
         }
     }
@@ -54,16 +55,25 @@ impl SamplerKind {
         let kind = if cfg.craft == profile::Craft::SilentLoad { AccessKind::Load } else { AccessKind::Store };
         let sysfs = std::path::Path::new(pmu::SYSFS_PMU_ROOT);
         let software = |notes: &mut Vec<String>| {
-            let period = cfg.period.unwrap_or(DEFAULT_SOFTWARE_PERIOD_NS);
+            let mut period = cfg.period.unwrap_or(DEFAULT_SOFTWARE_PERIOD_NS);
+            if period < MIN_SOFTWARE_PERIOD_NS {
+                // The command line refuses these; an agent configured by hand
+                // must still never let the signal queue overflow.
+                notes.push(format!(
+                    "a {period} ns software period could overflow the signal queue (SIGIO would kill the program): raised to {MIN_SOFTWARE_PERIOD_NS} ns"
+                ));
+                period = MIN_SOFTWARE_PERIOD_NS;
+            }
             let kind = match cfg.event.as_deref() {
                 Some("cpu-clock") => SamplerKind::Clock(SoftwareClock::Cpu),
                 Some("task-clock") => SamplerKind::Clock(SoftwareClock::Task),
-                Some("cpu-timer") => SamplerKind::CpuTimer,
+                Some("cpu-timer") => SamplerKind::CpuTimer(cputimer::CpuTime::All),
+                Some("user-timer") => SamplerKind::CpuTimer(cputimer::CpuTime::User),
                 // The cheap CPU-time timer where its tick resolution serves the period.
-                _ if period >= cputimer::MIN_PERIOD_NS => SamplerKind::CpuTimer,
+                _ if period >= cputimer::MIN_PERIOD_NS => SamplerKind::CpuTimer(cputimer::CpuTime::All),
                 _ => SamplerKind::Clock(SoftwareClock::Task),
             };
-            if matches!(kind, SamplerKind::CpuTimer) && period < cputimer::MIN_PERIOD_NS {
+            if matches!(kind, SamplerKind::CpuTimer(_)) && period < cputimer::MIN_PERIOD_NS {
                 notes.push(format!(
                     "cpu-timer fires at scheduler ticks: a {} µs period is served at the tick rate (use -e task-clock for short periods)",
                     period / 1000
@@ -71,7 +81,7 @@ impl SamplerKind {
             }
             (kind, period)
         };
-        let is_soft = matches!(cfg.event.as_deref(), Some("task-clock") | Some("cpu-clock") | Some("cpu-timer"));
+        let is_soft = matches!(cfg.event.as_deref(), Some("task-clock") | Some("cpu-clock") | Some("cpu-timer") | Some("user-timer"));
         if cfg.sampler == SamplerChoice::Software || is_soft {
             return software(notes);
         }
@@ -114,8 +124,8 @@ impl Sampler {
         // arriving together would lose one of them.
         let sig = siginfo::sampler_signal();
         let s = match kind {
-            SamplerKind::CpuTimer => {
-                let id = cputimer::create(tid, sig, siginfo::TAG | siginfo::TAG_SAMPLER).map_err(|e| {
+            SamplerKind::CpuTimer(which) => {
+                let id = cputimer::create(tid, *which, sig, siginfo::TAG | siginfo::TAG_SAMPLER).map_err(|e| {
                     let why = std::io::Error::from_raw_os_error(e);
                     if e == libc::EAGAIN {
                         // Each POSIX timer reserves a queued signal.

@@ -69,7 +69,7 @@ impl ThreadState {
                     return;
                 }
                 // A write-only watchpoint only traps on stores.
-                let a = Access { addr: s.addr, len: s.len as u32, read: false, write: true, float: s.watched.access.float };
+                let a = Access { addr: s.addr, len: s.len as u32, read: false, write: true, float: s.watched.access.float, elem: 0 };
                 (regs.rip, a)
             }
         };

@@ -128,6 +128,11 @@ impl Watchpoints {
         self.slots[..self.n].iter().position(|s| s.bp.fd() == fd)
     }
 
+    /// A uniform random number (which element of a wide access to watch).
+    pub fn random(&mut self) -> u64 {
+        self.rng.random::<u64>()
+    }
+
     /// Which slot the next sample gets, by the replacement policy; None: the
     /// sample goes unmonitored.
     pub fn choose(&mut self) -> Option<usize> {

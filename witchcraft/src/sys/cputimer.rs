@@ -20,26 +20,43 @@ pub const SI_TIMER: i32 = -2;
 /// other 10 ms tick with an overrun, which the program-time weights absorb.
 pub const MIN_PERIOD_NS: u64 = 4_000_000;
 
+/// Which of a thread's CPU times a timer counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuTime {
+    /// User and system time (`CPUCLOCK_SCHED`, the scheduler's exact sum).
+    All,
+    /// User time only (`CPUCLOCK_VIRT`): the kernel's work for the thread
+    /// (page faults, system calls, our own traps and signals) does not
+    /// advance it.
+    User,
+}
+
 /// The kernel's clock id for thread `tid`'s CPU time
-/// (`MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)`).
-fn thread_clock(tid: i32) -> libc::clockid_t {
+/// (`MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED or CPUCLOCK_VIRT)`).
+fn thread_clock(tid: i32, which: CpuTime) -> libc::clockid_t {
     const CPUCLOCK_PERTHREAD_MASK: i32 = 4;
+    const CPUCLOCK_VIRT: i32 = 1;
     const CPUCLOCK_SCHED: i32 = 2;
-    (!tid << 3) | CPUCLOCK_PERTHREAD_MASK | CPUCLOCK_SCHED
+    let kind = match which {
+        CpuTime::All => CPUCLOCK_SCHED,
+        CpuTime::User => CPUCLOCK_VIRT,
+    };
+    (!tid << 3) | CPUCLOCK_PERTHREAD_MASK | kind
 }
 
 /// A stopped timer on thread `tid`'s CPU time that, once started, sends
 /// `sig` to that thread with `tag` as `si_value`. Returns the timer id or
 /// an errno.
-pub fn create(tid: i32, sig: i32, tag: u64) -> Result<i32, i32> {
+pub fn create(tid: i32, which: CpuTime, sig: i32, tag: u64) -> Result<i32, i32> {
     let mut ev: libc::sigevent = unsafe { std::mem::zeroed() };
     ev.sigev_value = libc::sigval { sival_ptr: tag as *mut libc::c_void };
     ev.sigev_signo = sig;
     ev.sigev_notify = libc::SIGEV_THREAD_ID;
     ev.sigev_notify_thread_id = tid;
     let mut id: libc::c_int = -1;
-    let r =
-        unsafe { libc::syscall(libc::SYS_timer_create, thread_clock(tid), &mut ev as *mut libc::sigevent, &mut id as *mut libc::c_int) };
+    let r = unsafe {
+        libc::syscall(libc::SYS_timer_create, thread_clock(tid, which), &mut ev as *mut libc::sigevent, &mut id as *mut libc::c_int)
+    };
     if r != 0 {
         Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL))
     } else {
@@ -92,7 +109,7 @@ mod tests {
             sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
             libc::sigaction(sig, &sa, std::ptr::null_mut());
         }
-        let id = create(crate::sys::task::gettid(), sig, 0xabc).expect("timer_create");
+        let id = create(crate::sys::task::gettid(), CpuTime::All, sig, 0xabc).expect("timer_create");
         assert!(set(id, 1_000_000));
         // Sleeping uses no CPU time: nothing fires.
         std::thread::sleep(std::time::Duration::from_millis(30));

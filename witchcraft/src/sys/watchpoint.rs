@@ -185,6 +185,21 @@ pub fn watch_range(addr: u64, len: u32) -> (u64, u64) {
     (addr, 1)
 }
 
+/// The piece a debug register watches for an access: like [`watch_range`],
+/// but a wide access (16 bytes or more, 8-byte aligned: a vector) is watched
+/// through one of its 8-byte elements chosen by `pick` (uniformly, for a
+/// uniform `pick`), so that the monitored element is a fair sample of the
+/// access's elements rather than always its first.
+pub fn watch_piece(addr: u64, len: u32, pick: u64) -> (u64, u64) {
+    let (a, l) = watch_range(addr, len);
+    let n = (addr + len as u64 - a) / 8;
+    if l == 8 && n >= 2 {
+        (a + 8 * (pick % n), 8)
+    } else {
+        (a, l)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,5 +267,14 @@ mod tests {
         assert_eq!(watch_range(0x1002, 4), (0x1002, 2));
         assert_eq!(watch_range(0x1001, 8), (0x1001, 1));
         assert_eq!(watch_range(0x1000, 1), (0x1000, 1));
+    }
+
+    #[test]
+    fn wide_accesses_are_watched_through_any_of_their_elements() {
+        let seen: std::collections::BTreeSet<_> = (0..64).map(|k| watch_piece(0x1000, 32, k)).collect();
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec![(0x1000, 8), (0x1008, 8), (0x1010, 8), (0x1018, 8)]);
+        assert_eq!(watch_piece(0x1000, 8, 5), (0x1000, 8));
+        assert_eq!(watch_piece(0x1004, 32, 5), (0x1004, 4)); // not 8-aligned: the first piece
+        assert_eq!(watch_piece(0x1000, 4, 5), (0x1000, 4));
     }
 }

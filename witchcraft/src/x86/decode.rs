@@ -113,9 +113,20 @@ pub struct Access {
     pub read: bool,
     pub write: bool,
     pub float: Float,
+    /// Bytes per value element: less than `len` for a vector of values
+    /// (the memory operand's element type); 0 when the access is one value.
+    pub elem: u8,
 }
 
 impl Access {
+    /// Bytes per value: the element of a vector access, else the whole access.
+    pub fn element_len(&self) -> u32 {
+        match self.elem as u32 {
+            0 => self.len,
+            e => e.min(self.len),
+        }
+    }
+
     pub fn overlap(&self, addr: u64, len: u64) -> u64 {
         let lo = self.addr.max(addr);
         let hi = (self.addr + self.len as u64).min(addr + len);
@@ -291,7 +302,9 @@ impl Analyzer {
                 continue;
             };
             d.addr_regs |= gpr_bit(m.base()) | gpr_bit(m.index());
-            d.accesses[d.n] = Access { addr, len: size, read, write, float: float_of(m.memory_size()) };
+            let el = m.memory_size().element_size() as u32;
+            let elem = if el > 0 && el < size { el as u8 } else { 0 };
+            d.accesses[d.n] = Access { addr, len: size, read, write, float: float_of(m.memory_size()), elem };
             d.n += 1;
         }
         Some(d)
@@ -436,7 +449,7 @@ mod tests {
         let mut a = Analyzer::new();
         // mov dword [rax+r12*8+0x10], esi
         let d = a.decode(&[0x42, 0x89, 0x74, 0xe0, 0x10], 0x400000, &regs(), false).unwrap();
-        assert_eq!(d.accesses(), &[Access { addr: 0x1000 + 24 + 0x10, len: 4, read: false, write: true, float: Float::No }]);
+        assert_eq!(d.accesses(), &[Access { addr: 0x1000 + 24 + 0x10, len: 4, read: false, write: true, float: Float::No, elem: 0 }]);
         // movsd xmm0, qword [rax]
         let d = a.decode(&[0xf2, 0x0f, 0x10, 0x00], 0, &regs(), false).unwrap();
         assert_eq!(d.accesses()[0].float, Float::F64);

@@ -231,7 +231,7 @@ pub fn recover(
     // 3. call: the return address was just stored at rsp.
     let sp = regs.sp();
     let read_stack = |a: u64| (a >= stack.0 && a + 8 <= stack.1).then(|| unsafe { std::ptr::read_volatile(a as *const u64) });
-    let store_at_sp = Access { addr: sp, len: 8, read: false, write: true, float: Default::default() };
+    let store_at_sp = Access { addr: sp, len: 8, read: false, write: true, float: Default::default(), elem: 0 };
     if store_at_sp.overlap(addr, len) > 0 {
         if let Some(ra) = read_stack(sp) {
             if let (Some(call), _) = previous_instruction(map, cache, ra) {
@@ -240,7 +240,7 @@ pub fn recover(
         }
     }
     // 4. ret: loaded the return address at rsp-8, which now equals the PC.
-    let load_below_sp = Access { addr: sp.wrapping_sub(8), len: 8, read: true, write: false, float: Default::default() };
+    let load_below_sp = Access { addr: sp.wrapping_sub(8), len: 8, read: true, write: false, float: Default::default(), elem: 0 };
     if load_below_sp.overlap(addr, len) > 0 && read_stack(sp.wrapping_sub(8)) == Some(ctx) {
         return Some(TrapAccess { pc: ctx, access: load_below_sp, precise: false });
     }
