@@ -73,7 +73,7 @@ pub fn bare_engine(cfg: Config) -> Engine {
     Engine {
         config: cfg,
         craft,
-        sampler: SamplerKind::CpuTimer,
+        sampler: SamplerKind::CpuTimer(witchcraft::sys::cputimer::CpuTime::All),
         period,
         sigtrap: false,
         modify: false,
