@@ -25,7 +25,9 @@ Exact references are cached in target/bench/exact/ (--exact-cache DIR to
 use another checkout's), keyed by program, craft, arguments, the workload
 binary's contents, the reduction this script applies, and the sources that
 make the exact mode's judgements (EXACT_SOURCES, plus the decoder crate's
-version); --recompute-exact runs them again. A reference whose run lost
+version), and the version of the craft's exact semantics (EXACT_SEMANTICS:
+--reuse-exact takes another build's reference only of the same version);
+--recompute-exact runs them again. A reference whose run lost
 pairs ("tables overflowed") or did not exit 0 is refused, never cached.
 
 Needs `cargo build --release --workspace` first.
@@ -98,6 +100,17 @@ EXACT_SOURCES = ["witchcraft/src/exact.rs", "witchcraft/src/exact/*.rs", "witchc
                  "witchcraft/src/craft.rs", "witchcraft/src/pair.rs", "witchcraft/src/sys/mem.rs"]
 # Bumped whenever pair_sums' reduction (what a cached reference stores) changes.
 CACHE_FORMAT = 1
+# What the exact mode's judgements of each craft mean, as a version per
+# craft: bumped whenever they change on purpose. It is part of every
+# reference's key, and --reuse-exact (references of another build of the
+# exact mode) reuses only references of the same version, so a reference
+# made under other semantics is never taken for one of these. A reference
+# cached before versions existed is version 1.
+# silent-store, silent-load 2: each value (a float, a scalar, a vector's
+# element) judged by itself and each byte credited to its own previous
+# access (RedSpy/LoadSpy component semantics); 1 judged a whole access
+# against the previous access of its first byte. Dead stores are unchanged.
+EXACT_SEMANTICS = {"dead": 1, "silent-store": 2, "silent-load": 2}
 
 
 def marked_lines(src, markers):
@@ -196,7 +209,8 @@ def exact_reference(craft, exe, args, src, lines_at, a):
     from the cache or computed (and cached). Refuses a lossy run."""
     shown = ["@lua" if x == LUA_SCRIPT else x for x in args]
     key_parts = {
-        "format": CACHE_FORMAT, "craft": craft, "program": os.path.basename(exe), "args": shown,
+        "format": CACHE_FORMAT, "craft": craft, "semantics": EXACT_SEMANTICS[craft],
+        "program": os.path.basename(exe), "args": shown,
         "binary": sha256_file(exe), "exact": exact_fingerprint(), "src": os.path.basename(src),
         "lines": sorted(lines_at) if lines_at is not None else None,
         "script": sha256_file(LUA_SCRIPT) if "@lua" in shown else None,
@@ -212,11 +226,12 @@ def exact_reference(craft, exe, args, src, lines_at, a):
     if a.reuse_exact and not a.recompute_exact:
         # The same reference from another build of the exact mode, when asked:
         # for a change known not to alter its judgements (say so where the
-        # numbers are used).
+        # numbers are used); never across EXACT_SEMANTICS versions.
         for other in sorted(glob.glob(path[:-len(key) - 8] + "*.json.gz")):
             with gzip.open(other, "rt") as f:
                 d = json.load(f)
             k = dict(d["meta"]["key"])
+            k.setdefault("semantics", 1)
             if k.pop("exact", None) and k == {x: y for x, y in key_parts.items() if x != "exact"}:
                 print(f"  exact: {craft} {os.path.basename(exe)} {' '.join(shown)}: reusing the reference of exact-mode "
                       f"build {d['meta']['key']['exact'][:12]} ({d['meta']['date']})", file=sys.stderr, flush=True)
@@ -484,7 +499,8 @@ def accept(cases, a):
         if costs:
             top = max(costs)
             print(f"- Largest engine share: {top[0]:.2f}% ({top[1]}).")
-        print(f"- Exact mode: build {exact_fingerprint()[:12]} of its sources"
+        print(f"- Exact mode: build {exact_fingerprint()[:12]} of its sources, semantics "
+              + ", ".join(f"{c} {v}" for c, v in EXACT_SEMANTICS.items())
               + (f"; references reused from build {', '.join(sorted(REUSED))} (--reuse-exact)" if REUSED else "") + ".")
         print(f"- Sampler the runs used: {'; '.join(sorted(samplers))}.")
         print(f"- This configuration took {(time.monotonic() - t_all)/60:.1f} minutes "
