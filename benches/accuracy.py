@@ -259,7 +259,7 @@ def exact_reference(craft, exe, args, src, lines_at, a):
     instr = int(note.split("exact reference: ")[1].split()[0]) if "exact reference: " in note else None
     d = {"line": pair_sums(rep, src, lines_at), "pc": pair_sums(rep, src, lines_at, True),
          "meta": {"seconds": secs, "instructions": instr, "pairs": rep.get("pair_count"),
-                  "total": [rep.get("waste_bytes"), rep.get("use_bytes")], "key": key_parts,
+                  "total": [waste_use(rep)[0], waste_use(rep)[1]], "key": key_parts,
                   "date": time.strftime("%Y-%m-%d")}}
     tmp = path + f".tmp{os.getpid()}"
     with gzip.open(tmp, "wt") as f:
@@ -296,9 +296,19 @@ def pair_sums(report, src, lines_at, by_pc=False):
         else:
             key = (wf[0].get("line"), tf[0].get("line") if tf else None)
         s = sums.setdefault(key, [0.0, 0.0])
-        s[0] += p["waste_bytes"]
-        s[1] += p["use_bytes"]
+        w, u = waste_use(p)
+        s[0] += w
+        s[1] += u
     return sums
+
+
+def waste_use(x):
+    """(waste, use) of a report or one of its pairs: `waste`/`use` in the
+    report's unit (its schema 2; `unit` names it), `waste_bytes`/`use_bytes`
+    before."""
+    if "waste" in x:
+        return x["waste"], x["use"]
+    return x.get("waste_bytes"), x.get("use_bytes")
 
 
 def summarize(sums):
