@@ -20,6 +20,7 @@ their exact steady state:
     python3 benches/accuracy.py --set real --exact-only     # the references (hours, once)
     python3 benches/accuracy.py --set real --accept         # today's default sampler
     python3 benches/accuracy.py --set real --accept --witch-args "-e cpu-timer -p 1000000"
+    python3 benches/accuracy.py --set real --accept --witch-args "WITCH_BURST=0"   # leading NAME=value: environment
 
 Exact references are cached in target/bench/exact/ (--exact-cache DIR to
 use another checkout's), keyed by program, craft, arguments, the workload
@@ -131,12 +132,14 @@ def build(name, src):
     return exe
 
 
-def run_witch(craft, exe, args, opts, out):
-    """One witch run writing the profile `out`; returns (exit status, seconds)."""
+def run_witch(craft, exe, args, opts, out, env=None):
+    """One witch run writing the profile `out`, with `env` added to the
+    environment; returns (exit status, seconds)."""
     nice = ["nice", "-n", "19"] if "--exact" in opts else []
     t0 = time.monotonic()
     r = subprocess.run(nice + [WITCH, craft, "-q", "-o", out] + opts + [exe] + args,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       env=dict(os.environ, **env) if env else None)
     return r.returncode, time.monotonic() - t0
 
 
@@ -431,6 +434,10 @@ def engine_share(path):
         d = json.load(f)
     s = d.get("sampler", {})
     used = f"{s.get('kind')} {s.get('event')}, period {s.get('period')} {s.get('unit')}"
+    if s.get("burst_steps") is not None:
+        used += f", bursts of {s['burst_steps']} steps" if s["burst_steps"] else ", no bursts"
+    if s.get("weight_unit"):
+        used += f", weights in {s['weight_unit']}"
     return d["counters"].get("engine_ns", 0) / max(1, d["duration_ns"]), used
 
 
@@ -438,9 +445,15 @@ def accept(cases, a):
     """The acceptance report: per program x craft, the exact steady-state
     fraction against RUNS sampled runs of each --witch-args configuration."""
     for conf in a.witch_args:
-        opts = shlex.split(conf)
+        # Leading NAME=value words set witch's environment, as in a shell
+        # (e.g. "WITCH_BURST=0", settings witch reads only from there).
+        opts, env = shlex.split(conf), {}
+        while opts and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", opts[0]):
+            k, v = opts.pop(0).split("=", 1)
+            env[k] = v
+        shown = [f"{k}={v}" for k, v in env.items()] + ["witch", "CRAFT"] + opts
         t_all = time.monotonic()
-        print(f"Sampler settings: `{' '.join(['witch', 'CRAFT'] + opts) if opts else 'witch CRAFT'}` (defaults of this build); "
+        print(f"Sampler settings: `{' '.join(shown)}` (otherwise the defaults of this build); "
               f"{a.runs} sampled runs per case; {time.strftime('%Y-%m-%d')}\n")
         print("| program | craft | exact | sampled (mean ± sd) | sampled - exact | within 3 | "
               "exact top-3 in sampled top-5 (runs) | engine share |")
@@ -458,7 +471,7 @@ def accept(cases, a):
             fr, shares, hits, pooled, pooled_pc = [], [], 0, {}, {}
             need = min(2, len(ex_top[:3]))
             for _ in range(a.runs):
-                code, _ = run_witch(craft, exe, big, opts, out)
+                code, _ = run_witch(craft, exe, big, opts, out, env)
                 rep = report_of(out)
                 share, used = engine_share(out)
                 shares.append(share)
@@ -540,7 +553,8 @@ def main():
     ap.add_argument("--accept", action="store_true",
                     help="acceptance report: exact vs --runs sampled runs of each --witch-args configuration")
     ap.add_argument("--witch-args", action="append", default=None, metavar="ARGS",
-                    help='sampler options passed to witch for --accept, e.g. "-e cpu-timer -p 1000000" '
+                    help='sampler options passed to witch for --accept, e.g. "-e cpu-timer -p 1000000"; leading '
+                         'NAME=value words go into its environment, e.g. "WITCH_BURST=0 -p 1ms" '
                          "(repeatable; default: no options, today's default sampler)")
     ap.add_argument("--exact-only", action="store_true", help="only compute (or load) the exact references")
     ap.add_argument("--exact-cache", default=os.path.join(OUT, "exact"), metavar="DIR",
