@@ -123,7 +123,11 @@ def main():
                     help="real workloads (benches/workloads.py: ci subset or all), or the ground-truth programs")
     ap.add_argument("--only", default="", help="comma-separated workload names to keep")
     ap.add_argument("--plain-native", action="store_true", help="native runs without witch's GLIBC_TUNABLES")
+    ap.add_argument("--witch-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="set in witch's environment (repeatable), e.g. WITCH_BURST=0 for the time-proportional "
+                         "software sampler")
     a = ap.parse_args()
+    witch_env = dict(os.environ, **dict(e.split("=", 1) for e in a.witch_env)) if a.witch_env else None
     native_env = None if a.plain_native else dict(os.environ, GLIBC_TUNABLES=TUNABLES)
     if not os.path.exists(WITCH):
         sys.exit("benches/overhead.py: build first: cargo build --release --workspace")
@@ -150,7 +154,7 @@ def main():
                 # runs, and a pair's two runs see about the same machine.
                 for _ in range(a.reps):
                     t, c, r = run([exe] + args, native_env); nat.append(t); ncpu.append(c); nrss.append(r)
-                    t, c, r = run([WITCH, craft, "-q", "-o", prof] + popt + [exe] + args); wit.append(t); wcpu.append(c); wrss.append(r)
+                    t, c, r = run([WITCH, craft, "-q", "-o", prof] + popt + [exe] + args, witch_env); wit.append(t); wcpu.append(c); wrss.append(r)
                     eng.append(engine_share(prof))
                 med = statistics.median
                 pairs = [x / n for x, n in zip(wit, nat)]
@@ -162,7 +166,8 @@ def main():
                 by_setting.setdefault((craft, per), []).append((tr, cr, mr, en, pairs))
     print(f"witch overhead, {a.reps} alternating native/witch pairs each: median pair ratio (witch / native) of wall time\n"
           "and of the process tree's CPU time, peak RSS, and the engine's own measured cost (handlers and the\n"
-          "kernel's trap and signal paths, from the profile) as a share of the run\n")
+          "kernel's trap and signal paths, from the profile) as a share of the run"
+          + (f"; witch's environment: {' '.join(a.witch_env)}" if a.witch_env else "") + "\n")
     print("| workload | craft | period | native s | witch s | time × | cpu × | memory × | engine % |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|")
     for w, c, p, n, x, tr, cr, mr, en in rows:
