@@ -11,7 +11,9 @@ use witchcraft::sys::pmu;
 /// The agent library, built beside the `witch` binary.
 pub const AGENT: &str = "libwitch_agent.so";
 
-/// `$WITCH_AGENT`, else beside `witch`, else in `../lib/witch/` (an installed prefix).
+/// `$WITCH_AGENT`, else beside `witch` (a build tree), else in `../lib/witch/`
+/// (an installed prefix: `PREFIX/bin/witch` and `PREFIX/lib/witch/`, as
+/// `install.sh` lays it out), else in `../lib/`.
 pub fn find_agent() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("WITCH_AGENT") {
         let p = PathBuf::from(p);
@@ -27,7 +29,12 @@ pub fn find_agent() -> Result<PathBuf> {
             return Ok(cand.canonicalize().unwrap_or(cand));
         }
     }
-    bail!("cannot find {AGENT} next to {} (build it with `cargo build --workspace`, or set WITCH_AGENT)", exe.display())
+    let prefix = dir.parent().unwrap_or(Path::new("/"));
+    bail!(
+        "cannot find the agent library {AGENT}: looked in {}/ (beside witch) and {}/ (an installed prefix keeps `witch` in PREFIX/bin/ and the agent in PREFIX/lib/witch/: run `./install.sh --prefix PREFIX` from the source tree, or `cargo build --release --workspace` to build it beside witch, or set WITCH_AGENT to its path)",
+        dir.display(),
+        prefix.join("lib/witch").display()
+    )
 }
 
 /// What `-e` chose: the sampler and its event. A period given as a time

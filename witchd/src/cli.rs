@@ -155,6 +155,19 @@ Each line ends in ok, degraded or missing, with what to do about it.")]
 
     /// Talk to the witchd daemon: status, list, fetch, profile
     Daemon(crate::cmd::daemon::DaemonArgs),
+
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) for witch or witchd
+    #[command(after_help = "\
+Examples:
+  witch completions bash > ~/.local/share/bash-completion/completions/witch
+  witch completions zsh witchd > ~/.zfunc/_witchd")]
+    Completions(crate::cmd::generate::CompletionsArgs),
+
+    /// Write the manual pages of witch, its subcommands and witchd into a directory
+    #[command(after_help = "\
+Examples:
+  witch man /tmp/man && man /tmp/man/witch-dead.1")]
+    Man(crate::cmd::generate::ManArgs),
 }
 
 /// Options shared by the three crafts' run commands (consumed by `cmd/run.rs`).

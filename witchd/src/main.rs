@@ -43,6 +43,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Gate(a) => cmd::gate::run(&a),
         Command::Doctor(a) => cmd::doctor::run(&a),
         Command::Daemon(a) => cmd::daemon::run(&a),
+        Command::Completions(a) => cmd::generate::completions(&a),
+        Command::Man(a) => cmd::generate::man(&a),
     }
 }
 

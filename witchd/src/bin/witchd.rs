@@ -1,34 +1,10 @@
 //! `witchd`: watch processes for wasted memory operations, continuously.
 //!
-//! The work is in the library (`witchd::daemon`); this is its command line.
+//! The work is in the library (`witchd::daemon`); this is its command line
+//! (declared in `witchd::daemon::args`).
 
 use clap::Parser;
-use std::path::PathBuf;
-use witchd::daemon::{self, config::Config};
-
-#[derive(Parser, Debug)]
-#[command(
-    name = "witchd",
-    version,
-    about = "Watch processes for dead stores, silent stores and redundant loads, continuously",
-    after_help = "\
-Examples:
-  witchd --config /etc/witchd.toml
-  witchd --config witchd.toml --check      (validate the file, then exit)
-
-It attaches to the processes the config names (by pid, exe or cgroup) for a short session
-every so often, keeps the profiles in a bounded store, and serves them to `witch daemon ...`
-(Unix socket) and over HTTP (pprof, Prometheus /metrics). SIGTERM or SIGINT detaches from
-every target, then exits 0. Exit status 2: bad config or cannot start."
-)]
-struct Args {
-    /// The configuration file (TOML)
-    #[arg(short, long, value_name = "FILE", default_value = "/etc/witchd.toml")]
-    config: PathBuf,
-    /// Check the configuration and exit
-    #[arg(long)]
-    check: bool,
-}
+use witchd::daemon::{self, args::Args, config::Config};
 
 fn main() {
     let a = Args::parse();

@@ -6,6 +6,7 @@ pub mod diff;
 pub mod doctor;
 pub mod exact;
 pub mod gate;
+pub mod generate;
 pub mod launch;
 pub mod output;
 pub mod report;

@@ -12,6 +12,7 @@
 //! fixed counters.
 
 pub mod api;
+pub mod args;
 pub mod config;
 pub mod http;
 pub mod metrics;
