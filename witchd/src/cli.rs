@@ -118,8 +118,10 @@ processes: each {pid, ppid, program, args, ended_by, duration_ns, threads, sampl
 waste, use, share, waste_fraction, waste_fraction_ci, notes}.
 JSON keeps every line and pair unless --top is given; totals always cover everything.
 
-Debug info is found by build-id under $WITCH_DEBUG_DIRS (colon-separated) and /usr/lib/debug,
-then at the recorded path; without it frames read `module+0xoffset`.")]
+Debug info is found as gdb finds it: by build-id (ROOT/.build-id/xx/rest.debug) under
+$WITCH_DEBUG_DIRS (colon-separated) and /usr/lib/debug, then by the binary's .gnu_debuglink
+(beside it, in .debug/ beside it, under ROOT/<its directory>), then in the binary itself;
+without any, frames read `module+0xoffset`.")]
     Report(ReportArgs),
 
     /// Compare two profiles of the same program, pair by pair (matched by source location)

@@ -146,6 +146,59 @@ fn separate_debug_file_by_build_id_and_by_debuglink() {
     assert!(w["line"].is_u64(), "debug file by debuglink not used: {w}");
 }
 
+/// As distribution packages ship them: `strip --strip-all` (no symbol table,
+/// no DWARF), the debug file elsewhere. Every place the lookup searches.
+#[test]
+fn fully_stripped_binary_symbolizes_to_file_and_line_from_its_debug_file() {
+    let c = cpp("cpp-strip-all");
+    let debug = c.dir.join("keep.debug");
+    sh_out(Command::new("objcopy").arg("--only-keep-debug").arg(&c.bin).arg(&debug));
+    let none = c.dir.join("none");
+    let check = |bin: &Path, roots: &Path, how: &str| {
+        let (w, t) = first_frames(&report_json(&save_in(&c.dir, &cpp_profile(&c, bin), &format!("{how}.witch")), Some(roots)));
+        assert_eq!(w["function"], "ns::Widget::poke(int, int)", "{how}: {w}");
+        assert!(w["file"].as_str().is_some_and(|f| f.ends_with("w.cc")) && w["line"].is_u64(), "{how}: no file:line: {w}");
+        assert!(t["function"].as_str().unwrap().contains("twice<int>"), "{how}: {t}");
+    };
+
+    // Without its debug file a fully stripped binary has no names at all: the
+    // checks below can fail.
+    let bare = c.dir.join("bare/w");
+    std::fs::create_dir_all(bare.parent().unwrap()).unwrap();
+    sh_out(Command::new("objcopy").arg("--strip-all").arg(&c.bin).arg(&bare));
+    let (w, _) = first_frames(&report_json(&save_in(&c.dir, &cpp_profile(&c, &bare), "bare.witch"), Some(&none)));
+    assert!(w["line"].is_null() && !w["function"].as_str().unwrap().contains("poke"), "{w}");
+
+    // By build-id: ROOT/.build-id/xx/rest.debug.
+    let root = c.dir.join("root");
+    let d = root.join(".build-id").join(&c.build_id[..2]);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::copy(&debug, d.join(format!("{}.debug", &c.build_id[2..]))).unwrap();
+    check(&bare, &root, "build-id");
+
+    // By .gnu_debuglink: beside the binary, in .debug/ beside it, and under
+    // ROOT/<the binary's directory>/.
+    for (dir, place) in [("beside", "."), ("sub", ".debug"), ("rooted", "ROOT")] {
+        let bin = c.dir.join(dir).join("w");
+        std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
+        let link = c.dir.join("w.debug");
+        std::fs::copy(&debug, &link).unwrap();
+        sh_out(Command::new("objcopy").arg("--strip-all").arg(format!("--add-gnu-debuglink={}", link.display())).arg(&c.bin).arg(&bin));
+        std::fs::remove_file(&link).unwrap();
+        let (target, roots) = match place {
+            "ROOT" => {
+                let abs = std::fs::canonicalize(bin.parent().unwrap()).unwrap();
+                let r = c.dir.join(format!("root-{dir}"));
+                (r.join(abs.strip_prefix("/").unwrap()).join("w.debug"), r)
+            }
+            sub => (bin.parent().unwrap().join(sub).join("w.debug"), none.clone()),
+        };
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::copy(&debug, &target).unwrap();
+        check(&bin, &roots, dir);
+    }
+}
+
 #[test]
 fn silent_crafts_word_pairs_and_split_approximate_waste() {
     let fx = fixture();
