@@ -108,7 +108,12 @@ pub fn run(a: &GateArgs) -> anyhow::Result<i32> {
         _ => "PASS",
     };
     let details: Vec<&str> = checks.iter().map(|c| c.detail.as_str()).collect();
-    let verdict = format!("witch gate: {head} {} ({}, {})\n", details.join("; "), p.craft.name(), printable(&p.program));
+    let verdict = format!(
+        "witch gate: {head} {} ({}, {})\n",
+        details.join("; "),
+        p.craft.name(),
+        printable(&crate::symbolize::short_path(&p.program))
+    );
     if let Some(path) = &a.junit {
         let xml = junit(&checks, p.craft.name(), &p.program);
         std::fs::write(path, xml).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;

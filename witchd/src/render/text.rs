@@ -121,7 +121,7 @@ impl Page<'_> {
         self.line(format!(
             "witch {}: {} (pid {}, ended by {}), run time {}, {threads} thread{}{procs}",
             p.craft.name(),
-            p.program,
+            crate::symbolize::short_path(&p.program),
             p.pid,
             p.ended_by,
             duration(p.duration_ns),
@@ -240,7 +240,7 @@ impl Page<'_> {
             self.line(format!(
                 "  pid {:<7} {}  {} of all waste, {} {} (95% interval {}), ended by {}, {}",
                 p.pid,
-                p.program,
+                crate::symbolize::short_path(&p.program),
                 pct(share.value),
                 pct(f.value),
                 analysis::words(p.craft).waste,

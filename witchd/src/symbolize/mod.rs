@@ -70,7 +70,7 @@ pub fn module_name(path: &str) -> &str {
 }
 
 /// Show paths under the current directory relative to it; others as they are.
-fn short_path(p: &str) -> String {
+pub fn short_path(p: &str) -> String {
     if let Ok(cwd) = std::env::current_dir() {
         if let Ok(rel) = Path::new(p).strip_prefix(&cwd) {
             return rel.to_string_lossy().into_owned();
