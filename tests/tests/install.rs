@@ -97,6 +97,8 @@ fn install_into_a_prefix_then_profile_from_there() {
     let report = r.stderr_str();
     let at = report.lines().position(|l| l.contains("regscan.c:28")).unwrap_or_else(|| panic!("regscan.c:28 not in the report:\n{report}"));
     assert!(at < 15, "regscan.c:28 first appears on line {}:\n{report}", at + 1);
+    // The default report fits on a screen (everything else is one flag away).
+    assert!(report.lines().count() <= 60, "the default report has {} lines:\n{report}", report.lines().count());
     assert!(s.join("p.json").is_file());
 
     // A witch without its agent says where it looked and how to install.
