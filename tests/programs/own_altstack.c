@@ -6,12 +6,20 @@
  * end it checks that its alternate stack is the one it installed: an
  * attach may lend the thread another while profiling, never leave it.
  *
- * Usage: own_altstack ROUNDS   (0: run until stdin closes); exits 4.
+ * With "none" as second argument it installs no alternate stack of its
+ * own: its SA_ONSTACK handler then runs on the thread's stack, as the
+ * kernel does when there is none (programs and libraries set SA_ONSTACK
+ * just in case), and at the end there must still be none: an attach that
+ * left the thread an alternate stack of its own, freed at detach, would
+ * have the handler run on freed memory.
+ *
+ * Usage: own_altstack ROUNDS [none]   (0: run until stdin closes); exits 4.
  */
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #define N (1L << 15)
@@ -39,9 +47,10 @@ static int stdin_closed(void) {
 int main(int argc, char **argv) {
     long limit = argc > 1 ? atol(argv[1]) : 0, round;
     unsigned long sum = 0;
+    int none = argc > 2 && strcmp(argv[2], "none") == 0;
     mine = malloc(STACK);
     stack_t ss = {.ss_sp = mine, .ss_size = STACK, .ss_flags = 0};
-    if (!mine || sigaltstack(&ss, NULL) != 0) return 100;
+    if (!mine || (!none && sigaltstack(&ss, NULL) != 0)) return 100;
     struct sigaction sa = {0};
     sa.sa_handler = on_usr1;
     sa.sa_flags = SA_ONSTACK | SA_RESTART;
@@ -59,6 +68,10 @@ int main(int argc, char **argv) {
     }
     stack_t now;
     sigaltstack(NULL, &now);
+    if (none) {
+        printf("rounds %ld checksum %lu handled %ld altstack %s\n", round, sum, handled, now.ss_flags & SS_DISABLE ? "none" : "SET");
+        return 4;
+    }
     printf("rounds %ld checksum %lu handled %ld off-stack %ld altstack %s\n", round, sum, handled, off_stack,
            now.ss_sp == mine && now.ss_size == STACK && !(now.ss_flags & SS_DISABLE) ? "mine" : "NOT MINE");
     return 4;

@@ -39,11 +39,21 @@ fn soak(dir: &Scratch, name: &str, target: Target, native: impl Fn(u64) -> Run) 
 }
 
 fn soak_program(program: &str, threads: usize) {
+    soak_program_with(program, threads, &[]);
+}
+
+/// `program 0 EXTRA...` soaked, against `program ROUNDS EXTRA...`.
+fn soak_program_with(program: &str, threads: usize, extra: &[&str]) {
     let dir = Scratch::new(&format!("soak-{program}"));
     let prog = Program::build(program, dir.path());
-    let target = Target::start(&prog.exe, &["0"], &[]);
+    let args: Vec<&str> = std::iter::once("0").chain(extra.iter().copied()).collect();
+    let target = Target::start(&prog.exe, &args, &[]);
     target.wait_ready(threads, None);
-    soak(&dir, program, target, |rounds| prog.run_native(&[&rounds.to_string()]));
+    soak(&dir, program, target, |rounds| {
+        let r = rounds.to_string();
+        let args: Vec<&str> = std::iter::once(r.as_str()).chain(extra.iter().copied()).collect();
+        prog.run_native(&args)
+    });
 }
 
 #[test]
@@ -59,6 +69,15 @@ fn soak_busy_multi_threaded_program() {
 #[test]
 fn soak_program_with_its_own_alternate_signal_stack() {
     soak_program("own_altstack", 1);
+}
+
+/// The first item of the reliability issue, with the program's own signal:
+/// its SA_ONSTACK handler, and no alternate stack of its own. A session
+/// that left the thread the agent's stack, freed at detach, made the next
+/// such signal run on freed memory.
+#[test]
+fn soak_program_with_an_on_stack_handler_and_no_stack_of_its_own() {
+    soak_program_with("own_altstack", 1, &["none"]);
 }
 
 #[test]
