@@ -180,7 +180,8 @@ pub struct RunArgs {
     pub event: Option<String>,
 
     /// Sampling period: a count in the event's units (stores, loads, or ns of thread CPU time),
-    /// or a duration of thread CPU time ("1ms", "250us"), which asks for a time-based sampler
+    /// or a duration of thread CPU time ("1ms", "250us"), which asks for a time-based sampler;
+    /// software periods below 100us are raised to 100us (shorter ones overflowed the signal queue)
     /// [default: engine's]
     #[arg(short = 'p', long, value_name = "PERIOD", value_parser = parse_period)]
     pub period: Option<Period>,
