@@ -249,3 +249,33 @@ fn duration_without_pid_is_refused() {
     assert_eq!(run.code(), Some(125), "{}", run.describe());
     assert!(run.stdout.is_empty() && run.stderr_str().contains("--duration"), "{}", run.describe());
 }
+
+/// A reader of witch's stderr that went away (`witch ... 2>&1 | head -3`)
+/// costs the report, not the program's exit status: witch must not die of
+/// its failed write (it used to abort, exit 134).
+#[test]
+fn a_closed_stderr_does_not_change_the_exit_status() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let dir = Scratch::new("closed-stderr");
+    let prog = Program::build("dead_loop", dir.path());
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills fds with two new descriptors, owned below.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both descriptors are new and owned by nothing else.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    let out = dir.join("p.json");
+    let status = Command::new(witch_bin())
+        .arg("dead")
+        .arg("-o")
+        .arg(&out)
+        .arg(&prog.exe)
+        .arg("20")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(write))
+        .status()
+        .expect("start witch");
+    assert_eq!((status.code(), status.signal()), (Some(3), None), "witch must exit with the program's status 3");
+    assert!(out.is_file(), "the profile is still written");
+}

@@ -22,6 +22,27 @@ pub mod symbolize;
 
 use std::io::Write;
 
+/// `eprintln!` that survives a stderr nobody reads any more (`witch ... 2>&1 |
+/// head`): the message is lost, but witch goes on, so a run still ends with
+/// the program's status and writes its profile. (`eprintln!` panics there,
+/// and witch is built to abort on a panic.)
+#[macro_export]
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
+/// `eprint!` with [`say!`]'s tolerance.
+#[macro_export]
+macro_rules! say_raw {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($t)*);
+    }};
+}
+
 /// Writes to stdout; a reader that went away (`| head`) is not an error.
 pub fn print(s: &str) -> anyhow::Result<()> {
     print_with(|w| Ok(w.write_all(s.as_bytes())?))

@@ -26,7 +26,7 @@ fn main() {
     let code = match dispatch(cli) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("witch: {e:#}");
+            witchd::say!("witch: {e:#}");
             exit::code_of(&e, failed)
         }
     };

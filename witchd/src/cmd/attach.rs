@@ -34,8 +34,8 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
     let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|s| s.trim().to_string()).unwrap_or_else(|_| "process".into());
     if !a.quiet {
         match a.duration {
-            Some(d) => eprintln!("witch: attached to pid {pid} ({name}); profiling for {d:.1?}"),
-            None => eprintln!("witch: attached to pid {pid} ({name}); profiling until Ctrl-C"),
+            Some(d) => crate::say!("witch: attached to pid {pid} ({name}); profiling for {d:.1?}"),
+            None => crate::say!("witch: attached to pid {pid} ({name}); profiling until Ctrl-C"),
         }
     }
     let start = std::time::Instant::now();
@@ -44,7 +44,7 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
     }
     let ended = session.detach(std::time::Duration::from_secs(30))?;
     if ended.target_exited && !a.quiet {
-        eprintln!("witch: pid {pid} exited during the session");
+        crate::say!("witch: pid {pid} exited during the session");
     }
     let Some(profile) = ended.profile else {
         bail!("pid {pid} left no profile (it was killed, or exec'd a new program, during the session)");
@@ -54,7 +54,7 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
     if !a.quiet {
         // The target's output isn't ours here, so the report goes to stdout.
         crate::print(&super::report::render(&profile, a.top, a.pairs, a.format)?)?;
-        eprintln!("witch: detached; profile written to {}", out.display());
+        crate::say!("witch: detached; profile written to {}", out.display());
     }
     Ok(0)
 }

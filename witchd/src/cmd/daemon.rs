@@ -181,11 +181,11 @@ pub fn run(a: &DaemonArgs) -> Result<i32> {
             let wait = duration.unwrap_or(Duration::from_secs(600)) + Duration::from_secs(120);
             let (r, body) = call(&socket, &req, wait)?;
             for n in &r.notes {
-                eprintln!("witch daemon: {n}");
+                crate::say!("witch daemon: {n}");
             }
             let p = write_profile(&body, out, r.meta.as_ref())?;
             let c = crate::analysis::counters(&p);
-            eprintln!(
+            crate::say!(
                 "witch daemon: pid {} ({}): {} for {}, {} samples, waste {}{}",
                 p.pid,
                 p.program.rsplit('/').next().unwrap_or(&p.program),
@@ -217,7 +217,7 @@ fn write_profile(body: &[u8], out: &Output, meta: Option<&Meta>) -> Result<Profi
     } else if let Some(f) = &out.output {
         std::fs::write(f, &data).with_context(|| format!("cannot write {}", f.display()))?;
         let what = if out.pprof { "pprof profile" } else { "profile" };
-        eprintln!("witch daemon: wrote {what} {}{}", f.display(), meta.map_or(String::new(), |m| format!(" ({})", m.id)));
+        crate::say!("witch daemon: wrote {what} {}{}", f.display(), meta.map_or(String::new(), |m| format!(" ({})", m.id)));
     }
     if out.report {
         crate::print(&super::report::render(&p, None, crate::render::text::PAIRS_SHOWN, crate::render::Format::Text)?)?;

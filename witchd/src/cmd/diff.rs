@@ -92,10 +92,14 @@ pub fn run(a: &DiffArgs) -> anyhow::Result<i32> {
         anyhow::bail!("cannot compare a {} profile with a {} profile", base.craft.name(), new.craft.name());
     }
     if base.program != new.program {
-        eprintln!("witch: warning: the profiles are of different programs ({} and {})", printable(&base.program), printable(&new.program));
+        crate::say!(
+            "witch: warning: the profiles are of different programs ({} and {})",
+            printable(&base.program),
+            printable(&new.program)
+        );
     }
     if base.value_unit() != new.value_unit() {
-        eprintln!(
+        crate::say!(
             "witch: warning: the profiles weigh waste in different units ({} and {}): shares and fractions compare, amounts do not",
             base.value_unit().label(),
             new.value_unit().label()

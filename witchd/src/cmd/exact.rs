@@ -11,7 +11,7 @@ use witchcraft::profile::Craft;
 pub fn run(craft: Craft, a: &RunArgs, prog: &Path, program: &OsString, out: &Output) -> Result<i32> {
     out.probe()?;
     if !a.quiet {
-        eprintln!("witch: exact mode single-steps every instruction; expect it to run thousands of times slower");
+        crate::say!("witch: exact mode single-steps every instruction; expect it to run thousands of times slower");
     }
     let exact = witchcraft::exact::Exact::new(craft, a.fp_precision);
     let env: Vec<(String, String)> = crate::agent::tunables().map(|t| ("GLIBC_TUNABLES".to_string(), t)).into_iter().collect();
@@ -20,8 +20,8 @@ pub fn run(craft: Craft, a: &RunArgs, prog: &Path, program: &OsString, out: &Out
     let out = out.path(craft, prog, pid);
     output::save(&run.profile, &out)?;
     if !a.quiet {
-        eprint!("{}", super::report::render(&run.profile, a.top, a.pairs, a.format)?);
-        eprintln!("witch: {} instructions single-stepped; profile written to {}", run.instructions, out.display());
+        crate::say_raw!("{}", super::report::render(&run.profile, a.top, a.pairs, a.format)?);
+        crate::say!("witch: {} instructions single-stepped; profile written to {}", run.instructions, out.display());
     }
     Ok(super::launch::pass_through(run.code, run.signal))
 }

@@ -78,7 +78,7 @@ pub fn run(a: &GateArgs) -> anyhow::Result<i32> {
             );
         }
         if b.program != p.program {
-            eprintln!("witch: warning: baseline is of a different program ({})", printable(&b.program));
+            crate::say!("witch: warning: baseline is of a different program ({})", printable(&b.program));
         }
         let bf = model::run_sums(&b).fraction();
         let inc = interval::difference(&bf, &f);
@@ -120,7 +120,7 @@ pub fn run(a: &GateArgs) -> anyhow::Result<i32> {
     }
     crate::print(&verdict)?;
     if unsure && !fail {
-        eprintln!("witch gate: the bound lies within the 95% interval: more samples (a longer run, or a smaller -p) would tell");
+        crate::say!("witch gate: the bound lies within the 95% interval: more samples (a longer run, or a smaller -p) would tell");
     }
     Ok(if fail { crate::exit::GATE_FAILED } else { 0 })
 }

@@ -67,7 +67,7 @@ pub fn write_man_pages(dir: &Path) -> Result<Vec<PathBuf>> {
 /// `witch man DIR`.
 pub fn man(a: &ManArgs) -> Result<i32> {
     let pages = write_man_pages(&a.dir)?;
-    eprintln!("witch: wrote {} manual pages into {}", pages.len(), a.dir.display());
+    crate::say!("witch: wrote {} manual pages into {}", pages.len(), a.dir.display());
     Ok(0)
 }
 

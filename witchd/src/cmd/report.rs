@@ -44,20 +44,20 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<i32> {
     let p = load(&a.file)?;
     if let Some(out) = &a.save {
         super::output::save(&p, out)?;
-        eprintln!("witch: wrote profile {}", out.display());
+        crate::say!("witch: wrote profile {}", out.display());
     }
     let run = Analysis::of(&p);
     if let Some(out) = &a.pprof {
         let mut r = pprof::Pprof::new(a.pprof_leaf);
         r.record(&run)?;
         render::write_file(&mut r, out)?;
-        eprintln!("witch: wrote pprof profile {}", out.display());
+        crate::say!("witch: wrote pprof profile {}", out.display());
     }
     if let Some(out) = &a.flamegraph {
         let mut r = flame::FlameGraph::default();
         r.record(&run)?;
         render::write_file(&mut r, out)?;
-        eprintln!("witch: wrote flame graph {}", out.display());
+        crate::say!("witch: wrote flame graph {}", out.display());
     }
     let mut main: Box<dyn Recorder> = if a.folded {
         Box::new(flame::Folded::default())

@@ -204,9 +204,9 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
         None => {
             parts.remove();
             if ended.signal == Some(libc::SIGKILL) {
-                eprintln!("witch: the program left no profile: it was killed by SIGKILL");
+                crate::say!("witch: the program left no profile: it was killed by SIGKILL");
             } else {
-                eprintln!("witch: the program left no profile (did it clear LD_PRELOAD, or end with a raw exit system call?)");
+                crate::say!("witch: the program left no profile (did it clear LD_PRELOAD, or end with a raw exit system call?)");
             }
         }
         Some(run) => match output::save(&run, &path) {
@@ -215,7 +215,7 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
                 report(&run, a, &path)?;
             }
             Err(e) => {
-                eprintln!(
+                crate::say!(
                     "witch: {e:#}; the profiles are kept in {}/ (`witch report {}` reads them)",
                     parts.dir.display(),
                     parts.dir.display()
@@ -240,10 +240,10 @@ fn report(run: &witchcraft::profile::Profile, a: &RunArgs, path: &Path) -> Resul
     }
     match a.format {
         Format::Text => {
-            eprint!("{}", super::report::render(run, a.top, a.pairs, Format::Text)?);
+            crate::say_raw!("{}", super::report::render(run, a.top, a.pairs, Format::Text)?);
             let n = run.processes.len() + 1;
             let what = if n > 1 { format!("profile of {n} processes") } else { "profile".into() };
-            eprintln!("witch: {what} written to {}", path.display());
+            crate::say!("witch: {what} written to {}", path.display());
         }
         Format::Json => crate::print(&super::report::render(run, a.top, a.pairs, Format::Json)?)?,
     }
