@@ -361,7 +361,9 @@ pub fn notes(p: &Profile, c: &Counters) -> Vec<String> {
     // (a store-free inner loop) yields interrupts but no samples.
     let missed = c.interrupts.saturating_sub(c.samples + c.skipped_self + c.overdue);
     let software = p.sampler.kind == SamplerKind::Software;
-    if c.samples == 0 && missed > 0 && software {
+    // So few interrupts say the threads ran few periods, not where the time went.
+    const FEW: u64 = 5;
+    if c.samples == 0 && missed >= FEW && software {
         v.push(format!(
             "no samples: none of {} timer interrupts landed within a few instructions of a {access}; \
              the time went to other code; try a smaller -p, or a host with a PMU (it samples {access}s by count)",
@@ -370,9 +372,12 @@ pub fn notes(p: &Profile, c: &Counters) -> Vec<String> {
     } else if c.samples == 0 && c.interrupts == 0 && c.threads_failed > 0 {
         // The set-up failure's own note says why.
     } else if c.samples == 0 {
-        // One short run, or many short threads: either way no thread ran a period.
+        // One short run, or many short threads: either way few periods ran.
         v.push(format!(
-            "no samples were taken: no thread ran one period ({} {}) of its own CPU time; try a smaller -p",
+            "no samples were taken: the threads ran {} sampling period{} ({} {}) of their own CPU time in all \
+             (a short run, or short threads); try a smaller -p",
+            c.interrupts,
+            if c.interrupts == 1 { "" } else { "s" },
             p.sampler.period,
             p.sampler.unit.name()
         ));
