@@ -123,3 +123,76 @@ fn handlers_never_allocate() {
         assert!(said.is_empty(), "{craft} on {program} {env:?}: {said:?}");
     }
 }
+
+/// A small file system of its own for the output, unmounted when dropped.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(dir: &Scratch, kib: u32) -> Option<SmallDisk> {
+        let at = dir.join("disk");
+        std::fs::create_dir(&at).ok()?;
+        let st = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={kib}k"), "tmpfs"]).arg(&at).status();
+        st.is_ok_and(|s| s.success()).then_some(SmallDisk(at))
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// The output's disk fills up while the program runs (item 12 of the
+/// reliability issue: a full disk lost the run, and witch said the program
+/// left no profile). The agent takes room for its profile when the process
+/// starts, so it is written whatever the program does to the disk; witch,
+/// which then cannot write the merged profile, says where the data is.
+#[test]
+fn profile_survives_a_disk_that_fills_during_the_run() {
+    let dir = Scratch::new("full-disk");
+    let Some(disk) = SmallDisk::mount(&dir, 4096) else {
+        eprintln!("[witch-tests] cannot mount a tmpfs (not root?): skipping");
+        return;
+    };
+    let prog = Program::build("dead_loop", dir.path());
+    let native = prog.run_native(&["200"]);
+    let filler = disk.0.join("filler");
+    let script = format!("{} 200 & sleep 0.3; dd if=/dev/zero of={} bs=64k 2>/dev/null; wait $!", prog.exe.display(), filler.display());
+    let out = disk.0.join("p.json");
+    let sh = which("sh").unwrap();
+    let run =
+        WitchCmd::new("dead").wrapper(&["timeout", "-s", "KILL", "120"]).args(&["-p", "1ms", "-q"]).out(&out).run(&sh, &["-c", &script]);
+    assert_eq!((run.code(), run.stdout_str()), (native.code(), native.stdout_str()), "{}", run.describe());
+    assert!(std::fs::metadata(&filler).is_ok_and(|m| m.len() > 0), "the disk was not filled");
+    // Written in full (the reserves given back at the end may make room
+    // for it), or kept beside the output, with where said.
+    let parts: Vec<std::path::PathBuf> = std::fs::read_dir(&disk.0)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("witch-parts-")))
+        .collect();
+    let profile = if out.exists() {
+        assert!(parts.is_empty(), "parts left beside a written profile: {parts:?}");
+        out.clone()
+    } else {
+        assert_eq!(parts.len(), 1, "no profile, and the parts are not kept beside the output:\n{}", run.describe());
+        let err = run.stderr_str();
+        assert!(err.contains(&parts[0].display().to_string()) && err.contains("witch report"), "say where the data is:\n{err}");
+        parts[0].clone()
+    };
+    let files: Vec<std::path::PathBuf> = if profile.is_dir() {
+        profile.read_dir().unwrap().flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect()
+    } else {
+        vec![profile.clone()]
+    };
+    // A part the agent could not fill is empty.
+    let all: Vec<serde_json::Value> =
+        files.iter().filter_map(|f| serde_json::from_slice(&std::fs::read(f).unwrap_or_default()).ok()).collect();
+    let sections = all.iter().flat_map(|p| std::iter::once(p).chain(p["processes"].as_array().into_iter().flatten()));
+    let samples: u64 = sections
+        .filter(|s| s["program"].as_str().is_some_and(|n| n.ends_with("dead_loop")))
+        .map(|s| s["counters"]["samples"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(samples > 0, "no samples of dead_loop in {}: {all:?}", profile.display());
+}

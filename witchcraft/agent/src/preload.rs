@@ -81,6 +81,10 @@ extern "C" fn init() {
 
 /// A file for this process's profile, `OUT_DIR/PID-START.json`, out of the
 /// program's descriptor range.
+/// Disk space taken for a process's profile when it starts (profiles of
+/// small programs take a few KiB, of large ones some hundreds).
+const PROFILE_RESERVE: i64 = 256 << 10;
+
 fn create_output(dir: &std::path::Path) -> Sink {
     let _ = std::fs::create_dir_all(dir);
     let path = dir.join(format!("{}-{}.json", std::process::id(), now_ns()));
@@ -88,6 +92,12 @@ fn create_output(dir: &std::path::Path) -> Sink {
     match f.map(std::os::fd::IntoRawFd::into_raw_fd) {
         Ok(raw) => match fd::place(raw) {
             Ok(fd) => {
+                // Room for the profile, taken now: a disk that the program
+                // (or anyone) fills meanwhile must not cost the whole run.
+                // The file keeps size 0 until it is written; failure
+                // (a file system without fallocate, no room now) changes nothing.
+                // SAFETY: our own fresh file; KEEP_SIZE allocates blocks past its end.
+                unsafe { libc::fallocate(fd, libc::FALLOC_FL_KEEP_SIZE, 0, PROFILE_RESERVE) };
                 AGENT.set_sink_path(path);
                 Sink::File(fd)
             }

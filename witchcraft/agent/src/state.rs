@@ -402,12 +402,11 @@ impl Agent {
 }
 
 /// Replace the contents of file `fd` with `bytes` (no new descriptor).
+/// Written over the space reserved when the file was made, then cut to
+/// length (truncating first would give the reserve back).
 fn write_file(fd: i32, bytes: &[u8]) -> std::io::Result<()> {
     // SAFETY: `fd` is the agent's profile file; the writes stay inside `bytes`.
     unsafe {
-        if libc::ftruncate(fd, 0) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
         let mut done = 0;
         while done < bytes.len() {
             let n = libc::pwrite(fd, bytes[done..].as_ptr() as *const libc::c_void, bytes.len() - done, done as i64);
@@ -419,6 +418,9 @@ fn write_file(fd: i32, bytes: &[u8]) -> std::io::Result<()> {
                 return Err(e);
             }
             done += n as usize;
+        }
+        if libc::ftruncate(fd, bytes.len() as i64) != 0 {
+            return Err(std::io::Error::last_os_error());
         }
     }
     Ok(())
