@@ -196,3 +196,30 @@ fn profile_survives_a_disk_that_fills_during_the_run() {
         .sum();
     assert!(samples > 0, "no samples of dead_loop in {}: {all:?}", profile.display());
 }
+
+/// The output's disk is full before the run (item 12 of the reliability
+/// issue): refused before the program runs (exit 125, one line), and
+/// nothing left behind (the parts directory was).
+#[test]
+fn a_full_disk_is_refused_before_the_run_leaving_nothing_behind() {
+    let dir = Scratch::new("full-at-start");
+    let Some(disk) = SmallDisk::mount(&dir, 256) else {
+        eprintln!("[witch-tests] cannot mount a tmpfs (not root?): skipping");
+        return;
+    };
+    let prog = Program::build("dead_loop", dir.path());
+    let filler = disk.0.join("filler");
+    let fill = std::process::Command::new("dd").arg("if=/dev/zero").arg(format!("of={}", filler.display())).arg("bs=4k").output();
+    assert!(fill.is_ok() && std::fs::metadata(&filler).is_ok_and(|m| m.len() > 0), "could not fill the disk");
+    let run = WitchCmd::new("dead").arg("-q").out(&disk.0.join("p.json")).run(&prog.exe, &["20"]);
+    assert_eq!(run.code(), Some(125), "{}", run.describe());
+    assert!(run.stdout.is_empty(), "the program must not have run:\n{}", run.describe());
+    assert_eq!(run.stderr_str().lines().count(), 1, "one line:\n{}", run.describe());
+    let left: Vec<String> = std::fs::read_dir(&disk.0)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "filler")
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

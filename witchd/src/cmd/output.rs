@@ -77,8 +77,11 @@ impl Output {
             let dir = self.dir.join(name);
             match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
                 Ok(()) => {
-                    std::fs::write(dir.join("README"), README.replace("THIS_DIRECTORY", &dir.display().to_string()))
-                        .map_err(|e| anyhow::anyhow!("cannot write the profile in {}: {e}", self.dir.display()))?;
+                    if let Err(e) = std::fs::write(dir.join("README"), README.replace("THIS_DIRECTORY", &dir.display().to_string())) {
+                        // A full disk: refused before the run, leaving nothing behind.
+                        let _ = std::fs::remove_dir_all(&dir);
+                        bail!("cannot write the profile in {}: {e}", self.dir.display());
+                    }
                     return Ok(Parts { dir });
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && k < 100 => k += 1,
