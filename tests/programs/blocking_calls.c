@@ -16,11 +16,14 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
-static const char *kinds[] = {"sleep", "nanosleep", "usleep", "poll", "epoll", "select"};
-#define KINDS 6
+static const char *kinds[] = {"sleep", "nanosleep", "usleep", "poll", "epoll", "select", "recv", "accept"};
+#define KINDS 8
 static int seconds;
 static char result[KINDS][160];
 
@@ -54,6 +57,29 @@ static void *call(void *arg) {
     case 5: {
         struct timeval tv = {seconds, 0};
         r = select(0, NULL, NULL, NULL, &tv);
+        break;
+    }
+    case 6: {
+        /* Nothing ever arrives: -1 EAGAIN after the timeout. */
+        int sv[2];
+        char b[8];
+        struct timeval tv = {seconds, 0};
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0 || setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0) return NULL;
+        errno = 0;
+        r = recv(sv[0], b, sizeof b, 0);
+        break;
+    }
+    case 7: {
+        /* An abstract listening socket nobody connects to. */
+        int l = socket(AF_UNIX, SOCK_STREAM, 0);
+        struct sockaddr_un a = {.sun_family = AF_UNIX};
+        struct timeval tv = {seconds, 0};
+        snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "witch-blocking-calls-%d", (int)getpid());
+        if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) != 0 || listen(l, 1) != 0 ||
+            setsockopt(l, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0)
+            return NULL;
+        errno = 0;
+        r = accept(l, NULL, NULL);
         break;
     }
     }

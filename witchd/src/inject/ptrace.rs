@@ -6,10 +6,12 @@
 //! was interrupted, and must go on as if nothing happened when the thread
 //! is let go. The kernel restarts it by itself when the saved registers are
 //! put back (`-ERESTART*`: the call is re-issued, a sleep with what was
-//! left of it). A few calls return a plain `-EINTR` to any stop instead
-//! (`epoll_wait`, `sigtimedwait`, `semop`): those are re-issued here, as a
-//! debugger's "restart" does, unless a signal of the program's arrived
-//! meanwhile (which would have interrupted them anyway).
+//! left of it). Some calls return a plain `-EINTR` to any stop instead
+//! (`epoll_wait`, `sigtimedwait`, `semop`, and socket calls on a socket
+//! with a timeout, `SO_RCVTIMEO`/`SO_SNDTIMEO`): those are re-issued here,
+//! as a debugger's "restart" does, unless a signal of the program's arrived
+//! meanwhile (which would have interrupted them anyway). A call with a
+//! timeout of its own then waits it again in full: late, never early.
 //!
 //! The injected calls run on a thread stopped at an arbitrary point; if it
 //! held a lock that `dlopen` or `malloc` needs, the call would deadlock. So
@@ -24,9 +26,13 @@ use std::time::{Duration, Instant};
 /// Blocking calls a thread may be stopped in without holding a C library lock.
 const BLOCKING_SYSCALLS: [i64; 20] = [0, 7, 23, 34, 35, 43, 45, 47, 61, 128, 130, 202, 230, 232, 247, 270, 271, 281, 288, 441];
 /// Calls that return `-EINTR` (not `-ERESTART*`) when their thread is
-/// stopped: epoll_wait, epoll_pwait, epoll_pwait2, rt_sigtimedwait, semop,
-/// semtimedop.
-const EINTR_ON_STOP: [i64; 6] = [232, 281, 441, 128, 65, 220];
+/// stopped, and that did nothing when they do: epoll_wait, epoll_pwait,
+/// epoll_pwait2, rt_sigtimedwait, semop, semtimedop, io_getevents; and, on
+/// a socket with a timeout, read, write, readv, writev, sendto, recvfrom,
+/// sendmsg, recvmsg, accept, accept4, recvmmsg, sendmmsg. Not `connect`
+/// (interrupted, it goes on without the caller: a second call fails) nor
+/// `close` (the descriptor is gone even when it says EINTR).
+const EINTR_ON_STOP: [i64; 19] = [232, 281, 441, 128, 65, 220, 208, 0, 1, 19, 20, 44, 45, 46, 47, 43, 288, 299, 307];
 /// Longest an injected call may run.
 const CALL_LIMIT: Duration = Duration::from_secs(30);
 /// `NT_X86_XSTATE`: the XSAVE area as a ptrace register set.
