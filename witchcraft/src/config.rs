@@ -15,10 +15,16 @@ use std::path::PathBuf;
 /// trap ≈15 µs (`cargo bench -p witch-benches`), so sample + self-trap +
 /// trap stay under 2% of the period.
 pub const DEFAULT_SOFTWARE_PERIOD_NS: u64 = 5_000_000;
-/// Default instructions per single-step burst of the software sampler.
-pub const DEFAULT_BURST_STEPS: u32 = 32;
-/// Default accesses picked per burst.
-pub const DEFAULT_BURST_PICKS: u32 = 1;
+/// Most instructions a single-step burst of the software sampler takes by
+/// default; the overhead budget usually allows fewer (about 8 in a VM where
+/// a step costs 12 µs, near this on bare metal).
+pub const DEFAULT_BURST_STEPS: u32 = 64;
+/// Default accesses picked per burst: two samples per tick for about the
+/// cost of one plus its trap (docs/ACCURACY.md compares one, two and four).
+pub const DEFAULT_BURST_PICKS: u32 = 2;
+/// Default overhead budget of the software sampler's bursts: the engine's
+/// own share of the program's CPU time, in percent.
+pub const DEFAULT_OVERHEAD_PERCENT: f64 = 3.0;
 /// Shortest software sampling period (ns of thread CPU time). A perf
 /// software clock signals each period with a queued real-time signal; when
 /// periods end faster than the handler and the signal's round trip take
@@ -68,6 +74,7 @@ pub mod keys {
     pub const BURST: &str = "WITCH_BURST";
     pub const BURST_WEIGHT: &str = "WITCH_BURST_WEIGHT";
     pub const BURST_PICKS: &str = "WITCH_BURST_PICKS";
+    pub const OVERHEAD: &str = "WITCH_OVERHEAD";
     pub const ONLY_PID: &str = "WITCH_ONLY_PID";
     pub const EXE: &str = "WITCH_EXE";
 }
@@ -96,6 +103,9 @@ pub struct Config {
     pub burst_weight_per_burst: bool,
     /// Accesses picked per burst; None: the default.
     pub burst_picks: Option<u32>,
+    /// Overhead budget of bursts, percent of program CPU time (0: no
+    /// limit); None: the default.
+    pub overhead_percent: Option<f64>,
     /// Profile only this process (its exec'd images too), not its children;
     /// Some(0): the first process that loads the agent, which then writes
     /// its own pid here for its images and children to read.
@@ -123,6 +133,7 @@ impl Config {
             burst_steps: None,
             burst_weight_per_burst: false,
             burst_picks: None,
+            overhead_percent: None,
             only_pid: None,
             exe_names: Vec::new(),
         }
@@ -145,6 +156,9 @@ impl Config {
         self.burst_steps = get(keys::BURST).and_then(|v| v.parse::<u64>().ok()).map(|n| n.min(1 << 20) as u32);
         self.burst_weight_per_burst = get(keys::BURST_WEIGHT).as_deref() == Some("one");
         self.burst_picks = get(keys::BURST_PICKS).and_then(|v| v.parse::<u32>().ok()).map(|n| n.clamp(1, 4));
+        if self.overhead_percent.is_none() {
+            self.overhead_percent = get(keys::OVERHEAD).and_then(|v| parse_percent(&v));
+        }
         self
     }
 
@@ -182,6 +196,9 @@ impl Config {
         }
         if let Some(n) = self.burst_picks {
             v.push((keys::BURST_PICKS, n.to_string()));
+        }
+        if let Some(p) = self.overhead_percent {
+            v.push((keys::OVERHEAD, p.to_string()));
         }
         if let Some(p) = self.only_pid {
             v.push((keys::ONLY_PID, p.to_string()));
@@ -243,10 +260,18 @@ impl Config {
             burst_steps: num(keys::BURST)?.map(|n| n.min(1 << 20) as u32),
             burst_weight_per_burst: get(keys::BURST_WEIGHT).as_deref() == Some("one"),
             burst_picks: num(keys::BURST_PICKS)?.map(|n| n.clamp(1, 4) as u32),
+            overhead_percent: get(keys::OVERHEAD)
+                .map(|v| parse_percent(&v).ok_or(format!("{}: bad percentage {v:?}", keys::OVERHEAD)))
+                .transpose()?,
             only_pid: num(keys::ONLY_PID)?.map(|p| p as u32),
             exe_names: get(keys::EXE).map(|v| v.split(':').filter(|n| !n.is_empty()).map(str::to_string).collect()).unwrap_or_default(),
         }))
     }
+}
+
+/// An overhead budget in percent ("3", "3%", "0.5"): finite, 0 to 100.
+pub fn parse_percent(s: &str) -> Option<f64> {
+    s.trim().trim_end_matches('%').trim().parse::<f64>().ok().filter(|p| p.is_finite() && (0.0..=100.0).contains(p))
 }
 
 #[cfg(test)]

@@ -470,6 +470,8 @@ impl Exact {
                 unit: profile::PeriodUnit::Accesses,
                 weight_unit: Some(profile::ValueUnit::Bytes),
                 burst_steps: 0,
+                burst_picks: 0,
+                overhead_percent: None,
             },
             replacement: "none".into(),
             debug_registers: 0,

@@ -41,7 +41,8 @@ pub const CHECK_PARANOID: &str = "perf_event_paranoid";
 pub const CHECK_CAPS: &str = "capabilities";
 pub const CHECK_MEMLOCK: &str = "RLIMIT_MEMLOCK";
 pub const CHECK_PTRACE: &str = "ptrace_scope";
-pub const CHECK_NAMES: [&str; 11] = [
+pub const CHECK_STEP: &str = "software sampler";
+pub const CHECK_NAMES: [&str; 12] = [
     CHECK_PMU,
     CHECK_TASK_CLOCK,
     CHECK_BREAKPOINTS,
@@ -53,6 +54,7 @@ pub const CHECK_NAMES: [&str; 11] = [
     CHECK_CAPS,
     CHECK_MEMLOCK,
     CHECK_PTRACE,
+    CHECK_STEP,
 ];
 
 /// x86 has at most 4 debug registers; 8 bounds the probe on other hardware.
@@ -157,6 +159,89 @@ fn try_open(ev: &PmuEvent) -> Result<u8, String> {
             Err(e) if ev.precise_ip > 1 && e.precise_ip_refused() => ev.precise_ip -= 1,
             Err(e) => return Err(e.to_string()),
         }
+    }
+}
+
+/// Steps left in [`single_step_ns`]'s measurement.
+static STEPS_LEFT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+extern "C" fn on_step(_: i32, _: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    use std::sync::atomic::Ordering;
+    let uc = uc as *mut libc::ucontext_t;
+    // SAFETY: the kernel passed `uc` to this SA_SIGINFO handler; only this
+    // thread runs the measurement, and the handler is installed only for it.
+    let efl = unsafe { &mut (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] };
+    let left = STEPS_LEFT.load(Ordering::Relaxed);
+    if left > 0 {
+        STEPS_LEFT.store(left - 1, Ordering::Relaxed);
+        *efl |= 0x100;
+    } else {
+        *efl &= !0x100;
+    }
+}
+
+/// What one single step costs this thread (its SIGTRAP round trip and a
+/// minimal handler), in ns of CPU time: the cost of the software sampler's
+/// bursts. Measured as the agent does at start-up, with a SIGTRAP handler
+/// of its own installed for the measurement and restored after it (only
+/// for `witch doctor`, never inside a profiled program). None if stepping
+/// does not work here.
+pub fn single_step_ns() -> Option<u64> {
+    use std::sync::atomic::Ordering;
+    const STEPS: u32 = 200;
+    // SAFETY: a process-wide handler swap; witch's own process runs this
+    // from its main thread before anything else handles SIGTRAP.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_step as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO;
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGTRAP, &sa, &mut old) != 0 {
+            return None;
+        }
+        STEPS_LEFT.store(STEPS, Ordering::Relaxed);
+        let t0 = crate::sys::task::thread_cpu_ns();
+        libc::raise(libc::SIGTRAP);
+        let mut spin = 0u64;
+        while STEPS_LEFT.load(Ordering::Relaxed) > 0 && spin < 10_000_000 {
+            spin = std::hint::black_box(spin + 1);
+        }
+        let t1 = crate::sys::task::thread_cpu_ns();
+        let stepped = STEPS - STEPS_LEFT.swap(0, Ordering::Relaxed);
+        // The trap flag is cleared by the step after the count ran out.
+        let mut spin = 0u64;
+        while spin < 100 {
+            spin = std::hint::black_box(spin + 1);
+        }
+        libc::sigaction(libc::SIGTRAP, &old, std::ptr::null_mut());
+        (stepped >= STEPS / 2).then(|| (t1 - t0) / stepped as u64)
+    }
+}
+
+fn step_check(pmu_ok: bool) -> Check {
+    let budget = crate::config::DEFAULT_OVERHEAD_PERCENT;
+    let period = crate::config::DEFAULT_SOFTWARE_PERIOD_NS;
+    match single_step_ns() {
+        Some(ns) => {
+            let steps = (budget / 100.0 * period as f64 / ns.max(1) as f64).floor().min(crate::config::DEFAULT_BURST_STEPS as f64);
+            let default = if pmu_ok { "used where the PMU event is missing" } else { "the default here (no PMU)" };
+            check(
+                CHECK_STEP,
+                Status::Ok,
+                format!(
+                    "count-proportional single-step bursts, {default}; a step costs {:.1} µs, so a {budget}% budget at a {} ms period buys at most {steps} steps per burst",
+                    ns as f64 / 1e3,
+                    period / 1_000_000
+                ),
+                None,
+            )
+        }
+        None => check(
+            CHECK_STEP,
+            Status::Degraded,
+            "single steps do not work here: bursts would end at once".into(),
+            Some("use a PMU event, or WITCH_BURST=0 for the time-proportional software sampler"),
+        ),
     }
 }
 
@@ -296,7 +381,9 @@ pub fn kernel_patch_checks(k: KernelCaps) -> [Check; 2] {
 pub fn checks() -> Vec<Check> {
     let caps = cap_eff();
     let perfmon = has_cap(caps, CAP_PERFMON) || has_cap(caps, CAP_SYS_ADMIN);
-    let mut out = vec![pmu_check()];
+    let pmu = pmu_check();
+    let pmu_ok = pmu.status != Status::Missing;
+    let mut out = vec![pmu];
 
     out.push(match open_task_clock() {
         Ok(()) => check(CHECK_TASK_CLOCK, Status::Ok, "task-clock sampling opens on this thread".into(), None),
@@ -381,6 +468,7 @@ pub fn checks() -> Vec<Check> {
 
     out.push(memlock_check());
     out.push(ptrace_check(caps));
+    out.push(step_check(pmu_ok));
     out
 }
 

@@ -149,9 +149,16 @@ pub struct Sampler {
     /// this field: then byte·ns if `unit` is ns, else bytes.
     #[serde(default, deserialize_with = "weight_unit", skip_serializing_if = "Option::is_none")]
     pub weight_unit: Option<ValueUnit>,
-    /// Instructions per single-step burst (0: no bursts).
+    /// Most instructions per single-step burst (0: no bursts).
     #[serde(default)]
     pub burst_steps: u32,
+    /// Accesses picked per burst.
+    #[serde(default)]
+    pub burst_picks: u32,
+    /// The bursts' overhead budget, percent of the program's CPU time (0:
+    /// no limit; None: no bursts, or a profile from before budgets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overhead_percent: Option<f64>,
 }
 
 impl Sampler {
@@ -222,6 +229,11 @@ pub struct Counters {
     /// or the program single-stepping itself.
     #[serde(default)]
     pub bursts_blocked: u64,
+    /// Bursts the overhead budget paid for fewer steps than the minimum
+    /// (the period is too short for the budget, or traps were dense); they
+    /// took the minimum.
+    #[serde(default)]
+    pub bursts_over_budget: u64,
     /// Bursts whose trap flag the program took away (a `siglongjmp` out of
     /// its own signal handler), found at the next tick.
     #[serde(default)]
@@ -255,6 +267,7 @@ impl Counters {
         self.bursts += o.bursts;
         self.steps += o.steps;
         self.bursts_blocked += o.bursts_blocked;
+        self.bursts_over_budget += o.bursts_over_budget;
         self.bursts_lost += o.bursts_lost;
         self.ticks_after_exits += o.ticks_after_exits;
         self.engine_ns += o.engine_ns;

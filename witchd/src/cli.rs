@@ -190,6 +190,11 @@ pub struct RunArgs {
     #[arg(short = 'F', long, value_name = "HZ", value_parser = parse_frequency, conflicts_with = "period")]
     pub frequency: Option<Period>,
 
+    /// Overhead budget of a software sampler's single-step bursts: the engine's share of the
+    /// program's CPU time, in percent (0 = no limit) [default: 3]
+    #[arg(long, value_name = "PCT", value_parser = parse_overhead)]
+    pub overhead: Option<f64>,
+
     /// Debug registers to use for watchpoints (1-4) [default: all free]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4))]
     pub debug_registers: Option<u32>,
@@ -371,6 +376,11 @@ pub fn parse_points(s: &str) -> Result<f64, String> {
         return Err(format!("`{s}` is not between 0 and 100 points"));
     }
     Ok(v)
+}
+
+/// `--overhead`: a percentage from 0 to 100 ("3", "3%", "0.5").
+pub fn parse_overhead(s: &str) -> Result<f64, String> {
+    witchcraft::config::parse_percent(s).ok_or_else(|| format!("{s:?}: give a percentage from 0 to 100, such as 3 or 0.5%"))
 }
 
 /// A sampling period as given: a count in the event's units, or a time.

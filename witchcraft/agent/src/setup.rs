@@ -3,7 +3,7 @@
 
 use crate::calibrate;
 use crate::state::AGENT;
-use witchcraft::config::{Config, DEFAULT_BURST_PICKS, DEFAULT_BURST_STEPS, DEFAULT_SOFTWARE_PERIOD_NS};
+use witchcraft::config::{Config, DEFAULT_BURST_PICKS, DEFAULT_BURST_STEPS, DEFAULT_OVERHEAD_PERCENT, DEFAULT_SOFTWARE_PERIOD_NS};
 use witchcraft::engine::{BurstSettings, Engine, SamplerKind};
 use witchcraft::modules;
 use witchcraft::sys::procfs;
@@ -39,13 +39,16 @@ pub fn make_engine(cfg: Config, install: fn()) -> Engine {
         costs.signal_ns as f64 / 1e3,
         costs.step_ns as f64 / 1e3
     ));
-    // Bursts are opt-in (WITCH_BURST=N) until they are measured to be the better default.
+    // A software sampler samples accesses by count with single-step bursts
+    // sized to the overhead budget (WITCH_BURST=0: the time-proportional
+    // look-around instead). A PMU counts accesses itself.
     let burst = match (&sampler, cfg.burst_steps) {
-        (SamplerKind::Pmu(_), _) | (_, Some(0)) | (_, None) => None,
+        (SamplerKind::Pmu(_), _) | (_, Some(0)) => None,
         (_, steps) => Some(BurstSettings {
             steps: steps.unwrap_or(DEFAULT_BURST_STEPS),
             weight_per_burst: cfg.burst_weight_per_burst,
             picks: cfg.burst_picks.unwrap_or(DEFAULT_BURST_PICKS),
+            budget: cfg.overhead_percent.unwrap_or(DEFAULT_OVERHEAD_PERCENT) / 100.0,
         }),
     };
     Engine {

@@ -349,7 +349,7 @@ impl Agent {
             ppid: unsafe { libc::getppid() } as u32,
             start_unix_ns: start,
             duration_ns: now_ns().saturating_sub(start),
-            sampler: engine.sampler.to_profile(engine.period, engine.burst.map_or(0, |b| b.steps)),
+            sampler: engine.sampler.to_profile(engine.period, engine.burst),
             replacement: engine.config.replacement.name().into(),
             debug_registers: if used > 0 { used as u32 } else { engine.config.debug_registers as u32 },
             fp_precision: engine.config.fp_precision,

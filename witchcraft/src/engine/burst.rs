@@ -31,6 +31,7 @@
 //! how traps are delivered; it ends just before one. It never starts when the
 //! program blocks SIGTRAP, or already single-steps itself.
 
+use super::budget::Budget;
 use super::thread::ThreadState;
 use super::watch::MAX_SLOTS;
 use super::Engine;
@@ -59,6 +60,10 @@ pub struct BurstSettings {
     pub picks: u32,
     /// Experimental: weigh each burst's sample 1 instead of K.
     pub weight_per_burst: bool,
+    /// Share of the program's CPU time the engine may spend (0: no limit);
+    /// each burst takes the steps it pays for, at most `steps` (see
+    /// [`super::budget`]).
+    pub budget: f64,
 }
 
 /// The picked access and what became of it.
@@ -105,6 +110,13 @@ pub struct Burst {
     seen: u64,
     /// The program-time weight of the tick that began the burst.
     time_weight: f64,
+    /// Steps this burst may take.
+    limit: u32,
+    /// The overhead account.
+    pub budget: Budget,
+    /// The engine's time in the ticks' own handlers (the sampler's cost
+    /// with or without bursts, outside the bursts' budget).
+    pub ticks_ns: u64,
     /// The instruction the last handler returned to.
     pending_pc: u64,
     picks: [Option<Candidate>; MAX_PICKS],
@@ -113,13 +125,16 @@ pub struct Burst {
 }
 
 impl Burst {
-    pub fn new(seed: u64) -> Burst {
+    pub fn new(seed: u64, engine: &Engine) -> Burst {
         Burst {
             active: false,
             steps: 0,
             steps_at_tick: 0,
             seen: 0,
             time_weight: 0.0,
+            limit: 0,
+            budget: Budget::new(engine.burst.map_or(0.0, |s| s.budget), engine.step_cost_ns),
+            ticks_ns: 0,
             pending_pc: 0,
             picks: [None; MAX_PICKS],
             intercepts: [None; MAX_SLOTS],
@@ -229,7 +244,14 @@ impl ThreadState {
             return;
         }
         let b = &mut self.burst;
+        let max = engine.burst.map_or(0, |s| s.steps);
+        let spent = self.record.counters.engine_ns.saturating_sub(b.ticks_ns);
+        let (limit, starved) = b.budget.steps(weight * engine.period as f64, spent, max);
+        if starved {
+            self.record.counters.bursts_over_budget += 1;
+        }
         b.active = true;
+        b.limit = limit;
         b.steps = 0;
         b.steps_at_tick = 0;
         b.seen = 0;
@@ -268,7 +290,7 @@ impl ThreadState {
         self.burst.steps += 1;
         // SAFETY: forwarded from the caller (the trap flag is ours here).
         let blocked = matches!(unsafe { refusal(uc) }, Some(Refusal::Blocked));
-        let go = !blocked && self.burst.steps < engine.burst.map_or(0, |s| s.steps) && self.visit(engine, map, &regs);
+        let go = !blocked && self.burst.steps < self.burst.limit && self.visit(engine, map, &regs);
         // SAFETY: forwarded from the caller.
         unsafe { set_trap_flag(uc, go) };
         if !go {

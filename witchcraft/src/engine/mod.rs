@@ -8,6 +8,7 @@
 //! ([`clock`]) around it. Everything reachable from there runs in a signal
 //! handler: no allocation, no locks, no stdio.
 
+pub mod budget;
 pub mod burst;
 pub mod clock;
 pub mod sample;

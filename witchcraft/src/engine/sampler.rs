@@ -37,8 +37,9 @@ impl SamplerKind {
     }
 
     /// The profile's description of this sampler at `period`, with
-    /// single-step bursts of `burst_steps` instructions (0: none).
-    pub fn to_profile(&self, period: u64, burst_steps: u32) -> profile::Sampler {
+    /// single-step bursts as `burst` says (None: none).
+    pub fn to_profile(&self, period: u64, burst: Option<super::BurstSettings>) -> profile::Sampler {
+        let burst_steps = burst.map_or(0, |b| b.steps);
         use profile::{PeriodUnit, SamplerKind as Kind, ValueUnit};
         let (kind, unit) = match self {
             SamplerKind::Pmu(e) if e.kind == AccessKind::Load => (Kind::Pmu, PeriodUnit::Loads),
@@ -46,7 +47,16 @@ impl SamplerKind {
             _ => (Kind::Software, PeriodUnit::Ns),
         };
         let weight_unit = if kind == Kind::Software && burst_steps == 0 { ValueUnit::ByteNs } else { ValueUnit::Bytes };
-        profile::Sampler { kind, event: self.event_name(), period, unit, weight_unit: Some(weight_unit), burst_steps }
+        profile::Sampler {
+            kind,
+            event: self.event_name(),
+            period,
+            unit,
+            weight_unit: Some(weight_unit),
+            burst_steps,
+            burst_picks: burst.map_or(0, |b| b.picks),
+            overhead_percent: burst.map(|b| b.budget * 100.0),
+        }
     }
 
     /// Choose the sampler for `cfg` on this machine: the PMU event it names

@@ -111,7 +111,7 @@ impl ThreadState {
             sampler: Sampler::None,
             watch: Watchpoints::new(engine, seed),
             clock: Clock::new(engine.trap_cost_ns),
-            burst: Burst::new(seed),
+            burst: Burst::new(seed, engine),
             record: Record {
                 tree: Tree::with_capacity(TREE_NODES),
                 pairs: Pairs::with_capacity(PAIRS),
@@ -223,6 +223,7 @@ impl ThreadState {
             let handler = (task::cycles().wrapping_sub(c0) as f64 * engine.ns_per_cycle) as u64;
             let cost = engine.step_cost_ns + handler;
             self.clock.step(cost);
+            self.burst.budget.note_step(cost);
             self.record.counters.engine_ns += cost;
             self.in_handler.store(false, Ordering::Release);
             return;
@@ -233,7 +234,9 @@ impl ThreadState {
             Event::Sample => {
                 // SAFETY: forwarded from the caller.
                 unsafe { self.on_sample(engine, uc) };
-                self.clock.leave(false, engine.signal_cost_ns, entry, task::thread_cpu_ns())
+                let cost = self.clock.leave(false, engine.signal_cost_ns, entry, task::thread_cpu_ns());
+                self.burst.ticks_ns += cost;
+                cost
             }
             Event::Trap { slot, flags } => {
                 // SAFETY: forwarded from the caller.

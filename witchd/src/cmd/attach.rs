@@ -23,6 +23,7 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
         debug_registers: a.debug_registers,
         replacement: a.replacement,
         fp_precision: a.fp_precision,
+        overhead_percent: a.overhead,
     };
     let out = Output::check(a.output.as_deref())?;
     out.probe()?;

@@ -169,6 +169,7 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     settings.period = period;
     settings.replacement = a.replacement;
     settings.fp_precision = a.fp_precision;
+    settings.overhead_percent = a.overhead;
     settings.debug_registers = a.debug_registers.unwrap_or(free.min(4) as u32) as usize;
     settings.out_dir = parts.dir.clone();
     if a.no_children {

@@ -219,6 +219,7 @@ pub fn options(p: &Profiling, craft: Craft) -> Options {
         debug_registers: p.debug_registers,
         replacement: p.replacement,
         fp_precision: p.fp_precision,
+        overhead_percent: None,
     }
 }
 

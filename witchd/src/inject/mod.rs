@@ -38,6 +38,8 @@ pub struct Options {
     pub debug_registers: Option<u32>,
     pub replacement: witchcraft::replacement::Policy,
     pub fp_precision: f64,
+    /// The bursts' overhead budget in percent; None: the default.
+    pub overhead_percent: Option<f64>,
 }
 
 impl Options {
@@ -50,6 +52,7 @@ impl Options {
         c.period = self.period;
         c.replacement = self.replacement;
         c.fp_precision = self.fp_precision;
+        c.overhead_percent = self.overhead_percent.or(c.overhead_percent);
         let free = witchcraft::probe::debug_registers().clamp(1, 4) as u32;
         c.debug_registers = self.debug_registers.unwrap_or(free).clamp(1, 4) as usize;
         Ok(c)

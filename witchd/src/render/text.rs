@@ -136,6 +136,19 @@ impl Page<'_> {
             p.replacement,
             p.debug_registers
         ))?;
+        if p.sampler.burst_steps > 0 {
+            let budget = match p.sampler.overhead_percent {
+                Some(b) if b > 0.0 => format!(", {b}% overhead budget"),
+                Some(_) => ", no overhead budget".into(),
+                None => String::new(),
+            };
+            let mean = if c.bursts > 0 { format!(": {:.1} steps per burst", c.steps as f64 / c.bursts as f64) } else { String::new() };
+            self.line(format!(
+                "  bursts    count-proportional: single steps of at most {} instructions, {} picked per burst{budget}{mean}",
+                p.sampler.burst_steps,
+                p.sampler.burst_picks.max(1),
+            ))?;
+        }
         let cost = if c.engine_ns > 0 {
             format!("; cost {} of CPU in witch's handlers and the kernel's trap and signal paths", duration(c.engine_ns))
         } else {
@@ -360,10 +373,17 @@ pub fn notes(p: &Profile, c: &Counters) -> Vec<String> {
     // instructions of straight-line code), so code whose time goes elsewhere
     // (a store-free inner loop) yields interrupts but no samples.
     let missed = c.interrupts.saturating_sub(c.samples + c.skipped_self + c.overdue);
-    let software = p.sampler.kind == SamplerKind::Software;
+    let bursts = p.sampler.burst_steps > 0;
+    let software = p.sampler.kind == SamplerKind::Software && !bursts;
     // So few interrupts say the threads ran few periods, not where the time went.
     const FEW: u64 = 5;
-    if c.samples == 0 && missed >= FEW && software {
+    if bursts && c.samples == 0 && c.bursts >= FEW {
+        v.push(format!(
+            "no samples: the single-step bursts that {} timer interrupts began ({} instructions stepped) met no {access}: \
+             the time went to code without {access}s; try a smaller -p",
+            c.bursts, c.steps
+        ));
+    } else if c.samples == 0 && missed >= FEW && software {
         v.push(format!(
             "no samples: none of {} timer interrupts landed within a few instructions of a {access}; \
              the time went to other code; try a smaller -p, or a host with a PMU (it samples {access}s by count)",
@@ -386,6 +406,23 @@ pub fn notes(p: &Profile, c: &Counters) -> Vec<String> {
             "{missed} of {} timer interrupts landed away from any {access} and were not samples: \
              {access}s in code that takes little time per {access} are under-represented (see docs/ACCURACY.md)",
             c.interrupts
+        ));
+    }
+    if bursts && c.bursts_over_budget * 2 > c.bursts {
+        v.push(format!(
+            "{} of {} bursts were held to the minimum of 4 steps: the period is too short for the {}% overhead budget \
+             (or traps were dense), so witch cost more than the budget",
+            c.bursts_over_budget,
+            c.bursts,
+            p.sampler.overhead_percent.unwrap_or(0.0)
+        ));
+    }
+    if bursts && c.bursts_blocked + c.bursts_lost > 0 {
+        v.push(format!(
+            "{} timer ticks began no burst ({} where the program blocked SIGTRAP or stepped itself, {} bursts it cut short)",
+            c.bursts_blocked + c.bursts_lost,
+            c.bursts_blocked,
+            c.bursts_lost
         ));
     }
     if c.traps == 0 && c.samples > 0 {
