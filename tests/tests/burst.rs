@@ -11,7 +11,8 @@ use witch_tests::*;
 /// Bursts of up to 32 steps (the default is up to 64, within a 3% overhead
 /// budget, which in a VM allows about 8): longer bursts step more of the
 /// program through each of its hazards.
-const BURSTS: [&str; 2] = ["env", "WITCH_BURST=32"];
+/// No overhead budget, so every burst takes all of them.
+const BURSTS: [&str; 3] = ["env", "WITCH_BURST=32", "WITCH_OVERHEAD=0"];
 
 /// Shares of dead bytes by watch line (cheap_costly.c's two stores).
 fn shares(rep: &Report, prog: &Program) -> (f64, f64) {
