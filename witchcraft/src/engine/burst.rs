@@ -474,24 +474,7 @@ impl ThreadState {
             self.attribute(engine, c.ctx, trap_ctx, v);
             return;
         }
-        let Some(i) = self.watch.choose() else {
-            rec.counters.dropped += 1;
-            rec.blind += 1;
-            rec.counters.longest_blind_spot = rec.counters.longest_blind_spot.max(rec.blind);
-            return;
-        };
-        if self.watch.slots[i].armed {
-            let node = rec.tree.node(self.watch.slots[i].ctx);
-            node.armed = node.armed.saturating_sub(1);
-        }
-        let in_place = self.watch.arms_in_place(i);
-        if !self.watch.arm(i, c.waddr, c.wlen, c.ctx, c.watched, None) {
-            rec.counters.arm_failures += 1;
-            return;
-        }
-        rec.counters.rearms_in_place += in_place as u64;
-        rec.tree.node(c.ctx).armed += 1;
-        rec.counters.armed += 1;
-        rec.blind = 0;
+        let Some(i) = self.claim_slot() else { return };
+        self.arm_slot(i, c.waddr, c.wlen, c.ctx, c.watched, None);
     }
 }

@@ -214,17 +214,7 @@ impl ThreadState {
         let node = rec.tree.node(ctx);
         node.samples += 1;
         node.mu += weight; // µ(C)
-        let Some(i) = self.watch.choose() else {
-            rec.counters.dropped += 1;
-            rec.blind += 1;
-            rec.counters.longest_blind_spot = rec.counters.longest_blind_spot.max(rec.blind);
-            return;
-        };
-        if self.watch.slots[i].armed {
-            let old = self.watch.slots[i].ctx;
-            let node = rec.tree.node(old);
-            node.armed = node.armed.saturating_sub(1);
-        }
+        let Some(i) = self.claim_slot() else { return };
         let (waddr, wlen) = watch_piece(a.addr, a.len, self.watch.random());
         let mut watched = Watched::with_piece(a, (waddr, wlen));
         if engine.craft.needs_value() {
@@ -233,7 +223,32 @@ impl ThreadState {
                 watched.value_len = n;
             }
         }
+        self.arm_slot(i, waddr, wlen, ctx, watched, own);
+    }
+
+    /// A debug register for a new sample, as the replacement policy
+    /// decides (Witch §4.3): None leaves the sample unwatched (a blind
+    /// spot); a slot still armed is released from its old context.
+    pub(crate) fn claim_slot(&mut self) -> Option<usize> {
+        let rec = &mut self.record;
+        let Some(i) = self.watch.choose() else {
+            rec.counters.dropped += 1;
+            rec.blind += 1;
+            rec.counters.longest_blind_spot = rec.counters.longest_blind_spot.max(rec.blind);
+            return None;
+        };
+        if self.watch.slots[i].armed {
+            let node = rec.tree.node(self.watch.slots[i].ctx);
+            node.armed = node.armed.saturating_sub(1);
+        }
+        Some(i)
+    }
+
+    /// Arm slot `i` (from [`Self::claim_slot`]) on [waddr, waddr+wlen) for
+    /// the sample of context `ctx`.
+    pub(crate) fn arm_slot(&mut self, i: usize, waddr: u64, wlen: u64, ctx: u32, watched: Watched, own: Option<SelfTrap>) {
         let in_place = self.watch.arms_in_place(i);
+        let rec = &mut self.record;
         if !self.watch.arm(i, waddr, wlen, ctx, watched, own) {
             rec.counters.arm_failures += 1;
             return;
