@@ -21,9 +21,18 @@ pub fn new_cache() -> Box<Cache> {
 /// Lookup addresses innermost first: `leaf` itself, then each return
 /// address minus one. Returns the number written.
 pub fn walk(map: &ProcessMap, cache: &mut Cache, regs: &Regs, leaf: u64, stack: (u64, u64), out: &mut [u64; MAX_FRAMES]) -> usize {
-    let (lo, hi) = stack;
+    // Frames live at and above the interrupted stack pointer: reads below it
+    // are a bad frame's, and for the main thread `stack` (from the thread
+    // library) reaches down to the stack's rlimit, below the part mapped so
+    // far, where a read would grow the stack or, in the guard gap, fault.
+    let (lo, hi) = (stack.0.max(regs.sp()), stack.1);
     let mut read = |addr: u64| -> Result<u64, ()> {
         if addr >= lo && addr.checked_add(8).is_some_and(|e| e <= hi) && addr.is_multiple_of(8) {
+            // SAFETY: an aligned u64 between the interrupted stack pointer
+            // and the top of the thread's stack: the mapped, in-use part of
+            // it (stack memory is never unmapped under a live thread). The
+            // thread is in this handler, so its code is not writing there.
+            // A plain read: async-signal-safe.
             Ok(unsafe { std::ptr::read_volatile(addr as *const u64) })
         } else {
             Err(())
