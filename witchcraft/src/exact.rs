@@ -355,6 +355,10 @@ impl Exact {
         for (k, v) in env {
             cmd.env(k, v);
         }
+        // SAFETY: the closure runs in the forked child before exec, where
+        // only async-signal-safe work is allowed: PTRACE_TRACEME is one
+        // system call, and an error becomes an io::Error from its errno
+        // without allocating.
         unsafe {
             cmd.pre_exec(|| ptrace::traceme().map_err(std::io::Error::from));
         }
@@ -448,8 +452,12 @@ impl Exact {
             .collect();
         threads.sort_by_key(|t| t.tid);
         counters.interrupts = self.instructions;
+        // SAFETY: utsname is arrays of c_char; all zeroes is valid.
         let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
+        // SAFETY: uname fills the local struct.
         unsafe { libc::uname(&mut uts) };
+        // SAFETY: `release` is NUL-terminated: the kernel writes a terminated
+        // string, and if uname failed the zeroed array is empty.
         let kernel = unsafe { std::ffi::CStr::from_ptr(uts.release.as_ptr()) }.to_string_lossy().into_owned();
         let mut all_args = vec![program.to_string_lossy().into_owned()];
         all_args.extend(args.iter().map(|a| a.to_string_lossy().into_owned()));

@@ -7,6 +7,8 @@
 //! [`x86`] decodes instructions and [`sys`] is the one home of every kernel
 //! interface (perf events, signals, timers, /proc).
 
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 pub mod config;
 pub mod context;
 pub mod craft;

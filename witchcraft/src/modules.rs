@@ -27,8 +27,11 @@ impl Default for Mapped {
         Mapped { ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(), len: 0 }
     }
 }
-// SAFETY: read-only views of mapped module memory.
+// SAFETY: read-only views of mapped module memory (unwind data and code the
+// loader mapped); nothing writes through them, so any thread may hold and
+// read one. Valid as long as the module stays mapped (see `Deref`).
 unsafe impl Send for Mapped {}
+// SAFETY: as for Send: shared reads of memory nobody writes.
 unsafe impl Sync for Mapped {}
 impl std::ops::Deref for Mapped {
     type Target = [u8];
@@ -52,15 +55,23 @@ impl FileMap {
             return None;
         }
         use std::os::fd::AsRawFd;
+        // SAFETY: a new private read-only mapping at an address the kernel
+        // picks (nothing existing is replaced), checked for MAP_FAILED; it
+        // stays valid after `f` is closed.
         let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_PRIVATE, f.as_raw_fd(), 0) };
         (ptr != libc::MAP_FAILED).then_some(FileMap { ptr, len })
     }
     fn bytes(&self) -> &[u8] {
+        // SAFETY: `ptr` maps `len` readable bytes until drop, and the slice
+        // borrows `self`. Like any file mapping, a file truncated meanwhile
+        // would raise SIGBUS past its new end (this runs outside handlers).
         unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
     }
 }
 impl Drop for FileMap {
     fn drop(&mut self) {
+        // SAFETY: the mapping `open` made, unmapped once; every slice from
+        // `bytes` borrowed `self` and is gone.
         unsafe { libc::munmap(self.ptr, self.len) };
     }
 }
@@ -93,6 +104,11 @@ pub fn current() -> Option<&'static ProcessMap> {
     if p.is_null() {
         None
     } else {
+        // SAFETY: CURRENT holds null or a leaked Box<ProcessMap>, published
+        // with Release after it was built and never written again; a map
+        // replaced by `refresh` is kept in RETIRED, and only `reclaim` frees
+        // maps, when (its contract) no handler can be reading one. An atomic
+        // load: async-signal-safe.
         Some(unsafe { &*p })
     }
 }

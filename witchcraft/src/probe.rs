@@ -295,8 +295,10 @@ fn pmu_check() -> Check {
 }
 
 fn memlock_check() -> Check {
+    // SAFETY: sysconf takes no pointers.
     let ring = (1 + pmu::RING_DATA_PAGES) * unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
     let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit fills the local `rl`.
     let got = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) } == 0;
     // perf charges rings to perf_event_mlock_kb (per user) before RLIMIT_MEMLOCK.
     let perf_kb = read_int("/proc/sys/kernel/perf_event_mlock_kb");

@@ -148,6 +148,10 @@ impl Attr {
 
 /// Route overflow notifications of `fd` to `sig` on thread `tid` (pre-sigtrap kernels).
 pub fn route_signal_to_thread(fd: i32, sig: i32, tid: i32) -> bool {
+    // SAFETY: fcntl on a descriptor (a bad one fails with EBADF); the only
+    // pointer, for F_SETOWN_EX, is to a local laid out as the kernel's
+    // `struct f_owner_ex { int type; pid_t pid; }`. fcntl is
+    // async-signal-safe, so a handler may route a new thread's events.
     unsafe {
         #[repr(C)]
         struct FOwnerEx {
@@ -203,6 +207,7 @@ mod tests {
         let a = a.disabled().sigtrap(7);
         assert_eq!((a.raw().disabled(), a.raw().sigtrap(), a.raw().remove_on_exec(), a.raw().sig_data), (1, 1, 1, 7));
         let c = Attr::software_clock(SoftwareClock::Task, 10);
+        // SAFETY: sample_period and sample_freq share a u64; either reads it.
         assert_eq!((c.raw().disabled(), unsafe { c.raw().__bindgen_anon_1.sample_period }), (1, 1000));
     }
 }

@@ -127,6 +127,7 @@ mod tests {
         let here = this_process_maps_its_own_code_and_threads as *const () as u64;
         let m = own_mapping_containing(here).expect("the test's code is mapped");
         assert!(m.exec && m.is_file());
+        // SAFETY: gettid takes no arguments and cannot fail.
         let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
         assert!(tasks(None).contains(&me));
     }

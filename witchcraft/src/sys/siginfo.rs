@@ -66,13 +66,17 @@ const POLL_HUP: i32 = 6;
 /// `info` must point to the `siginfo_t` the kernel passed to the handler.
 pub unsafe fn origin(sig: i32, info: *const libc::siginfo_t) -> Origin {
     let raw = info as *const u8;
-    // SAFETY (all reads below): `info` is a whole siginfo_t (128 bytes);
-    // the offsets are inside it and read unaligned.
+    // SAFETY: the caller passes the kernel's siginfo_t, a whole 128 bytes;
+    // the handler's own copy on its stack, so nothing else writes it. The
+    // reads below take fixed offsets inside it, unaligned: no allocation or
+    // locks, so async-signal-safe.
     let code = unsafe { (*info).si_code };
+    // SAFETY: `o` is UNION_24 (8 bytes at 24..32 of 128), see above.
     let u64_at = |o: usize| unsafe { std::ptr::read_unaligned(raw.add(o) as *const u64) };
     if sig == libc::SIGTRAP {
         return match code {
             TRAP_PERF => {
+                // SAFETY: 4 bytes at 36..40 of the 128-byte siginfo, see above.
                 Origin::Perf { data: u64_at(UNION_24), flags: unsafe { std::ptr::read_unaligned(raw.add(PERF_FLAGS) as *const u32) } }
             }
             TRAP_TRACE => Origin::Step,
@@ -81,6 +85,7 @@ pub unsafe fn origin(sig: i32, info: *const libc::siginfo_t) -> Origin {
     }
     match code {
         SI_TIMER => Origin::Timer { value: u64_at(UNION_24) },
+        // SAFETY: 4 bytes at 24..28 of the 128-byte siginfo, see above.
         POLL_IN..=POLL_HUP => Origin::Fd(unsafe { std::ptr::read_unaligned(raw.add(UNION_24) as *const i32) }),
         _ => Origin::Other,
     }
@@ -105,6 +110,7 @@ mod tests {
 
     #[test]
     fn origins_are_told_apart() {
+        // SAFETY: `i` is a whole siginfo_t, as `origin` requires.
         let o = |sig, i: libc::siginfo_t| unsafe { origin(sig, &i) };
         assert_eq!(o(libc::SIGTRAP, info(TRAP_PERF, TAG | 3, 1)), Origin::Perf { data: TAG | 3, flags: 1 });
         assert_eq!(o(libc::SIGTRAP, info(TRAP_TRACE, 0, 0)), Origin::Step);

@@ -95,7 +95,10 @@ fn layout(map: &ProcessMap, f: &mut Layout, start: u64, limit: u64) {
     f.end = start + 1;
     let Some(m) = map.module(start) else { return };
     let stop = limit.min(start + MAX_SCAN).min(m.end);
-    // Safe: [start, stop) lies inside a mapped module (see `code_at`).
+    // SAFETY: [start, stop) lies inside one executable file mapping of the
+    // module map (stop <= m.end), which stays mapped while its code can run
+    // (see `code_at`); code is not written, so the slice may alias nothing
+    // mutable. A plain read: async-signal-safe.
     let bytes = unsafe { std::slice::from_raw_parts(start as *const u8, (stop - start) as usize) };
     let mut dec = iced_x86::Decoder::with_ip(64, bytes, start, iced_x86::DecoderOptions::NONE);
     let mut i = iced_x86::Instruction::default();
@@ -121,6 +124,13 @@ fn layout(map: &ProcessMap, f: &mut Layout, start: u64, limit: u64) {
 pub fn code_at<'a>(map: &ProcessMap, ip: u64, buf: &'a mut [u8; 16]) -> Option<&'a [u8]> {
     let m = map.module(ip)?;
     let n = ((m.end - ip) as usize).min(16);
+    // SAFETY: [ip, ip + n) lies inside `m`, an executable file mapping
+    // listed in /proc/self/maps when the map was built; on x86-64 such a
+    // mapping is readable. The map is refreshed after dlopen; a module
+    // unloaded since (dlclose) whose range was reused by a smaller mapping
+    // would make this read fault, which is why code is only read at PCs and
+    // return addresses inside a listed module. A plain copy into the
+    // caller's buffer: async-signal-safe.
     unsafe { std::ptr::copy_nonoverlapping(ip as *const u8, buf.as_mut_ptr(), n) };
     Some(&buf[..n])
 }
@@ -230,6 +240,12 @@ pub fn recover(
     }
     // 3. call: the return address was just stored at rsp.
     let sp = regs.sp();
+    // SAFETY: called with sp and sp - 8, and reads only inside `stack`, the
+    // thread's stack. The interrupted sp points into its mapped part; sp - 8
+    // is read only when the watched range overlaps it, i.e. the program
+    // accessed it when it was sampled, so the stack mapping covers it (stacks
+    // do not shrink). The thread is in this handler, so its own code is not
+    // writing the slot. A plain read: async-signal-safe.
     let read_stack = |a: u64| (a >= stack.0 && a + 8 <= stack.1).then(|| unsafe { std::ptr::read_volatile(a as *const u64) });
     let store_at_sp = Access { addr: sp, len: 8, read: false, write: true, float: Default::default(), elem: 0 };
     if store_at_sp.overlap(addr, len) > 0 {

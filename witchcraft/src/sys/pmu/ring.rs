@@ -160,10 +160,17 @@ pub struct PmuSampler {
     filter: Option<AccessKind>,
 }
 
-// The ring is owned exclusively by this value.
+// SAFETY: the ring mapping and the fd belong to this value alone (nothing
+// else holds the pointer, and `close` unmaps through `&mut self`); the kernel
+// is the only other party, and it touches the shared meta page only through
+// the data_head/data_tail protocol that `drain` follows with atomics. A
+// mapping is process-wide, so another thread may own and drain it.
 unsafe impl Send for PmuSampler {}
 
 fn page_size() -> usize {
+    // SAFETY: sysconf takes no pointers. glibc answers _SC_PAGESIZE from a
+    // value the loader stored (no locks, no allocation), so `drain` may call
+    // this from a signal handler.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if p > 0 {
         p as usize
@@ -231,6 +238,9 @@ impl PmuSampler {
         let a = attr(ev, period);
         let fd = a.open(tid).map_err(|e| open_error(ev, e))?;
         let len = page_size() * (1 + RING_DATA_PAGES);
+        // SAFETY: a fresh shared mapping of the event we just opened, at an
+        // address the kernel picks (no existing memory is replaced); the
+        // result is checked for MAP_FAILED before use.
         let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
         if p == libc::MAP_FAILED {
             let err = std::io::Error::last_os_error();
@@ -321,6 +331,10 @@ impl PmuSampler {
             tail = tail.wrapping_add(rsize);
         }
         // Release: our reads of the records happen before the kernel reuses them.
+        // SAFETY: `meta` is the ring's first page, as for the reads above
+        // (`open_on` and `from_raw_ring` hand over rings that start with
+        // one, and the ring is not null). data_tail is an 8-aligned u64 the
+        // kernel only reads; this thread's drain is its only writer.
         unsafe { (*(std::ptr::addr_of_mut!((*meta).data_tail) as *const AtomicU64)).store(tail, Ordering::Release) };
     }
 
@@ -332,6 +346,9 @@ impl PmuSampler {
     pub fn close(&mut self) {
         if !self.ring.is_null() {
             if self.mapped {
+                // SAFETY: `ring`/`ring_len` are exactly what `open_on` mapped,
+                // not yet unmapped (the pointer is cleared right after), and
+                // `&mut self` means no `drain` is reading it.
                 unsafe { libc::munmap(self.ring as *mut libc::c_void, self.ring_len) };
             }
             self.ring = std::ptr::null_mut();
@@ -451,6 +468,9 @@ mod tests {
             r
         }
         fn meta(&mut self) -> &mut perf_event_mmap_page {
+            // SAFETY: the Vec<u64> is 8-aligned and META (4096) bytes cover a
+            // perf_event_mmap_page (plain integers, any bit pattern valid);
+            // the borrow of `self` keeps the buffer alive and unaliased.
             unsafe { &mut *(self.0.as_mut_ptr() as *mut perf_event_mmap_page) }
         }
         fn ptr(&mut self) -> *mut u8 {
@@ -464,6 +484,8 @@ mod tests {
             rec.extend(((body.len() + 8) as u16).to_ne_bytes());
             rec.extend(body);
             let head = self.meta().data_head;
+            // SAFETY: [META, META + DATA) is inside the buffer and disjoint
+            // from the meta page; `bytes` is dead before `meta()` is called again.
             let bytes = unsafe { std::slice::from_raw_parts_mut(self.ptr().add(META), DATA) };
             for (i, x) in rec.iter().enumerate() {
                 bytes[(head as usize + i) % DATA] = *x;
@@ -528,6 +550,8 @@ mod tests {
     fn drain_survives_corrupt_header() {
         let mut ring = FakeRing::new(0);
         ring.push(b::PERF_RECORD_SAMPLE, &intel_body(1, 1, 1, 1));
+        // SAFETY: the data area of the fake ring, used before the ring is
+        // borrowed again.
         let bytes = unsafe { std::slice::from_raw_parts_mut(ring.ptr().add(META), DATA) };
         bytes[6] = 0; // size 0
         bytes[7] = 0;
