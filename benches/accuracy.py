@@ -438,7 +438,13 @@ def engine_share(path):
         used += f", bursts of {s['burst_steps']} steps" if s["burst_steps"] else ", no bursts"
     if s.get("weight_unit"):
         used += f", weights in {s['weight_unit']}"
-    return d["counters"].get("engine_ns", 0) / max(1, d["duration_ns"]), used
+    c = d["counters"]
+    if c.get("bursts"):
+        STEPS.append(c.get("steps", 0) / c["bursts"])
+    return c.get("engine_ns", 0) / max(1, d["duration_ns"]), used
+
+
+STEPS = []  # steps per burst of each sampled run that had bursts (the budget sizes them)
 
 
 def accept(cases, a):
@@ -526,6 +532,10 @@ def accept(cases, a):
               + ", ".join(f"{c} {v}" for c, v in EXACT_SEMANTICS.items())
               + (f"; references reused from build {', '.join(sorted(REUSED))} (--reuse-exact)" if REUSED else "") + ".")
         print(f"- Sampler the runs used: {'; '.join(sorted(samplers))}.")
+        if STEPS:
+            print(f"- Steps per burst (the budget's choice; mean of each run): {min(STEPS):.1f} to {max(STEPS):.1f}, "
+                  f"median {statistics.median(STEPS):.1f}.")
+            STEPS.clear()
         print(f"- This configuration took {(time.monotonic() - t_all)/60:.1f} minutes "
               "(sampled runs and their reports, plus any exact reference not yet cached).")
         if bias_rows:
