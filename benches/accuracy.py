@@ -439,12 +439,14 @@ def engine_share(path):
     if s.get("weight_unit"):
         used += f", weights in {s['weight_unit']}"
     c = d["counters"]
+    SAMPLES.append(c.get("samples", 0))
     if c.get("bursts"):
         STEPS.append(c.get("steps", 0) / c["bursts"])
     return c.get("engine_ns", 0) / max(1, d["duration_ns"]), used
 
 
 STEPS = []  # steps per burst of each sampled run that had bursts (the budget sizes them)
+SAMPLES = []  # samples of each sampled run
 
 
 def accept(cases, a):
@@ -532,6 +534,9 @@ def accept(cases, a):
               + ", ".join(f"{c} {v}" for c, v in EXACT_SEMANTICS.items())
               + (f"; references reused from build {', '.join(sorted(REUSED))} (--reuse-exact)" if REUSED else "") + ".")
         print(f"- Sampler the runs used: {'; '.join(sorted(samplers))}.")
+        if SAMPLES:
+            print(f"- Samples per run: {min(SAMPLES)} to {max(SAMPLES)}, median {statistics.median(SAMPLES):.0f}.")
+            SAMPLES.clear()
         if STEPS:
             print(f"- Steps per burst (the budget's choice; mean of each run): {min(STEPS):.1f} to {max(STEPS):.1f}, "
                   f"median {statistics.median(STEPS):.1f}.")
