@@ -480,6 +480,10 @@ def accept(cases, a):
             need = min(2, len(ex_top[:3]))
             for _ in range(a.runs):
                 code, _ = run_witch(craft, exe, big, opts, out, env)
+                if not os.path.exists(out):
+                    sys.exit(f"benches/accuracy.py: witch exited {code} without a profile; by hand: "
+                             + " ".join(shlex.quote(x) for x in [f"{k}={v}" for k, v in env.items()]
+                                        + [WITCH, craft, "-o", out] + opts + [exe] + big))
                 rep = report_of(out)
                 share, used = engine_share(out)
                 shares.append(share)
