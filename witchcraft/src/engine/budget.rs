@@ -6,9 +6,9 @@
 //! time (3% by default); each thread keeps an account of it, a token
 //! bucket measured in ns: every tick credits the budget's share of the
 //! program time since the previous tick, and debits everything the engine
-//! actually spent since then but the ticks themselves (steps, and the traps
-//! of the watchpoints the last bursts armed, as the engine's clock counts
-//! them; a tick costs the same with or without bursts). A burst takes as
+//! actually spent since then (the ticks, the steps, and the traps of the
+//! watchpoints the last bursts armed, as the engine's clock counts them),
+//! so the budget is the engine's whole share of CPU time. A burst takes as
 //! many steps as the credit pays for, at most the configured maximum and at
 //! least [`MIN_STEPS`]: every tick begins a burst, so every tick is a
 //! sample as the user's period asks, and no tick's program time is lost. A
@@ -44,7 +44,7 @@ impl Budget {
     }
 
     /// A tick: the program ran `program_ns` since the previous one, and the
-    /// engine has spent `engine_ns` in all so far (ticks left out). Returns
+    /// engine has spent `engine_ns` in all so far. Returns
     /// the steps the next burst may take, from [`MIN_STEPS`] to `max` (or
     /// `max` if smaller), and whether the budget paid for fewer than that.
     pub fn steps(&mut self, program_ns: f64, engine_ns: u64, max: u32) -> (u32, bool) {

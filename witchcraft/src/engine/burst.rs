@@ -114,9 +114,6 @@ pub struct Burst {
     limit: u32,
     /// The overhead account.
     pub budget: Budget,
-    /// The engine's time in the ticks' own handlers (the sampler's cost
-    /// with or without bursts, outside the bursts' budget).
-    pub ticks_ns: u64,
     /// The instruction the last handler returned to.
     pending_pc: u64,
     picks: [Option<Candidate>; MAX_PICKS],
@@ -134,7 +131,6 @@ impl Burst {
             time_weight: 0.0,
             limit: 0,
             budget: Budget::new(engine.burst.map_or(0.0, |s| s.budget), engine.step_cost_ns),
-            ticks_ns: 0,
             pending_pc: 0,
             picks: [None; MAX_PICKS],
             intercepts: [None; MAX_SLOTS],
@@ -245,7 +241,7 @@ impl ThreadState {
         }
         let b = &mut self.burst;
         let max = engine.burst.map_or(0, |s| s.steps);
-        let spent = self.record.counters.engine_ns.saturating_sub(b.ticks_ns);
+        let spent = self.record.counters.engine_ns;
         let (limit, starved) = b.budget.steps(weight * engine.period as f64, spent, max);
         if starved {
             self.record.counters.bursts_over_budget += 1;

@@ -234,9 +234,7 @@ impl ThreadState {
             Event::Sample => {
                 // SAFETY: forwarded from the caller.
                 unsafe { self.on_sample(engine, uc) };
-                let cost = self.clock.leave(false, engine.signal_cost_ns, entry, task::thread_cpu_ns());
-                self.burst.ticks_ns += cost;
-                cost
+                self.clock.leave(false, engine.signal_cost_ns, entry, task::thread_cpu_ns())
             }
             Event::Trap { slot, flags } => {
                 // SAFETY: forwarded from the caller.
