@@ -45,7 +45,7 @@ pub fn sampler_env(craft: Craft, event: Option<&str>, timed: bool) -> Result<(Sa
     match event {
         None if timed => Ok((SamplerChoice::Software, None)),
         None => Ok((SamplerChoice::Auto, None)),
-        Some(e @ ("task-clock" | "cpu-clock" | "cpu-timer")) => Ok((SamplerChoice::Software, Some(e.to_string()))),
+        Some(e @ ("task-clock" | "cpu-clock" | "cpu-timer" | "user-timer")) => Ok((SamplerChoice::Software, Some(e.to_string()))),
         Some(spec) if timed => {
             bail!("event {spec:?} counts {}s: give -p a count of them, not a time (or -e cpu-timer for a time)", kind_name(kind))
         }

@@ -97,6 +97,7 @@ fn check_dynamic(prog: &Path) -> Result<()> {
 fn list_events(craft: Craft) {
     println!("Sampling events for `witch {}` on this machine:", craft.name());
     println!("  cpu-timer    software  ok     POSIX timer on thread CPU time, at scheduler ticks; the instruction at each sample is decoded (period in ns)");
+    println!("  user-timer   software  ok     like cpu-timer, on the thread's user-mode CPU time only (ticks never land in system calls)");
     println!("  task-clock   software  ok     perf's thread CPU time: any period, but an extra timer interrupt per sample");
     println!("  cpu-clock    software  ok     like task-clock, from the CPU clock");
     for (name, r) in witchcraft::probe::pmu_events() {
