@@ -177,3 +177,11 @@ fn a_thread_idle_at_detach_keeps_its_lent_stack_until_it_runs() {
     let native = prog.run_native_stdin(&["400"], b"w\n");
     assert_eq!((native.code(), native.stdout_str()), (end.code(), end.stdout.clone()), "stderr: {}", end.stderr);
 }
+
+/// A program that raises a signal at itself every few microseconds: an
+/// attach that stops it just as the signal is being delivered (a ptrace
+/// signal-delivery stop) must deliver it, never drop it.
+#[test]
+fn soak_program_raising_signals_at_itself_loses_none() {
+    soak_program("raise_loop", 1);
+}

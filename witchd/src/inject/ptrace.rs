@@ -139,10 +139,35 @@ impl Tracee {
             delivered: Cell::new(false),
             pending: false,
         };
-        if let Err(e) = t.wait_stop(Duration::from_secs(5)) {
-            // SAFETY: as above.
-            unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, 0) };
-            return Err(e);
+        // The interrupt's stop may come after a signal-delivery stop: the
+        // thread was about to take one of the program's signals. Resuming it
+        // with no signal would discard that signal, so it is delivered (the
+        // program's handler runs) and the interrupt's stop follows.
+        let mut stops = 0;
+        loop {
+            match t.wait_stop(Duration::from_secs(5)) {
+                Err(e) => {
+                    // SAFETY: as above.
+                    unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, 0) };
+                    return Err(e);
+                }
+                Ok(0) => break,
+                Ok(sig) if stops < 64 => {
+                    stops += 1;
+                    // SAFETY: resumes our stopped tracee, delivering its own signal.
+                    if unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, sig) } != 0 {
+                        // SAFETY: as above.
+                        unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, sig) };
+                        bail!("cannot resume thread {tid}: {}", std::io::Error::last_os_error());
+                    }
+                    t.stopped.set(false);
+                }
+                Ok(sig) => {
+                    // SAFETY: as above; the signal goes with the detach.
+                    unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, sig) };
+                    bail!("thread {tid} keeps taking signals; not stopped");
+                }
+            }
         }
         t.saved = t.regs()?;
         t.xstate = t.get_xstate()?;
