@@ -57,7 +57,7 @@ impl Budget {
         self.credit_ns = (self.credit_ns + self.fraction * program_ns.max(0.0) - spent).clamp(-2.0 * cap, cap);
         let n = (self.credit_ns / self.step_ns).floor().max(0.0);
         let starved = n < MIN_STEPS as f64;
-        ((n as u32).clamp(MIN_STEPS, max.max(MIN_STEPS)).min(max), starved)
+        ((n as u32).max(MIN_STEPS).min(max), starved)
     }
 
     /// A step cost `cost_ns` (its round trip and handler).
