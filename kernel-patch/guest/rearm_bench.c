@@ -15,9 +15,14 @@
  *             watched address
  *
  * Prints one line per path: "rearm PATH ns=MEDIAN min=MIN max=MAX rounds=R
- * ops=N", the median over R rounds of the mean time of N operations.
- * Absolute numbers under an emulator mean little: compare two kernels by
- * the ratio of their medians on the same machine.
+ * ops=N", the median over R rounds of the mean time of N operations (the
+ * rounds of all paths interleave), and "rearm enabled-per-disabled
+ * ratio=X": the median over rounds of the enabled re-arm's time divided by
+ * the disabled one's of the same round. Absolute numbers under an emulator
+ * mean little: compare two kernels by the ratio of their medians on the
+ * same machine; the disabled re-arm runs the same code in both kernels, so
+ * the enabled-per-disabled ratios of two kernels compare them in units
+ * that do not change with how fast the emulator ran each boot.
  *
  * Usage: rearm_bench [ROUNDS [OPS]]
  */
@@ -179,39 +184,78 @@ static double round_cycle_park(int *fds, long ops)
 	return (now_ns() - t0) / ops;
 }
 
-static void run(const char *name, double (*fn)(int *, long), int disabled,
-		int rounds, long ops)
+struct path {
+	const char *name;
+	double (*fn)(int *fds, long ops);
+	int disabled;
+	long ops;
+	double *t;
+};
+
+/* One timed round of @p on four fresh breakpoints of this thread. */
+static double round_of(struct path *p)
 {
-	double *t = calloc(rounds, sizeof(*t));
 	int fds[SLOTS];
+	double t;
 
 	for (int s = 0; s < SLOTS; s++)
-		fds[s] = open_bp(&buf[s], 8, disabled);
-	fn(fds, ops / 10 + 1);	/* warm up */
-	for (int r = 0; r < rounds; r++)
-		t[r] = fn(fds, ops);
+		fds[s] = open_bp(&buf[s], 8, p->disabled);
+	p->fn(fds, p->ops / 10 + 1);	/* warm up */
+	t = p->fn(fds, p->ops);
 	for (int s = 0; s < SLOTS; s++)
 		close(fds[s]);
-	qsort(t, rounds, sizeof(*t), cmp);
-	printf("rearm %s ns=%.0f min=%.0f max=%.0f rounds=%d ops=%ld\n", name,
-	       t[rounds / 2], t[0], t[rounds - 1], rounds, ops);
-	fflush(stdout);
-	free(t);
+	return t;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, n, sizeof(*v), cmp);
+	return v[n / 2];
 }
 
 int main(int argc, char **argv)
 {
 	int rounds = argc > 1 ? atoi(argv[1]) : 9;
 	long ops = argc > 2 ? atol(argv[2]) : 2000;
+	struct path paths[] = {
+		{ .name = "enabled", .fn = round_enabled, .disabled = 0, .ops = ops },
+		{ .name = "disabled", .fn = round_disabled, .disabled = 1, .ops = ops },
+		{ .name = "reopen", .fn = round_reopen, .disabled = 0, .ops = ops / 4 + 1 },
+		{ .name = "cycle-disable", .fn = round_cycle_disable, .disabled = 0, .ops = ops / 2 + 1 },
+		{ .name = "cycle-park", .fn = round_cycle_park, .disabled = 0, .ops = ops / 2 + 1 },
+	};
+	int n = sizeof(paths) / sizeof(paths[0]);
+	double *per_disabled;
 
 	if (rounds < 1 || ops < 1) {
 		fprintf(stderr, "usage: rearm_bench [ROUNDS [OPS]]\n");
 		return 2;
 	}
-	run("enabled", round_enabled, 0, rounds, ops);
-	run("disabled", round_disabled, 1, rounds, ops);
-	run("reopen", round_reopen, 0, rounds, ops / 4 + 1);
-	run("cycle-disable", round_cycle_disable, 0, rounds, ops / 2 + 1);
-	run("cycle-park", round_cycle_park, 0, rounds, ops / 2 + 1);
+	per_disabled = calloc(rounds, sizeof(*per_disabled));
+	for (int i = 0; i < n; i++)
+		paths[i].t = calloc(rounds, sizeof(double));
+	/*
+	 * Rounds of the paths interleave, so that a change in the machine's
+	 * speed during the run (an emulator sharing a busy host) falls on all
+	 * of them alike; enabled/disabled of the same round are adjacent.
+	 */
+	for (int r = 0; r < rounds; r++) {
+		for (int i = 0; i < n; i++)
+			paths[i].t[r] = round_of(&paths[i]);
+		per_disabled[r] = paths[0].t[r] / paths[1].t[r];
+	}
+	for (int i = 0; i < n; i++) {
+		struct path *p = &paths[i];
+		double med = median(p->t, rounds);
+
+		printf("rearm %s ns=%.0f min=%.0f max=%.0f rounds=%d ops=%ld\n",
+		       p->name, med, p->t[0], p->t[rounds - 1], rounds, p->ops);
+		free(p->t);
+	}
+	/* The enabled re-arm in units of the disabled one, round by round. */
+	printf("rearm enabled-per-disabled ratio=%.3f rounds=%d\n",
+	       median(per_disabled, rounds), rounds);
+	fflush(stdout);
+	free(per_disabled);
 	return 0;
 }
