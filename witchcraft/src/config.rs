@@ -34,6 +34,21 @@ pub const DEFAULT_OVERHEAD_PERCENT: f64 = 3.0;
 pub const MIN_SOFTWARE_PERIOD_NS: u64 = 100_000;
 /// Default PMU period: a prime, as PMU sampling recommends (Witch §4.7).
 pub const DEFAULT_PMU_PERIOD: u64 = 5_000_003;
+/// Shortest PMU sampling period (events: stores, loads, or IBS ops). A PMU
+/// event counts user-mode accesses, the engine's own included: its handler
+/// decodes, unwinds and re-arms (hundreds to thousands of accesses a
+/// sample; decoding a cold 7.6 KB function, tens of thousands), and a
+/// period near that would sample the engine itself, each signal queueing
+/// the next until the signal queue overflows as at `-p 10us`. 100,003 is
+/// the shortest period the Witch paper studied (100K, "Watching for
+/// Software Inefficiencies with Witch", Figure 4.5), kept prime like the
+/// default. A core retires at most about one store (two to three loads)
+/// a cycle, so at 4 GHz samples stay at least 25 µs (10 µs) apart: at or
+/// under perf's default kernel limit, `perf_event_max_sample_rate` =
+/// 100,000 samples/s. A safety floor, not a cheap period: a sample with its
+/// trap costs about 22 µs here (docs/OVERHEAD.md), so near the floor the
+/// engine can take most of a store-bound program's time.
+pub const MIN_PMU_PERIOD: u64 = 100_003;
 /// Default relative precision at which two floating-point values are equal.
 pub const DEFAULT_FP_PRECISION: f64 = 0.01;
 

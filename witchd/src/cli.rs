@@ -181,7 +181,8 @@ pub struct RunArgs {
 
     /// Sampling period: a count in the event's units (stores, loads, or ns of thread CPU time),
     /// or a duration of thread CPU time ("1ms", "250us"), which asks for a time-based sampler;
-    /// software periods below 100us are raised to 100us (shorter ones overflowed the signal queue)
+    /// software periods below 100us are raised to 100us (shorter ones overflowed the signal queue),
+    /// PMU periods below 100003 events to 100003 (shorter ones let the engine sample its own accesses)
     /// [default: engine's]
     #[arg(short = 'p', long, value_name = "PERIOD", value_parser = parse_period)]
     pub period: Option<Period>,
@@ -448,6 +449,23 @@ mod tests {
     #[test]
     fn cli_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// `--help` and the man page state the engine's period floors as they are.
+    #[test]
+    fn help_and_man_page_state_the_period_floors() {
+        use witchcraft::config::{MIN_PMU_PERIOD, MIN_SOFTWARE_PERIOD_NS};
+        let help = Cli::command().find_subcommand_mut("dead").unwrap().render_long_help().to_string();
+        let software = format!("software periods below {0}us are raised to {0}us", MIN_SOFTWARE_PERIOD_NS / 1000);
+        let pmu = format!("PMU periods below {MIN_PMU_PERIOD} events to {MIN_PMU_PERIOD}");
+        let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(flat.contains(&software) && flat.contains(&pmu), "{help}");
+        let dir = std::env::temp_dir().join(format!("witch-man-floors-{}", std::process::id()));
+        crate::cmd::generate::write_man_pages(&dir).unwrap();
+        let page = std::fs::read_to_string(dir.join("witch-dead.1")).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let flat = page.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(flat.contains(&software) && flat.contains(&pmu), "{page}");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! What interrupts a thread to take a sample: the process-wide choice
 //! ([`SamplerKind`]) and each thread's kernel object ([`Sampler`]).
 
-use crate::config::{Config, SamplerChoice, DEFAULT_PMU_PERIOD, DEFAULT_SOFTWARE_PERIOD_NS, MIN_SOFTWARE_PERIOD_NS};
+use crate::config::{Config, SamplerChoice, DEFAULT_PMU_PERIOD, DEFAULT_SOFTWARE_PERIOD_NS, MIN_PMU_PERIOD, MIN_SOFTWARE_PERIOD_NS};
 use crate::profile;
 use crate::sys::perf::{self, Attr, SoftwareClock};
 use crate::sys::pmu::{self, AccessKind, PmuEvent, PmuSampler};
@@ -65,15 +65,7 @@ impl SamplerKind {
         let kind = if cfg.craft == profile::Craft::SilentLoad { AccessKind::Load } else { AccessKind::Store };
         let sysfs = std::path::Path::new(pmu::SYSFS_PMU_ROOT);
         let software = |notes: &mut Vec<String>| {
-            let mut period = cfg.period.unwrap_or(DEFAULT_SOFTWARE_PERIOD_NS);
-            if period < MIN_SOFTWARE_PERIOD_NS {
-                // The command line refuses these; an agent configured by hand
-                // must still never let the signal queue overflow.
-                notes.push(format!(
-                    "a {period} ns software period could overflow the signal queue (SIGIO would kill the program): raised to {MIN_SOFTWARE_PERIOD_NS} ns"
-                ));
-                period = MIN_SOFTWARE_PERIOD_NS;
-            }
+            let period = settle_period(false, cfg.period, notes);
             let kind = match cfg.event.as_deref() {
                 Some("cpu-clock") => SamplerKind::Clock(SoftwareClock::Cpu),
                 Some("task-clock") => SamplerKind::Clock(SoftwareClock::Task),
@@ -99,11 +91,16 @@ impl SamplerKind {
             Some(spec) => pmu::parse_event(sysfs, spec, kind),
             None => pmu::discover(sysfs, kind),
         };
-        let period = cfg.period.unwrap_or(DEFAULT_PMU_PERIOD);
+        // The PMU period's note only if the PMU is what samples.
+        let mut pmu_notes = Vec::new();
+        let period = settle_period(true, cfg.period, &mut pmu_notes);
         // Opening proves the event works here (VMs often export but refuse it).
         let ev = ev.and_then(|e| PmuSampler::open(&e, period).map(|mut s| s.close()).map(|_| e).map_err(String::from));
         match ev {
-            Ok(e) => (SamplerKind::Pmu(e), period),
+            Ok(e) => {
+                notes.append(&mut pmu_notes);
+                (SamplerKind::Pmu(e), period)
+            }
             Err(why) => {
                 let (kind, period) = software(notes);
                 notes.push(format!("no PMU: using {} sampling ({why})", kind.event_name()));
@@ -111,6 +108,26 @@ impl SamplerKind {
             }
         }
     }
+}
+
+/// The period a sampler runs at when `requested` (None: the default) is
+/// asked of a PMU event (`pmu`, a count of events) or a software sampler
+/// (ns of thread CPU time): a period under the sampler's floor is raised to
+/// it, with a note saying so. The command line says so in `--help`; an
+/// agent configured by hand or by the daemon goes through here too, so no
+/// setting can flood the program with signals.
+pub fn settle_period(pmu: bool, requested: Option<u64>, notes: &mut Vec<String>) -> u64 {
+    let (default, floor) = if pmu { (DEFAULT_PMU_PERIOD, MIN_PMU_PERIOD) } else { (DEFAULT_SOFTWARE_PERIOD_NS, MIN_SOFTWARE_PERIOD_NS) };
+    let period = requested.unwrap_or(default);
+    if period >= floor {
+        return period;
+    }
+    notes.push(if pmu {
+        format!("a PMU period of {period} events could make the engine sample its own accesses until the signal queue overflows: raised to {floor}")
+    } else {
+        format!("a {period} ns software period could overflow the signal queue (SIGIO would kill the program): raised to {floor} ns")
+    });
+    floor
 }
 
 /// One thread's sampler: the kernel object that interrupts it.
@@ -235,5 +252,53 @@ impl Sampler {
             *self = Sampler::None;
         }
         self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pmu_periods_under_the_floor_are_raised_with_a_note() {
+        for p in [1, 16, 10_007, MIN_PMU_PERIOD - 1] {
+            let mut notes = Vec::new();
+            assert_eq!(settle_period(true, Some(p), &mut notes), MIN_PMU_PERIOD, "-p {p}");
+            assert_eq!(notes.len(), 1, "{notes:?}");
+            assert!(notes[0].contains(&format!("PMU period of {p} events")) && notes[0].contains("raised to 100003"), "{notes:?}");
+        }
+        for (p, want) in [(Some(MIN_PMU_PERIOD), MIN_PMU_PERIOD), (Some(1_000_003), 1_000_003), (None, DEFAULT_PMU_PERIOD)] {
+            let mut notes = Vec::new();
+            assert_eq!(settle_period(true, p, &mut notes), want);
+            assert!(notes.is_empty(), "{notes:?}");
+        }
+    }
+
+    #[test]
+    fn software_periods_keep_their_own_floor() {
+        let mut notes = Vec::new();
+        // A count that is fine for a PMU is 1 µs for a software sampler.
+        assert_eq!(settle_period(false, Some(1_000), &mut notes), MIN_SOFTWARE_PERIOD_NS);
+        assert!(notes[0].contains("raised to 100000 ns"), "{notes:?}");
+        notes.clear();
+        // 100 µs is far under the PMU floor as a count, but a safe time.
+        assert_eq!(settle_period(false, Some(MIN_SOFTWARE_PERIOD_NS), &mut notes), MIN_SOFTWARE_PERIOD_NS);
+        assert_eq!(settle_period(false, None, &mut notes), DEFAULT_SOFTWARE_PERIOD_NS);
+        assert!(notes.is_empty(), "{notes:?}");
+    }
+
+    #[test]
+    fn a_pmu_that_fails_to_open_leaves_no_pmu_period_note() {
+        // No PMU here (or an event this machine refuses): the software
+        // sampler takes over, and only its own period note may appear.
+        let mut cfg = Config::new(profile::Craft::Dead);
+        cfg.sampler = SamplerChoice::Pmu;
+        cfg.event = Some("cpu/no-such-event-here/".into());
+        cfg.period = Some(200_000);
+        let mut notes = Vec::new();
+        let (kind, period) = SamplerKind::choose(&cfg, &mut notes);
+        assert!(!kind.is_pmu());
+        assert_eq!(period, 200_000);
+        assert!(notes.iter().all(|n| !n.contains("PMU period")), "{notes:?}");
     }
 }
