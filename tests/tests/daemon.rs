@@ -349,10 +349,12 @@ max_bytes = "16KiB"   # a handful of profiles: eviction must happen
 [defaults]
 every = "2s"
 duration = "1s"
+overhead = "1.5%"     # the software sampler's budget, as --overhead
 
 [[watch]]
 exe = "{dead_name}"
 crafts = ["dead"]
+overhead = 2          # a rule's own budget over the defaults'
 
 [[watch]]
 pid = {silent_pid}
@@ -445,6 +447,11 @@ crafts = ["silent-store"]
     rep.note(&format!("<@dw,@dk> fraction {:.3}, rank {:?}", pair.fraction(), pair.best_rank));
     assert_eq!(pair.best_rank, Some(0), "<@dw,@dk> should be the top pair\n{}", rep.dump());
     assert!(pair.fraction() >= 0.9, "@dw stores are all killed by @dk\n{}", rep.dump());
+    // The budgets of the config reached the agents (a software sampler's bursts carry one).
+    let budget_of = |f: &Path| {
+        let p = raw_profile(f);
+        (p["sampler"]["kind"] == "software").then(|| p["sampler"]["overhead_percent"].as_f64())
+    };
     let f_silent = dir.join("silent.json");
     let r = client(&witch, &[], &socket, &["fetch", "--pid", &t_silent.pid().to_string(), "-o", f_silent.to_str().unwrap()]);
     assert!(r.status.success(), "{}", r.describe());
@@ -452,6 +459,11 @@ crafts = ["silent-store"]
     assert_eq!(rep.craft(), "silent-store");
     rep.note("silent");
     assert!(rep.waste_fraction() >= 0.8, "every @ss store after the first round is silent\n{}", rep.dump());
+    for (f, want) in [(&f_dead, 2.0), (&f_silent, 1.5)] {
+        if let Some(got) = budget_of(f) {
+            assert_eq!(got, Some(want), "overhead budget in {}", f.display());
+        }
+    }
     assert_eq!(rep.pair(&silent.file, ss, ss).best_rank, Some(0), "{}", rep.dump());
 
     // pprof over HTTP decodes, with the program's frames in it.
@@ -614,6 +626,16 @@ fn clear_errors() {
     let want = format!("{}:2:13: ", cfg.display());
     assert!(r.stderr_str().contains(&want), "want {want:?}: {}", r.describe());
     assert!(r.stderr_str().contains("not a size"), "{}", r.describe());
+
+    // A bad overhead budget: the same, with what is wanted.
+    std::fs::write(&cfg, "[[watch]]\nexe = \"x\"\noverhead = \"300%\"\n").unwrap();
+    let mut cmd = Command::new(witchd_bin());
+    cmd.arg("--config").arg(&cfg).arg("--check");
+    let r = run_cmd(cmd, None);
+    assert_eq!(r.code(), Some(2), "{}", r.describe());
+    let want = format!("{}:3:12: overhead must be a percentage from 0 to 100", cfg.display());
+    assert!(r.stderr_str().contains(&want), "want {want:?}: {}", r.describe());
+    assert_eq!(r.stderr_str().trim().lines().count(), 1, "{}", r.describe());
 
     // --check accepts a good one.
     std::fs::write(&cfg, "[[watch]]\nexe = \"x\"\nevery = \"1s\"\nduration = \"0.5s\"\n").unwrap();

@@ -219,7 +219,7 @@ pub fn options(p: &Profiling, craft: Craft) -> Options {
         debug_registers: p.debug_registers,
         replacement: p.replacement,
         fp_precision: p.fp_precision,
-        overhead_percent: None,
+        overhead_percent: p.overhead_percent,
     }
 }
 
@@ -323,6 +323,15 @@ mod tests {
     fn rules() -> Vec<Watch> {
         let c = super::super::config::Config::parse("[[watch]]\nexe = \"x\"\nevery = \"1s\"\nduration = \"0.5s\"\n", "t").unwrap();
         c.watch
+    }
+
+    /// A session's options carry the rule's settings to the agent.
+    #[test]
+    fn options_carry_the_rules_settings() {
+        let c = super::super::config::Config::parse("[[watch]]\nexe = \"x\"\nperiod = 200000\noverhead = \"0.5%\"\n", "t").unwrap();
+        let o = options(&c.watch[0].profiling, Craft::SilentStore);
+        assert_eq!((o.craft, o.period, o.overhead_percent), (Craft::SilentStore, Some(200_000), Some(0.5)));
+        assert_eq!(options(&c.defaults, Craft::Dead).overhead_percent, None);
     }
 
     #[test]

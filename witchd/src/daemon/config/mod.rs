@@ -13,6 +13,7 @@
 //! crafts = ["dead", "silent-store"]
 //! every = "5m"                  # one session per target this often...
 //! duration = "10s"              # ...lasting this long
+//! overhead = 3                  # the engine's share of the program's CPU time, percent (as --overhead)
 //!
 //! [[watch]]
 //! exe = "nginx"                 # selectors (all given must match): pid, exe, cgroup
@@ -85,6 +86,9 @@ pub struct Profiling {
     pub debug_registers: Option<u32>,
     pub replacement: Policy,
     pub fp_precision: f64,
+    /// The software sampler's overhead budget, percent of the program's
+    /// CPU time (0: no limit); None: the engine's default, as `--overhead`.
+    pub overhead_percent: Option<f64>,
 }
 
 impl Watch {
@@ -161,6 +165,8 @@ struct ProfilingFile {
     replacement: Option<Policy>,
     #[serde(default, deserialize_with = "precision")]
     fp_precision: Option<f64>,
+    #[serde(default, deserialize_with = "overhead")]
+    overhead: Option<f64>,
 }
 
 // serde's `flatten` cannot be combined with deny_unknown_fields, so a watch
@@ -186,6 +192,8 @@ struct WatchFile {
     replacement: Option<Policy>,
     #[serde(default, deserialize_with = "precision")]
     fp_precision: Option<f64>,
+    #[serde(default, deserialize_with = "overhead")]
+    overhead: Option<f64>,
 }
 
 impl WatchFile {
@@ -199,12 +207,13 @@ impl WatchFile {
             debug_registers: self.debug_registers,
             replacement: self.replacement,
             fp_precision: self.fp_precision,
+            overhead: self.overhead,
         }
     }
 }
 
 mod values;
-use values::{crafts, dur, mode, positive, precision, registers, replacement, size};
+use values::{crafts, dur, mode, overhead, positive, precision, registers, replacement, size};
 pub use values::{parse_duration, parse_size};
 
 // ---------------------------------------------------------------------------
@@ -345,6 +354,7 @@ fn merge(base: &ProfilingFile, over: &ProfilingFile) -> Profiling {
         debug_registers: over.debug_registers.or(base.debug_registers),
         replacement: over.replacement.or(base.replacement).unwrap_or(Policy::Reservoir),
         fp_precision: over.fp_precision.or(base.fp_precision).unwrap_or(0.01),
+        overhead_percent: over.overhead.or(base.overhead),
     }
 }
 
@@ -449,6 +459,27 @@ period = 1000000
         assert!(err("http = \"localhost\"").contains("not an address"));
         assert!(err("[[watch]]\npid = 1\ndebug_registers = 5\n").contains("1 to 4"));
         assert!(!err("[store\n").is_empty());
+    }
+
+    #[test]
+    fn overhead_as_on_the_command_line() {
+        let c = Config::parse(
+            "[defaults]\noverhead = \"1.5%\"\n[[watch]]\npid = 1\n[[watch]]\npid = 2\noverhead = 0\n[[watch]]\npid = 3\noverhead = 10\n",
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(c.defaults.overhead_percent, Some(1.5));
+        let budgets: Vec<_> = c.watch.iter().map(|w| w.profiling.overhead_percent).collect();
+        assert_eq!(budgets, [Some(1.5), Some(0.0), Some(10.0)]);
+        // Unset: the engine's default (None), as without --overhead.
+        assert_eq!(Config::parse("", "t").unwrap().defaults.overhead_percent, None);
+        for bad in ["-1", "101", "\"lots\"", "\"200%\"", "nan", "inf", "true"] {
+            let e = err(&format!("[[watch]]\npid = 1\noverhead = {bad}\n"));
+            assert!(e.starts_with("w.toml:3:12: "), "{bad}: {e}");
+            assert!(e.contains("overhead must be a percentage from 0 to 100"), "{bad}: {e}");
+            assert_eq!(e.lines().count(), 1, "{bad}: {e}");
+        }
+        assert!(err("[defaults]\noverhead = 200\n").starts_with("w.toml:2:12: "));
     }
 
     #[test]

@@ -111,3 +111,15 @@ pub(super) fn precision<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, 
         Err(serde::de::Error::custom("fp_precision must be at least 0 and below 1 (0.01 means 1%)"))
     }
 }
+
+/// `overhead`: a percentage from 0 to 100, as `--overhead` takes it (a
+/// number, or a string such as "0.5%").
+pub(super) fn overhead<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let v = match StrOrNum::deserialize(d) {
+        Ok(StrOrNum::Str(s)) => witchcraft::config::parse_percent(&s),
+        Ok(StrOrNum::Int(n)) => witchcraft::config::parse_percent(&n.to_string()),
+        Ok(StrOrNum::Float(f)) => Some(f).filter(|f| (0.0..=100.0).contains(f)),
+        Err(_) => None,
+    };
+    v.map(Some).ok_or_else(|| serde::de::Error::custom("overhead must be a percentage from 0 to 100 (0: no limit), such as 3 or \"0.5%\""))
+}
