@@ -47,6 +47,10 @@ CASES = [
     ("half_dead", "tests/programs/half_dead.c", "dead", ["@first", "@second"], ["64", "3"], []),
     ("tiny_silent", "tests/programs/tiny_silent.c", "silent-store", ["@store"], ["32", "4"], ["65536", "15000"]),
     ("tiny_silent", "tests/programs/tiny_silent.c", "silent-load", ["@load"], ["32", "4"], ["65536", "15000"]),
+    # Half the stored bytes by one `rep stosb` per round (fast strings: one
+    # quick instruction, thousands of accesses), half by a loop: where time
+    # and counts part most.
+    ("rep_vs_loop", "benches/rep_vs_loop.c", "dead", ["@rep", "@loop"], (["4096", "3"], ["4096", "4"]), ["4096", "2000000"]),
 ]
 # The kernel workloads of benches/workloads.py, all three crafts. The exact
 # mode is too slow for their full runs, so both sides measure the steady
