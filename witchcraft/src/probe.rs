@@ -8,6 +8,7 @@
 use std::path::Path;
 
 use crate::sys::perf::{self, Attr, BpType, SoftwareClock};
+use crate::sys::siginfo::{self, Origin};
 use crate::sys::watchpoint::KernelCaps;
 
 use crate::sys::pmu::{self, AccessKind, PmuEvent, PmuSampler};
@@ -162,35 +163,43 @@ fn try_open(ev: &PmuEvent) -> Result<u8, String> {
     }
 }
 
-/// Steps left in [`single_step_ns`]'s measurement.
-static STEPS_LEFT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-
-extern "C" fn on_step(_: i32, _: *mut libc::siginfo_t, uc: *mut libc::c_void) {
-    use std::sync::atomic::Ordering;
+extern "C" fn on_step(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    use crate::engine::calibrate;
     let uc = uc as *mut libc::ucontext_t;
-    // SAFETY: the kernel passed `uc` to this SA_SIGINFO handler; only this
-    // thread runs the measurement, and the handler is installed only for it.
-    let efl = unsafe { &mut (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] };
-    let left = STEPS_LEFT.load(Ordering::Relaxed);
-    if left > 0 {
-        STEPS_LEFT.store(left - 1, Ordering::Relaxed);
-        *efl |= 0x100;
-    } else {
-        *efl &= !0x100;
+    // SAFETY: the kernel passed `info` and `uc` to this SA_SIGINFO handler;
+    // only this thread runs the measurement, and the handler is installed
+    // only for it.
+    let (origin, efl) = unsafe { (siginfo::origin(sig, info), &mut (*uc).uc_mcontext.gregs[libc::REG_EFL as usize]) };
+    match origin {
+        Origin::Step => calibrate::on_step(efl),
+        // The `raise` that starts the measurement.
+        _ => calibrate::start_stepping(efl),
     }
 }
 
 /// What one single step costs this thread (its SIGTRAP round trip and a
 /// minimal handler), in ns of CPU time: the cost of the software sampler's
-/// bursts. Measured as the agent does at start-up, with a SIGTRAP handler
+/// bursts. Measured as the agent does at start-up
+/// ([`crate::engine::calibrate::measure_steps`]), with a SIGTRAP handler
 /// of its own installed for the measurement and restored after it (only
 /// for `witch doctor`, never inside a profiled program). None if stepping
 /// does not work here.
 pub fn single_step_ns() -> Option<u64> {
-    use std::sync::atomic::Ordering;
-    const STEPS: u32 = 200;
-    // SAFETY: a process-wide handler swap; witch's own process runs this
-    // from its main thread before anything else handles SIGTRAP.
+    const STEPS: u64 = 200;
+    let (ns, stepped) = step_this_thread(STEPS)?;
+    (stepped >= STEPS / 2).then(|| ns / stepped)
+}
+
+/// [`crate::engine::calibrate::measure_steps`] with a SIGTRAP handler of
+/// our own for the while: the CPU time and the steps taken.
+fn step_this_thread(steps: u64) -> Option<(u64, u64)> {
+    // One measurement at a time in this process: the handler and the step
+    // count are process-wide.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: a process-wide handler swap, restored before returning;
+    // witch's own process runs this from its main thread before anything
+    // else handles SIGTRAP, and the lock keeps two from overlapping.
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = on_step as *const () as usize;
@@ -199,22 +208,17 @@ pub fn single_step_ns() -> Option<u64> {
         if libc::sigaction(libc::SIGTRAP, &sa, &mut old) != 0 {
             return None;
         }
-        STEPS_LEFT.store(STEPS, Ordering::Relaxed);
-        let t0 = crate::sys::task::thread_cpu_ns();
-        libc::raise(libc::SIGTRAP);
-        let mut spin = 0u64;
-        while STEPS_LEFT.load(Ordering::Relaxed) > 0 && spin < 10_000_000 {
-            spin = std::hint::black_box(spin + 1);
-        }
-        let t1 = crate::sys::task::thread_cpu_ns();
-        let stepped = STEPS - STEPS_LEFT.swap(0, Ordering::Relaxed);
-        // The trap flag is cleared by the step after the count ran out.
+        let measured = crate::engine::calibrate::measure_steps(steps, || {
+            libc::raise(libc::SIGTRAP);
+        });
+        // The last step clears the trap flag; a few instructions more
+        // before the handler goes, in case a stalled step is still due.
         let mut spin = 0u64;
         while spin < 100 {
             spin = std::hint::black_box(spin + 1);
         }
         libc::sigaction(libc::SIGTRAP, &old, std::ptr::null_mut());
-        (stepped >= STEPS / 2).then(|| (t1 - t0) / stepped as u64)
+        Some(measured)
     }
 }
 
@@ -477,6 +481,20 @@ pub fn checks() -> Vec<Check> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The single-step measurement `witch doctor` and the agent share takes
+    /// exactly the steps asked for, each costing some CPU time, and leaves
+    /// the trap flag clear (else this test process would die of SIGTRAP).
+    #[test]
+    fn single_steps_are_counted_exactly() {
+        for steps in [1, 64, 200] {
+            let (ns, stepped) = step_this_thread(steps).expect("sigaction");
+            assert_eq!(stepped, steps, "{steps} steps asked");
+            assert!(ns >= stepped, "{ns} ns for {stepped} steps");
+        }
+        let ns = single_step_ns().expect("single steps work here");
+        assert!((100..10_000_000).contains(&ns), "a step costs {ns} ns");
+    }
 
     #[test]
     fn debug_register_count() {

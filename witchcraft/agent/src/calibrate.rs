@@ -2,9 +2,11 @@
 //! round trip and of one single step outside the handlers' own code
 //! (exception entry, signal delivery and sigreturn; in a VM, the
 //! hypervisor's part too). The engine's time accounting subtracts them
-//! (`witchcraft::engine::clock`).
+//! (`witchcraft::engine::clock`). The single step is measured by
+//! `witchcraft::engine::calibrate`, as `witch doctor` measures it.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use witchcraft::engine::calibrate::{self as steps, measure_steps};
 use witchcraft::engine::Costs;
 use witchcraft::sys::perf::{self, Attr, BpType};
 use witchcraft::sys::siginfo::{self, sampler_signal, Origin};
@@ -12,11 +14,7 @@ use witchcraft::sys::task::{self, thread_cpu_ns};
 
 static RUNNING: AtomicBool = AtomicBool::new(false);
 static HITS: AtomicU64 = AtomicU64::new(0);
-/// Steps left in the step calibration (0: not stepping).
-static STEPS_LEFT: AtomicU64 = AtomicU64::new(0);
 const TAG: u64 = 0xfe;
-/// The trap flag in EFLAGS.
-const TF: i64 = 0x100;
 
 /// Is a calibration running (its signals are its own)?
 pub fn running() -> bool {
@@ -29,22 +27,14 @@ pub fn on_signal(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t
     let origin = unsafe { siginfo::origin(sig, info) };
     // SAFETY: `uc` is the kernel's context for this signal; only its flags are changed.
     let efl = unsafe { &mut (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] };
-    let stepping = STEPS_LEFT.load(Ordering::Relaxed) > 0;
     let ours = match origin {
         Origin::Perf { data, .. } => data == siginfo::TAG | TAG,
-        Origin::Step if stepping => {
-            // One instruction ran; step the next, or stop.
-            if STEPS_LEFT.fetch_sub(1, Ordering::Relaxed) > 1 {
-                *efl |= TF;
-            } else {
-                *efl &= !TF;
-            }
+        Origin::Step if steps::stepping() => {
+            steps::on_step(efl);
             true
         }
         _ if sig == sampler_signal() => {
-            if stepping {
-                *efl |= TF;
-            }
+            steps::start_stepping(efl);
             true
         }
         _ => false,
@@ -93,18 +83,11 @@ pub fn calibrate(sigtrap: bool) -> Costs {
     let signal_ns = (t1 - t0) / HITS.load(Ordering::Relaxed).max(1);
     // Single steps: the sampler's signal sets the trap flag, then each step
     // of a busy loop is one SIGTRAP with TRAP_TRACE.
-    const STEPS: u64 = 64;
     HITS.store(0, Ordering::Relaxed);
-    STEPS_LEFT.store(STEPS, Ordering::Relaxed);
-    let t0 = thread_cpu_ns();
-    task::tgkill(task::gettid(), sampler_signal());
-    let mut spin = 0u64;
-    while STEPS_LEFT.load(Ordering::Relaxed) > 0 && spin < 1_000_000 {
-        spin = std::hint::black_box(spin + 1);
-    }
-    let t1 = thread_cpu_ns();
-    let stepped = STEPS - STEPS_LEFT.swap(0, Ordering::Relaxed);
-    let step_ns = (t1 - t0).saturating_sub(signal_ns).checked_div(stepped).unwrap_or(0);
+    let (ns, stepped) = measure_steps(64, || {
+        task::tgkill(task::gettid(), sampler_signal());
+    });
+    let step_ns = ns.saturating_sub(signal_ns).checked_div(stepped).unwrap_or(0);
     RUNNING.store(false, Ordering::Release);
     drop(cell);
     Costs { trap_ns, signal_ns, step_ns, ns_per_cycle: task::ns_per_cycle(500_000) }

@@ -10,6 +10,7 @@
 
 pub mod budget;
 pub mod burst;
+pub mod calibrate;
 pub mod clock;
 pub mod sample;
 pub mod sampler;
