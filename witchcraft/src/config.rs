@@ -22,6 +22,9 @@ pub const DEFAULT_BURST_STEPS: u32 = 64;
 /// Default accesses picked per burst: two samples per tick for about the
 /// cost of one plus its trap (docs/ACCURACY.md compares one, two and four).
 pub const DEFAULT_BURST_PICKS: u32 = 2;
+/// Whether a burst picks its accesses in proportion to their bytes by
+/// default (otherwise each access alike; docs/ACCURACY.md compares them).
+pub const DEFAULT_BURST_PICK_BYTES: bool = false;
 /// Default overhead budget of the software sampler's bursts: the engine's
 /// own share of the program's CPU time, in percent.
 pub const DEFAULT_OVERHEAD_PERCENT: f64 = 3.0;
@@ -89,6 +92,7 @@ pub mod keys {
     pub const BURST: &str = "WITCH_BURST";
     pub const BURST_WEIGHT: &str = "WITCH_BURST_WEIGHT";
     pub const BURST_PICKS: &str = "WITCH_BURST_PICKS";
+    pub const BURST_PICK: &str = "WITCH_BURST_PICK";
     pub const OVERHEAD: &str = "WITCH_OVERHEAD";
     pub const ONLY_PID: &str = "WITCH_ONLY_PID";
     pub const EXE: &str = "WITCH_EXE";
@@ -118,6 +122,9 @@ pub struct Config {
     pub burst_weight_per_burst: bool,
     /// Accesses picked per burst; None: the default.
     pub burst_picks: Option<u32>,
+    /// How a burst picks among its accesses: true, in proportion to their
+    /// bytes; false, each access alike; None: the default.
+    pub burst_pick_bytes: Option<bool>,
     /// Overhead budget of bursts, percent of program CPU time (0: no
     /// limit); None: the default.
     pub overhead_percent: Option<f64>,
@@ -148,6 +155,7 @@ impl Config {
             burst_steps: None,
             burst_weight_per_burst: false,
             burst_picks: None,
+            burst_pick_bytes: None,
             overhead_percent: None,
             only_pid: None,
             exe_names: Vec::new(),
@@ -171,6 +179,7 @@ impl Config {
         self.burst_steps = get(keys::BURST).and_then(|v| v.parse::<u64>().ok()).map(|n| n.min(1 << 20) as u32);
         self.burst_weight_per_burst = get(keys::BURST_WEIGHT).as_deref() == Some("one");
         self.burst_picks = get(keys::BURST_PICKS).and_then(|v| v.parse::<u32>().ok()).map(|n| n.clamp(1, 4));
+        self.burst_pick_bytes = get(keys::BURST_PICK).and_then(|v| pick_by_bytes(&v));
         if self.overhead_percent.is_none() {
             self.overhead_percent = get(keys::OVERHEAD).and_then(|v| parse_percent(&v));
         }
@@ -211,6 +220,9 @@ impl Config {
         }
         if let Some(n) = self.burst_picks {
             v.push((keys::BURST_PICKS, n.to_string()));
+        }
+        if let Some(b) = self.burst_pick_bytes {
+            v.push((keys::BURST_PICK, if b { "byte" } else { "access" }.into()));
         }
         if let Some(p) = self.overhead_percent {
             v.push((keys::OVERHEAD, p.to_string()));
@@ -275,12 +287,22 @@ impl Config {
             burst_steps: num(keys::BURST)?.map(|n| n.min(1 << 20) as u32),
             burst_weight_per_burst: get(keys::BURST_WEIGHT).as_deref() == Some("one"),
             burst_picks: num(keys::BURST_PICKS)?.map(|n| n.clamp(1, 4) as u32),
+            burst_pick_bytes: get(keys::BURST_PICK).and_then(|v| pick_by_bytes(&v)),
             overhead_percent: get(keys::OVERHEAD)
                 .map(|v| parse_percent(&v).ok_or(format!("{}: bad percentage {v:?}", keys::OVERHEAD)))
                 .transpose()?,
             only_pid: num(keys::ONLY_PID)?.map(|p| p as u32),
             exe_names: get(keys::EXE).map(|v| v.split(':').filter(|n| !n.is_empty()).map(str::to_string).collect()).unwrap_or_default(),
         }))
+    }
+}
+
+/// `WITCH_BURST_PICK`: "byte" (in proportion to bytes) or "access".
+fn pick_by_bytes(v: &str) -> Option<bool> {
+    match v {
+        "byte" | "bytes" => Some(true),
+        "access" | "accesses" => Some(false),
+        _ => None,
     }
 }
 
@@ -324,6 +346,7 @@ mod tests {
         c.burst_steps = Some(16);
         c.burst_weight_per_burst = true;
         c.burst_picks = Some(2);
+        c.burst_pick_bytes = Some(false);
         c.only_pid = Some(4242);
         c.exe_names = vec!["app".into(), "helper".into()];
         let back = Config::from_lines(&c.to_lines()).unwrap().unwrap();

@@ -3,7 +3,7 @@
 
 use crate::calibrate;
 use crate::state::AGENT;
-use witchcraft::config::{Config, DEFAULT_BURST_PICKS, DEFAULT_BURST_STEPS, DEFAULT_OVERHEAD_PERCENT, DEFAULT_SOFTWARE_PERIOD_NS};
+use witchcraft::config::{Config, DEFAULT_BURST_PICKS, DEFAULT_BURST_PICK_BYTES, DEFAULT_BURST_STEPS, DEFAULT_OVERHEAD_PERCENT, DEFAULT_SOFTWARE_PERIOD_NS};
 use witchcraft::engine::{BurstSettings, Engine, SamplerKind};
 use witchcraft::modules;
 use witchcraft::sys::procfs;
@@ -48,6 +48,7 @@ pub fn make_engine(cfg: Config, install: fn()) -> Engine {
             steps: steps.unwrap_or(DEFAULT_BURST_STEPS),
             weight_per_burst: cfg.burst_weight_per_burst,
             picks: cfg.burst_picks.unwrap_or(DEFAULT_BURST_PICKS),
+            by_bytes: cfg.burst_pick_bytes.unwrap_or(DEFAULT_BURST_PICK_BYTES),
             budget: cfg.overhead_percent.unwrap_or(DEFAULT_OVERHEAD_PERCENT) / 100.0,
         }),
     };

@@ -51,7 +51,7 @@ pub const MAX_PICKS: usize = 4;
 const TF: i64 = 0x100;
 
 /// How bursts are sized (process-wide).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct BurstSettings {
     /// Instructions stepped per burst at most.
     pub steps: u32,
@@ -60,6 +60,10 @@ pub struct BurstSettings {
     pub picks: u32,
     /// Experimental: weigh each burst's sample 1 instead of K.
     pub weight_per_burst: bool,
+    /// Pick accesses in proportion to their bytes (each pick then stands
+    /// for B/m of the burst's B bytes), instead of each access alike (each
+    /// pick stands for K/m of its K accesses).
+    pub by_bytes: bool,
     /// Share of the program's CPU time the engine may spend (0: no limit);
     /// each burst takes the steps it pays for, at most `steps` (see
     /// [`super::budget`]).
@@ -69,6 +73,10 @@ pub struct BurstSettings {
 /// The picked access and what became of it.
 #[derive(Clone, Copy, Debug, Default)]
 struct Candidate {
+    /// Which of the burst's accesses it is (1 for the first).
+    id: u64,
+    /// Its bytes.
+    len: u64,
     /// C_watch
     ctx: u32,
     /// The watched piece (as a debug register would watch it).
@@ -108,6 +116,8 @@ pub struct Burst {
     steps_at_tick: u32,
     /// Accesses of the craft's kind executed so far: K.
     seen: u64,
+    /// Their bytes: B.
+    bytes: u64,
     /// The program-time weight of the tick that began the burst.
     time_weight: f64,
     /// Steps this burst may take.
@@ -128,6 +138,7 @@ impl Burst {
             steps: 0,
             steps_at_tick: 0,
             seen: 0,
+            bytes: 0,
             time_weight: 0.0,
             limit: 0,
             budget: Budget::new(engine.burst.map_or(0.0, |s| s.budget), engine.step_cost_ns),
@@ -178,6 +189,27 @@ unsafe fn set_trap_flag(uc: *mut libc::ucontext_t, on: bool) {
     } else {
         *efl &= !TF;
     }
+}
+
+/// Which of the `m` reservoirs take the access just counted, the `seen`th
+/// of the burst, of `len` bytes (`bytes`: the bytes counted so far, its
+/// own included). By access: one reservoir of `m` without replacement, so
+/// each of the K accesses ends in it with probability m/K. By bytes: `m`
+/// reservoirs of one, each ending with an access with probability its
+/// bytes over the burst's B (two may hold the same access).
+fn reservoirs_taking(rng: &mut SmallRng, by_bytes: bool, m: u64, seen: u64, bytes: u64, len: u64) -> [bool; MAX_PICKS] {
+    let mut slots = [false; MAX_PICKS];
+    if by_bytes {
+        for slot in slots.iter_mut().take(m as usize) {
+            *slot = rng.random_range(0..bytes) < len;
+        }
+    } else {
+        let k = if seen <= m { seen - 1 } else { rng.random_range(0..seen) };
+        if k < m {
+            slots[k as usize] = true;
+        }
+    }
+    slots
 }
 
 /// Does access `a` make a debug register of type `ty` on [addr, addr+len) fire?
@@ -251,6 +283,7 @@ impl ThreadState {
         b.steps = 0;
         b.steps_at_tick = 0;
         b.seen = 0;
+        b.bytes = 0;
         b.time_weight = weight;
         b.picks = [None; MAX_PICKS];
         b.intercepts = [None; MAX_SLOTS];
@@ -338,19 +371,24 @@ impl ThreadState {
                 self.settle(k, v, trap_ctx);
             }
         }
-        // Count, and pick: a reservoir of `picks` over the accesses seen.
-        let m = engine.burst.map_or(1, |s| s.picks).clamp(1, MAX_PICKS as u32) as u64;
+        // Count, and pick: a reservoir of `picks` over the accesses seen
+        // (each access alike), or `picks` reservoirs of one, each holding an
+        // access with probability its bytes over the bytes seen.
+        let settings = engine.burst.unwrap_or_default();
+        let m = settings.picks.clamp(1, MAX_PICKS as u32) as u64;
         for a in d.accesses().iter().copied() {
             if !engine.craft.samples(&a) || self.is_engine_memory(a.addr) {
                 continue;
             }
             let b = &mut self.burst;
+            let len = u64::from(a.len.max(1));
             b.seen += 1;
-            let seen = b.seen;
-            let k = if seen <= m { seen - 1 } else { b.rng.random_range(0..seen) };
-            if k >= m {
+            b.bytes += len;
+            let slots = reservoirs_taking(&mut b.rng, settings.by_bytes, m, b.seen, b.bytes, len);
+            if !slots.contains(&true) {
                 continue;
             }
+            let id = b.seen;
             let ctx = self.context_at(map, regs, pc);
             let pick = self.burst.rng.random::<u64>();
             let (waddr, wlen) = watch_piece(a.addr, a.len, pick);
@@ -363,7 +401,10 @@ impl ThreadState {
                     watched.value_len = n;
                 }
             }
-            self.burst.picks[k as usize] = Some(Candidate { ctx, waddr, wlen, watched, snapshot_after, ..Default::default() });
+            let c = Candidate { id, len, ctx, waddr, wlen, watched, snapshot_after, ..Default::default() };
+            for (k, _) in slots.iter().enumerate().filter(|(_, &on)| on) {
+                self.burst.picks[k] = Some(c);
+            }
         }
         true
     }
@@ -442,15 +483,33 @@ impl ThreadState {
                 perf::enable(self.watch.slots[i].bp.fd());
             }
         }
-        // Each pick stands for K/m of the K accesses stepped (m picks).
+        // Each pick stands for K/m of the K accesses stepped (m picks), or,
+        // picked by bytes, for B/m of their B bytes: its weight in accesses
+        // is then B/(m len), so that its verdict's bytes (len) make B/m.
         let m = b.picks.iter().flatten().count();
         if m == 0 {
             return;
         }
-        let per_burst = engine.burst.is_some_and(|s| s.weight_per_burst);
-        let weight = if per_burst { b.time_weight / m as f64 } else { b.seen as f64 / m as f64 * b.time_weight };
+        let settings = engine.burst.unwrap_or_default();
+        let (seen, bytes, time_weight) = (b.seen as f64, b.bytes as f64, b.time_weight);
+        let weight_of = |c: &Candidate| {
+            if settings.weight_per_burst {
+                time_weight / m as f64
+            } else if settings.by_bytes {
+                bytes / (m as f64 * c.len.max(1) as f64) * time_weight
+            } else {
+                seen / m as f64 * time_weight
+            }
+        };
         let picks = std::mem::replace(&mut b.picks, [None; MAX_PICKS]);
-        for c in picks.into_iter().flatten() {
+        // Reservoirs that hold the same access make one sample of their
+        // summed weight (one debug register, one verdict).
+        for k in 0..MAX_PICKS {
+            let Some(c) = picks[k] else { continue };
+            if picks[..k].iter().flatten().any(|p| p.id == c.id) {
+                continue;
+            }
+            let weight: f64 = picks[k..].iter().flatten().filter(|p| p.id == c.id).map(weight_of).sum();
             self.settle_pick(engine, c, weight);
         }
     }
@@ -472,5 +531,56 @@ impl ThreadState {
         }
         let Some(i) = self.claim_slot() else { return };
         self.arm_slot(i, c.waddr, c.wlen, c.ctx, c.watched, None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Run the reservoirs over one burst's accesses of `lens` bytes, many
+    /// times: how often each access ends in reservoir 0, and in any.
+    fn ends(by_bytes: bool, m: u64, lens: &[u64], trials: u32) -> (Vec<f64>, Vec<f64>) {
+        let mut rng = SmallRng::seed_from_u64(7);
+        let (mut first, mut any) = (vec![0.0; lens.len()], vec![0.0; lens.len()]);
+        for _ in 0..trials {
+            let mut held = [usize::MAX; MAX_PICKS];
+            let mut bytes = 0;
+            for (i, &len) in lens.iter().enumerate() {
+                bytes += len;
+                for (k, on) in reservoirs_taking(&mut rng, by_bytes, m, i as u64 + 1, bytes, len).into_iter().enumerate() {
+                    if on {
+                        held[k] = i;
+                    }
+                }
+            }
+            first[held[0]] += 1.0 / trials as f64;
+            for i in 0..lens.len() {
+                if held[..m as usize].contains(&i) {
+                    any[i] += 1.0 / trials as f64;
+                }
+            }
+        }
+        (first, any)
+    }
+
+    #[test]
+    fn by_bytes_each_reservoir_holds_an_access_in_proportion_to_its_bytes() {
+        let lens = [1, 8, 1, 32, 4, 8, 1, 9];
+        let total: u64 = lens.iter().sum();
+        let (first, _) = ends(true, 2, &lens, 200_000);
+        for (i, &len) in lens.iter().enumerate() {
+            let want = len as f64 / total as f64;
+            assert!((first[i] - want).abs() < 0.005, "access {i}: {} vs {want}", first[i]);
+        }
+    }
+
+    #[test]
+    fn by_access_each_access_ends_in_the_reservoir_alike() {
+        let lens = [1, 8, 1, 32, 4, 8, 1, 9];
+        let (_, any) = ends(false, 2, &lens, 200_000);
+        for (i, p) in any.iter().enumerate() {
+            assert!((p - 2.0 / 8.0).abs() < 0.005, "access {i}: {p}");
+        }
     }
 }
