@@ -3,7 +3,9 @@
 
 use crate::calibrate;
 use crate::state::AGENT;
-use witchcraft::config::{Config, DEFAULT_BURST_PICKS, DEFAULT_BURST_PICK_BYTES, DEFAULT_BURST_STEPS, DEFAULT_OVERHEAD_PERCENT, DEFAULT_SOFTWARE_PERIOD_NS};
+use witchcraft::config::{
+    Config, DEFAULT_BURST_PICKS, DEFAULT_BURST_PICK_BYTES, DEFAULT_BURST_STEPS, DEFAULT_OVERHEAD_PERCENT, DEFAULT_SOFTWARE_PERIOD_NS,
+};
 use witchcraft::engine::{BurstSettings, Engine, SamplerKind};
 use witchcraft::modules;
 use witchcraft::sys::procfs;

@@ -555,9 +555,9 @@ mod tests {
                 }
             }
             first[held[0]] += 1.0 / trials as f64;
-            for i in 0..lens.len() {
+            for (i, p) in any.iter_mut().enumerate() {
                 if held[..m as usize].contains(&i) {
-                    any[i] += 1.0 / trials as f64;
+                    *p += 1.0 / trials as f64;
                 }
             }
         }
