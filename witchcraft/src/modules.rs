@@ -3,15 +3,28 @@
 //! For each executable mapping we keep its path, build-id and load bias (for
 //! the profile's module map), its function start addresses (to decode
 //! forward to a trap's precise PC), and framehop unwind data. The whole map
-//! is rebuilt after `dlopen` and published through an atomic pointer; old
-//! maps are leaked on purpose because a handler may still be reading them.
+//! is rebuilt after `dlopen` and published through an atomic pointer; a map
+//! that was replaced is kept ("retired") while a handler may still be
+//! reading it.
+//!
+//! Unwind data and code are read in place, in the module's own mapping, so
+//! a map must never describe a module that is no longer mapped. Modules
+//! loaded after the first map ("transient" ones, which `dlclose` may
+//! unload) are therefore withdrawn before any unload: [`begin_unload`]
+//! publishes the map without them (the caller then waits until no handler
+//! can still read the previous map, and unloads); after [`end_unload`] the
+//! next [`refresh`] brings back those still loaded. A map built while an
+//! unload was under way is published without its transient modules. Each
+//! module is parsed once, from its file: rebuilding a map reuses the
+//! modules that are still mapped where they were.
 
 use crate::profile;
 use crate::sys::procfs::{self, Mapping};
 use framehop::x86_64::UnwinderX86_64;
 use framehop::{ExplicitModuleSectionInfo, MustNotAllocateDuringUnwind, Unwinder};
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 pub type Unwind = UnwinderX86_64<Mapped, MustNotAllocateDuringUnwind>;
 
@@ -84,10 +97,15 @@ pub struct Module {
     pub bias: u64,
     /// Sorted runtime addresses where functions start (symbols and FDEs).
     pub func_starts: Vec<u64>,
+    /// Loaded after the first map was built: `dlclose` may unload it.
+    pub transient: bool,
+    unwind: framehop::Module<Mapped>,
+    /// What identifies the mapping (the same file, mapped at the same place).
+    key: (u64, u64, u64, u64),
 }
 
 pub struct ProcessMap {
-    pub modules: Vec<Module>,
+    pub modules: Vec<Arc<Module>>,
     pub unwinder: Unwind,
     /// The agent's executable mapping, left out of `modules`.
     pub own: (u64, u64),
@@ -99,16 +117,20 @@ pub static STALE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool:
 static CURRENT: AtomicPtr<ProcessMap> = AtomicPtr::new(std::ptr::null_mut());
 
 /// The current map, if built. Safe in signal handlers.
+///
+/// A SeqCst load: a handler announces itself (a SeqCst write) before it
+/// loads the map, and whoever replaces the map (a SeqCst swap) and then
+/// sees no handler announced knows no handler holds the old one.
 pub fn current() -> Option<&'static ProcessMap> {
-    let p = CURRENT.load(Ordering::Acquire);
+    let p = CURRENT.load(Ordering::SeqCst);
     if p.is_null() {
         None
     } else {
         // SAFETY: CURRENT holds null or a leaked Box<ProcessMap>, published
-        // with Release after it was built and never written again; a map
-        // replaced by `refresh` is kept in RETIRED, and only `reclaim` frees
-        // maps, when (its contract) no handler can be reading one. An atomic
-        // load: async-signal-safe.
+        // after it was built and never written again; a map replaced by
+        // `publish` is kept in RETIRED, and only `reclaim` and
+        // `reclaim_retired` free maps, when (their contracts) no handler can
+        // be reading one. An atomic load: async-signal-safe.
         Some(unsafe { &*p })
     }
 }
@@ -121,41 +143,139 @@ pub fn set_own_address(a: u64) {
     OWN.store(a, Ordering::Relaxed);
 }
 
+/// Who may publish a map, and whether unloads are under way.
+struct Publishing {
+    /// `begin_unload` calls not yet ended by `end_unload`.
+    unloading: usize,
+    /// `begin_unload` calls so far.
+    unloads: u64,
+}
+
+static PUBLISHING: Mutex<Publishing> = Mutex::new(Publishing { unloading: 0, unloads: 0 });
+
+fn publishing() -> MutexGuard<'static, Publishing> {
+    PUBLISHING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Make `map` current (the caller holds PUBLISHING); the one it replaces is
+/// retired.
+fn publish(_: &mut Publishing, map: ProcessMap) {
+    let old = CURRENT.swap(Box::into_raw(Box::new(map)), Ordering::SeqCst);
+    // A handler may still be reading the old map: keep it until `reclaim`
+    // or `reclaim_retired`.
+    if !old.is_null() {
+        RETIRED.lock().unwrap_or_else(|e| e.into_inner()).push(old as usize);
+    }
+}
+
 /// Rebuild from /proc/self/maps and publish. Not for signal handlers.
 pub fn refresh() {
+    let unloads = publishing().unloads;
     // Unreadable now (the program lowered its descriptor limit, say): the
     // map we have beats an empty one.
     let Ok(maps) = procfs::read_maps_text(None) else { return };
     let own = OWN.load(Ordering::Relaxed);
-    let map = Box::new(build(&maps, (own != 0).then_some(own)));
-    let old = CURRENT.swap(Box::into_raw(map), Ordering::AcqRel);
-    // A handler may still be reading the old map: keep it until `reclaim`.
-    if !old.is_null() {
-        if let Ok(mut r) = RETIRED.lock() {
-            r.push(old as usize);
-        }
+    let map = build(&maps, (own != 0).then_some(own));
+    let mut p = publishing();
+    if p.unloading > 0 || p.unloads != unloads {
+        // A module read above may be unmapped by now, or about to be.
+        STALE.store(true, Ordering::Relaxed);
+        let map = map.without_transient();
+        publish(&mut p, map);
+        return;
+    }
+    publish(&mut p, map);
+}
+
+/// A module may be unloaded next: withdraw every transient module from the
+/// map. The caller must then wait until no handler can be reading the map
+/// this replaced (and the earlier ones) before the unload, and call
+/// [`end_unload`] after it. Not for signal handlers.
+pub fn begin_unload() {
+    let mut p = publishing();
+    p.unloading += 1;
+    p.unloads += 1;
+    if let Some(cur) = current() {
+        let map = cur.without_transient();
+        publish(&mut p, map);
     }
 }
 
-static RETIRED: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+/// The unload that [`begin_unload`] announced is over: the map must be
+/// rebuilt ([`refresh`]) to have the transient modules still loaded back.
+pub fn end_unload() {
+    let mut p = publishing();
+    p.unloading = p.unloading.saturating_sub(1);
+    STALE.store(true, Ordering::Relaxed);
+}
 
-/// Free every map, current and retired.
+/// The profile's module map of the current map. Outside handlers: holds
+/// the publishing lock, so the map read cannot be retired and freed
+/// meanwhile (a crash handler that finds the lock taken reads it anyway).
+pub fn current_profile(may_block: bool) -> Vec<profile::Module> {
+    let _p = if may_block { Some(publishing()) } else { PUBLISHING.try_lock().ok() };
+    current().map(|m| m.to_profile()).unwrap_or_default()
+}
+
+static RETIRED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// Free the retired maps. `grace` must return only once every handler
+/// that was running when it was called has returned (handlers that start
+/// later read the current map). Not for signal handlers.
+pub fn reclaim_retired(grace: impl FnOnce()) {
+    let old = std::mem::take(&mut *RETIRED.lock().unwrap_or_else(|e| e.into_inner()));
+    if old.is_empty() {
+        return;
+    }
+    grace();
+    for p in old {
+        // SAFETY: maps that `publish` replaced, so no handler that started
+        // since can read them, and `grace` waited out the ones that
+        // started before; outside handlers, maps are read only under the
+        // publishing lock (`current_profile`), and a map under it is
+        // current, never among these.
+        drop(unsafe { Box::from_raw(p as *mut ProcessMap) });
+    }
+}
+
+/// Free every map, current and retired, and every module kept for reuse.
 ///
 /// # Safety
 /// No signal handler may be running or start until the next `refresh`
 /// (an attached agent calls this after detaching every thread).
 pub unsafe fn reclaim() {
-    let cur = CURRENT.swap(std::ptr::null_mut(), Ordering::AcqRel);
-    let mut all = RETIRED.lock().map(|mut r| std::mem::take(&mut *r)).unwrap_or_default();
+    let _p = publishing();
+    let cur = CURRENT.swap(std::ptr::null_mut(), Ordering::SeqCst);
+    let mut all = std::mem::take(&mut *RETIRED.lock().unwrap_or_else(|e| e.into_inner()));
     if !cur.is_null() {
         all.push(cur as usize);
     }
     for p in all {
         drop(Box::from_raw(p as *mut ProcessMap));
     }
+    LOADED.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    FIRST_BUILT.store(false, Ordering::Relaxed);
 }
 
+/// The modules of the last map built, for reuse by the next.
+static LOADED: Mutex<Vec<Arc<Module>>> = Mutex::new(Vec::new());
+/// A map was built: modules first seen from now on are transient.
+static FIRST_BUILT: AtomicBool = AtomicBool::new(false);
+
 impl ProcessMap {
+    fn assemble(modules: Vec<Arc<Module>>, own: (u64, u64)) -> ProcessMap {
+        let mut unwinder = Unwind::new();
+        for m in &modules {
+            unwinder.add_module(m.unwind.clone());
+        }
+        ProcessMap { modules, unwinder, own }
+    }
+
+    /// This map without its transient modules.
+    fn without_transient(&self) -> ProcessMap {
+        ProcessMap::assemble(self.modules.iter().filter(|m| !m.transient).cloned().collect(), self.own)
+    }
+
     pub fn module(&self, pc: u64) -> Option<&Module> {
         let i = self.modules.partition_point(|m| m.start <= pc);
         let m = self.modules.get(i.checked_sub(1)?)?;
@@ -190,21 +310,25 @@ fn code_mappings(maps: &str) -> Vec<Mapping> {
 }
 
 fn build(maps: &str, skip: Option<u64>) -> ProcessMap {
+    let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+    let transient = FIRST_BUILT.swap(true, Ordering::Relaxed);
     let mut modules = Vec::new();
-    let mut unwinder = Unwind::new();
     let mut own = (0, 0);
     for m in code_mappings(maps) {
         if skip.is_some_and(|a| a >= m.start && a < m.end) {
             own = (m.start, m.end);
             continue;
         }
-        if let Some((module, unwind)) = load_module(&m) {
-            unwinder.add_module(unwind);
-            modules.push(module);
+        let key = (m.start, m.end, m.offset, m.inode);
+        if let Some(known) = loaded.iter().find(|k| k.key == key && k.path == m.path) {
+            modules.push(known.clone());
+        } else if let Some(module) = load_module(&m, transient) {
+            modules.push(Arc::new(module));
         }
     }
     modules.sort_by_key(|m| m.start);
-    ProcessMap { modules, unwinder, own }
+    loaded.clone_from(&modules);
+    ProcessMap::assemble(modules, own)
 }
 
 fn hex(b: &[u8]) -> String {
@@ -250,7 +374,7 @@ pub fn profile_modules(maps: &str) -> Vec<profile::Module> {
     out
 }
 
-fn load_module(m: &Mapping) -> Option<(Module, framehop::Module<Mapped>)> {
+fn load_module(m: &Mapping, transient: bool) -> Option<Module> {
     let fm = FileMap::open(&m.path)?;
     let file = object::File::parse(fm.bytes()).ok()?;
     let bias = bias_of(&file, m)?;
@@ -274,8 +398,11 @@ fn load_module(m: &Mapping) -> Option<(Module, framehop::Module<Mapped>)> {
         Some(Mapped { ptr: s.address().wrapping_add(bias) as *const u8, len: s.size() as usize })
     };
     let eh_hdr = sect(".eh_frame_hdr");
-    if let Some(d) = eh_hdr.as_ref().and_then(in_memory) {
-        starts.extend(eh_frame_hdr_starts(&d, eh_hdr.as_ref().unwrap().address()).into_iter().map(|a| a.wrapping_add(bias)));
+    // Read from the file, not from the process: another thread may unload
+    // the module while this runs (a map built meanwhile is not published
+    // with it, but reading its memory here would fault).
+    if let Some((h, d)) = eh_hdr.as_ref().and_then(|h| Some((h, h.data().ok()?))) {
+        starts.extend(eh_frame_hdr_starts(d, h.address()).into_iter().map(|a| a.wrapping_add(bias)));
     }
     starts.retain(|&a| a >= m.start && a < m.end);
     starts.sort_unstable();
@@ -299,8 +426,8 @@ fn load_module(m: &Mapping) -> Option<(Module, framehop::Module<Mapped>)> {
         ..Default::default()
     };
     let unwind = framehop::Module::new(m.path.clone(), m.start..m.end, bias, info);
-    let module = Module { path: m.path.clone(), build_id, start: m.start, end: m.end, bias, func_starts: starts };
-    Some((module, unwind))
+    let key = (m.start, m.end, m.offset, m.inode);
+    Some(Module { path: m.path.clone(), build_id, start: m.start, end: m.end, bias, func_starts: starts, transient, unwind, key })
 }
 
 /// Function start addresses (file addresses) from `.eh_frame_hdr`'s sorted
