@@ -215,9 +215,9 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
             break;
         }
         set_up_new(me, &mut known, &mut why);
-        if modules::STALE.swap(false, Ordering::AcqRel) {
-            modules::refresh(); // code mapped since (dlopen)
-        }
+        // Code mapped or unmapped since (dlopen, dlclose: the attached
+        // agent interposes nothing, so it looks every POLL).
+        crate::interpose::keep_map_current(false);
     }
     teardown(true);
     Ok(End::Detached)

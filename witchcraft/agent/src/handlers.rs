@@ -190,10 +190,10 @@ fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -> 
     }
     if AGENT.mode() == Mode::Preloaded {
         // SAFETY: `uc` is the kernel's context for this signal.
-        alloc::in_handler(|| unsafe { ts.handle(engine, event, uc) });
+        slot.engine_handler(|| alloc::in_handler(|| unsafe { ts.handle(engine, event, uc) }));
     } else {
         // SAFETY: as above.
-        unsafe { ts.handle(engine, event, uc) };
+        slot.engine_handler(|| unsafe { ts.handle(engine, event, uc) });
     }
     true
 }

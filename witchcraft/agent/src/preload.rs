@@ -20,7 +20,6 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use witchcraft::config::Config;
 use witchcraft::engine::{thread::thread_stack, Place, ThreadState};
-use witchcraft::modules;
 use witchcraft::sys::fd;
 
 /// The key whose destructor runs at each thread's exit.
@@ -159,10 +158,9 @@ pub fn start_thread() {
     if AGENT.current().is_some() || AGENT.stopping() {
         return;
     }
-    // Code mapped since the last refresh (dlopen) was seen by a handler.
-    if modules::STALE.swap(false, Ordering::AcqRel) {
-        modules::refresh();
-    }
+    // Code mapped since the last refresh (a `dlopen` that went straight
+    // to the C library, or the C library's own loads) was seen by a handler.
+    crate::interpose::keep_map_current(false);
     let Some(alt) = threads::map_stack() else {
         AGENT.threads.failed.fetch_add(1, Ordering::Relaxed);
         AGENT.note("cannot map an alternate signal stack");

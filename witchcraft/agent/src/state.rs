@@ -357,7 +357,7 @@ impl Agent {
             ended_by: ended_by.into(),
             notes: self.notes(),
             counters,
-            modules: modules::current().map(|m| m.to_profile()).unwrap_or_default(),
+            modules: modules::current_profile(!alloc::in_crash_mode()),
             threads,
             processes: Vec::new(),
         }

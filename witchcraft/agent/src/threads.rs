@@ -92,6 +92,9 @@ pub struct Slot {
     prior_sp: AtomicU64,
     prior_size: AtomicU64,
     prior_flags: AtomicI32,
+    /// Odd while the thread runs the engine's handler code (which reads
+    /// the module map); counts up at each entry and exit.
+    epoch: AtomicU64,
 }
 
 impl Slot {
@@ -106,7 +109,19 @@ impl Slot {
             prior_sp: AtomicU64::new(0),
             prior_size: AtomicU64::new(0),
             prior_flags: AtomicI32::new(libc::SS_DISABLE),
+            epoch: AtomicU64::new(0),
         }
+    }
+
+    /// Run the engine's handler code `f` (on this slot's thread), announced
+    /// to [`ThreadTable::grace`]. Async-signal-safe.
+    pub fn engine_handler<R>(&self, f: impl FnOnce() -> R) -> R {
+        // SeqCst: the announcement is visible before `f` loads the module
+        // map (see `witchcraft::modules::current`).
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        let r = f();
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        r
     }
 
     pub fn state(&self) -> *mut ThreadState {
@@ -230,9 +245,41 @@ impl ThreadTable {
         s.set_lent(lent);
         s.set_prior(prior);
         s.request.store(false, Ordering::Release);
+        s.epoch.store(0, Ordering::SeqCst);
         s.set_phase(phase);
         s.state.store(Box::into_raw(state), Ordering::Release);
         Some(s)
+    }
+
+    /// Wait until every handler that other threads were running when this
+    /// was called has returned (handlers that start later see whatever was
+    /// published before the call). Not for handlers.
+    pub fn grace(&self) {
+        let me = witchcraft::sys::task::gettid();
+        for s in self.slots() {
+            if s.tid() == me {
+                continue;
+            }
+            let e = s.epoch.load(Ordering::SeqCst);
+            if e % 2 == 0 {
+                continue;
+            }
+            // Handlers are short (tens of µs); a thread descheduled in one
+            // may take a scheduler period or two.
+            let start = std::time::Instant::now();
+            let mut spins = 0u32;
+            while s.epoch.load(Ordering::SeqCst) == e {
+                if spins < 200 {
+                    std::hint::spin_loop();
+                    spins += 1;
+                } else if start.elapsed() > std::time::Duration::from_secs(10) {
+                    crate::state::AGENT.note(format!("thread {} stayed in a signal handler for over 10 s", s.tid()));
+                    break;
+                } else {
+                    std::thread::sleep(std::time::Duration::from_micros(20));
+                }
+            }
+        }
     }
 
     /// Empty the table: free every engine state, and unmap every stack
