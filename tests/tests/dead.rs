@@ -225,3 +225,30 @@ fn many_short_threads_without_samples_are_explained() {
         "the report should say that few periods ran, in short threads:\n{err}"
     );
 }
+
+/// A run whose samples judged nothing has no waste fraction: the report
+/// says it is unknown instead of printing 0.0%, and one resting on few
+/// judged samples says they are too few to rely on.
+#[test]
+fn unknown_and_few_sample_fractions_say_so() {
+    let dir = Scratch::new("few-samples");
+    let prog = Program::build("half_dead", dir.path());
+    // About 1 ms (no tick at all) and about 25 ms of CPU time natively (a
+    // few ticks, each judging at most two samples: fewer than 30).
+    for (name, args) in [("none", ["64", "3"]), ("few", ["65536", "50"])] {
+        let out = dir.join(&format!("{name}.json"));
+        let run = WitchCmd::new("dead").out(&out).run(&prog.exe, &args);
+        let rep = report(&out);
+        let err = run.stderr_str();
+        let traps = rep.json["traps"].as_f64().unwrap_or(-1.0);
+        assert!((0.0..30.0).contains(&traps), "{name}: {traps} judged samples from a short run:\n{err}");
+        if traps == 0.0 {
+            assert!(
+                err.contains("Waste fraction: unknown") && !err.contains("Waste fraction: 0.0%"),
+                "{name}: nothing was judged, so the fraction is unknown, not 0%:\n{err}"
+            );
+        } else {
+            assert!(err.contains("too few to rely on"), "{name}: {traps} judged samples, too few:\n{err}");
+        }
+    }
+}

@@ -12,6 +12,10 @@ use crate::analysis::{self, Analysis, Process};
 use std::io::Write;
 use witchcraft::profile::{Counters, Profile, SamplerKind};
 
+/// Fewer judged samples than this and the report says the fraction rests
+/// on too few to rely on (where a normal interval stops being fair).
+const FEW_JUDGED: u64 = 30;
+
 /// Frames per context shown; deeper contexts end in "… N more".
 const TEXT_DEPTH: usize = 12;
 /// Pairs shown in full.
@@ -161,6 +165,16 @@ impl Page<'_> {
         self.blank()?;
 
         let (approx, used) = (run.procs.iter().map(|x| x.totals().1).sum::<f64>(), total.r#use);
+        if total.waste + used <= 0.0 {
+            // Nothing was judged: no fraction to print, not 0%.
+            self.line(format!(
+                "Waste fraction: unknown: no sampled {} was judged ({} samples, {} traps; the notes above say why)",
+                w.access, c.samples, c.traps
+            ))?;
+            self.blank()?;
+            self.line(format!("No {} pairs found.", w.waste))?;
+            return Ok(());
+        }
         let frac = total.fraction();
         self.line(format!(
             "Waste fraction: {} of observed {} bytes are {} (95% interval {})",
@@ -169,6 +183,13 @@ impl Page<'_> {
             w.waste,
             interval(frac.lo, frac.hi)
         ))?;
+        if c.traps < FEW_JUDGED {
+            self.line(format!(
+                "  from only {} judged sample{}: too few to rely on (a longer run, or a smaller -p, gives more)",
+                c.traps,
+                if c.traps == 1 { "" } else { "s" }
+            ))?;
+        }
         let fp = if p.craft == witchcraft::profile::Craft::Dead {
             String::new()
         } else {
