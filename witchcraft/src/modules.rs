@@ -170,14 +170,19 @@ fn publish(_: &mut Publishing, map: ProcessMap) {
 
 /// Rebuild from /proc/self/maps and publish. Not for signal handlers.
 pub fn refresh() {
-    let unloads = publishing().unloads;
+    // An unload under way now may unmap a module after the maps are read
+    // below, and finish before the map is published.
+    let (busy, unloads) = {
+        let p = publishing();
+        (p.unloading > 0, p.unloads)
+    };
     // Unreadable now (the program lowered its descriptor limit, say): the
     // map we have beats an empty one.
     let Ok(maps) = procfs::read_maps_text(None) else { return };
     let own = OWN.load(Ordering::Relaxed);
     let map = build(&maps, (own != 0).then_some(own));
     let mut p = publishing();
-    if p.unloading > 0 || p.unloads != unloads {
+    if busy || p.unloading > 0 || p.unloads != unloads {
         // A module read above may be unmapped by now, or about to be.
         STALE.store(true, Ordering::Relaxed);
         let map = map.without_transient();
