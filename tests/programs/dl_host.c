@@ -1,13 +1,14 @@
 /* A plugin host: loads its plugin with dlopen after it started, then
  * spends its time in the plugin's dead-store loops (dl_plugin.c).
  *
- * Usage: dl_host PLUGIN [reps [FIRST]]
+ * Usage: dl_host PLUGIN [reps [FIRST|- [close]]]
  *   PLUGIN is passed to dlopen as given: a path, a bare name found through
  *   the host's RUNPATH, or "$ORIGIN/..." (the loader resolves both from the
  *   caller of dlopen, which a wrapper must not change).
  *   FIRST: another plugin to load before, work in briefly, start and join a
  *   thread while it is loaded, and unload (PLUGIN is then typically mapped
  *   where FIRST was).
+ *   close: unload PLUGIN before exiting (as plugin hosts do at shutdown).
  * Prints a checksum, exits 3 (2 if the plugin cannot be loaded).
  */
 #include <dlfcn.h>
@@ -27,7 +28,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     long reps = argc > 2 ? atol(argv[2]) : 200;
-    if (argc > 3) {
+    if (argc > 3 && argv[3][0] != '-') {
         void *f = dlopen(argv[3], RTLD_NOW);
         long (*first)(volatile long *, long, long) = f ? (long (*)(volatile long *, long, long))dlsym(f, "plugin_work") : NULL;
         if (!first) {
@@ -52,5 +53,6 @@ int main(int argc, char **argv) {
         return 2;
     }
     printf("dl_host %ld\n", work(a, N, reps));
+    if (argc > 4) dlclose(h);
     return 3;
 }

@@ -69,6 +69,27 @@ fn a_plugin_loaded_after_start_is_profiled() {
     }
 }
 
+/// A host that unloads its plugin before it exits (as plugin hosts do at
+/// shutdown): the plugin's dead stores are still found at its lines (the
+/// profile's module map keeps modules unloaded during the run).
+#[test]
+fn a_plugin_unloaded_before_exit_is_profiled() {
+    let dir = Scratch::new("dlopen-close");
+    let (a, _) = plugins(&dir);
+    let host = host(&dir);
+    let (w, k) = (a.line("@aw"), a.line("@ak"));
+    let f = &a.file;
+    let (_, rep) = craft_run("dead", &host, &dir, "close", &[a.exe.to_str().unwrap(), "200", "-", "close"], &["-p", PERIOD]);
+    let (own, pair, from_w) = rep.own_fraction(f, w, k);
+    rep.note(&format!("<{w},{k}> own fraction {own:.3}"));
+    assert!(
+        own >= 0.90,
+        "<{f}:{w}, {f}:{k}> should hold >= 90% of what the stores at line {w} are worth; got {own:.3} \
+         (pair {pair:?}, all pairs watched at {w}: {from_w:?})\n{}",
+        rep.dump()
+    );
+}
+
 /// Plugin A is loaded, runs (while the program starts a thread), and is
 /// unloaded; then B, which the loader maps exactly where A was, runs for
 /// the rest of the program. B's dead stores must be found at B's lines: a
@@ -115,6 +136,17 @@ fn loading_and_unloading_while_profiled_changes_nothing() {
         let rep = report(&out);
         rep.note(&format!("{threads} threads"));
         rep.assert_samples(200.0);
+    }
+    // Unprivileged (as nobody, where setpriv is there): nothing the map
+    // upkeep does needs a privilege.
+    if let Some(n) = Nobody::setup(&dir) {
+        chmod(dir.path(), 0o777);
+        let args = [here, "300", "4"];
+        let native = churn.run_native(&args);
+        let out = dir.join("nobody.json");
+        let run = WitchCmd::new("dead").witch(&n.witch).wrapper(&n.wrapper).args(&["-p", PERIOD, "-q"]).out(&out).run(&churn.exe, &args);
+        assert_same_behaviour(&native, &run);
+        report(&out).assert_samples(200.0);
     }
 }
 

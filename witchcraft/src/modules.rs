@@ -214,12 +214,47 @@ pub fn end_unload() {
     STALE.store(true, Ordering::Relaxed);
 }
 
-/// The profile's module map of the current map. Outside handlers: holds
-/// the publishing lock, so the map read cannot be retired and freed
-/// meanwhile (a crash handler that finds the lock taken reads it anyway).
+/// The profile's module map: the current map's modules, and those
+/// unloaded during the run whose addresses nothing else held since (a
+/// range that several modules held in turn is left to the one mapped
+/// there now, or to none: the profile's addresses don't say which one they
+/// were taken in). Outside handlers: holds the publishing lock, so the map
+/// read cannot be retired and freed meanwhile (a crash handler that finds
+/// the lock taken reads it anyway, and leaves the unloaded ones out).
 pub fn current_profile(may_block: bool) -> Vec<profile::Module> {
     let _p = if may_block { Some(publishing()) } else { PUBLISHING.try_lock().ok() };
-    current().map(|m| m.to_profile()).unwrap_or_default()
+    let out = current().map(|m| m.to_profile()).unwrap_or_default();
+    let gone = if may_block { Some(GONE.lock().unwrap_or_else(|e| e.into_inner())) } else { GONE.try_lock().ok() };
+    match gone {
+        Some(gone) => with_gone(out, &gone),
+        None => out,
+    }
+}
+
+/// `current` and those of `gone` whose range no other module held.
+fn with_gone(mut current: Vec<profile::Module>, gone: &[profile::Module]) -> Vec<profile::Module> {
+    let overlap = |a: &profile::Module, b: &profile::Module| a.start < b.end && b.start < a.end;
+    let same = |a: &profile::Module, b: &profile::Module| a.path == b.path && a.start == b.start && a.bias == b.bias;
+    let alone: Vec<profile::Module> = gone
+        .iter()
+        .filter(|g| !current.iter().any(|m| overlap(g, m)) && !gone.iter().any(|o| overlap(g, o) && !same(g, o)))
+        .cloned()
+        .collect();
+    current.extend(alone);
+    current.sort_by_key(|m| m.start);
+    current
+}
+
+/// Transient modules no longer mapped, once each (at most `MAX_GONE`).
+static GONE: Mutex<Vec<profile::Module>> = Mutex::new(Vec::new());
+const MAX_GONE: usize = 4096;
+
+fn note_gone(m: &Module) {
+    let mut gone = GONE.lock().unwrap_or_else(|e| e.into_inner());
+    let seen = gone.iter().any(|g| g.path == m.path && g.start == m.start && g.end == m.end && g.bias == m.bias);
+    if !seen && gone.len() < MAX_GONE {
+        gone.push(profile::Module { path: m.path.clone(), build_id: m.build_id.clone(), start: m.start, end: m.end, bias: m.bias });
+    }
 }
 
 static RETIRED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
@@ -259,6 +294,7 @@ pub unsafe fn reclaim() {
         drop(Box::from_raw(p as *mut ProcessMap));
     }
     LOADED.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    GONE.lock().unwrap_or_else(|e| e.into_inner()).clear();
     FIRST_BUILT.store(false, Ordering::Relaxed);
 }
 
@@ -332,6 +368,9 @@ fn build(maps: &str, skip: Option<u64>) -> ProcessMap {
         }
     }
     modules.sort_by_key(|m| m.start);
+    for old in loaded.iter().filter(|o| o.transient && !modules.iter().any(|m| Arc::ptr_eq(m, o))) {
+        note_gone(old);
+    }
     loaded.clone_from(&modules);
     ProcessMap::assemble(modules, own)
 }
@@ -476,6 +515,16 @@ mod tests {
         assert!(map.modules.iter().any(|m| m.path.contains("libc")));
         let ret = libc::getpid as *const () as u64;
         assert!(map.function_start(ret).is_some());
+    }
+
+    #[test]
+    fn unloaded_modules_stay_in_the_profile_where_nothing_else_was() {
+        let m = |path: &str, start: u64, end: u64| profile::Module { path: path.into(), build_id: None, start, end, bias: start };
+        let current = vec![m("exe", 0x1000, 0x2000), m("b.so", 0x10000, 0x12000)];
+        let gone = [m("a.so", 0x10000, 0x11000), m("c.so", 0x20000, 0x21000), m("d.so", 0x30000, 0x31000), m("e.so", 0x30800, 0x32000)];
+        let out: Vec<String> = with_gone(current, &gone).iter().map(|m| m.path.clone()).collect();
+        // a.so's range is b.so's now; d.so and e.so held the same addresses in turn.
+        assert_eq!(out, ["exe", "b.so", "c.so"]);
     }
 
     #[test]
