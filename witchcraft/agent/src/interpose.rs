@@ -17,7 +17,7 @@
 
 use crate::program::PROGRAM;
 use crate::state::{Mode, AGENT};
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use witchcraft::modules;
 use witchcraft::sys::siginfo::sampler_signal;
 
@@ -460,11 +460,17 @@ fn real_dlsym() -> *const libc::c_void {
 /// `dlopen` could not be followed into (see [`route_open`]) is in the map
 /// before its code runs.
 extern "C" fn route_sym() -> *const libc::c_void {
-    if tracking() {
+    // Two loads when nothing is pending: programs may call dlsym often.
+    if (UNFOLLOWED.load(Ordering::Relaxed) || modules::STALE.load(Ordering::Relaxed)) && tracking() {
+        UNFOLLOWED.store(false, Ordering::Relaxed);
         keeping_errno(|| keep_map_current(false));
     }
     real_dlsym()
 }
+
+/// A `dlopen` went straight to the C library: what it loaded is not in the
+/// map yet.
+static UNFOLLOWED: AtomicBool = AtomicBool::new(false);
 
 /// Where `dlopen` (`which` 0) or `dlmopen` (1) of `file`, called from
 /// `caller`, goes: to [`open_and_refresh`] (or its `dlmopen` twin) when
@@ -488,6 +494,7 @@ extern "C" fn route_open(which: usize, _: usize, file: *const libc::c_char, call
                 mopen_and_refresh as *const libc::c_void
             }
         } else {
+            UNFOLLOWED.store(true, Ordering::Relaxed);
             real
         }
     })
