@@ -30,14 +30,16 @@ pub type Unwind = UnwinderX86_64<Mapped, MustNotAllocateDuringUnwind>;
 
 /// A section as loaded in this process: unwind data and code are read in
 /// place, not copied (the loader already mapped them).
-#[derive(Clone, Copy)]
+/// With checked reads (see [`set_checked_reads`]), a copy from the file.
+#[derive(Clone)]
 pub struct Mapped {
     ptr: *const u8,
     len: usize,
+    copy: Option<Arc<[u8]>>,
 }
 impl Default for Mapped {
     fn default() -> Self {
-        Mapped { ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(), len: 0 }
+        Mapped { ptr: std::ptr::NonNull::<u8>::dangling().as_ptr(), len: 0, copy: None }
     }
 }
 // SAFETY: read-only views of mapped module memory (unwind data and code the
@@ -49,6 +51,9 @@ unsafe impl Sync for Mapped {}
 impl std::ops::Deref for Mapped {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
+        if let Some(c) = &self.copy {
+            return c;
+        }
         // SAFETY: built only for SHF_ALLOC sections of a module mapped here;
         // valid while the module stays loaded.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
@@ -99,6 +104,8 @@ pub struct Module {
     pub func_starts: Vec<u64>,
     /// Loaded after the first map was built: `dlclose` may unload it.
     pub transient: bool,
+    /// Its unwind data is a copy (see `CHECKED`).
+    checked: bool,
     unwind: framehop::Module<Mapped>,
     /// What identifies the mapping (the same file, mapped at the same place).
     key: (u64, u64, u64, u64),
@@ -141,6 +148,23 @@ static OWN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 pub fn set_own_address(a: u64) {
     OWN.store(a, Ordering::Relaxed);
+}
+
+/// Checked reads: unwind data is copied from the files, and code is read
+/// through the kernel, so that no handler reads a module's memory in
+/// place. For an agent that cannot see unloads before they happen (an
+/// attached one interposes nothing): a map may then still list a module
+/// for a while after it was unmapped.
+static CHECKED: AtomicBool = AtomicBool::new(false);
+
+/// Read modules through checks (see `CHECKED`) from the next build on.
+pub fn set_checked_reads(on: bool) {
+    CHECKED.store(on, Ordering::Relaxed);
+}
+
+/// Are reads checked? Async-signal-safe.
+pub fn checked_reads() -> bool {
+    CHECKED.load(Ordering::Relaxed)
 }
 
 /// Who may publish a map, and whether unloads are under way.
@@ -361,7 +385,7 @@ fn build(maps: &str, skip: Option<u64>) -> ProcessMap {
             continue;
         }
         let key = (m.start, m.end, m.offset, m.inode);
-        if let Some(known) = loaded.iter().find(|k| k.key == key && k.path == m.path) {
+        if let Some(known) = loaded.iter().find(|k| k.key == key && k.path == m.path && k.checked == checked_reads()) {
             modules.push(known.clone());
         } else if let Some(module) = load_module(&m, transient) {
             modules.push(Arc::new(module));
@@ -439,7 +463,8 @@ fn load_module(m: &Mapping, transient: bool) -> Option<Module> {
         if s.address() == 0 || s.kind() == object::SectionKind::UninitializedData || s.size() == 0 {
             return None;
         }
-        Some(Mapped { ptr: s.address().wrapping_add(bias) as *const u8, len: s.size() as usize })
+        let copy = if checked_reads() { Some(Arc::from(s.data().ok()?)) } else { None };
+        Some(Mapped { ptr: s.address().wrapping_add(bias) as *const u8, len: s.size() as usize, copy })
     };
     let eh_hdr = sect(".eh_frame_hdr");
     // Read from the file, not from the process: another thread may unload
@@ -460,8 +485,10 @@ fn load_module(m: &Mapping, transient: bool) -> Option<Module> {
     let got = sect(".got");
     let info = ExplicitModuleSectionInfo {
         base_svma: 0,
+        // Code for framehop's prologue and epilogue analysis is read in
+        // place, so with checked reads it goes without.
         text_svma: text.as_ref().map(range),
-        text: text.as_ref().and_then(in_memory),
+        text: if checked_reads() { None } else { text.as_ref().and_then(in_memory) },
         got_svma: got.as_ref().map(range),
         eh_frame_svma: eh.as_ref().map(range),
         eh_frame: eh.as_ref().and_then(in_memory),
@@ -471,7 +498,18 @@ fn load_module(m: &Mapping, transient: bool) -> Option<Module> {
     };
     let unwind = framehop::Module::new(m.path.clone(), m.start..m.end, bias, info);
     let key = (m.start, m.end, m.offset, m.inode);
-    Some(Module { path: m.path.clone(), build_id, start: m.start, end: m.end, bias, func_starts: starts, transient, unwind, key })
+    Some(Module {
+        path: m.path.clone(),
+        build_id,
+        start: m.start,
+        end: m.end,
+        bias,
+        func_starts: starts,
+        transient,
+        checked: checked_reads(),
+        unwind,
+        key,
+    })
 }
 
 /// Function start addresses (file addresses) from `.eh_frame_hdr`'s sorted

@@ -177,6 +177,9 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
     if parked > 0 {
         AGENT.note(format!("{parked} thread(s) still hold the alternate signal stack an earlier session lent them (they stayed idle): it is theirs again for this session"));
     }
+    // Loads and unloads are only seen after the fact (nothing is
+    // interposed): handlers read no module's memory in place.
+    modules::set_checked_reads(true);
     let engine = crate::setup::make_engine(cfg, handlers::install_attached);
     if AGENT.begin(engine, Mode::Attached, Sink::Session(chan.fd())).is_err() {
         handlers::restore_attached(&[]);

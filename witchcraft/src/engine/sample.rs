@@ -263,13 +263,16 @@ impl ThreadState {
 /// Instruction bytes at `pc`: directly inside a known module, otherwise via
 /// a fault-proof kernel copy (JIT code, vDSO).
 pub(crate) fn code_bytes<'a>(map: &ProcessMap, pc: u64, buf: &'a mut [u8; 16]) -> Option<&'a [u8]> {
-    if let Some(m) = map.module(pc) {
+    let module = map.module(pc);
+    if let Some(m) = module.filter(|_| !modules::checked_reads()) {
         let n = ((m.end - pc) as usize).min(16);
         // SAFETY: [pc, pc+n) lies inside a module mapped in this process.
         unsafe { std::ptr::copy_nonoverlapping(pc as *const u8, buf.as_mut_ptr(), n) };
         return Some(&buf[..n]);
     }
-    modules::STALE.store(true, std::sync::atomic::Ordering::Relaxed);
+    if module.is_none() {
+        modules::STALE.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     for n in [16usize, 8, 4] {
         if mem::read_own(pc, &mut buf[..n]) {
             return Some(&buf[..n]);

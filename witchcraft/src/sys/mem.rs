@@ -19,6 +19,22 @@ pub fn read_own(addr: u64, out: &mut [u8]) -> bool {
     read(unsafe { libc::getpid() }, addr, out)
 }
 
+/// Can every page of [addr, addr + len) of this process be read now?
+/// One kernel read of a byte per page.
+pub fn readable_own(addr: u64, len: u64) -> bool {
+    const PAGE: u64 = 4096;
+    let mut b = [0u8; 1];
+    let end = addr.saturating_add(len.max(1));
+    let mut a = addr;
+    while a < end {
+        if !read_own(a, &mut b) {
+            return false;
+        }
+        a = (a & !(PAGE - 1)) + PAGE;
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

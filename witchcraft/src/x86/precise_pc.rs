@@ -95,6 +95,9 @@ fn layout(map: &ProcessMap, f: &mut Layout, start: u64, limit: u64) {
     f.end = start + 1;
     let Some(m) = map.module(start) else { return };
     let stop = limit.min(start + MAX_SCAN).min(m.end);
+    if crate::modules::checked_reads() && !crate::sys::mem::readable_own(start, stop - start) {
+        return;
+    }
     // SAFETY: [start, stop) lies inside one executable file mapping of the
     // module map (stop <= m.end), which stays mapped while its code can run
     // (see `code_at`); code is not written, so the slice may alias nothing
@@ -124,6 +127,9 @@ fn layout(map: &ProcessMap, f: &mut Layout, start: u64, limit: u64) {
 pub fn code_at<'a>(map: &ProcessMap, ip: u64, buf: &'a mut [u8; 16]) -> Option<&'a [u8]> {
     let m = map.module(ip)?;
     let n = ((m.end - ip) as usize).min(16);
+    if crate::modules::checked_reads() {
+        return crate::sys::mem::read_own(ip, &mut buf[..n]).then_some(&buf[..n]);
+    }
     // SAFETY: [ip, ip + n) lies inside `m`, an executable file mapping
     // listed in /proc/self/maps when the map was built; on x86-64 such a
     // mapping is readable. The map is refreshed after dlopen; a module
