@@ -18,7 +18,10 @@
 //! same form with "this pair's waste" for waste and "other waste" for use.
 //! The interval is R ± 1.96·√Var, clipped to [0, 1]: a normal approximation,
 //! fair when many traps carry the figure and optimistic when few do, which is
-//! why pairs resting on fewer than [`FEW_TRAPS`] traps are marked.
+//! why pairs resting on fewer than [`FEW_TRAPS`] traps are marked. When every
+//! trap fell on one side (all waste, or none) that variance is 0, so there
+//! the interval is Wilson's score interval at the effective number of traps
+//! instead, which is never of zero width.
 //!
 //! Profiles written before the sums of squares existed have them at 0; for
 //! those each trap of a pair is taken to weigh the same (the pair's total
@@ -110,9 +113,26 @@ pub fn ratio(a: f64, a_sq: f64, b: f64, b_sq: f64) -> Estimate {
         return Estimate { value: 0.0, se: 0.5, lo: 0.0, hi: 1.0 };
     }
     let r = a / y;
+    if (a_sq <= 0.0 || b_sq <= 0.0) && a_sq + b_sq > 0.0 {
+        // Every trap on one side: the linearized variance is 0, an interval
+        // of no width however few the traps. Wilson's score interval at the
+        // effective number of traps (Kish: (Σc)²/Σc², n for equal credits)
+        // instead: 0 of 6 gives [0, 39%], 0 of 100 [0, 3.7%].
+        let n = y * y / (a_sq + b_sq);
+        let (lo, hi) = wilson(r, n);
+        return Estimate { value: r, se: (hi - lo) / (2.0 * Z95), lo, hi };
+    }
     let se = (((1.0 - r).powi(2) * a_sq + r.powi(2) * b_sq) / (y * y)).max(0.0).sqrt();
     let h = Z95 * se;
     Estimate { value: r, se, lo: (r - h).max(0.0), hi: (r + h).min(1.0) }
+}
+
+/// Wilson's 95% score interval for a proportion `p` of `n` trials.
+fn wilson(p: f64, n: f64) -> (f64, f64) {
+    let z2 = Z95 * Z95;
+    let centre = (p + z2 / (2.0 * n)) / (1.0 + z2 / n);
+    let half = Z95 / (1.0 + z2 / n) * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
+    ((centre - half).max(0.0), (centre + half).min(1.0))
 }
 
 /// The difference new − base of two independent estimates, with its 95% interval.
@@ -181,6 +201,25 @@ mod tests {
         // With squares, they are used as they are.
         let p = witchcraft::profile::Pair { waste: 300.0, waste_sq: 900.0, r#use: 700.0, use_sq: 4900.0, traps: 200, ..Default::default() };
         assert_eq!(Sums::of_pair(&p).waste_sq, 900.0);
+    }
+
+    #[test]
+    fn all_on_one_side_still_has_an_interval() {
+        // 0 waste of 6 equal traps: Wilson's upper bound z²/(n+z²) = 39%.
+        let none = sums(&[], &[1.0; 6]).fraction();
+        let want = Z95 * Z95 / (6.0 + Z95 * Z95);
+        assert!(none.value == 0.0 && none.lo == 0.0 && (none.hi - want).abs() < 1e-9, "{none:?}");
+        assert!(none.se() > 0.0);
+        let all = sums(&[1.0; 6], &[]).fraction();
+        assert!(all.value == 1.0 && all.hi == 1.0 && (all.lo - (1.0 - want)).abs() < 1e-9, "{all:?}");
+        // More traps, a narrower interval; unequal credits count fewer.
+        let many = sums(&[], &[1.0; 100]).fraction();
+        assert!(many.hi < 0.04 && many.hi > 0.03, "{many:?}");
+        let uneven = sums(&[], &[50.0, 1.0, 1.0, 1.0, 1.0, 1.0]).fraction();
+        assert!(uneven.hi > none.hi, "{uneven:?} vs {none:?}");
+        // A difference from such an estimate is not certain either.
+        let d = difference(&none, &sums(&[1.0], &[1.0; 5]).fraction());
+        assert!(d.lo < 0.0, "{d:?}");
     }
 
     #[test]
