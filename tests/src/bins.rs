@@ -39,7 +39,35 @@ pub fn witch_bin() -> PathBuf {
         AGENT_NAMES.join(" or "),
         witch.display()
     );
+    // `cargo test` builds neither the witch binary nor the agent (a
+    // cdylib): after an edit they would test the code as it was.
+    static FRESH: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let stale = FRESH.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?;
+        let agent = agent_beside(&witch).filter(|_| std::env::var_os("WITCH_AGENT").is_none());
+        let built_from = [(Some(witch.clone()), ["witchd/src", "witchcraft/src"]), (agent, ["witchcraft/agent/src", "witchcraft/src"])];
+        built_from.into_iter().find_map(|(built, dirs)| {
+            let built = built?;
+            let at = std::fs::metadata(&built).ok()?.modified().ok()?;
+            let (newest, src) = dirs.iter().filter_map(|d| newest_file(&root.join(d))).max()?;
+            (newest > at).then(|| format!("{} is older than {}", built.display(), src.display()))
+        })
+    });
+    if let Some(why) = stale {
+        panic!("{why}: {how}");
+    }
     witch
+}
+
+/// The most recently modified file under `dir`, and when.
+fn newest_file(dir: &Path) -> Option<(std::time::SystemTime, PathBuf)> {
+    let mut newest = None;
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        let p = e.path();
+        let found = if p.is_dir() { newest_file(&p) } else { e.metadata().ok()?.modified().ok().map(|t| (t, p)) };
+        newest = newest.max(found);
+    }
+    newest
 }
 
 /// The witchd daemon binary: `$WITCHD_BIN`, else beside the witch binary.
