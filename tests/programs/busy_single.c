@@ -9,22 +9,16 @@
  *
  * Usage: busy_single ROUNDS   (0: run until stdin closes); exits 3.
  */
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+#include "stdin_closed.h"
 
 #define N (1L << 15)
 #define M 1024
 
 static volatile long a[N];
 static volatile long nxt[M]; /* pointer chase: one L1 load latency per store */
-
-static int stdin_closed(void) {
-    struct pollfd p = {0, POLLIN, 0};
-    char buf[64];
-    return poll(&p, 1, 0) > 0 && read(0, buf, sizeof buf) <= 0;
-}
 
 int main(int argc, char **argv) {
     long limit = argc > 1 ? atol(argv[1]) : 0, round;

@@ -15,12 +15,12 @@
  *
  * Usage: own_altstack ROUNDS [none]   (0: run until stdin closes); exits 4.
  */
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "stdin_closed.h"
 
 #define N (1L << 15)
 #define M 1024
@@ -36,12 +36,6 @@ static void on_usr1(int sig) {
     stack_t cur;
     handled++;
     if (sigaltstack(NULL, &cur) != 0 || !(cur.ss_flags & SS_ONSTACK)) off_stack++;
-}
-
-static int stdin_closed(void) {
-    struct pollfd p = {0, POLLIN, 0};
-    char buf[64];
-    return poll(&p, 1, 0) > 0 && read(0, buf, sizeof buf) <= 0;
 }
 
 int main(int argc, char **argv) {

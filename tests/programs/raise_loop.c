@@ -6,11 +6,11 @@
  *
  * Usage: raise_loop ROUNDS   (0: run until stdin closes)
  */
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+#include "stdin_closed.h"
 
 static volatile long handled;
 static volatile long sink;
@@ -18,12 +18,6 @@ static volatile long sink;
 static void on_usr1(int sig) {
     (void)sig;
     handled++;
-}
-
-static int stdin_closed(void) {
-    struct pollfd p = {0, POLLIN, 0};
-    char buf[64];
-    return poll(&p, 1, 0) > 0 && read(0, buf, sizeof buf) <= 0;
 }
 
 int main(int argc, char **argv) {

@@ -9,22 +9,16 @@
  * Usage: thread_churn ROUNDS [THREADS]   (ROUNDS 0: run until stdin
  * closes; THREADS defaults to 4); prints "rounds R checksum S", exits 0.
  */
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+#include "stdin_closed.h"
 
 #define N 2048
 #define MAX_THREADS 64
 
 static volatile long a[MAX_THREADS][N];
-
-static int stdin_closed(void) {
-    struct pollfd p = {0, POLLIN, 0};
-    char buf[64];
-    return poll(&p, 1, 0) > 0 && read(0, buf, sizeof buf) <= 0;
-}
 
 struct job { long t, round; };
 
