@@ -31,6 +31,11 @@
 /// Fewer traps than this make a figure too uncertain to lean on.
 pub const FEW_TRAPS: u64 = 10;
 
+/// Fewer judged samples than this and the report says the whole run's waste
+/// fraction rests on too few to rely on (where a normal interval stops being
+/// fair).
+pub const FEW_JUDGED: u64 = 30;
+
 /// The z value of a two-sided 95% normal interval.
 const Z95: f64 = 1.959_963_984_540_054;
 

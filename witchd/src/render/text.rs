@@ -6,15 +6,11 @@
 
 use super::units::{duration, human, interval, pct, printable};
 use super::Recorder;
-use crate::analysis::interval::Sums;
+use crate::analysis::interval::{Sums, FEW_JUDGED};
 use crate::analysis::summary::{self, Site};
 use crate::analysis::{self, Analysis, Process};
 use std::io::Write;
 use witchcraft::profile::{Counters, Profile, SamplerKind};
-
-/// Fewer judged samples than this and the report says the fraction rests
-/// on too few to rely on (where a normal interval stops being fair).
-const FEW_JUDGED: u64 = 30;
 
 /// Frames per context shown; deeper contexts end in "… N more".
 const TEXT_DEPTH: usize = 12;
