@@ -203,6 +203,23 @@ impl Report {
         (pair.waste / (from.waste + from.r#use).max(f64::MIN_POSITIVE), pair, from)
     }
 
+    /// Fails unless ⟨file:watch, file:trap⟩ holds at least `min` of what the
+    /// stores at file:watch are worth ([`Report::own_fraction`]); `what`
+    /// (empty, or ending in ": ") names the run in the note and the failure.
+    /// Returns the fraction and the pair.
+    pub fn assert_own_fraction(&self, file: &str, watch: u32, trap: u32, min: f64, what: &str) -> (f64, Sum) {
+        let (own, pair, from) = self.own_fraction(file, watch, trap);
+        self.note(&format!("{what}<{watch},{trap}> own fraction {own:.3}, rank {:?}", pair.best_rank));
+        assert!(
+            own >= min,
+            "{what}<{file}:{watch}, {file}:{trap}> should hold >= {:.0}% of what the stores at line {watch} are worth; got {own:.3} \
+             (pair {pair:?}, all pairs watched at {watch}: {from:?})\n{}",
+            min * 100.0,
+            self.dump()
+        );
+        (own, pair)
+    }
+
     /// Share of all waste that went to ⟨file:watch, file:trap⟩.
     pub fn share(&self, file: &str, watch: u32, trap: u32) -> f64 {
         let total = self.waste();

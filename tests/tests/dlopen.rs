@@ -56,14 +56,7 @@ fn a_plugin_loaded_after_start_is_profiled() {
     let path = a.exe.to_str().unwrap().to_string();
     for (tag, name) in [("path", path.as_str()), ("runpath", "libdl_plugin_a.so"), ("origin", "$ORIGIN/libdl_plugin_a.so")] {
         let (_, rep) = craft_run("dead", &host, &dir, tag, &[name, "200"], &["-p", PERIOD]);
-        let (own, pair, from_w) = rep.own_fraction(f, w, k);
-        rep.note(&format!("{tag}: <{w},{k}> own fraction {own:.3}"));
-        assert!(
-            own >= 0.90,
-            "dlopen({name}): <{f}:{w}, {f}:{k}> should hold >= 90% of what the stores at line {w} are worth; got {own:.3} \
-             (pair {pair:?}, all pairs watched at {w}: {from_w:?})\n{}",
-            rep.dump()
-        );
+        rep.assert_own_fraction(f, w, k, 0.90, &format!("{tag}, dlopen({name}): "));
         let wf = rep.waste_fraction();
         assert!(wf >= 0.90, "dlopen({name}): waste fraction {wf:.3} should be >= 0.90\n{}", rep.dump());
     }
@@ -80,14 +73,7 @@ fn a_plugin_unloaded_before_exit_is_profiled() {
     let (w, k) = (a.line("@aw"), a.line("@ak"));
     let f = &a.file;
     let (_, rep) = craft_run("dead", &host, &dir, "close", &[a.exe.to_str().unwrap(), "200", "-", "close"], &["-p", PERIOD]);
-    let (own, pair, from_w) = rep.own_fraction(f, w, k);
-    rep.note(&format!("<{w},{k}> own fraction {own:.3}"));
-    assert!(
-        own >= 0.90,
-        "<{f}:{w}, {f}:{k}> should hold >= 90% of what the stores at line {w} are worth; got {own:.3} \
-         (pair {pair:?}, all pairs watched at {w}: {from_w:?})\n{}",
-        rep.dump()
-    );
+    rep.assert_own_fraction(f, w, k, 0.90, "");
 }
 
 /// Plugin A is loaded, runs (while the program starts a thread), and is
@@ -103,15 +89,9 @@ fn a_plugin_mapped_where_an_unloaded_one_was_is_profiled_as_itself() {
     let f = &b.file;
     let args = [b.exe.to_str().unwrap(), "200", a.exe.to_str().unwrap()];
     let (_, rep) = craft_run("dead", &host, &dir, "reuse", &args, &["-p", PERIOD]);
-    let (own, pair, from_w) = rep.own_fraction(f, w, k);
+    rep.assert_own_fraction(f, w, k, 0.90, "");
     let both = rep.share(f, w, k) + rep.share(f, k, w);
-    rep.note(&format!("<{w},{k}> own fraction {own:.3}; <{w},{k}> and <{k},{w}> share {both:.3}"));
-    assert!(
-        own >= 0.90,
-        "<{f}:{w}, {f}:{k}> should hold >= 90% of what the stores at line {w} are worth; got {own:.3} \
-         (pair {pair:?}, all pairs watched at {w}: {from_w:?})\n{}",
-        rep.dump()
-    );
+    rep.note(&format!("<{w},{k}> and <{k},{w}> share {both:.3}"));
     // B runs ten times as long as A: its two loops' pairs are most of the waste.
     assert!(both >= 0.80, "B's pairs <{w},{k}> and <{k},{w}> should hold >= 80% of all waste; got {both:.3}\n{}", rep.dump());
 }

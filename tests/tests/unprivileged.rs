@@ -47,13 +47,6 @@ fn dead_loop_as_an_unprivileged_user() {
     let rep = report(&out);
     rep.assert_samples(200.0);
     let f = &prog.file;
-    let (own, _, _) = rep.own_fraction(f, w, k);
-    rep.note(&format!("as {}: <{w},{k}> own fraction {own:.3}", if as_nobody { "nobody" } else { "the current user" }));
-    assert!(
-        own >= 0.90,
-        "as {}: <{f}:{w}, {f}:{k}> should hold >= 90% of what the stores at line {w} are worth; got {own:.3} \
-         (perf_event_paranoid = {paranoid})\n{}",
-        if as_nobody { "nobody" } else { "the current user" },
-        rep.dump()
-    );
+    let who = if as_nobody { "nobody" } else { "the current user" };
+    rep.assert_own_fraction(f, w, k, 0.90, &format!("as {who} (perf_event_paranoid = {paranoid}): "));
 }
