@@ -6,6 +6,7 @@
 //! The agent is inert unless `WITCH_CRAFT` is set, so an inherited
 //! `LD_PRELOAD` in an unrelated program costs nothing.
 
+use crate::engine::burst::BurstWeight;
 use crate::profile::Craft;
 use crate::replacement::Policy;
 use std::path::PathBuf;
@@ -15,13 +16,20 @@ use std::path::PathBuf;
 /// trap ≈15 µs (`cargo bench -p witch-benches`), so sample + self-trap +
 /// trap stay under 2% of the period.
 pub const DEFAULT_SOFTWARE_PERIOD_NS: u64 = 5_000_000;
-/// Most instructions a single-step burst of the software sampler takes by
-/// default; the overhead budget usually allows fewer (about 8 in a VM where
-/// a step costs 12 µs, near this on bare metal).
-pub const DEFAULT_BURST_STEPS: u32 = 64;
-/// Default accesses picked per burst: two samples per tick for about the
-/// cost of one plus its trap (docs/ACCURACY.md compares one, two and four).
-pub const DEFAULT_BURST_PICKS: u32 = 2;
+/// Instructions a single-step burst of the software sampler takes by
+/// default. Every burst takes this many (unless the code ends it early), and
+/// the overhead budget decides which ticks begin one: in a VM where a step
+/// costs 12 µs, about every other tick at the default period and budget.
+/// Bursts of 4 to 9 steps at every tick (the budget's choice before) start
+/// where the time goes and see little else: on the real programs of
+/// docs/ACCURACY.md they read 2.6 points higher on average, with 5 of 18
+/// cases within 3 points against 10 of 18 at 24 steps; 16 and 32 steps did
+/// worse than 24 (32: fewer bursts, a larger spread).
+pub const DEFAULT_BURST_STEPS: u32 = 24;
+/// Default accesses picked per burst. A burst of 24 steps judges many of
+/// its picks itself (their next access comes within it), so more picks than
+/// debug registers still pay (docs/ACCURACY.md compares them).
+pub const DEFAULT_BURST_PICKS: u32 = 8;
 /// Whether a burst picks its accesses in proportion to their bytes by
 /// default (otherwise each access alike; docs/ACCURACY.md compares them).
 pub const DEFAULT_BURST_PICK_BYTES: bool = false;
@@ -93,6 +101,8 @@ pub mod keys {
     pub const BURST_WEIGHT: &str = "WITCH_BURST_WEIGHT";
     pub const BURST_PICKS: &str = "WITCH_BURST_PICKS";
     pub const BURST_PICK: &str = "WITCH_BURST_PICK";
+    pub const BURST_MIN: &str = "WITCH_BURST_MIN";
+    pub const BURST_SYSCALL: &str = "WITCH_BURST_SYSCALL";
     pub const OVERHEAD: &str = "WITCH_OVERHEAD";
     pub const ONLY_PID: &str = "WITCH_ONLY_PID";
     pub const EXE: &str = "WITCH_EXE";
@@ -118,13 +128,21 @@ pub struct Config {
     /// Instructions per single-step burst of the software sampler (0: no
     /// bursts, the time-proportional look-around); None: the default.
     pub burst_steps: Option<u32>,
-    /// Experimental: one weight per burst instead of its access count.
-    pub burst_weight_per_burst: bool,
+    /// What a burst's sample stands for (`WITCH_BURST_WEIGHT`: "one",
+    /// "accesses" or "step"); None: the default.
+    pub burst_weight: Option<BurstWeight>,
     /// Accesses picked per burst; None: the default.
     pub burst_picks: Option<u32>,
     /// How a burst picks among its accesses: true, in proportion to their
     /// bytes; false, each access alike; None: the default.
     pub burst_pick_bytes: Option<bool>,
+    /// Fewest steps a burst takes; a tick the budget cannot pay that many
+    /// for begins none. None: the default (every burst takes all its
+    /// steps); Some(0): every tick begins a burst of what the budget pays.
+    pub burst_min_steps: Option<u32>,
+    /// Experimental: begin bursts also at ticks that land right after a
+    /// system call (whose period ran out in the kernel).
+    pub burst_after_syscall: bool,
     /// Overhead budget of bursts, percent of program CPU time (0: no
     /// limit); None: the default.
     pub overhead_percent: Option<f64>,
@@ -153,9 +171,11 @@ impl Config {
             no_modify: false,
             seed: None,
             burst_steps: None,
-            burst_weight_per_burst: false,
+            burst_weight: None,
             burst_picks: None,
             burst_pick_bytes: None,
+            burst_min_steps: None,
+            burst_after_syscall: false,
             overhead_percent: None,
             only_pid: None,
             exe_names: Vec::new(),
@@ -177,9 +197,12 @@ impl Config {
         self.no_modify = get(keys::NO_MODIFY).is_some();
         self.seed = get(keys::SEED).and_then(|v| v.parse().ok());
         self.burst_steps = get(keys::BURST).and_then(|v| v.parse::<u64>().ok()).map(|n| n.min(1 << 20) as u32);
-        self.burst_weight_per_burst = get(keys::BURST_WEIGHT).as_deref() == Some("one");
-        self.burst_picks = get(keys::BURST_PICKS).and_then(|v| v.parse::<u32>().ok()).map(|n| n.clamp(1, 4));
+        self.burst_weight = get(keys::BURST_WEIGHT).and_then(|v| BurstWeight::parse(&v));
+        self.burst_picks =
+            get(keys::BURST_PICKS).and_then(|v| v.parse::<u32>().ok()).map(|n| n.clamp(1, crate::engine::burst::MAX_PICKS as u32));
         self.burst_pick_bytes = get(keys::BURST_PICK).and_then(|v| pick_by_bytes(&v));
+        self.burst_min_steps = get(keys::BURST_MIN).and_then(|v| v.parse::<u64>().ok()).map(|n| n.min(1 << 20) as u32);
+        self.burst_after_syscall = get(keys::BURST_SYSCALL).as_deref() == Some("keep");
         if self.overhead_percent.is_none() {
             self.overhead_percent = get(keys::OVERHEAD).and_then(|v| parse_percent(&v));
         }
@@ -215,14 +238,20 @@ impl Config {
         if let Some(n) = self.burst_steps {
             v.push((keys::BURST, n.to_string()));
         }
-        if self.burst_weight_per_burst {
-            v.push((keys::BURST_WEIGHT, "one".into()));
+        if let Some(w) = self.burst_weight {
+            v.push((keys::BURST_WEIGHT, w.name().into()));
         }
         if let Some(n) = self.burst_picks {
             v.push((keys::BURST_PICKS, n.to_string()));
         }
         if let Some(b) = self.burst_pick_bytes {
             v.push((keys::BURST_PICK, if b { "byte" } else { "access" }.into()));
+        }
+        if let Some(n) = self.burst_min_steps {
+            v.push((keys::BURST_MIN, n.to_string()));
+        }
+        if self.burst_after_syscall {
+            v.push((keys::BURST_SYSCALL, "keep".into()));
         }
         if let Some(p) = self.overhead_percent {
             v.push((keys::OVERHEAD, p.to_string()));
@@ -285,9 +314,11 @@ impl Config {
             no_modify: get(keys::NO_MODIFY).is_some(),
             seed: num(keys::SEED)?,
             burst_steps: num(keys::BURST)?.map(|n| n.min(1 << 20) as u32),
-            burst_weight_per_burst: get(keys::BURST_WEIGHT).as_deref() == Some("one"),
-            burst_picks: num(keys::BURST_PICKS)?.map(|n| n.clamp(1, 4) as u32),
+            burst_weight: get(keys::BURST_WEIGHT).and_then(|v| BurstWeight::parse(&v)),
+            burst_picks: num(keys::BURST_PICKS)?.map(|n| n.clamp(1, crate::engine::burst::MAX_PICKS as u64) as u32),
             burst_pick_bytes: get(keys::BURST_PICK).and_then(|v| pick_by_bytes(&v)),
+            burst_min_steps: num(keys::BURST_MIN)?.map(|n| n.min(1 << 20) as u32),
+            burst_after_syscall: get(keys::BURST_SYSCALL).as_deref() == Some("keep"),
             overhead_percent: get(keys::OVERHEAD)
                 .map(|v| parse_percent(&v).ok_or(format!("{}: bad percentage {v:?}", keys::OVERHEAD)))
                 .transpose()?,
@@ -344,9 +375,11 @@ mod tests {
         c.no_modify = true;
         c.seed = Some(9);
         c.burst_steps = Some(16);
-        c.burst_weight_per_burst = true;
+        c.burst_weight = Some(BurstWeight::PerBurst);
         c.burst_picks = Some(2);
         c.burst_pick_bytes = Some(false);
+        c.burst_min_steps = Some(24);
+        c.burst_after_syscall = true;
         c.only_pid = Some(4242);
         c.exe_names = vec!["app".into(), "helper".into()];
         let back = Config::from_lines(&c.to_lines()).unwrap().unwrap();

@@ -227,13 +227,17 @@ fn step_check(pmu_ok: bool) -> Check {
     let period = crate::config::DEFAULT_SOFTWARE_PERIOD_NS;
     match single_step_ns() {
         Some(ns) => {
-            let steps = (budget / 100.0 * period as f64 / ns.max(1) as f64).floor().min(crate::config::DEFAULT_BURST_STEPS as f64);
+            let steps = crate::config::DEFAULT_BURST_STEPS;
+            // How many ticks' budget one burst's steps take (its picks'
+            // traps take more).
+            let burst_ns = steps as f64 * ns.max(1) as f64;
+            let every = (burst_ns / (budget / 100.0 * period as f64)).max(1.0);
             let default = if pmu_ok { "used where the PMU event is missing" } else { "the default here (no PMU)" };
             check(
                 CHECK_STEP,
                 Status::Ok,
                 format!(
-                    "count-proportional single-step bursts, {default}; a step costs {:.1} µs, so a {budget}% budget at a {} ms period buys at most {steps} steps per burst",
+                    "count-proportional single-step bursts, {default}; a step costs {:.1} µs, so a {budget}% budget at a {} ms period buys a burst of {steps} steps at most every {every:.1} ticks",
                     ns as f64 / 1e3,
                     period / 1_000_000
                 ),

@@ -243,6 +243,15 @@ pub struct Counters {
     /// was not the program's.
     #[serde(default)]
     pub ticks_after_exits: u64,
+    /// Ticks that landed right after a system call returned: the period
+    /// ran out in the kernel, so the time there was not the program's own
+    /// instructions'; no burst.
+    #[serde(default)]
+    pub ticks_after_syscalls: u64,
+    /// Ticks that began no burst because the overhead budget could not yet
+    /// pay for the shortest burst; their time went to the next burst.
+    #[serde(default)]
+    pub ticks_skipped: u64,
 }
 
 impl Counters {
@@ -270,6 +279,8 @@ impl Counters {
         self.bursts_over_budget += o.bursts_over_budget;
         self.bursts_lost += o.bursts_lost;
         self.ticks_after_exits += o.ticks_after_exits;
+        self.ticks_after_syscalls += o.ticks_after_syscalls;
+        self.ticks_skipped += o.ticks_skipped;
         self.engine_ns += o.engine_ns;
     }
 }

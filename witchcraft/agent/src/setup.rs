@@ -6,6 +6,7 @@ use crate::state::AGENT;
 use witchcraft::config::{
     Config, DEFAULT_BURST_PICKS, DEFAULT_BURST_PICK_BYTES, DEFAULT_BURST_STEPS, DEFAULT_OVERHEAD_PERCENT, DEFAULT_SOFTWARE_PERIOD_NS,
 };
+use witchcraft::engine::budget::{HeadStart, HEAD_START_NS};
 use witchcraft::engine::{BurstSettings, Engine, SamplerKind};
 use witchcraft::modules;
 use witchcraft::sys::procfs;
@@ -48,10 +49,21 @@ pub fn make_engine(cfg: Config, install: fn()) -> Engine {
         (SamplerKind::Pmu(_), _) | (_, Some(0)) => None,
         (_, steps) => Some(BurstSettings {
             steps: steps.unwrap_or(DEFAULT_BURST_STEPS),
-            weight_per_burst: cfg.burst_weight_per_burst,
+            weight: cfg.burst_weight.unwrap_or_default(),
             picks: cfg.burst_picks.unwrap_or(DEFAULT_BURST_PICKS),
             by_bytes: cfg.burst_pick_bytes.unwrap_or(DEFAULT_BURST_PICK_BYTES),
             budget: cfg.overhead_percent.unwrap_or(DEFAULT_OVERHEAD_PERCENT) / 100.0,
+            // At the default period every burst takes all its steps and the
+            // budget chooses the ticks. A period the user chose asks for a
+            // burst at every tick: the budget then chooses their length (at
+            // least 4 steps, past the budget if it must), as does
+            // WITCH_BURST_MIN=0.
+            min_steps: match (cfg.burst_min_steps, cfg.period) {
+                (None, None) => Some(steps.unwrap_or(DEFAULT_BURST_STEPS)),
+                (None, Some(_)) | (Some(0), _) => None,
+                (Some(n), _) => Some(n),
+            },
+            after_syscall: cfg.burst_after_syscall,
         }),
     };
     Engine {
@@ -68,6 +80,7 @@ pub fn make_engine(cfg: Config, install: fn()) -> Engine {
         step_cost_ns: costs.step_ns,
         ns_per_cycle: costs.ns_per_cycle,
         burst,
+        head_start: HeadStart::new(HEAD_START_NS),
     }
 }
 
@@ -90,6 +103,7 @@ pub fn bare_engine(cfg: Config) -> Engine {
         step_cost_ns: 0,
         ns_per_cycle: 0.0,
         burst: None,
+        head_start: HeadStart::new(0),
     }
 }
 

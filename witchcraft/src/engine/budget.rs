@@ -20,9 +20,51 @@
 //! when traps are dense, or when unwinding is costly. The account saves up
 //! at most two full bursts, so an idle stretch does not buy a run of long
 //! bursts later, and carries at most a few bursts of debt.
+//!
+//! Alternatively (`WITCH_BURST_MIN`), bursts have a floor of their own: a
+//! tick the account cannot pay that many steps for begins no burst, and its
+//! program time goes to the next burst. Fewer, longer bursts see more of
+//! the code around where they start (a 4-step burst in a 20-instruction
+//! loop sees the instructions after wherever the time goes, not the loop).
 
 /// The fewest steps worth a burst.
 pub const MIN_STEPS: u32 = 4;
+
+/// What a process's threads may borrow from the budget while they start:
+/// 5 ms of CPU time in all, drawn by whichever tick's burst the account
+/// cannot pay in full, until it is gone. A run of 100 ms gets about 20
+/// ticks at the default period, and at 3% would pay for a burst at only a
+/// few of them: with the head start the early ticks begin bursts, so a
+/// short run gets samples enough to say something. Each thread repays what
+/// it drew with half of what it earns afterwards, so over a run of more
+/// than about 0.35 s of CPU time the engine's share is still the budget;
+/// a shorter run pays at most the 5 ms. (10 ms, tried first, left runs of
+/// half a second at 3.3-3.6%: docs/OVERHEAD.md.)
+pub const HEAD_START_NS: i64 = 5_000_000;
+
+/// The process-wide head start ([`HEAD_START_NS`]), shared by its threads'
+/// accounts: an atomic, drawn from in signal handlers.
+#[derive(Debug)]
+pub struct HeadStart(AtomicI64);
+
+impl HeadStart {
+    pub fn new(ns: i64) -> HeadStart {
+        HeadStart(AtomicI64::new(ns))
+    }
+
+    /// Take up to `want_ns`; returns what was granted (0 once it is gone).
+    pub fn draw(&self, want_ns: f64) -> f64 {
+        if want_ns < 1.0 || self.0.load(Ordering::Relaxed) <= 0 {
+            return 0.0;
+        }
+        let want = want_ns.ceil() as i64;
+        // Two threads may both draw the last of it: the loser gets what
+        // was left, and the allowance ends below zero, unused.
+        self.0.fetch_sub(want, Ordering::Relaxed).clamp(0, want) as f64
+    }
+}
+
+use std::sync::atomic::{AtomicI64, Ordering};
 
 /// One thread's account.
 #[derive(Clone, Debug)]
@@ -35,27 +77,52 @@ pub struct Budget {
     spent_mark_ns: u64,
     /// What one step costs, learned from this thread's steps.
     step_ns: f64,
+    /// Skip ticks the account cannot pay this many steps for (None: every
+    /// tick a burst of at least [`MIN_STEPS`]).
+    floor: Option<u32>,
+    /// What this thread drew from the head start and has not repaid (ns).
+    loan_ns: f64,
 }
 
 impl Budget {
-    /// `step_ns`: the calibrated cost of one step.
-    pub fn new(fraction: f64, step_ns: u64) -> Budget {
-        Budget { fraction: fraction.max(0.0), credit_ns: 0.0, spent_mark_ns: 0, step_ns: (step_ns as f64).max(100.0) }
+    /// `step_ns`: the calibrated cost of one step; `floor`: the fewest
+    /// steps of a burst, skipping ticks until the account pays for them
+    /// (None: no skipping).
+    pub fn new(fraction: f64, step_ns: u64, floor: Option<u32>) -> Budget {
+        Budget { fraction: fraction.max(0.0), credit_ns: 0.0, spent_mark_ns: 0, step_ns: (step_ns as f64).max(100.0), floor, loan_ns: 0.0 }
     }
 
     /// A tick: the program ran `program_ns` since the previous one, and the
-    /// engine has spent `engine_ns` in all so far. Returns
+    /// engine has spent `engine_ns` in all so far; what the account cannot
+    /// pay for a full burst it draws from `head` while that lasts. Returns
     /// the steps the next burst may take, from [`MIN_STEPS`] to `max` (or
-    /// `max` if smaller), and whether the budget paid for fewer than that.
-    pub fn steps(&mut self, program_ns: f64, engine_ns: u64, max: u32) -> (u32, bool) {
+    /// `max` if smaller), and whether the budget paid for fewer than that;
+    /// with a floor, 0 (no burst) while the account cannot pay for it.
+    pub fn steps(&mut self, program_ns: f64, engine_ns: u64, max: u32, head: &HeadStart) -> (u32, bool) {
         let spent = engine_ns.saturating_sub(self.spent_mark_ns) as f64;
         self.spent_mark_ns = engine_ns;
         if self.fraction == 0.0 {
             return (max, false);
         }
         let cap = 2.0 * max as f64 * self.step_ns;
-        self.credit_ns = (self.credit_ns + self.fraction * program_ns.max(0.0) - spent).clamp(-2.0 * cap, cap);
-        let n = (self.credit_ns / self.step_ns).floor().max(0.0);
+        let earned = self.fraction * program_ns.max(0.0);
+        let repaid = self.loan_ns.min(earned / 2.0);
+        self.loan_ns -= repaid;
+        self.credit_ns = (self.credit_ns + earned - repaid - spent).clamp(-2.0 * cap, cap);
+        let mut n = (self.credit_ns / self.step_ns).floor().max(0.0);
+        if n < max as f64 {
+            // Enough for a full burst, debts included (and a ns more, so
+            // rounding does not leave it a step short).
+            let lent = head.draw((max as f64 * self.step_ns - self.credit_ns).ceil() + 1.0);
+            self.loan_ns += lent;
+            self.credit_ns += lent;
+            n = (self.credit_ns / self.step_ns).floor().max(0.0);
+        }
+        if let Some(floor) = self.floor {
+            if n < floor.min(max) as f64 {
+                return (0, false);
+            }
+        }
         let starved = n < MIN_STEPS as f64;
         ((n as u32).max(MIN_STEPS).min(max), starved)
     }
@@ -78,27 +145,28 @@ mod tests {
     use super::*;
 
     const STEP: u64 = 12_000;
+    static NO_HEAD: HeadStart = HeadStart(AtomicI64::new(0));
     const PERIOD: f64 = 5_000_000.0;
 
     #[test]
     fn a_budget_pays_for_its_share_of_program_time() {
         // 3% of 5 ms is 150 µs: 12 steps of 12 µs.
-        let mut b = Budget::new(0.03, STEP);
-        assert_eq!(b.steps(PERIOD, 0, 64), (12, false));
+        let mut b = Budget::new(0.03, STEP, None);
+        assert_eq!(b.steps(PERIOD, 0, 64, &NO_HEAD), (12, false));
         // The engine spent about that: the next tick pays for as much.
-        let (n, starved) = b.steps(PERIOD, 144_000, 64);
+        let (n, starved) = b.steps(PERIOD, 144_000, 64, &NO_HEAD);
         assert!((12..=13).contains(&n) && !starved, "{n}");
     }
 
     #[test]
     fn spending_over_the_budget_shrinks_bursts_to_the_minimum_until_repaid() {
-        let mut b = Budget::new(0.03, STEP);
-        assert_eq!(b.steps(PERIOD, 0, 64), (12, false));
+        let mut b = Budget::new(0.03, STEP, None);
+        assert_eq!(b.steps(PERIOD, 0, 64, &NO_HEAD), (12, false));
         // Traps cost 600 µs: four periods' worth of budget.
         let mut spent = 600_000;
         let mut starved = 0;
         loop {
-            let (n, s) = b.steps(PERIOD, spent, 64);
+            let (n, s) = b.steps(PERIOD, spent, 64, &NO_HEAD);
             if !s {
                 break;
             }
@@ -112,10 +180,10 @@ mod tests {
     #[test]
     fn over_a_long_run_the_engine_spends_the_budget() {
         // Each burst costs its steps plus 40 µs of traps.
-        let mut b = Budget::new(0.03, STEP);
+        let mut b = Budget::new(0.03, STEP, None);
         let (mut engine, mut program) = (0u64, 0.0);
         for _ in 0..10_000 {
-            let (n, _) = b.steps(PERIOD, engine, 64);
+            let (n, _) = b.steps(PERIOD, engine, 64, &NO_HEAD);
             program += PERIOD;
             engine += n as u64 * STEP + 40_000;
         }
@@ -126,10 +194,10 @@ mod tests {
     #[test]
     fn a_period_too_short_for_the_budget_keeps_the_minimum() {
         // 3% of 100 µs is 3 µs: not even one step.
-        let mut b = Budget::new(0.03, STEP);
+        let mut b = Budget::new(0.03, STEP, None);
         let mut engine = 0;
         for _ in 0..100 {
-            let (n, starved) = b.steps(100_000.0, engine, 64);
+            let (n, starved) = b.steps(100_000.0, engine, 64, &NO_HEAD);
             assert_eq!((n, starved), (MIN_STEPS, true));
             engine += n as u64 * STEP;
         }
@@ -137,11 +205,11 @@ mod tests {
 
     #[test]
     fn idle_time_saves_up_two_bursts_at_most() {
-        let mut b = Budget::new(0.03, STEP);
+        let mut b = Budget::new(0.03, STEP, None);
         let mut engine = 0;
         let mut total = 0;
         for program in [1e12, 0.0, 0.0, 0.0, 0.0, 0.0] {
-            let (n, _) = b.steps(program, engine, 16);
+            let (n, _) = b.steps(program, engine, 16, &NO_HEAD);
             engine += n as u64 * STEP;
             total += n;
         }
@@ -151,25 +219,87 @@ mod tests {
 
     #[test]
     fn no_limit_and_the_minimum() {
-        let mut b = Budget::new(0.0, STEP);
-        assert_eq!(b.steps(0.0, 1 << 40, 32), (32, false));
+        let mut b = Budget::new(0.0, STEP, None);
+        assert_eq!(b.steps(0.0, 1 << 40, 32, &NO_HEAD), (32, false));
         // 1% of 5 ms pays for 4 steps of 12 µs; less is starved.
-        let mut b = Budget::new(0.01, STEP);
-        assert_eq!(b.steps(PERIOD, 0, 64), (4, false));
-        let mut b = Budget::new(0.009, STEP);
-        assert_eq!(b.steps(PERIOD, 0, 64), (4, true));
+        let mut b = Budget::new(0.01, STEP, None);
+        assert_eq!(b.steps(PERIOD, 0, 64, &NO_HEAD), (4, false));
+        let mut b = Budget::new(0.009, STEP, None);
+        assert_eq!(b.steps(PERIOD, 0, 64, &NO_HEAD), (4, true));
         // A maximum under the minimum is kept.
-        let mut b = Budget::new(0.03, STEP);
-        assert_eq!(b.steps(PERIOD, 0, 2), (2, false));
+        let mut b = Budget::new(0.03, STEP, None);
+        assert_eq!(b.steps(PERIOD, 0, 2, &NO_HEAD), (2, false));
+    }
+
+    #[test]
+    fn with_a_floor_ticks_save_up_for_a_long_burst() {
+        // 3% of 5 ms pays 12.5 steps a tick: a 32-step burst every third
+        // tick or so, and the engine still spends the budget.
+        let mut b = Budget::new(0.03, STEP, Some(32));
+        let (mut engine, mut program, mut bursts, mut skipped) = (0u64, 0.0, 0, 0);
+        for _ in 0..3_000 {
+            let (n, starved) = b.steps(PERIOD, engine, 64, &NO_HEAD);
+            assert!(!starved);
+            program += PERIOD;
+            if n == 0 {
+                skipped += 1;
+                continue;
+            }
+            assert!((32..=64).contains(&n), "{n}");
+            bursts += 1;
+            engine += n as u64 * STEP;
+        }
+        let share = engine as f64 / program;
+        assert!((0.027..=0.031).contains(&share), "{share}");
+        assert!(skipped > bursts, "{skipped} skipped, {bursts} bursts");
+        // Dense traps put the account in debt: no burst until repaid.
+        let mut b = Budget::new(0.03, STEP, Some(32));
+        assert_eq!(b.steps(PERIOD, 2_000_000, 64, &NO_HEAD), (0, false));
+    }
+
+    #[test]
+    fn a_head_start_pays_for_full_bursts_until_it_is_gone() {
+        // The budget pays 12.5 steps a tick; 5 ms pays the other 51.5 of
+        // a 64-step burst (618 µs at 12 µs a step), less what the account
+        // repays meanwhile, for about 7 ticks.
+        let head = HeadStart::new(HEAD_START_NS);
+        let mut b = Budget::new(0.03, STEP, None);
+        let mut engine = 0u64;
+        let mut full = 0;
+        for _ in 0..40 {
+            let (n, _) = b.steps(PERIOD, engine, 64, &head);
+            full += (n == 64) as u32;
+            engine += n as u64 * STEP;
+        }
+        assert!((6..=9).contains(&full), "{full} full bursts");
+        assert!(engine <= (0.03 * 40.0 * PERIOD) as u64 + HEAD_START_NS as u64 + 64 * STEP, "{engine}");
+        // Then it is repaid with half of what the account earns: 6 or 7
+        // steps a tick, until the engine's share over the run is the budget.
+        let (n, _) = b.steps(PERIOD, engine, 64, &head);
+        assert!((6..=7).contains(&n), "{n}");
+        let mut program = 41.0 * PERIOD;
+        engine += n as u64 * STEP;
+        for _ in 0..2_000 {
+            let (n, _) = b.steps(PERIOD, engine, 64, &head);
+            program += PERIOD;
+            engine += n as u64 * STEP;
+        }
+        let share = engine as f64 / program;
+        assert!((0.028..=0.0305).contains(&share), "{share}");
+        // Threads share it.
+        let head = HeadStart::new(1_000_000);
+        assert_eq!(head.draw(600_000.0), 600_000.0);
+        assert_eq!(head.draw(600_000.0), 400_000.0);
+        assert_eq!(head.draw(600_000.0), 0.0);
     }
 
     #[test]
     fn the_step_cost_is_learned() {
-        let mut b = Budget::new(0.03, STEP);
+        let mut b = Budget::new(0.03, STEP, None);
         for _ in 0..200 {
             b.note_step(20_000);
         }
         assert!((b.step_ns() - 20_000.0).abs() < 500.0, "{}", b.step_ns());
-        assert_eq!(b.steps(PERIOD, 0, 64), (7, false));
+        assert_eq!(b.steps(PERIOD, 0, 64, &NO_HEAD), (7, false));
     }
 }

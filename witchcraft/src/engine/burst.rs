@@ -44,8 +44,10 @@ use crate::unwind;
 use crate::x86::decode::{Access, Decoded, Regs};
 use rand::{rngs::SmallRng, RngExt, SeedableRng};
 
-/// Most accesses a burst picks.
-pub const MAX_PICKS: usize = 4;
+/// Most accesses a burst picks (more than the debug registers: a long
+/// burst judges many of its picks itself, when their next access comes
+/// within it).
+pub const MAX_PICKS: usize = 8;
 
 /// The trap flag in EFLAGS.
 const TF: i64 = 0x100;
@@ -58,8 +60,8 @@ pub struct BurstSettings {
     /// Accesses picked per burst (a reservoir of this size, at most
     /// [`MAX_PICKS`]): more samples for the same steps.
     pub picks: u32,
-    /// Experimental: weigh each burst's sample 1 instead of K.
-    pub weight_per_burst: bool,
+    /// What each burst's pick stands for.
+    pub weight: BurstWeight,
     /// Pick accesses in proportion to their bytes (each pick then stands
     /// for B/m of the burst's B bytes), instead of each access alike (each
     /// pick stands for K/m of its K accesses).
@@ -68,6 +70,48 @@ pub struct BurstSettings {
     /// each burst takes the steps it pays for, at most `steps` (see
     /// [`super::budget`]).
     pub budget: f64,
+    /// Fewest steps of a burst: ticks the budget cannot pay that many for
+    /// are skipped (None: every tick begins a burst).
+    pub min_steps: Option<u32>,
+    /// Begin bursts at ticks right after a system call too.
+    pub after_syscall: bool,
+}
+
+/// What a burst's pick stands for: the program time of its tick, in
+/// periods, times a count of the burst's accesses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BurstWeight {
+    /// K, the accesses the burst stepped through (over the picks). Right
+    /// when every burst steps as many instructions.
+    #[default]
+    Accesses,
+    /// K/L, accesses per instruction stepped (times the most steps a burst
+    /// takes, to keep the scale of [`BurstWeight::Accesses`]): right when
+    /// the budget or the code (a `syscall` ends a burst) makes bursts
+    /// differ in length, since a burst twice as long does not stand for
+    /// twice the program's time.
+    PerStep,
+    /// Experimental: 1 (each burst alike).
+    PerBurst,
+}
+
+impl BurstWeight {
+    pub fn parse(v: &str) -> Option<BurstWeight> {
+        match v {
+            "accesses" | "access" => Some(BurstWeight::Accesses),
+            "step" | "per-step" => Some(BurstWeight::PerStep),
+            "one" => Some(BurstWeight::PerBurst),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BurstWeight::Accesses => "accesses",
+            BurstWeight::PerStep => "step",
+            BurstWeight::PerBurst => "one",
+        }
+    }
 }
 
 /// The picked access and what became of it.
@@ -120,6 +164,8 @@ pub struct Burst {
     bytes: u64,
     /// The program-time weight of the tick that began the burst.
     time_weight: f64,
+    /// Program time of ticks skipped since the last burst, in periods.
+    carried: f64,
     /// Steps this burst may take.
     limit: u32,
     /// The overhead account.
@@ -140,8 +186,9 @@ impl Burst {
             seen: 0,
             bytes: 0,
             time_weight: 0.0,
+            carried: 0.0,
             limit: 0,
-            budget: Budget::new(engine.burst.map_or(0.0, |s| s.budget), engine.step_cost_ns),
+            budget: Budget::new(engine.burst.map_or(0.0, |s| s.budget), engine.step_cost_ns, engine.burst.and_then(|s| s.min_steps)),
             pending_pc: 0,
             picks: [None; MAX_PICKS],
             intercepts: [None; MAX_SLOTS],
@@ -154,6 +201,12 @@ impl Burst {
         self.picks = [None; MAX_PICKS];
         self.intercepts = [None; MAX_SLOTS];
     }
+}
+
+/// Whose time a tick landed after, when not the program's.
+enum Foreign {
+    Hypervisor,
+    Kernel,
 }
 
 /// Why a tick did not begin a burst.
@@ -263,21 +316,39 @@ impl ThreadState {
             }
             return;
         }
-        if self.after_hypervisor_exit(map, regs) {
+        let settings = engine.burst.unwrap_or_default();
+        match self.after_foreign_time(map, regs) {
             // The time this tick landed in was the hypervisor's (a VM exit
             // on `cpuid`), not the program's: anchoring here would put the
             // accesses after every such instruction in the sample thousands
             // of times more often than they run.
-            self.record.counters.ticks_after_exits += 1;
-            return;
+            Some(Foreign::Hypervisor) => {
+                self.record.counters.ticks_after_exits += 1;
+                return;
+            }
+            // Likewise the kernel's: a thread CPU clock runs during system
+            // calls, and a period that ends in one fires on its return, so
+            // the code after `brk` or `read` would be stepped as often as
+            // the kernel takes time there.
+            Some(Foreign::Kernel) if !settings.after_syscall => {
+                self.record.counters.ticks_after_syscalls += 1;
+                return;
+            }
+            _ => {}
         }
         let b = &mut self.burst;
-        let max = engine.burst.map_or(0, |s| s.steps);
         let spent = self.record.counters.engine_ns;
-        let (limit, starved) = b.budget.steps(weight * engine.period as f64, spent, max);
+        let (limit, starved) = b.budget.steps(weight * engine.period as f64, spent, settings.steps, &engine.head_start);
+        if limit == 0 {
+            // Saving up for a longer burst: this tick's time goes to it.
+            b.carried += weight;
+            self.record.counters.ticks_skipped += 1;
+            return;
+        }
         if starved {
             self.record.counters.bursts_over_budget += 1;
         }
+        let weight = weight + std::mem::take(&mut b.carried);
         b.active = true;
         b.limit = limit;
         b.steps = 0;
@@ -296,15 +367,20 @@ impl ThreadState {
         }
     }
 
-    /// Did the thread just run an instruction that exits to the hypervisor
-    /// in a virtual machine (`cpuid`)? Its time is the hypervisor's.
-    fn after_hypervisor_exit(&mut self, map: &ProcessMap, regs: &Regs) -> bool {
+    /// Did the thread just run an instruction whose time is not the
+    /// program's: one that exits to the hypervisor in a virtual machine
+    /// (`cpuid`), or enters the kernel (`syscall`, `sysenter`, `int 0x80`)?
+    fn after_foreign_time(&mut self, map: &ProcessMap, regs: &Regs) -> Option<Foreign> {
         let (Some(prev), false) = crate::x86::precise_pc::previous_instruction(map, &mut self.scratch.pc, regs.rip) else {
-            return false;
+            return None;
         };
         let mut buf = [0u8; 16];
-        let Some(bytes) = crate::x86::precise_pc::code_at(map, prev, &mut buf) else { return false };
-        bytes.starts_with(&[0x0f, 0xa2])
+        let bytes = crate::x86::precise_pc::code_at(map, prev, &mut buf)?;
+        match bytes {
+            [0x0f, 0xa2, ..] => Some(Foreign::Hypervisor),
+            [0x0f, 0x05, ..] | [0x0f, 0x34, ..] | [0xcd, 0x80, ..] => Some(Foreign::Kernel),
+            _ => None,
+        }
     }
 
     /// A single step of the burst: the instruction visited last has run.
@@ -491,9 +567,15 @@ impl ThreadState {
             return;
         }
         let settings = engine.burst.unwrap_or_default();
-        let (seen, bytes, time_weight) = (b.seen as f64, b.bytes as f64, b.time_weight);
+        let (seen, bytes) = (b.seen as f64, b.bytes as f64);
+        // Per step: the burst's accesses per instruction, in units of the
+        // longest burst's.
+        let time_weight = match settings.weight {
+            BurstWeight::PerStep => b.time_weight * settings.steps.max(1) as f64 / b.steps.max(1) as f64,
+            _ => b.time_weight,
+        };
         let weight_of = |c: &Candidate| {
-            if settings.weight_per_burst {
+            if settings.weight == BurstWeight::PerBurst {
                 time_weight / m as f64
             } else if settings.by_bytes {
                 bytes / (m as f64 * c.len.max(1) as f64) * time_weight

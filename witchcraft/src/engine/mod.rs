@@ -27,7 +27,8 @@ use crate::config::Config;
 use crate::craft::Craft;
 use crate::sys::siginfo::{self, Origin};
 
-/// Process-wide, immutable after start-up.
+/// Process-wide, immutable after start-up (but for the head start, an
+/// atomic the threads' budgets draw from).
 pub struct Engine {
     pub config: Config,
     pub craft: &'static dyn Craft,
@@ -52,6 +53,8 @@ pub struct Engine {
     /// Software samples are single-step bursts (count-proportional); None:
     /// the interrupted instruction's neighbourhood (time-proportional).
     pub burst: Option<BurstSettings>,
+    /// What the bursts may spend beyond the budget at the start.
+    pub head_start: budget::HeadStart,
 }
 
 impl Engine {

@@ -143,8 +143,13 @@ impl Page<'_> {
                 None => String::new(),
             };
             let mean = if c.bursts > 0 { format!(": {:.1} steps per burst", c.steps as f64 / c.bursts as f64) } else { String::new() };
+            let ticks = if c.ticks_skipped > 0 {
+                format!(", begun at {} of {} ticks (the budget's choice)", c.bursts, c.bursts + c.ticks_skipped)
+            } else {
+                String::new()
+            };
             self.line(format!(
-                "  bursts    count-proportional: single steps of at most {} instructions, {} picked per burst{budget}{mean}",
+                "  bursts    count-proportional: single steps of at most {} instructions, {} picked per burst{budget}{mean}{ticks}",
                 p.sampler.burst_steps,
                 p.sampler.burst_picks.max(1),
             ))?;
