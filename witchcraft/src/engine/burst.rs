@@ -196,8 +196,11 @@ impl Burst {
         }
     }
 
+    /// Forget the burst under way, and the time of skipped ticks (a fork
+    /// child's belongs to its parent).
     pub fn reset(&mut self) {
         self.active = false;
+        self.carried = 0.0;
         self.picks = [None; MAX_PICKS];
         self.intercepts = [None; MAX_SLOTS];
     }
