@@ -375,62 +375,53 @@ static REAL_DLMOPEN: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut
 // library loads into. Going straight to the C library keeps all of that;
 // going through a wrapper that calls it would make the agent the caller.
 std::arch::global_asm!(
-    ".globl dlopen",
-    ".type dlopen,@function",
-    "dlopen:",
-    "endbr64",
+    // The arguments' registers saved around the call that chooses where to
+    // go (16-byte aligned at the call; 40 bytes, so the caller's return
+    // address is then at [rsp + 40]), then put back, and on to it.
+    ".macro witch_save_args",
     "push rdi",
     "push rsi",
     "push rdx",
     "push rcx",
     "sub rsp, 8",
-    "mov rdx, rdi",       // the file name
-    "xor edi, edi",       // 0: dlopen
-    "mov rcx, [rsp + 40]", // the caller's return address
-    "call {route}",
+    ".endm",
+    ".macro witch_restore_args_and_go",
     "add rsp, 8",
     "pop rcx",
     "pop rdx",
     "pop rsi",
     "pop rdi",
     "jmp rax",
+    ".endm",
+    ".globl dlopen",
+    ".type dlopen,@function",
+    "dlopen:",
+    "endbr64",
+    "witch_save_args",
+    "mov rdx, rdi",       // the file name
+    "xor edi, edi",       // 0: dlopen
+    "mov rcx, [rsp + 40]", // the caller's return address
+    "call {route}",
+    "witch_restore_args_and_go",
     ".size dlopen, .-dlopen",
     ".globl dlmopen",
     ".type dlmopen,@function",
     "dlmopen:",
     "endbr64",
-    "push rdi",
-    "push rsi",
-    "push rdx",
-    "push rcx",
-    "sub rsp, 8",
+    "witch_save_args",
     "mov rdx, rsi",       // the file name
     "mov edi, 1",         // 1: dlmopen
     "mov rcx, [rsp + 40]", // the caller's return address
     "call {route}",
-    "add rsp, 8",
-    "pop rcx",
-    "pop rdx",
-    "pop rsi",
-    "pop rdi",
-    "jmp rax",
+    "witch_restore_args_and_go",
     ".size dlmopen, .-dlmopen",
     ".globl dlsym",
     ".type dlsym,@function",
     "dlsym:",
     "endbr64",
-    "push rdi",
-    "push rsi",
-    "push rdx",
-    "push rcx",
-    "sub rsp, 8",
+    "witch_save_args",
     "call {route_sym}",
-    "add rsp, 8",
-    "pop rcx",
-    "pop rdx",
-    "pop rsi",
-    "pop rdi",
-    "jmp rax",
+    "witch_restore_args_and_go",
     ".size dlsym, .-dlsym",
     route = sym route_open,
     route_sym = sym route_sym,
