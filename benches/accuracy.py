@@ -468,9 +468,10 @@ def accept(cases, a):
         print(f"Sampler settings: `{' '.join(shown)}` (otherwise the defaults of this build); "
               f"{a.runs} sampled runs per case; {time.strftime('%Y-%m-%d')}\n")
         print("| program | craft | exact | sampled (mean ± sd) | sampled - exact | within 3 | "
-              "exact top-3 in sampled top-5 (runs) | engine share |")
-        print("|---|---|---:|---:|---:|---|---|---:|")
+              "exact top-3 in sampled top-5 (runs) | engine share | sd / reported se |")
+        print("|---|---|---:|---:|---:|---|---|---:|---:|")
         judged, within, misses, tops_ok, sds, bias_rows, samplers, costs = 0, 0, [], 0, [], [], set(), []
+        calibration = []
         for name, src, craft, markers, small, big in cases:
             exe, small, big = resolve(name, src, small, big)
             at = marked_lines(src, markers)
@@ -480,7 +481,7 @@ def accept(cases, a):
                 print(f"| {name} | {craft} | not cached ({e}) | | | | | |", flush=True)
                 continue
             out = os.path.join(OUT, f"accept-{os.getpid()}-{name}-{craft}.json")
-            fr, shares, hits, pooled, pooled_pc = [], [], 0, {}, {}
+            fr, shares, hits, pooled, pooled_pc, ses = [], [], 0, {}, {}, []
             need = min(2, len(ex_top[:3]))
             for _ in range(a.runs):
                 code, _ = run_witch(craft, exe, big, opts, out, env)
@@ -489,6 +490,10 @@ def accept(cases, a):
                              + " ".join(shlex.quote(x) for x in [f"{k}={v}" for k, v in env.items()]
                                         + [WITCH, craft, "-o", out] + opts + [exe] + big))
                 rep = report_of(out)
+                # The report's own standard error, from its 95% interval
+                # (clipping at 0 and 1 aside).
+                lo, hi = rep.get("waste_fraction_ci", [0.0, 0.0])
+                ses.append((hi - lo) / 3.92)
                 share, used = engine_share(out)
                 shares.append(share)
                 samplers.add(used)
@@ -522,8 +527,12 @@ def accept(cases, a):
                                  + f" | {100*seen_pc:.0f}% | {fmt(ratios[:2])} | {fmt(ratios[::-1][:2])} |")
             else:
                 cells = f"n/a | {100*mean:.1f} ± {100*sd:.1f} | | "
+            mse = statistics.mean(ses)
+            calib = sd / mse if mse > 0 and len(fr) > 1 else float("nan")
+            if calib == calib:
+                calibration.append(calib)
             print(f"| {name} | {craft} | {cells} | {'yes' if top_ok else 'no'} ({hits}/{a.runs}) | "
-                  f"{100*statistics.mean(shares):.2f}% |", flush=True)
+                  f"{100*statistics.mean(shares):.2f}% | {calib:.2f} |", flush=True)
         misses.sort(reverse=True)
         sds.sort(reverse=True)
         print(f"\n- Within 3 points of exact: {within} of {judged} cases"
@@ -535,6 +544,10 @@ def accept(cases, a):
               + (f" ({100*tops_ok/judged:.0f}%)" if judged else "") + ".")
         if sds:
             print(f"- Largest run-to-run standard deviation: {sds[0][0]:.1f} points ({sds[0][1]}).")
+        if calibration:
+            print(f"- Run-to-run sd over the reports' mean standard error (1 when the intervals are honest): "
+                  f"median {statistics.median(calibration):.2f}, geometric mean "
+                  f"{statistics.geometric_mean(calibration):.2f}, {min(calibration):.2f} to {max(calibration):.2f}.")
         if costs:
             top = max(costs)
             print(f"- Largest engine share: {top[0]:.2f}% ({top[1]}).")

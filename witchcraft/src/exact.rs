@@ -445,7 +445,7 @@ impl Exact {
             .map(|(&tid, t)| {
                 let mut c = t.counters.clone();
                 c.traps = t.pairs.iter().map(|p| p.traps).sum();
-                let th = crate::pair::thread_profile(tid as u32, &t.tree, &t.pairs, c);
+                let th = crate::pair::thread_profile(tid as u32, &t.tree, &t.pairs, Default::default(), c);
                 counters.add(&th.counters);
                 th
             })

@@ -3,6 +3,7 @@
 
 use crate::context::{hash, reindex};
 use crate::craft::Verdict;
+use crate::profile::Clustered;
 
 /// ⟨C_watch, C_trap⟩ → attributed bytes, preallocated like the tree.
 #[derive(Clone, Copy, Debug, Default)]
@@ -19,21 +20,64 @@ pub struct PairEntry {
     pub approx_waste_sq: f64,
     pub used_sq: f64,
     pub traps: u64,
+    /// The credits summed per cluster (sampled runs only).
+    pub cluster: ClusterSums,
 }
 
 impl PairEntry {
-    /// One trap's verdict, credited with `scale` times its bytes.
-    pub fn credit(&mut self, verdict: Verdict, scale: f64) {
+    /// One trap's verdict, credited with `scale` times its bytes; returns
+    /// the credit as (waste, use).
+    pub fn credit(&mut self, verdict: Verdict, scale: f64) -> (f64, f64) {
         self.traps += 1;
         let (sum, sq, bytes) = match verdict {
             Verdict::Waste { bytes, approx: false } => (&mut self.waste, &mut self.waste_sq, bytes),
             Verdict::Waste { bytes, approx: true } => (&mut self.approx_waste, &mut self.approx_waste_sq, bytes),
             Verdict::Use { bytes } => (&mut self.used, &mut self.used_sq, bytes),
-            Verdict::Ignore => return,
+            Verdict::Ignore => return (0.0, 0.0),
         };
         let x = scale * bytes as f64;
         *sum += x;
         *sq += x * x;
+        match verdict {
+            Verdict::Use { .. } => (0.0, x),
+            _ => (x, 0.0),
+        }
+    }
+}
+
+/// The running per-cluster sums of one set of credits (a pair's, or all of
+/// a thread's): each credit is added to its cluster's waste and use, and
+/// the squares and product of those are kept up to date as they grow, so
+/// nothing needs closing when a cluster ends. A cluster is the traps a
+/// thread credits between two sampler interrupts ([`Clustered`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ClusterSums {
+    /// The cluster `waste` and `used` belong to.
+    id: u64,
+    waste: f64,
+    used: f64,
+    pub sums: Clustered,
+}
+
+impl ClusterSums {
+    /// Add a credit of `waste` and `used` (either may be 0) in `cluster`.
+    pub fn add(&mut self, cluster: u64, waste: f64, used: f64) {
+        if waste == 0.0 && used == 0.0 {
+            return;
+        }
+        if self.id != cluster || self.sums.clusters == 0 {
+            self.id = cluster;
+            self.waste = 0.0;
+            self.used = 0.0;
+            self.sums.clusters += 1;
+        }
+        // (w + x)² − w² = x(2w + x); (w + x)(u + y) − wu = xu + yw + xy.
+        let s = &mut self.sums;
+        s.waste_sq += waste * (2.0 * self.waste + waste);
+        s.use_sq += used * (2.0 * self.used + used);
+        s.waste_use += waste * self.used + used * self.waste + waste * used;
+        self.waste += waste;
+        self.used += used;
     }
 }
 
@@ -98,6 +142,7 @@ pub fn thread_profile(
     tid: u32,
     tree: &crate::context::Tree,
     pairs: &Pairs,
+    clusters: Clustered,
     mut counters: crate::profile::Counters,
 ) -> crate::profile::Thread {
     use crate::profile;
@@ -118,9 +163,11 @@ pub fn thread_profile(
                 approx_waste_sq: p.approx_waste_sq,
                 use_sq: p.used_sq,
                 traps: p.traps,
+                cluster: p.cluster.sums,
             })
             .collect(),
         counters,
+        clusters,
     }
 }
 
@@ -147,5 +194,24 @@ mod tests {
         p.credit(Verdict::Use { bytes: 4 }, 1.0);
         p.credit(Verdict::Ignore, 1.0);
         assert_eq!((p.waste, p.waste_sq, p.used, p.used_sq, p.traps), (24.0, 320.0, 4.0, 16.0, 4));
+    }
+
+    #[test]
+    fn cluster_sums_square_each_clusters_total() {
+        let mut c = ClusterSums::default();
+        // Cluster 7: waste 2 + 3, use 4; cluster 8: use 1; cluster 9: waste 6.
+        c.add(7, 2.0, 0.0);
+        c.add(7, 0.0, 4.0);
+        c.add(7, 3.0, 0.0);
+        c.add(8, 0.0, 1.0);
+        c.add(9, 6.0, 0.0);
+        let s = c.sums;
+        assert_eq!(s.clusters, 3);
+        assert_eq!(s.waste_sq, 5.0 * 5.0 + 6.0 * 6.0);
+        assert_eq!(s.use_sq, 4.0 * 4.0 + 1.0);
+        assert_eq!(s.waste_use, 5.0 * 4.0);
+        // A credit of nothing makes no cluster.
+        c.add(10, 0.0, 0.0);
+        assert_eq!(c.sums.clusters, 3);
     }
 }

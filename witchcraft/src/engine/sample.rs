@@ -25,6 +25,7 @@ impl ThreadState {
     /// `uc` must be the context the kernel passed to the signal handler.
     pub(crate) unsafe fn on_sample(&mut self, engine: &Engine, uc: *mut libc::ucontext_t) {
         self.record.counters.interrupts += 1;
+        self.record.cluster += 1;
         let Some(map) = modules::current() else { return };
         // SAFETY: forwarded from the caller.
         let regs = unsafe { Regs::from_ucontext(uc, self.place.fs_base, self.place.gs_base) };

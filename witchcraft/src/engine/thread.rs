@@ -13,7 +13,7 @@ use super::sampler::Sampler;
 use super::watch::Watchpoints;
 use super::{Engine, Event};
 use crate::context::Tree;
-use crate::pair::Pairs;
+use crate::pair::{ClusterSums, Pairs};
 use crate::profile::{self, Counters};
 use crate::sys::task;
 use crate::unwind::{self, MAX_FRAMES};
@@ -31,6 +31,11 @@ pub struct Record {
     pub counters: Counters,
     /// Samples in a row that went unmonitored.
     pub blind: u64,
+    /// The current cluster: the sampler interrupts so far. Traps credited
+    /// between two interrupts form one cluster ([`profile::Clustered`]).
+    pub cluster: u64,
+    /// All of this thread's credits, per cluster.
+    pub clusters: ClusterSums,
 }
 
 /// Where the handlers decode and unwind (preallocated).
@@ -117,6 +122,8 @@ impl ThreadState {
                 pairs: Pairs::with_capacity(PAIRS),
                 counters: Counters::default(),
                 blind: 0,
+                cluster: 0,
+                clusters: ClusterSums::default(),
             },
             scratch: Scratch {
                 analyzer: Analyzer::new(),
@@ -184,6 +191,7 @@ impl ThreadState {
         self.record.pairs.clear();
         self.record.counters = Counters::default();
         self.record.blind = 0;
+        self.record.clusters = ClusterSums::default();
         self.clock.reset();
         self.burst.reset();
         self.active.store(false, Ordering::Release);
@@ -249,6 +257,12 @@ impl ThreadState {
 
     /// This thread's part of the profile.
     pub fn to_profile(&self) -> profile::Thread {
-        crate::pair::thread_profile(self.tid as u32, &self.record.tree, &self.record.pairs, self.record.counters.clone())
+        crate::pair::thread_profile(
+            self.tid as u32,
+            &self.record.tree,
+            &self.record.pairs,
+            self.record.clusters.sums,
+            self.record.counters.clone(),
+        )
     }
 }

@@ -118,7 +118,9 @@ impl ThreadState {
         node.eta += delta;
         let scale = delta * engine.unit_scale();
         if let Some(p) = rec.pairs.get(watch_ctx, trap_ctx) {
-            p.credit(verdict, scale);
+            let (waste, used) = p.credit(verdict, scale);
+            p.cluster.add(rec.cluster, waste, used);
+            rec.clusters.add(rec.cluster, waste, used);
         }
     }
 

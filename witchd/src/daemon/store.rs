@@ -363,6 +363,7 @@ pub mod tests_support {
                 nodes: vec![witchcraft::profile::Node { parent: 0, pc: 0, samples: 0 }],
                 pairs: vec![Pair { waste: 3.0, r#use: 1.0, ..Default::default() }],
                 counters: Counters::default(),
+                clusters: Default::default(),
             }],
             processes: vec![],
         }
