@@ -99,16 +99,11 @@ impl Budget {
     /// `max` if smaller), and whether the budget paid for fewer than that;
     /// with a floor, 0 (no burst) while the account cannot pay for it.
     pub fn steps(&mut self, program_ns: f64, engine_ns: u64, max: u32, head: &HeadStart) -> (u32, bool) {
-        let spent = engine_ns.saturating_sub(self.spent_mark_ns) as f64;
-        self.spent_mark_ns = engine_ns;
         if self.fraction == 0.0 {
+            self.spent_mark_ns = engine_ns;
             return (max, false);
         }
-        let cap = 2.0 * max as f64 * self.step_ns;
-        let earned = self.fraction * program_ns.max(0.0);
-        let repaid = self.loan_ns.min(earned / 2.0);
-        self.loan_ns -= repaid;
-        self.credit_ns = (self.credit_ns + earned - repaid - spent).clamp(-2.0 * cap, cap);
+        self.earn(program_ns, engine_ns, max);
         let mut n = (self.credit_ns / self.step_ns).floor().max(0.0);
         if n < max as f64 {
             // Enough for a full burst, debts included (and a ns more, so
@@ -125,6 +120,26 @@ impl Budget {
         }
         let starved = n < MIN_STEPS as f64;
         ((n as u32).max(MIN_STEPS).min(max), starved)
+    }
+
+    /// A tick that begins no burst whatever the account holds (its time
+    /// was the hypervisor's or the kernel's, not the program's
+    /// instructions'): the program still ran `program_ns` since the
+    /// previous tick, which earns the budget its share as at any tick, so
+    /// the engine's share stays the budget of all the program's CPU time.
+    /// `max`: the longest burst, which sets how much credit the account
+    /// may save.
+    pub fn earn(&mut self, program_ns: f64, engine_ns: u64, max: u32) {
+        let spent = engine_ns.saturating_sub(self.spent_mark_ns) as f64;
+        self.spent_mark_ns = engine_ns;
+        if self.fraction == 0.0 {
+            return;
+        }
+        let cap = 2.0 * max as f64 * self.step_ns;
+        let earned = self.fraction * program_ns.max(0.0);
+        let repaid = self.loan_ns.min(earned / 2.0);
+        self.loan_ns -= repaid;
+        self.credit_ns = (self.credit_ns + earned - repaid - spent).clamp(-2.0 * cap, cap);
     }
 
     /// A step cost `cost_ns` (its round trip and handler).
@@ -255,6 +270,26 @@ mod tests {
         // Dense traps put the account in debt: no burst until repaid.
         let mut b = Budget::new(0.03, STEP, Some(32));
         assert_eq!(b.steps(PERIOD, 2_000_000, 64, &NO_HEAD), (0, false));
+    }
+
+    #[test]
+    fn ticks_that_begin_no_burst_still_earn_the_budget() {
+        // A third of the ticks land after a `cpuid` exit and begin no
+        // burst; their program time still counts, so the engine's share of
+        // all of it is the budget, not two thirds of it.
+        let mut b = Budget::new(0.03, STEP, Some(24));
+        let (mut engine, mut program) = (0u64, 0.0);
+        for i in 0..3_000 {
+            program += PERIOD;
+            if i % 3 == 0 {
+                b.earn(PERIOD, engine, 24);
+                continue;
+            }
+            let (n, _) = b.steps(PERIOD, engine, 24, &NO_HEAD);
+            engine += n as u64 * STEP;
+        }
+        let share = engine as f64 / program;
+        assert!((0.027..=0.031).contains(&share), "{share}");
     }
 
     #[test]

@@ -320,13 +320,18 @@ impl ThreadState {
             return;
         }
         let settings = engine.burst.unwrap_or_default();
+        let (program_ns, spent) = (weight * engine.period as f64, self.record.counters.engine_ns);
         match self.after_foreign_time(map, regs) {
             // The time this tick landed in was the hypervisor's (a VM exit
             // on `cpuid`), not the program's: anchoring here would put the
             // accesses after every such instruction in the sample thousands
             // of times more often than they run.
+            // The program's CPU time since the last tick still earns the
+            // budget its share (in a VM, zstd spends a third of its time
+            // in `cpuid` exits; without this its engine share was 1.8%).
             Some(Foreign::Hypervisor) => {
                 self.record.counters.ticks_after_exits += 1;
+                self.burst.budget.earn(program_ns, spent, settings.steps);
                 return;
             }
             // Likewise the kernel's: a thread CPU clock runs during system
@@ -335,13 +340,13 @@ impl ThreadState {
             // the kernel takes time there.
             Some(Foreign::Kernel) if !settings.after_syscall => {
                 self.record.counters.ticks_after_syscalls += 1;
+                self.burst.budget.earn(program_ns, spent, settings.steps);
                 return;
             }
             _ => {}
         }
         let b = &mut self.burst;
-        let spent = self.record.counters.engine_ns;
-        let (limit, starved) = b.budget.steps(weight * engine.period as f64, spent, settings.steps, &engine.head_start);
+        let (limit, starved) = b.budget.steps(program_ns, spent, settings.steps, &engine.head_start);
         if limit == 0 {
             // Saving up for a longer burst: this tick's time goes to it.
             b.carried += weight;
