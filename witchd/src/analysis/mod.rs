@@ -116,9 +116,9 @@ impl<'p> Analysis<'p> {
 pub fn run_sums(run: &Profile) -> interval::Sums {
     let mut s = interval::Sums::default();
     for t in run.all().flat_map(|p| &p.threads) {
-        s.cluster.add(&t.clusters);
+        s.run.add(&t.clusters);
         for pair in &t.pairs {
-            s.add(&interval::Sums { cluster: Default::default(), ..interval::Sums::of_pair(pair) });
+            s.add(&interval::Sums::of_pair(pair));
         }
     }
     s

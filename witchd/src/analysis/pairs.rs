@@ -81,15 +81,15 @@ pub fn analyse<'p>(p: &'p Profile, sym: &mut Symbolizer, names: &mut Interner) -
     let mut total = Sums::default();
     let mut out: Vec<SymPair> = Vec::new();
     for t in &p.threads {
-        // The thread's own per-cluster sums over all its pairs; added below
-        // by each pair, they would leave out what pairs share in a cluster.
-        total.cluster.add(&t.clusters);
+        // The thread's own per-cluster sums over all its pairs (adding up
+        // the pairs' sums would leave out what they share in a cluster).
+        total.run.add(&t.clusters);
         let ctx = contexts(t, &mut frames_of, names);
         for raw in &t.pairs {
             let (watch, trap) = (ctx[raw.watch as usize], ctx[raw.trap as usize]);
             let key = (names.key(watch), names.key(trap));
             let sums = Sums::of_pair(raw);
-            total.add(&Sums { cluster: Default::default(), ..sums });
+            total.add(&sums);
             match index.get(&key) {
                 Some(&i) => {
                     let o = &mut out[i];
