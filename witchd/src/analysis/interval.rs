@@ -132,7 +132,16 @@ impl Sums {
             (self.cluster.waste_sq, all.cluster.waste_sq)
         };
         let others_sq = if others == 0.0 { 0.0 } else { rest(all_sq, a_sq) };
-        let e = ratio(self.waste, a_sq, others, others_sq);
+        let mut e = ratio(self.waste, a_sq, others, others_sq);
+        // Near 0 or 1 the linearized variance shrinks with the few small
+        // credits on the short side (a line with 99.99% of the waste, the
+        // rest two small traps, read 99.97–100%): join Wilson's interval at
+        // the effective number of waste draws, (Σw)² / Σw², which keeps the
+        // width that many draws allow. Inside, the two nearly agree.
+        if all_sq > 0.0 && all.waste > 0.0 {
+            let (wl, wh) = wilson(e.value, all.waste * all.waste / all_sq);
+            e = Estimate { value: e.value, se: e.se.max((wh - wl) / (2.0 * Z95)), lo: e.lo.min(wl), hi: e.hi.max(wh) };
+        }
         if self.cluster.is_empty() || all.cluster.is_empty() {
             return e;
         }
@@ -330,6 +339,15 @@ mod tests {
         let (line, above) = (c(4.771, 11.2), c(4.771000000000001, 11.200000000000001));
         let s = line.share_of(&above);
         assert!(s.hi == 1.0 && s.lo < 0.9, "{s:?}");
+        // Nearly all of it, the rest two small credits: still the width that
+        // the number of draws allows, not the rest's few credits'.
+        let (big, small) = (sums(&[1.0; 98], &[]), sums(&[0.01; 2], &[]));
+        let mut both = big;
+        both.add(&small);
+        let near = big.share_of(&both);
+        assert!(near.value > 0.9997 && near.hi == 1.0 && near.lo < 0.97, "{near:?}");
+        let tiny = small.share_of(&both);
+        assert!(tiny.value < 0.0003 && tiny.lo == 0.0 && tiny.hi > 0.03, "{tiny:?}");
         // A pair's share: a quarter, with the spread of 40 credits over
         // ten clusters, not of ten clusters of four.
         let one = pairs[0].share_of(&total);
