@@ -104,11 +104,10 @@ impl Budget {
     /// `max` if smaller), and whether the budget paid for fewer than that;
     /// with a floor, 0 (no burst) while the account cannot pay for it.
     pub fn steps(&mut self, program_ns: f64, engine_ns: u64, max: u32, head: &HeadStart) -> (u32, bool) {
+        self.settle(program_ns, engine_ns, max);
         if self.fraction == 0.0 {
-            self.spent_mark_ns = engine_ns;
             return (max, false);
         }
-        self.settle(program_ns, engine_ns, max);
         let mut n = (self.credit_ns / self.step_ns).floor().max(0.0);
         if n < max as f64 && self.floor.is_some() {
             // Enough for a full burst, debts included (and a ns more, so
