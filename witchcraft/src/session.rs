@@ -3,9 +3,13 @@
 //! process.
 //!
 //! 1. The controller stops one thread of the target with ptrace and makes
-//!    it call [`ATTACH_SYMBOL`]`(int *fd)` in the agent. The agent checks it
-//!    can run a session ([`AttachCode`]), creates a socket pair, starts its
-//!    control thread on one end and stores the other end's number in `*fd`.
+//!    it call [`ATTACH_SYMBOL`]`(int out[2])` in the agent. The agent checks
+//!    it can run a session ([`AttachCode`]), creates a socket pair, starts
+//!    its control thread on one end and stores the other end's number in
+//!    `out[0]`, and its answer in `out[1]`. The answer goes through memory,
+//!    not the return value: the call returns into the C library's signal
+//!    return, which puts the thread back as it was even if the controller
+//!    dies meanwhile, and which overwrites `rax` on its way.
 //! 2. The controller copies that end into itself (`pidfd_getfd`, which
 //!    needs the same right as ptrace), lets the thread go, and sends
 //!    [`Message::Settings`]. The agent then closes its copy of the
@@ -23,10 +27,14 @@
 //! is framed (kind, length, payload) and bounded per kind, so neither side
 //! can make the other read without end.
 
-/// The agent's entry point: `int witch_session_attach(int *controller_fd)`.
-/// (Named for this protocol: an agent of the earlier, file-based one,
-/// still loaded in a process, has no such symbol and is refused clearly.)
-pub const ATTACH_SYMBOL: &str = "witch_session_attach";
+/// The agent's entry point: `void witch_session_start(int out[2])`.
+/// (Named for this protocol: an agent of an earlier one, still loaded in a
+/// process, has no such symbol and is refused clearly.)
+pub const ATTACH_SYMBOL: &str = "witch_session_start";
+
+/// What `out[1]` holds before the call: an agent that never wrote it did
+/// not run.
+pub const NO_ANSWER: i32 = -1;
 
 /// Return values of the agent's entry point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,9 +66,8 @@ impl AttachCode {
         AttachCode::NoChannel,
     ];
 
-    /// The code a call returned (the low 32 bits of `rax`).
-    pub fn from_raw(raw: u64) -> Option<AttachCode> {
-        let v = raw as u32 as i32;
+    /// The code the agent stored.
+    pub fn from_raw(v: i32) -> Option<AttachCode> {
         Self::ALL.into_iter().find(|c| *c as i32 == v)
     }
 
@@ -272,9 +279,10 @@ mod tests {
     #[test]
     fn codes_round_trip_and_say_something() {
         for c in AttachCode::ALL {
-            assert_eq!(AttachCode::from_raw(c as i32 as u32 as u64 | 0xdead_0000_0000_0000), Some(c));
+            assert_eq!(AttachCode::from_raw(c as i32), Some(c));
             assert!(!c.message().is_empty());
         }
         assert_eq!(AttachCode::from_raw(42), None);
+        assert_eq!(AttachCode::from_raw(NO_ANSWER), None);
     }
 }

@@ -1,5 +1,5 @@
 //! Attached mode: `witch CRAFT --pid` (or witchd) has a running process
-//! `dlopen` this library and call [`witch_session_attach`]; the protocol is
+//! `dlopen` this library and call [`witch_session_start`]; the protocol is
 //! `witchcraft::session`. Nothing is interposed then, so:
 //!
 //! - the settings come over the session's socket;
@@ -35,7 +35,7 @@ use witchcraft::sys::perf::{self, Attr, BpType};
 use witchcraft::sys::siginfo::sampler_signal;
 use witchcraft::sys::{fd, procfs, task};
 
-/// A session runs (from `witch_session_attach` to the control thread's end).
+/// A session runs (from `witch_session_start` to the control thread's end).
 static SESSION: AtomicBool = AtomicBool::new(false);
 /// Sends on the session socket come from the control thread and, at exit,
 /// from the exiting thread: one message at a time.
@@ -51,31 +51,40 @@ const LEAVE_WAIT: Duration = Duration::from_millis(300);
 const LEAVE_PERIOD_NS: u64 = 1_000_000;
 
 /// Called in the target (by the controller, through ptrace). Checks a
-/// session can run, starts the control thread, and stores in
-/// `*controller_fd` the controller's end of the session's socket. Returns
-/// an [`AttachCode`].
+/// session can run, starts the control thread, stores in `out[0]` the
+/// controller's end of the session's socket and in `out[1]` an
+/// [`AttachCode`] (through memory: the call returns into the C library's
+/// signal return, which overwrites `rax`; `witchcraft::session`).
 ///
 /// # Safety
-/// `controller_fd` must point to a writable `int`.
+/// `out` must point to two writable `int`s.
 #[no_mangle]
-pub unsafe extern "C" fn witch_session_attach(controller_fd: *mut libc::c_int) -> libc::c_int {
-    if controller_fd.is_null() {
-        return AttachCode::BadArgument as i32;
+pub unsafe extern "C" fn witch_session_start(out: *mut libc::c_int) {
+    if out.is_null() {
+        return;
     }
+    let code = attach_code();
+    // SAFETY: the caller's pointer to two ints, checked non-null above.
+    unsafe {
+        if code == AttachCode::Ok {
+            *out = CONTROLLER_END.load(Ordering::Acquire);
+        }
+        *out.add(1) = code as i32;
+    }
+}
+
+fn attach_code() -> AttachCode {
     if AGENT.mode() == Mode::Preloaded {
-        return AttachCode::Preloaded as i32;
+        return AttachCode::Preloaded;
     }
     if SESSION.swap(true, Ordering::AcqRel) {
-        return AttachCode::Busy as i32;
+        return AttachCode::Busy;
     }
     let code = start();
     if code != AttachCode::Ok {
         SESSION.store(false, Ordering::Release);
-        return code as i32;
     }
-    // SAFETY: the caller's pointer to an int, checked non-null above.
-    unsafe { *controller_fd = CONTROLLER_END.load(Ordering::Acquire) };
-    AttachCode::Ok as i32
+    code
 }
 
 static CONTROLLER_END: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);

@@ -22,7 +22,7 @@ pub enum Mode {
     Off = 0,
     /// Loaded with `LD_PRELOAD` at the program's start.
     Preloaded = 1,
-    /// Loaded into a running process for a session (`witch_session_attach`).
+    /// Loaded into a running process for a session (`witch_session_start`).
     Attached = 2,
 }
 

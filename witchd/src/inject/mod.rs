@@ -17,12 +17,12 @@ pub mod target;
 
 use anyhow::{anyhow, bail, Result};
 use channel::{Channel, Event};
-use ptrace::{Arg, Tracee};
+use ptrace::{Arg, Return, Tracee};
 use std::time::{Duration, Instant};
 use target::{file_name, Target};
 use witchcraft::config::Config;
 use witchcraft::profile::{Craft, Profile};
-use witchcraft::session::{AttachCode, Message, ATTACH_SYMBOL};
+use witchcraft::session::{AttachCode, Message, ATTACH_SYMBOL, NO_ANSWER};
 
 pub use target::alive;
 
@@ -106,45 +106,51 @@ pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
     // Names the process for good: a pid reused meanwhile is refused below.
     let pidfd = channel::pidfd_open(pid)?;
 
+    // Injected calls return through the C library's signal return, so that
+    // a controller killed meanwhile leaves the thread as it was (ptrace.rs).
+    let ret = target.sigreturn().map_or(Return::Fault, Return::Restore);
     let tracee = Tracee::stop_safely(&target)?;
     let injected = (|| -> Result<i32> {
         let agent_obj = match loaded {
             Some(m) => m,
             None => {
                 let args = [Arg::Str(agent_path.clone()), Arg::Int((libc::RTLD_NOW | libc::RTLD_LOCAL) as u64)];
-                let (handle, _) = tracee.call(dlopen.unwrap_or(0), &args)?;
-                if handle == 0 {
-                    let why = match dlerror {
-                        Some(f) => tracee.call(f, &[]).map(|(p, _)| tracee.read_cstr(p)).unwrap_or_default(),
-                        None => String::new(),
-                    };
-                    bail!("pid {pid} could not load the agent {agent_path}: {why}");
-                }
+                let called = tracee.call(dlopen.unwrap_or(0), &args, ret)?;
                 target.refresh_maps()?;
-                target
-                    .object(is_agent)
-                    .cloned()
-                    .ok_or_else(|| anyhow!("the agent was loaded into pid {pid} but is not in its memory map"))?
+                match target.object(is_agent).cloned() {
+                    Some(m) if called.rax != Some(0) => m,
+                    _ => {
+                        // Only here a call returns the older way (its
+                        // result, a pointer, is nowhere else): see ptrace.rs.
+                        let why = match dlerror {
+                            Some(f) => tracee.call(f, &[], Return::Fault).map(|c| tracee.read_cstr(c.rax.unwrap_or(0))).unwrap_or_default(),
+                            None => String::new(),
+                        };
+                        bail!("pid {pid} could not load the agent {agent_path}: {why}");
+                    }
+                }
             }
         };
-        let entry = target
-            .symbol(&agent_obj, ATTACH_SYMBOL)?
-            .ok_or_else(|| anyhow!("{} has no {ATTACH_SYMBOL} (an older agent is loaded in pid {pid}?)", agent_obj.path))?;
-        let mut result = tracee.call(entry, &[Arg::OutInt])?;
+        let entry = target.symbol(&agent_obj, ATTACH_SYMBOL)?.ok_or_else(|| {
+            anyhow!("{} has no {ATTACH_SYMBOL} (an agent of an older witch is loaded in pid {pid}; restart it to attach)", agent_obj.path)
+        })?;
+        let start = || tracee.call(entry, &[Arg::Out([-1, NO_ANSWER])], ret).map(|c| c.out);
+        let mut out = start()?;
         // A debugger's breakpoint may be released a little after it is
         // closed (another process may still hold the event for a moment),
         // so look again for a while before refusing.
         for _ in 0..10 {
-            if AttachCode::from_raw(result.0) != Some(AttachCode::NoDebugRegisters) {
+            if AttachCode::from_raw(out[1]) != Some(AttachCode::NoDebugRegisters) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(30));
-            result = tracee.call(entry, &[Arg::OutInt])?;
+            out = start()?;
         }
-        match AttachCode::from_raw(result.0) {
-            Some(AttachCode::Ok) => Ok(result.1),
+        match AttachCode::from_raw(out[1]) {
+            Some(AttachCode::Ok) => Ok(out[0]),
             Some(code) => bail!("cannot profile pid {pid}: {}", code.message()),
-            None => bail!("cannot profile pid {pid}: the agent failed with code {}", result.0 as i32),
+            None if out[1] == NO_ANSWER => bail!("cannot profile pid {pid}: the agent did not answer"),
+            None => bail!("cannot profile pid {pid}: the agent failed with code {}", out[1]),
         }
     })();
     // Taking the socket needs the process alive, not stopped: before or after resuming is alike.

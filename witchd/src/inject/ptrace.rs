@@ -13,6 +13,22 @@
 //! meanwhile (which would have interrupted them anyway). A call with a
 //! timeout of its own then waits it again in full: late, never early.
 //!
+//! An injected call must leave the thread as it was even if the controller
+//! dies during it (`kill -9` of `witch --pid`): the kernel then detaches,
+//! and the thread runs on from wherever its registers point. So the call
+//! returns into the C library's own signal return (`__restore_rt`), with a
+//! signal frame written below it on the stack that holds the thread's
+//! registers, vector state and signal mask as they were: the call ends in
+//! `rt_sigreturn`, which puts all of them back by itself (an interrupted
+//! system call re-issued, as above; one that would have continued its
+//! remaining wait with `restart_syscall` then waits in full). While the
+//! controller lives, it stops the thread at that `rt_sigreturn` (a
+//! system-call stop) and puts the registers back itself, which continues
+//! such a wait exactly. Results come back through memory, since the signal
+//! return overwrites `rax`; only `dlerror` after a failed `dlopen` returns
+//! its pointer the older way, to address 0 (a fault the controller
+//! catches), because its result lives nowhere else.
+//!
 //! The injected calls run on a thread stopped at an arbitrary point; if it
 //! held a lock that `dlopen` or `malloc` needs, the call would deadlock. So
 //! [`Tracee::stop_safely`] waits for a moment when the thread is in its own
@@ -39,15 +55,83 @@ const CALL_LIMIT: Duration = Duration::from_secs(30);
 const NT_X86_XSTATE: libc::c_uint = 0x202;
 /// Room for any XSAVE area (AVX-512 with AMX is about 11 KiB).
 const XSTATE_MAX: usize = 16 << 10;
+/// `FP_XSTATE_MAGIC1`/`2`: an XSAVE area in a signal frame.
+const FP_XSTATE_MAGIC1: u32 = 0x4650_5853;
+const FP_XSTATE_MAGIC2: u32 = 0x4650_5845;
+/// `uc_flags`: the frame has XSAVE state, `ss` is valid and restored as is.
+const UC_FP_XSTATE: u64 = 1;
+const UC_SIGCONTEXT_SS: u64 = 2;
+const UC_STRICT_RESTORE_SS: u64 = 4;
+/// `struct rt_sigframe` without the state after it: the return address,
+/// `struct ucontext` (304 bytes) and `struct siginfo` (128).
+const SIGFRAME: usize = 8 + 304 + 128;
+/// System call numbers: `rt_sigreturn`, `restart_syscall`.
+const SYS_RT_SIGRETURN: u64 = 15;
+const SYS_RESTART_SYSCALL: u64 = 219;
+/// `-ERESTARTSYS`, `-ERESTARTNOINTR`, `-ERESTARTNOHAND`: re-issue the call.
+const RESTART: [i64; 3] = [-512, -513, -514];
+/// `-ERESTART_RESTARTBLOCK`: continue it with `restart_syscall`.
+const RESTART_BLOCK: i64 = -516;
+/// A system-call stop's signal with `PTRACE_O_TRACESYSGOOD`.
+const SYSCALL_STOP: i32 = libc::SIGTRAP | 0x80;
 
 /// An argument of an injected call.
 pub enum Arg {
     Int(u64),
     /// Copied onto the thread's stack, passed as a pointer.
     Str(String),
-    /// A zeroed `int` on the thread's stack, passed as a pointer; its value
-    /// after the call is returned with the result.
-    OutInt,
+    /// Two `int`s on the thread's stack with these values, passed as a
+    /// pointer; their values after the call are returned with the result.
+    Out([i32; 2]),
+}
+
+/// Where an injected call returns.
+#[derive(Clone, Copy)]
+pub enum Return {
+    /// Into the C library's signal return, through a frame that puts the
+    /// thread back as it was (see the module comment); `rax` is lost.
+    Restore(super::target::SigReturn),
+    /// To address 0, whose fault the controller catches: `rax` is kept,
+    /// but a controller that dies during the call leaves the thread to
+    /// that fault.
+    Fault,
+}
+
+/// What a call gave back.
+pub struct Called {
+    /// `rax` ([`Return::Fault`] only).
+    pub rax: Option<u64>,
+    /// The [`Arg::Out`] ints after the call (as passed if none).
+    pub out: [i32; 2],
+}
+
+/// How the thread's registers are put back.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Resume {
+    /// From a ptrace stop outside any system call: the kernel then restarts
+    /// an interrupted call itself.
+    Own,
+    /// From a signal frame: the kernel restarts nothing after
+    /// `rt_sigreturn`, so a call it would restart is re-issued, and one
+    /// that would continue a wait with `restart_syscall` waits in full.
+    Frame,
+    /// From the frame's `rt_sigreturn` stop, which is not made: as the
+    /// kernel restarts a call (`restart_syscall` continuing a wait).
+    Stop,
+}
+
+/// Where the thread is, as far as its injected calls go.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Phase {
+    /// Stopped with its own registers, or with ones that a resume replaces.
+    Own,
+    /// Running (or stopped inside) a call that returns into a restoring
+    /// signal frame: let go, it puts itself back.
+    Restoring,
+    /// Running a [`Return::Fault`] call.
+    Faulting,
+    /// Stopped at the restoring frame's `rt_sigreturn` (system-call entry).
+    AtSigreturn,
 }
 
 /// One thread of the target, stopped under ptrace.
@@ -65,6 +149,9 @@ pub struct Tracee {
     delivered: Cell<bool>,
     /// A signal was pending when it was stopped.
     pending: bool,
+    /// Its blocked signals when it was stopped.
+    sigmask: u64,
+    phase: Cell<Phase>,
 }
 
 impl Tracee {
@@ -117,7 +204,7 @@ impl Tracee {
     fn seize(tid: i32) -> Result<Tracee> {
         // SAFETY: ptrace requests on a thread id; failures are reported.
         unsafe {
-            if libc::ptrace(libc::PTRACE_SEIZE, tid, 0, 0) != 0 {
+            if libc::ptrace(libc::PTRACE_SEIZE, tid, 0, libc::PTRACE_O_TRACESYSGOOD) != 0 {
                 let e = std::io::Error::last_os_error();
                 if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)) {
                     return Err(Refused.into());
@@ -138,6 +225,8 @@ impl Tracee {
             stopped: Cell::new(false),
             delivered: Cell::new(false),
             pending: false,
+            sigmask: 0,
+            phase: Cell::new(Phase::Own),
         };
         // The interrupt's stop may come after a signal-delivery stop: the
         // thread was about to take one of the program's signals. Resuming it
@@ -171,7 +260,7 @@ impl Tracee {
         }
         t.saved = t.regs()?;
         t.xstate = t.get_xstate()?;
-        t.pending = signal_pending(tid);
+        (t.pending, t.sigmask) = signals(tid);
         Ok(t)
     }
 
@@ -268,15 +357,14 @@ impl Tracee {
         String::from_utf8_lossy(&buf[..end]).into_owned()
     }
 
-    /// Call `f(args...)` on the stopped thread; returns its `rax` and the
-    /// value of an [`Arg::OutInt`] (0 if none). The call returns to address
-    /// 0; the fault stops it and is discarded, and the registers are put back.
-    pub fn call(&self, f: u64, args: &[Arg]) -> Result<(u64, i32)> {
-        let mut r = self.saved;
-        // Below the red zone, 16-byte aligned; data first, then the return address.
-        let mut sp = (self.saved.rsp - 1024) & !0xf;
+    /// Call `f(args...)` on the stopped thread, returning as `ret` says.
+    pub fn call(&self, f: u64, args: &[Arg], ret: Return) -> Result<Called> {
+        // Below the red zone; data first, then (restoring) the XSAVE area
+        // and the signal frame, then the return address.
+        let mut sp = (self.saved.rsp - 1024) & !0x3f;
         let mut ints = Vec::new();
         let mut out = None;
+        let mut init = [0i32; 2];
         for a in args {
             let bytes = match a {
                 Arg::Int(v) => {
@@ -288,89 +376,248 @@ impl Tracee {
                     b.push(0);
                     b
                 }
-                Arg::OutInt => vec![0u8; 8],
+                Arg::Out(v) => {
+                    init = *v;
+                    v.iter().flat_map(|i| i.to_le_bytes()).collect()
+                }
             };
             sp = (sp - bytes.len() as u64) & !0xf;
             self.write(sp, &bytes)?;
-            if matches!(a, Arg::OutInt) {
+            if matches!(a, Arg::Out(_)) {
                 out = Some(sp);
             }
             ints.push(sp);
         }
-        sp -= 8;
-        self.write(sp, &0u64.to_le_bytes())?;
+        let restorer = match ret {
+            Return::Restore(sr) => {
+                let Some(x) = signal_xstate(&self.xstate) else {
+                    bail!("the vector registers of thread {} are in a layout witch does not know", self.tid);
+                };
+                let fp = (sp - x.len() as u64) & !0x3f;
+                self.write(fp, &x)?;
+                // At `f`'s entry rsp + 8 is 16-byte aligned; its `ret` leaves
+                // rsp just past the return address, where the kernel expects
+                // the frame's `ucontext`.
+                let frame = ((fp - SIGFRAME as u64) & !0xf) - 8;
+                let regs = self.resumed(Resume::Frame);
+                self.write(frame, &sigframe(sr.start, &regs, self.sigmask, fp))?;
+                sp = frame;
+                Some((sr, frame + 8))
+            }
+            Return::Fault => {
+                sp -= 8;
+                self.write(sp, &0u64.to_le_bytes())?;
+                None
+            }
+        };
+        let mut r = self.saved;
         r.rsp = sp;
         r.rip = f;
         r.rax = 0;
-        r.orig_rax = u64::MAX; // not in a system call: nothing to restart now
+        r.orig_rax = u64::MAX; // no system call to restart (or, at a system-call stop, to make)
         let regs = [&mut r.rdi, &mut r.rsi, &mut r.rdx, &mut r.rcx, &mut r.r8, &mut r.r9];
         for (slot, v) in regs.into_iter().zip(ints) {
             *slot = v;
         }
         self.set_regs(&r)?;
+        self.phase.set(if restorer.is_some() { Phase::Restoring } else { Phase::Faulting });
+        let read_out = || {
+            let mut v = [0u8; 8];
+            match out {
+                Some(at) if super::target::read_memory(self.tid, at, &mut v) => {
+                    [i32::from_le_bytes(v[..4].try_into().unwrap_or_default()), i32::from_le_bytes(v[4..].try_into().unwrap_or_default())]
+                }
+                _ => init,
+            }
+        };
         let mut sig = 0;
         let until = Instant::now() + CALL_LIMIT;
         loop {
-            // SAFETY: resumes our stopped tracee, delivering `sig` (0: none).
-            if unsafe { libc::ptrace(libc::PTRACE_CONT, self.tid, 0, sig) } != 0 {
+            // SAFETY: resumes our stopped tracee to its next system call or
+            // signal, delivering `sig` (0: none).
+            if unsafe { libc::ptrace(libc::PTRACE_SYSCALL, self.tid, 0, sig) } != 0 {
                 bail!("cannot resume thread {}: {}", self.tid, std::io::Error::last_os_error());
             }
             self.stopped.set(false);
             let s = self.wait_stop(until.saturating_duration_since(Instant::now()))?;
-            if s == libc::SIGSEGV {
+            sig = 0;
+            if s == SYSCALL_STOP {
+                if let Some((sr, past_ret)) = restorer {
+                    let now = self.regs()?;
+                    if now.orig_rax == SYS_RT_SIGRETURN && now.rip == sr.after && now.rsp == past_ret {
+                        self.phase.set(Phase::AtSigreturn);
+                        return Ok(Called { rax: None, out: read_out() });
+                    }
+                }
+                continue;
+            }
+            if s == libc::SIGSEGV && restorer.is_none() {
                 let now = self.regs()?;
                 if now.rip == 0 {
-                    let mut v = [0u8; 4];
-                    if let Some(at) = out {
-                        super::target::read_memory(self.tid, at, &mut v);
-                    }
+                    let out = read_out();
                     self.set_regs(&self.saved)?;
-                    return Ok((now.rax, i32::from_le_bytes(v)));
+                    self.phase.set(Phase::Own);
+                    return Ok(Called { rax: Some(now.rax), out });
                 }
             }
             // Another signal for the program, or a stop: pass it on.
-            sig = if s == libc::SIGSTOP || s == 0 { 0 } else { s };
-            if sig != 0 {
+            if s != libc::SIGSTOP && s != 0 {
+                sig = s;
                 self.delivered.set(true);
             }
         }
     }
 
-    /// Let the thread go on from where it was stopped: its registers put
-    /// back (an interrupted call restarted, see the module comment), then
-    /// detached. If it is running injected code (a call that timed out), it
-    /// is stopped first.
+    /// The registers the thread goes on with: its own, with a system call
+    /// that returned `-EINTR` to the stop re-issued (see the module
+    /// comment), and as `how` says.
+    fn resumed(&self, how: Resume) -> libc::user_regs_struct {
+        let mut r = self.saved;
+        let (nr, rv) = (r.orig_rax as i64, r.rax as i64);
+        let restart = nr >= 0 && (RESTART.contains(&rv) || rv == RESTART_BLOCK);
+        if self.eintr_again() || (how != Resume::Own && restart) {
+            r.rax = if how == Resume::Stop && rv == RESTART_BLOCK { SYS_RESTART_SYSCALL } else { r.orig_rax };
+            r.rip -= 2;
+        }
+        r
+    }
+
+    /// The thread's system call returned `-EINTR` to the stop, did nothing,
+    /// and no signal of the program's came meanwhile: re-issue it.
+    fn eintr_again(&self) -> bool {
+        let (nr, rv) = (self.saved.orig_rax as i64, self.saved.rax as i64);
+        nr >= 0 && rv == -(libc::EINTR as i64) && EINTR_ON_STOP.contains(&nr) && !self.pending && !self.delivered.get() && {
+            let mut insn = [0u8; 2];
+            super::target::read_memory(self.tid, self.saved.rip.wrapping_sub(2), &mut insn) && insn == [0x0f, 0x05]
+        }
+    }
+
+    /// Let the thread go on from where it was stopped (see the module
+    /// comment). A thread in a call that restores itself is just let go; at
+    /// that call's `rt_sigreturn`, its registers are put back here instead
+    /// (the system call it was in made now, `restart_syscall` for one that
+    /// continues a wait); otherwise they are put back as they were.
     pub fn resume(&self) {
+        let mut sig = 0;
         if !self.stopped.get() {
             // SAFETY: stop our tracee to put its registers back.
             unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, self.tid, 0, 0) };
-            if self.wait_stop(Duration::from_secs(5)).is_err() {
-                // SAFETY: detach whatever its state; nothing better is possible.
-                unsafe { libc::ptrace(libc::PTRACE_DETACH, self.tid, 0, 0) };
-                return;
+            match self.wait_stop(Duration::from_secs(5)) {
+                Ok(s) => sig = if s == SYSCALL_STOP || s == libc::SIGSTOP { 0 } else { s },
+                Err(_) => {
+                    // SAFETY: detach whatever its state; nothing better is possible.
+                    unsafe { libc::ptrace(libc::PTRACE_DETACH, self.tid, 0, 0) };
+                    return;
+                }
             }
         }
-        let mut r = self.saved;
-        let nr = r.orig_rax as i64;
-        if r.rax as i64 == -(libc::EINTR as i64) && EINTR_ON_STOP.contains(&nr) && !self.pending && !self.delivered.get() {
-            let mut insn = [0u8; 2];
-            if super::target::read_memory(self.tid, r.rip.wrapping_sub(2), &mut insn) && insn == [0x0f, 0x05] {
-                r.rax = r.orig_rax;
-                r.rip -= 2;
+        match self.phase.get() {
+            Phase::Restoring => {}
+            Phase::AtSigreturn => {
+                // At the entry of the frame's `rt_sigreturn`, which is not
+                // made (-1); the thread's own call goes on from user mode,
+                // as the kernel restarts one.
+                let mut r = self.resumed(Resume::Stop);
+                r.orig_rax = u64::MAX;
+                let _ = self.set_regs(&r);
+                let _ = self.set_xstate();
+            }
+            Phase::Own | Phase::Faulting => {
+                let _ = self.set_regs(&self.resumed(Resume::Own));
+                let _ = self.set_xstate();
+                if sig == libc::SIGSEGV && self.phase.get() == Phase::Faulting {
+                    sig = 0; // the call's own return to address 0
+                }
             }
         }
-        let _ = self.set_regs(&r);
-        let _ = self.set_xstate();
-        // SAFETY: detaches our stopped tracee; no signal is injected.
-        unsafe { libc::ptrace(libc::PTRACE_DETACH, self.tid, 0, 0) };
+        // SAFETY: detaches our stopped tracee, passing on a signal of the
+        // program's it stopped with (0: none).
+        unsafe { libc::ptrace(libc::PTRACE_DETACH, self.tid, 0, sig) };
     }
 }
 
-/// Does thread `tid` have a signal pending that it does not block?
-fn signal_pending(tid: i32) -> bool {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else { return false };
+/// The XSAVE area as a signal frame holds it: ptrace gives the
+/// standard-format area with the enabled features (XCR0) in bytes 464-471;
+/// a frame has the kernel's software words there instead (`struct
+/// _fpx_sw_bytes`: magic, sizes, features) and `FP_XSTATE_MAGIC2` right
+/// after the area. The area ends with the last enabled feature in the
+/// processor's standard layout (CPUID leaf 0xD), leaving out AMX tile data
+/// (feature 18) unless the thread uses it, since a process that never
+/// asked for AMX has no room for it and the kernel would refuse the whole
+/// area (restoring only x87 and SSE state). None: not an XSAVE area.
+fn signal_xstate(ptrace_area: &[u8]) -> Option<Vec<u8>> {
+    const LEGACY_AND_HEADER: usize = 576;
+    const AMX_TILE_DATA: u32 = 18;
+    if ptrace_area.len() < LEGACY_AND_HEADER {
+        return None;
+    }
+    let word = |at: usize| u64::from_le_bytes(ptrace_area[at..at + 8].try_into().unwrap_or_default());
+    let (enabled, in_use) = (word(464), word(512));
+    let mut features = enabled & !(1 << AMX_TILE_DATA) | (in_use & (1 << AMX_TILE_DATA));
+    let mut size = LEGACY_AND_HEADER;
+    for f in 2..63u32 {
+        if features & (1 << f) == 0 {
+            continue;
+        }
+        let leaf = std::arch::x86_64::__cpuid_count(0xd, f);
+        let end = (leaf.ebx + leaf.eax) as usize;
+        if leaf.ecx & 1 != 0 || end > ptrace_area.len() {
+            features &= !(1 << f); // a supervisor feature, or one ptrace gave no room for
+            continue;
+        }
+        size = size.max(end);
+    }
+    let mut x = ptrace_area[..size].to_vec();
+    x[464..468].copy_from_slice(&FP_XSTATE_MAGIC1.to_le_bytes());
+    x[468..472].copy_from_slice(&(size as u32 + 4).to_le_bytes()); // extended_size
+    x[472..480].copy_from_slice(&features.to_le_bytes());
+    x[480..484].copy_from_slice(&(size as u32).to_le_bytes()); // xstate_size
+    x[484..512].fill(0);
+    x.extend_from_slice(&FP_XSTATE_MAGIC2.to_le_bytes());
+    Some(x)
+}
+
+/// A signal frame (`struct rt_sigframe`) whose `rt_sigreturn` resumes
+/// `r` with signal mask `mask` and the XSAVE area at `fpstate`; its first
+/// word is the return address `restorer`. The alternate signal stack is
+/// left as it is (`uc_stack` holds flags the kernel refuses, which
+/// `rt_sigreturn` ignores): another thread's can't be read.
+fn sigframe(restorer: u64, r: &libc::user_regs_struct, mask: u64, fpstate: u64) -> Vec<u8> {
+    let mut f = Vec::with_capacity(SIGFRAME);
+    let mut put = |v: u64| f.extend_from_slice(&v.to_le_bytes());
+    put(restorer);
+    // struct ucontext
+    put(UC_FP_XSTATE | UC_SIGCONTEXT_SS | UC_STRICT_RESTORE_SS); // uc_flags
+    put(0); // uc_link
+    put(0); // uc_stack.ss_sp
+    put(3); // uc_stack.ss_flags: neither 0, SS_ONSTACK nor SS_DISABLE
+    put(0); // uc_stack.ss_size
+            // struct sigcontext
+    for v in [r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15, r.rdi, r.rsi, r.rbp, r.rbx, r.rdx, r.rax, r.rcx, r.rsp, r.rip, r.eflags]
+    {
+        put(v);
+    }
+    put((r.cs & 0xffff) | ((r.ss & 0xffff) << 48)); // cs, gs, fs, ss
+    put(0); // err
+    put(0); // trapno
+    put(mask); // oldmask
+    put(0); // cr2
+    put(fpstate);
+    for _ in 0..8 {
+        put(0); // reserved
+    }
+    put(mask); // uc_sigmask
+    f.resize(SIGFRAME, 0); // struct siginfo
+    f
+}
+
+/// Does thread `tid` have a signal pending that it does not block, and
+/// which signals does it block?
+fn signals(tid: i32) -> (bool, u64) {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else { return (false, 0) };
     let field = |k: &str| status.lines().find_map(|l| l.strip_prefix(k)).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(0);
-    (field("SigPnd:") | field("ShdPnd:")) & !field("SigBlk:") != 0
+    let blocked = field("SigBlk:");
+    ((field("SigPnd:") | field("ShdPnd:")) & !blocked != 0, blocked)
 }
 
 /// ptrace was refused (permissions).

@@ -92,12 +92,53 @@ impl Target {
             .collect()
     }
 
+    /// The C library's signal return (`__restore_rt` in glibc and musl:
+    /// `mov $15, %rax; syscall`, i.e. `rt_sigreturn`), found by its bytes
+    /// in the library's code as mapped (the symbol is local, and stripped
+    /// builds have none). Injected calls return into it (see
+    /// [`super::ptrace`]). None if the process maps no such code.
+    pub fn sigreturn(&self) -> Option<SigReturn> {
+        const PATTERNS: [&[u8]; 2] = [&[0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0, 0x0f, 0x05], &[0xb8, 0x0f, 0, 0, 0, 0x0f, 0x05]];
+        const CHUNK: usize = 64 << 10;
+        let libc = |m: &&Mapping| {
+            let name = file_name(&m.path);
+            m.exec && (name.starts_with("libc.so") || name.starts_with("libc-") || name.starts_with("ld-musl"))
+        };
+        let mut buf = vec![0u8; CHUNK + 16];
+        for m in self.maps.iter().filter(libc) {
+            let mut at = m.start;
+            while at < m.end {
+                let len = ((m.end - at) as usize).min(buf.len());
+                if !read_memory(self.pid, at, &mut buf[..len]) {
+                    break;
+                }
+                for p in PATTERNS {
+                    if let Some(i) = buf[..len].windows(p.len()).position(|w| w == p) {
+                        let start = at + i as u64;
+                        return Some(SigReturn { start, after: start + p.len() as u64 });
+                    }
+                }
+                at += CHUNK as u64;
+            }
+        }
+        None
+    }
+
     /// Address of dynamic symbol `name` in the object mapped by `m` (its
     /// first mapping).
     pub fn symbol(&self, m: &Mapping, name: &str) -> Result<Option<u64>> {
         let data = read_object(self.pid, m)?;
         symbol_in(&data, m.start, name).map_err(|e| anyhow!("{}: {e}", m.path))
     }
+}
+
+/// Code in the target that makes the `rt_sigreturn` system call.
+#[derive(Clone, Copy, Debug)]
+pub struct SigReturn {
+    /// Its first instruction.
+    pub start: u64,
+    /// The address after its `syscall` (the `rip` of its system-call stop).
+    pub after: u64,
 }
 
 pub fn file_name(path: &str) -> &str {
