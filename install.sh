@@ -11,6 +11,8 @@
 #   PREFIX/share/man/man1/witch*.1, man8/witchd.8
 #   PREFIX/share/bash-completion/completions/, zsh/site-functions/, fish/vendor_completions.d/
 #   PREFIX/share/doc/witch/witchd.toml         an example configuration
+#   PREFIX/share/doc/witch/README.md, docs/,   the README and the documents it links
+#     kernel-patch/                            (the optional kernel patch, with its README)
 #   SYSCONFDIR/witchd.toml                     only if absent (SYSCONFDIR: /etc for
 #                                              the /usr and /usr/local prefixes, else PREFIX/etc)
 # With --keep-debug the debug info is kept beside each file, in .debug/NAME.debug
@@ -104,10 +106,14 @@ for b in witch witchd; do
   "$witch" completions fish $b > "$root/share/fish/vendor_completions.d/$b.fish"
 done
 
-install -d "$root/lib/systemd/system" "$root/share/doc/witch"
+install -d "$root/lib/systemd/system" "$root/share/doc/witch/docs"
 sed -e "s|@BINDIR@|$prefix/bin|g" -e "s|@SYSCONFDIR@|$sysconfdir|g" dist/witchd.service > "$root/lib/systemd/system/witchd.service"
 chmod 0644 "$root/lib/systemd/system/witchd.service"
 install -m 0644 dist/witchd.toml README.md "$root/share/doc/witch/"
+install -m 0644 docs/*.md "$root/share/doc/witch/docs/"
+install -d "$root/share/doc/witch/kernel-patch/patches"
+install -m 0644 kernel-patch/README.md "$root/share/doc/witch/kernel-patch/"
+install -m 0644 kernel-patch/patches/* "$root/share/doc/witch/kernel-patch/patches/"
 if [ ! -e "$destdir$sysconfdir/witchd.toml" ]; then
   install -D -m 0644 dist/witchd.toml "$destdir$sysconfdir/witchd.toml"
 fi

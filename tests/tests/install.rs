@@ -63,6 +63,15 @@ fn install_into_a_prefix_then_profile_from_there() {
         let text = std::fs::read_to_string(prefix.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
         assert!(text.contains(want), "{file} lacks {want}");
     }
+    // The README's links to the documents resolve where it is installed.
+    let doc = prefix.join("share/doc/witch");
+    let readme = std::fs::read_to_string(doc.join("README.md")).unwrap();
+    let links: Vec<&str> = readme.split("](").skip(1).filter_map(|r| r.split(')').next()).filter(|l| !l.contains("://")).collect();
+    assert!(links.len() >= 5, "the README links fewer documents than expected: {links:?}");
+    for link in links {
+        let file = link.split('#').next().unwrap_or(link);
+        assert!(file.is_empty() || doc.join(file).is_file(), "the installed README links {link}, which is not installed");
+    }
     let unit_path = prefix.join("lib/systemd/system/witchd.service");
     let unit = std::fs::read_to_string(&unit_path).unwrap();
     assert!(unit.contains(&format!("ExecStart={}/bin/witchd --config {}/etc/witchd.toml", prefix.display(), prefix.display())), "{unit}");
