@@ -1,5 +1,6 @@
 /* Blocking calls that an attach must not cut short: each of sleep,
- * nanosleep, usleep, poll, epoll_wait and select waits SECONDS with nothing
+ * nanosleep, usleep, poll, epoll_wait, select and ppoll (with a signal mask
+ * of its own for the wait, after which the thread's must be back) waits SECONDS with nothing
  * to wake it, and reports whether it returned as it does undisturbed (0,
  * no error, after the full time).  With KIND "all", one thread per call
  * (and the main thread joining them); otherwise the one call on the main
@@ -8,8 +9,10 @@
  *
  * Usage: blocking_calls KIND SECONDS; exits 0.
  */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,8 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *kinds[] = {"sleep", "nanosleep", "usleep", "poll", "epoll", "select", "recv", "accept"};
-#define KINDS 8
+static const char *kinds[] = {"sleep", "nanosleep", "usleep", "poll", "epoll", "select", "recv", "accept", "ppoll"};
+#define KINDS 9
 static int seconds;
 static char result[KINDS][160];
 
@@ -37,7 +40,7 @@ static void *call(void *arg) {
     int k = (int)(long)arg;
     double t0 = now();
     long r = 0;
-    int err = 0;
+    int err = 0, mask_kept = 1;
     errno = 0;
     switch (k) {
     case 0: r = sleep(seconds); break;
@@ -82,11 +85,28 @@ static void *call(void *arg) {
         r = accept(l, NULL, NULL);
         break;
     }
+    case 8: {
+        /* SIGUSR2 blocked, and during the wait SIGUSR1 instead: afterwards
+         * the thread's own mask must be back. */
+        sigset_t own, during, after;
+        struct timespec t = {seconds, 0};
+        sigemptyset(&own);
+        sigaddset(&own, SIGUSR2);
+        sigemptyset(&during);
+        sigaddset(&during, SIGUSR1);
+        pthread_sigmask(SIG_SETMASK, &own, NULL);
+        r = ppoll(NULL, 0, &t, &during);
+        err = r < 0 ? errno : 0;
+        pthread_sigmask(SIG_SETMASK, NULL, &after);
+        mask_kept = sigismember(&after, SIGUSR2) == 1 && sigismember(&after, SIGUSR1) == 0;
+        errno = err;
+        break;
+    }
     }
     err = r < 0 ? errno : 0;
     double took = now() - t0;
-    snprintf(result[k], sizeof result[k], "%s returned %ld%s%s, %s", kinds[k], r, err ? " errno " : "", err ? strerror(err) : "",
-             took >= seconds - 0.02 ? "after the full time" : "EARLY");
+    snprintf(result[k], sizeof result[k], "%s returned %ld%s%s, %s%s", kinds[k], r, err ? " errno " : "", err ? strerror(err) : "",
+             took >= seconds - 0.02 ? "after the full time" : "EARLY", k == 8 && !mask_kept ? ", SIGNAL MASK CHANGED" : "");
     return NULL;
 }
 

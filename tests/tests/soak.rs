@@ -128,11 +128,11 @@ fn second_attach_to_a_busy_single_threaded_program_keeps_it_alive() {
 fn attaching_does_not_interrupt_blocking_calls() {
     let dir = Scratch::new("attach-blocking");
     let prog = Program::build("blocking_calls", dir.path());
-    let kinds = ["sleep", "nanosleep", "usleep", "poll", "epoll", "select", "recv", "accept", "all"];
+    let kinds = ["sleep", "nanosleep", "usleep", "poll", "epoll", "select", "recv", "accept", "ppoll", "all"];
     let secs = "6";
     let targets: Vec<Target> = kinds.iter().map(|k| Target::start(&prog.exe, &[*k, secs], &[])).collect();
     for (t, k) in targets.iter().zip(kinds) {
-        t.wait_ready(if k == "all" { 9 } else { 1 }, None);
+        t.wait_ready(if k == "all" { 10 } else { 1 }, None);
     }
     let mut attaches = Vec::new();
     for (t, k) in targets.iter().zip(kinds) {

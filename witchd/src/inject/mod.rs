@@ -86,22 +86,25 @@ pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
     let agent_path = agent.to_string_lossy().into_owned();
     let is_agent = |f: &str| f == "libwitch_agent.so";
     let loaded = target.object(is_agent).cloned();
-    let (mut dlopen, mut dlerror) = (None, None);
-    if loaded.is_none() {
-        let is_libc =
-            |f: &str| f.starts_with("libc.so") || f.starts_with("libc-2.") || f.starts_with("libdl.so") || f.starts_with("libdl-");
-        for m in target.maps.iter().filter(|m| m.offset == 0 && m.is_file() && is_libc(file_name(&m.path))) {
-            if dlopen.is_none() {
-                dlopen = target.symbol(m, "dlopen")?.or(target.symbol(m, "__libc_dlopen_mode")?);
-                dlerror = target.symbol(m, "dlerror")?;
-            }
+    let (mut dlopen, mut dlerror, mut getpid) = (None, None, None);
+    let is_libc = |f: &str| f.starts_with("libc.so") || f.starts_with("libc-2.") || f.starts_with("libdl.so") || f.starts_with("libdl-");
+    for m in target.maps.iter().filter(|m| m.offset == 0 && m.is_file() && is_libc(file_name(&m.path))) {
+        if getpid.is_none() {
+            getpid = target.symbol(m, "getpid")?;
         }
-        if dlopen.is_none() {
-            if !target.maps.iter().any(|x| x.path.contains("/ld-linux") || x.path.contains("/ld-")) {
-                bail!("pid {pid} is statically linked, so the agent can't be loaded into it; restart it under `witch {} PROGRAM`, or use --exact", opts.craft.name());
-            }
-            bail!("pid {pid} has no dlopen (no C library loaded?); restart it under `witch {} PROGRAM`", opts.craft.name());
+        if dlopen.is_none() && loaded.is_none() {
+            dlopen = target.symbol(m, "dlopen")?.or(target.symbol(m, "__libc_dlopen_mode")?);
+            dlerror = target.symbol(m, "dlerror")?;
         }
+    }
+    if loaded.is_none() && dlopen.is_none() {
+        if !target.maps.iter().any(|x| x.path.contains("/ld-linux") || x.path.contains("/ld-")) {
+            bail!(
+                "pid {pid} is statically linked, so the agent can't be loaded into it; restart it under `witch {} PROGRAM`, or use --exact",
+                opts.craft.name()
+            );
+        }
+        bail!("pid {pid} has no dlopen (no C library loaded?); restart it under `witch {} PROGRAM`", opts.craft.name());
     }
     // Names the process for good: a pid reused meanwhile is refused below.
     let pidfd = channel::pidfd_open(pid)?;
@@ -111,6 +114,9 @@ pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
     let ret = target.sigreturn().map_or(Return::Fault, Return::Restore);
     let tracee = Tracee::stop_safely(&target)?;
     let injected = (|| -> Result<i32> {
+        if let (Some(f), Return::Restore(_), true) = (getpid, ret, tracee.in_mask_call()) {
+            tracee.call(f, &[], ret)?;
+        }
         let agent_obj = match loaded {
             Some(m) => m,
             None => {

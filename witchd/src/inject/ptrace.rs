@@ -49,6 +49,10 @@ const BLOCKING_SYSCALLS: [i64; 20] = [0, 7, 23, 34, 35, 43, 45, 47, 61, 128, 130
 /// (interrupted, it goes on without the caller: a second call fails) nor
 /// `close` (the descriptor is gone even when it says EINTR).
 const EINTR_ON_STOP: [i64; 19] = [232, 281, 441, 128, 65, 220, 208, 0, 1, 19, 20, 44, 45, 46, 47, 43, 288, 299, 307];
+/// Calls that replace the thread's signal mask while they wait: ppoll,
+/// pselect6, epoll_pwait, epoll_pwait2, rt_sigsuspend, rt_sigtimedwait,
+/// io_pgetevents.
+const MASK_WHILE_WAITING: [i64; 7] = [271, 270, 281, 441, 130, 128, 333];
 /// Longest an injected call may run.
 const CALL_LIMIT: Duration = Duration::from_secs(30);
 /// `NT_X86_XSTATE`: the XSAVE area as a ptrace register set.
@@ -65,6 +69,9 @@ const UC_STRICT_RESTORE_SS: u64 = 4;
 /// `struct rt_sigframe` without the state after it: the return address,
 /// `struct ucontext` (304 bytes) and `struct siginfo` (128).
 const SIGFRAME: usize = 8 + 304 + 128;
+/// Where `uc_sigmask` is in a signal frame (after the return address,
+/// `uc_flags`, `uc_link`, `uc_stack` and the 256-byte `sigcontext`).
+const SIGMASK_AT: u64 = 8 + 8 + 8 + 24 + 256;
 /// System call numbers: `rt_sigreturn`, `restart_syscall`.
 const SYS_RT_SIGRETURN: u64 = 15;
 const SYS_RESTART_SYSCALL: u64 = 219;
@@ -149,8 +156,13 @@ pub struct Tracee {
     delivered: Cell<bool>,
     /// A signal was pending when it was stopped.
     pending: bool,
-    /// Its blocked signals when it was stopped.
-    sigmask: u64,
+    /// Its blocked signals. Read when it is stopped, and again once it has
+    /// left that stop: a thread stopped in `ppoll`, `pselect6`,
+    /// `epoll_pwait`, `rt_sigsuspend` or `rt_sigtimedwait` shows the call's
+    /// temporary mask until then, and its own only after.
+    sigmask: Cell<u64>,
+    /// The mask was read again after the thread left its stop.
+    sigmask_settled: Cell<bool>,
     phase: Cell<Phase>,
 }
 
@@ -225,7 +237,8 @@ impl Tracee {
             stopped: Cell::new(false),
             delivered: Cell::new(false),
             pending: false,
-            sigmask: 0,
+            sigmask: Cell::new(0),
+            sigmask_settled: Cell::new(false),
             phase: Cell::new(Phase::Own),
         };
         // The interrupt's stop may come after a signal-delivery stop: the
@@ -260,7 +273,9 @@ impl Tracee {
         }
         t.saved = t.regs()?;
         t.xstate = t.get_xstate()?;
-        (t.pending, t.sigmask) = signals(tid);
+        let (pending, mask) = signals(tid);
+        t.pending = pending;
+        t.sigmask.set(mask);
         Ok(t)
     }
 
@@ -357,6 +372,15 @@ impl Tracee {
         String::from_utf8_lossy(&buf[..end]).into_owned()
     }
 
+    /// Was it stopped in a call that waits with a signal mask of its own?
+    /// Its own mask is then known only once it has left the stop (see
+    /// `sigmask`), so a first call that makes a system call at once (e.g.
+    /// `getpid`) narrows the moment when a frame holds the wrong one to a
+    /// few instructions.
+    pub fn in_mask_call(&self) -> bool {
+        MASK_WHILE_WAITING.contains(&(self.saved.orig_rax as i64))
+    }
+
     /// Call `f(args...)` on the stopped thread, returning as `ret` says.
     pub fn call(&self, f: u64, args: &[Arg], ret: Return) -> Result<Called> {
         // Below the red zone; data first, then (restoring) the XSAVE area
@@ -400,7 +424,7 @@ impl Tracee {
                 // the frame's `ucontext`.
                 let frame = ((fp - SIGFRAME as u64) & !0xf) - 8;
                 let regs = self.resumed(Resume::Frame);
-                self.write(frame, &sigframe(sr.start, &regs, self.sigmask, fp))?;
+                self.write(frame, &sigframe(sr.start, &regs, self.sigmask.get(), fp))?;
                 sp = frame;
                 Some((sr, frame + 8))
             }
@@ -443,6 +467,15 @@ impl Tracee {
             sig = 0;
             if s == SYSCALL_STOP {
                 if let Some((sr, past_ret)) = restorer {
+                    if !self.sigmask_settled.get() {
+                        // Out of its stop now: the mask is its own (see `sigmask`).
+                        self.sigmask_settled.set(true);
+                        let (_, mask) = signals(self.tid);
+                        if mask != self.sigmask.get() {
+                            self.sigmask.set(mask);
+                            self.write(past_ret - 8 + SIGMASK_AT, &mask.to_le_bytes())?;
+                        }
+                    }
                     let now = self.regs()?;
                     if now.orig_rax == SYS_RT_SIGRETURN && now.rip == sr.after && now.rsp == past_ret {
                         self.phase.set(Phase::AtSigreturn);
