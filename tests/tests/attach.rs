@@ -156,6 +156,35 @@ fn attach_refusals_are_clear() {
     let _ = std::io::stderr().flush();
 }
 
+/// An agent the target may not read (witch installed where only root can
+/// read it, the target run by nobody): refused in one line with the
+/// loader's own reason, and the program undisturbed. After a failed
+/// `dlopen`, `dlerror` is the one injected call that still returns to
+/// address 0 (its result is nowhere else), so this is that path's test.
+#[test]
+fn an_agent_the_target_cannot_read_is_refused_with_the_loaders_reason() {
+    let Some(wrapper) = nobody_wrapper() else {
+        eprintln!("[witch-tests] skipping: needs root and setpriv");
+        return;
+    };
+    let dir = Scratch::new("attach-unreadable-agent");
+    chmod(dir.path(), 0o755);
+    let prog = Program::build("attach_target", dir.path());
+    let private = dir.join("root-only");
+    std::fs::create_dir(&private).unwrap();
+    for f in ["witch", "libwitch_agent.so"] {
+        std::fs::copy(witch_bin().with_file_name(f), private.join(f)).unwrap();
+    }
+    chmod(&private, 0o700);
+    let t = start_target(&prog.exe, &wrapper);
+    let run = attach_cmd(&private.join("witch"), &[], "dead", t.pid(), &["--duration", "1s"]);
+    let line = error_line(&run);
+    assert!(line.contains("could not load the agent") && line.contains("Permission denied"), "{line:?}");
+    let (rounds, text, code) = done(t);
+    let native = prog.run_native(&[&rounds.to_string()]);
+    assert_eq!((native.code(), native.stdout_str()), (code, text), "a refused attach must not disturb the program");
+}
+
 /// A breakpoint event on thread `tid` holding one debug register.
 fn occupy_debug_register(tid: i32) -> Option<i32> {
     // perf_event_attr, PERF_TYPE_BREAKPOINT (5), HW_BREAKPOINT_W (2), len 8,
