@@ -337,7 +337,8 @@ fn kill_after_it_stops(witch: &mut Child, pid: u32, delay: Duration) -> bool {
 /// thread is stopped or running the agent's loading for it included: the
 /// thread goes on as it was, its vector registers too, and the target is
 /// unharmed (tests/programs/vector_spin.c keeps all sixteen AVX registers
-/// live and checks them). Before injected calls returned through a
+/// live and checks them, and on an AVX-512 machine every other spin all 32
+/// at full width and the mask registers). Before injected calls returned through a
 /// restoring signal frame, 6 of 15 such kills left the target to a
 /// segmentation fault.
 #[test]
