@@ -19,7 +19,7 @@ use anyhow::{anyhow, bail, Result};
 use channel::{Channel, Event};
 use ptrace::{Arg, Return, Tracee};
 use std::time::{Duration, Instant};
-use target::{file_name, Target};
+use target::{file_name, is_c_library, Target};
 use witchcraft::config::Config;
 use witchcraft::profile::{Craft, Profile};
 use witchcraft::session::{AttachCode, Message, ATTACH_SYMBOL, NO_ANSWER};
@@ -87,14 +87,12 @@ pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
     let is_agent = |f: &str| f == "libwitch_agent.so";
     let loaded = target.object(is_agent).cloned();
     let (mut dlopen, mut dlerror, mut getpid) = (None, None, None);
-    let is_libc = |f: &str| f.starts_with("libc.so") || f.starts_with("libc-2.") || f.starts_with("libdl.so") || f.starts_with("libdl-");
-    for m in target.maps.iter().filter(|m| m.offset == 0 && m.is_file() && is_libc(file_name(&m.path))) {
-        if getpid.is_none() {
-            getpid = target.symbol(m, "getpid")?;
-        }
-        if dlopen.is_none() && loaded.is_none() {
-            dlopen = target.symbol(m, "dlopen")?.or(target.symbol(m, "__libc_dlopen_mode")?);
-            dlerror = target.symbol(m, "dlerror")?;
+    for m in target.maps.iter().filter(|m| m.offset == 0 && m.is_file() && is_c_library(file_name(&m.path))) {
+        if let [open, open_mode, error, pid_of] = target.symbols(m, &["dlopen", "__libc_dlopen_mode", "dlerror", "getpid"])?[..] {
+            if dlopen.is_none() {
+                (dlopen, dlerror) = (open.or(open_mode), error);
+            }
+            getpid = getpid.or(pid_of);
         }
     }
     if loaded.is_none() && dlopen.is_none() {

@@ -100,12 +100,8 @@ impl Target {
     pub fn sigreturn(&self) -> Option<SigReturn> {
         const PATTERNS: [&[u8]; 2] = [&[0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0, 0x0f, 0x05], &[0xb8, 0x0f, 0, 0, 0, 0x0f, 0x05]];
         const CHUNK: usize = 64 << 10;
-        let libc = |m: &&Mapping| {
-            let name = file_name(&m.path);
-            m.exec && (name.starts_with("libc.so") || name.starts_with("libc-") || name.starts_with("ld-musl"))
-        };
         let mut buf = vec![0u8; CHUNK + 16];
-        for m in self.maps.iter().filter(libc) {
+        for m in self.maps.iter().filter(|m| m.exec && is_c_library(file_name(&m.path))) {
             let mut at = m.start;
             while at < m.end {
                 let len = ((m.end - at) as usize).min(buf.len());
@@ -127,8 +123,14 @@ impl Target {
     /// Address of dynamic symbol `name` in the object mapped by `m` (its
     /// first mapping).
     pub fn symbol(&self, m: &Mapping, name: &str) -> Result<Option<u64>> {
+        Ok(self.symbols(m, &[name])?[0])
+    }
+
+    /// Addresses of several dynamic symbols of one object, from one read
+    /// of its file.
+    pub fn symbols(&self, m: &Mapping, names: &[&str]) -> Result<Vec<Option<u64>>> {
         let data = read_object(self.pid, m)?;
-        symbol_in(&data, m.start, name).map_err(|e| anyhow!("{}: {e}", m.path))
+        symbols_in(&data, m.start, names).map_err(|e| anyhow!("{}: {e}", m.path))
     }
 }
 
@@ -145,13 +147,27 @@ pub fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or("")
 }
 
-/// `name`'s address in an ELF image `data` loaded with its first segment at `base`.
-fn symbol_in(data: &[u8], base: u64, name: &str) -> std::result::Result<Option<u64>, object::Error> {
+/// The addresses of `names` in an ELF image `data` loaded with its first
+/// segment at `base`.
+fn symbols_in(data: &[u8], base: u64, names: &[&str]) -> std::result::Result<Vec<Option<u64>>, object::Error> {
     use object::{Object, ObjectSegment, ObjectSymbol};
     let file = object::File::parse(data)?;
     // Shared objects are linked at 0 (their first segment's vaddr is the bias base).
     let first = file.segments().map(|s| s.address()).min().unwrap_or(0) & !0xfff;
-    Ok(file.dynamic_symbols().find(|s| s.name() == Ok(name) && s.is_definition()).map(|s| base + s.address() - first))
+    let mut found = vec![None; names.len()];
+    for s in file.dynamic_symbols().filter(|s| s.is_definition()) {
+        if let Some(i) = s.name().ok().and_then(|n| names.iter().position(|&want| want == n)) {
+            found[i].get_or_insert(base + s.address() - first);
+        }
+    }
+    Ok(found)
+}
+
+/// The C library (glibc's `libc.so.6` and, for older ones, `libdl`; musl's
+/// `ld-musl-*`, which is its libc too): where `dlopen`, `getpid` and the
+/// signal return are.
+pub fn is_c_library(name: &str) -> bool {
+    ["libc.so", "libc-2.", "libdl.so", "libdl-", "ld-musl"].iter().any(|p| name.starts_with(p))
 }
 
 /// The bytes of the object the target mapped at `m`: as root the very
