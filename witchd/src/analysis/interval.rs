@@ -133,8 +133,7 @@ impl Sums {
         let short = |x: f64, x_sq: f64| x > 0.0 && x_sq > 0.0 && x * x / x_sq < FEW_TRAPS as f64;
         let y = self.waste + self.r#use;
         if self.waste > 0.0 && self.r#use > 0.0 && all_sq > 0.0 && (short(self.waste, waste_sq) || short(self.r#use, use_sq)) {
-            let (wl, wh) = wilson(e.value, y * y / all_sq);
-            return Estimate { value: e.value, se: e.se.max((wh - wl) / (2.0 * Z95)), lo: e.lo.min(wl), hi: e.hi.max(wh) };
+            return e.joined_with_wilson(y * y / all_sq);
         }
         e
     }
@@ -159,8 +158,7 @@ impl Sums {
         // the effective number of waste draws, (Σw)² / Σw², which keeps the
         // width that many draws allow. Inside, the two nearly agree.
         if all_sq > 0.0 && all.waste > 0.0 {
-            let (wl, wh) = wilson(e.value, all.waste * all.waste / all_sq);
-            e = Estimate { value: e.value, se: e.se.max((wh - wl) / (2.0 * Z95)), lo: e.lo.min(wl), hi: e.hi.max(wh) };
+            e = e.joined_with_wilson(all.waste * all.waste / all_sq);
         }
         if self.cluster.is_empty() || all.cluster.is_empty() {
             return e;
@@ -191,6 +189,13 @@ impl Estimate {
     /// The standard error the interval was made from.
     pub fn se(&self) -> f64 {
         self.se
+    }
+
+    /// Widened to hold Wilson's interval at `n` effective draws (and its
+    /// standard error at least that interval's).
+    fn joined_with_wilson(self, n: f64) -> Estimate {
+        let (lo, hi) = wilson(self.value, n);
+        Estimate { value: self.value, se: self.se.max((hi - lo) / (2.0 * Z95)), lo: self.lo.min(lo), hi: self.hi.max(hi) }
     }
 }
 
