@@ -36,15 +36,14 @@ pub const ATTACH_SYMBOL: &str = "witch_session_start";
 /// not run.
 pub const NO_ANSWER: i32 = -1;
 
-/// Return values of the agent's entry point.
+/// The agent's answers in `out[1]` (2, a bad argument, is no longer
+/// given: the entry point cannot answer through a null pointer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(i32)]
 pub enum AttachCode {
     Ok = 0,
     /// A session is running in the process already.
     Busy = 1,
-    /// The controller passed a bad argument (a witch bug).
-    BadArgument = 2,
     /// The process runs under a preloaded agent.
     Preloaded = 3,
     /// The control thread could not be started.
@@ -56,10 +55,9 @@ pub enum AttachCode {
 }
 
 impl AttachCode {
-    pub const ALL: [AttachCode; 7] = [
+    pub const ALL: [AttachCode; 6] = [
         AttachCode::Ok,
         AttachCode::Busy,
-        AttachCode::BadArgument,
         AttachCode::Preloaded,
         AttachCode::NoThread,
         AttachCode::NoDebugRegisters,
@@ -76,7 +74,6 @@ impl AttachCode {
         match self {
             AttachCode::Ok => "ok",
             AttachCode::Busy => "a witch session is already running in it (another witch or witchd attached); try again later",
-            AttachCode::BadArgument => "the agent rejected its arguments (a witch bug)",
             AttachCode::Preloaded => "it already runs under a preloaded witch agent (started by `witch CRAFT ./prog`)",
             AttachCode::NoThread => "the agent could not start its control thread in it",
             AttachCode::NoDebugRegisters => "all of its debug registers are in use (is a debugger or another tool watching it?)",
