@@ -109,7 +109,13 @@ pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
 
     // Injected calls return through the C library's signal return, so that
     // a controller killed meanwhile leaves the thread as it was (ptrace.rs).
-    let ret = target.sigreturn().map_or(Return::Fault, Return::Restore);
+    let code = target.return_code();
+    let ret = code.sigreturn.map_or(Return::Fault, Return::Restore);
+    // dlerror's result is a pointer, nowhere but in `rax`.
+    let keeping = match (code.sigreturn, code.store_rax) {
+        (Some(sr), Some(store)) => Return::RestoreKeeping(sr, store),
+        _ => Return::Fault,
+    };
     let tracee = Tracee::stop_safely(&target)?;
     let injected = (|| -> Result<i32> {
         if let (Some(f), Return::Restore(_), true) = (getpid, ret, tracee.in_mask_call()) {
@@ -124,10 +130,8 @@ pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
                 match target.object(is_agent).cloned() {
                     Some(m) if called.rax != Some(0) => m,
                     _ => {
-                        // Only here a call returns the older way (its
-                        // result, a pointer, is nowhere else): see ptrace.rs.
                         let why = match dlerror {
-                            Some(f) => tracee.call(f, &[], Return::Fault).map(|c| tracee.read_cstr(c.rax.unwrap_or(0))).unwrap_or_default(),
+                            Some(f) => tracee.call(f, &[], keeping).map(|c| tracee.read_cstr(c.rax.unwrap_or(0))).unwrap_or_default(),
                             None => String::new(),
                         };
                         bail!("pid {pid} could not load the agent {agent_path}: {why}");

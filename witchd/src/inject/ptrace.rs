@@ -25,16 +25,19 @@
 //! controller lives, it stops the thread at that `rt_sigreturn` (a
 //! system-call stop) and puts the registers back itself, which continues
 //! such a wait exactly. Results come back through memory, since the signal
-//! return overwrites `rax`; only `dlerror` after a failed `dlopen` returns
-//! its pointer the older way, to address 0 (a fault the controller
-//! catches), because its result lives nowhere else.
+//! return overwrites `rax`: through an argument the call writes, or, for
+//! `dlerror`'s pointer, through a `mov %rax,(%rbx); pop %rbx; ret` found in
+//! the C library that the call returns through before the signal return.
+//! Only a C library without such code (or without a signal return) leaves
+//! calls to return the older way, to address 0: a fault the controller
+//! catches, and one a controller killed meanwhile leaves to the thread.
 //!
 //! The injected calls run on a thread stopped at an arbitrary point; if it
 //! held a lock that `dlopen` or `malloc` needs, the call would deadlock. So
 //! [`Tracee::stop_safely`] waits for a moment when the thread is in its own
 //! code or blocked in a system call, not inside the C library or the loader.
 
-use super::target::{not_permitted, Target};
+use super::target::{not_permitted, SigReturn, Target};
 use anyhow::{anyhow, bail, Result};
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -97,16 +100,33 @@ pub enum Arg {
 pub enum Return {
     /// Into the C library's signal return, through a frame that puts the
     /// thread back as it was (see the module comment); `rax` is lost.
-    Restore(super::target::SigReturn),
+    Restore(SigReturn),
+    /// As [`Return::Restore`], through a `mov %rax,(%rbx); pop %rbx; ret`
+    /// at this address first, with `rbx` pointing at a word on the
+    /// thread's stack: `rax` is kept there.
+    RestoreKeeping(SigReturn, u64),
     /// To address 0, whose fault the controller catches: `rax` is kept,
     /// but a controller that dies during the call leaves the thread to
     /// that fault.
     Fault,
 }
 
+/// A call set up on a stopped thread.
+#[derive(Clone, Copy)]
+struct Call {
+    /// The signal return it ends in, and the stack pointer just past the
+    /// frame's return address (None: it returns to address 0).
+    restorer: Option<(SigReturn, u64)>,
+    /// Where the [`Arg::Out`] ints are, and their values before the call.
+    out: Option<u64>,
+    init: [i32; 2],
+    /// Where `rax` is kept ([`Return::RestoreKeeping`]).
+    rax_at: Option<u64>,
+}
+
 /// What a call gave back.
 pub struct Called {
-    /// `rax` ([`Return::Fault`] only).
+    /// `rax` (not with [`Return::Restore`]).
     pub rax: Option<u64>,
     /// The [`Arg::Out`] ints after the call (as passed if none).
     pub out: [i32; 2],
@@ -383,6 +403,12 @@ impl Tracee {
 
     /// Call `f(args...)` on the stopped thread, returning as `ret` says.
     pub fn call(&self, f: u64, args: &[Arg], ret: Return) -> Result<Called> {
+        let call = self.start(f, args, ret)?;
+        self.finish(&call)
+    }
+
+    /// Set the thread up to call `f(args...)`; it runs once resumed.
+    fn start(&self, f: u64, args: &[Arg], ret: Return) -> Result<Call> {
         // Below the red zone; data first, then (restoring) the XSAVE area
         // and the signal frame, then the return address.
         let mut sp = (self.saved.rsp - 1024) & !0x3f;
@@ -412,8 +438,16 @@ impl Tracee {
             }
             ints.push(sp);
         }
+        let rax_at = match ret {
+            Return::RestoreKeeping(..) => {
+                sp -= 16;
+                self.write(sp, &0u64.to_le_bytes())?;
+                Some(sp)
+            }
+            _ => None,
+        };
         let restorer = match ret {
-            Return::Restore(sr) => {
+            Return::Restore(sr) | Return::RestoreKeeping(sr, _) => {
                 let Some(x) = signal_xstate(&self.xstate) else {
                     bail!("the vector registers of thread {} are in a layout witch does not know", self.tid);
                 };
@@ -426,6 +460,13 @@ impl Tracee {
                 let regs = self.resumed(Resume::Frame);
                 self.write(frame, &sigframe(sr.start, &regs, self.sigmask.get(), fp))?;
                 sp = frame;
+                if let Return::RestoreKeeping(_, store_rax) = ret {
+                    // `f` returns to the store, whose `pop` takes a word and
+                    // whose `ret` goes on to the frame's return address, as
+                    // above; rsp + 8 stays aligned at `f`'s entry.
+                    sp -= 16;
+                    self.write(sp, &[store_rax.to_le_bytes(), [0; 8]].concat())?;
+                }
                 Some((sr, frame + 8))
             }
             Return::Fault => {
@@ -439,20 +480,30 @@ impl Tracee {
         r.rip = f;
         r.rax = 0;
         r.orig_rax = u64::MAX; // no system call to restart (or, at a system-call stop, to make)
+        if let Some(at) = rax_at {
+            r.rbx = at; // callee-saved: still there for the store
+        }
         let regs = [&mut r.rdi, &mut r.rsi, &mut r.rdx, &mut r.rcx, &mut r.r8, &mut r.r9];
         for (slot, v) in regs.into_iter().zip(ints) {
             *slot = v;
         }
         self.set_regs(&r)?;
         self.phase.set(if restorer.is_some() { Phase::Restoring } else { Phase::Faulting });
-        let read_out = || {
+        Ok(Call { restorer, out, init, rax_at })
+    }
+
+    /// Run a call that [`Tracee::start`] set up until it returns.
+    fn finish(&self, call: &Call) -> Result<Called> {
+        let Call { restorer, out, init, rax_at } = *call;
+        let read_word = |at: u64| {
             let mut v = [0u8; 8];
-            match out {
-                Some(at) if super::target::read_memory(self.tid, at, &mut v) => {
-                    [i32::from_le_bytes(v[..4].try_into().unwrap_or_default()), i32::from_le_bytes(v[4..].try_into().unwrap_or_default())]
-                }
-                _ => init,
+            super::target::read_memory(self.tid, at, &mut v).then_some(v)
+        };
+        let read_out = || match out.and_then(read_word) {
+            Some(v) => {
+                [i32::from_le_bytes(v[..4].try_into().unwrap_or_default()), i32::from_le_bytes(v[4..].try_into().unwrap_or_default())]
             }
+            None => init,
         };
         let mut sig = 0;
         let until = Instant::now() + CALL_LIMIT;
@@ -479,7 +530,8 @@ impl Tracee {
                     let now = self.regs()?;
                     if now.orig_rax == SYS_RT_SIGRETURN && now.rip == sr.after && now.rsp == past_ret {
                         self.phase.set(Phase::AtSigreturn);
-                        return Ok(Called { rax: None, out: read_out() });
+                        let rax = rax_at.map(|at| read_word(at).map_or(0, u64::from_le_bytes));
+                        return Ok(Called { rax, out: read_out() });
                     }
                 }
                 continue;
@@ -664,3 +716,57 @@ impl std::fmt::Display for Refused {
 }
 
 impl std::error::Error for Refused {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Child, Command};
+
+    /// A shell waiting in `wait4` for a `sleep`, then exiting 7, with its
+    /// C library's `getpid` and `usleep`.
+    fn waiting_shell() -> (Child, Target, u64, u64) {
+        let child = Command::new("/bin/sh").args(["-c", "sleep 0.5; exit 7"]).spawn().expect("a shell runs");
+        std::thread::sleep(Duration::from_millis(150));
+        let target = Target::inspect(child.id() as i32).expect("the shell can be inspected");
+        let libc = target.object(super::super::target::is_c_library).expect("the shell maps the C library").clone();
+        let [Some(getpid), Some(usleep)] = target.symbols(&libc, &["getpid", "usleep"]).unwrap()[..] else {
+            panic!("the C library has getpid and usleep")
+        };
+        (child, target, getpid, usleep)
+    }
+
+    fn restoring(target: &Target) -> (Return, Return) {
+        let code = target.return_code();
+        let sr = code.sigreturn.expect("the C library has a signal return");
+        let store = code.store_rax.expect("the C library has a mov %rax,(%rbx); pop %rbx; ret");
+        (Return::Restore(sr), Return::RestoreKeeping(sr, store))
+    }
+
+    #[test]
+    fn a_kept_result_comes_back_through_memory_and_the_thread_goes_on() {
+        let (mut child, target, getpid, _) = waiting_shell();
+        let (_, keeping) = restoring(&target);
+        let t = Tracee::stop_safely(&target).unwrap();
+        let called = t.call(getpid, &[], keeping).unwrap();
+        assert_eq!(called.rax, Some(child.id() as u64));
+        t.resume();
+        assert_eq!(child.wait().unwrap().code(), Some(7), "the shell's wait went on");
+    }
+
+    /// What a controller killed during a call leaves: the kernel detaches,
+    /// and the thread runs on from the call.
+    #[test]
+    fn a_call_whose_controller_is_gone_puts_the_thread_back_itself() {
+        for keep in [false, true] {
+            let (mut child, target, _, usleep) = waiting_shell();
+            let (restore, keeping) = restoring(&target);
+            let t = Tracee::stop_safely(&target).unwrap();
+            t.start(usleep, &[Arg::Int(20_000)], if keep { keeping } else { restore }).unwrap();
+            // SAFETY: detaches our stopped tracee, as the kernel does when its tracer dies.
+            assert_eq!(unsafe { libc::ptrace(libc::PTRACE_DETACH, t.tid, 0, 0) }, 0);
+            let status = child.wait().unwrap();
+            assert_eq!((status.code(), status.signal()), (Some(7), None), "keeping rax: {keep}");
+        }
+    }
+}

@@ -92,32 +92,38 @@ impl Target {
             .collect()
     }
 
-    /// The C library's signal return (`__restore_rt` in glibc and musl:
-    /// `mov $15, %rax; syscall`, i.e. `rt_sigreturn`), found by its bytes
-    /// in the library's code as mapped (the symbol is local, and stripped
-    /// builds have none). Injected calls return into it (see
-    /// [`super::ptrace`]). None if the process maps no such code.
-    pub fn sigreturn(&self) -> Option<SigReturn> {
-        const PATTERNS: [&[u8]; 2] = [&[0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0, 0x0f, 0x05], &[0xb8, 0x0f, 0, 0, 0, 0x0f, 0x05]];
+    /// The code in the C library that injected calls return through (see
+    /// [`super::ptrace`]), found by its bytes in the library's code as
+    /// mapped, in one read of it:
+    /// - its signal return (`__restore_rt` in glibc and musl: `mov $15,
+    ///   %rax; syscall`, i.e. `rt_sigreturn`; the symbol is local, and
+    ///   stripped builds have none);
+    /// - a `mov %rax,(%rbx); pop %rbx; ret`, anywhere (the bytes need not
+    ///   start an instruction of the library's), which a call whose result
+    ///   is wanted returns through first, to keep `rax` in memory.
+    pub fn return_code(&self) -> ReturnCode {
+        const SIGRETURN: [&[u8]; 2] = [&[0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0, 0x0f, 0x05], &[0xb8, 0x0f, 0, 0, 0, 0x0f, 0x05]];
+        const STORE_RAX: &[u8] = &[0x48, 0x89, 0x03, 0x5b, 0xc3];
         const CHUNK: usize = 64 << 10;
+        let mut found = ReturnCode { sigreturn: None, store_rax: None };
         let mut buf = vec![0u8; CHUNK + 16];
         for m in self.maps.iter().filter(|m| m.exec && is_c_library(file_name(&m.path))) {
             let mut at = m.start;
-            while at < m.end {
+            while at < m.end && (found.sigreturn.is_none() || found.store_rax.is_none()) {
                 let len = ((m.end - at) as usize).min(buf.len());
                 if !read_memory(self.pid, at, &mut buf[..len]) {
                     break;
                 }
-                for p in PATTERNS {
-                    if let Some(i) = buf[..len].windows(p.len()).position(|w| w == p) {
-                        let start = at + i as u64;
-                        return Some(SigReturn { start, after: start + p.len() as u64 });
-                    }
+                let find = |p: &[u8]| buf[..len].windows(p.len()).position(|w| w == p).map(|i| at + i as u64);
+                if found.sigreturn.is_none() {
+                    found.sigreturn =
+                        SIGRETURN.iter().find_map(|p| find(p).map(|start| SigReturn { start, after: start + p.len() as u64 }));
                 }
+                found.store_rax = found.store_rax.or_else(|| find(STORE_RAX));
                 at += CHUNK as u64;
             }
         }
-        None
+        found
     }
 
     /// Address of dynamic symbol `name` in the object mapped by `m` (its
@@ -132,6 +138,14 @@ impl Target {
         let data = read_object(self.pid, m)?;
         symbols_in(&data, m.start, names).map_err(|e| anyhow!("{}: {e}", m.path))
     }
+}
+
+/// Code in the C library that injected calls return through.
+#[derive(Clone, Copy, Debug)]
+pub struct ReturnCode {
+    pub sigreturn: Option<SigReturn>,
+    /// The address of a `mov %rax,(%rbx); pop %rbx; ret`.
+    pub store_rax: Option<u64>,
 }
 
 /// Code in the target that makes the `rt_sigreturn` system call.
