@@ -299,6 +299,43 @@ fn a_controller_that_gives_up_leaves_the_target_as_it_was() {
     assert_eq!((native.code(), native.stdout_str()), (end.code(), end.stdout), "differs from an unprofiled run");
 }
 
+/// witch killed after its call into the agent and before its settings
+/// reach it (the agent's control thread exists, waiting for them). Until
+/// the settings come, the agent holds the controller's end of the socket
+/// too, so the stream cannot say the controller is gone: the agent watches
+/// the controller's pid and leaves when it exits, ready for the next
+/// attach. (Before, it waited out its 10 s for settings and refused
+/// attaches as "already running" meanwhile.)
+#[test]
+fn a_controller_killed_before_its_settings_leaves_the_target_ready_for_the_next_attach() {
+    let _one = one_at_a_time();
+    let dir = Scratch::new("killed-before-settings");
+    let prog = Program::build("busy_single", dir.path());
+    let mut target = Target::start(&prog.exe, &["0"], &[]);
+    target.wait_ready(1, None);
+    let pid = target.pid();
+    for round in 0..4 {
+        let mut witch = spawn_attach(&dir, pid);
+        let until = Instant::now() + Duration::from_secs(10);
+        while !thread_names(pid).iter().any(|n| n == "witch-agent") && Instant::now() < until {}
+        unsafe { libc::kill(witch.id() as i32, libc::SIGKILL) };
+        let _ = witch.wait();
+        let left = eventually(Duration::from_secs(3), || !agent_armed(pid));
+        assert!(
+            left,
+            "round {round}: 3 s after its controller was killed the agent is still in pid {pid} (threads {:?})",
+            thread_names(pid)
+        );
+        let out = dir.join(&format!("next{round}.json"));
+        let run = attach_cmd(&witch_bin(), &[], "dead", pid, &["--duration", "200ms", "-q", "-o", out.to_str().unwrap()]);
+        assert_eq!(run.code(), Some(0), "round {round}: {}", run.describe());
+    }
+    assert!(target.alive(), "the target died");
+    let end = target.finish();
+    let native = prog.run_native(&[&end.rounds.to_string()]);
+    assert_eq!((native.code(), native.stdout_str()), (end.code(), end.stdout), "differs from an unprofiled run");
+}
+
 /// Has a thread of `pid` a tracer (witch stopped it to make it call)?
 fn traced(pid: u32) -> bool {
     std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten().any(|t| {

@@ -3,10 +3,12 @@
 //! process.
 //!
 //! 1. The controller stops one thread of the target with ptrace and makes
-//!    it call [`ATTACH_SYMBOL`]`(int out[2])` in the agent. The agent checks
-//!    it can run a session ([`AttachCode`]), creates a socket pair, starts
-//!    its control thread on one end and stores the other end's number in
-//!    `out[0]`, and its answer in `out[1]`. The answer goes through memory,
+//!    it call [`ATTACH_SYMBOL`]`(int out[2])` in the agent, with its own
+//!    pid in `out[0]` (or -1 if the target is in another pid namespace)
+//!    and [`NO_ANSWER`] in `out[1]`. The agent checks it can run a session
+//!    ([`AttachCode`]), creates a socket pair, starts its control thread on
+//!    one end and stores the other end's number in `out[0]`, and its answer
+//!    in `out[1]`. The answer goes through memory,
 //!    not the return value: the call returns into the C library's signal
 //!    return, which puts the thread back as it was even if the controller
 //!    dies meanwhile, and which overwrites `rax` on its way.
@@ -14,7 +16,11 @@
 //!    needs the same right as ptrace), lets the thread go, and sends
 //!    [`Message::Settings`]. The agent then closes its copy of the
 //!    controller's end, so that either side going away is seen by the
-//!    other as the end of the stream.
+//!    other as the end of the stream. Until then it holds that copy, so the
+//!    stream cannot tell it that the controller died: it watches the
+//!    controller's pid instead, and gives up at once when it exits, rather
+//!    than refusing attaches as [`AttachCode::Busy`] for
+//!    [`SETTINGS_WAIT`].
 //! 3. The agent sets the process up and answers [`Message::Ready`] or
 //!    [`Message::Error`]. [`Message::Detach`] from the controller, or the
 //!    controller's end closing (it exited or gave up), ends the session:
@@ -31,6 +37,10 @@
 /// (Named for this protocol: an agent of an earlier one, still loaded in a
 /// process, has no such symbol and is refused clearly.)
 pub const ATTACH_SYMBOL: &str = "witch_session_start";
+
+/// How long the agent waits for the settings of a controller it cannot
+/// watch (one in another pid namespace).
+pub const SETTINGS_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What `out[1]` holds before the call: an agent that never wrote it did
 /// not run.

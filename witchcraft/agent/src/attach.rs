@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use witchcraft::config::Config;
 use witchcraft::engine::ThreadState;
 use witchcraft::modules;
-use witchcraft::session::{AttachCode, Message};
+use witchcraft::session::{AttachCode, Message, SETTINGS_WAIT};
 use witchcraft::sys::perf::{self, Attr, BpType};
 use witchcraft::sys::siginfo::sampler_signal;
 use witchcraft::sys::{fd, procfs, task};
@@ -41,8 +41,9 @@ static SESSION: AtomicBool = AtomicBool::new(false);
 /// from the exiting thread: one message at a time.
 static SENDING: Mutex<()> = Mutex::new(());
 
-/// How long the controller has to send the settings.
-const SETTINGS_WAIT: Duration = Duration::from_secs(10);
+/// How often the control thread looks whether a controller that has not
+/// sent the settings yet is still alive.
+const CONTROLLER_CHECK: Duration = Duration::from_millis(20);
 /// How often the control thread looks for new threads.
 const POLL: Duration = Duration::from_millis(50);
 /// How long threads get to give their alternate stack back at detach.
@@ -50,8 +51,9 @@ const LEAVE_WAIT: Duration = Duration::from_millis(300);
 /// The sampler's period while threads leave (the sooner the better).
 const LEAVE_PERIOD_NS: u64 = 1_000_000;
 
-/// Called in the target (by the controller, through ptrace). Checks a
-/// session can run, starts the control thread, stores in `out[0]` the
+/// Called in the target (by the controller, through ptrace), with the
+/// controller's pid in `out[0]` (-1: unknown). Checks a session can run,
+/// starts the control thread, stores in `out[0]` the
 /// controller's end of the session's socket and in `out[1]` an
 /// [`AttachCode`] (through memory: the call returns into the C library's
 /// signal return, which overwrites `rax`; `witchcraft::session`).
@@ -63,7 +65,9 @@ pub unsafe extern "C" fn witch_session_start(out: *mut libc::c_int) {
     if out.is_null() {
         return;
     }
-    let code = attach_code();
+    // SAFETY: the caller's pointer to two ints, checked non-null.
+    let controller = unsafe { *out };
+    let code = attach_code(controller);
     // SAFETY: the caller's pointer to two ints, checked non-null above.
     unsafe {
         if code == AttachCode::Ok {
@@ -73,14 +77,14 @@ pub unsafe extern "C" fn witch_session_start(out: *mut libc::c_int) {
     }
 }
 
-fn attach_code() -> AttachCode {
+fn attach_code(controller: i32) -> AttachCode {
     if AGENT.mode() == Mode::Preloaded {
         return AttachCode::Preloaded;
     }
     if SESSION.swap(true, Ordering::AcqRel) {
         return AttachCode::Busy;
     }
-    let code = start();
+    let code = start(controller);
     if code != AttachCode::Ok {
         SESSION.store(false, Ordering::Release);
     }
@@ -89,7 +93,7 @@ fn attach_code() -> AttachCode {
 
 static CONTROLLER_END: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 
-fn start() -> AttachCode {
+fn start(controller: i32) -> AttachCode {
     // A debugger (or another tool) holding every debug register is worth
     // saying right away, on this thread.
     let probe = 0u64;
@@ -102,10 +106,13 @@ fn start() -> AttachCode {
     }
     let Some((chan, theirs)) = Channel::pair() else { return AttachCode::NoChannel };
     CONTROLLER_END.store(theirs, Ordering::Release);
-    match std::thread::Builder::new().name("witch-agent".into()).spawn(move || control(chan, theirs)) {
+    // Opened now, while the controller is tracing this thread: alive.
+    let watch = (controller > 0).then(|| Controller::watch(controller)).flatten();
+    match std::thread::Builder::new().name("witch-agent".into()).spawn(move || control(chan, theirs, watch)) {
         Ok(_) => AttachCode::Ok,
         Err(_) => {
             fd::close(theirs);
+            watch.into_iter().for_each(Controller::close);
             AttachCode::NoThread
         }
     }
@@ -146,11 +153,58 @@ enum End {
     Exiting,
 }
 
-fn control(mut chan: Channel, theirs: i32) {
-    let settings = match chan.recv(SETTINGS_WAIT) {
-        Received::Message(Message::Settings(s)) => Some(s),
-        _ => None,
-    };
+/// The controller's process, as a pidfd of ours.
+#[derive(Clone, Copy)]
+struct Controller {
+    fd: i32,
+    /// What `fd` refers to: a program that closes every descriptor (and
+    /// reuses the number) leaves the controller unwatched, and its file alone.
+    id: (u64, u64),
+}
+
+impl Controller {
+    fn watch(pid: i32) -> Option<Controller> {
+        let fd = fd::place(task::pidfd_open(pid).ok()?).ok()?;
+        match fd::identity(fd) {
+            Some(id) => Some(Controller { fd, id }),
+            None => {
+                fd::close(fd);
+                None
+            }
+        }
+    }
+
+    /// Known to have exited.
+    fn exited(self) -> bool {
+        fd::still(self.fd, self.id) && task::pidfd_exited(self.fd)
+    }
+
+    fn close(self) {
+        if fd::still(self.fd, self.id) {
+            fd::close(self.fd);
+        }
+    }
+}
+
+/// The settings, if the controller sends them in time and lives: until
+/// they come, this process holds the controller's end too, so the stream
+/// would not end if the controller died (killed between its call and its
+/// settings); its pidfd (`watch`) says so instead.
+fn settings(chan: &mut Channel, watch: Option<Controller>) -> Option<String> {
+    let until = Instant::now() + SETTINGS_WAIT;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        match chan.recv(if watch.is_some() { left.min(CONTROLLER_CHECK) } else { left }) {
+            Received::Message(Message::Settings(s)) => return Some(s),
+            Received::Nothing if !left.is_zero() && !watch.is_some_and(|c| c.exited()) => {}
+            _ => return None,
+        }
+    }
+}
+
+fn control(mut chan: Channel, theirs: i32, watch: Option<Controller>) {
+    let settings = settings(&mut chan, watch);
+    watch.into_iter().for_each(Controller::close);
     // The controller has its copy (or gave up): ours must go, so that its
     // going away reads as the end of the stream.
     fd::close(theirs);

@@ -12,6 +12,25 @@ pub fn tgkill(tid: i32, sig: i32) -> bool {
     unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, sig) == 0 }
 }
 
+/// A pidfd for process `pid` (close-on-exec): it names that process, not
+/// whatever reuses the number, and polls readable once it has exited. The
+/// errno if none.
+pub fn pidfd_open(pid: i32) -> Result<i32, i32> {
+    // SAFETY: plain system call; the result is a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::ESRCH));
+    }
+    Ok(fd)
+}
+
+/// Has the process of pidfd `fd` exited? (Without waiting.)
+pub fn pidfd_exited(fd: i32) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
+}
+
 /// This thread's CPU time in ns.
 pub fn thread_cpu_ns() -> u64 {
     let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };

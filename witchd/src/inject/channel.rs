@@ -33,17 +33,12 @@ pub struct Channel {
 
 /// A pidfd for `pid`: it names that process, not whatever reuses the pid.
 pub fn pidfd_open(pid: i32) -> Result<OwnedFd> {
-    // SAFETY: plain system call; the result is a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
-    if fd < 0 {
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::ENOSYS) {
-            bail!("attaching needs Linux 5.6 or later (pidfd_open, pidfd_getfd)");
-        }
-        bail!("cannot open pid {pid}: {e}");
+    match witchcraft::sys::task::pidfd_open(pid) {
+        // SAFETY: a fresh descriptor we own.
+        Ok(fd) => Ok(unsafe { OwnedFd::from_raw_fd(fd) }),
+        Err(libc::ENOSYS) => bail!("attaching needs Linux 5.6 or later (pidfd_open, pidfd_getfd)"),
+        Err(e) => bail!("cannot open pid {pid}: {}", std::io::Error::from_raw_os_error(e)),
     }
-    // SAFETY: a fresh descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 impl Channel {

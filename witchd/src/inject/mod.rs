@@ -142,7 +142,10 @@ pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
         let entry = target.symbol(&agent_obj, ATTACH_SYMBOL)?.ok_or_else(|| {
             anyhow!("{} has no {ATTACH_SYMBOL} (an agent of an older witch is loaded in pid {pid}; restart it to attach)", agent_obj.path)
         })?;
-        let start = || tracee.call(entry, &[Arg::Out([-1, NO_ANSWER])], ret).map(|c| c.out);
+        // Our pid, for the agent to watch until our settings come (as it
+        // would name another process in another pid namespace, -1 there).
+        let me = if same_pid_namespace(pid) { std::process::id() as i32 } else { -1 };
+        let start = || tracee.call(entry, &[Arg::Out([me, NO_ANSWER])], ret).map(|c| c.out);
         let mut out = start()?;
         // A debugger's breakpoint may be released a little after it is
         // closed (another process may still hold the event for a moment),
@@ -229,4 +232,11 @@ impl Session {
         };
         Ok(Ended { profile, target_exited })
     }
+}
+
+/// Is process `pid` in this process's pid namespace?
+fn same_pid_namespace(pid: i32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let ns = |p: &str| std::fs::metadata(format!("/proc/{p}/ns/pid")).ok().map(|m| (m.dev(), m.ino()));
+    ns("self").is_some_and(|me| ns(&pid.to_string()) == Some(me))
 }
