@@ -156,11 +156,30 @@ fn attach_refusals_are_clear() {
     let _ = std::io::stderr().flush();
 }
 
+/// A process in a seccomp sandbox is refused in one line (its filter may
+/// kill it for a system call the agent makes), and left alone.
+#[test]
+fn a_sandboxed_process_is_refused_and_left_alone() {
+    let dir = Scratch::new("attach-sandboxed");
+    let prog = Program::build("sandboxed", dir.path());
+    let mut t = Target::start(&prog.exe, &["prctl", "kill", "100000", "wait"], &[]);
+    let pid = t.pid();
+    assert!(eventually(std::time::Duration::from_secs(10), || status_field(pid, "Seccomp:") == "2"), "the target did not sandbox itself");
+    let run = attach_cmd(&witch_bin(), &[], "dead", pid, &["--duration", "1s"]);
+    let line = error_line(&run);
+    assert!(line.contains("seccomp sandbox") && line.contains(&pid.to_string()), "{line:?}");
+    assert!(t.alive(), "the refused attach harmed the target");
+    let end = t.finish();
+    assert_eq!(end.code(), Some(3), "{}\n{}", end.stdout, end.stderr);
+    assert!(end.stdout.contains("fork child: signal 6") && end.stdout.contains("exec'd image: exit 5"), "{}", end.stdout);
+}
+
 /// An agent the target may not read (witch installed where only root can
 /// read it, the target run by nobody): refused in one line with the
 /// loader's own reason, and the program undisturbed. After a failed
-/// `dlopen`, `dlerror` is the one injected call that still returns to
-/// address 0 (its result is nowhere else), so this is that path's test.
+/// `dlopen`, `dlerror` is the one injected call whose result (a pointer)
+/// must come back in `rax`, through a store on its way to the signal
+/// return, so this is that path's test.
 #[test]
 fn an_agent_the_target_cannot_read_is_refused_with_the_loaders_reason() {
     let Some(wrapper) = nobody_wrapper() else {

@@ -141,3 +141,47 @@ fn too_many_debug_registers_is_an_error() {
     let line = assert_one_line_error(&run, "--debug-registers 9");
     assert!(line.to_lowercase().contains("debug"), "the error should be about --debug-registers: {line:?}");
 }
+
+/// A program that puts itself in a seccomp sandbox partway through (with
+/// `prctl`, or `seccomp(2)` through `syscall` as libseccomp does), whose
+/// filter kills the process (or fails with EPERM) at the system calls a
+/// profiler makes, behaves as without witch: after the filter it works in
+/// a thread, in a fork child that aborts and in an image it execs. The
+/// profile holds what came before and says why it stops. (Before the agent
+/// left at the filter, the filter killed the program at once: SIGSYS.)
+#[test]
+fn a_program_that_sandboxes_itself_is_left_before_its_filter_goes_in() {
+    let dir = Scratch::new("sandboxed");
+    let prog = Program::build("sandboxed", dir.path());
+    for (how, action) in [("prctl", "kill"), ("seccomp", "kill"), ("seccomp", "errno")] {
+        let args = [how, action, "20000000"];
+        let native = prog.run_native(&args);
+        assert_eq!(native.code(), Some(3), "native run:\n{}", native.describe());
+        let out = dir.join(&format!("{how}-{action}.json"));
+        let run = WitchCmd::new("dead").args(&["-p", "500000", "-q"]).out(&out).run(&prog.exe, &args);
+        assert_same_behaviour(&native, &run);
+        let p = raw_profile(&out);
+        assert_eq!(p["ended_by"].as_str(), Some("sandbox"), "{how} {action}: {p}");
+        let notes = p["notes"].to_string();
+        assert!(notes.contains("seccomp sandbox"), "{how} {action}: the profile should say why it stops: {notes}");
+        let rep = report(&out);
+        assert!(rep.samples() > 0.0, "{how} {action}: the work before the filter should be sampled\n{}", rep.dump());
+    }
+}
+
+/// witch itself under a seccomp filter (in a container, say), which the
+/// program would inherit: refused before the program runs, in one line,
+/// with the status of a program that cannot be run under witch.
+#[test]
+fn witch_under_a_seccomp_filter_says_so_before_it_runs_the_program() {
+    let dir = Scratch::new("under-seccomp");
+    let prog = Program::build("sandboxed", dir.path());
+    let mut cmd = std::process::Command::new(&prog.exe);
+    cmd.args(["run", "errno"]).arg(witch_bin()).args(["dead", "-q", "--"]).arg(&prog.exe).args(["exec-child", "1000"]);
+    let run = run_cmd(cmd, None);
+    assert_eq!(run.code(), Some(126), "{}", run.describe());
+    assert!(run.stdout.is_empty(), "the program ran:\n{}", run.describe());
+    let err = run.stderr_str();
+    assert_eq!(err.lines().count(), 1, "one line:\n{}", run.describe());
+    assert!(err.contains("seccomp filter"), "{}", run.describe());
+}

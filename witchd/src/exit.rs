@@ -6,7 +6,8 @@
 //! returns:
 //! - 125: witch itself failed (a usage error, an unusable `-o`, a set-up failure);
 //! - 126: the program was found but cannot be profiled (not executable,
-//!   statically linked, not x86-64);
+//!   statically linked, not x86-64, or witch runs under a seccomp filter
+//!   the program would inherit);
 //! - 127: the program was not found.
 //!
 //! Every other command (`report`, `diff`, `gate`, `doctor`, `daemon`, and a

@@ -99,6 +99,30 @@ pub fn install_preloaded() {
     }
 }
 
+/// Give back the default action of the fatal signals a hook took (a
+/// sandboxed process: the hook writes a profile and raises the signal
+/// again, system calls its filter may not allow). A signal the program
+/// has given a handler of its own since has no hook.
+pub fn give_back_fatal_hooks() {
+    for sig in FATAL {
+        if !PROGRAM.fatal_hook(sig) {
+            continue;
+        }
+        // SAFETY: sigaction is plain data; all zero with SIG_DFL is the default action.
+        let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: queries the current disposition.
+        unsafe { real_sigaction()(sig, std::ptr::null(), &mut cur) };
+        if cur.sa_sigaction == on_fatal as *const () as usize {
+            // SAFETY: as above.
+            let mut dfl: libc::sigaction = unsafe { std::mem::zeroed() };
+            dfl.sa_sigaction = libc::SIG_DFL;
+            // SAFETY: installs the default action.
+            unsafe { real_sigaction()(sig, &dfl, std::ptr::null_mut()) };
+        }
+        PROGRAM.set_fatal_hook(sig, false);
+    }
+}
+
 /// An attached agent's handlers: samples and traps, and the control
 /// signal, which runs on the thread's own stack (it changes the alternate
 /// one). No fatal-signal hooks: `sigaction` is not interposed, so the

@@ -13,7 +13,10 @@
 //! - `ptrace`: a process that asks to be traced (`PTRACE_TRACEME`) leaves
 //!   its debug registers and signals to its debugger;
 //! - `dlopen`, `dlmopen`, `dlclose`, `dlsym`: the module map follows what
-//!   is loaded and unloaded (see [`dlclose`], [`route_open`], [`route_sym`]).
+//!   is loaded and unloaded (see [`dlclose`], [`route_open`], [`route_sym`]);
+//! - `prctl` and `syscall`, for `PR_SET_SECCOMP` and `SYS_seccomp`: a
+//!   process that puts itself in a seccomp sandbox is left before the
+//!   filter goes in (`preload::leave_to_sandbox`).
 
 use crate::program::PROGRAM;
 use crate::state::{Mode, AGENT};
@@ -176,6 +179,82 @@ pub unsafe extern "C" fn ptrace(req: libc::c_int, pid: libc::pid_t, addr: *mut l
     }
     // SAFETY: the C library's ptrace reads these four arguments.
     unsafe { std::mem::transmute::<*mut libc::c_void, PtraceFn>(next(c"ptrace", &REAL))(req, pid, addr, data) }
+}
+
+/// `seccomp` operations and `prctl` modes that install a filter or strict
+/// mode (`SECCOMP_SET_MODE_STRICT`, `SECCOMP_SET_MODE_FILTER`;
+/// `SECCOMP_MODE_STRICT`, `SECCOMP_MODE_FILTER`).
+const SECCOMP_SET_MODES: [libc::c_long; 2] = [0, 1];
+const PR_SECCOMP_MODES: [libc::c_ulong; 2] = [1, 2];
+
+/// The program is about to enter a seccomp sandbox.
+fn entering_sandbox(how: &str) {
+    if preloaded() && AGENT.owner_is_me() {
+        keeping_errno(|| crate::preload::leave_to_sandbox(how));
+    }
+}
+
+type PrctlFn = unsafe extern "C" fn(libc::c_int, libc::c_ulong, libc::c_ulong, libc::c_ulong, libc::c_ulong) -> libc::c_int;
+
+/// `prctl(PR_SET_SECCOMP, ...)` puts the process in a sandbox: the agent
+/// leaves first (see the module comment).
+///
+/// # Safety
+/// As the C library's `prctl` (called with its five arguments, as glibc's
+/// variadic definition reads them).
+#[no_mangle]
+pub unsafe extern "C" fn prctl(
+    option: libc::c_int,
+    a2: libc::c_ulong,
+    a3: libc::c_ulong,
+    a4: libc::c_ulong,
+    a5: libc::c_ulong,
+) -> libc::c_int {
+    static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
+    if option == libc::PR_SET_SECCOMP && PR_SECCOMP_MODES.contains(&a2) {
+        entering_sandbox("prctl PR_SET_SECCOMP");
+    }
+    // SAFETY: the C library's prctl reads these five arguments.
+    unsafe { std::mem::transmute::<*mut libc::c_void, PrctlFn>(next(c"prctl", &REAL))(option, a2, a3, a4, a5) }
+}
+
+type SyscallFn =
+    unsafe extern "C" fn(libc::c_long, libc::c_long, libc::c_long, libc::c_long, libc::c_long, libc::c_long, libc::c_long) -> libc::c_long;
+
+/// The C library's `syscall`, looked up by `resolve_early`: the agent's own
+/// code calls `syscall` in signal handlers, where looking it up (`dlsym`)
+/// is not allowed.
+static REAL_SYSCALL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Look up what the agent's handlers call through interposed functions
+/// now, outside any handler.
+pub fn resolve_early() {
+    next(c"syscall", &REAL_SYSCALL);
+}
+
+/// `syscall(SYS_seccomp, ...)` (libseccomp's way in) puts the process in a
+/// sandbox: the agent leaves first (see the module comment). Anything else
+/// goes straight through.
+///
+/// # Safety
+/// As the C library's `syscall`, which reads a number and six arguments
+/// whatever the caller passed (unused ones are whatever is in their
+/// registers or stack slot, as here).
+#[no_mangle]
+pub unsafe extern "C" fn syscall(
+    nr: libc::c_long,
+    a1: libc::c_long,
+    a2: libc::c_long,
+    a3: libc::c_long,
+    a4: libc::c_long,
+    a5: libc::c_long,
+    a6: libc::c_long,
+) -> libc::c_long {
+    if nr == libc::SYS_seccomp && SECCOMP_SET_MODES.contains(&a1) {
+        entering_sandbox("seccomp");
+    }
+    // SAFETY: the C library's syscall reads these seven arguments.
+    unsafe { std::mem::transmute::<*mut libc::c_void, SyscallFn>(next(c"syscall", &REAL_SYSCALL))(nr, a1, a2, a3, a4, a5, a6) }
 }
 
 type SigactionFn = unsafe extern "C" fn(libc::c_int, *const libc::sigaction, *mut libc::sigaction) -> libc::c_int;

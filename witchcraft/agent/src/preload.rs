@@ -30,6 +30,9 @@ static KEY: AtomicU32 = AtomicU32::new(u32::MAX);
 static INIT: extern "C" fn() = init;
 
 extern "C" fn init() {
+    // Whether or not this process is profiled, `syscall` goes through the
+    // agent, and may be called in the program's signal handlers.
+    crate::interpose::resolve_early();
     let mut cfg = match Config::from_env() {
         Ok(Some(c)) => c,
         Ok(None) => return,
@@ -38,6 +41,12 @@ extern "C" fn init() {
             return;
         }
     };
+    if sandboxed() {
+        // Exec'd (or started) inside a seccomp sandbox, which the new
+        // image inherits: any system call the agent makes that the filter
+        // does not expect may kill the process, writing a profile too.
+        return;
+    }
     // `--no-children`: the first process to load the agent is the one;
     // its exec'd images and its children read its pid from here on.
     if cfg.only_pid == Some(0) {
@@ -116,6 +125,13 @@ fn create_output(dir: &std::path::Path) -> Sink {
     }
 }
 
+/// Does this process run under a seccomp filter (or in strict mode)? Read
+/// with `openat`, `read` and `close` as the dynamic loader made them to
+/// load the agent, so a filter that let it load lets this through.
+fn sandboxed() -> bool {
+    witchcraft::sys::procfs::seccomp_mode(None).is_some_and(|m| m != 0)
+}
+
 /// Is this process traced (by a debugger)? Why, if so.
 fn traced_by_debugger() -> Option<String> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -152,10 +168,36 @@ pub fn leave_to_debugger(why: &str) {
     }
 }
 
+/// The process is about to install a seccomp filter (`how`): once it is in,
+/// any system call the agent makes that the filter does not expect may
+/// kill the process (a sandbox's filter allows what the program needs,
+/// not what a profiler needs). So profiling of this process ends here, for
+/// good, before the filter goes in: what it gathered is written, every
+/// event closed and the fatal signals' default actions given back. Its
+/// forks inherit the filter and stay unprofiled, as do the images it execs
+/// (see `init`). If the call fails, profiling stays off.
+pub fn leave_to_sandbox(how: &str) {
+    if !AGENT.set_sandboxed() {
+        return;
+    }
+    let after = (now_ns().saturating_sub(AGENT.start_ns())) as f64 / 1e9;
+    AGENT.note(format!(
+        "profiling stopped {after:.3} s in: the program put itself in a seccomp sandbox ({how}), whose filter may kill it for a system call the agent makes; what came after, and any process it starts, is not profiled"
+    ));
+    AGENT.finish("sandbox");
+    for ts in AGENT.threads.states() {
+        // SAFETY: quiesced by `finish`: no handler uses the events any more.
+        unsafe { (*ts).stop() };
+    }
+    handlers::give_back_fatal_hooks();
+}
+
 /// Set up the calling thread. Not for signal handlers.
 pub fn start_thread() {
     let Some(engine) = AGENT.engine() else { return };
-    if AGENT.current().is_some() || AGENT.stopping() {
+    // A process whose profile is written (one that does not follow, say)
+    // or that is sandboxed sets up no more threads.
+    if AGENT.current().is_some() || AGENT.stopping() || AGENT.finished() {
         return;
     }
     // Code mapped since the last refresh (a `dlopen` that went straight
@@ -217,6 +259,12 @@ extern "C" fn after_fork_child() {
     // The parent's profile file is the parent's.
     if let Sink::File(fd) = AGENT.sink() {
         fd::close(fd);
+    }
+    if AGENT.sandboxed() {
+        // The filter came with the fork: no profile, no events.
+        AGENT.after_fork(Sink::None);
+        AGENT.claim_finish();
+        return;
     }
     let out_dir = engine.config.out_dir.clone();
     let (mine, alt, prior) = match me {

@@ -44,6 +44,9 @@ pub struct Agent {
     stopping: AtomicBool,
     /// The profile was delivered.
     finished: AtomicBool,
+    /// The process put itself in a seccomp sandbox: the agent makes no
+    /// system call it can help from then on, in it and in its forks.
+    sandboxed: AtomicBool,
     /// The process the state belongs to: a vfork child shares our memory
     /// and must leave it alone.
     owner: AtomicU32,
@@ -81,6 +84,7 @@ impl Agent {
             mode: AtomicU8::new(Mode::Off as u8),
             stopping: AtomicBool::new(false),
             finished: AtomicBool::new(false),
+            sandboxed: AtomicBool::new(false),
             owner: AtomicU32::new(0),
             start_ns: AtomicU64::new(0),
             sink: AtomicI32::new(-1),
@@ -110,7 +114,17 @@ impl Agent {
     }
 
     pub fn stopping(&self) -> bool {
-        self.stopping.load(Ordering::Acquire)
+        self.stopping.load(Ordering::Acquire) || self.sandboxed()
+    }
+
+    pub fn sandboxed(&self) -> bool {
+        self.sandboxed.load(Ordering::Acquire)
+    }
+
+    /// The process is entering a seccomp sandbox: for good (its forks
+    /// inherit the filter, and so this flag). True the first time.
+    pub fn set_sandboxed(&self) -> bool {
+        !self.sandboxed.swap(true, Ordering::AcqRel)
     }
 
     pub fn finished(&self) -> bool {
@@ -277,8 +291,12 @@ impl Agent {
         }
     }
 
-    /// Undo [`Agent::quiesce`] (an exec that failed: the image goes on).
+    /// Undo [`Agent::quiesce`] (an exec that failed: the image goes on),
+    /// unless the process is sandboxed.
     pub fn resume(&self) {
+        if self.sandboxed() {
+            return;
+        }
         self.stopping.store(false, Ordering::Release);
         self.finished.store(false, Ordering::Release);
         let Some(engine) = self.engine() else { return };

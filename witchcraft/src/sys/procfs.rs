@@ -99,6 +99,18 @@ pub fn tasks(pid: Option<i32>) -> Vec<i32> {
     std::fs::read_dir(dir).into_iter().flatten().flatten().filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok())).collect()
 }
 
+/// The seccomp mode of thread `tid` of process `pid` (None: the calling
+/// thread), from its status: 0 none, 1 strict, 2 a filter. None if it
+/// can't be read.
+pub fn seccomp_mode(task: Option<(i32, i32)>) -> Option<u32> {
+    let path = match task {
+        Some((pid, tid)) => format!("/proc/{pid}/task/{tid}/status"),
+        None => "/proc/thread-self/status".to_string(),
+    };
+    let status = std::fs::read_to_string(path).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Seccomp:")).and_then(|v| v.trim().parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

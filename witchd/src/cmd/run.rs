@@ -138,6 +138,11 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
         return super::exact::run(craft, a, &prog, program, &out);
     }
     check_dynamic(&prog)?;
+    if let Some(mode @ 1..) = witchcraft::sys::procfs::seccomp_mode(None) {
+        return Err(exit::cannot_run(format!(
+            "witch itself runs under a seccomp filter (Seccomp: {mode}, a container's or a sandbox's), which the program would inherit; a filter may kill the program for a system call the agent makes, so the agent does not profile under one: run witch outside the sandbox (Docker: --security-opt seccomp=unconfined)"
+        )));
+    }
     let (period, timed) = a.period();
     let (sampler, event) = crate::agent::sampler_env(craft, a.event.as_deref(), timed)?;
     let free = witchcraft::probe::debug_registers();

@@ -78,6 +78,23 @@ impl Target {
         Ok(())
     }
 
+    /// Refuse a process in a seccomp sandbox: its filter allows what the
+    /// program needs, and may kill it for a system call the agent makes.
+    /// (A filter installed during a session is not seen: attached, nothing
+    /// is interposed; started under witch, the agent leaves before it.)
+    pub fn check_unsandboxed(&self) -> Result<()> {
+        for tid in procfs::tasks(Some(self.pid)) {
+            if let Some(mode @ 1..) = procfs::seccomp_mode(Some((self.pid, tid))) {
+                bail!(
+                    "pid {} runs in a seccomp sandbox (thread {tid}: {}), whose filter may kill it for a system call the agent makes, so witch does not attach to it; a program that sandboxes itself can be profiled up to its filter when started under witch",
+                    self.pid,
+                    if mode == 1 { "strict mode" } else { "a filter" }
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// Executable ranges of the C library, the loader and the agent: a
     /// thread stopped there may hold a lock that `dlopen` or `malloc` needs.
     pub fn risky_ranges(&self) -> Vec<(u64, u64)> {
