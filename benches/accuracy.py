@@ -577,6 +577,65 @@ def accept(cases, a):
         print()
 
 
+def gate_noise(cases, a):
+    """How often `witch gate --baseline A --max-increase 2pp B` fails when A
+    and B are two runs of the same program (no regression at all): each
+    case runs --runs times at the defaults (or the first --witch-args), and
+    every ordered pair of its runs is gated. A gate whose intervals hold
+    the run-to-run noise fails such a pair rarely (its 95% interval of the
+    increase must lie wholly above 2 points); "cannot tell" passes."""
+    conf = a.witch_args[0]
+    opts, env = shlex.split(conf), {}
+    while opts and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", opts[0]):
+        k, v = opts.pop(0).split("=", 1)
+        env[k] = v
+    shown = [f"{k}={v}" for k, v in env.items()] + ["witch", "CRAFT"] + opts
+    print(f"Gate noise: `witch gate --baseline A --max-increase 2pp B` over the ordered pairs of {a.runs} runs "
+          f"of the same program, `{' '.join(shown)}`; {time.strftime('%Y-%m-%d')}\n")
+    print("| program | craft | sampled (mean ± sd) | largest increase between runs | pairs | FAIL | cannot tell | PASS |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    totals = [0, 0, 0, 0]
+    for name, src, craft, markers, small, big in cases:
+        exe, small, big = resolve(name, src, small, big)
+        outs, fr = [], []
+        for i in range(a.runs):
+            out = os.path.join(OUT, f"gate-{os.getpid()}-{name}-{craft}-{i}.json")
+            code, _ = run_witch(craft, exe, big, opts, out, env)
+            if not os.path.exists(out):
+                sys.exit(f"benches/accuracy.py: witch exited {code} without a profile ({name} {craft})")
+            outs.append(out)
+            fr.append(report_of(out).get("waste_fraction", float("nan")))
+        counts = [0, 0, 0]
+        for i, base in enumerate(outs):
+            for j, new in enumerate(outs):
+                if i == j:
+                    continue
+                r = subprocess.run([WITCH, "gate", "--baseline", base, "--max-increase", "2pp", new],
+                                   capture_output=True, text=True)
+                if r.returncode == 1:
+                    counts[0] += 1
+                elif r.returncode == 0 and "cannot tell" in r.stdout + r.stderr:
+                    counts[1] += 1
+                elif r.returncode == 0:
+                    counts[2] += 1
+                else:
+                    sys.exit(f"benches/accuracy.py: witch gate exited {r.returncode}: {r.stderr.strip()}")
+        for o in outs:
+            os.unlink(o)
+        pairs = sum(counts)
+        for k in range(3):
+            totals[k + 1] += counts[k]
+        totals[0] += pairs
+        ok = [f for f in fr if f == f]
+        spread = max(ok) - min(ok) if ok else float("nan")
+        sd = statistics.stdev(ok) if len(ok) > 1 else 0.0
+        print(f"| {name} | {craft} | {100*statistics.mean(ok):.1f} ± {100*sd:.1f} | {100*spread:.1f} | {pairs} | "
+              f"{counts[0]} | {counts[1]} | {counts[2]} |", flush=True)
+    if totals[0]:
+        print(f"\nAll cases: {totals[0]} pairs, FAIL {totals[1]} ({100*totals[1]/totals[0]:.1f}%), "
+              f"cannot tell {totals[2]} ({100*totals[2]/totals[0]:.1f}%), PASS {totals[3]}.")
+
+
 def main():
     global WITCH
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -593,6 +652,9 @@ def main():
                          'NAME=value words go into its environment, e.g. "WITCH_BURST=0 -p 1ms" '
                          "(repeatable; default: no options, today's default sampler)")
     ap.add_argument("--exact-only", action="store_true", help="only compute (or load) the exact references")
+    ap.add_argument("--gate-noise", action="store_true",
+                    help="how often `witch gate --max-increase 2pp` fails between runs of the same program "
+                         "(--runs runs per case, every ordered pair gated; no exact references needed)")
     ap.add_argument("--exact-cache", default=os.path.join(OUT, "exact"), metavar="DIR",
                     help="where exact references are cached (default target/bench/exact)")
     ap.add_argument("--recompute-exact", action="store_true", help="run the exact references again")
@@ -616,6 +678,8 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     if a.exact_only:
         return exact_only(cases, a)
+    if a.gate_noise:
+        return gate_noise(cases, a)
     if a.accept:
         return accept(cases, a)
     print(f"Sampled vs exact waste fraction (own code), mean ± std over {a.runs} runs\n")

@@ -185,3 +185,73 @@ fn witch_under_a_seccomp_filter_says_so_before_it_runs_the_program() {
     assert_eq!(err.lines().count(), 1, "one line:\n{}", run.describe());
     assert!(err.contains("seccomp filter"), "{}", run.describe());
 }
+
+/// Anything given where a profile goes (an endless device, random bytes,
+/// 50 MB of garbage, an empty file, a truncated profile, a directory with
+/// no profile, a missing file) gets a one-line error and exit 2 from `report`, `gate` and
+/// `diff`, at once and in bounded memory: each runs under a 1 GiB
+/// address-space limit. (`/dev/zero` once grew witch to the OOM killer.)
+#[test]
+fn bad_profiles_get_a_one_line_error_in_bounded_memory() {
+    use std::os::unix::process::CommandExt;
+    let dir = Scratch::new("bad-profiles");
+    let prog = Program::build("exit_status", dir.path());
+    let good = dir.join("good.json");
+    let run = WitchCmd::new("dead").args(&["-q"]).out(&good).run(&prog.exe, &["main"]);
+    assert!(good.is_file(), "{}", run.describe());
+    let garbage = dir.join("garbage.bin");
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let bytes: Vec<u8> = (0..50 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 32) as u8
+        })
+        .collect();
+    std::fs::write(&garbage, bytes).unwrap();
+    let empty = dir.join("empty.json");
+    std::fs::write(&empty, "").unwrap();
+    let truncated = dir.join("truncated.json");
+    let text = std::fs::read_to_string(&good).unwrap();
+    std::fs::write(&truncated, &text[..text.len() / 2]).unwrap();
+    // (A directory with profiles in it is read as one: see `witch report --help`.)
+    let empty_dir = dir.join("no-profiles-here");
+    std::fs::create_dir(&empty_dir).unwrap();
+    let inputs = [
+        Path::new("/dev/zero").to_path_buf(),
+        Path::new("/dev/urandom").to_path_buf(),
+        garbage,
+        empty,
+        truncated,
+        empty_dir,
+        dir.join("missing.json"),
+    ];
+    for bad in &inputs {
+        let b = bad.to_str().unwrap();
+        let g = good.to_str().unwrap();
+        for args in
+            [vec!["report", b], vec!["report", "--json", b], vec!["gate", "--max-waste", "20%", b], vec!["diff", g, b], vec!["diff", b, g]]
+        {
+            let mut cmd = std::process::Command::new(witch_bin());
+            cmd.args(&args);
+            // SAFETY: setrlimit only, between fork and exec.
+            unsafe {
+                cmd.pre_exec(|| {
+                    let l = libc::rlimit { rlim_cur: 1 << 30, rlim_max: 1 << 30 };
+                    libc::setrlimit(libc::RLIMIT_AS, &l);
+                    Ok(())
+                });
+            }
+            let run = run_cmd(cmd, None);
+            let what = format!("witch {}", args.join(" "));
+            assert_eq!(run.code(), Some(2), "{what}\n{}", run.describe());
+            let line = assert_one_line_error(&run, &what);
+            assert!(run.elapsed < std::time::Duration::from_secs(10), "{what} took {:?}", run.elapsed);
+            if b.starts_with("/dev/") {
+                // Refused for what it is, not after reading to the limit.
+                assert!(line.contains("not a witch profile"), "{what}: {line}");
+            }
+        }
+    }
+}

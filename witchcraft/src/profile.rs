@@ -418,11 +418,52 @@ pub struct Profile {
     pub processes: Vec<Profile>,
 }
 
+/// The largest profile file [`Profile::load`] reads (a process's profile
+/// is at most 256 MiB; a run's file merges its processes').
+pub const MAX_FILE_BYTES: u64 = 1 << 30;
+
+/// Why [`read_capped`] stopped.
+#[derive(Debug)]
+pub enum Capped {
+    Io(std::io::Error),
+    /// `check` refused the first bytes.
+    Refused(String),
+    /// More than the limit.
+    TooLarge,
+}
+
+/// Everything `r` gives, up to `max` bytes; `check` sees the first bytes
+/// (up to 4 KiB, or all of a shorter input) before the rest is read, so
+/// an endless stream of the wrong kind fails at once.
+pub fn read_capped(r: impl std::io::Read, max: u64, check: impl Fn(&[u8]) -> Result<(), String>) -> Result<Vec<u8>, Capped> {
+    use std::io::Read;
+    let mut r = r.take(max + 1);
+    let mut data = vec![0u8; 4096];
+    let mut got = 0;
+    while got < data.len() {
+        match r.read(&mut data[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Capped::Io(e)),
+        }
+    }
+    data.truncate(got);
+    check(&data).map_err(Capped::Refused)?;
+    r.read_to_end(&mut data).map_err(Capped::Io)?;
+    if data.len() as u64 > max {
+        return Err(Capped::TooLarge);
+    }
+    Ok(data)
+}
+
 #[derive(Debug)]
 pub enum LoadError {
     Io(std::io::Error),
     Empty,
     Corrupt(String),
+    /// Not a profile at all (binary data, an endless stream, too large).
+    NotProfile(String),
     Newer(u32),
 }
 
@@ -432,6 +473,7 @@ impl std::fmt::Display for LoadError {
             LoadError::Io(e) => write!(f, "cannot read profile: {e}"),
             LoadError::Empty => write!(f, "profile is empty"),
             LoadError::Corrupt(e) => write!(f, "profile is corrupt or truncated: {e}"),
+            LoadError::NotProfile(e) => write!(f, "not a witch profile: {e}"),
             LoadError::Newer(v) => write!(f, "profile schema {v} is newer than this witch understands ({SCHEMA}); upgrade witch"),
         }
     }
@@ -475,8 +517,21 @@ impl Profile {
         Ok(p)
     }
 
+    /// Read and check a profile. Any path may be given (a pipe from
+    /// `<(...)` too), so the read is bounded: a file that does not start
+    /// like JSON (`/dev/zero`, a binary) is refused at its first bytes, and
+    /// one larger than [`MAX_FILE_BYTES`] at that size.
     pub fn load(path: &Path) -> Result<Profile, LoadError> {
-        let b = std::fs::read(path).map_err(LoadError::Io)?;
+        let f = std::fs::File::open(path).map_err(LoadError::Io)?;
+        let b = read_capped(f, MAX_FILE_BYTES, |head| match head.iter().find(|c| !c.is_ascii_whitespace()) {
+            Some(b'{') | None => Ok(()),
+            Some(c) => Err(format!("it starts with byte 0x{c:02x}, not a JSON object")),
+        })
+        .map_err(|e| match e {
+            Capped::Io(e) => LoadError::Io(e),
+            Capped::Refused(why) => LoadError::NotProfile(why),
+            Capped::TooLarge => LoadError::NotProfile(format!("larger than {} MiB", MAX_FILE_BYTES >> 20)),
+        })?;
         Self::from_bytes(&b)
     }
 
@@ -603,6 +658,16 @@ mod tests {
     #[test]
     fn bad_inputs_are_errors() {
         assert!(matches!(Profile::from_bytes(b""), Err(LoadError::Empty)));
+        // Endless or binary input fails at its first bytes, bounded.
+        let zeros = std::io::Read::take(std::io::repeat(0), 1 << 40);
+        assert!(matches!(read_capped(zeros, 1 << 30, |h| if h[0] == 0 { Err("NUL".into()) } else { Ok(()) }), Err(Capped::Refused(_))));
+        let braces = std::io::Read::take(std::io::repeat(b'{'), 1 << 40);
+        assert!(matches!(read_capped(braces, 1 << 20, |_| Ok(())), Err(Capped::TooLarge)));
+        assert_eq!(read_capped(&b" {}"[..], 3, |_| Ok(())).unwrap(), b" {}");
+        match Profile::load(Path::new("/dev/zero")) {
+            Err(LoadError::NotProfile(why)) => assert!(why.contains("0x00"), "{why}"),
+            other => panic!("/dev/zero: {other:?}"),
+        }
         assert!(matches!(Profile::from_bytes(b"{\"schema\":1,"), Err(LoadError::Corrupt(_))));
         let mut v = serde_json::to_value(sample()).unwrap();
         v["schema"] = 99.into();

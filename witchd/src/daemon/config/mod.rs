@@ -260,7 +260,18 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 impl Config {
     /// Reads and checks a configuration file; errors read `FILE:LINE:COL: what`.
     pub fn load(path: &Path) -> Result<Config> {
-        let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read config {}: {e}", path.display()))?;
+        use witchcraft::profile::{read_capped, Capped};
+        const MAX: u64 = 1 << 20;
+        let fail = |why: String| anyhow::anyhow!("cannot read config {}: {why}", path.display());
+        let f = std::fs::File::open(path).map_err(|e| fail(e.to_string()))?;
+        // A NUL byte is no TOML: `/dev/zero` or a binary fails at once.
+        let bytes = read_capped(f, MAX, |head| if head.contains(&0) { Err("a NUL byte: not a text file".into()) } else { Ok(()) })
+            .map_err(|e| match e {
+                Capped::Io(e) => fail(e.to_string()),
+                Capped::Refused(why) => fail(why),
+                Capped::TooLarge => fail(format!("larger than {} KiB", MAX >> 10)),
+            })?;
+        let text = String::from_utf8(bytes).map_err(|_| fail("not UTF-8 text".into()))?;
         Self::parse(&text, &path.display().to_string())
     }
 
@@ -372,6 +383,14 @@ fn check_profiling(p: &Profiling, what: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_that_is_no_text_is_refused_at_once() {
+        for (path, want) in [("/dev/zero", "NUL"), ("/no/such/witchd.toml", "No such file")] {
+            let e = Config::load(Path::new(path)).unwrap_err().to_string();
+            assert!(e.contains(path) && e.contains(want), "{e}");
+        }
+    }
 
     #[test]
     fn full_file() {
