@@ -50,3 +50,43 @@ fn dead_loop_as_an_unprivileged_user() {
     let who = if as_nobody { "nobody" } else { "the current user" };
     rep.assert_own_fraction(f, w, k, 0.90, &format!("as {who} (perf_event_paranoid = {paranoid}): "));
 }
+
+/// `-o /dev/null` (only the report wanted) works for a user who may not
+/// write in `/dev`: the run's parts wait in the temporary directory, and
+/// the device is written in place. A device that cannot take the profile
+/// (`/dev/full`) gets a message that says where the parts are, and no
+/// claim that the profile was written.
+#[test]
+fn a_device_as_the_profile_works_unprivileged() {
+    let dir = Scratch::new("unpriv-devnull");
+    let prog = Program::build("exit_status", dir.path());
+    let (witch, wrapper) = match Nobody::setup(&dir) {
+        Some(n) => {
+            chmod(dir.path(), 0o755);
+            chmod(&prog.exe, 0o755);
+            (n.witch, n.wrapper)
+        }
+        None => (witch_bin(), vec![]),
+    };
+    let native = prog.run_native(&["main"]);
+    let run = WitchCmd::new("dead")
+        .witch(&witch)
+        .wrapper(&wrapper)
+        .args(&["-p", "100000"])
+        .out(std::path::Path::new("/dev/null"))
+        .run(&prog.exe, &["main"]);
+    assert_same_behaviour(&native, &run);
+    assert!(run.stderr_str().contains("written to /dev/null"), "{}", run.describe());
+    let run = WitchCmd::new("dead")
+        .witch(&witch)
+        .wrapper(&wrapper)
+        .args(&["-p", "100000"])
+        .out(std::path::Path::new("/dev/full"))
+        .run(&prog.exe, &["main"]);
+    assert_same_behaviour(&native, &run);
+    let err = run.stderr_str();
+    assert!(err.contains("cannot write /dev/full") && !err.contains("written to /dev/full"), "{}", run.describe());
+    let parts = err.split("kept in ").nth(1).and_then(|r| r.split("/ ").next()).unwrap_or("");
+    assert!(!parts.is_empty() && !parts.starts_with("/dev"), "the parts should wait outside /dev: {err}");
+    let _ = std::fs::remove_dir_all(parts);
+}

@@ -17,7 +17,11 @@ use witchcraft::profile::{Craft, Profile};
 /// The profile's destination, as asked for with `-o` or by default.
 pub struct Output {
     asked: Option<PathBuf>,
+    /// Where the parts go: beside the profile, or, for a device or FIFO
+    /// (`-o /dev/null`), the temporary directory.
     dir: PathBuf,
+    /// `asked` is a device or FIFO, written in place.
+    special: bool,
 }
 
 const README: &str = "This directory holds the profiles of a run of witch that did not finish
@@ -33,9 +37,13 @@ or gather them into one profile file with
 
 impl Output {
     /// Checks, before anything runs, that a profile can go where asked: not
-    /// onto a directory, and into a directory that exists.
+    /// onto a directory, and into a directory that exists (or onto a device
+    /// or FIFO, such as `/dev/null`, written in place; the parts then wait
+    /// in the temporary directory, since nobody may write in `/dev`).
     pub fn check(asked: Option<&Path>) -> Result<Output> {
+        let special = asked.and_then(|p| std::fs::metadata(p).ok()).is_some_and(|m| !m.is_file() && !m.is_dir());
         let dir = match asked.and_then(Path::parent) {
+            _ if special => std::env::temp_dir(),
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),
         };
@@ -49,7 +57,7 @@ impl Output {
             Ok(_) => bail!("cannot write the profile in {}: not a directory", dir.display()),
             Err(e) => bail!("cannot write the profile in {}: {e}", dir.display()),
         }
-        Ok(Output { asked: asked.map(Path::to_path_buf), dir })
+        Ok(Output { asked: asked.map(Path::to_path_buf), dir, special })
     }
 
     /// The profile's path: `-o`, or `witch-CRAFT-PROGRAM-PID.json` here.
@@ -57,8 +65,18 @@ impl Output {
         self.asked.clone().unwrap_or_else(|| default_name(craft, prog, pid))
     }
 
-    /// Proves the directory writable by creating and removing a file in it.
+    /// Proves the directory writable by creating and removing a file in it
+    /// (a device or FIFO: that it may be written).
     pub fn probe(&self) -> Result<()> {
+        if let (true, Some(p)) = (self.special, &self.asked) {
+            let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
+                .map_err(|_| anyhow::anyhow!("-o {}: a NUL in the name", p.display()))?;
+            // SAFETY: a NUL-terminated path; access only checks.
+            if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+                bail!("cannot write the profile to {}: {}", p.display(), std::io::Error::last_os_error());
+            }
+            return Ok(());
+        }
         let p = self.dir.join(format!(".witch-probe-{}", std::process::id()));
         std::fs::File::create(&p).map_err(|e| anyhow::anyhow!("cannot write the profile in {}: {e}", self.dir.display()))?;
         let _ = std::fs::remove_file(&p);

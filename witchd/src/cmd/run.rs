@@ -219,7 +219,7 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
         Some(run) => match output::save(&run, &path) {
             Ok(()) => {
                 parts.remove();
-                report(&run, a, &path)?;
+                report(&run, a, Some(&path))?;
             }
             Err(e) => {
                 crate::say!(
@@ -228,7 +228,7 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
                     parts.dir.display()
                 );
                 if !a.quiet {
-                    report(&run, a, &path).ok();
+                    report(&run, a, None).ok();
                 }
             }
         },
@@ -236,8 +236,9 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     Ok(launch::pass_through(ended.code, ended.signal))
 }
 
-/// The report of a finished run: text on stderr, JSON alone on stdout or in --json-out.
-fn report(run: &witchcraft::profile::Profile, a: &RunArgs, path: &Path) -> Result<()> {
+/// The report of a finished run: text on stderr, JSON alone on stdout or in
+/// --json-out; `saved`: where the profile was written (None: it was not).
+fn report(run: &witchcraft::profile::Profile, a: &RunArgs, saved: Option<&Path>) -> Result<()> {
     if let Some(j) = &a.json_out {
         let json = super::report::render(run, a.top, a.pairs, Format::Json)?;
         std::fs::write(j, json).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", j.display()))?;
@@ -248,9 +249,11 @@ fn report(run: &witchcraft::profile::Profile, a: &RunArgs, path: &Path) -> Resul
     match a.format {
         Format::Text => {
             crate::say_raw!("{}", super::report::render(run, a.top, a.pairs, Format::Text)?);
-            let n = run.processes.len() + 1;
-            let what = if n > 1 { format!("profile of {n} processes") } else { "profile".into() };
-            crate::say!("witch: {what} written to {}", path.display());
+            if let Some(path) = saved {
+                let n = run.processes.len() + 1;
+                let what = if n > 1 { format!("profile of {n} processes") } else { "profile".into() };
+                crate::say!("witch: {what} written to {}", path.display());
+            }
         }
         Format::Json => crate::print(&super::report::render(run, a.top, a.pairs, Format::Json)?)?,
     }
