@@ -218,23 +218,12 @@ pub unsafe extern "C" fn prctl(
     unsafe { std::mem::transmute::<*mut libc::c_void, PrctlFn>(next(c"prctl", &REAL))(option, a2, a3, a4, a5) }
 }
 
-type SyscallFn =
-    unsafe extern "C" fn(libc::c_long, libc::c_long, libc::c_long, libc::c_long, libc::c_long, libc::c_long, libc::c_long) -> libc::c_long;
-
-/// The C library's `syscall`, looked up by `resolve_early`: the agent's own
-/// code calls `syscall` in signal handlers, where looking it up (`dlsym`)
-/// is not allowed.
-static REAL_SYSCALL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
-
-/// Look up what the agent's handlers call through interposed functions
-/// now, outside any handler.
-pub fn resolve_early() {
-    next(c"syscall", &REAL_SYSCALL);
-}
-
 /// `syscall(SYS_seccomp, ...)` (libseccomp's way in) puts the process in a
-/// sandbox: the agent leaves first (see the module comment). Anything else
-/// goes straight through.
+/// sandbox: the agent leaves first (see the module comment). The call
+/// itself is made here as the C library's `syscall` makes it (the number
+/// and six arguments into the kernel's registers; a result in -4095..-1 is
+/// -errno), not through it: the agent's own handlers call `syscall`, and
+/// looking the C library's up (`dlsym`) is not allowed there.
 ///
 /// # Safety
 /// As the C library's `syscall`, which reads a number and six arguments
@@ -253,8 +242,24 @@ pub unsafe extern "C" fn syscall(
     if nr == libc::SYS_seccomp && SECCOMP_SET_MODES.contains(&a1) {
         entering_sandbox("seccomp");
     }
-    // SAFETY: the C library's syscall reads these seven arguments.
-    unsafe { std::mem::transmute::<*mut libc::c_void, SyscallFn>(next(c"syscall", &REAL_SYSCALL))(nr, a1, a2, a3, a4, a5, a6) }
+    let r: libc::c_long;
+    // SAFETY: the caller's system call, as it asked for it; the kernel
+    // clobbers rcx and r11 and touches no stack.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") nr => r,
+            in("rdi") a1, in("rsi") a2, in("rdx") a3, in("r10") a4, in("r8") a5, in("r9") a6,
+            lateout("rcx") _, lateout("r11") _,
+            options(nostack),
+        );
+    }
+    if (-4095..0).contains(&r) {
+        // SAFETY: this thread's errno.
+        unsafe { *libc::__errno_location() = -r as libc::c_int };
+        return -1;
+    }
+    r
 }
 
 type SigactionFn = unsafe extern "C" fn(libc::c_int, *const libc::sigaction, *mut libc::sigaction) -> libc::c_int;

@@ -30,9 +30,6 @@ static KEY: AtomicU32 = AtomicU32::new(u32::MAX);
 static INIT: extern "C" fn() = init;
 
 extern "C" fn init() {
-    // Whether or not this process is profiled, `syscall` goes through the
-    // agent, and may be called in the program's signal handlers.
-    crate::interpose::resolve_early();
     let mut cfg = match Config::from_env() {
         Ok(Some(c)) => c,
         Ok(None) => return,
