@@ -167,6 +167,13 @@ fn a_program_that_sandboxes_itself_is_left_before_its_filter_goes_in() {
         let rep = report(&out);
         assert!(rep.samples() > 0.0, "{how} {action}: the work before the filter should be sampled\n{}", rep.dump());
     }
+    // Sandboxed before the first sample: the report says why, and does not
+    // send the user after a smaller period.
+    let out = dir.join("at-once.json");
+    let run = WitchCmd::new("dead").args(&["-q"]).out(&out).run(&prog.exe, &["prctl", "kill", "1"]);
+    assert_eq!(run.code(), Some(3), "{}", run.describe());
+    let text = witch_raw(&["report", out.to_str().unwrap()]).stdout_str();
+    assert!(text.contains("seccomp sandbox") && !text.contains("smaller -p"), "{text}");
 }
 
 /// witch itself under a seccomp filter (in a container, say), which the
