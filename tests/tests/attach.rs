@@ -156,6 +156,43 @@ fn attach_refusals_are_clear() {
     let _ = std::io::stderr().flush();
 }
 
+/// A process that is stopped (SIGSTOP), or that another tracer holds, is
+/// refused at once in one line that says so, and left as it was. (Before:
+/// 20 s to "did not report ready", with the agent's thread left in the
+/// stopped process; and "not permitted" for a traced one, even as root.)
+#[test]
+fn a_stopped_or_traced_process_is_refused_at_once_and_left_alone() {
+    let dir = Scratch::new("attach-stopped");
+    let prog = Program::build("attach_target", dir.path());
+    let tracer = Program::build("tracer", dir.path());
+    let t = start_target(&prog.exe, &[]);
+    let pid = t.pid();
+    let threads = thread_names(pid).len();
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    assert!(eventually(std::time::Duration::from_secs(5), || status_field(pid, "State:").starts_with('T')), "not stopped");
+    let run = attach_cmd(&witch_bin(), &[], "dead", pid, &["--duration", "1s"]);
+    let line = error_line(&run);
+    assert!(line.contains("stopped") && line.contains("kill -CONT"), "{line:?}");
+    assert!(run.elapsed < std::time::Duration::from_secs(5), "refused only after {:?}", run.elapsed);
+    assert!(status_field(pid, "State:").starts_with('T'), "the refused attach let the process run");
+    assert_eq!(thread_names(pid).len(), threads, "the refused attach left a thread: {:?}", thread_names(pid));
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+
+    let mut holder =
+        std::process::Command::new(&tracer.exe).args([&pid.to_string(), "30"]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut said = [0u8; 8];
+    std::io::Read::read_exact(holder.stdout.as_mut().unwrap(), &mut said).unwrap();
+    let run = attach_cmd(&witch_bin(), &[], "dead", pid, &["--duration", "1s"]);
+    let line = error_line(&run);
+    assert!(line.contains(&format!("traced by pid {}", holder.id())), "{line:?}");
+    let _ = holder.kill();
+    let _ = holder.wait();
+
+    let (rounds, text, code) = done(t);
+    let native = prog.run_native(&[&rounds.to_string()]);
+    assert_eq!((native.code(), native.stdout_str()), (code, text), "a refused attach must not disturb the program");
+}
+
 /// A process in a seccomp sandbox is refused in one line (its filter may
 /// kill it for a system call the agent makes), and left alone.
 #[test]

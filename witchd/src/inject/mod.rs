@@ -81,7 +81,7 @@ pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
     let mut target = Target::inspect(pid)?;
     let pid = target.pid;
     target.check_x86_64()?;
-    target.check_unsandboxed()?;
+    target.check_free()?;
     let config = opts.config()?;
     let agent = crate::agent::find_agent()?;
     let agent_path = agent.to_string_lossy().into_owned();

@@ -78,18 +78,31 @@ impl Target {
         Ok(())
     }
 
-    /// Refuse a process in a seccomp sandbox: its filter allows what the
-    /// program needs, and may kill it for a system call the agent makes.
-    /// (A filter installed during a session is not seen: attached, nothing
-    /// is interposed; started under witch, the agent leaves before it.)
-    pub fn check_unsandboxed(&self) -> Result<()> {
-        for tid in procfs::tasks(Some(self.pid)) {
-            if let Some(mode @ 1..) = procfs::seccomp_mode(Some((self.pid, tid))) {
+    /// Refuse, before anything is done to it, a process that:
+    /// - runs in a seccomp sandbox: its filter allows what the program
+    ///   needs, and may kill it for a system call the agent makes (a filter
+    ///   installed during a session is not seen: attached, nothing is
+    ///   interposed; started under witch, the agent leaves before it);
+    /// - another debugger or tracer holds (ptrace would be refused);
+    /// - is stopped (SIGSTOP, job control): no thread of it could run the
+    ///   agent's loading or its session until it is continued.
+    pub fn check_free(&self) -> Result<()> {
+        let pid = self.pid;
+        for tid in procfs::tasks(Some(pid)) {
+            let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")) else { continue };
+            let field = |k: &str| status.lines().find_map(|l| l.strip_prefix(k)).map(str::trim).unwrap_or("");
+            if let Ok(mode @ 1..) = field("Seccomp:").parse::<u32>() {
                 bail!(
-                    "pid {} runs in a seccomp sandbox (thread {tid}: {}), whose filter may kill it for a system call the agent makes, so witch does not attach to it; a program that sandboxes itself can be profiled up to its filter when started under witch",
-                    self.pid,
+                    "pid {pid} runs in a seccomp sandbox (thread {tid}: {}), whose filter may kill it for a system call the agent makes, so witch does not attach to it; a program that sandboxes itself can be profiled up to its filter when started under witch",
                     if mode == 1 { "strict mode" } else { "a filter" }
                 );
+            }
+            if let Ok(tracer @ 1..) = field("TracerPid:").parse::<i32>() {
+                let comm = std::fs::read_to_string(format!("/proc/{tracer}/comm")).map(|c| format!(" ({})", c.trim())).unwrap_or_default();
+                bail!("pid {pid} is traced by pid {tracer}{comm} (thread {tid}): witch cannot attach while a debugger or tracer holds it");
+            }
+            if field("State:").starts_with('T') {
+                bail!("pid {pid} is stopped (SIGSTOP or job control), so it could not run the agent: continue it first (kill -CONT {pid})");
             }
         }
         Ok(())
