@@ -336,6 +336,41 @@ fn a_controller_killed_before_its_settings_leaves_the_target_ready_for_the_next_
     assert_eq!((native.code(), native.stdout_str()), (end.code(), end.stdout), "differs from an unprofiled run");
 }
 
+/// The process is stopped (SIGSTOP) while witch holds one of its threads
+/// to make it call: the stop is kept (the process stays stopped, as it
+/// would without witch), witch says so, and once continued the thread
+/// finishes the call it was making and puts itself back, its vector
+/// registers too; the next attach works. (Before, the stop was swallowed
+/// and the process ran on: 4 of 4.)
+#[test]
+fn a_process_stopped_while_witch_attaches_stays_stopped_and_comes_back_whole() {
+    let _one = one_at_a_time();
+    let dir = Scratch::new("stopped-attaching");
+    let prog = Program::build("vector_spin", dir.path());
+    for round in 0..4 {
+        let mut target = Target::start(&prog.exe, &[] as &[&str], &[]);
+        target.wait_ready(1, None);
+        let pid = target.pid();
+        let mut witch = spawn_attach(&dir, pid);
+        let until = Instant::now() + Duration::from_secs(10);
+        while !traced(pid) && Instant::now() < until {}
+        unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+        let _ = witch.wait();
+        assert!(
+            eventually(Duration::from_secs(3), || status_field(pid, "State:").starts_with('T')),
+            "round {round}: the stop was lost: state {}",
+            status_field(pid, "State:")
+        );
+        unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+        let out = dir.join(&format!("after-stop{round}.json"));
+        let run = attach_cmd(&witch_bin(), &[], "dead", pid, &["--duration", "200ms", "-q", "-o", out.to_str().unwrap()]);
+        assert_eq!(run.code(), Some(0), "round {round}: {}", run.describe());
+        assert!(target.alive(), "round {round}: the target died");
+        let end = target.finish();
+        assert!(end.code() == Some(0) && end.stdout.contains(" changed 0"), "round {round}: {:?} {:?}", end.code(), end.stdout);
+    }
+}
+
 /// Has a thread of `pid` a tracer (witch stopped it to make it call)?
 fn traced(pid: u32) -> bool {
     std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten().any(|t| {

@@ -108,7 +108,26 @@ fn start(controller: i32) -> AttachCode {
     CONTROLLER_END.store(theirs, Ordering::Release);
     // Opened now, while the controller is tracing this thread: alive.
     let watch = (controller > 0).then(|| Controller::watch(controller)).flatten();
-    match std::thread::Builder::new().name("witch-agent".into()).spawn(move || control(chan, theirs, watch)) {
+    // The control thread takes none of the program's signals: one sent to
+    // the process would otherwise be delivered there whenever the program's
+    // own threads are busy, and run the program's handler on a thread it
+    // never made, late. Only the agent's own (its calibration traps and
+    // signals itself) get through. A thread starts with its creator's mask,
+    // so that mask is set around the spawn, on this (the program's) thread.
+    // SAFETY: sigset_t is plain data; sigfillset fills it.
+    let (mut theirs_blocked, mut mine): (libc::sigset_t, libc::sigset_t) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    // SAFETY: valid sigset pointers; this thread's mask is put back below.
+    unsafe {
+        libc::sigfillset(&mut theirs_blocked);
+        for sig in [libc::SIGTRAP, sampler_signal(), handlers::control_signal()] {
+            libc::sigdelset(&mut theirs_blocked, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_SETMASK, &theirs_blocked, &mut mine);
+    }
+    let spawned = std::thread::Builder::new().name("witch-agent".into()).spawn(move || control(chan, theirs, watch));
+    // SAFETY: the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &mine, std::ptr::null_mut()) };
+    match spawned {
         Ok(_) => AttachCode::Ok,
         Err(_) => {
             fd::close(theirs);

@@ -165,6 +165,7 @@ pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
             None => bail!("cannot profile pid {pid}: the agent failed with code {}", out[1]),
         }
     })();
+    let injected = injected.map_err(|e| if e.is::<ptrace::Stopped>() { e.context(format!("cannot profile pid {pid}")) } else { e });
     // Taking the socket needs the process alive, not stopped: before or after resuming is alike.
     let taken = injected.and_then(|fd| Channel::take(&pidfd, pid, fd));
     tracee.resume();

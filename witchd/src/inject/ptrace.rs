@@ -84,6 +84,9 @@ const RESTART: [i64; 3] = [-512, -513, -514];
 const RESTART_BLOCK: i64 = -516;
 /// A system-call stop's signal with `PTRACE_O_TRACESYSGOOD`.
 const SYSCALL_STOP: i32 = libc::SIGTRAP | 0x80;
+/// What [`Tracee::wait_stop`] returns for a group-stop: the process was
+/// stopped (SIGSTOP, job control) while the thread was traced.
+const GROUP_STOP: i32 = -1;
 
 /// An argument of an injected call.
 pub enum Arg {
@@ -219,6 +222,9 @@ impl Tracee {
                         if e.downcast_ref::<Refused>().is_some() {
                             return Err(not_permitted(pid));
                         }
+                        if e.downcast_ref::<Stopped>().is_some() {
+                            return Err(e.context(format!("cannot profile pid {pid}")));
+                        }
                         last_err = Some(e);
                     }
                 }
@@ -274,6 +280,12 @@ impl Tracee {
                     return Err(e);
                 }
                 Ok(0) => break,
+                Ok(GROUP_STOP) => {
+                    // Stopped meanwhile (or already): it stays stopped, untouched.
+                    // SAFETY: as above.
+                    unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, 0) };
+                    return Err(Stopped.into());
+                }
                 Ok(sig) if stops < 64 => {
                     stops += 1;
                     // SAFETY: resumes our stopped tracee, delivering its own signal.
@@ -299,7 +311,8 @@ impl Tracee {
         Ok(t)
     }
 
-    /// Wait for the next stop; the signal of a signal-delivery stop (0 otherwise).
+    /// Wait for the next stop: the signal of a signal-delivery stop,
+    /// [`GROUP_STOP`] for a group-stop, 0 for any other stop.
     fn wait_stop(&self, timeout: Duration) -> Result<i32> {
         let until = Instant::now() + timeout;
         loop {
@@ -312,9 +325,11 @@ impl Tracee {
                 }
                 if libc::WIFSTOPPED(status) {
                     self.stopped.set(true);
-                    // PTRACE_EVENT_STOP (interrupt or group stop) reports as SIGTRAP/stop signals.
+                    // PTRACE_EVENT_STOP: an interrupt's stop (SIGTRAP), or a
+                    // group-stop (a stop signal's).
                     if (status >> 16) & 0xff == libc::PTRACE_EVENT_STOP {
-                        return Ok(0);
+                        let stop_signal = [libc::SIGSTOP, libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU].contains(&libc::WSTOPSIG(status));
+                        return Ok(if stop_signal { GROUP_STOP } else { 0 });
                     }
                     return Ok(libc::WSTOPSIG(status));
                 }
@@ -545,8 +560,19 @@ impl Tracee {
                     return Ok(Called { rax: Some(now.rax), out });
                 }
             }
-            // Another signal for the program, or a stop: pass it on.
-            if s != libc::SIGSTOP && s != 0 {
+            if s == GROUP_STOP {
+                if restorer.is_some() {
+                    // The process was stopped (a stop signal passed on
+                    // below): left stopped, the thread finishes the call
+                    // and puts itself back once continued.
+                    return Err(Stopped.into());
+                }
+                // A call returning to address 0 cannot be left: it goes
+                // on, and the detach stops the thread again.
+                continue;
+            }
+            // A signal for the program (a stop signal too): pass it on.
+            if s != 0 {
                 sig = s;
                 self.delivered.set(true);
             }
@@ -588,7 +614,8 @@ impl Tracee {
             // SAFETY: stop our tracee to put its registers back.
             unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, self.tid, 0, 0) };
             match self.wait_stop(Duration::from_secs(5)) {
-                Ok(s) => sig = if s == SYSCALL_STOP || s == libc::SIGSTOP { 0 } else { s },
+                // A group-stop stays after the detach by itself.
+                Ok(s) => sig = if s == SYSCALL_STOP || s == GROUP_STOP { 0 } else { s },
                 Err(_) => {
                     // SAFETY: detach whatever its state; nothing better is possible.
                     unsafe { libc::ptrace(libc::PTRACE_DETACH, self.tid, 0, 0) };
@@ -704,6 +731,20 @@ fn signals(tid: i32) -> (bool, u64) {
     let blocked = field("SigBlk:");
     ((field("SigPnd:") | field("ShdPnd:")) & !blocked != 0, blocked)
 }
+
+/// The process was stopped (SIGSTOP, job control) while witch attached.
+#[derive(Debug)]
+pub struct Stopped;
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "it was stopped (SIGSTOP or job control) while witch attached; it stays stopped: continue it (kill -CONT) and attach again",
+        )
+    }
+}
+
+impl std::error::Error for Stopped {}
 
 /// ptrace was refused (permissions).
 #[derive(Debug)]
