@@ -261,4 +261,14 @@ fn bad_profiles_get_a_one_line_error_in_bounded_memory() {
             }
         }
     }
+    // A directory of a run's parts (what an interrupted run leaves) is read
+    // as one run by every command, as by `report`.
+    let parts = dir.join("parts");
+    std::fs::create_dir(&parts).unwrap();
+    std::fs::copy(&good, parts.join("1-1.json")).unwrap();
+    let p = parts.to_str().unwrap();
+    for args in [vec!["report", p], vec!["gate", "--max-waste", "100%", p], vec!["diff", p, good.to_str().unwrap()]] {
+        let run = witch_raw(&args);
+        assert_eq!(run.code(), Some(0), "witch {}\n{}", args.join(" "), run.describe());
+    }
 }

@@ -86,8 +86,8 @@ fn by_key<'a>(an: &'a Analysis<'a>, procs: Range<usize>) -> (Vec<(Key, SymPair)>
 }
 
 pub fn run(a: &DiffArgs) -> anyhow::Result<i32> {
-    let base = analysis::load(&a.base)?;
-    let new = analysis::load(&a.new)?;
+    let base = super::report::load(&a.base)?;
+    let new = super::report::load(&a.new)?;
     if base.craft != new.craft {
         anyhow::bail!("cannot compare a {} profile with a {} profile", base.craft.name(), new.craft.name());
     }

@@ -48,7 +48,7 @@ fn word(v: Verdict, pass: &'static str, fail: &'static str) -> &'static str {
 }
 
 pub fn run(a: &GateArgs) -> anyhow::Result<i32> {
-    let p = model::load(&a.profile)?;
+    let p = super::report::load(&a.profile)?;
     let f = model::run_sums(&p).fraction();
     let pc = |x: f64| x * 100.0;
     let mut checks = Vec::new();
@@ -67,7 +67,7 @@ pub fn run(a: &GateArgs) -> anyhow::Result<i32> {
         });
     }
     if let (Some(base), Some(max)) = (&a.baseline, a.max_increase) {
-        let b = model::load(base)?;
+        let b = super::report::load(base)?;
         if b.craft != p.craft {
             anyhow::bail!(
                 "baseline {} is a {} profile, {} is a {} profile",

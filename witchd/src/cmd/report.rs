@@ -28,7 +28,8 @@ fn recorder<'a>(format: Format, top: Option<usize>, pairs: usize) -> Box<dyn Rec
     }
 }
 
-/// A profile file, or the directory of parts an interrupted run left, as one run.
+/// A profile file, or the directory of parts an interrupted run left, as one
+/// run: what `report`, `diff` and `gate` read.
 pub fn load(path: &Path) -> anyhow::Result<Profile> {
     if path.is_dir() {
         let parts = super::output::read_parts(path);
