@@ -38,6 +38,9 @@
 /// process, has no such symbol and is refused clearly.)
 pub const ATTACH_SYMBOL: &str = "witch_session_start";
 
+/// The name of the agent's control thread in the target (its `comm`).
+pub const AGENT_THREAD: &str = "witch-agent";
+
 /// How long the agent waits for the settings of a controller it cannot
 /// watch (one in another pid namespace).
 pub const SETTINGS_WAIT: std::time::Duration = std::time::Duration::from_secs(10);

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use witchcraft::config::Config;
 use witchcraft::engine::ThreadState;
 use witchcraft::modules;
-use witchcraft::session::{AttachCode, Message, SETTINGS_WAIT};
+use witchcraft::session::{AttachCode, Message, AGENT_THREAD, SETTINGS_WAIT};
 use witchcraft::sys::perf::{self, Attr, BpType};
 use witchcraft::sys::siginfo::sampler_signal;
 use witchcraft::sys::{fd, procfs, task};
@@ -124,7 +124,7 @@ fn start(controller: i32) -> AttachCode {
         }
         libc::pthread_sigmask(libc::SIG_SETMASK, &theirs_blocked, &mut mine);
     }
-    let spawned = std::thread::Builder::new().name("witch-agent".into()).spawn(move || control(chan, theirs, watch));
+    let spawned = std::thread::Builder::new().name(AGENT_THREAD.into()).spawn(move || control(chan, theirs, watch));
     // SAFETY: the mask saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &mine, std::ptr::null_mut()) };
     match spawned {

@@ -224,6 +224,16 @@ impl Session {
                 }
             }
         }
+        if !closed {
+            // The agent closes its end, then its control thread ends: wait
+            // (briefly) for both, so that no thread of witch's is left in
+            // the target when this returns.
+            let until = Instant::now() + AGENT_EXIT_WAIT;
+            while let Some(Event::Message(_)) = self.chan.recv(until.saturating_duration_since(Instant::now())) {}
+            while agent_thread_in(self.pid) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
         let target_exited = closed && !alive(self.pid);
         if let (None, Some(e)) = (&profile, error) {
             bail!("the agent in pid {} failed: {}", self.pid, e.trim());
@@ -234,6 +244,17 @@ impl Session {
         };
         Ok(Ended { profile, target_exited })
     }
+}
+
+/// How long a detach waits for the agent's control thread to end after it
+/// said it detached.
+const AGENT_EXIT_WAIT: Duration = Duration::from_secs(1);
+
+/// Has process `pid` a thread named as the agent's control thread?
+fn agent_thread_in(pid: i32) -> bool {
+    witchcraft::sys::procfs::tasks(Some(pid)).into_iter().any(|t| {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{t}/comm")).is_ok_and(|c| c.trim_end() == witchcraft::session::AGENT_THREAD)
+    })
 }
 
 /// Is process `pid` in this process's pid namespace?
