@@ -371,6 +371,44 @@ fn a_process_stopped_while_witch_attaches_stays_stopped_and_comes_back_whole() {
     }
 }
 
+/// The process is stopped (SIGSTOP) during a session: witch says so at the
+/// session's end instead of waiting out its 30 s for the profile, the
+/// process stays stopped, and once continued the agent leaves by itself
+/// and the program ends as without witch.
+#[test]
+fn a_process_stopped_during_a_session_is_reported_at_once_and_left_stopped() {
+    let _one = one_at_a_time();
+    let dir = Scratch::new("stopped-session");
+    let prog = Program::build("vector_spin", dir.path());
+    let mut target = Target::start(&prog.exe, &[] as &[&str], &[]);
+    target.wait_ready(1, None);
+    let pid = target.pid();
+    let err = dir.join("witch.err");
+    let started = Instant::now();
+    let mut witch = Command::new(witch_bin())
+        .args(["dead", "--pid", &pid.to_string(), "--duration", "1s", "-o"])
+        .arg(dir.join("never.json"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(20), || read(&err).contains("attached to pid")), "witch did not attach:\n{}", read(&err));
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    let status = witch.wait().unwrap();
+    let took = started.elapsed();
+    let said = read(&err);
+    assert_eq!(status.code(), Some(2), "{said}");
+    assert!(said.contains("is stopped"), "{said}");
+    assert!(took < Duration::from_secs(10), "witch took {took:?} to say so");
+    assert!(status_field(pid, "State:").starts_with('T'), "the process should stay stopped");
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    assert!(eventually(Duration::from_secs(5), || !agent_armed(pid)), "the agent stayed after the process was continued");
+    assert!(target.alive(), "the target died");
+    let end = target.finish();
+    assert!(end.code() == Some(0) && end.stdout.contains(" changed 0"), "{:?} {:?}", end.code(), end.stdout);
+}
+
 /// Has a thread of `pid` a tracer (witch stopped it to make it call)?
 fn traced(pid: u32) -> bool {
     std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten().any(|t| {

@@ -177,7 +177,8 @@ pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
     }
     let until = Instant::now() + READY_WAIT;
     loop {
-        match chan.recv(until.saturating_duration_since(Instant::now())) {
+        let left = until.saturating_duration_since(Instant::now());
+        match chan.recv(left.min(STOP_CHECK)) {
             Some(Event::Message(Message::Ready { .. })) => return Ok(Session { pid, chan }),
             Some(Event::Message(Message::Error(e))) => bail!("cannot profile pid {pid}: {}", e.trim()),
             Some(Event::Message(_)) => {}
@@ -187,7 +188,11 @@ pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
                 }
                 bail!("the agent in pid {pid} ended the session while setting up{}", why.map(|w| format!(" ({w})")).unwrap_or_default());
             }
-            None => bail!("the agent in pid {pid} did not report ready within {READY_WAIT:?}"),
+            None if stopped(pid) => bail!(
+                "pid {pid} was stopped (SIGSTOP or job control) before the agent was ready; it stays stopped, and the agent leaves by itself once it is continued"
+            ),
+            None if left.is_zero() => bail!("the agent in pid {pid} did not report ready within {READY_WAIT:?}"),
+            None => {}
         }
     }
 }
@@ -206,7 +211,7 @@ impl Session {
         let mut error = None;
         loop {
             let left = until.saturating_duration_since(Instant::now());
-            match self.chan.recv(left) {
+            match self.chan.recv(left.min(STOP_CHECK)) {
                 Some(Event::Message(Message::Profile(p))) => profile = Some(p),
                 Some(Event::Message(Message::Detached)) => break,
                 Some(Event::Message(Message::Error(e))) => error = Some(e),
@@ -215,13 +220,16 @@ impl Session {
                     closed = true;
                     break;
                 }
-                None => {
-                    if !alive(self.pid) {
-                        closed = true;
-                        break;
-                    }
-                    bail!("the agent in pid {} did not detach within {:.0?}", self.pid, timeout);
+                None if !alive(self.pid) => {
+                    closed = true;
+                    break;
                 }
+                None if stopped(self.pid) => bail!(
+                    "pid {} is stopped (SIGSTOP or job control), so its agent cannot send the profile; once the process is continued, the agent leaves by itself",
+                    self.pid
+                ),
+                None if left.is_zero() => bail!("the agent in pid {} did not detach within {:.0?}", self.pid, timeout),
+                None => {}
             }
         }
         if !closed {
@@ -244,6 +252,17 @@ impl Session {
         };
         Ok(Ended { profile, target_exited })
     }
+}
+
+/// How often the waits for the agent look whether the process was stopped.
+const STOP_CHECK: Duration = Duration::from_millis(100);
+
+/// Is process `pid` stopped (SIGSTOP, job control)?
+fn stopped(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next().map(|st| st == "T")))
+        .unwrap_or(false)
 }
 
 /// How long a detach waits for the agent's control thread to end after it
