@@ -156,6 +156,39 @@ fn attach_refusals_are_clear() {
     let _ = std::io::stderr().flush();
 }
 
+/// A second attach while a session runs is refused, and leaves the running
+/// session alone: its brief ptrace stop is no debugger. (The first session
+/// used to take it for one and end there, 2 of 3 times, leaving its witch
+/// to wait out --duration for a profile of the first seconds.)
+#[test]
+fn a_refused_second_attach_leaves_the_running_session_alone() {
+    let dir = Scratch::new("attach-second");
+    let prog = Program::build("attach_target", dir.path());
+    let t = start_target(&prog.exe, &[]);
+    let pid = t.pid();
+    for round in 0..3 {
+        let err = dir.join(&format!("first{round}.err"));
+        let out = dir.join(&format!("first{round}.json"));
+        let mut first = Command::new(witch_bin())
+            .args(["dead", "--pid", &pid.to_string(), "--duration", "3s", "-o", out.to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&err).unwrap())
+            .spawn()
+            .unwrap();
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+        assert!(eventually(std::time::Duration::from_secs(20), || read(&err).contains("attached to pid")), "{}", read(&err));
+        let run = attach_cmd(&witch_bin(), &[], "silent-store", pid, &["--duration", "500ms"]);
+        let line = error_line(&run);
+        assert!(line.contains("already running"), "{line:?}");
+        assert!(first.wait().unwrap().success(), "{}", read(&err));
+        let secs = raw_profile(&out)["duration_ns"].as_u64().unwrap_or(0) as f64 / 1e9;
+        assert!(secs > 2.5, "round {round}: the first session ended after {secs:.2} s of its 3 s");
+    }
+    let (rounds, text, code) = done(t);
+    let native = prog.run_native(&[&rounds.to_string()]);
+    assert_eq!((native.code(), native.stdout_str()), (code, text));
+}
+
 /// A process that is stopped (SIGSTOP), or that another tracer holds, is
 /// refused at once in one line that says so, and left as it was. (Before:
 /// 20 s to "did not report ready", with the agent's thread left in the

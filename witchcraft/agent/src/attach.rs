@@ -46,6 +46,11 @@ static SENDING: Mutex<()> = Mutex::new(());
 const CONTROLLER_CHECK: Duration = Duration::from_millis(20);
 /// How often the control thread looks for new threads.
 const POLL: Duration = Duration::from_millis(50);
+/// How many polls in a row a tracer must hold the process before the
+/// session leaves the debug registers to it: another witch making its
+/// brief injected call (refused, since this session runs) holds it for
+/// milliseconds, a debugger for as long as it debugs.
+const TRACED_POLLS: u32 = 5;
 /// How long threads get to give their alternate stack back at detach.
 const LEAVE_WAIT: Duration = Duration::from_millis(300);
 /// The sampler's period while threads leave (the sooner the better).
@@ -285,6 +290,7 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
         let _one = SENDING.lock();
         chan.send(&Message::Ready { threads: set_up as u32 });
     }
+    let mut traced_polls = 0;
     loop {
         match chan.recv(POLL) {
             Received::Message(Message::Detach) | Received::Closed => break,
@@ -293,7 +299,9 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
         if AGENT.finished() {
             return Ok(End::Exiting); // at_exit delivered the profile
         }
-        if let Some(tracer) = traced_by_other() {
+        let tracer = traced_by_other();
+        traced_polls = if tracer.is_some() { traced_polls + 1 } else { 0 };
+        if let (Some(tracer), true) = (tracer, traced_polls >= TRACED_POLLS) {
             AGENT.note(format!(
                 "a debugger (pid {tracer}) attached during the session: it ended there, leaving the debug registers and signals to it"
             ));
