@@ -245,3 +245,34 @@ fn unknown_and_few_sample_fractions_say_so() {
         }
     }
 }
+
+/// A program that starts and ends thousands of threads (more than the
+/// agent's table holds at once) runs under a 2 GiB address-space limit as
+/// without witch: each new thread takes over the slot, state and stack of
+/// one that ended, so the agent's memory follows the threads alive at once.
+/// (Each thread used to get a fresh state of a few MiB, kept to the end:
+/// the program aborted on a failed allocation after some hundreds of
+/// threads, and without a limit grew by hundreds of MiB a second.)
+#[test]
+fn thousands_of_threads_that_come_and_go_keep_memory_bounded() {
+    use std::os::unix::process::CommandExt;
+    let dir = Scratch::new("thread-turnover");
+    let prog = Program::build("thread_churn", dir.path());
+    // 2,600 rounds of 4 threads: 10,400 threads, more than the table's 8,192.
+    let native = prog.run_native(&["2600", "4"]);
+    let out = dir.join("dead.json");
+    let mut cmd = std::process::Command::new(witch_bin());
+    cmd.args(["dead", "-q", "-p", "1ms", "-o"]).arg(&out).arg("--").arg(&prog.exe).args(["2600", "4"]);
+    // SAFETY: setrlimit only, between fork and exec; witch and the program inherit it.
+    unsafe {
+        cmd.pre_exec(|| {
+            let l = libc::rlimit { rlim_cur: 2 << 30, rlim_max: 2 << 30 };
+            libc::setrlimit(libc::RLIMIT_AS, &l);
+            Ok(())
+        });
+    }
+    let run = run_cmd(cmd, None);
+    assert_same_behaviour(&native, &run);
+    let p = raw_profile(&out);
+    assert_eq!(p["counters"]["threads_failed"].as_u64(), Some(0), "threads the agent could not set up: {}", p["notes"]);
+}

@@ -241,8 +241,10 @@ extern "C" fn thread_end(p: *mut libc::c_void) {
     // SAFETY: outside any handler (a key destructor), so not on the stack being replaced.
     unsafe { libc::sigaltstack(&prev, std::ptr::null_mut()) };
     slot.set_lent(false);
-    slot.set_phase(Phase::Gone);
+    // Forgotten by this thread's handlers first: once `Gone`, a new thread
+    // may take the slot over.
     AGENT.set_current(None);
+    slot.set_phase(Phase::Gone);
 }
 
 extern "C" fn after_fork_child() {

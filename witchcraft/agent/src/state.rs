@@ -260,6 +260,9 @@ impl Agent {
     /// thread gives its alternate stack back at its next sample).
     pub fn quiesce(&self, keep_sampling: impl Fn(&Slot) -> bool) {
         self.stopping.store(true, Ordering::Release);
+        // No new thread takes over an ended one's slot (and frees its state)
+        // while the states are read, here and in the profile.
+        self.threads.freeze();
         for s in self.threads.slots() {
             let ts = s.state();
             if ts.is_null() {
@@ -299,6 +302,7 @@ impl Agent {
         }
         self.stopping.store(false, Ordering::Release);
         self.finished.store(false, Ordering::Release);
+        self.threads.thaw();
         let Some(engine) = self.engine() else { return };
         for ts in self.threads.states() {
             // SAFETY: as in `quiesce`.
@@ -345,6 +349,11 @@ impl Agent {
             if t.counters.interrupts > 0 || t.nodes.len() > 1 {
                 threads.push(t);
             }
+        }
+        // Threads that ended and whose slots new ones took over.
+        for t in self.threads.retired() {
+            counters.add(&t.counters);
+            threads.push(t);
         }
         counters.threads_failed = self.threads.failed.load(Ordering::Relaxed);
         let allocs = alloc::allocations_in_handlers();

@@ -9,11 +9,21 @@
 //! next session reuses it (see `attach.rs`).
 //!
 //! Signal handlers find their thread here without locks or allocation:
-//! slots are only ever appended during a session (or while the program
-//! runs, preloaded), and are read through atomics.
+//! slots are appended, or taken over from a thread that ended, and are
+//! read through atomics.
+//!
+//! A program that starts and ends threads all the time must not make the
+//! table grow with every thread it ever ran: a new thread takes over the
+//! slot of one that ended (its data moves to the retired threads' profiles,
+//! its engine state is freed and its stack unmapped), so memory follows the
+//! threads alive at once. Only [`ThreadTable::add`] does that, under the
+//! table's lock, and never once [`ThreadTable::freeze`] has run: the readers
+//! of every state (quiesce, the profile) run after it.
 
+use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use witchcraft::engine::ThreadState;
+use witchcraft::profile;
 
 pub const MAX_THREADS: usize = 8192;
 /// Each thread's alternate signal stack.
@@ -198,6 +208,27 @@ pub struct ThreadTable {
     /// Threads that could not be set up (table full, events refused).
     pub failed: AtomicU64,
     parked: [Parked; MAX_PARKED],
+    /// Held while a slot is taken over or `retired` is touched: a spin
+    /// lock, which a fork child can let go of (the holder may not exist
+    /// there). Never taken in a handler, but the crash handler's profile
+    /// waits for it a bounded time.
+    lock: AtomicBool,
+    /// No slot is taken over ([`ThreadTable::freeze`]).
+    frozen: AtomicBool,
+    /// The profiles of ended threads whose slots were taken over.
+    retired: UnsafeCell<Vec<profile::Thread>>,
+}
+
+// SAFETY: `retired` is only touched with `lock` held.
+unsafe impl Sync for ThreadTable {}
+
+/// The table's lock, held (see `ThreadTable::lock`).
+struct Held<'a>(&'a AtomicBool);
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 impl ThreadTable {
@@ -207,6 +238,43 @@ impl ThreadTable {
             len: AtomicUsize::new(0),
             failed: AtomicU64::new(0),
             parked: [const { Parked::new() }; MAX_PARKED],
+            lock: AtomicBool::new(false),
+            frozen: AtomicBool::new(false),
+            retired: UnsafeCell::new(Vec::new()),
+        }
+    }
+
+    /// Take the table's lock; None if it stayed held for about a second
+    /// (a crash inside `add`: the caller goes on without it).
+    fn lock(&self) -> Option<Held<'_>> {
+        for i in 0..200_000u32 {
+            if self.lock.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                return Some(Held(&self.lock));
+            }
+            if i > 100 {
+                std::thread::sleep(std::time::Duration::from_micros(5));
+            }
+        }
+        None
+    }
+
+    /// From here on no slot is taken over: the caller is about to read every
+    /// state (quiesce). Undone by [`ThreadTable::thaw`].
+    pub fn freeze(&self) {
+        let _held = self.lock();
+        self.frozen.store(true, Ordering::Release);
+    }
+
+    pub fn thaw(&self) {
+        self.frozen.store(false, Ordering::Release);
+    }
+
+    /// The profiles of the ended threads whose slots were taken over.
+    pub fn retired(&self) -> Vec<profile::Thread> {
+        match self.lock() {
+            // SAFETY: `retired` is only touched with the lock held.
+            Some(_held) => unsafe { (*self.retired.get()).clone() },
+            None => Vec::new(),
         }
     }
 
@@ -233,6 +301,31 @@ impl ThreadTable {
     /// whether that stack is installed on it already (`lent`), and its
     /// previous one. None if the table is full.
     pub fn add(&self, tid: i32, state: Box<ThreadState>, alt: u64, lent: bool, prior: Prior, phase: Phase) -> Option<&Slot> {
+        let held = self.lock();
+        if held.is_some() && !self.frozen.load(Ordering::Acquire) {
+            if let Some(s) = self.slots().iter().find(|s| s.phase() == Phase::Gone) {
+                // Its thread ended: its handlers are done with the state
+                // (the thread's events are closed and its slot forgotten),
+                // and no thread is on its stack.
+                let old = s.state.swap(std::ptr::null_mut(), Ordering::AcqRel);
+                if !old.is_null() {
+                    // SAFETY: made by `add` with Box::into_raw, and taken out of the table above.
+                    let old = unsafe { Box::from_raw(old) };
+                    let t = old.to_profile();
+                    if t.counters.interrupts > 0 || t.nodes.len() > 1 {
+                        // SAFETY: the lock is held.
+                        unsafe { (*self.retired.get()).push(t) };
+                    }
+                }
+                let old_alt = s.alt.swap(0, Ordering::AcqRel);
+                if old_alt != 0 && old_alt != alt {
+                    unmap_stack(old_alt);
+                }
+                self.init(s, tid, state, alt, lent, prior, phase);
+                return Some(s);
+            }
+        }
+        drop(held);
         let i = self.len.fetch_add(1, Ordering::AcqRel);
         if i >= MAX_THREADS {
             self.len.store(MAX_THREADS, Ordering::Release);
@@ -240,6 +333,12 @@ impl ThreadTable {
             return None;
         }
         let s = &self.slots[i];
+        self.init(s, tid, state, alt, lent, prior, phase);
+        Some(s)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn init(&self, s: &Slot, tid: i32, state: Box<ThreadState>, alt: u64, lent: bool, prior: Prior, phase: Phase) {
         s.tid.store(tid, Ordering::Release);
         s.alt.store(alt, Ordering::Release);
         s.set_lent(lent);
@@ -248,7 +347,6 @@ impl ThreadTable {
         s.epoch.store(0, Ordering::SeqCst);
         s.set_phase(phase);
         s.state.store(Box::into_raw(state), Ordering::Release);
-        Some(s)
     }
 
     /// Wait until every handler that other threads were running when this
@@ -301,16 +399,26 @@ impl ThreadTable {
         }
         self.len.store(0, Ordering::Release);
         self.failed.store(0, Ordering::Relaxed);
+        if let Some(_held) = self.lock() {
+            // SAFETY: the lock is held.
+            unsafe { (*self.retired.get()).clear() };
+        }
+        self.thaw();
     }
 
     /// Forget every slot without freeing anything (a fork child: the
-    /// parent's other threads don't exist here).
+    /// parent's other threads don't exist here, and one of them may have
+    /// held the lock).
     pub fn forget(&self) {
         for s in self.slots() {
             s.state.store(std::ptr::null_mut(), Ordering::Release);
         }
         self.len.store(0, Ordering::Release);
         self.failed.store(0, Ordering::Relaxed);
+        self.lock.store(false, Ordering::Release);
+        // SAFETY: only this thread exists here; the parent's retired threads are the parent's.
+        unsafe { std::mem::forget(std::mem::take(&mut *self.retired.get())) };
+        self.thaw();
     }
 
     /// Keep `slot`'s stack lent to its thread past the session. False if
