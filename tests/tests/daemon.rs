@@ -88,8 +88,13 @@ impl Witchd {
 
     /// SIGTERM, and wait (at most `limit`) for it to exit.
     fn term(&mut self, limit: Duration) -> (ExitStatus, Duration) {
+        self.stop_with(libc::SIGTERM, limit)
+    }
+
+    /// Send `sig`, and wait (at most `limit`) for it to exit.
+    fn stop_with(&mut self, sig: i32, limit: Duration) -> (ExitStatus, Duration) {
         let start = Instant::now();
-        unsafe { libc::kill(self.pid(), libc::SIGTERM) };
+        unsafe { libc::kill(self.pid(), sig) };
         let mut child = self.child.take().unwrap();
         loop {
             if let Some(st) = child.try_wait().unwrap() {
@@ -643,4 +648,21 @@ fn clear_errors() {
     cmd.arg("--config").arg(&cfg).arg("--check");
     let r = run_cmd(cmd, None);
     assert!(r.status.success(), "{}", r.describe());
+}
+
+/// SIGHUP (a closed terminal, or a service manager asking for a reload)
+/// stops witchd as SIGTERM does, saying so: it used to kill it without a
+/// word, leaving its socket file behind.
+#[test]
+fn sighup_stops_witchd_cleanly() {
+    let dir = Scratch::new("daemon-hup");
+    let socket = dir.join("witchd.sock");
+    let config = dir.join("witchd.toml");
+    std::fs::write(&config, format!("socket = \"{}\"\n[store]\ndir = \"{}\"\n", socket.display(), dir.join("store").display())).unwrap();
+    let mut d = Witchd::start(&config, &dir.join("witchd.log"));
+    wait_for(Duration::from_secs(10), || socket.exists(), || d.log());
+    let (st, _) = d.stop_with(libc::SIGHUP, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(0), "{}", d.log());
+    assert!(d.log().contains("SIGHUP"), "{}", d.log());
+    assert!(!socket.exists(), "the socket file was left behind");
 }

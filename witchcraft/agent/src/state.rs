@@ -462,8 +462,15 @@ fn kernel_release() -> String {
     }
 }
 
-/// One line to stderr without std's lock (usable in a crash handler).
+/// One line to stderr without std's lock (usable in a crash handler),
+/// preloaded only: there stderr is the terminal witch's run shares with the
+/// program. An attached agent's stderr is the program's
+/// own (a log file, a socket), never the agent's to write: what went wrong
+/// goes in the profile's notes, or nowhere.
 pub fn say(s: &str) {
+    if AGENT.mode() == Mode::Attached {
+        return;
+    }
     // SAFETY: writes from a valid buffer.
     unsafe { libc::write(2, s.as_ptr() as *const libc::c_void, s.len()) };
 }

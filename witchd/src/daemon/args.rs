@@ -16,7 +16,7 @@ Examples:
 
 It attaches to the processes the config names (by pid, exe or cgroup) for a short session
 every so often, keeps the profiles in a bounded store, and serves them to `witch daemon ...`
-(Unix socket) and over HTTP (pprof, Prometheus /metrics). SIGTERM or SIGINT detaches from
+(Unix socket) and over HTTP (pprof, Prometheus /metrics). SIGTERM, SIGINT or SIGHUP (no reload) detaches from
 every target, then exits 0. Exit status 2: bad config or cannot start."
 )]
 pub struct Args {

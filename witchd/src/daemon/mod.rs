@@ -145,8 +145,9 @@ impl Drop for Claim {
     }
 }
 
-/// Runs the daemon until SIGTERM or SIGINT, then detaches from every target
-/// and returns. Errors are start-up failures (socket, store, HTTP address).
+/// Runs the daemon until SIGTERM, SIGINT or SIGHUP (which would otherwise
+/// kill it without a word; it does not reload the configuration), then
+/// detaches from every target and returns. Errors are start-up failures (socket, store, HTTP address).
 pub fn run(cfg: Config) -> Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     tame_malloc();
@@ -159,10 +160,12 @@ pub fn run(cfg: Config) -> Result<()> {
     rt.block_on(async {
         let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
         let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+        let mut hup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
         let stop = async move {
             tokio::select! {
                 _ = term.recv() => "SIGTERM",
                 _ = int.recv() => "SIGINT",
+                _ = hup.recv() => "SIGHUP (witchd does not reload its configuration: start it again)",
             }
         };
         serve(cfg, Arc::new(session::RealAttacher), stop).await
