@@ -666,3 +666,64 @@ fn sighup_stops_witchd_cleanly() {
     assert!(d.log().contains("SIGHUP"), "{}", d.log());
     assert!(!socket.exists(), "the socket file was left behind");
 }
+
+/// Any local user can connect to the HTTP port (it has no credentials):
+/// 120 idle connections that never finish a request, against a witchd
+/// limited to 100 descriptors, must not take its descriptors, so its Unix
+/// socket still answers; and an idle connection is closed after its
+/// lifetime. (They used to exhaust its descriptors: `/metrics` and `witch
+/// daemon status` hung, and one such connection stayed open for minutes.)
+#[test]
+fn idle_http_clients_cannot_starve_witchd() {
+    use std::os::unix::process::CommandExt;
+    let dir = Scratch::new("daemon-http-idle");
+    let socket = dir.join("witchd.sock");
+    let config = dir.join("witchd.toml");
+    std::fs::write(
+        &config,
+        format!("socket = \"{}\"\nhttp = \"127.0.0.1:0\"\n[store]\ndir = \"{}\"\n", socket.display(), dir.join("store").display()),
+    )
+    .unwrap();
+    let log = dir.join("witchd.log");
+    let f = std::fs::File::create(&log).unwrap();
+    let mut cmd = Command::new(witchd_bin());
+    cmd.arg("--config").arg(&config).stdin(Stdio::null()).stdout(f.try_clone().unwrap()).stderr(f);
+    // SAFETY: setrlimit only, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let l = libc::rlimit { rlim_cur: 100, rlim_max: 100 };
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+            Ok(())
+        });
+    }
+    let mut d = Witchd { child: Some(cmd.spawn().expect("start witchd")), log: log.clone() };
+    wait_for(Duration::from_secs(10), || socket.exists(), || d.log());
+    let witch = witch_bin();
+    let status = json(&client(&witch, &[], &socket, &["status", "--json"]));
+    let http = status["http"].as_str().expect("http address in status").to_string();
+    let t0 = Instant::now();
+    let idle: Vec<std::net::TcpStream> = (0..120)
+        .filter_map(|_| {
+            let mut s = std::net::TcpStream::connect(&http).ok()?;
+            s.write_all(b"GET /metrics HTTP/1.1\r\n").ok()?;
+            Some(s)
+        })
+        .collect();
+    assert!(idle.len() >= 110, "only {} connections", idle.len());
+    eprintln!("[witch-tests] {} idle connections in {:?}", idle.len(), t0.elapsed());
+    std::thread::sleep(Duration::from_millis(500));
+    let timeout = vec!["timeout".to_string(), "10".to_string()];
+    let r = client(&witch, &timeout, &socket, &["status"]);
+    assert_eq!(r.code(), Some(0), "witchd's socket did not answer with idle HTTP clients connected\n{}\nlog:\n{}", r.describe(), d.log());
+    assert!(!d.log().contains("Too many open files"), "{}", d.log());
+    let mut first = idle.into_iter().next().unwrap();
+    first.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let started = Instant::now();
+    let mut b = [0u8; 64];
+    let closed = matches!(first.read(&mut b), Ok(0) | Err(_));
+    assert!(closed && started.elapsed() < Duration::from_secs(45), "an idle connection stayed open {:?}", started.elapsed());
+    eprintln!("[witch-tests] the idle connection was closed after {:?}", started.elapsed());
+    let (st, took) = d.term(Duration::from_secs(10));
+    eprintln!("[witch-tests] witchd stopped in {took:?}");
+    assert_eq!(st.code(), Some(0), "{}", d.log());
+}

@@ -7,6 +7,11 @@
 //!
 //! There is no per-request check here (HTTP carries no credentials), which is
 //! why it listens on 127.0.0.1 by default and can be turned off (`http = "off"`).
+//! So any local user can connect: at most [`MAX_CONNECTIONS`] connections
+//! are served at once (the rest wait in the kernel's backlog, taking no
+//! descriptor of witchd's), and each is closed [`CONNECTION_LIFETIME`]
+//! after it was accepted, so idle or slow clients cannot take witchd's
+//! descriptors (its Unix socket needs them too).
 
 use super::{metrics, say, store, Daemon};
 use anyhow::{Context, Result};
@@ -17,8 +22,83 @@ use axum::routing::get;
 use axum::Router;
 use serde::Deserialize;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
-use tokio::net::TcpListener;
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// HTTP connections served at once.
+pub const MAX_CONNECTIONS: usize = 64;
+/// How long an HTTP connection lives (a scrape or a pprof download takes
+/// far less; a keep-alive client connects again).
+pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
+
+/// The listener with its connections capped and timed (see the module comment).
+struct Capped {
+    inner: TcpListener,
+    permits: Arc<Semaphore>,
+}
+
+/// One capped connection: its permit goes back when it is dropped.
+struct Timed {
+    stream: TcpStream,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Timed {
+    fn expired(&mut self, cx: &mut TaskContext<'_>) -> bool {
+        std::future::Future::poll(self.deadline.as_mut(), cx).is_ready()
+    }
+}
+
+fn timed_out() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, "the connection's time is up")
+}
+
+impl AsyncRead for Timed {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        if self.expired(cx) {
+            return Poll::Ready(Err(timed_out()));
+        }
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Timed {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        if self.expired(cx) {
+            return Poll::Ready(Err(timed_out()));
+        }
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+impl axum::serve::Listener for Capped {
+    type Io = Timed;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Timed, SocketAddr) {
+        // A permit first: past the cap, connections wait in the backlog.
+        let permit = self.permits.clone().acquire_owned().await.expect("the semaphore is never closed");
+        let (stream, addr) = axum::serve::Listener::accept(&mut self.inner).await;
+        let deadline = Box::pin(tokio::time::sleep(CONNECTION_LIFETIME));
+        (Timed { stream, deadline, _permit: permit }, addr)
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+}
 use witchcraft::profile::{Craft, Profile};
 
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
@@ -42,6 +122,7 @@ pub fn router(d: Arc<Daemon>) -> Router {
 /// Serves until shutdown.
 pub async fn serve(d: Arc<Daemon>, l: TcpListener) {
     let stop = d.clone();
+    let l = Capped { inner: l, permits: Arc::new(Semaphore::new(MAX_CONNECTIONS)) };
     let r = axum::serve(l, router(d)).with_graceful_shutdown(async move { stop.until_shutdown().await }).await;
     if let Err(e) = r {
         say!("http server failed: {e}");
