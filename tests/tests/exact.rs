@@ -103,3 +103,46 @@ fn exact_mode_follows_threads() {
     assert_eq!(rep.pair(f, tk, tw).waste, threads * (passes - 1.0) * n * 8.0, "<{tk},{tw}> dead bytes\n{}", rep.dump());
     assert_eq!(rep.pair(f, tk, read).r#use, threads * n * 8.0, "<{tk},{read}> used bytes\n{}", rep.dump());
 }
+
+/// An exact profile is a count, not a sample: its figures carry no
+/// interval (the text says "an exact count", the JSON's intervals have no
+/// width, no pair is marked as resting on few traps), and a gate or a diff
+/// between exact runs decides on the counts.
+#[test]
+fn exact_figures_are_counts_without_intervals() {
+    let dir = Scratch::new("exact-counts");
+    let prog = Program::build("tiny_silent", dir.path());
+    let out = dir.join("exact.json");
+    let run = WitchCmd::new("silent-store").args(&["--exact", "-q"]).out(&out).run(&prog.exe, &["32", "4"]);
+    assert!(run.code() == Some(prog.run_native(&["32", "4"]).code().unwrap()), "{}", run.describe());
+
+    let raw = raw_profile(&out);
+    let start = raw["start_unix_ns"].as_u64().unwrap_or(0);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    assert!(start > now - 3_600_000_000_000 && start <= now, "start_unix_ns {start} should be when the run began (now {now})");
+
+    let rep = report_all(&out);
+    let f = rep.json["waste_fraction"].as_f64().unwrap();
+    assert!(f > 0.0 && f < 1.0, "{}", rep.dump());
+    assert_eq!(rep.json["waste_fraction_ci"], serde_json::json!([f, f]), "an exact fraction has no interval\n{}", rep.dump());
+    for p in rep.pairs() {
+        assert_eq!(p["share_ci"][0], p["share_ci"][1], "share of {p}");
+        assert_eq!(p["fraction_ci"][0], p["fraction_ci"][1], "fraction of {p}");
+        assert_eq!(p["few_traps"], false, "an exact pair rests on every access: {p}");
+    }
+
+    let text = witch_raw(&[std::ffi::OsStr::new("report"), out.as_os_str()]);
+    let t = text.stdout_str() + &text.stderr_str();
+    assert!(t.contains("(an exact count)"), "{t}");
+    assert!(!t.contains("95% interval") && !t.contains("(few traps"), "an exact report shows no interval:\n{t}");
+
+    // A gate on counts never says it cannot tell.
+    let pct = format!("{:.4}%", f * 100.0 - 0.01);
+    let gate = witch_raw(&[std::ffi::OsStr::new("gate"), std::ffi::OsStr::new("--max-waste"), std::ffi::OsStr::new(&pct), out.as_os_str()]);
+    let g = gate.stdout_str() + &gate.stderr_str();
+    assert_eq!(gate.code(), Some(1), "{:.4}% is over {pct}: FAIL\n{g}", f * 100.0);
+    assert!(g.contains("an exact count") && !g.contains("cannot tell"), "{g}");
+    let diff = witch_raw(&[std::ffi::OsStr::new("diff"), out.as_os_str(), out.as_os_str()]);
+    let d = diff.stdout_str();
+    assert!(d.contains("exact counts: no change"), "{d}");
+}

@@ -469,7 +469,10 @@ impl Exact {
             args: all_args,
             pid,
             ppid: std::process::id(),
-            start_unix_ns: 0,
+            // When the program started: now, less the run's duration.
+            start_unix_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |now| now.saturating_sub(d).as_nanos() as u64),
             duration_ns: d.as_nanos() as u64,
             sampler: profile::Sampler {
                 kind: profile::SamplerKind::Exact,

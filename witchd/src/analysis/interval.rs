@@ -52,6 +52,11 @@
 //! times the per-trap standard error at the median case and up to 2
 //! times; see the accuracy document.
 //!
+//! An exact profile (`witch CRAFT --exact`, every access judged) is a
+//! count, not a sample: its sums are marked [`Sums::exhaustive`], and its
+//! figures carry no interval (zero width, standard error 0), so a gate or
+//! a diff between exact runs decides on the counts themselves.
+//!
 //! Profiles written before the sums of squares existed have them at 0; for
 //! those each trap of a pair is taken to weigh the same (the pair's total
 //! over its traps), which makes the waste fraction's variance the binomial
@@ -85,6 +90,9 @@ pub struct Sums {
     /// A run's or a process's total only: its threads' own sums per
     /// cluster (exact, where `cluster` leaves out what pairs share).
     pub run: Clustered,
+    /// Every credit came from an exhaustive count (the exact mode): the
+    /// figures are counts, with no sampling error.
+    pub exhaustive: bool,
 }
 
 impl Sums {
@@ -99,10 +107,23 @@ impl Sums {
             waste_sq = waste * c;
             use_sq = p.r#use * c;
         }
-        Sums { waste, waste_sq, r#use: p.r#use, use_sq, traps: p.traps, cluster: p.cluster, run: Clustered::default() }
+        Sums { waste, waste_sq, r#use: p.r#use, use_sq, traps: p.traps, cluster: p.cluster, ..Sums::default() }
+    }
+
+    /// The same sums, marked as an exhaustive count or not.
+    pub fn counted(self, exhaustive: bool) -> Sums {
+        Sums { exhaustive, ..self }
+    }
+
+    /// Nothing added yet.
+    fn is_empty(&self) -> bool {
+        self.traps == 0 && self.waste == 0.0 && self.r#use == 0.0 && self.cluster.is_empty() && self.run.is_empty()
     }
 
     pub fn add(&mut self, o: &Sums) {
+        // Exhaustive only if every part is (an empty start takes the first
+        // part's kind).
+        self.exhaustive = if self.is_empty() { o.exhaustive } else { self.exhaustive && o.exhaustive };
         self.waste += o.waste;
         self.waste_sq += o.waste_sq;
         self.r#use += o.r#use;
@@ -114,6 +135,9 @@ impl Sums {
 
     /// waste / (waste + use) and its 95% interval.
     pub fn fraction(&self) -> Estimate {
+        if self.exhaustive {
+            return Estimate::counted(ratio(self.waste, 0.0, self.r#use, 0.0).value, self.waste + self.r#use);
+        }
         let c = if self.run.is_empty() { &self.cluster } else { &self.run };
         let (e, waste_sq, use_sq, all_sq) = if c.is_empty() {
             let e = ratio(self.waste, self.waste_sq, self.r#use, self.use_sq);
@@ -140,6 +164,9 @@ impl Sums {
 
     /// This set's share of the waste in `all` (a superset), and its 95% interval.
     pub fn share_of(&self, all: &Sums) -> Estimate {
+        if self.exhaustive && all.exhaustive {
+            return Estimate::counted(if all.waste > 0.0 { self.waste / all.waste } else { 0.0 }, all.waste);
+        }
         // What is left of `all`: nothing when it is no more than rounding
         // (the same credits added up in another order), so that a set
         // holding all the waste gets the one-sided interval.
@@ -166,8 +193,9 @@ impl Sums {
         few_clusters(e, if all.run.is_empty() { all.cluster.clusters } else { all.run.clusters })
     }
 
+    /// Too few traps carry the figure to lean on (never for a count).
     pub fn few(&self) -> bool {
-        self.traps < FEW_TRAPS
+        !self.exhaustive && self.traps < FEW_TRAPS
     }
 }
 
@@ -181,6 +209,20 @@ pub struct Estimate {
 }
 
 impl Estimate {
+    /// A counted ratio: no interval. With nothing counted (`of` = 0) the
+    /// ratio is unknown, as for a sample.
+    fn counted(value: f64, of: f64) -> Estimate {
+        if of <= 0.0 {
+            return Estimate { value: 0.0, se: 0.5, lo: 0.0, hi: 1.0 };
+        }
+        Estimate { value, se: 0.0, lo: value, hi: value }
+    }
+
+    /// Whether the figure is a count (an interval of no width).
+    pub fn is_exact(&self) -> bool {
+        self.se == 0.0 && self.lo == self.hi
+    }
+
     /// Half the interval's width before clipping.
     pub fn half_width(&self) -> f64 {
         Z95 * self.se
@@ -538,5 +580,30 @@ mod tests {
         assert_eq!((Sums::default().fraction().lo, Sums::default().fraction().hi), (0.0, 1.0));
         let d = difference(&many, &few);
         assert!(d.value.abs() < 1e-12 && d.lo < 0.0 && d.hi > 0.0);
+    }
+
+    #[test]
+    fn exhaustive_counts_have_no_interval_and_mixing_with_samples_keeps_one() {
+        let pair = |w: &[f64], u: &[f64]| sums(w, u).counted(true);
+        // Three waste traps and one use: 75%, counted.
+        let line = pair(&[1.0; 3], &[1.0]);
+        let f = line.fraction();
+        assert_eq!((f.value, f.lo, f.hi, f.se()), (0.75, 0.75, 0.75, 0.0));
+        assert!(f.is_exact() && !line.few(), "{f:?}");
+        let mut all = Sums::default();
+        all.add(&line);
+        all.add(&pair(&[1.0], &[]));
+        assert!(all.exhaustive);
+        let s = line.share_of(&all);
+        assert_eq!((s.value, s.lo, s.hi), (0.75, 0.75, 0.75));
+        // Two counts differ by exactly their difference.
+        let d = difference(&pair(&[1.0], &[1.0]).fraction(), &f);
+        assert_eq!((d.lo, d.hi), (0.25, 0.25));
+        // Nothing counted: unknown, as for a sample.
+        assert_eq!(Sums::default().counted(true).fraction().hi, 1.0);
+        // A sample added to a count is a sample.
+        all.add(&sums(&[1.0], &[1.0]));
+        assert!(!all.exhaustive && !all.fraction().is_exact());
+        assert!(!sums(&[1.0; 3], &[1.0]).fraction().is_exact());
     }
 }

@@ -7,7 +7,7 @@ use super::interval::Sums;
 use super::{counters, Process};
 use crate::symbolize::{Modules, Symbolizer};
 use std::collections::HashMap;
-use witchcraft::profile::{Profile, Thread};
+use witchcraft::profile::{Profile, SamplerKind, Thread};
 
 /// A pair at source level.
 #[derive(Debug, Clone, PartialEq)]
@@ -78,7 +78,8 @@ pub fn analyse<'p>(p: &'p Profile, sym: &mut Symbolizer, names: &mut Interner) -
         addrs.entry(pc).or_insert_with(|| sym.frames(&modules, pc).into_iter().map(|f| names.frame(f)).collect()).clone()
     };
     let mut index: HashMap<(KeyCtx, KeyCtx), usize> = HashMap::new();
-    let mut total = Sums::default();
+    let exhaustive = p.sampler.kind == SamplerKind::Exact;
+    let mut total = Sums::default().counted(exhaustive);
     let mut out: Vec<SymPair> = Vec::new();
     for t in &p.threads {
         // The thread's own per-cluster sums over all its pairs (adding up
@@ -88,7 +89,7 @@ pub fn analyse<'p>(p: &'p Profile, sym: &mut Symbolizer, names: &mut Interner) -
         for raw in &t.pairs {
             let (watch, trap) = (ctx[raw.watch as usize], ctx[raw.trap as usize]);
             let key = (names.key(watch), names.key(trap));
-            let sums = Sums::of_pair(raw);
+            let sums = Sums::of_pair(raw).counted(exhaustive);
             total.add(&sums);
             match index.get(&key) {
                 Some(&i) => {

@@ -209,25 +209,32 @@ fn text(d: &DiffJson, new: &Profile, top: usize) -> String {
     let mut o = String::new();
     o += &format!("witch diff: {}, {}\n", d.craft, printable(d.new.program));
     for (label, s) in [("base", &d.base), ("new ", &d.new)] {
+        // An exact profile's fraction is a count: an interval of no width.
+        let ci = match s.waste_fraction_ci {
+            [lo, hi] if lo == hi => "an exact count".to_string(),
+            [lo, hi] => format!("95% interval {}–{}", pct(lo), pct(hi)),
+        };
         o += &format!(
-            "  {label}  {}: {} {} (95% interval {}–{}), {} samples, {} traps\n",
+            "  {label}  {}: {} {} ({ci}), {} samples, {} traps\n",
             printable(&s.file),
             pct(s.waste_fraction),
             w.waste,
-            pct(s.waste_fraction_ci[0]),
-            pct(s.waste_fraction_ci[1]),
             s.samples,
             s.traps
         );
     }
-    let verdict = if d.beyond_noise { "beyond the noise" } else { "within the noise" };
+    let change = match d.waste_fraction_change_ci {
+        [lo, hi] if lo == hi => format!("exact counts: {}", if d.beyond_noise { "a change" } else { "no change" }),
+        [lo, hi] => {
+            let verdict = if d.beyond_noise { "beyond the noise" } else { "within the noise" };
+            format!("95% interval of the change {} to {}: {verdict}", pp(lo), pp(hi))
+        }
+    };
     o += &format!(
-        "Waste fraction: {} → {} ({}), 95% interval of the change {} to {}: {verdict}\n",
+        "Waste fraction: {} → {} ({}), {change}\n",
         pct(d.base.waste_fraction),
         pct(d.new.waste_fraction),
         pp(d.waste_fraction_change),
-        pp(d.waste_fraction_change_ci[0]),
-        pp(d.waste_fraction_change_ci[1])
     );
     if d.pairs.is_empty() {
         o += "\nNo pairs with waste in either profile.\n";

@@ -57,13 +57,7 @@ pub fn run(a: &GateArgs) -> anyhow::Result<i32> {
         checks.push(Check {
             name: format!("max-waste {max:.1}%"),
             verdict: v,
-            detail: format!(
-                "waste {:.1}% (95% interval {:.1}–{:.1}%) {} max {max:.1}%",
-                pc(f.value),
-                pc(f.lo),
-                pc(f.hi),
-                word(v, "<=", ">")
-            ),
+            detail: format!("waste {:.1}% ({}) {} max {max:.1}%", pc(f.value), crate::render::units::uncertainty(&f), word(v, "<=", ">")),
         });
     }
     if let (Some(base), Some(max)) = (&a.baseline, a.max_increase) {
@@ -87,11 +81,10 @@ pub fn run(a: &GateArgs) -> anyhow::Result<i32> {
             name: format!("max-increase {max:.1}pp"),
             verdict: v,
             detail: format!(
-                "waste {:.1}% is {:+.1}pp (95% interval {:+.1} to {:+.1}pp) over baseline {:.1}%, {} max +{max:.1}pp",
+                "waste {:.1}% is {:+.1}pp ({}) over baseline {:.1}%, {} max +{max:.1}pp",
                 pc(f.value),
                 pc(inc.value),
-                pc(inc.lo),
-                pc(inc.hi),
+                if inc.is_exact() { "exact counts".into() } else { format!("95% interval {:+.1} to {:+.1}pp", pc(inc.lo), pc(inc.hi)) },
                 pc(bf.value),
                 word(v, "<=", ">")
             ),

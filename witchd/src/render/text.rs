@@ -4,7 +4,7 @@
 //! For a run of several processes, the processes with findings come next,
 //! heaviest first. Every figure that is an estimate carries its 95% interval.
 
-use super::units::{duration, human, interval, pct, printable};
+use super::units::{duration, human, interval, pct, printable, uncertainty};
 use super::Recorder;
 use crate::analysis::interval::{Sums, FEW_JUDGED};
 use crate::analysis::summary::{self, Site};
@@ -127,15 +127,22 @@ impl Page<'_> {
             duration(p.duration_ns),
             if threads == 1 { "" } else { "s" }
         ))?;
-        self.line(format!(
-            "  sampler   {} {}, period {} {}; {} replacement, {} debug registers",
-            p.sampler.kind.name(),
-            p.sampler.event,
-            p.sampler.period,
-            p.sampler.unit.name(),
-            p.replacement,
-            p.debug_registers
-        ))?;
+        if p.sampler.kind == SamplerKind::Exact {
+            self.line(format!(
+                "  sampler   none: exact, every instruction single-stepped and every {} judged (figures are counts)",
+                w.access
+            ))?;
+        } else {
+            self.line(format!(
+                "  sampler   {} {}, period {} {}; {} replacement, {} debug registers",
+                p.sampler.kind.name(),
+                p.sampler.event,
+                p.sampler.period,
+                p.sampler.unit.name(),
+                p.replacement,
+                p.debug_registers
+            ))?;
+        }
         if p.sampler.burst_steps > 0 {
             let budget = match p.sampler.overhead_percent {
                 Some(b) if b > 0.0 => format!(", {b}% overhead budget"),
@@ -159,7 +166,11 @@ impl Page<'_> {
         } else {
             String::new()
         };
-        self.line(format!("  observed  {} samples, {} traps, {} imprecise PCs{cost}", c.samples, c.traps, c.imprecise))?;
+        if p.sampler.kind == SamplerKind::Exact {
+            self.line(format!("  observed  {} {}s, {} judgements of one by the next access to its bytes", c.samples, w.access, c.traps))?;
+        } else {
+            self.line(format!("  observed  {} samples, {} traps, {} imprecise PCs{cost}", c.samples, c.traps, c.imprecise))?;
+        }
         for n in notes(p, &main.counters) {
             self.line(format!("  note: {n}"))?;
         }
@@ -177,14 +188,8 @@ impl Page<'_> {
             return Ok(());
         }
         let frac = total.fraction();
-        self.line(format!(
-            "Waste fraction: {} of observed {} bytes are {} (95% interval {})",
-            pct(frac.value),
-            w.access,
-            w.waste,
-            interval(frac.lo, frac.hi)
-        ))?;
-        if c.traps < FEW_JUDGED {
+        self.line(format!("Waste fraction: {} of observed {} bytes are {} ({})", pct(frac.value), w.access, w.waste, uncertainty(&frac)))?;
+        if c.traps < FEW_JUDGED && !total.exhaustive {
             self.line(format!(
                 "  from only {} judged sample{}: too few to rely on (a longer run, or a smaller -p, gives more)",
                 c.traps,
@@ -227,14 +232,16 @@ impl Page<'_> {
             witchcraft::profile::Craft::Dead => "killed by",
             _ => "same value again at",
         };
-        self.line(format!("   share  95% interval  {:>6}  traps  line", w.waste))?;
+        // An exact count has no interval, so no interval column.
+        let head = if total.exhaustive { "" } else { "95% interval  " };
+        self.line(format!("   share  {head}{:>6}  traps  line", w.waste))?;
         for l in lines.iter().take(n) {
             let share = l.sums.share_of(total);
             let few = if l.sums.few() { "~" } else { " " };
+            let ci = if total.exhaustive { String::new() } else { format!("{:<12}  ", interval(share.lo, share.hi)) };
             self.line(format!(
-                "  {:>6}  {:<12}  {:>6}  {:>5}{few} {}",
+                "  {:>6}  {ci}{:>6}  {:>5}{few} {}",
                 pct(share.value),
-                interval(share.lo, share.hi),
                 pct(l.sums.fraction().value),
                 l.sums.traps,
                 site(run, &l.site)
@@ -254,7 +261,8 @@ impl Page<'_> {
             if more > 0 {
                 partners.push(format!("{more} more"));
             }
-            self.line(format!("{:41}{partner} {}", "", partners.join(", ")))?;
+            let indent = if total.exhaustive { 27 } else { 41 };
+            self.line(format!("{:indent$}{partner} {}", "", partners.join(", ")))?;
         }
         if lines.iter().take(n).any(|l| l.sums.few()) {
             self.line(format!("  ~ fewer than {} traps: an uncertain figure", crate::analysis::interval::FEW_TRAPS))?;
@@ -273,13 +281,13 @@ impl Page<'_> {
             let share = x.total.share_of(total);
             let f = x.total.fraction();
             self.line(format!(
-                "  pid {:<7} {}  {} of all waste, {} {} (95% interval {}), ended by {}, {}",
+                "  pid {:<7} {}  {} of all waste, {} {} ({}), ended by {}, {}",
                 p.pid,
                 crate::symbolize::short_path(&p.program),
                 pct(share.value),
                 pct(f.value),
                 analysis::words(p.craft).waste,
-                interval(f.lo, f.hi),
+                uncertainty(&f),
                 p.ended_by,
                 duration(p.duration_ns)
             ))?;
@@ -345,7 +353,7 @@ impl Page<'_> {
                 "#{:<3} {} of all waste ({})   {} {} (waste/(waste+use))   {} {unit}, {} traps{few}{proc}{more}",
                 i + 1,
                 pct(share.value),
-                interval(share.lo, share.hi),
+                if share.is_exact() { "exact".into() } else { interval(share.lo, share.hi) },
                 pct(f.value),
                 w.waste,
                 human(sp.waste()),

@@ -91,6 +91,16 @@ pub fn interval(lo: f64, hi: f64) -> String {
     format!("{:.1}–{:.1}%", lo * 100.0, hi * 100.0)
 }
 
+/// What an estimate's uncertainty is, in words: "95% interval lo–hi%", or
+/// "an exact count" for the exact mode's figures, which have none.
+pub fn uncertainty(e: &crate::analysis::interval::Estimate) -> String {
+    if e.is_exact() {
+        "an exact count".into()
+    } else {
+        format!("95% interval {}", interval(e.lo, e.hi))
+    }
+}
+
 #[cfg(test)]
 mod printable_tests {
     use super::*;
