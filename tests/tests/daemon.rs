@@ -727,3 +727,153 @@ fn idle_http_clients_cannot_starve_witchd() {
     eprintln!("[witch-tests] witchd stopped in {took:?}");
     assert_eq!(st.code(), Some(0), "{}", d.log());
 }
+
+/// Processes with the agent's control thread in them now: the sessions
+/// really attached at this moment.
+fn agents_in(pids: &[u32]) -> usize {
+    pids.iter()
+        .filter(|p| {
+            std::fs::read_dir(format!("/proc/{p}/task")).is_ok_and(|d| {
+                d.flatten().any(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == "witch-agent"))
+            })
+        })
+        .count()
+}
+
+/// Three programs due at once with `max_sessions = 1`: one is profiled, the
+/// others wait for the slot. `witch daemon status` showed all three as
+/// "profiling dead", and `sessions_active` (`witchd_sessions_active` too)
+/// counted them all: every session claimed, waiting for a slot or not.
+#[test]
+fn sessions_waiting_for_a_slot_show_as_queued() {
+    let dir = Scratch::new("daemon-queued");
+    let witch = witch_bin();
+    let name = format!("daemon_queued_{}", std::process::id());
+    let prog = Program::build_with("daemon_dead", dir.path(), &name, &[]).unwrap_or_else(|e| panic!("{e}"));
+    let targets: Vec<Target> = (0..3).map(|_| Target::start(&prog.exe)).collect();
+    let pids: Vec<u32> = targets.iter().map(Target::pid).collect();
+    let socket = dir.join("witchd.sock");
+    let config = dir.join("witchd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "socket = \"{}\"\nhttp = \"127.0.0.1:0\"\nscan_every = \"200ms\"\nmax_sessions = 1\n[store]\ndir = \"{}\"\n\
+             [[watch]]\nexe = \"{name}\"\ncrafts = [\"dead\"]\nevery = \"1s\"\nduration = \"500ms\"\n",
+            socket.display(),
+            dir.join("store").display()
+        ),
+    )
+    .unwrap();
+    let mut d = Witchd::start(&config, &dir.join("witchd.log"));
+    wait_for(Duration::from_secs(20), || socket.exists() && client(&witch, &[], &socket, &["status"]).status.success(), || d.log());
+    let http = json(&client(&witch, &[], &socket, &["status", "--json"]))["http"].as_str().unwrap().to_string();
+    let (mut polls, mut queued_seen, mut most_agents) = (0, 0, 0);
+    let start = Instant::now();
+    loop {
+        let st = json(&client(&witch, &[], &socket, &["status", "--json"]));
+        let states: Vec<String> = st["targets"].as_array().unwrap().iter().map(|t| t["state"].as_str().unwrap().to_string()).collect();
+        let profiling = states.iter().filter(|s| s.starts_with("profiling")).count();
+        let queued = states.iter().filter(|s| s.starts_with("queued")).count();
+        assert!(profiling <= 1, "{profiling} targets shown profiling with max_sessions = 1: {states:?}\n{}", d.log());
+        assert!(st["sessions_active"].as_u64() <= Some(1), "sessions_active over max_sessions: {st}");
+        assert!(states.iter().all(|s| ["idle", "queued dead", "profiling dead"].contains(&s.as_str())), "{states:?}");
+        let m = parse_prometheus(&String::from_utf8(http_get(&http, "/metrics").1).unwrap());
+        let active = metric(&m, "witchd_sessions_active", &[]).expect("witchd_sessions_active").value;
+        assert!(active <= 1.0, "witchd_sessions_active {active} with max_sessions = 1\n{}", d.log());
+        most_agents = most_agents.max(agents_in(&pids));
+        polls += 1;
+        queued_seen += usize::from(queued > 0);
+        let ok = st["sessions_ok"].as_u64().unwrap_or(0);
+        if queued_seen >= 3 && ok >= 6 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "{queued_seen} polls saw a queued session, {ok} sessions ok\n{}", d.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "[witch-tests] {polls} polls, {queued_seen} with a queued session; at most {most_agents} targets held an agent thread at once"
+    );
+    let m = parse_prometheus(&String::from_utf8(http_get(&http, "/metrics").1).unwrap());
+    assert!(metric(&m, "witchd_sessions_waiting", &[]).is_some(), "no witchd_sessions_waiting gauge");
+    let text = client(&witch, &[], &socket, &["status"]);
+    assert!(text.stdout_str().contains("running (of 1)"), "{}", text.describe());
+    let (st, _) = d.term(Duration::from_secs(30));
+    assert_eq!(st.code(), Some(0), "{}", d.log());
+    for t in targets {
+        let (rounds, out, status) = t.finish();
+        assert!(rounds > 0 && status.code() == Some(5), "{out:?} {status}");
+    }
+}
+
+/// A program that replaces itself (exec) while witchd profiles it: the same
+/// pid runs a new image, and the agent (its thread, its state, what it
+/// gathered) went with the old one. witchd logged "pid N exited during the
+/// session" or "detached without a profile" (an error); it is an outcome of
+/// its own, the session ends then rather than at its end, and the process is
+/// profiled again as a fresh target.
+#[test]
+fn a_program_that_execs_mid_session_is_reported_and_profiled_again() {
+    let dir = Scratch::new("daemon-exec");
+    let witch = witch_bin();
+    let name = format!("daemon_exec_{}", std::process::id());
+    let prog = Program::build_with("daemon_exec", dir.path(), &name, &[]).unwrap_or_else(|e| panic!("{e}"));
+    let mut child = Command::new(&prog.exe).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let socket = dir.join("witchd.sock");
+    let config = dir.join("witchd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "socket = \"{}\"\nhttp = \"127.0.0.1:0\"\nscan_every = \"200ms\"\n[store]\ndir = \"{}\"\n\
+             [[watch]]\nexe = \"{name}\"\ncrafts = [\"dead\"]\nevery = \"10s\"\nduration = \"8s\"\n",
+            socket.display(),
+            dir.join("store").display()
+        ),
+    )
+    .unwrap();
+    let mut d = Witchd::start(&config, &dir.join("witchd.log"));
+    wait_for(Duration::from_secs(20), || socket.exists() && client(&witch, &[], &socket, &["status"]).status.success(), || d.log());
+    let http = json(&client(&witch, &[], &socket, &["status", "--json"]))["http"].as_str().unwrap().to_string();
+    let outcomes = || {
+        let m = parse_prometheus(&String::from_utf8(http_get(&http, "/metrics").1).unwrap());
+        ["ok", "target_exited", "failed", "target_exec"]
+            .map(|o| metric(&m, "witchd_sessions_total", &[("outcome", o)]).map_or(0.0, |s| s.value))
+    };
+    // The session is under way once the agent's thread is in the program.
+    wait_for(Duration::from_secs(30), || agents_in(&[pid]) == 1, || d.log());
+    std::thread::sleep(Duration::from_millis(300));
+    let exec_at = Instant::now();
+    child.stdin.as_mut().unwrap().write_all(b"e\n").unwrap();
+    wait_for(Duration::from_secs(30), || outcomes().iter().sum::<f64>() > 0.0, || d.log());
+    let took = exec_at.elapsed();
+    let log = d.log();
+    eprintln!("[witch-tests] the session ended {took:?} after the exec");
+    assert_eq!(outcomes(), [0.0, 0.0, 0.0, 1.0], "outcomes ok, target_exited, failed, target_exec\n{log}");
+    assert!(log.contains(&format!("pid {pid} ({name}) replaced its program (exec)")), "{log}");
+    assert!(!log.contains("exited during") && !log.contains("without a profile"), "{log}");
+    assert!(took < Duration::from_secs(6), "the session waited out its 8 s after the exec ({took:?})\n{log}");
+    let st = json(&client(&witch, &[], &socket, &["status", "--json"]));
+    let t = st["targets"].as_array().unwrap().iter().find(|t| t["pid"] == pid).cloned();
+    let t = t.unwrap_or_else(|| panic!("the process is no longer watched: {st}"));
+    assert_ne!(t["state"], "exited", "{st}");
+    assert_eq!(st["sessions_target_exec"], 1, "{st}");
+    // The new image is profiled: a stored profile of the pid, begun after the exec.
+    let after =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 - exec_at.elapsed().as_nanos() as u64;
+    wait_for(
+        Duration::from_secs(40),
+        || {
+            let list = json(&client(&witch, &[], &socket, &["list", "--pid", &pid.to_string(), "--json"]));
+            list.as_array().unwrap().iter().any(|m| m["start_unix_ns"].as_u64() > Some(after))
+        },
+        || d.log(),
+    );
+    assert_eq!(outcomes()[1..], [0.0, 0.0, 1.0], "{}", d.log());
+    let (st, _) = d.term(Duration::from_secs(30));
+    assert_eq!(st.code(), Some(0), "{}", d.log());
+    // The program ran on as its new image, and ends as it would have.
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "generation 1 ran rounds\n");
+    assert_eq!(out.status.code(), Some(5));
+}

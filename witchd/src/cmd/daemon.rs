@@ -231,21 +231,22 @@ fn render_status(s: &Status) -> String {
     let up = humantime::format_duration(Duration::from_secs(s.uptime_s as u64));
     let _ = writeln!(o, "witchd {}, pid {}, up {up}; socket {}, http {}", s.version, s.pid, s.socket, s.http.as_deref().unwrap_or("off"));
     let _ = writeln!(o, "store {}: {} profiles, {} of {}", s.store_dir, s.store_profiles, size(s.store_bytes), size(s.store_max_bytes));
+    let max = if s.max_sessions > 0 { format!(" (of {})", s.max_sessions) } else { String::new() };
     let _ = writeln!(
         o,
-        "sessions: {} in flight, {} ok, {} target exited, {} failed",
-        s.sessions_active, s.sessions_ok, s.sessions_target_exited, s.sessions_failed
+        "sessions: {} running{max}, {} queued; {} ok, {} target exited, {} target exec'd, {} failed",
+        s.sessions_active, s.sessions_waiting, s.sessions_ok, s.sessions_target_exited, s.sessions_target_exec, s.sessions_failed
     );
     let _ = writeln!(o, "rules: {}", if s.rules.is_empty() { "none".into() } else { s.rules.join("; ") });
     if s.targets.is_empty() {
         let _ = writeln!(o, "no targets (that you may see)");
         return o;
     }
-    let _ = writeln!(o, "\n{:<8} {:<16} {:<22} {:>8} {:>8}  LATEST WASTE", "PID", "EXE", "STATE", "SESSIONS", "NEXT");
+    let _ = writeln!(o, "\n{:<8} {:<16} {:<34} {:>8} {:>8}  LATEST WASTE", "PID", "EXE", "STATE", "SESSIONS", "NEXT");
     for t in &s.targets {
         let next = t.next_in_s.map_or("-".into(), |n| format!("{:.1}s", n.max(0.0)));
         let waste: Vec<String> = t.waste.iter().map(|(c, w)| format!("{c} {}", pct(*w))).collect();
-        let _ = writeln!(o, "{:<8} {:<16} {:<22} {:>8} {:>8}  {}", t.pid, t.exe, t.state, t.sessions, next, waste.join(", "));
+        let _ = writeln!(o, "{:<8} {:<16} {:<34} {:>8} {:>8}  {}", t.pid, t.exe, t.state, t.sessions, next, waste.join(", "));
         if let Some(e) = &t.last_error {
             let _ = writeln!(o, "         last error: {e}");
         }
@@ -308,6 +309,37 @@ mod tests {
         assert!(Cli::try_parse_from(["witch", "daemon", "fetch", "x", "--pid", "3"]).is_err());
         assert!(Cli::try_parse_from(["witch", "daemon", "profile"]).is_err());
         assert!(Cli::try_parse_from(["witch", "daemon", "frobnicate"]).is_err());
+    }
+
+    /// A status from a witchd of before `sessions_waiting` (and the rest)
+    /// still reads; one with them shows them.
+    #[test]
+    fn status_text() {
+        let old = r#"{"pid":1,"version":"0.1.0","uptime_s":5.0,"socket":"/s","http":null,"store_dir":"/d","store_bytes":0,
+            "store_max_bytes":10,"store_profiles":0,"sessions_active":1,"sessions_ok":2,"sessions_target_exited":0,
+            "sessions_failed":0,"rules":[],"targets":[]}"#;
+        let mut s: Status = serde_json::from_str(old).unwrap();
+        assert_eq!((s.sessions_waiting, s.max_sessions, s.sessions_target_exec), (0, 0, 0));
+        assert!(render_status(&s).contains("sessions: 1 running, 0 queued; 2 ok, 0 target exited, 0 target exec'd, 0 failed"));
+        s.max_sessions = 1;
+        s.sessions_waiting = 1;
+        s.targets = ["profiling dead", "queued silent-store (requested)"]
+            .iter()
+            .enumerate()
+            .map(|(i, st)| crate::daemon::proto::TargetStatus {
+                pid: 10 + i as i32,
+                exe: "srv".into(),
+                rule: "exe=srv".into(),
+                state: st.to_string(),
+                sessions: 1,
+                next_in_s: None,
+                last_error: None,
+                waste: vec![],
+            })
+            .collect();
+        let text = render_status(&s);
+        assert!(text.contains("sessions: 1 running (of 1), 1 queued;"), "{text}");
+        assert!(text.lines().any(|l| l.starts_with("11 ") && l.contains("queued silent-store (requested)")), "{text}");
     }
 
     #[test]

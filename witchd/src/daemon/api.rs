@@ -293,7 +293,7 @@ async fn profile(
         let freed = d.freed.notified();
         tokio::pin!(freed);
         freed.as_mut().enable();
-        if let Some(c) = d.claim(pid) {
+        if let Some(c) = d.claim(pid, craft, true) {
             break c;
         }
         tokio::select! {
@@ -336,12 +336,14 @@ pub fn status(d: &Daemon, caller: Caller) -> Status {
                 pid: t.proc.pid,
                 exe: t.proc.name().to_string(),
                 rule: d.cfg.watch[t.rule].describe(),
-                state: match &t.state {
-                    State::Profiling(c) => format!("profiling {}", c.name()),
-                    State::Exited => "exited".into(),
-                    State::Idle if d.is_busy(t.proc.pid) => "profiling (requested)".into(),
-                    State::Idle if t.last_error.is_some() => "failing".into(),
-                    State::Idle => "idle".into(),
+                state: match (d.phase(t.proc.pid), &t.state) {
+                    (Some(p), _) => {
+                        let doing = if p.running { "profiling" } else { "queued" };
+                        format!("{doing} {}{}", p.craft.name(), if p.requested { " (requested)" } else { "" })
+                    }
+                    (None, State::Exited) => "exited".into(),
+                    (None, _) if t.last_error.is_some() => "failing".into(),
+                    (None, _) => "idle".into(),
                 },
                 sessions: t.sessions,
                 next_in_s: (t.state == State::Idle).then(|| {
@@ -368,8 +370,11 @@ pub fn status(d: &Daemon, caller: Caller) -> Status {
         store_max_bytes: d.cfg.store.max_bytes,
         store_profiles,
         sessions_active: d.sessions_active(),
+        sessions_waiting: d.sessions_waiting(),
+        max_sessions: d.cfg.max_sessions,
         sessions_ok: c.sessions(Outcome::Ok),
         sessions_target_exited: c.sessions(Outcome::TargetExited),
+        sessions_target_exec: c.sessions(Outcome::TargetExec),
         sessions_failed: c.sessions(Outcome::Failed),
         rules: d.cfg.watch.iter().map(|w| w.describe()).collect(),
         targets,

@@ -15,15 +15,20 @@ pub enum Outcome {
     TargetExited,
     /// Attach or detach failed.
     Failed,
+    /// The target replaced its program (exec) during the session: the same
+    /// process runs on, but the agent and what it gathered went with the old
+    /// image, so there is no profile.
+    TargetExec,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 3] = [Outcome::Ok, Outcome::TargetExited, Outcome::Failed];
+    pub const ALL: [Outcome; 4] = [Outcome::Ok, Outcome::TargetExited, Outcome::Failed, Outcome::TargetExec];
     pub fn name(self) -> &'static str {
         match self {
             Outcome::Ok => "ok",
             Outcome::TargetExited => "target_exited",
             Outcome::Failed => "failed",
+            Outcome::TargetExec => "target_exec",
         }
     }
 }
@@ -52,7 +57,7 @@ impl ErrorKind {
 /// Counters that only ever grow; fixed size, so the daemon does not.
 #[derive(Default)]
 pub struct Counters {
-    sessions: [AtomicU64; 3],
+    sessions: [AtomicU64; Outcome::ALL.len()],
     errors: [AtomicU64; 4],
     pub samples: AtomicU64,
     pub traps: AtomicU64,
@@ -222,7 +227,13 @@ pub fn render(d: &super::Daemon) -> String {
         e.single("witchd_targets", "gauge", "Processes watched now", ts.map.len() as f64);
     }
     let c = &d.counters;
-    e.single("witchd_sessions_active", "gauge", "Sessions in flight", d.sessions_active() as f64);
+    e.single(
+        "witchd_sessions_active",
+        "gauge",
+        "Sessions holding one of the max_sessions slots (attaching, profiling, detaching or storing)",
+        d.sessions_active() as f64,
+    );
+    e.single("witchd_sessions_waiting", "gauge", "Sessions due but waiting for a free slot (max_sessions)", d.sessions_waiting() as f64);
     e.family("witchd_sessions_total", "counter", "Sessions ended, by outcome");
     for o in Outcome::ALL {
         e.sample("witchd_sessions_total", &[("outcome", o.name())], c.sessions(o) as f64);

@@ -27,11 +27,12 @@ use config::Config;
 use metrics::Counters;
 use scheduler::Targets;
 use session::Attacher;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 use store::Store;
 use tokio::sync::{watch, Notify, Semaphore};
+use witchcraft::profile::Craft;
 
 /// One log line on stderr, timestamped (journald or a file keeps it).
 pub fn log(msg: std::fmt::Arguments) {
@@ -54,14 +55,15 @@ pub struct Daemon {
     pub store: Mutex<Store>,
     pub targets: Mutex<Targets>,
     attacher: Arc<dyn Attacher>,
-    /// Pids with a session running or starting: never two on one process.
-    busy: Mutex<HashSet<i32>>,
+    /// Pids with a session claimed (queued for a slot, or running): never
+    /// two on one process.
+    busy: Mutex<HashMap<i32, Phase>>,
     /// Signalled whenever a pid leaves `busy`.
     freed: Notify,
     /// Sessions at once (max_sessions).
     slots: Semaphore,
-    /// Sessions in flight, awaited at shutdown.
-    active: watch::Sender<usize>,
+    /// Sessions in flight (queued or running), awaited at shutdown.
+    in_flight: watch::Sender<usize>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -83,9 +85,9 @@ impl Daemon {
             store: Mutex::new(store),
             targets: Mutex::new(Targets::default()),
             attacher,
-            busy: Mutex::new(HashSet::new()),
+            busy: Mutex::new(HashMap::new()),
             freed: Notify::new(),
-            active: watch::channel(0).0,
+            in_flight: watch::channel(0).0,
             shutdown: watch::channel(false).0,
         }))
     }
@@ -107,23 +109,52 @@ impl Daemon {
 
     /// Resolves once no session is in flight.
     pub async fn until_idle(&self) {
-        let mut rx = self.active.subscribe();
+        let mut rx = self.in_flight.subscribe();
         let _ = rx.wait_for(|n| *n == 0).await;
     }
 
+    /// Sessions holding one of the `max_sessions` slots: attaching,
+    /// profiling, detaching or storing. Never more than `max_sessions`.
     pub fn sessions_active(&self) -> usize {
-        *self.active.borrow()
+        self.busy.lock().unwrap().values().filter(|p| p.running).count()
     }
 
-    /// Claims `pid` for a session; None when one is already running there.
-    pub fn claim(self: &Arc<Self>, pid: i32) -> Option<Claim> {
-        let fresh = self.busy.lock().unwrap().insert(pid);
-        fresh.then(|| Claim { d: self.clone(), pid })
+    /// Sessions claimed but waiting for a free slot (more were due than
+    /// `max_sessions`, or witchd is finishing others).
+    pub fn sessions_waiting(&self) -> usize {
+        self.busy.lock().unwrap().values().filter(|p| !p.running).count()
+    }
+
+    /// Claims `pid` for a session of `craft`; None when one is already
+    /// queued or running there. It counts as waiting until [`Claim::start`].
+    pub fn claim(self: &Arc<Self>, pid: i32, craft: Craft, requested: bool) -> Option<Claim> {
+        let mut busy = self.busy.lock().unwrap();
+        if busy.contains_key(&pid) {
+            return None;
+        }
+        busy.insert(pid, Phase { craft, requested, running: false });
+        Some(Claim { d: self.clone(), pid })
     }
 
     pub fn is_busy(&self, pid: i32) -> bool {
-        self.busy.lock().unwrap().contains(&pid)
+        self.busy.lock().unwrap().contains_key(&pid)
     }
+
+    /// Where the session claimed on `pid` is, if there is one.
+    pub fn phase(&self, pid: i32) -> Option<Phase> {
+        self.busy.lock().unwrap().get(&pid).copied()
+    }
+}
+
+/// A claimed session: which craft, for whom, and whether it has a slot yet.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Phase {
+    pub craft: Craft,
+    /// Asked for with `witch daemon profile` (not the schedule).
+    pub requested: bool,
+    /// It holds a slot (attaching, profiling, detaching, storing); false
+    /// while it waits for one.
+    pub running: bool,
 }
 
 /// A pid's right to a session; released on drop, whatever happens to the task.
@@ -135,6 +166,13 @@ pub struct Claim {
 impl Claim {
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// The session got its slot: it counts as running from now on.
+    pub fn start(&self) {
+        if let Some(p) = self.d.busy.lock().unwrap().get_mut(&self.pid) {
+            p.running = true;
+        }
     }
 }
 

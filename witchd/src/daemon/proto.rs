@@ -76,9 +76,19 @@ pub struct Status {
     pub store_bytes: u64,
     pub store_max_bytes: u64,
     pub store_profiles: usize,
+    /// Sessions holding a slot (attaching, profiling, detaching, storing).
     pub sessions_active: usize,
+    /// Sessions due but waiting for a slot (more were due than max_sessions).
+    #[serde(default)]
+    pub sessions_waiting: usize,
+    /// 0 from a witchd that did not say.
+    #[serde(default)]
+    pub max_sessions: usize,
     pub sessions_ok: u64,
     pub sessions_target_exited: u64,
+    /// Sessions ended by the target replacing its program (exec).
+    #[serde(default)]
+    pub sessions_target_exec: u64,
     pub sessions_failed: u64,
     pub rules: Vec<String>,
     /// Only the targets the caller may access.
@@ -91,7 +101,9 @@ pub struct TargetStatus {
     pub exe: String,
     /// The watch rule that matched it ("request" for `witch daemon profile`).
     pub rule: String,
-    /// "idle", "profiling <craft>", "exited" or "failing".
+    /// "idle", "queued <craft>" (waiting for a slot), "profiling <craft>"
+    /// (either with " (requested)" for `witch daemon profile`), "exited" or
+    /// "failing".
     pub state: String,
     pub sessions: u64,
     /// Seconds until the next session (negative: overdue, waiting for a slot).

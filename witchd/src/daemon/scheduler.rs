@@ -2,7 +2,8 @@
 //!
 //! Every `scan_every`, /proc is matched against the watch rules: new matches
 //! become targets, targets whose process is gone (or whose pid now belongs to
-//! another process) are forgotten, with their metrics. Each target gets a
+//! another process) are forgotten, with their metrics, and a process that
+//! replaced its program (exec) becomes a fresh target. Each target gets a
 //! session of `duration` every `every`, its crafts taking turns. A target
 //! whose sessions fail is retried at its next turn, and its error logged only
 //! when it changes, so a process witchd cannot attach to costs one log line,
@@ -37,7 +38,9 @@ pub struct Last {
 #[derive(Debug, Clone, PartialEq)]
 pub enum State {
     Idle,
-    Profiling(Craft),
+    /// A scheduled session is in flight: queued for a slot or running (the
+    /// daemon's [`super::Phase`] of its claim says which).
+    Scheduled,
     /// Its last session saw it exit; forgotten at the next scan.
     Exited,
 }
@@ -97,8 +100,10 @@ impl Targets {
         }
     }
 
-    /// Applies a scan: adds new matches, forgets what is gone. Targets with a
-    /// session in flight stay until it ends (it reports the exit itself).
+    /// Applies a scan: adds new matches, forgets what is gone, and starts
+    /// afresh with a process that replaced its program (exec: the same pid
+    /// and start time, a new image). Targets with a session in flight stay
+    /// until it ends (it reports the exit or exec itself).
     fn update(&mut self, found: Vec<(Proc, usize)>, rules: &[Watch], max: usize, now: Instant, busy: impl Fn(i32) -> bool) {
         // Forget what is gone first, so its metric slot is free for a successor.
         let seen: std::collections::HashSet<i32> = found.iter().map(|(p, _)| p.pid).collect();
@@ -119,15 +124,19 @@ impl Targets {
         let mut left_out = 0;
         for (p, rule) in found {
             match self.map.get_mut(&p.pid) {
-                Some(t) if t.proc.start_time == p.start_time && t.rule == rule => {
-                    t.proc.exe = p.exe; // exec'd or renamed: keep the name current
+                Some(t) if t.proc.start_time == p.start_time && t.rule == rule && t.proc.image == p.image => {
+                    t.proc.exe = p.exe; // renamed: keep the name current
                     t.proc.uids = p.uids;
                     t.proc.gids = p.gids;
                     t.proc.proc_owner = p.proc_owner;
                 }
                 Some(t) if busy(t.proc.pid) => {}
                 existing => {
-                    let old = existing.map(|t| (t.rule, t.label.clone()));
+                    let old = existing.as_ref().map(|t| (t.rule, t.label.clone()));
+                    // The same process with a new image: it exec'd.
+                    let exec = existing
+                        .filter(|t| t.proc.start_time == p.start_time && t.proc.image != p.image)
+                        .map(|t| t.proc.name().to_string());
                     if old.is_none() && self.map.len() >= max {
                         left_out += 1;
                         continue;
@@ -151,7 +160,15 @@ impl Targets {
                         last: Vec::new(),
                         label: (name, slot),
                     };
-                    say!("watching pid {} ({}) by rule {}", t.proc.pid, t.proc.name(), rules[rule].describe());
+                    match exec {
+                        Some(was) => say!(
+                            "pid {} ({was}) replaced its program (exec): watching it afresh as {} by rule {}",
+                            t.proc.pid,
+                            t.proc.name(),
+                            rules[rule].describe()
+                        ),
+                        None => say!("watching pid {} ({}) by rule {}", t.proc.pid, t.proc.name(), rules[rule].describe()),
+                    }
                     self.map.insert(t.proc.pid, t);
                 }
             }
@@ -252,17 +269,17 @@ pub async fn run(d: Arc<Daemon>) {
                     wake = wake.min(t.next_due);
                     continue;
                 }
-                let Some(claim) = d.claim(t.proc.pid) else {
+                let prof = &d.cfg.watch[t.rule].profiling;
+                let craft = prof.crafts[t.turn % prof.crafts.len()];
+                let Some(claim) = d.claim(t.proc.pid, craft, false) else {
                     // A requested session is running there; try again shortly.
                     wake = wake.min(now + Duration::from_millis(200));
                     continue;
                 };
-                let prof = &d.cfg.watch[t.rule].profiling;
-                let craft = prof.crafts[t.turn % prof.crafts.len()];
                 t.turn += 1;
                 t.sessions += 1;
                 t.next_due = now + prof.every;
-                t.state = State::Profiling(craft);
+                t.state = State::Scheduled;
                 let plan = Plan { target: t.proc.clone(), opts: options(prof, craft), duration: prof.duration, origin: "schedule" };
                 start.push((claim, plan));
             }
@@ -317,6 +334,7 @@ mod tests {
             gids: [0; 4],
             proc_owner: 0,
             state: 'S',
+            image: super::procfs::Image([start, 0, 0, 0, 0, 0]),
         }
     }
 
@@ -369,6 +387,31 @@ mod tests {
         ts.update(many, &r, 10, now, |_| false);
         assert_eq!(ts.map.len(), 10);
         assert!(ts.full);
+    }
+
+    /// An exec keeps pid and start time but lays out a new image: the
+    /// process is watched afresh (the old program's figures are not the new
+    /// one's), under the slot its name had, once no session is in flight.
+    #[test]
+    fn a_process_that_execs_is_a_fresh_target() {
+        let r = rules();
+        let mut ts = Targets::default();
+        let now = Instant::now();
+        let srv =
+            |image: u64, exe: &str| Proc { exe: exe.into(), image: super::super::procfs::Image([image, 0, 0, 0, 0, 0]), ..proc(3, 30) };
+        ts.update(vec![(srv(1, "/bin/srv"), 0)], &r, 10, now, |_| false);
+        ts.map.get_mut(&3).unwrap().sessions = 4;
+        // Renamed, same image: the same target (a rename is no exec).
+        ts.update(vec![(srv(1, "/bin/srv2"), 0)], &r, 10, now, |_| false);
+        assert_eq!((ts.map[&3].sessions, ts.map[&3].proc.exe.as_str()), (4, "/bin/srv2"));
+        // A new image while a session runs: left to the session.
+        ts.update(vec![(srv(2, "/bin/srv2"), 0)], &r, 10, now, |_| true);
+        assert_eq!(ts.map[&3].sessions, 4);
+        // Then watched afresh, not forgotten or marked exited.
+        ts.update(vec![(srv(2, "/bin/srv2"), 0)], &r, 10, now, |_| false);
+        let t = &ts.map[&3];
+        assert_eq!((t.sessions, &t.state, t.proc.image.0[0], t.label.clone()), (0, &State::Idle, 2, ("srv2".to_string(), 0)));
+        assert!(t.next_due <= now + Duration::from_millis(500));
     }
 
     #[test]

@@ -1,11 +1,17 @@
-//! One profiling session: attach, wait, detach, store.
+//! One profiling session: wait for a slot, attach, wait, detach, store.
 //!
 //! attach and detach block (ptrace, waiting for the agent's profile), so they
 //! run on tokio's blocking threads; the wait in between is async so that
-//! shutdown, or the target exiting, ends it early.
+//! shutdown, the target exiting, or the target replacing its program (exec)
+//! ends it early.
+//!
+//! An exec keeps the pid (and start time) but replaces the whole image: the
+//! agent's thread, its state and what it gathered go with the old program,
+//! and its socket closes. The process runs on, so that is not an exit: the
+//! session ends as `target_exec`, and the process is profiled again later.
 
 use super::metrics::{overhead_ns, ErrorKind, Outcome};
-use super::procfs::Proc;
+use super::procfs::{self, Image, Proc};
 use super::store::Meta;
 use super::{say, Claim, Daemon};
 use crate::inject::{self, Ended, Options};
@@ -23,6 +29,9 @@ pub trait Attacher: Send + Sync + 'static {
 /// A session running inside a target.
 pub trait Attached: Send {
     fn target_alive(&self) -> bool;
+    /// Is the agent still in the process? It is not once the process
+    /// replaced its program (exec): the agent was part of the old image.
+    fn agent_present(&self) -> bool;
     fn detach(self: Box<Self>, timeout: Duration) -> Result<Ended>;
 }
 
@@ -38,10 +47,19 @@ impl Attached for inject::Session {
     fn target_alive(&self) -> bool {
         inject::Session::target_alive(self)
     }
+    fn agent_present(&self) -> bool {
+        // The agent stays loaded after a session (a later attach reuses it):
+        // only a new image lacks it. (Its file may have been replaced since.)
+        std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
+            .is_ok_and(|maps| maps.lines().any(|l| l.trim_end_matches(" (deleted)").rsplit('/').next() == Some(AGENT_FILE)))
+    }
     fn detach(self: Box<Self>, timeout: Duration) -> Result<Ended> {
         inject::Session::detach(*self, timeout)
     }
 }
+
+/// The agent's file name, as the process maps it.
+const AGENT_FILE: &str = "libwitch_agent.so";
 
 /// What was asked for.
 pub struct Plan {
@@ -68,20 +86,30 @@ struct InFlight<'a>(&'a Daemon);
 
 impl<'a> InFlight<'a> {
     fn new(d: &'a Daemon) -> Self {
-        d.active.send_modify(|n| *n += 1);
+        d.in_flight.send_modify(|n| *n += 1);
         InFlight(d)
     }
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0.active.send_modify(|n| *n -= 1);
+        self.0.in_flight.send_modify(|n| *n -= 1);
     }
+}
+
+/// The process that was planned as it is now (same pid, same start), if it is still there.
+fn same_process_now(p: &Proc) -> Option<Proc> {
+    Proc::read(p.pid).filter(|now| now.start_time == p.start_time && !now.is_zombie())
 }
 
 /// Is the process that was planned still there (same pid, same start)?
 fn same_process(p: &Proc) -> bool {
-    Proc::read(p.pid).is_some_and(|now| now.start_time == p.start_time && !now.is_zombie())
+    same_process_now(p).is_some()
+}
+
+/// Has process `pid` laid out a new image since `before` (an exec)?
+fn image_changed(pid: i32, before: Option<Image>) -> bool {
+    matches!((before, procfs::image(pid)), (Some(b), Some(now)) if b != now)
 }
 
 /// Runs one session on a claimed pid. Never fails: failures are outcomes,
@@ -99,12 +127,14 @@ pub async fn run(d: Arc<Daemon>, claim: Claim, plan: Plan) -> Done {
         p = d.slots.acquire() => p.expect("semaphore is never closed"),
         _ = d.until_shutdown() => return done(Outcome::Failed, None, None, Some("witchd is shutting down".into())),
     };
+    claim.start();
     if d.shutting_down() {
         return done(Outcome::Failed, None, None, Some("witchd is shutting down".into()));
     }
-    if !same_process(&plan.target) {
+    // The process as the attach will find it (it may have exec'd since it was planned).
+    let Some(before) = same_process_now(&plan.target) else {
         return exited(&d, &plan.target, craft, "before the session started");
-    }
+    };
 
     let a = d.attacher.clone();
     let opts = plan.opts.clone();
@@ -114,6 +144,9 @@ pub async fn run(d: Arc<Daemon>, claim: Claim, plan: Plan) -> Done {
         Ok(Err(e)) => {
             if !same_process(&plan.target) {
                 return exited(&d, &plan.target, craft, "while attaching");
+            }
+            if image_changed(pid, Some(before.image)) {
+                return replaced(&d, &plan.target, craft, "while witchd was attaching");
             }
             let msg = format!("cannot attach to {who}: {e:#}");
             d.counters.error(ErrorKind::Attach);
@@ -127,9 +160,14 @@ pub async fn run(d: Arc<Daemon>, claim: Claim, plan: Plan) -> Done {
         }
     };
 
-    // Profile for `duration`, unless shutdown comes first or the target goes.
+    // The image the agent is in: read after the attach, so that an exec
+    // before it (the attach then found the new program) is not taken for one
+    // during the session.
+    let image = procfs::image(pid);
+    // Profile for `duration`, unless shutdown comes first, or the target
+    // goes or replaces its program.
     let deadline = Instant::now() + plan.duration;
-    let mut died = false;
+    let (mut died, mut exec) = (false, false);
     loop {
         let step = (Instant::now() + Duration::from_millis(200)).min(deadline);
         tokio::select! {
@@ -140,19 +178,33 @@ pub async fn run(d: Arc<Daemon>, claim: Claim, plan: Plan) -> Done {
             died = true;
             break;
         }
+        if image_changed(pid, image) {
+            exec = true;
+            break;
+        }
         if Instant::now() >= deadline {
             break;
         }
     }
+    // An exec that kept the image's layout (address randomization off) shows
+    // as the agent missing; asked only now, as the maps are long to read.
+    let agent_left = !died && !session.agent_present();
 
-    // A dead target has written its profile already, or never will.
-    let timeout = if died { d.cfg.detach_timeout.min(Duration::from_secs(2)) } else { d.cfg.detach_timeout };
+    // A dead target has written its profile already, or never will; an
+    // agent that went with an exec never will.
+    let gone = died || exec || agent_left;
+    let timeout = if gone { d.cfg.detach_timeout.min(Duration::from_secs(2)) } else { d.cfg.detach_timeout };
     let detached = tokio::task::spawn_blocking(move || session.detach(timeout)).await;
+    // No profile, the process there: did it exec?
+    let was_exec = || exec || agent_left || image_changed(pid, image);
     let ended = match detached {
         Ok(Ok(e)) => e,
         Ok(Err(e)) => {
             if died || !same_process(&plan.target) {
                 return exited(&d, &plan.target, craft, "during the session");
+            }
+            if was_exec() {
+                return replaced(&d, &plan.target, craft, "during the session");
             }
             d.counters.error(ErrorKind::Detach);
             d.counters.session(Outcome::Failed);
@@ -167,8 +219,11 @@ pub async fn run(d: Arc<Daemon>, claim: Claim, plan: Plan) -> Done {
     let target_exited = ended.target_exited || died;
 
     let Some(profile) = ended.profile else {
-        if target_exited {
+        if target_exited || !same_process(&plan.target) {
             return exited(&d, &plan.target, craft, "during the session");
+        }
+        if was_exec() {
+            return replaced(&d, &plan.target, craft, "during the session");
         }
         d.counters.error(ErrorKind::Detach);
         d.counters.session(Outcome::Failed);
@@ -229,4 +284,19 @@ fn exited(d: &Daemon, target: &Proc, craft: Craft, when: &str) -> Done {
     say!("{who} exited {when} ({})", craft.name());
     d.targets.lock().unwrap().mark_exited(target);
     Done { outcome: Outcome::TargetExited, profile: None, meta: None, note: Some(format!("{who} exited {when}")) }
+}
+
+/// The target replaced its program (exec): one counter, one log line, no
+/// error. It is not an exit: the process runs on, and it is not marked
+/// exited; the scan takes it as a fresh target (its new image).
+fn replaced(d: &Daemon, target: &Proc, craft: Craft, when: &str) -> Done {
+    let who = format!("pid {} ({})", target.pid, target.name());
+    let now = Proc::read(target.pid).filter(|p| p.start_time == target.start_time && p.name() != target.name());
+    let now = now.map_or(String::new(), |p| format!(", now {}", p.name()));
+    d.counters.session(Outcome::TargetExec);
+    say!("{who} replaced its program (exec{now}) {when} ({}): the agent and what it gathered went with the old program", craft.name());
+    let note = format!(
+        "{who} replaced its program (exec{now}) {when}: the agent and what it gathered went with the old program, so there is no profile; the process runs on"
+    );
+    Done { outcome: Outcome::TargetExec, profile: None, meta: None, note: Some(note) }
 }

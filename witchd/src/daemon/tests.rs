@@ -21,6 +21,9 @@ struct Fake {
     /// Sessions open per pid right now, and the most ever seen at once.
     open: Mutex<HashMap<i32, usize>>,
     max_overlap: AtomicUsize,
+    /// Sessions open over all pids right now, and the most ever seen at once.
+    open_total: AtomicUsize,
+    max_open_total: AtomicUsize,
     attached: AtomicUsize,
     detached: AtomicUsize,
     /// Padding so profiles have a known, sizeable size.
@@ -32,6 +35,8 @@ struct FakeSession {
     craft: witchcraft::profile::Craft,
     fake: Arc<Fake>,
     start_ns: u64,
+    /// The image the "agent" went into: an exec takes it away, as it does a real one.
+    image: Option<procfs::Image>,
 }
 
 impl Attacher for Arc<Fake> {
@@ -43,8 +48,10 @@ impl Attacher for Arc<Fake> {
         let n = open.entry(pid).or_insert(0);
         *n += 1;
         self.max_overlap.fetch_max(*n, Ordering::SeqCst);
+        let total = self.open_total.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_open_total.fetch_max(total, Ordering::SeqCst);
         self.attached.fetch_add(1, Ordering::SeqCst);
-        Ok(Box::new(FakeSession { pid, craft: opts.craft, fake: self.clone(), start_ns: store::now_ns() }))
+        Ok(Box::new(FakeSession { pid, craft: opts.craft, fake: self.clone(), start_ns: store::now_ns(), image: procfs::image(pid) }))
     }
 }
 
@@ -56,11 +63,19 @@ impl Attached for FakeSession {
     fn target_alive(&self) -> bool {
         alive(self.pid)
     }
+    fn agent_present(&self) -> bool {
+        procfs::image(self.pid) == self.image
+    }
     fn detach(self: Box<Self>, _timeout: Duration) -> anyhow::Result<Ended> {
         *self.fake.open.lock().unwrap().get_mut(&self.pid).unwrap() -= 1;
+        self.fake.open_total.fetch_sub(1, Ordering::SeqCst);
         self.fake.detached.fetch_add(1, Ordering::SeqCst);
         if !alive(self.pid) {
             return Ok(Ended { profile: None, target_exited: true });
+        }
+        if !self.agent_present() {
+            // Its socket closed with the old image: no profile, no exit.
+            return Ok(Ended { profile: None, target_exited: false });
         }
         let mut p = store::tests_support::profile(self.pid as u32, self.start_ns / 1_000_000, self.fake.pad);
         p.craft = self.craft;
@@ -227,11 +242,15 @@ struct Running {
 
 impl Running {
     fn start(cfg: Config) -> Running {
+        Self::start_with(cfg, Arc::new(Fake::default()))
+    }
+
+    fn start_with(cfg: Config, fake: Arc<Fake>) -> Running {
         let sock = cfg.socket.clone();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            rt.block_on(serve(cfg, Arc::new(Arc::new(Fake::default())), async move {
+            rt.block_on(serve(cfg, Arc::new(fake), async move {
                 let _ = stop_rx.await;
                 "test stop"
             }))
@@ -371,5 +390,128 @@ fn idle_connections_of_one_user_do_not_shut_out_the_others() {
     let (reply, _) = r.expect("root's request is answered while nobody holds 200 idle connections");
     assert!(reply.ok && reply.status.is_some());
     drop(d);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Three targets due at once with `max_sessions = 1`: one session runs and
+/// the others wait for its slot. Status showed all three as "profiling" and
+/// `sessions_active` (and `witchd_sessions_active`) counted all three: it
+/// counted every claimed session, waiting or not.
+#[test]
+fn sessions_waiting_for_a_slot_are_queued_not_profiling() {
+    let dir = tmpdir("queued");
+    let mut kids = [sleeper(), sleeper(), sleeper()];
+    let rules: String = kids.iter().map(|k| format!("[[watch]]\npid = {}\n", k.id())).collect();
+    let cfg = Config::parse(
+        &format!(
+            "socket = \"{}\"\nhttp = \"127.0.0.1:0\"\nscan_every = \"100ms\"\nmax_sessions = 1\n[store]\ndir = \"{}\"\n\
+             [defaults]\nevery = \"200ms\"\nduration = \"150ms\"\ncrafts = [\"dead\"]\n{rules}",
+            dir.join("w.sock").display(),
+            dir.join("store").display()
+        ),
+        "test.toml",
+    )
+    .unwrap();
+    let fake = Arc::new(Fake::default());
+    let d = Running::start_with(cfg, fake.clone());
+    let addr = d.call(&Request::Status).unwrap().0.status.unwrap().http.unwrap();
+    let (mut queued_seen, mut waiting_seen, mut ok) = (0, 0, 0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while (queued_seen < 3 || ok < 6) && std::time::Instant::now() < deadline {
+        let st = d.call(&Request::Status).unwrap().0.status.unwrap();
+        let profiling: Vec<_> = st.targets.iter().filter(|t| t.state.starts_with("profiling")).collect();
+        let queued = st.targets.iter().filter(|t| t.state.starts_with("queued")).count();
+        assert!(profiling.len() <= 1, "more targets shown profiling than max_sessions (1): {:?}", st.targets);
+        assert!(st.sessions_active <= 1, "sessions_active {} > max_sessions (1): {:?}", st.sessions_active, st.targets);
+        assert!(st.targets.iter().all(|t| ["idle", "queued dead", "profiling dead"].contains(&t.state.as_str())), "{:?}", st.targets);
+        assert_eq!(st.sessions_waiting, queued, "queued targets and the waiting count agree: {st:?}");
+        assert_eq!(st.max_sessions, 1);
+        queued_seen += usize::from(queued > 0);
+        waiting_seen += usize::from(st.sessions_waiting > 0);
+        ok = st.sessions_ok;
+        let (_, m) = http_get(&addr, "/metrics");
+        let m = String::from_utf8(m).unwrap();
+        let gauge = |name: &str| -> f64 {
+            let line = m.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("no {name}:\n{m}"));
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        assert!(gauge("witchd_sessions_active") <= 1.0, "witchd_sessions_active > max_sessions (1):\n{m}");
+        assert!(gauge("witchd_sessions_waiting") <= 2.0, "{m}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(queued_seen >= 3 && waiting_seen >= 3, "no session seen waiting for the slot ({queued_seen} times)");
+    assert!(ok >= 6, "only {ok} sessions in 20 s");
+    drop(d);
+    assert_eq!(fake.max_open_total.load(Ordering::SeqCst), 1, "more sessions at once than max_sessions");
+    for k in &mut kids {
+        let _ = k.kill();
+        let _ = k.wait();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A target that replaces its program (exec) during a session: same pid, a
+/// new image, and the agent gone with the old one. The session ends then (not
+/// at its end), as `target_exec`, not as an exit or a failure; the process is
+/// not marked exited, and it is profiled again as a fresh target.
+#[test]
+fn a_target_that_execs_during_a_session_is_not_taken_for_exited() {
+    let dir = tmpdir("exec");
+    let mut kid = Command::new("sh").args(["-c", "read line; exec sleep 60"]).stdin(std::process::Stdio::piped()).spawn().unwrap();
+    let pid = kid.id() as i32;
+    let cfg = Config::parse(
+        &format!(
+            "socket = \"{}\"\nhttp = \"off\"\nscan_every = \"100ms\"\n[store]\ndir = \"{}\"\n\
+             [defaults]\nevery = \"6s\"\nduration = \"5s\"\ncrafts = [\"dead\"]\n[[watch]]\npid = {pid}\n",
+            dir.join("w.sock").display(),
+            dir.join("store").display()
+        ),
+        "test.toml",
+    )
+    .unwrap();
+    let d = Running::start(cfg);
+    let status = || d.call(&Request::Status).unwrap().0.status.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !status().targets.iter().any(|t| t.state == "profiling dead") {
+        assert!(std::time::Instant::now() < deadline, "no session started: {:?}", status());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let exec_at = std::time::Instant::now();
+    kid.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let st = loop {
+        let st = status();
+        if st.sessions_target_exec + st.sessions_target_exited + st.sessions_failed + st.sessions_ok > 0 {
+            break st;
+        }
+        assert!(exec_at.elapsed() < Duration::from_secs(10), "the session did not end: {st:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let took = exec_at.elapsed();
+    assert_eq!(
+        (st.sessions_target_exec, st.sessions_target_exited, st.sessions_failed, st.sessions_ok),
+        (1, 0, 0, 0),
+        "an exec is its own outcome: {st:?}"
+    );
+    assert!(took < Duration::from_secs(3), "the session waited out its 5 s after the exec ({took:?})");
+    let t = st.targets.iter().find(|t| t.pid == pid).unwrap_or_else(|| panic!("the process is still watched: {st:?}"));
+    assert_ne!(t.state, "exited", "{st:?}");
+    assert_eq!(t.last_error, None, "{st:?}");
+    // Profiled again: the new program, same pid.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let list = loop {
+        let (r, _) = d.call(&Request::List { pid: Some(pid as u32), craft: None }).unwrap();
+        let list = r.profiles.unwrap();
+        if !list.is_empty() {
+            break list;
+        }
+        assert!(std::time::Instant::now() < deadline, "not profiled again: {:?}", status());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(list[0].pid, pid as u32);
+    let st = status();
+    assert_eq!((st.sessions_target_exec, st.sessions_target_exited, st.sessions_failed), (1, 0, 0), "{st:?}");
+    drop(d);
+    let _ = kid.kill();
+    let _ = kid.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
