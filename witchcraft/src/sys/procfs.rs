@@ -1,4 +1,6 @@
-//! `/proc`: the one parser of `/proc/PID/maps`, and a process's threads.
+//! `/proc`: the one parser of `/proc/PID/maps`, the one reader of status
+//! files (`/proc/PID/status`: state, tracer, seccomp, signals), and a
+//! process's threads.
 
 use std::io::Read;
 
@@ -99,16 +101,204 @@ pub fn tasks(pid: Option<i32>) -> Vec<i32> {
     std::fs::read_dir(dir).into_iter().flatten().flatten().filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok())).collect()
 }
 
+/// Which `/proc` status file to read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Of {
+    /// `/proc/self/status`: this process (the state and tracer of its main
+    /// thread).
+    ThisProcess,
+    /// `/proc/thread-self/status`: the calling thread.
+    ThisThread,
+    /// `/proc/ID/status`: process `id` (its main thread), or thread `id`
+    /// of any process.
+    Process(i32),
+    /// `/proc/PID/task/TID/status`: thread `tid` of process `pid`.
+    Task(i32, i32),
+    /// `/proc/self/task/TID/status`: thread `tid` of this process.
+    OwnTask(i32),
+}
+
+/// The fields of a `/proc/.../status` file that witch reads, parsed in one
+/// pass. Each is the first whitespace-separated word of its line's value,
+/// from the first line with its key; None where the line is missing or its
+/// value is not what the kernel writes there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Status {
+    /// `State:`'s letter: `R` running, `S` sleeping, `T` stopped (SIGSTOP,
+    /// job control), `t` stopped by its tracer, `Z` zombie, ...
+    pub state: Option<u8>,
+    /// `Tgid:`, the process (thread group) the thread belongs to.
+    pub tgid: Option<i32>,
+    /// `Uid:`'s first number, the real uid.
+    pub uid: Option<u32>,
+    /// `TracerPid:`, 0 when nothing traces the thread.
+    pub tracer_pid: Option<i32>,
+    /// `Seccomp:`, 0 none, 1 strict, 2 a filter.
+    pub seccomp: Option<u32>,
+    /// `SigPnd:`, the signals pending for the thread (bit `n - 1` is
+    /// signal `n`; the kernel writes the mask in hex).
+    pub pending: Option<u64>,
+    /// `ShdPnd:`, the signals pending for the whole process.
+    pub shared_pending: Option<u64>,
+    /// `SigBlk:`, the signals the thread blocks.
+    pub blocked: Option<u64>,
+}
+
+/// The longest line kept whole while a status file is read; longer ones
+/// (`Groups:` of a process in many groups, CPU lists of a large machine)
+/// hold no field [`Status`] reads and are skipped.
+const STATUS_LINE_MAX: usize = 256;
+
+impl Status {
+    /// Reads and parses one status file.
+    ///
+    /// It allocates nothing (the path and the text go through fixed buffers
+    /// on the stack) and makes only the `openat`, `read` and `close` system
+    /// calls, all async-signal-safe: it may run where the heap must not be
+    /// touched (a fork child of a threaded program; a signal handler, which
+    /// must keep `errno` itself) and under a seccomp filter that let the
+    /// dynamic loader open and read a library.
+    pub fn read(of: Of) -> std::io::Result<Status> {
+        use std::io::Write;
+        let mut path = [0u8; 64];
+        let mut w = &mut path[..];
+        // Formatting integers into a slice does not allocate; the zeroed
+        // buffer keeps the path NUL-terminated (the longest is 41 bytes).
+        match of {
+            Of::ThisProcess => w.write_all(b"/proc/self/status"),
+            Of::ThisThread => w.write_all(b"/proc/thread-self/status"),
+            Of::Process(pid) => write!(w, "/proc/{pid}/status"),
+            Of::Task(pid, tid) => write!(w, "/proc/{pid}/task/{tid}/status"),
+            Of::OwnTask(tid) => write!(w, "/proc/self/task/{tid}/status"),
+        }?;
+        // SAFETY: `path` is NUL-terminated (written short of its end).
+        let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut error = None;
+        let status = Status::parse_from(|buf| loop {
+            // SAFETY: `buf` is ours to write, `buf.len()` bytes long; `fd` is open.
+            let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+            if n >= 0 {
+                return Some(n as usize);
+            }
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                error = Some(e);
+                return None;
+            }
+        });
+        // SAFETY: our own descriptor, opened above and not used after.
+        unsafe { libc::close(fd) };
+        status.ok_or_else(|| error.unwrap_or_else(|| std::io::ErrorKind::Other.into()))
+    }
+
+    /// Parses a status file's text.
+    pub fn parse(text: &str) -> Status {
+        let mut rest = text.as_bytes();
+        let status = Status::parse_from(|buf| {
+            let n = rest.len().min(buf.len());
+            buf[..n].copy_from_slice(&rest[..n]);
+            rest = &rest[n..];
+            Some(n)
+        });
+        status.unwrap_or_default()
+    }
+
+    /// Parses the text that `read` gives (the number of bytes it put in the
+    /// buffer, 0 at the end, None on an error), line by line through a
+    /// fixed buffer.
+    fn parse_from(mut read: impl FnMut(&mut [u8]) -> Option<usize>) -> Option<Status> {
+        let mut status = Status::default();
+        let mut seen = 0u16;
+        let mut buf = [0u8; STATUS_LINE_MAX];
+        let mut len = 0;
+        // Within a line too long for `buf`, dropped up to its end.
+        let mut skipping = false;
+        loop {
+            let n = read(&mut buf[len..])?;
+            len += n;
+            let mut start = 0;
+            while let Some(nl) = buf[start..len].iter().position(|&b| b == b'\n') {
+                if !skipping {
+                    status.take(&buf[start..start + nl], &mut seen);
+                }
+                skipping = false;
+                start += nl + 1;
+            }
+            buf.copy_within(start..len, 0);
+            len -= start;
+            if n == 0 {
+                if !skipping {
+                    status.take(&buf[..len], &mut seen);
+                }
+                return Some(status);
+            }
+            if len == buf.len() {
+                skipping = true;
+                len = 0;
+            }
+        }
+    }
+
+    /// Takes the field on `line` (without its newline), unless a line with
+    /// the same key came first (`seen` holds one bit a key).
+    fn take(&mut self, line: &[u8], seen: &mut u16) {
+        const KEYS: [&[u8]; 8] = [b"State", b"Tgid", b"Uid", b"TracerPid", b"Seccomp", b"SigPnd", b"ShdPnd", b"SigBlk"];
+        let Some(colon) = line.iter().position(|&b| b == b':') else { return };
+        let Some(key) = KEYS.iter().position(|&k| k == &line[..colon]) else { return };
+        if *seen & 1 << key != 0 {
+            return;
+        }
+        *seen |= 1 << key;
+        let value = line[colon + 1..].split(|b| b.is_ascii_whitespace()).find(|w| !w.is_empty()).unwrap_or(&[]);
+        let text = std::str::from_utf8(value).ok();
+        fn number<T: std::str::FromStr>(text: Option<&str>) -> Option<T> {
+            text?.parse().ok()
+        }
+        let mask = text.and_then(|t| u64::from_str_radix(t, 16).ok());
+        match key {
+            0 => self.state = value.first().copied().filter(u8::is_ascii_alphabetic),
+            1 => self.tgid = number(text),
+            2 => self.uid = number(text),
+            3 => self.tracer_pid = number(text),
+            4 => self.seccomp = number(text),
+            5 => self.pending = mask,
+            6 => self.shared_pending = mask,
+            _ => self.blocked = mask,
+        }
+    }
+
+    /// Stopped by a signal (SIGSTOP, job control), not by a tracer.
+    pub fn stopped(&self) -> bool {
+        self.state == Some(b'T')
+    }
+
+    pub fn zombie(&self) -> bool {
+        self.state == Some(b'Z')
+    }
+
+    /// The pid of the thread's tracer, if one traces it.
+    pub fn tracer(&self) -> Option<i32> {
+        self.tracer_pid.filter(|&t| t > 0)
+    }
+
+    /// Runs under seccomp, strict or with a filter.
+    pub fn sandboxed(&self) -> bool {
+        self.seccomp.is_some_and(|m| m != 0)
+    }
+}
+
 /// The seccomp mode of thread `tid` of process `pid` (None: the calling
 /// thread), from its status: 0 none, 1 strict, 2 a filter. None if it
 /// can't be read.
 pub fn seccomp_mode(task: Option<(i32, i32)>) -> Option<u32> {
-    let path = match task {
-        Some((pid, tid)) => format!("/proc/{pid}/task/{tid}/status"),
-        None => "/proc/thread-self/status".to_string(),
+    let of = match task {
+        Some((pid, tid)) => Of::Task(pid, tid),
+        None => Of::ThisThread,
     };
-    let status = std::fs::read_to_string(path).ok()?;
-    status.lines().find_map(|l| l.strip_prefix("Seccomp:")).and_then(|v| v.trim().parse().ok())
+    Status::read(of).ok()?.seccomp
 }
 
 #[cfg(test)]
@@ -132,6 +322,145 @@ mod tests {
         assert!(!v[2].is_file());
         assert_eq!(v[3].path, "");
         assert!(v[3].contains(0x7f0000000fff) && !v[3].contains(0x7f0000001000));
+    }
+
+    /// The head of a real status file (Linux 6.x), fields witch does not
+    /// read cut short.
+    const STATUS: &str = "Name:\tcat\nUmask:\t0022\nState:\tT (stopped)\nTgid:\t4242\nNgid:\t0\nPid:\t4243\nPPid:\t1\n\
+                          TracerPid:\t977\nUid:\t1000\t1001\t1002\t1003\nGid:\t1000\t1000\t1000\t1000\nFDSize:\t64\n\
+                          Groups:\t4 24 27\nVmRSS:\t    1024 kB\nSigQ:\t0/63336\nSigPnd:\t0000000000000400\n\
+                          ShdPnd:\t0000000000004000\nSigBlk:\tfffffffe7ffbfeff\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n\
+                          Seccomp_filters:\t1\nSpeculation_Store_Bypass:\tthread vulnerable\nCpus_allowed_list:\t0-1\n";
+
+    #[test]
+    fn status_fields_parse_from_a_real_status_text() {
+        let s = Status::parse(STATUS);
+        let want = Status {
+            state: Some(b'T'),
+            tgid: Some(4242),
+            uid: Some(1000),
+            tracer_pid: Some(977),
+            seccomp: Some(2),
+            pending: Some(1 << (libc::SIGSEGV - 1)),
+            shared_pending: Some(1 << (libc::SIGTERM - 1)),
+            blocked: Some(0xfffffffe7ffbfeff),
+        };
+        assert_eq!(s, want);
+        assert!(s.stopped() && !s.zombie() && s.sandboxed());
+        assert_eq!(s.tracer(), Some(977));
+        let running = Status::parse("State:\tR (running)\nTracerPid:\t0\nSeccomp:\t0\n");
+        assert!(!running.stopped() && !running.sandboxed());
+        assert_eq!(running.tracer(), None);
+        // Stopped by its tracer is not stopped by a signal.
+        assert!(!Status::parse("State:\tt (tracing stop)\n").stopped());
+        assert!(Status::parse("State:\tZ (zombie)\n").zombie());
+    }
+
+    #[test]
+    fn status_fields_that_are_missing_or_garbage_are_none() {
+        assert_eq!(Status::parse(""), Status::default());
+        assert_eq!(Status::parse("Name:\tx\nPid:\t1\n"), Status::default());
+        // A kernel without seccomp writes no Seccomp line.
+        let s = Status::parse("State:\tS (sleeping)\nTgid:\t7\nUid:\t0\t0\t0\t0\nTracerPid:\t0\n");
+        assert_eq!((s.state, s.tgid, s.uid, s.tracer_pid, s.seccomp), (Some(b'S'), Some(7), Some(0), Some(0), None));
+        let garbage = "State:\t\nTgid:\tseven\nUid:\t-1\nTracerPid:\t12x\nSeccomp:  \nSigPnd:\t0x1\nShdPnd:\tg\n\
+                       SigBlk:\t1ffffffffffffffff\n:\nno colon\nState\n\0\u{fffd}:\n";
+        assert_eq!(Status::parse(garbage), Status::default());
+        assert_eq!(Status::parse("State:\t? (what)\n").state, None);
+        // Out of range for its type.
+        assert_eq!(Status::parse("Tgid:\t99999999999\nSeccomp:\t4294967296\n"), Status::default());
+        // A negative tracer is no tracer; the first of repeated keys counts,
+        // garbage or not; a key must match whole; the last line needs no newline.
+        let s = Status::parse("TracerPid:\t-3\nSeccomp:\tx\nSeccomp:\t2\nSeccomp_filters:\t1\nState:\tR\nTgid:\t5");
+        assert_eq!((s.tracer(), s.seccomp, s.state, s.tgid), (None, None, Some(b'R'), Some(5)));
+        // Not UTF-8: the line is garbage, the others count.
+        let mut bytes = b"Tgid:\t\xff1\nUid:\t3\n".to_vec();
+        let s = Status::parse_from(|buf| {
+            let n = bytes.len().min(buf.len());
+            buf[..n].copy_from_slice(&bytes[..n]);
+            bytes.drain(..n);
+            Some(n)
+        });
+        assert_eq!(s.map(|s| (s.tgid, s.uid)), Some((None, Some(3))));
+        // A read error is no status.
+        assert_eq!(Status::parse_from(|_| None), None);
+    }
+
+    /// Feeds `text` `chunk` bytes a read.
+    fn parse_in_chunks(text: &str, chunk: usize) -> Option<Status> {
+        let mut rest = text.as_bytes();
+        Status::parse_from(|buf| {
+            let n = rest.len().min(buf.len()).min(chunk);
+            buf[..n].copy_from_slice(&rest[..n]);
+            rest = &rest[n..];
+            Some(n)
+        })
+    }
+
+    #[test]
+    fn status_lines_longer_than_the_buffer_are_skipped_in_reads_of_any_size() {
+        // A process in thousands of groups: its Groups line is 60 KB long.
+        let groups: String = (0..10_000).map(|g| format!("{g} ")).collect();
+        let long = STATUS.replace("Groups:\t4 24 27", &format!("Groups:\t{groups}"));
+        // The longest line kept (its newline fills the buffer) and the
+        // shortest skipped, which must not be read as its key's value.
+        let longest = format!("Tgid:{}31", " ".repeat(STATUS_LINE_MAX - 8));
+        let skipped = format!("Uid:{}5", " ".repeat(STATUS_LINE_MAX - 5));
+        assert_eq!((longest.len() + 1, skipped.len()), (STATUS_LINE_MAX, STATUS_LINE_MAX));
+        // Its tail, past what the buffer held, is no line of its own.
+        let tail = format!("Name:\t{}Seccomp:\t1", "x".repeat(STATUS_LINE_MAX - 6));
+        let edges = format!("{longest}\n{skipped}\n{tail}\nState:\tR\n{skipped}");
+        for chunk in [1, 2, 7, 255, 256, 257, 4096, usize::MAX] {
+            assert_eq!(parse_in_chunks(STATUS, chunk), Some(Status::parse(STATUS)), "chunk {chunk}");
+            assert_eq!(parse_in_chunks(&long, chunk), Some(Status::parse(STATUS)), "chunk {chunk}");
+            let s = parse_in_chunks(&edges, chunk).unwrap();
+            assert_eq!((s.tgid, s.uid, s.seccomp, s.state), (Some(31), None, None, Some(b'R')), "chunk {chunk}");
+        }
+    }
+
+    /// Counts this thread's allocations (the test binary's allocator).
+    struct Counting;
+    thread_local! {
+        static ALLOCATIONS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+    // SAFETY: forwards to the system allocator; the count is a plain
+    // thread-local cell with no destructor.
+    unsafe impl std::alloc::GlobalAlloc for Counting {
+        unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+            ALLOCATIONS.with(|a| a.set(a.get() + 1));
+            std::alloc::System.alloc(l)
+        }
+        unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+            std::alloc::System.dealloc(p, l)
+        }
+    }
+    #[global_allocator]
+    static COUNTING: Counting = Counting;
+
+    #[test]
+    fn status_files_of_this_process_read_without_allocating() {
+        let pid = std::process::id() as i32;
+        // SAFETY: gettid takes no arguments and cannot fail.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+        // The process's files say its main thread's state, which may be
+        // waiting for the tests; this thread's say it runs.
+        let process = [Of::ThisProcess, Of::Process(pid)];
+        let thread = [Of::ThisThread, Of::Task(pid, tid), Of::Process(tid), Of::OwnTask(tid)];
+        let before = ALLOCATIONS.with(|a| a.get());
+        let process = process.map(|of| Status::read(of).expect("this process's status is readable"));
+        let thread = thread.map(|of| Status::read(of).expect("this thread's status is readable"));
+        let gone = [Of::Process(-1), Of::Process(i32::MAX), Of::Task(pid, i32::MAX)].map(|of| Status::read(of).map_err(|e| e.kind()));
+        let allocated = ALLOCATIONS.with(|a| a.get()) - before;
+        assert_eq!(allocated, 0, "reading status files allocated");
+        for s in process.into_iter().chain(thread) {
+            assert_eq!(s.tgid, Some(pid));
+            assert!(s.state.is_some() && s.uid.is_some() && s.tracer_pid.is_some() && s.blocked.is_some());
+        }
+        assert_eq!(thread.map(|s| s.state), [Some(b'R'); 4]);
+        assert_eq!(gone, [Err(std::io::ErrorKind::NotFound); 3]);
+        // The reader and `std`'s agree on the thread's seccomp mode.
+        let text = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+        assert_eq!(Status::read(Of::ThisThread).unwrap().seccomp, Status::parse(&text).seccomp);
     }
 
     #[test]
