@@ -23,6 +23,7 @@ use target::{file_name, is_c_library, Target};
 use witchcraft::config::Config;
 use witchcraft::profile::{Craft, Profile};
 use witchcraft::session::{AttachCode, Message, ATTACH_SYMBOL, NO_ANSWER};
+use witchcraft::sys::procfs::{self, Of, Status};
 
 pub use target::alive;
 
@@ -259,10 +260,7 @@ const STOP_CHECK: Duration = Duration::from_millis(100);
 
 /// Is process `pid` stopped (SIGSTOP, job control)?
 fn stopped(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next().map(|st| st == "T")))
-        .unwrap_or(false)
+    Status::read(Of::Process(pid)).is_ok_and(|s| s.stopped())
 }
 
 /// How long a detach waits for the agent's control thread to end after it
@@ -271,7 +269,7 @@ const AGENT_EXIT_WAIT: Duration = Duration::from_secs(1);
 
 /// Has process `pid` a thread named as the agent's control thread?
 fn agent_thread_in(pid: i32) -> bool {
-    witchcraft::sys::procfs::tasks(Some(pid)).into_iter().any(|t| {
+    procfs::tasks(Some(pid)).into_iter().any(|t| {
         std::fs::read_to_string(format!("/proc/{pid}/task/{t}/comm")).is_ok_and(|c| c.trim_end() == witchcraft::session::AGENT_THREAD)
     })
 }

@@ -41,6 +41,7 @@ use super::target::{not_permitted, SigReturn, Target};
 use anyhow::{anyhow, bail, Result};
 use std::cell::Cell;
 use std::time::{Duration, Instant};
+use witchcraft::sys::procfs::{Of, Status};
 
 /// Blocking calls a thread may be stopped in without holding a C library lock.
 const BLOCKING_SYSCALLS: [i64; 20] = [0, 7, 23, 34, 35, 43, 45, 47, 61, 128, 130, 202, 230, 232, 247, 270, 271, 281, 288, 441];
@@ -726,10 +727,9 @@ fn sigframe(restorer: u64, r: &libc::user_regs_struct, mask: u64, fpstate: u64) 
 /// Does thread `tid` have a signal pending that it does not block, and
 /// which signals does it block?
 fn signals(tid: i32) -> (bool, u64) {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else { return (false, 0) };
-    let field = |k: &str| status.lines().find_map(|l| l.strip_prefix(k)).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(0);
-    let blocked = field("SigBlk:");
-    ((field("SigPnd:") | field("ShdPnd:")) & !blocked != 0, blocked)
+    let Ok(s) = Status::read(Of::Process(tid)) else { return (false, 0) };
+    let blocked = s.blocked.unwrap_or(0);
+    ((s.pending.unwrap_or(0) | s.shared_pending.unwrap_or(0)) & !blocked != 0, blocked)
 }
 
 /// The process was stopped (SIGSTOP, job control) while witch attached.

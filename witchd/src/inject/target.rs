@@ -12,7 +12,7 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::time::Duration;
-use witchcraft::sys::procfs::{self, Mapping};
+use witchcraft::sys::procfs::{self, Mapping, Of, Status};
 
 /// Largest object file read for its symbols (libc is ~2 MB).
 const MAX_OBJECT_BYTES: u64 = 512 << 20;
@@ -33,11 +33,10 @@ impl Target {
         if pid <= 0 {
             bail!("no process with pid {pid}");
         }
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| permission(pid, e))?;
-        let field = |k: &str| status.lines().find_map(|l| l.strip_prefix(k)).map(|v| v.split_whitespace().next().unwrap_or("").to_string());
-        let tgid = field("Tgid:").and_then(|v| v.parse().ok()).unwrap_or(pid);
-        let uid = field("Uid:").and_then(|v| v.parse().ok()).unwrap_or(0);
-        if field("State:").is_some_and(|s| s == "Z") {
+        let status = Status::read(Of::Process(pid)).map_err(|e| permission(pid, e))?;
+        let tgid = status.tgid.unwrap_or(pid);
+        let uid = status.uid.unwrap_or(0);
+        if status.zombie() {
             bail!("pid {pid} has exited (zombie)");
         }
         if tgid == std::process::id() as i32 {
@@ -89,19 +88,18 @@ impl Target {
     pub fn check_free(&self) -> Result<()> {
         let pid = self.pid;
         for tid in procfs::tasks(Some(pid)) {
-            let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")) else { continue };
-            let field = |k: &str| status.lines().find_map(|l| l.strip_prefix(k)).map(str::trim).unwrap_or("");
-            if let Ok(mode @ 1..) = field("Seccomp:").parse::<u32>() {
+            let Ok(status) = Status::read(Of::Task(pid, tid)) else { continue };
+            if let Some(mode @ 1..) = status.seccomp {
                 bail!(
                     "pid {pid} runs in a seccomp sandbox (thread {tid}: {}), whose filter may kill it for a system call the agent makes, so witch does not attach to it; a program that sandboxes itself can be profiled up to its filter when started under witch",
                     if mode == 1 { "strict mode" } else { "a filter" }
                 );
             }
-            if let Ok(tracer @ 1..) = field("TracerPid:").parse::<i32>() {
+            if let Some(tracer) = status.tracer() {
                 let comm = std::fs::read_to_string(format!("/proc/{tracer}/comm")).map(|c| format!(" ({})", c.trim())).unwrap_or_default();
                 bail!("pid {pid} is traced by pid {tracer}{comm} (thread {tid}): witch cannot attach while a debugger or tracer holds it");
             }
-            if field("State:").starts_with('T') {
+            if status.stopped() {
                 bail!("pid {pid} is stopped (SIGSTOP or job control), so it could not run the agent: continue it first (kill -CONT {pid})");
             }
         }
@@ -267,9 +265,7 @@ pub fn not_permitted(pid: i32) -> anyhow::Error {
 pub fn alive(pid: i32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
     let gone = unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-    !gone
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')))
+    !gone && !Status::read(Of::Process(pid)).is_ok_and(|s| s.zombie())
 }
 
 #[cfg(test)]
