@@ -322,11 +322,10 @@ extern "C" fn at_exit() {
     }
 }
 
-/// The pid tracing this process, if any.
+/// The pid tracing this process, if any. Called by the control thread,
+/// which may allocate.
 fn traced_by_other() -> Option<i32> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let tracer: i32 = status.lines().find_map(|l| l.strip_prefix("TracerPid:"))?.trim().parse().ok()?;
-    (tracer != 0).then_some(tracer)
+    procfs::Status::read(procfs::Of::ThisProcess).ok()?.tracer()
 }
 
 /// Open events for threads not seen before and start their samplers;
@@ -456,12 +455,8 @@ fn pending_signals() -> Vec<i32> {
     let ours = [libc::SIGTRAP, sampler_signal(), handlers::control_signal()];
     let mut mask = 0u64;
     for tid in procfs::tasks(None) {
-        let Ok(status) = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")) else { continue };
-        for key in ["SigPnd:", "ShdPnd:"] {
-            if let Some(v) = status.lines().find_map(|l| l.strip_prefix(key)) {
-                mask |= u64::from_str_radix(v.trim(), 16).unwrap_or(0);
-            }
-        }
+        let Ok(s) = procfs::Status::read(procfs::Of::OwnTask(tid)) else { continue };
+        mask |= s.pending.unwrap_or(0) | s.shared_pending.unwrap_or(0);
     }
     ours.into_iter().filter(|&s| mask & (1u64 << (s - 1)) != 0).collect()
 }

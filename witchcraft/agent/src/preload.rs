@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use witchcraft::config::Config;
 use witchcraft::engine::{thread::thread_stack, Place, ThreadState};
 use witchcraft::sys::fd;
+use witchcraft::sys::procfs::{Of, Status};
 
 /// The key whose destructor runs at each thread's exit.
 static KEY: AtomicU32 = AtomicU32::new(u32::MAX);
@@ -126,14 +127,16 @@ fn create_output(dir: &std::path::Path) -> Sink {
 /// with `openat`, `read` and `close` as the dynamic loader made them to
 /// load the agent, so a filter that let it load lets this through.
 fn sandboxed() -> bool {
-    witchcraft::sys::procfs::seccomp_mode(None).is_some_and(|m| m != 0)
+    Status::read(Of::ThisThread).is_ok_and(|s| s.sandboxed())
 }
 
-/// Is this process traced (by a debugger)? Why, if so.
+/// Is this process traced (by a debugger)? Why, if so. Called at load (the
+/// constructor) and in a fork child (the `pthread_atfork` handler, which
+/// allocates already), never in a signal handler: the read allocates
+/// nothing, the reason is formatted only when there is one.
 fn traced_by_debugger() -> Option<String> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let tracer: i32 = status.lines().find_map(|l| l.strip_prefix("TracerPid:"))?.trim().parse().ok()?;
-    (tracer != 0).then(|| format!("it is traced by pid {tracer} (a debugger)"))
+    let tracer = Status::read(Of::ThisProcess).ok()?.tracer()?;
+    Some(format!("it is traced by pid {tracer} (a debugger)"))
 }
 
 fn untraced_note(why: &str) -> String {
