@@ -290,17 +290,6 @@ impl Status {
     }
 }
 
-/// The seccomp mode of thread `tid` of process `pid` (None: the calling
-/// thread), from its status: 0 none, 1 strict, 2 a filter. None if it
-/// can't be read.
-pub fn seccomp_mode(task: Option<(i32, i32)>) -> Option<u32> {
-    let of = match task {
-        Some((pid, tid)) => Of::Task(pid, tid),
-        None => Of::ThisThread,
-    };
-    Status::read(of).ok()?.seccomp
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
