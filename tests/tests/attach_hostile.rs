@@ -154,7 +154,7 @@ fn root_attach_with(what: Plant) -> Option<Hostile> {
     let vault = Vault::new(&dir);
     let prog = Program::build("busy_single", dir.path());
     chmod(&prog.exe, 0o755);
-    let mut target = Target::start(&prog.exe, &["0"], &wrapper);
+    let target = Target::start(&prog.exe, &["0"], &wrapper);
     target.wait_ready(1, Some("busy_single"));
     let stop = Arc::new(AtomicBool::new(false));
     let plants = planter(&vault, what, stop.clone());
@@ -163,11 +163,8 @@ fn root_attach_with(what: Plant) -> Option<Hostile> {
     let ended = run_within(cmd, Duration::from_secs(30));
     stop.store(true, Ordering::Relaxed);
     let planted = plants.join().unwrap();
-    assert!(target.alive(), "the target died");
     assert!(eventually(Duration::from_secs(5), || !agent_armed(target.pid())), "the session was left armed in the target");
-    let end = target.finish();
-    let native = prog.run_native(&[&end.rounds.to_string()]);
-    assert_eq!((native.code(), native.stdout_str()), (end.code(), end.stdout), "differs from an unprofiled run");
+    ends_as_unprofiled(target, &prog);
     Some(Hostile { _dir: dir, vault, planted, ended })
 }
 
@@ -212,7 +209,7 @@ fn witchd_exits_on_sigterm_whatever_the_targets_owner_planted() {
     let vault = Vault::new(&dir);
     let prog = Program::build("attach_target", dir.path());
     chmod(&prog.exe, 0o755);
-    let mut target = Target::start(&prog.exe, &["0"], &wrapper);
+    let target = Target::start(&prog.exe, &["0"], &wrapper);
     target.wait_ready(5, Some("attach_target"));
     let config = dir.join("witchd.toml");
     std::fs::write(
@@ -250,15 +247,30 @@ fn witchd_exits_on_sigterm_whatever_the_targets_owner_planted() {
     let logs = format!("{}{}", std::fs::read_to_string(&log).unwrap_or_default(), read(&dir.join("witchd.err")));
     assert!(ended, "witchd did not exit within 15 s of SIGTERM (FIFOs planted in {planted:?}); log:\n{logs}");
     assert!(logs.contains("dead"), "witchd ran no session; log:\n{logs}");
-    assert!(target.alive(), "the target died");
     assert!(eventually(Duration::from_secs(5), || !agent_armed(target.pid())), "witchd left a session armed in the target");
-    let end = target.finish();
-    let native = prog.run_native(&[&end.rounds.to_string()]);
-    assert_eq!((native.code(), native.stdout_str()), (end.code(), end.stdout), "differs from an unprofiled run");
+    ends_as_unprofiled(target, &prog);
 }
 
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_default()
+}
+
+/// The next attach to `pid` (`witch dead` for `duration`, its profile in
+/// `dir/out`) works: it is not refused as "already running". `what`
+/// starts the failure's message.
+fn attach_again(dir: &Scratch, pid: u32, out: &str, duration: &str, what: &str) {
+    let out = dir.join(out);
+    let run = attach_cmd(&witch_bin(), &[], "dead", pid, &["--duration", duration, "-q", "-o", out.to_str().unwrap()]);
+    assert_eq!(run.code(), Some(0), "{what}{}", run.describe());
+}
+
+/// The target is alive and, once its input closes, ends as an unprofiled
+/// run of as many rounds does: same output, same exit.
+fn ends_as_unprofiled(mut target: Target, prog: &Program) {
+    assert!(target.alive(), "the target died");
+    let end = target.finish();
+    let native = prog.run_native(&[&end.rounds.to_string()]);
+    assert_eq!((native.code(), native.stdout_str()), (end.code(), end.stdout), "differs from an unprofiled run");
 }
 
 /// The process that attached (witch here; witchd does the same) stops
@@ -290,13 +302,8 @@ fn a_controller_that_gives_up_leaves_the_target_as_it_was() {
     let _ = witch.wait();
     assert!(left, "3 s after its controller went away the agent is still armed in pid {pid} (threads {:?})", thread_names(pid));
     assert!(target.alive(), "the target died");
-    // The next attach is not refused as "already running".
-    let out = dir.join("next.json");
-    let run = attach_cmd(&witch_bin(), &[], "dead", pid, &["--duration", "300ms", "-q", "-o", out.to_str().unwrap()]);
-    assert_eq!(run.code(), Some(0), "{}", run.describe());
-    let end = target.finish();
-    let native = prog.run_native(&[&end.rounds.to_string()]);
-    assert_eq!((native.code(), native.stdout_str()), (end.code(), end.stdout), "differs from an unprofiled run");
+    attach_again(&dir, pid, "next.json", "300ms", "");
+    ends_as_unprofiled(target, &prog);
 }
 
 /// witch killed after its call into the agent and before its settings
@@ -311,7 +318,7 @@ fn a_controller_killed_before_its_settings_leaves_the_target_ready_for_the_next_
     let _one = one_at_a_time();
     let dir = Scratch::new("killed-before-settings");
     let prog = Program::build("busy_single", dir.path());
-    let mut target = Target::start(&prog.exe, &["0"], &[]);
+    let target = Target::start(&prog.exe, &["0"], &[]);
     target.wait_ready(1, None);
     let pid = target.pid();
     for round in 0..4 {
@@ -326,14 +333,9 @@ fn a_controller_killed_before_its_settings_leaves_the_target_ready_for_the_next_
             "round {round}: 3 s after its controller was killed the agent is still in pid {pid} (threads {:?})",
             thread_names(pid)
         );
-        let out = dir.join(&format!("next{round}.json"));
-        let run = attach_cmd(&witch_bin(), &[], "dead", pid, &["--duration", "200ms", "-q", "-o", out.to_str().unwrap()]);
-        assert_eq!(run.code(), Some(0), "round {round}: {}", run.describe());
+        attach_again(&dir, pid, &format!("next{round}.json"), "200ms", &format!("round {round}: "));
     }
-    assert!(target.alive(), "the target died");
-    let end = target.finish();
-    let native = prog.run_native(&[&end.rounds.to_string()]);
-    assert_eq!((native.code(), native.stdout_str()), (end.code(), end.stdout), "differs from an unprofiled run");
+    ends_as_unprofiled(target, &prog);
 }
 
 /// The process is stopped (SIGSTOP) while witch holds one of its threads
@@ -362,9 +364,7 @@ fn a_process_stopped_while_witch_attaches_stays_stopped_and_comes_back_whole() {
             status_field(pid, "State:")
         );
         unsafe { libc::kill(pid as i32, libc::SIGCONT) };
-        let out = dir.join(&format!("after-stop{round}.json"));
-        let run = attach_cmd(&witch_bin(), &[], "dead", pid, &["--duration", "200ms", "-q", "-o", out.to_str().unwrap()]);
-        assert_eq!(run.code(), Some(0), "round {round}: {}", run.describe());
+        attach_again(&dir, pid, &format!("after-stop{round}.json"), "200ms", &format!("round {round}: "));
         assert!(target.alive(), "round {round}: the target died");
         let end = target.finish();
         assert!(end.code() == Some(0) && end.stdout.contains(" changed 0"), "round {round}: {:?} {:?}", end.code(), end.stdout);
