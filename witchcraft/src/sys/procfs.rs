@@ -1,5 +1,6 @@
 //! `/proc`: the one parser of `/proc/PID/maps`, the one reader of status
-//! files (`/proc/PID/status`: state, tracer, seccomp, signals), and a
+//! files (`/proc/PID/status`: state, tracer, seccomp, signals), the one
+//! parser of `/proc/PID/stat` (state, start time, image layout), and a
 //! process's threads.
 
 use std::io::Read;
@@ -26,6 +27,11 @@ impl Mapping {
     /// Backed by a file (not anonymous, not a `[pseudo]` mapping).
     pub fn is_file(&self) -> bool {
         self.path.starts_with('/')
+    }
+    /// The mapped file's name, the last part of its path (a file deleted
+    /// since, " (deleted)" to its path, counts); None when no file.
+    pub fn file_name(&self) -> Option<&str> {
+        self.is_file().then(|| self.path.trim_end_matches(" (deleted)").rsplit('/').next()).flatten()
     }
 }
 
@@ -85,6 +91,72 @@ pub fn read_maps_text(pid: Option<i32>) -> std::io::Result<String> {
 /// The mappings of process `pid` (None: this process).
 pub fn read_maps(pid: Option<i32>) -> std::io::Result<Vec<Mapping>> {
     read_maps_text(pid).map(|t| parse_maps(&t))
+}
+
+/// The layout of a process's program image: start and end of its code,
+/// start of its stack, start and end of its data and start of its heap
+/// (fields 26-28 and 45-47 of `/proc/PID/stat`; the kernel writes zeros
+/// there for a reader that may not ptrace the process). An exec (the same
+/// pid and start time, a new program) lays out a new image, at new,
+/// randomized addresses, so a change of layout means an exec. With address
+/// randomization off, a program that execs itself again may get the same
+/// layout: then only what the old image held being gone (an agent's
+/// mapping, a socket it held) tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Image(pub [u64; 6]);
+
+impl Image {
+    /// The image of process `pid` now; None when it is gone.
+    pub fn of(pid: i32) -> Option<Image> {
+        Stat::read(pid).map(|s| s.image)
+    }
+
+    /// Has process `pid` laid out another image than `before` (an exec)?
+    /// False when it is gone, or when `before` is unknown.
+    pub fn changed(pid: i32, before: Option<Image>) -> bool {
+        before.is_some_and(|b| Image::of(pid).is_some_and(|now| b.replaced_by(now)))
+    }
+
+    /// Is `now` another program's image than this one? Not when either
+    /// reads as zeros: a process that is exiting has let its memory go (the
+    /// kernel writes zeros) before it shows as a zombie, and a reader that
+    /// may not ptrace the process reads zeros throughout.
+    pub fn replaced_by(self, now: Image) -> bool {
+        now != self && now != Image::default() && self != Image::default()
+    }
+}
+
+/// The fields of `/proc/PID/stat` that witch reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    /// The state letter (R, S, D, T, t, Z, ...).
+    pub state: char,
+    /// Start time in clock ticks since boot: with the pid, the process's
+    /// identity (pids are reused).
+    pub start_time: u64,
+    pub image: Image,
+}
+
+impl Stat {
+    /// Reads `/proc/PID/stat`; None when the process is gone or the text is
+    /// not what the kernel writes.
+    pub fn read(pid: i32) -> Option<Stat> {
+        Stat::parse(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    }
+
+    /// Parses a stat line. The command name may hold spaces and
+    /// parentheses, so fields are counted from the last ')'.
+    pub fn parse(s: &str) -> Option<Stat> {
+        let rest = &s[s.rfind(')')? + 1..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // Field 3 (index 0 here) is the state; field 22 the start time.
+        let field = |n: usize| f.get(n - 3).and_then(|v| v.parse::<u64>().ok());
+        let state = f.first()?.chars().next()?;
+        let start_time = field(22)?;
+        // Older kernels end before field 45: those fields are then left out.
+        let image = Image([26, 27, 28, 45, 46, 47].map(|n| field(n).unwrap_or(0)));
+        Some(Stat { state, start_time, image })
+    }
 }
 
 /// The mapping of this process that contains `addr`.
@@ -311,6 +383,37 @@ mod tests {
         assert!(!v[2].is_file());
         assert_eq!(v[3].path, "");
         assert!(v[3].contains(0x7f0000000fff) && !v[3].contains(0x7f0000001000));
+    }
+
+    #[test]
+    fn stat_lines_with_odd_names_and_image_fields() {
+        let s = "1234 (a) b (c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 1 0 987654 1000 50";
+        assert_eq!(Stat::parse(s), Some(Stat { state: 'S', start_time: 987654, image: Image::default() }));
+        assert_eq!(Stat::parse("garbage"), None);
+        // A whole line of this kernel's (6.x): 52 fields.
+        let s = "4242 (daemon exec) S 1 4242 4242 0 -1 4194304 120 0 0 0 3 1 0 0 20 0 2 0 5170 10600448 400 \
+                 18446744073709551615 94649360064512 94649360066033 140725711531632 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 \
+                 94649360076224 94649360076912 94649363132416 140725711536930 140725711536946 140725711536946 140725711540211 0";
+        let st = Stat::parse(s).unwrap();
+        assert_eq!((st.state, st.start_time), ('S', 5170));
+        assert_eq!(st.image.0, [94649360064512, 94649360066033, 140725711531632, 94649360076224, 94649360076912, 94649363132416]);
+    }
+
+    #[test]
+    fn this_process_has_an_image_and_maps_its_test_binary() {
+        let pid = std::process::id() as i32;
+        let image = Image::of(pid).expect("this process's stat is readable");
+        assert_ne!(image, Image::default());
+        assert!(!Image::changed(pid, Some(image)) && !Image::changed(pid, None));
+        assert!(Image::changed(pid, Some(Image([1; 6]))));
+        assert!(Image([1; 6]).replaced_by(Image([2; 6])) && !Image([1; 6]).replaced_by(Image([1; 6])));
+        assert!(!Image([1; 6]).replaced_by(Image::default()), "an exiting process is no new image");
+        assert!(!Image::default().replaced_by(Image([1; 6])), "a layout unknown before is no old image");
+        assert!(!Image::changed(-1, Some(Image([1; 6]))), "a process that is gone did not exec");
+        let named = |path: &str| Mapping { path: path.into(), ..parse_line("0-1 r--p 0 0:0 0").unwrap() }.file_name().map(String::from);
+        assert_eq!(named("/usr/lib/libwitch_agent.so (deleted)").as_deref(), Some("libwitch_agent.so"));
+        assert_eq!(named("/bin/app with space").as_deref(), Some("app with space"));
+        assert_eq!((named("[vdso]"), named("")), (None, None));
     }
 
     /// The head of a real status file (Linux 6.x), fields witch does not

@@ -67,6 +67,17 @@ pub struct Session {
     chan: Channel,
 }
 
+/// The agent's file name, as a process maps it.
+pub const AGENT_FILE: &str = "libwitch_agent.so";
+
+/// Has the agent gone from process `pid` with the program it was loaded
+/// into? The agent stays loaded after a session (a later attach reuses
+/// it): only a new image lacks it. The process must map a program (an
+/// exiting one has let its memory go, and maps nothing).
+pub fn agent_gone(pid: i32) -> bool {
+    procfs::read_maps(Some(pid)).is_ok_and(|maps| !maps.is_empty() && !maps.iter().any(|m| m.file_name() == Some(AGENT_FILE)))
+}
+
 /// How a session ended.
 pub struct Ended {
     /// None when the target died before it could send one (e.g. SIGKILL).
@@ -86,7 +97,7 @@ pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
     let config = opts.config()?;
     let agent = crate::agent::find_agent()?;
     let agent_path = agent.to_string_lossy().into_owned();
-    let is_agent = |f: &str| f == "libwitch_agent.so";
+    let is_agent = |f: &str| f == AGENT_FILE;
     let loaded = target.object(is_agent).cloned();
     let (mut dlopen, mut dlerror, mut getpid) = (None, None, None);
     for m in target.maps.iter().filter(|m| m.offset == 0 && m.is_file() && is_c_library(file_name(&m.path))) {
