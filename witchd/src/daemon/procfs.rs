@@ -28,15 +28,10 @@ pub struct Proc {
     pub image: Image,
 }
 
-/// The layout of a process's program image: start and end of its code,
-/// start of its stack, start and end of its data and start of its heap
-/// (fields 26-28 and 45-47 of /proc/PID/stat; zeros where witchd may not
-/// read them). An exec (the same pid running a new program) lays out a new
-/// image, at new, randomized addresses; with address randomization off, a
-/// program that execs itself again may get the same layout, and then only
-/// its agent's absence tells (see the session).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Image(pub [u64; 6]);
+/// Where a program image lies; the one reader of /proc/PID/stat is
+/// witchcraft's, shared with `witch --pid`.
+pub use witchcraft::sys::procfs::Image;
+use witchcraft::sys::procfs::Stat;
 
 impl Proc {
     /// Reads /proc/PID; None when the process is gone or unreadable.
@@ -47,7 +42,7 @@ impl Proc {
     fn read_in(root: &Path, pid: i32) -> Option<Proc> {
         use std::os::unix::fs::MetadataExt;
         let dir = root.join(pid.to_string());
-        let (state, start_time, image) = parse_stat(&std::fs::read_to_string(dir.join("stat")).ok()?)?;
+        let Stat { state, start_time, image } = Stat::parse(&std::fs::read_to_string(dir.join("stat")).ok()?)?;
         let status = std::fs::read_to_string(dir.join("status")).ok()?;
         let uids = ids(&status, "Uid:")?;
         let gids = ids(&status, "Gid:")?;
@@ -98,25 +93,6 @@ pub fn may_access(caller_uid: u32, caller_gid: u32, owner: Option<(u32, u32)>) -
     caller_uid == 0 || owner == Some((caller_uid, caller_gid))
 }
 
-/// The image of process `pid` now; None when it is gone.
-pub fn image(pid: i32) -> Option<Image> {
-    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?).map(|(_, _, i)| i)
-}
-
-/// (state, start time, image) from /proc/PID/stat. The command name may hold
-/// spaces and parentheses, so fields are counted from the last ')'.
-fn parse_stat(s: &str) -> Option<(char, u64, Image)> {
-    let rest = &s[s.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // Field 3 (index 0 here) is the state; field 22 the start time.
-    let field = |n: usize| f.get(n - 3).and_then(|v| v.parse::<u64>().ok());
-    let state = f.first()?.chars().next()?;
-    let start = field(22)?;
-    // Older kernels end before field 45: those fields are then left out.
-    let image = Image([26, 27, 28, 45, 46, 47].map(|n| field(n).unwrap_or(0)));
-    Some((state, start, image))
-}
-
 fn ids(status: &str, key: &str) -> Option<[u32; 4]> {
     let line = status.lines().find(|l| l.starts_with(key))?;
     let v: Vec<u32> = line[key.len()..].split_whitespace().filter_map(|x| x.parse().ok()).collect();
@@ -146,20 +122,6 @@ pub fn cgroup_matches(paths: &[String], want: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stat_with_odd_names() {
-        let s = "1234 (a) b (c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 1 0 987654 1000 50";
-        assert_eq!(parse_stat(s), Some(('S', 987654, Image::default())));
-        assert_eq!(parse_stat("garbage"), None);
-        // A whole line of this kernel's (6.x): 52 fields.
-        let s = "4242 (daemon exec) S 1 4242 4242 0 -1 4194304 120 0 0 0 3 1 0 0 20 0 2 0 5170 10600448 400 \
-                 18446744073709551615 94649360064512 94649360066033 140725711531632 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0 \
-                 94649360076224 94649360076912 94649363132416 140725711536930 140725711536946 140725711536946 140725711540211 0";
-        let (state, start, image) = parse_stat(s).unwrap();
-        assert_eq!((state, start), ('S', 5170));
-        assert_eq!(image.0, [94649360064512, 94649360066033, 140725711531632, 94649360076224, 94649360076912, 94649363132416]);
-    }
 
     #[test]
     fn this_process() {

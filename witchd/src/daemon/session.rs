@@ -11,7 +11,7 @@
 //! session ends as `target_exec`, and the process is profiled again later.
 
 use super::metrics::{overhead_ns, ErrorKind, Outcome};
-use super::procfs::{self, Image, Proc};
+use super::procfs::{Image, Proc};
 use super::store::Meta;
 use super::{say, Claim, Daemon};
 use crate::inject::{self, Ended, Options};
@@ -48,18 +48,12 @@ impl Attached for inject::Session {
         inject::Session::target_alive(self)
     }
     fn agent_present(&self) -> bool {
-        // The agent stays loaded after a session (a later attach reuses it):
-        // only a new image lacks it. (Its file may have been replaced since.)
-        std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
-            .is_ok_and(|maps| maps.lines().any(|l| l.trim_end_matches(" (deleted)").rsplit('/').next() == Some(AGENT_FILE)))
+        !inject::agent_gone(self.pid)
     }
     fn detach(self: Box<Self>, timeout: Duration) -> Result<Ended> {
         inject::Session::detach(*self, timeout)
     }
 }
-
-/// The agent's file name, as the process maps it.
-const AGENT_FILE: &str = "libwitch_agent.so";
 
 /// What was asked for.
 pub struct Plan {
@@ -107,11 +101,6 @@ fn same_process(p: &Proc) -> bool {
     same_process_now(p).is_some()
 }
 
-/// Has process `pid` laid out a new image since `before` (an exec)?
-fn image_changed(pid: i32, before: Option<Image>) -> bool {
-    matches!((before, procfs::image(pid)), (Some(b), Some(now)) if b != now)
-}
-
 /// Runs one session on a claimed pid. Never fails: failures are outcomes,
 /// counted here, with a one-line note that the caller logs or relays (the
 /// scheduler logs a target's error only when it changes).
@@ -145,7 +134,7 @@ pub async fn run(d: Arc<Daemon>, claim: Claim, plan: Plan) -> Done {
             if !same_process(&plan.target) {
                 return exited(&d, &plan.target, craft, "while attaching");
             }
-            if image_changed(pid, Some(before.image)) {
+            if Image::changed(pid, Some(before.image)) {
                 return replaced(&d, &plan.target, craft, "while witchd was attaching");
             }
             let msg = format!("cannot attach to {who}: {e:#}");
@@ -163,7 +152,7 @@ pub async fn run(d: Arc<Daemon>, claim: Claim, plan: Plan) -> Done {
     // The image the agent is in: read after the attach, so that an exec
     // before it (the attach then found the new program) is not taken for one
     // during the session.
-    let image = procfs::image(pid);
+    let image = Image::of(pid);
     // Profile for `duration`, unless shutdown comes first, or the target
     // goes or replaces its program.
     let deadline = Instant::now() + plan.duration;
@@ -178,7 +167,7 @@ pub async fn run(d: Arc<Daemon>, claim: Claim, plan: Plan) -> Done {
             died = true;
             break;
         }
-        if image_changed(pid, image) {
+        if Image::changed(pid, image) {
             exec = true;
             break;
         }
@@ -196,7 +185,7 @@ pub async fn run(d: Arc<Daemon>, claim: Claim, plan: Plan) -> Done {
     let timeout = if gone { d.cfg.detach_timeout.min(Duration::from_secs(2)) } else { d.cfg.detach_timeout };
     let detached = tokio::task::spawn_blocking(move || session.detach(timeout)).await;
     // No profile, the process there: did it exec?
-    let was_exec = || exec || agent_left || image_changed(pid, image);
+    let was_exec = || exec || agent_left || Image::changed(pid, image);
     let ended = match detached {
         Ok(Ok(e)) => e,
         Ok(Err(e)) => {

@@ -51,7 +51,7 @@ impl Attacher for Arc<Fake> {
         let total = self.open_total.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_open_total.fetch_max(total, Ordering::SeqCst);
         self.attached.fetch_add(1, Ordering::SeqCst);
-        Ok(Box::new(FakeSession { pid, craft: opts.craft, fake: self.clone(), start_ns: store::now_ns(), image: procfs::image(pid) }))
+        Ok(Box::new(FakeSession { pid, craft: opts.craft, fake: self.clone(), start_ns: store::now_ns(), image: procfs::Image::of(pid) }))
     }
 }
 
@@ -64,7 +64,7 @@ impl Attached for FakeSession {
         alive(self.pid)
     }
     fn agent_present(&self) -> bool {
-        procfs::image(self.pid) == self.image
+        procfs::Image::of(self.pid) == self.image
     }
     fn detach(self: Box<Self>, _timeout: Duration) -> anyhow::Result<Ended> {
         *self.fake.open.lock().unwrap().get_mut(&self.pid).unwrap() -= 1;
