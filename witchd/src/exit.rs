@@ -12,7 +12,9 @@
 //!
 //! Every other command (`report`, `diff`, `gate`, `doctor`, `daemon`, and a
 //! craft with `--pid`, which runs no program) exits 0 when it worked and 2
-//! on an error; `gate` exits 1 when a bound fails.
+//! on an error; `gate` exits 1 when a bound fails, and a craft with `--pid`
+//! exits 3 when the process replaced its program (exec) during the session
+//! or the attach, which leaves no profile (the process runs on).
 
 /// witch failed before, or instead of, running the program.
 pub const FAILED: i32 = 125;
@@ -24,6 +26,9 @@ pub const NOT_FOUND: i32 = 127;
 pub const ERROR: i32 = 2;
 /// `witch gate`: a bound failed.
 pub const GATE_FAILED: i32 = 1;
+/// `witch CRAFT --pid`: the process replaced its program (exec) during the
+/// session (or the attach); its agent and profile went with the old image.
+pub const TARGET_EXEC: i32 = 3;
 
 /// An error that says which status witch exits with.
 #[derive(Debug)]

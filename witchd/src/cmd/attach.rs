@@ -1,8 +1,15 @@
 //! `witch CRAFT --pid PID`: attach to a running process, profile it for
 //! `--duration` or until Ctrl-C, detach, and report. The process goes on unchanged.
+//!
+//! A process that replaces its program (exec) during the session takes the
+//! agent and what it gathered with the old image: witch sees that within a
+//! poll, says so in one line and exits with [`exit::TARGET_EXEC`]; the
+//! process runs on as its new program.
 
 use super::output::{self, Output};
 use crate::cli::RunArgs;
+use crate::exit;
+use crate::inject::{self, Exec};
 use anyhow::{bail, Result};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,9 +37,13 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         unsafe { libc::signal(sig, interrupted as *const () as libc::sighandler_t) };
     }
-    let session = crate::inject::attach(pid, &opts)?;
+    let session = inject::attach(pid, &opts).map_err(|e| match e.downcast::<Exec>() {
+        Ok(x) => exit::Status { code: exit::TARGET_EXEC, msg: x.0 }.into(),
+        Err(e) => e,
+    })?;
     let pid = session.pid;
-    let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|s| s.trim().to_string()).unwrap_or_else(|_| "process".into());
+    let comm = || std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|s| s.trim().to_string()).ok();
+    let name = comm().unwrap_or_else(|| "process".into());
     if !a.quiet {
         match a.duration {
             Some(d) => crate::say!("witch: attached to pid {pid} ({name}); profiling for {d:.1?}"),
@@ -40,16 +51,53 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
         }
     }
     let start = std::time::Instant::now();
+    let image = session.image();
+    // An exec: a new image, or (one that kept the layout) the agent's
+    // socket closed and the agent no longer mapped.
+    let (mut exec, mut closed_seen) = (false, false);
     while !INTERRUPTED.load(Ordering::Relaxed) && a.duration.is_none_or(|d| start.elapsed() < d) && session.target_alive() {
+        if session.exec_seen() {
+            exec = true;
+            break;
+        }
+        if !closed_seen && session.agent_closed() {
+            // Also closed when the process exits (its profile comes first)
+            // or the agent ends the session itself: then wait on as before.
+            closed_seen = true;
+            if session.agent_gone() && session.target_alive() {
+                exec = true;
+                break;
+            }
+        }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    let took = start.elapsed();
     let ended = session.detach(std::time::Duration::from_secs(30))?;
     if ended.target_exited && !a.quiet {
         crate::say!("witch: pid {pid} exited during the session");
     }
+    let exec = exec || (ended.profile.is_none() && !ended.target_exited && inject::replaced(pid, image));
+    let now = || comm().filter(|c| *c != name).map_or(String::new(), |c| format!(", now {c}"));
     let Some(profile) = ended.profile else {
-        bail!("pid {pid} left no profile (it was killed, or exec'd a new program, during the session)");
+        if exec {
+            return Err(exit::Status {
+                code: exit::TARGET_EXEC,
+                msg: format!(
+                    "pid {pid} ({name}) replaced its program (exec{}) {:.1} s into the session: the agent, and the profile it was gathering, went with the old program; the process runs on",
+                    now(),
+                    took.as_secs_f64()
+                ),
+            }
+            .into());
+        }
+        bail!("pid {pid} left no profile: its agent ended without one during the session (was the process killed?)");
     };
+    if exec && !a.quiet {
+        crate::say!(
+            "witch: pid {pid} ({name}) replaced its program (exec{}) after its agent had sent the profile: that profile is kept",
+            now()
+        );
+    }
     let out = out.path(craft, Path::new(&name), pid as u32);
     output::save(&profile, &out)?;
     if !a.quiet {

@@ -4,10 +4,11 @@
 //! the target can never make the controller block or hold unbounded data.
 
 use anyhow::{anyhow, bail, Result};
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::sync::mpsc;
+use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 use witchcraft::session::{Decoder, Message};
 
@@ -29,6 +30,8 @@ pub enum Event {
 pub struct Channel {
     sock: UnixStream,
     rx: mpsc::Receiver<Event>,
+    /// Events read ahead by [`Channel::closed`], for [`Channel::recv`].
+    early: Mutex<VecDeque<Event>>,
 }
 
 /// A pidfd for `pid`: it names that process, not whatever reuses the pid.
@@ -59,7 +62,7 @@ impl Channel {
         let reader = sock.try_clone()?;
         let (tx, rx) = mpsc::channel();
         std::thread::Builder::new().name("witch-session".into()).spawn(move || read_loop(reader, tx))?;
-        Ok(Channel { sock, rx })
+        Ok(Channel { sock, rx, early: Mutex::new(VecDeque::new()) })
     }
 
     /// Send `m`; false if the agent is gone or stopped reading.
@@ -69,11 +72,33 @@ impl Channel {
 
     /// The next event, waiting at most `wait`.
     pub fn recv(&self, wait: Duration) -> Option<Event> {
+        if let Some(e) = self.early.lock().unwrap().pop_front() {
+            return Some(e);
+        }
         match self.rx.recv_timeout(wait) {
             Ok(e) => Some(e),
             Err(mpsc::RecvTimeoutError::Timeout) => None,
             Err(mpsc::RecvTimeoutError::Disconnected) => Some(Event::Closed(None)),
         }
+    }
+
+    /// Has the agent's end closed? Reads what came without waiting, and
+    /// keeps it for [`Channel::recv`].
+    pub fn closed(&self) -> bool {
+        let mut early = self.early.lock().unwrap();
+        loop {
+            match self.rx.try_recv() {
+                Ok(e) => early.push_back(e),
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    if !early.iter().any(|e| matches!(e, Event::Closed(_))) {
+                        early.push_back(Event::Closed(None));
+                    }
+                    break;
+                }
+            }
+        }
+        early.iter().any(|e| matches!(e, Event::Closed(_)))
     }
 }
 

@@ -10,6 +10,11 @@
 //! controller never touches a path the target's owner controls
 //! (docs/SECURITY.md), and closing the socket, by detaching, giving up or
 //! dying, always ends the session in the target.
+//!
+//! A process that replaces its program (exec) takes the agent, its state
+//! and what it gathered with the old image, and the socket closes; the pid
+//! and start time stay. [`Session::exec_seen`] and [`replaced`] tell that
+//! from an exit, for `witch --pid` and witchd alike.
 
 pub mod channel;
 pub mod ptrace;
@@ -23,7 +28,7 @@ use target::{file_name, is_c_library, Target};
 use witchcraft::config::Config;
 use witchcraft::profile::{Craft, Profile};
 use witchcraft::session::{AttachCode, Message, ATTACH_SYMBOL, NO_ANSWER};
-use witchcraft::sys::procfs::{self, Of, Status};
+use witchcraft::sys::procfs::{self, Image, Of, Status};
 
 pub use target::alive;
 
@@ -65,6 +70,8 @@ impl Options {
 pub struct Session {
     pub pid: i32,
     chan: Channel,
+    /// The process's image as the attach found it: the one the agent is in.
+    image: Option<Image>,
 }
 
 /// The agent's file name, as a process maps it.
@@ -76,6 +83,31 @@ pub const AGENT_FILE: &str = "libwitch_agent.so";
 /// exiting one has let its memory go, and maps nothing).
 pub fn agent_gone(pid: i32) -> bool {
     procfs::read_maps(Some(pid)).is_ok_and(|maps| !maps.is_empty() && !maps.iter().any(|m| m.file_name() == Some(AGENT_FILE)))
+}
+
+/// Has process `pid`, still running, replaced the program whose image was
+/// `image` (exec)? Its layout changed, or (an exec that kept the layout,
+/// address randomization off) the agent that was loaded is gone. Reads the
+/// maps: for when a session ended without a profile, not for polling.
+pub fn replaced(pid: i32, image: Option<Image>) -> bool {
+    alive(pid) && (Image::changed(pid, image) || agent_gone(pid))
+}
+
+/// An error: the process replaced its program (exec) while witch was
+/// attaching to it, so nothing was profiled. It runs on.
+#[derive(Debug)]
+pub struct Exec(pub String);
+
+impl std::fmt::Display for Exec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Exec {}
+
+fn exec_while_attaching(pid: i32) -> anyhow::Error {
+    Exec(format!("pid {pid} replaced its program (exec) while witch was attaching; nothing was profiled, and it runs on")).into()
 }
 
 /// How a session ended.
@@ -90,6 +122,17 @@ pub struct Ended {
 const READY_WAIT: Duration = Duration::from_secs(20);
 
 pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
+    // Read before the maps are: the image they describe, unless it changes.
+    let image = Image::of(pid);
+    let attached = attach_in(pid, image, opts);
+    match attached {
+        // (Not `replaced`: a refused attach never loaded the agent.)
+        Err(e) if e.downcast_ref::<Exec>().is_none() && Image::changed(pid, image) && alive(pid) => Err(exec_while_attaching(pid)),
+        r => r,
+    }
+}
+
+fn attach_in(pid: i32, image: Option<Image>, opts: &Options) -> Result<Session> {
     let mut target = Target::inspect(pid)?;
     let pid = target.pid;
     target.check_x86_64()?;
@@ -130,6 +173,13 @@ pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
         _ => Return::Fault,
     };
     let tracee = Tracee::stop_safely(&target)?;
+    // An exec since the maps were read would leave their addresses naming
+    // nothing (or anything) in the new image: call none of them. One after
+    // this stop kills the stopped thread, and with it the injection.
+    if Image::changed(pid, image) {
+        tracee.resume();
+        return Err(exec_while_attaching(pid));
+    }
     let injected = (|| -> Result<i32> {
         if let (Some(f), Return::Restore(_), true) = (getpid, ret, tracee.in_mask_call()) {
             tracee.call(f, &[], ret)?;
@@ -191,7 +241,7 @@ pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
     loop {
         let left = until.saturating_duration_since(Instant::now());
         match chan.recv(left.min(STOP_CHECK)) {
-            Some(Event::Message(Message::Ready { .. })) => return Ok(Session { pid, chan }),
+            Some(Event::Message(Message::Ready { .. })) => return Ok(Session { pid, chan, image }),
             Some(Event::Message(Message::Error(e))) => bail!("cannot profile pid {pid}: {}", e.trim()),
             Some(Event::Message(_)) => {}
             Some(Event::Closed(why)) => {
@@ -212,6 +262,30 @@ pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
 impl Session {
     pub fn target_alive(&self) -> bool {
         alive(self.pid)
+    }
+
+    /// The image the agent was loaded into.
+    pub fn image(&self) -> Option<Image> {
+        self.image
+    }
+
+    /// Has the process laid out a new image since the attach (an exec)?
+    /// One read of /proc/PID/stat: cheap enough to poll.
+    pub fn exec_seen(&self) -> bool {
+        Image::changed(self.pid, self.image)
+    }
+
+    /// Has the agent's end of the socket closed, by itself (without a
+    /// detach)? It does when the process exits or replaces its program, or
+    /// when the agent ends the session (a debugger attached). Does not
+    /// wait; what it reads stays for [`Session::detach`].
+    pub fn agent_closed(&self) -> bool {
+        self.chan.closed()
+    }
+
+    /// Has the agent gone with the program it was in (see [`agent_gone`])?
+    pub fn agent_gone(&self) -> bool {
+        agent_gone(self.pid)
     }
 
     /// Ask the agent to stop and wait (at most `timeout`) for its profile.
