@@ -69,6 +69,14 @@ pub trait Craft: Sync {
     /// Judge the access that trapped. `now` holds the current bytes at
     /// `w.access.addr` (value crafts only).
     fn judge(&self, w: &Watched, trap: &Access, now: &[u8]) -> Verdict;
+    /// The piece of a sampled access a debug register watches, for a
+    /// uniformly random `pick`: by default a value element (an aligned
+    /// piece of up to 8 bytes, drawn by its bytes: see
+    /// [`crate::sys::watchpoint::watch_piece`]), since the value crafts
+    /// compare whole elements.
+    fn piece(&self, a: &Access, pick: u64) -> (u64, u64) {
+        crate::sys::watchpoint::watch_piece(a.addr, a.len, pick)
+    }
 }
 
 pub fn for_kind(kind: Kind, fp_precision: f64) -> &'static dyn Craft {

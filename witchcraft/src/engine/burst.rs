@@ -39,7 +39,6 @@ use crate::craft::{Verdict, Watched, SNAPSHOT};
 use crate::modules::ProcessMap;
 use crate::sys::mem;
 use crate::sys::perf::{self, BpType};
-use crate::sys::watchpoint::watch_piece;
 use crate::unwind;
 use crate::x86::decode::{Access, Decoded, Regs};
 use rand::{rngs::SmallRng, RngExt, SeedableRng};
@@ -475,7 +474,7 @@ impl ThreadState {
             let id = b.seen;
             let ctx = self.context_at(map, regs, pc);
             let pick = self.burst.rng.random::<u64>();
-            let (waddr, wlen) = watch_piece(a.addr, a.len, pick);
+            let (waddr, wlen) = engine.craft.piece(&a, pick);
             let mut watched = Watched::with_piece(a, (waddr, wlen));
             let snapshot_after = engine.craft.needs_value() && a.write;
             if engine.craft.needs_value() && !snapshot_after {
@@ -521,7 +520,7 @@ impl ThreadState {
                 }
                 continue;
             }
-            self.attribute(engine, s.ctx, x.trap_ctx, verdict);
+            self.attribute(engine, s.ctx, x.trap_ctx, verdict, false);
             self.free(i);
         }
     }
@@ -616,7 +615,7 @@ impl ThreadState {
             return;
         }
         if let Some((v, trap_ctx)) = c.verdict {
-            self.attribute(engine, c.ctx, trap_ctx, v);
+            self.attribute(engine, c.ctx, trap_ctx, v, true);
             return;
         }
         let Some(i) = self.claim_slot() else { return };

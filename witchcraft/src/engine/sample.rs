@@ -7,8 +7,8 @@ use super::watch::SelfTrap;
 use super::Engine;
 use crate::craft::{Watched, SNAPSHOT};
 use crate::modules::{self, ProcessMap};
+use crate::sys::mem;
 use crate::sys::pmu;
-use crate::sys::{mem, watchpoint::watch_piece};
 use crate::unwind;
 use crate::x86::decode::{self, Access, Regs};
 use crate::x86::precise_pc;
@@ -216,7 +216,7 @@ impl ThreadState {
         node.samples += 1;
         node.mu += weight; // µ(C)
         let Some(i) = self.claim_slot() else { return };
-        let (waddr, wlen) = watch_piece(a.addr, a.len, self.watch.random());
+        let (waddr, wlen) = engine.craft.piece(&a, self.watch.random());
         let mut watched = Watched::with_piece(a, (waddr, wlen));
         if engine.craft.needs_value() {
             let n = (a.len as usize).min(SNAPSHOT);
