@@ -380,6 +380,25 @@ def bias(exact, sampled):
     return (num / den if den > 0 else float("nan")), seen / et, ratios
 
 
+def per_line(title, exact, sampled, n):
+    """The `n` heaviest watch lines by exact bytes: each one's share of the
+    bytes and its own waste fraction, exact and sampled (runs pooled). Where
+    the fractions agree and the shares don't, the sampler judged the line
+    right and looked at it too often or too rarely; where the fractions
+    disagree, it judged it wrong."""
+    ex, sa = by_watch_line(exact), by_watch_line(sampled)
+    et = sum(max(0.0, sum(v)) for v in ex.values())
+    st = sum(sum(v) for v in sa.values())
+    frac = lambda v: f"{100 * v[0] / sum(v):.1f}" if sum(v) > 0 else "n/a"  # noqa: E731
+    rows = [f"Heaviest watch lines of {title} (shares of the bytes watched there; fractions of waste):\n",
+            "| line | exact share | exact fraction | sampled share | sampled fraction |", "|---|---:|---:|---:|---:|"]
+    for line in sorted(ex, key=lambda k: -max(0.0, sum(ex[k])))[:n]:
+        e, s = ex[line], sa.get(line, [0.0, 0.0])
+        rows.append(f"| {line} | {100 * max(0.0, sum(e)) / max(et, 1e-300):.2f}% | {frac(e)} | "
+                    f"{100 * sum(s) / max(st, 1e-300):.2f}% | {frac(s)} |")
+    return "\n".join(rows)
+
+
 def resolve(name, src, small, big):
     """(binary, exact args (one list, or a (fewer, more repetitions) pair), sampled args)."""
     if name in REAL_SIZES:
@@ -471,6 +490,7 @@ def accept(cases, a):
               "exact top-3 in sampled top-5 (runs) | engine share | sd / reported se |")
         print("|---|---|---:|---:|---:|---|---|---:|---:|")
         judged, within, misses, tops_ok, sds, bias_rows, samplers, costs = 0, 0, [], 0, [], [], set(), []
+        line_tables = []
         calibration = []
         for name, src, craft, markers, small, big in cases:
             exe, small, big = resolve(name, src, small, big)
@@ -518,6 +538,8 @@ def accept(cases, a):
                 misses.append((abs(diff), diff, f"{name} {craft}"))
                 tops_ok += top_ok
                 cells = f"{100*ex_frac:.1f} | {100*mean:.1f} ± {100*sd:.1f} | {diff:+.1f} | {'yes' if abs(diff) <= 3 else 'no'}"
+                if a.lines:
+                    line_tables.append(per_line(f"{name} {craft}", ex_sums, pooled, a.lines))
                 rw, seen, ratios = bias(ex_sums, pooled)
                 rw_pc, seen_pc, _ = bias(ex_pc, pooled_pc)
                 fmt = lambda rs: ", ".join(f"{l}: {r:.2f}" for l, r in rs)  # noqa: E731
@@ -574,6 +596,8 @@ def accept(cases, a):
             print("|---|---|---:|---:|---:|---:|---:|---:|---|---|")
             for r in bias_rows:
                 print(r)
+        for t in line_tables:
+            print("\n" + t)
         print()
 
 
@@ -664,6 +688,8 @@ def main():
     ap.add_argument("--cached-only", action="store_true",
                     help="skip the cases whose exact references are not cached (while they are being computed)")
     ap.add_argument("--witch", default=WITCH, help="the witch binary (default target/release/witch)")
+    ap.add_argument("--lines", type=int, default=0, metavar="N",
+                    help="with --accept: per case, the N heaviest watch lines' shares and fractions, exact and sampled")
     a = ap.parse_args()
     WITCH = a.witch
     a.witch_args = a.witch_args or [""]
