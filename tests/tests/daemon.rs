@@ -728,6 +728,27 @@ fn idle_http_clients_cannot_starve_witchd() {
     assert_eq!(st.code(), Some(0), "{}", d.log());
 }
 
+/// A witchd on its own socket and an HTTP port of its own, with the given
+/// top-level `settings` (TOML lines) and one `[[watch]]` rule's lines,
+/// answering on its socket: it, its socket and its HTTP address.
+fn witchd_watching(dir: &Scratch, witch: &Path, settings: &str, watch: &str) -> (Witchd, PathBuf, String) {
+    let socket = dir.join("witchd.sock");
+    let config = dir.join("witchd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "socket = \"{}\"\nhttp = \"127.0.0.1:0\"\n{settings}[store]\ndir = \"{}\"\n[[watch]]\n{watch}",
+            socket.display(),
+            dir.join("store").display()
+        ),
+    )
+    .unwrap();
+    let d = Witchd::start(&config, &dir.join("witchd.log"));
+    wait_for(Duration::from_secs(20), || socket.exists() && client(witch, &[], &socket, &["status"]).status.success(), || d.log());
+    let http = json(&client(witch, &[], &socket, &["status", "--json"]))["http"].as_str().unwrap().to_string();
+    (d, socket, http)
+}
+
 /// Processes with the agent's control thread in them now: the sessions
 /// really attached at this moment.
 fn agents_in(pids: &[u32]) -> usize {
@@ -752,21 +773,12 @@ fn sessions_waiting_for_a_slot_show_as_queued() {
     let prog = Program::build_with("daemon_dead", dir.path(), &name, &[]).unwrap_or_else(|e| panic!("{e}"));
     let targets: Vec<Target> = (0..3).map(|_| Target::start(&prog.exe)).collect();
     let pids: Vec<u32> = targets.iter().map(Target::pid).collect();
-    let socket = dir.join("witchd.sock");
-    let config = dir.join("witchd.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "socket = \"{}\"\nhttp = \"127.0.0.1:0\"\nscan_every = \"200ms\"\nmax_sessions = 1\n[store]\ndir = \"{}\"\n\
-             [[watch]]\nexe = \"{name}\"\ncrafts = [\"dead\"]\nevery = \"1s\"\nduration = \"500ms\"\n",
-            socket.display(),
-            dir.join("store").display()
-        ),
-    )
-    .unwrap();
-    let mut d = Witchd::start(&config, &dir.join("witchd.log"));
-    wait_for(Duration::from_secs(20), || socket.exists() && client(&witch, &[], &socket, &["status"]).status.success(), || d.log());
-    let http = json(&client(&witch, &[], &socket, &["status", "--json"]))["http"].as_str().unwrap().to_string();
+    let (mut d, socket, http) = witchd_watching(
+        &dir,
+        &witch,
+        "scan_every = \"200ms\"\nmax_sessions = 1\n",
+        &format!("exe = \"{name}\"\ncrafts = [\"dead\"]\nevery = \"1s\"\nduration = \"500ms\"\n"),
+    );
     let (mut polls, mut queued_seen, mut most_agents) = (0, 0, 0);
     let start = Instant::now();
     loop {
@@ -819,21 +831,12 @@ fn a_program_that_execs_mid_session_is_reported_and_profiled_again() {
     let prog = Program::build_with("daemon_exec", dir.path(), &name, &[]).unwrap_or_else(|e| panic!("{e}"));
     let mut child = Command::new(&prog.exe).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
     let pid = child.id();
-    let socket = dir.join("witchd.sock");
-    let config = dir.join("witchd.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "socket = \"{}\"\nhttp = \"127.0.0.1:0\"\nscan_every = \"200ms\"\n[store]\ndir = \"{}\"\n\
-             [[watch]]\nexe = \"{name}\"\ncrafts = [\"dead\"]\nevery = \"10s\"\nduration = \"8s\"\n",
-            socket.display(),
-            dir.join("store").display()
-        ),
-    )
-    .unwrap();
-    let mut d = Witchd::start(&config, &dir.join("witchd.log"));
-    wait_for(Duration::from_secs(20), || socket.exists() && client(&witch, &[], &socket, &["status"]).status.success(), || d.log());
-    let http = json(&client(&witch, &[], &socket, &["status", "--json"]))["http"].as_str().unwrap().to_string();
+    let (mut d, socket, http) = witchd_watching(
+        &dir,
+        &witch,
+        "scan_every = \"200ms\"\n",
+        &format!("exe = \"{name}\"\ncrafts = [\"dead\"]\nevery = \"10s\"\nduration = \"8s\"\n"),
+    );
     let outcomes = || {
         let m = parse_prometheus(&String::from_utf8(http_get(&http, "/metrics").1).unwrap());
         ["ok", "target_exited", "failed", "target_exec"]
