@@ -173,9 +173,9 @@ fn figure_4_2_three_two_one() {
 /// reads the other 4, soon after (tests/programs/vector_index.c): 75% dead
 /// by bytes, exactly. The sampled fraction at the store must come close:
 /// a watchpoint over a whole aligned piece let the first toucher of any of
-/// its bytes decide for all (42% measured), and a verdict judged within a
+/// its bytes decide for all (42% measured); a verdict judged within a
 /// burst took the weight of armed samples of the same context too (78.1 to
-/// 78.4% in 3 runs).
+/// 78.4% in 3 runs), which the unit test of `context::Node::claim` checks.
 #[test]
 fn vector_stores_are_judged_byte_by_byte() {
     let dir = Scratch::new("dead-vector-index");
@@ -196,10 +196,12 @@ fn vector_stores_are_judged_byte_by_byte() {
     assert!((ef - 0.75).abs() < 0.001, "exact dead fraction at line {st}: {ef:.4}, by construction 0.75\n{}", exact.dump());
     assert!(exact.pair(f, st, rd).r#use > 0.0, "<{st},{rd}>: the first index is read\n{}", exact.dump());
 
-    // The mean of five runs, so that the check is of the estimate's bias
-    // more than of one run's noise (a run's sd is about 2 points here, the
-    // mean's about 0.9).
-    let runs: Vec<f64> = (0..5)
+    // The mean of eight runs, so that the check is of the estimate's bias
+    // more than of one run's noise: a run's 250-300 verdicts, each dead
+    // with probability 3/4, spread it by about 2.6 points (0.9 for the
+    // mean). The sharing rule is checked exactly by a unit test
+    // (`context::tests`); at 3 points this catches the piece rule's error.
+    let runs: Vec<f64> = (0..8)
         .map(|i| {
             let (_, rep) = dead_run(&prog, &dir, &format!("vector_index-{i}"), &[]);
             let f = fraction_at_store(&rep);
@@ -209,8 +211,8 @@ fn vector_stores_are_judged_byte_by_byte() {
         .collect();
     let sampled = runs.iter().sum::<f64>() / runs.len() as f64;
     assert!(
-        (sampled - ef).abs() <= 0.025,
-        "sampled dead fraction at line {st}, mean of the runs {runs:.3?}: {sampled:.3}; exact {ef:.3} (within 2.5 points)"
+        (sampled - ef).abs() <= 0.03,
+        "sampled dead fraction at line {st}, mean of the runs {runs:.3?}: {sampled:.3}; exact {ef:.3} (within 3 points)"
     );
 }
 

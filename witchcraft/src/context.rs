@@ -22,6 +22,20 @@ pub struct Node {
     pub armed: u32,
 }
 
+impl Node {
+    /// A trap's share of this context's samples not yet accounted for
+    /// (Witch §4.4.2): (µ − η) over the watchpoints armed from it, counting
+    /// the trapping sample among them. `unarmed`: that sample holds no
+    /// debug register (a burst judged it in software), so it is one more
+    /// sharer than `armed` says. Accounts for the share (η grows by it).
+    pub fn claim(&mut self, unarmed: bool) -> f64 {
+        let sharers = (self.armed + u32::from(unarmed)).max(1) as f64;
+        let delta = ((self.mu - self.eta) / sharers).max(0.0);
+        self.eta += delta;
+        delta
+    }
+}
+
 pub struct Tree {
     pub nodes: Vec<Node>,
     index: Vec<u32>,
@@ -113,6 +127,28 @@ impl Tree {
 
 #[cfg(test)]
 mod tests {
+    use super::Node;
+
+    /// Two samples of one context, one weight each: one watched by a debug
+    /// register, its next access still to come; one judged within its
+    /// burst. Each verdict stands for one sample. (When the judged one took
+    /// all of µ − η, the sooner fate got both weights and the other none.)
+    #[test]
+    fn a_verdict_judged_in_software_shares_with_the_armed_watchpoints() {
+        let mut n = Node { mu: 2.0, armed: 1, ..Default::default() };
+        assert_eq!(n.claim(true), 1.0);
+        // The armed sample's trap, its register still counted.
+        assert_eq!(n.claim(false), 1.0);
+        assert_eq!(n.eta, 2.0);
+        // Nothing left, however many claim.
+        assert_eq!(n.claim(true), 0.0);
+        // A lone trap with no register armed takes all that is left.
+        let mut lone = Node { mu: 3.0, eta: 1.0, ..Default::default() };
+        assert_eq!(lone.claim(false), 2.0);
+        let mut in_burst = Node { mu: 3.0, eta: 1.0, ..Default::default() };
+        assert_eq!(in_burst.claim(true), 2.0);
+    }
+
     use super::*;
     use crate::pair::Pairs;
 

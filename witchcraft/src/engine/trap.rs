@@ -120,10 +120,7 @@ impl ThreadState {
     pub(crate) fn attribute(&mut self, engine: &Engine, watch_ctx: u32, trap_ctx: u32, verdict: Verdict, unarmed: bool) {
         let rec = &mut self.record;
         rec.counters.traps += 1;
-        let node = rec.tree.node(watch_ctx);
-        let sharers = (node.armed + u32::from(unarmed)).max(1) as f64;
-        let delta = ((node.mu - node.eta) / sharers).max(0.0);
-        node.eta += delta;
+        let delta = rec.tree.node(watch_ctx).claim(unarmed);
         let scale = delta * engine.unit_scale();
         if let Some(p) = rec.pairs.get(watch_ctx, trap_ctx) {
             let (waste, used) = p.credit(verdict, scale);
