@@ -226,6 +226,74 @@ fn a_stopped_or_traced_process_is_refused_at_once_and_left_alone() {
     assert_eq!((native.code(), native.stdout_str()), (code, text), "a refused attach must not disturb the program");
 }
 
+/// A debugger that attaches during a session, and holds the process longer
+/// than a second witch's brief stop, makes the agent end the session by
+/// itself: it leaves the debug registers and signals to the debugger and
+/// sends its profile. witch then writes that profile at once, says why in
+/// one line and exits 0; the process runs on unchanged, ready for the next
+/// attach. (Before: witch waited out the rest of --duration, 20 s here,
+/// and said nothing of why the profile was short.)
+#[test]
+fn a_debugger_that_attaches_during_the_session_ends_it_at_once() {
+    use std::time::{Duration, Instant};
+    let dir = Scratch::new("attach-debugger");
+    let prog = Program::build("attach_target", dir.path());
+    let tracer = Program::build("tracer", dir.path());
+    let t = start_target(&prog.exe, &[]);
+    let pid = t.pid();
+    let threads = thread_names(pid).len();
+    let (err, out) = (dir.join("witch.err"), dir.join("profile.json"));
+    let mut witch = Command::new(witch_bin())
+        .args(["dead", "--pid", &pid.to_string(), "--duration", "20s", "-o", out.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+    assert!(eventually(Duration::from_secs(20), || read(&err).contains("attached to pid")), "{}", read(&err));
+    std::thread::sleep(Duration::from_millis(500));
+    let mut holder = Command::new(&tracer.exe).args([&pid.to_string(), "10"]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut said = [0u8; 8];
+    std::io::Read::read_exact(holder.stdout.as_mut().unwrap(), &mut said).unwrap();
+    let traced_at = Instant::now();
+    let status = loop {
+        if let Some(s) = witch.try_wait().unwrap() {
+            break Some(s);
+        }
+        if traced_at.elapsed() > Duration::from_secs(30) {
+            let _ = witch.kill();
+            let _ = witch.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = traced_at.elapsed();
+    let still_traced = status_field(pid, "TracerPid:") == holder.id().to_string();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let text = read(&err);
+    assert!(took < Duration::from_secs(5), "witch returned {took:?} after the debugger attached (status {status:?}): {text}");
+    assert!(still_traced, "the debugger let go before witch returned");
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{text}");
+    let line = text.lines().find(|l| l.contains("ended the session by itself")).unwrap_or_else(|| panic!("no reason given: {text}"));
+    assert!(line.contains(&format!("a debugger (pid {})", holder.id())) && line.contains("runs on"), "{line:?}");
+    let p = raw_profile(&out);
+    assert_eq!(p["ended_by"], "traced", "{p}");
+    let secs = p["duration_ns"].as_u64().unwrap_or(0) as f64 / 1e9;
+    assert!(secs > 0.3 && secs < 5.0, "the profile covers {secs:.2} s");
+
+    // The process runs on, with no thread of witch's left, and takes the next attach.
+    assert!(eventually(Duration::from_secs(5), || thread_names(pid).len() == threads), "{:?}", thread_names(pid));
+    assert!(eventually(Duration::from_secs(5), || status_field(pid, "TracerPid:") == "0"), "the debugger's hold outlived it");
+    let again = dir.join("again.json");
+    let run = attach_cmd(&witch_bin(), &[], "dead", pid, &["--duration", "1s", "-o", again.to_str().unwrap()]);
+    assert_eq!(run.code(), Some(0), "the next attach: {}", run.stderr_str());
+    assert_eq!(raw_profile(&again)["ended_by"], "detach");
+    let (rounds, text, code) = done(t);
+    let native = prog.run_native(&[&rounds.to_string()]);
+    assert_eq!((native.code(), native.stdout_str()), (code, text), "the session ended by a debugger must not disturb the program");
+}
+
 /// A process in a seccomp sandbox is refused in one line (its filter may
 /// kill it for a system call the agent makes), and left alone.
 #[test]

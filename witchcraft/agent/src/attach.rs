@@ -11,7 +11,10 @@
 //!   `handlers.rs`), so a thread blocked in a system call is never
 //!   interrupted: it is set up when it next runs;
 //! - the session ends when the controller says so or goes away (its end of
-//!   the socket closes), or when the process exits. The agent then closes
+//!   the socket closes), when the process exits, or by the agent's own
+//!   choice when a debugger holds the process (then the profile's
+//!   `ended_by` says "traced", a note says why, and the controller sees
+//!   `Detached` come unasked). The agent then closes
 //!   every watchpoint, lets each thread give its alternate stack back at its
 //!   next sample, closes the samplers, sends the profile, gives the program
 //!   back its signal handlers and frees what the session allocated. A thread
@@ -283,7 +286,7 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
     let mut why = None;
     let set_up = set_up_new(me, &mut known, &mut why);
     if set_up == 0 {
-        teardown(false);
+        teardown(None);
         return Err(why.unwrap_or_else(|| "no thread of the process could be set up".into()));
     }
     if !chan.controller_gone() {
@@ -291,6 +294,10 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
         chan.send(&Message::Ready { threads: set_up as u32 });
     }
     let mut traced_polls = 0;
+    // How the profile says the session ended: "detach" when the controller
+    // ended it, or why the agent ended it by itself (the controller sees
+    // `Detached` come unasked, and stops waiting).
+    let mut ended_by = "detach";
     loop {
         match chan.recv(POLL) {
             Received::Message(Message::Detach) | Received::Closed => break,
@@ -305,6 +312,7 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
             AGENT.note(format!(
                 "a debugger (pid {tracer}) attached during the session: it ended there, leaving the debug registers and signals to it"
             ));
+            ended_by = "traced";
             break;
         }
         set_up_new(me, &mut known, &mut why);
@@ -312,7 +320,7 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
         // agent interposes nothing, so it looks every POLL).
         crate::interpose::keep_map_current(false);
     }
-    teardown(true);
+    teardown(Some(ended_by));
     Ok(End::Detached)
 }
 
@@ -394,8 +402,9 @@ fn set_up_new(me: i32, known: &mut HashSet<i32>, why: &mut Option<String>) -> us
     n
 }
 
-/// Undo the session (see the module comment); `deliver`: send its profile.
-fn teardown(deliver: bool) {
+/// Undo the session (see the module comment); `deliver`: send its profile,
+/// ended by that (its `ended_by`).
+fn teardown(deliver: Option<&str>) {
     // Threads with a stack installed keep sampling, to give it back.
     let holding = |s: &threads::Slot| s.lent() && s.phase() != Phase::Gone;
     AGENT.quiesce(holding);
@@ -427,8 +436,8 @@ fn teardown(deliver: bool) {
             "{parked} thread(s) stayed idle through the session's end: the alternate signal stack lent to them stays until a later session takes it back"
         ));
     }
-    if deliver && AGENT.claim_finish() {
-        if let Err(e) = AGENT.deliver(&AGENT.profile("detach")) {
+    if let Some(ended_by) = deliver.filter(|_| AGENT.claim_finish()) {
+        if let Err(e) = AGENT.deliver(&AGENT.profile(ended_by)) {
             AGENT.note(format!("cannot send the profile: {e}"));
         }
     }

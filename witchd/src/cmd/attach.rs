@@ -5,6 +5,11 @@
 //! agent and what it gathered with the old image: witch sees that within a
 //! poll, says so in one line and exits with [`exit::TARGET_EXEC`]; the
 //! process runs on as its new program.
+//!
+//! The agent may end the session by itself (a debugger attached to the
+//! process): it undoes everything, sends its profile and says so. witch
+//! sees that within a poll, writes that profile at once, says why in one
+//! line and exits 0, as after a full session.
 
 use super::output::{self, Output};
 use crate::cli::RunArgs;
@@ -54,15 +59,19 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
     let image = session.image();
     // An exec: a new image, or (one that kept the layout) the agent's
     // socket closed and the agent no longer mapped.
-    let (mut exec, mut closed_seen) = (false, false);
+    let (mut exec, mut closed_seen, mut agent_ended) = (false, false, false);
     while !INTERRUPTED.load(Ordering::Relaxed) && a.duration.is_none_or(|d| start.elapsed() < d) && session.target_alive() {
         if session.exec_seen() {
             exec = true;
             break;
         }
+        if session.agent_ended() {
+            agent_ended = true;
+            break;
+        }
         if !closed_seen && session.agent_closed() {
-            // Also closed when the process exits (its profile comes first)
-            // or the agent ends the session itself: then wait on as before.
+            // Also closed when the process exits (its profile comes first,
+            // and the loop ends once it is gone).
             closed_seen = true;
             if session.agent_gone() && session.target_alive() {
                 exec = true;
@@ -100,10 +109,30 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
     }
     let out = out.path(craft, Path::new(&name), pid as u32);
     output::save(&profile, &out)?;
+    if agent_ended && !ended.target_exited {
+        let of = a.duration.map_or(String::new(), |d| format!(" of the {:.1} s asked", d.as_secs_f64()));
+        crate::say!(
+            "witch: the agent in pid {pid} ({name}) ended the session by itself after {:.1} s{of}: {}; its profile is written, and the process runs on",
+            took.as_secs_f64(),
+            early_end_reason(&profile)
+        );
+    }
     if !a.quiet {
         // The target's output isn't ours here, so the report goes to stdout.
         crate::print(&super::report::render(&profile, a.top, a.pairs, a.format)?)?;
         crate::say!("witch: detached; profile written to {}", out.display());
     }
     Ok(0)
+}
+
+/// Why the agent ended a session by itself, as its profile says: the note
+/// that says so, else its `ended_by`. (An agent of an earlier witch, still
+/// loaded in the process, says "detach" for a debugger too.)
+fn early_end_reason(p: &witchcraft::profile::Profile) -> String {
+    let said = |what: &str| p.notes.iter().rev().find(|n| n.contains(what)).cloned();
+    match p.ended_by.as_str() {
+        "traced" => said("a debugger (").unwrap_or_else(|| "a debugger attached to the process".into()),
+        "detach" => said("a debugger (").unwrap_or_else(|| "its profile gives no reason".into()),
+        other => format!("its profile says it ended by {other}"),
+    }
 }

@@ -85,6 +85,12 @@ impl Channel {
     /// Has the agent's end closed? Reads what came without waiting, and
     /// keeps it for [`Channel::recv`].
     pub fn closed(&self) -> bool {
+        self.came(|e| matches!(e, Event::Closed(_)))
+    }
+
+    /// Has an event that `is` came (by now)? Reads what came without
+    /// waiting, and keeps it for [`Channel::recv`].
+    pub fn came(&self, is: impl Fn(&Event) -> bool) -> bool {
         let mut early = self.early.lock().unwrap();
         loop {
             match self.rx.try_recv() {
@@ -98,7 +104,7 @@ impl Channel {
                 }
             }
         }
-        early.iter().any(|e| matches!(e, Event::Closed(_)))
+        early.iter().any(is)
     }
 }
 

@@ -283,6 +283,16 @@ impl Session {
         self.chan.closed()
     }
 
+    /// Has the agent ended the session by itself (a debugger attached to
+    /// the process)? It said `Detached` unasked: it has undone everything
+    /// and sent its profile, which says why (`ended_by`, a note); the
+    /// process runs on. Does not wait; what it reads stays for
+    /// [`Session::detach`]. (A process that exits sends its profile and
+    /// no `Detached`.)
+    pub fn agent_ended(&self) -> bool {
+        self.chan.came(|e| matches!(e, Event::Message(Message::Detached)))
+    }
+
     /// Has the agent gone with the program it was in (see [`agent_gone`])?
     pub fn agent_gone(&self) -> bool {
         agent_gone(self.pid)
