@@ -405,7 +405,10 @@ pub struct Profile {
     /// Relative precision for floating-point equality (0 = exact only).
     pub fp_precision: f64,
     pub kernel: String,
-    /// How the process ended: "exit", "exec", "signal N", "detach".
+    /// How profiling ended: the process's "exit", "exec" or "signal N";
+    /// "detach" (an attached session's end); "traced" (a debugger took the
+    /// process, and the agent left); "sandbox" (the program installed a
+    /// seccomp filter, and the agent left first).
     pub ended_by: String,
     /// Human-readable notes, e.g. fallbacks taken.
     pub notes: Vec<String>,

@@ -209,7 +209,11 @@ impl Store {
             _ => {
                 let p = Profile::load(&self.profile_path(id)).map_err(|e| anyhow::anyhow!("{e}"))?;
                 // Who may read it is not in the profile: root only.
-                let mut m = Meta::new(&p, None, p.ended_by != "detach", "reindex");
+                // An attached session ends by a detach, or by the agent
+                // itself when a debugger takes the process ("traced"); the
+                // process lives on after either.
+                let exited = !matches!(p.ended_by.as_str(), "detach" | "traced");
+                let mut m = Meta::new(&p, None, exited, "reindex");
                 m.id = id.into();
                 m.bytes = bytes;
                 m.stored_unix_ns = std::fs::metadata(self.profile_path(id))?
@@ -403,6 +407,29 @@ mod tests {
         assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
         let e = Store::open(&cfg(&d, 1 << 20, 10)).err().expect("refused");
         assert!(format!("{e:#}").contains("belongs to uid 65534"), "{e:#}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// An index rebuilt from the profiles alone says the target exited only
+    /// when its profile says so: a session a debugger ended ("traced") left
+    /// the process running, as a detach does.
+    #[test]
+    fn a_rebuilt_index_knows_a_debugger_ended_session_from_an_exit() {
+        let d = tmpdir("reindex-ended");
+        let (mut s, _) = Store::open(&cfg(&d, 1 << 20, 10)).unwrap();
+        let mut ids = Vec::new();
+        for (i, how) in ["detach", "traced", "exit", "signal 9"].iter().enumerate() {
+            let mut p = profile(10 + i as u32, 2000, 0);
+            p.ended_by = how.to_string();
+            let m = s.put(&p, Meta::new(&p, None, false, "schedule")).unwrap();
+            std::fs::remove_file(d.join(format!("{}.meta.json", m.id))).unwrap();
+            ids.push((m.id, *how != "detach" && *how != "traced"));
+        }
+        drop(s);
+        let (s, _) = Store::open(&cfg(&d, 1 << 20, 10)).unwrap();
+        for (id, exited) in ids {
+            assert_eq!(s.get(&id).unwrap().target_exited, exited, "{id}");
+        }
         let _ = std::fs::remove_dir_all(&d);
     }
 
