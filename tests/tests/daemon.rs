@@ -880,3 +880,54 @@ fn a_program_that_execs_mid_session_is_reported_and_profiled_again() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "generation 1 ran rounds\n");
     assert_eq!(out.status.code(), Some(5));
 }
+
+/// A debugger that attaches to a profiled program makes the agent end the
+/// session by itself and hand over its profile: witchd takes it then,
+/// instead of holding the session's slot for the rest of its duration (20 s
+/// here), and the program runs on under its debugger.
+#[test]
+fn a_session_a_debugger_ends_is_taken_at_once() {
+    let dir = Scratch::new("daemon-traced");
+    let witch = witch_bin();
+    let name = format!("daemon_traced_{}", std::process::id());
+    let prog = Program::build_with("daemon_dead", dir.path(), &name, &[]).unwrap_or_else(|e| panic!("{e}"));
+    let tracer = Program::build("tracer", dir.path());
+    let target = Target::start(&prog.exe);
+    let pid = target.pid();
+    let (mut d, socket, http) = witchd_watching(
+        &dir,
+        &witch,
+        "scan_every = \"200ms\"\n",
+        &format!("exe = \"{name}\"\ncrafts = [\"dead\"]\nevery = \"60s\"\nduration = \"20s\"\n"),
+    );
+    let ok = || {
+        let m = parse_prometheus(&String::from_utf8(http_get(&http, "/metrics").1).unwrap());
+        metric(&m, "witchd_sessions_total", &[("outcome", "ok")]).map_or(0.0, |s| s.value)
+    };
+    wait_for(Duration::from_secs(30), || agents_in(&[pid]) == 1, || d.log());
+    std::thread::sleep(Duration::from_millis(500));
+    let mut holder = Command::new(&tracer.exe).args([&pid.to_string(), "8"]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(holder.stdout.take().unwrap()), &mut line).unwrap();
+    assert_eq!(line, "tracing\n");
+    let traced_at = Instant::now();
+    wait_for(Duration::from_secs(25), || ok() >= 1.0, || d.log());
+    let took = traced_at.elapsed();
+    eprintln!("[witch-tests] the session ended {took:?} after the debugger attached");
+    assert!(took < Duration::from_secs(5), "witchd held the session {took:?} after the agent ended it\n{}", d.log());
+    let list = json(&client(&witch, &[], &socket, &["list", "--pid", &pid.to_string(), "--json"]));
+    let stored = list.as_array().unwrap();
+    assert_eq!(stored.len(), 1, "{list}");
+    assert_eq!(stored[0]["target_exited"], false, "{list}");
+    let profile = std::fs::read_dir(dir.join("store"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.to_string_lossy().ends_with(".json") && !p.to_string_lossy().ends_with(".meta.json"))
+        .expect("a stored profile");
+    assert_eq!(raw_profile(&profile)["ended_by"], "traced", "{}", profile.display());
+    assert!(holder.wait().unwrap().success());
+    let (st, _) = d.term(Duration::from_secs(30));
+    assert_eq!(st.code(), Some(0), "{}", d.log());
+    let (rounds, _, status) = target.finish();
+    assert!(rounds > 0 && status.code() == Some(5), "the program ran on: {rounds} rounds, {status:?}");
+}

@@ -32,6 +32,11 @@ pub trait Attached: Send {
     /// Is the agent still in the process? It is not once the process
     /// replaced its program (exec): the agent was part of the old image.
     fn agent_present(&self) -> bool;
+    /// Has the agent ended the session by itself (a debugger took the
+    /// process), its profile waiting for [`Attached::detach`]?
+    fn agent_ended(&self) -> bool {
+        false
+    }
     fn detach(self: Box<Self>, timeout: Duration) -> Result<Ended>;
 }
 
@@ -49,6 +54,9 @@ impl Attached for inject::Session {
     }
     fn agent_present(&self) -> bool {
         !inject::agent_gone(self.pid)
+    }
+    fn agent_ended(&self) -> bool {
+        inject::Session::agent_ended(self)
     }
     fn detach(self: Box<Self>, timeout: Duration) -> Result<Ended> {
         inject::Session::detach(*self, timeout)
@@ -153,8 +161,10 @@ pub async fn run(d: Arc<Daemon>, claim: Claim, plan: Plan) -> Done {
     // before it (the attach then found the new program) is not taken for one
     // during the session.
     let image = Image::of(pid);
-    // Profile for `duration`, unless shutdown comes first, or the target
-    // goes or replaces its program.
+    // Profile for `duration`, unless shutdown comes first, the target goes
+    // or replaces its program, or the agent ends the session by itself (a
+    // debugger took the process: its profile is ready, and the slot would
+    // otherwise be held for the rest of the duration).
     let deadline = Instant::now() + plan.duration;
     let (mut died, mut exec) = (false, false);
     loop {
@@ -169,6 +179,9 @@ pub async fn run(d: Arc<Daemon>, claim: Claim, plan: Plan) -> Done {
         }
         if Image::changed(pid, image) {
             exec = true;
+            break;
+        }
+        if session.agent_ended() {
             break;
         }
         if Instant::now() >= deadline {
