@@ -460,6 +460,30 @@ pub fn read_capped(r: impl std::io::Read, max: u64, check: impl Fn(&[u8]) -> Res
     Ok(data)
 }
 
+/// A reader that fails (`InvalidData`) at the first byte JSON text never
+/// holds: a control character other than tab, newline and carriage
+/// return (serde escapes them in strings). Random bytes fail within the
+/// first few dozen, so a file of garbage that happens to begin with `{` is
+/// refused at once, not read to the size limit.
+struct TextOnly<R> {
+    inner: R,
+    offset: u64,
+}
+
+impl<R: std::io::Read> std::io::Read for TextOnly<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if let Some(i) = buf[..n].iter().position(|&c| c < 0x20 && !matches!(c, b'\t' | b'\n' | b'\r')) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("byte 0x{:02x} at offset {}: binary data, not JSON text", buf[i], self.offset + i as u64),
+            ));
+        }
+        self.offset += n as u64;
+        Ok(n)
+    }
+}
+
 #[derive(Debug)]
 pub enum LoadError {
     Io(std::io::Error),
@@ -526,15 +550,17 @@ impl Profile {
     /// one larger than [`MAX_FILE_BYTES`] at that size.
     pub fn load(path: &Path) -> Result<Profile, LoadError> {
         let f = std::fs::File::open(path).map_err(LoadError::Io)?;
-        let b = read_capped(f, MAX_FILE_BYTES, |head| match head.iter().find(|c| !c.is_ascii_whitespace()) {
-            Some(b'{') | None => Ok(()),
-            Some(c) => Err(format!("it starts with byte 0x{c:02x}, not a JSON object")),
-        })
-        .map_err(|e| match e {
-            Capped::Io(e) => LoadError::Io(e),
-            Capped::Refused(why) => LoadError::NotProfile(why),
-            Capped::TooLarge => LoadError::NotProfile(format!("larger than {} MiB", MAX_FILE_BYTES >> 20)),
-        })?;
+        let b =
+            read_capped(TextOnly { inner: f, offset: 0 }, MAX_FILE_BYTES, |head| match head.iter().find(|c| !c.is_ascii_whitespace()) {
+                Some(b'{') | None => Ok(()),
+                Some(c) => Err(format!("it starts with byte 0x{c:02x}, not a JSON object")),
+            })
+            .map_err(|e| match e {
+                Capped::Io(e) if e.kind() == std::io::ErrorKind::InvalidData => LoadError::NotProfile(e.to_string()),
+                Capped::Io(e) => LoadError::Io(e),
+                Capped::Refused(why) => LoadError::NotProfile(why),
+                Capped::TooLarge => LoadError::NotProfile(format!("larger than {} MiB", MAX_FILE_BYTES >> 20)),
+            })?;
         Self::from_bytes(&b)
     }
 
@@ -671,6 +697,24 @@ mod tests {
             Err(LoadError::NotProfile(why)) => assert!(why.contains("0x00"), "{why}"),
             other => panic!("/dev/zero: {other:?}"),
         }
+        // Garbage that begins like a JSON object (random bytes do, one time
+        // in about fifty: `{` or whitespace first) is refused at its first
+        // control byte, not read to the limit.
+        let dir = std::env::temp_dir().join(format!("witch-profile-text-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let looks_like = dir.join("brace.json");
+        let mut junk = b"{ \"schema\": 2, ".to_vec();
+        junk.extend((0..1u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8));
+        std::fs::write(&looks_like, &junk).unwrap();
+        match Profile::load(&looks_like) {
+            Err(LoadError::NotProfile(why)) => assert!(why.contains("binary data") && why.contains("offset"), "{why}"),
+            other => panic!("{}: {other:?}", looks_like.display()),
+        }
+        // Tabs, newlines and carriage returns are text.
+        let crlf = dir.join("crlf.json");
+        std::fs::write(&crlf, serde_json::to_string_pretty(&sample()).unwrap().replace('\n', "\r\n\t")).unwrap();
+        assert_eq!(Profile::load(&crlf).unwrap(), sample());
+        std::fs::remove_dir_all(&dir).unwrap();
         assert!(matches!(Profile::from_bytes(b"{\"schema\":1,"), Err(LoadError::Corrupt(_))));
         let mut v = serde_json::to_value(sample()).unwrap();
         v["schema"] = 99.into();
