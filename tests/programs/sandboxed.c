@@ -7,9 +7,13 @@
  * new thread, in a fork child that ends with abort(), and in an image it
  * execs (which inherits the filter).
  *
- * Usage: sandboxed prctl|seccomp kill|errno [rounds [wait]]
+ * Usage: sandboxed prctl|seccomp|tsync kill|errno [rounds [wait|late]]
  *          prints checksums and how its children ended; exits 3 (with
- *          `wait`, it works in the sandbox until its stdin closes first)
+ *          `wait`, it works in the sandbox until its stdin closes first;
+ *          with `late`, it works until its stdin closes before it enters
+ *          the sandbox: a target to attach to first).  `tsync` is seccomp(2)
+ *          with SECCOMP_FILTER_FLAG_TSYNC: the filter goes on every thread
+ *          of the process, as a browser's sandbox does, not only the caller.
  *        sandboxed exec-child rounds
  *          the exec'd image: prints a checksum; exits 5
  *        sandboxed run kill|errno COMMAND [ARGS...]
@@ -66,8 +70,9 @@ static void enter_sandbox(const char *how, int kill) {
         perror("PR_SET_NO_NEW_PRIVS");
         exit(2);
     }
+    unsigned flags = strcmp(how, "tsync") == 0 ? SECCOMP_FILTER_FLAG_TSYNC : 0;
     int r = strcmp(how, "prctl") == 0 ? prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0)
-                                      : (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog);
+                                      : (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
     if (r != 0) {
         perror("seccomp");
         exit(2);
@@ -98,10 +103,16 @@ int main(int argc, char **argv) {
         return 127;
     }
     if (argc < 3) {
-        fprintf(stderr, "usage: sandboxed prctl|seccomp kill|errno [rounds]\n");
+        fprintf(stderr, "usage: sandboxed prctl|seccomp|tsync kill|errno [rounds [wait|late]]\n");
         return 2;
     }
     long rounds = argc > 3 ? atol(argv[3]) : 30000000;
+    if (argc > 4 && strcmp(argv[4], "late") == 0) {
+        unsigned long s = 0;
+        while (!stdin_closed())
+            s += work(100000);
+        printf("worked until stdin closed: %d\n", s != 1);
+    }
     printf("before: %lu\n", work(rounds));
     fflush(stdout);
     enter_sandbox(argv[1], strcmp(argv[2], "kill") == 0);

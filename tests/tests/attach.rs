@@ -554,3 +554,67 @@ fn a_process_that_execs_while_witch_attaches_survives_every_attach() {
     assert_eq!(end.code(), Some(5), "{} {}", end.stdout, end.stderr);
     assert!(end.stdout.starts_with("generation ") && end.stdout.ends_with(" ran rounds\n"), "{}", end.stdout);
 }
+
+/// A process that puts itself in a seccomp sandbox during an attached
+/// session (with `prctl`; with `seccomp(2)` through `syscall`, as
+/// libseccomp does; with `SECCOMP_FILTER_FLAG_TSYNC`, which puts the
+/// filter on every thread, the agent's own too), whose filter kills the
+/// process (or fails with EPERM) at the system calls a profiler makes: the
+/// agent sees the call coming through the program's import table, ends the
+/// session before the filter goes in (`ended_by: "sandbox"`, a note, its
+/// profile written), and witch says so and returns at once. The program
+/// behaves as without witch, in a thread, a fork child that aborts and an
+/// image it execs. (Before, the filter killed the target with SIGSYS at
+/// its first sample, every time.)
+#[test]
+fn a_process_that_sandboxes_itself_during_the_session_is_left_first() {
+    use std::time::{Duration, Instant};
+    let dir = Scratch::new("attach-sandboxing");
+    let prog = Program::build("sandboxed", dir.path());
+    for (how, action) in [("prctl", "kill"), ("tsync", "kill"), ("seccomp", "errno")] {
+        let args = [how, action, "20000000", "late"];
+        let native = prog.run_native(&args);
+        assert_eq!(native.code(), Some(3), "native run:\n{}", native.describe());
+        let t = Target::start(&prog.exe, &args, &[]);
+        let pid = t.pid();
+        let (err, out) = (dir.join(&format!("{how}-{action}.err")), dir.join(&format!("{how}-{action}.json")));
+        let mut witch = Command::new(witch_bin())
+            .args(["dead", "--pid", &pid.to_string(), "--duration", "30s", "-o", out.to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&err).unwrap())
+            .spawn()
+            .unwrap();
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+        assert!(eventually(Duration::from_secs(20), || read(&err).contains("attached to pid")), "{}", read(&err));
+        std::thread::sleep(Duration::from_millis(700));
+        // Closing its stdin sends the program into its sandbox.
+        let closed = Instant::now();
+        let end = t.finish();
+        let status = loop {
+            if let Some(s) = witch.try_wait().unwrap() {
+                break Some(s);
+            }
+            if closed.elapsed() > Duration::from_secs(40) {
+                let _ = witch.kill();
+                let _ = witch.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let text = read(&err);
+        assert_eq!(
+            (end.code(), end.signal(), end.stdout.as_str()),
+            (Some(3), None, native.stdout_str().as_str()),
+            "{how} {action}: the program must behave as without witch\n{}\nwitch: {text}",
+            end.stderr
+        );
+        assert!(closed.elapsed() < Duration::from_secs(20), "{how} {action}: witch waited out the session: {text}");
+        assert_eq!(status.and_then(|s| s.code()), Some(0), "{how} {action}: {text}");
+        let line = text.lines().find(|l| l.contains("ended the session by itself")).unwrap_or_else(|| panic!("no reason given: {text}"));
+        assert!(line.contains("seccomp sandbox"), "{line:?}");
+        let p = raw_profile(&out);
+        assert_eq!(p["ended_by"], "sandbox", "{how} {action}: {p}");
+        assert!(p["notes"].to_string().contains("seccomp sandbox"), "{how} {action}: {}", p["notes"]);
+        assert!(p["counters"]["samples"].as_u64().unwrap_or(0) > 0, "{how} {action}: the work before the sandbox should be sampled");
+    }
+}

@@ -24,10 +24,10 @@
 
 use crate::channel::{Channel, Received};
 use crate::handlers;
-use crate::state::{Mode, Sink, AGENT};
+use crate::state::{now_ns, Mode, Sink, AGENT};
 use crate::threads::{self, Phase, Prior};
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use witchcraft::config::Config;
@@ -40,6 +40,14 @@ use witchcraft::sys::{fd, procfs, task};
 
 /// A session runs (from `witch_session_start` to the control thread's end).
 static SESSION: AtomicBool = AtomicBool::new(false);
+/// The process the session runs in (a fork child inherits `SESSION` set,
+/// but not the control thread).
+static SESSION_PID: AtomicI32 = AtomicI32::new(0);
+/// The control thread's tid while it runs (0: none).
+static CONTROL_TID: AtomicI32 = AtomicI32::new(0);
+/// The program is about to enter a seccomp sandbox, this way: the session
+/// ends now (see [`leave_to_sandbox`]).
+static SANDBOX: Mutex<Option<&'static str>> = Mutex::new(None);
 /// Sends on the session socket come from the control thread and, at exit,
 /// from the exiting thread: one message at a time.
 static SENDING: Mutex<()> = Mutex::new(());
@@ -58,6 +66,9 @@ const TRACED_POLLS: u32 = 5;
 const LEAVE_WAIT: Duration = Duration::from_millis(300);
 /// The sampler's period while threads leave (the sooner the better).
 const LEAVE_PERIOD_NS: u64 = 1_000_000;
+/// How long a thread entering a seccomp sandbox waits for the session to
+/// end (the control thread's poll, the threads' leave, the profile sent).
+const SANDBOX_WAIT: Duration = Duration::from_secs(3);
 
 /// Called in the target (by the controller, through ptrace), with the
 /// controller's pid in `out[0]` (-1: unknown). Checks a session can run,
@@ -92,6 +103,7 @@ fn attach_code(controller: i32) -> AttachCode {
     if SESSION.swap(true, Ordering::AcqRel) {
         return AttachCode::Busy;
     }
+    SESSION_PID.store(std::process::id() as i32, Ordering::Release);
     let code = start(controller);
     if code != AttachCode::Ok {
         SESSION.store(false, Ordering::Release);
@@ -230,6 +242,7 @@ fn settings(chan: &mut Channel, watch: Option<Controller>) -> Option<String> {
 }
 
 fn control(mut chan: Channel, theirs: i32, watch: Option<Controller>) {
+    CONTROL_TID.store(task::gettid(), Ordering::Release);
     let settings = settings(&mut chan, watch);
     watch.into_iter().for_each(Controller::close);
     // The controller has its copy (or gave up): ours must go, so that its
@@ -252,10 +265,16 @@ fn control(mut chan: Channel, theirs: i32, watch: Option<Controller>) {
     }
     drop(chan);
     SESSION.store(false, Ordering::Release);
+    // The thread's own exit follows (a thread entering a sandbox waits for it).
 }
 
 fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
     let cfg = Config::from_lines(text)?.ok_or("no WITCH_CRAFT in the settings")?;
+    if let Some(how) = sandbox_coming() {
+        return Err(format!(
+            "the process is entering a seccomp sandbox ({how}), whose filter may kill it for a system call the agent makes"
+        ));
+    }
     AGENT.clear_notes();
     AGENT.note("attached to the running process (ptrace + dlopen)");
     if std::env::var_os("GLIBC_TUNABLES").is_none_or(|t| !t.to_string_lossy().contains("rep_stosb_threshold")) {
@@ -275,6 +294,9 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
         handlers::restore_attached(&[]);
         return Err("another session is running".into());
     }
+    // Before any thread is set up: the program's calls that put it in a
+    // sandbox go through the agent (`imports.rs`).
+    crate::imports::hook();
     static AT_EXIT: std::sync::Once = std::sync::Once::new();
     // At exit, the session's profile goes out as a preloaded agent's is written.
     // SAFETY: registers a plain extern "C" function.
@@ -306,6 +328,16 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
         if AGENT.finished() {
             return Ok(End::Exiting); // at_exit delivered the profile
         }
+        if let Some(how) = sandbox_coming() {
+            let after = (now_ns().saturating_sub(AGENT.start_ns())) as f64 / 1e9;
+            AGENT.note(format!(
+                "the session ended {after:.3} s in: the program put itself in a seccomp sandbox ({how}), whose filter may kill it for a system call the agent makes; the process runs on"
+            ));
+            ended_by = "sandbox";
+            break;
+        }
+        // Modules loaded since: their calls into a sandbox go through the agent too.
+        crate::imports::hook();
         let tracer = traced_by_other();
         traced_polls = if tracer.is_some() { traced_polls + 1 } else { 0 };
         if let (Some(tracer), true) = (tracer, traced_polls >= TRACED_POLLS) {
@@ -322,6 +354,44 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
     }
     teardown(Some(ended_by));
     Ok(End::Detached)
+}
+
+/// The way in of a sandbox the program is about to enter, if it is.
+fn sandbox_coming() -> Option<&'static str> {
+    *SANDBOX.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The calling thread of the program is about to put the process in a
+/// seccomp sandbox (`how`): end the session here, as a detach the agent
+/// chose (`ended_by` "sandbox", the profile sent, handlers given back), and
+/// return once the control thread has exited, so that no thread of the
+/// agent's makes a system call under the filter (which may go on every
+/// thread: `SECCOMP_FILTER_FLAG_TSYNC`). This thread spins meanwhile: its
+/// sampler counts CPU time, and a sample is how it gives back the
+/// alternate signal stack the session lent it. Afterwards the agent's
+/// handlers make no system call (`Agent::sandboxed`). Nothing happens
+/// without a session in this process (a fork child inherits the flag, not
+/// the session). Not for handlers.
+pub fn leave_to_sandbox(how: &'static str) {
+    if !SESSION.load(Ordering::Acquire) || SESSION_PID.load(Ordering::Acquire) != std::process::id() as i32 {
+        return;
+    }
+    let control = CONTROL_TID.load(Ordering::Acquire);
+    if control == task::gettid() {
+        return;
+    }
+    *SANDBOX.lock().unwrap_or_else(|e| e.into_inner()) = Some(how);
+    let until = Instant::now() + SANDBOX_WAIT;
+    let mut spins = 0u32;
+    while Instant::now() < until {
+        std::hint::spin_loop();
+        spins = spins.wrapping_add(1);
+        // Whether the control thread is still there: a system call, now and then.
+        if spins.is_multiple_of(4096) && !(SESSION.load(Ordering::Acquire) || control != 0 && task::tgkill(control, 0)) {
+            break;
+        }
+    }
+    AGENT.set_sandboxed();
 }
 
 extern "C" fn at_exit() {

@@ -189,6 +189,16 @@ fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -> 
     // SAFETY: `info` is the kernel's siginfo for this signal.
     let Some(event) = (unsafe { engine::classify(sig, info, ts.as_deref()) }) else { return false };
     let (Some(slot), Some(ts)) = (slot, ts) else { return true };
+    if AGENT.sandboxed() {
+        // Under a seccomp filter now: nothing that makes a system call (a
+        // signal of ours still pending when the session ended).
+        if event == engine::Event::Step {
+            // SAFETY: `uc` is the kernel's context; only its trap flag is cleared.
+            unsafe { (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] &= !TRAP_FLAG };
+            ts.burst.reset();
+        }
+        return true;
+    }
     if event == engine::Event::Step && (AGENT.stopping() || slot.phase() != Phase::Adopted || !ts.active.load(Ordering::Acquire)) {
         // A burst the engine will not finish: stop stepping here, or the
         // thread would go on single-stepping into the program's SIGTRAP.

@@ -16,7 +16,9 @@
 //!   is loaded and unloaded (see [`dlclose`], [`route_open`], [`route_sym`]);
 //! - `prctl` and `syscall`, for `PR_SET_SECCOMP` and `SYS_seccomp`: a
 //!   process that puts itself in a seccomp sandbox is left before the
-//!   filter goes in (`preload::leave_to_sandbox`).
+//!   filter goes in (`preload::leave_to_sandbox`; an attached agent gets
+//!   these two through the program's import tables, `imports.rs`, and
+//!   ends its session, `attach::leave_to_sandbox`).
 
 use crate::program::PROGRAM;
 use crate::state::{Mode, AGENT};
@@ -187,10 +189,41 @@ pub unsafe extern "C" fn ptrace(req: libc::c_int, pid: libc::pid_t, addr: *mut l
 const SECCOMP_SET_MODES: [libc::c_long; 2] = [0, 1];
 const PR_SECCOMP_MODES: [libc::c_ulong; 2] = [1, 2];
 
-/// The program is about to enter a seccomp sandbox.
-fn entering_sandbox(how: &str) {
+/// The program is about to enter a seccomp sandbox: a preloaded agent
+/// stops profiling, an attached session ends (`imports.rs` routes the
+/// program's calls here).
+fn entering_sandbox(how: &'static str) {
     if preloaded() && AGENT.owner_is_me() {
         keeping_errno(|| crate::preload::leave_to_sandbox(how));
+    } else if AGENT.mode() == Mode::Attached {
+        keeping_errno(|| crate::attach::leave_to_sandbox(how));
+    }
+}
+
+/// The C library's `prctl` (the agent's calls on to it).
+static REAL_PRCTL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Look the C library's `prctl` up in the C library itself: an attached
+/// agent (loaded by `dlopen`, outside the program's global scope) has no
+/// "next" definition to ask for. Not for handlers.
+/// True when it is known.
+pub(crate) fn resolve_in_libc() -> bool {
+    if !REAL_PRCTL.load(Ordering::Acquire).is_null() {
+        return true;
+    }
+    // SAFETY: RTLD_NOLOAD finds the C library the process runs on (a
+    // reference, given back below); dlsym with a NUL-terminated name.
+    unsafe {
+        let libc_handle = libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+        if libc_handle.is_null() {
+            return false;
+        }
+        let f = libc::dlsym(libc_handle, c"prctl".as_ptr());
+        if !f.is_null() {
+            REAL_PRCTL.store(f, Ordering::Release);
+        }
+        libc::dlclose(libc_handle);
+        !f.is_null()
     }
 }
 
@@ -210,12 +243,29 @@ pub unsafe extern "C" fn prctl(
     a4: libc::c_ulong,
     a5: libc::c_ulong,
 ) -> libc::c_int {
-    static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
+    // SAFETY: as this function's.
+    unsafe { own_prctl(option, a2, a3, a4, a5) }
+}
+
+/// The agent's `prctl` by an address of its own: taking the address of
+/// the exported one (`prctl as *const _`) gets whichever definition the
+/// loader binds the name to, the C library's when the agent is attached
+/// (`imports.rs` writes this one into import tables).
+///
+/// # Safety
+/// As [`prctl`].
+pub(crate) unsafe extern "C" fn own_prctl(
+    option: libc::c_int,
+    a2: libc::c_ulong,
+    a3: libc::c_ulong,
+    a4: libc::c_ulong,
+    a5: libc::c_ulong,
+) -> libc::c_int {
     if option == libc::PR_SET_SECCOMP && PR_SECCOMP_MODES.contains(&a2) {
         entering_sandbox("prctl PR_SET_SECCOMP");
     }
     // SAFETY: the C library's prctl reads these five arguments.
-    unsafe { std::mem::transmute::<*mut libc::c_void, PrctlFn>(next(c"prctl", &REAL))(option, a2, a3, a4, a5) }
+    unsafe { std::mem::transmute::<*mut libc::c_void, PrctlFn>(next(c"prctl", &REAL_PRCTL))(option, a2, a3, a4, a5) }
 }
 
 /// `syscall(SYS_seccomp, ...)` (libseccomp's way in) puts the process in a
@@ -231,6 +281,23 @@ pub unsafe extern "C" fn prctl(
 /// registers or stack slot, as here).
 #[no_mangle]
 pub unsafe extern "C" fn syscall(
+    nr: libc::c_long,
+    a1: libc::c_long,
+    a2: libc::c_long,
+    a3: libc::c_long,
+    a4: libc::c_long,
+    a5: libc::c_long,
+    a6: libc::c_long,
+) -> libc::c_long {
+    // SAFETY: as this function's.
+    unsafe { own_syscall(nr, a1, a2, a3, a4, a5, a6) }
+}
+
+/// The agent's `syscall` by an address of its own (see [`own_prctl`]).
+///
+/// # Safety
+/// As [`syscall`].
+pub(crate) unsafe extern "C" fn own_syscall(
     nr: libc::c_long,
     a1: libc::c_long,
     a2: libc::c_long,
@@ -383,7 +450,7 @@ fn tracking() -> bool {
 }
 
 /// The dynamic linker's counts of objects loaded and unloaded so far.
-fn link_counts() -> (u64, u64) {
+pub(crate) fn link_counts() -> (u64, u64) {
     extern "C" fn first(info: *mut libc::dl_phdr_info, size: usize, out: *mut libc::c_void) -> libc::c_int {
         let end = std::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + std::mem::size_of::<u64>();
         if size >= end {

@@ -17,6 +17,7 @@ pub mod attach;
 mod calibrate;
 mod channel;
 mod handlers;
+mod imports;
 pub mod interpose;
 pub mod preload;
 mod program;

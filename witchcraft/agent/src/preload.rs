@@ -176,7 +176,7 @@ pub fn leave_to_debugger(why: &str) {
 /// event closed and the fatal signals' default actions given back. Its
 /// forks inherit the filter and stay unprofiled, as do the images it execs
 /// (see `init`). If the call fails, profiling stays off.
-pub fn leave_to_sandbox(how: &str) {
+pub fn leave_to_sandbox(how: &'static str) {
     if !AGENT.set_sandboxed() {
         return;
     }

@@ -210,9 +210,10 @@ impl Store {
                 let p = Profile::load(&self.profile_path(id)).map_err(|e| anyhow::anyhow!("{e}"))?;
                 // Who may read it is not in the profile: root only.
                 // An attached session ends by a detach, or by the agent
-                // itself when a debugger takes the process ("traced"); the
-                // process lives on after either.
-                let exited = !matches!(p.ended_by.as_str(), "detach" | "traced");
+                // itself when a debugger takes the process ("traced") or it
+                // enters a seccomp sandbox ("sandbox"); the process lives
+                // on after any of these.
+                let exited = !matches!(p.ended_by.as_str(), "detach" | "traced" | "sandbox");
                 let mut m = Meta::new(&p, None, exited, "reindex");
                 m.id = id.into();
                 m.bytes = bytes;
@@ -418,12 +419,12 @@ mod tests {
         let d = tmpdir("reindex-ended");
         let (mut s, _) = Store::open(&cfg(&d, 1 << 20, 10)).unwrap();
         let mut ids = Vec::new();
-        for (i, how) in ["detach", "traced", "exit", "signal 9"].iter().enumerate() {
+        for (i, how) in ["detach", "traced", "sandbox", "exit", "signal 9"].iter().enumerate() {
             let mut p = profile(10 + i as u32, 2000, 0);
             p.ended_by = how.to_string();
             let m = s.put(&p, Meta::new(&p, None, false, "schedule")).unwrap();
             std::fs::remove_file(d.join(format!("{}.meta.json", m.id))).unwrap();
-            ids.push((m.id, *how != "detach" && *how != "traced"));
+            ids.push((m.id, !matches!(*how, "detach" | "traced" | "sandbox")));
         }
         drop(s);
         let (s, _) = Store::open(&cfg(&d, 1 << 20, 10)).unwrap();

@@ -1,0 +1,129 @@
+//! Attached mode: the program's own calls to `prctl` and `syscall` are
+//! pointed at the agent's (`interpose.rs`), so that it sees a seccomp
+//! sandbox coming and ends the session before the filter goes in (a filter
+//! that kills at a system call the agent makes would kill the program).
+//!
+//! A preloaded agent gets these calls by symbol interposition. A library
+//! loaded later by `dlopen` cannot interpose, so here the entries of the
+//! modules' import tables (their GOT slots, `R_X86_64_JUMP_SLOT` and
+//! `R_X86_64_GLOB_DAT`: plain and `-fno-plt` calls) are rewritten with the
+//! `plthook` crate: in the program and every library it loaded, except the
+//! C library (whose own calls are not a program entering a sandbox), the
+//! dynamic loader, the vDSO and the agent. Modules loaded during the session
+//! are hooked at the control thread's next poll. What this cannot see: a
+//! system call made by a `syscall` instruction of the program's own (a
+//! browser's sandbox does that), or by a module in the window between its
+//! load and the next poll. The entries stay pointed at the agent after the
+//! session (the library stays loaded); with no session running they call
+//! the C library's functions straight on.
+
+use std::ffi::{c_void, CStr};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The imports the agent takes: (name, the agent's definition). `prctl`
+/// only once the C library's is known, for the agent's to call on to
+/// (`syscall` makes the call itself).
+fn ours(prctl: bool) -> impl Iterator<Item = (&'static str, *const c_void)> {
+    [("prctl", crate::interpose::own_prctl as *const c_void), ("syscall", crate::interpose::own_syscall as *const c_void)]
+        .into_iter()
+        .filter(move |&(name, _)| prctl || name != "prctl")
+}
+
+/// The loader's count of loads when the modules were last hooked (0: never).
+static HOOKED_AT: AtomicU64 = AtomicU64::new(0);
+
+/// Point the `prctl` and `syscall` imports of every module loaded since the
+/// last call at the agent's. The control thread's (it allocates and opens
+/// files); cheap when nothing was loaded.
+pub fn hook() {
+    let (adds, _) = crate::interpose::link_counts();
+    if HOOKED_AT.swap(adds, Ordering::AcqRel) == adds {
+        return;
+    }
+    let prctl = crate::interpose::resolve_in_libc();
+    if let Ok(program) = plthook::ObjectFile::open_main_program() {
+        take(&program, prctl);
+    }
+    let agent = own_name();
+    for name in libraries() {
+        if Some(&name) == agent.as_ref() || skipped(&name) {
+            continue;
+        }
+        // SAFETY: a NUL-terminated name; RTLD_NOLOAD only finds a module
+        // already loaded (and takes a reference, given back below).
+        let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        if handle.is_null() {
+            continue;
+        }
+        // SAFETY: a handle dlopen just gave, kept open while it is read.
+        if let Ok(module) = unsafe { plthook::ObjectFile::open_by_handle(handle) } {
+            take(&module, prctl);
+        }
+        // SAFETY: the reference taken above.
+        unsafe { libc::dlclose(handle) };
+    }
+}
+
+/// Rewrite `module`'s entries for the imports the agent takes, for good.
+fn take(module: &plthook::ObjectFile, prctl: bool) {
+    for (name, f) in ours(prctl) {
+        // SAFETY: `f` is the agent's definition, with the C library's
+        // signature; the agent stays loaded.
+        if let Ok(mut r) = unsafe { module.replace(name, f) } {
+            r.discard();
+        }
+    }
+}
+
+/// Modules left alone: the C library and the loader (their calls are not
+/// the program's), the vDSO (no imports), and the unnamed main program
+/// (taken by `open_main_program`).
+fn skipped(name: &CStr) -> bool {
+    let bytes = name.to_bytes();
+    let base = bytes.rsplit(|&b| b == b'/').next().unwrap_or(bytes);
+    base.is_empty() || base.starts_with(b"libc.so") || base.starts_with(b"ld-linux") || base.starts_with(b"linux-vdso")
+}
+
+/// The agent's own module name, as the loader has it.
+fn own_name() -> Option<std::ffi::CString> {
+    // SAFETY: Dl_info is plain data; dladdr fills it for an address of ours.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: any address; the result is checked.
+    if unsafe { libc::dladdr(hook as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: the loader's NUL-terminated name of the module.
+    Some(unsafe { CStr::from_ptr(info.dli_fname) }.to_owned())
+}
+
+/// The names of the loaded modules, as the loader has them.
+fn libraries() -> Vec<std::ffi::CString> {
+    extern "C" fn each(info: *mut libc::dl_phdr_info, _size: usize, out: *mut c_void) -> libc::c_int {
+        // SAFETY: the C library passes a valid entry, and `out` is the vector below.
+        let (info, out) = unsafe { (&*info, &mut *(out as *mut Vec<std::ffi::CString>)) };
+        if !info.dlpi_name.is_null() {
+            // SAFETY: the loader's NUL-terminated name of the module.
+            out.push(unsafe { CStr::from_ptr(info.dlpi_name) }.to_owned());
+        }
+        0
+    }
+    let mut names: Vec<std::ffi::CString> = Vec::new();
+    // SAFETY: a callback that copies each entry's name into `names`.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut names as *mut Vec<std::ffi::CString> as *mut c_void) };
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::skipped;
+
+    #[test]
+    fn the_c_library_the_loader_and_the_vdso_are_left_alone() {
+        for name in [c"", c"/lib/x86_64-linux-gnu/libc.so.6", c"/lib64/ld-linux-x86-64.so.2", c"linux-vdso.so.1"] {
+            assert!(skipped(name), "{name:?}");
+        }
+        for name in [c"/usr/lib/x86_64-linux-gnu/libseccomp.so.2", c"/opt/app/libcrypto.so.3", c"./libc_helpers.so"] {
+            assert!(!skipped(name), "{name:?}");
+        }
+    }
+}
