@@ -109,8 +109,9 @@ int main(int argc, char **argv) {
     long rounds = argc > 3 ? atol(argv[3]) : 30000000;
     if (argc > 4 && strcmp(argv[4], "late") == 0) {
         unsigned long s = 0;
-        while (!stdin_closed())
+        do /* at least once: what `before` reads is the same however long */
             s += work(100000);
+        while (!stdin_closed());
         printf("worked until stdin closed: %d\n", s != 1);
     }
     printf("before: %lu\n", work(rounds));

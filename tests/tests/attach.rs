@@ -618,3 +618,32 @@ fn a_process_that_sandboxes_itself_during_the_session_is_left_first() {
         assert!(p["counters"]["samples"].as_u64().unwrap_or(0) > 0, "{how} {action}: the work before the sandbox should be sampled");
     }
 }
+
+/// A process whose only thread outside the C library has 8 KiB of stack
+/// left (its main thread nearly always inside memset, where witch does not
+/// stop a thread): witch does not run the agent's load on that stack,
+/// which it would overflow, but waits for the main thread; the program
+/// runs on, attach after attach. (Before, the
+/// load wrote 8.7 KiB below the worker's stack pointer, through its guard
+/// page: SIGSEGV, the program killed.)
+#[test]
+fn a_thread_without_stack_to_spare_is_not_used_for_the_attach() {
+    let dir = Scratch::new("attach-small-stack");
+    let prog = Program::build("small_stack", dir.path());
+    let t = Target::start(&prog.exe, &["8192"], &[]);
+    t.wait_ready(2, None);
+    let pid = t.pid();
+    for attempt in 0..2 {
+        let out = dir.join(&format!("attach-{attempt}.json"));
+        let run = attach_cmd(&witch_bin(), &[], "dead", pid, &["--duration", "1s", "-q", "-o", out.to_str().unwrap()]);
+        assert_eq!(run.code(), Some(0), "attach {attempt}: {}", run.describe());
+        assert_eq!(raw_profile(&out)["ended_by"], "detach");
+    }
+    let end = t.finish();
+    assert_eq!((end.code(), end.signal()), (Some(0), None), "{}\n{}", end.stdout, end.stderr);
+    // What was written there is the frame of the agent's first sample on
+    // the thread (2.9 KiB here: the signal frame and the handler that lends
+    // it the alternate stack), not the 8.7 KiB of the load.
+    let written: u64 = end.stdout.trim().strip_prefix("written ").and_then(|n| n.parse().ok()).expect("the program's report");
+    assert!(written < 4096, "{written} bytes were written below the worker's stack pointer");
+}

@@ -57,6 +57,14 @@ const EINTR_ON_STOP: [i64; 19] = [232, 281, 441, 128, 65, 220, 208, 0, 1, 19, 20
 /// pselect6, epoll_pwait, epoll_pwait2, rt_sigsuspend, rt_sigtimedwait,
 /// io_pgetevents.
 const MASK_WHILE_WAITING: [i64; 7] = [271, 270, 281, 441, 130, 128, 333];
+/// Stack a stopped thread must have free below its stack pointer for the
+/// injected calls: the red zone, the signal frame that restores the thread
+/// (with its XSAVE area: about 3 KiB with AVX-512, 11 KiB with AMX), and
+/// what `dlopen` and the agent's start use. A first attach used 8.7 KiB in
+/// all here, and a thread left 8 KiB was killed (SIGSEGV on its guard
+/// page; `tests/tests/attach.rs`); this leaves room for a larger XSAVE area
+/// and a deeper load.
+const STACK_NEEDED: u64 = 32 << 10;
 /// Longest an injected call may run.
 const CALL_LIMIT: Duration = Duration::from_secs(30);
 /// `NT_X86_XSTATE`: the XSAVE area as a ptrace register set.
@@ -197,6 +205,8 @@ impl Tracee {
         let risky = target.risky_ranges();
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut last_err = None;
+        // The least stack a stopped thread had free, when none had enough.
+        let mut cramped: Option<u64> = None;
         loop {
             let mut tids = witchcraft::sys::procfs::tasks(Some(pid));
             if tids.is_empty() {
@@ -204,6 +214,9 @@ impl Tracee {
             }
             tids.sort_by_key(|&t| (t != pid, t));
             let any_ok = Instant::now() > deadline;
+            // Read once a thread is found (threads made since the target was
+            // inspected have stacks its maps do not show).
+            let mut maps = None;
             for tid in tids {
                 match Tracee::seize(tid) {
                     Ok(t) => {
@@ -215,7 +228,15 @@ impl Tracee {
                             !risky.iter().any(|&(a, b)| a <= rip && rip < b)
                         };
                         if safe || any_ok {
-                            return Ok(t);
+                            // Never on a stack too small for the calls: they
+                            // would write past its end (a guard page: the
+                            // program dies of SIGSEGV; else, whatever lies below).
+                            let maps = maps.get_or_insert_with(|| witchcraft::sys::procfs::read_maps(Some(pid)).unwrap_or_default());
+                            let room = super::target::stack_room(maps, t.saved.rsp);
+                            if room >= STACK_NEEDED {
+                                return Ok(t);
+                            }
+                            cramped = Some(cramped.map_or(room, |c| c.max(room)));
                         }
                         t.resume();
                     }
@@ -234,6 +255,13 @@ impl Tracee {
                 bail!("no process with pid {pid}");
             }
             if any_ok {
+                if let Some(room) = cramped {
+                    bail!(
+                        "no thread of pid {pid} has the {} KiB of stack the agent's load needs (the most free: {} KiB); the process was left as it was",
+                        STACK_NEEDED >> 10,
+                        room >> 10
+                    );
+                }
                 return Err(last_err.unwrap_or_else(|| anyhow!("could not stop any thread of pid {pid}")));
             }
             std::thread::sleep(Duration::from_millis(2));

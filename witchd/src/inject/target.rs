@@ -28,6 +28,18 @@ pub struct Target {
     pub maps: Vec<Mapping>,
 }
 
+/// Bytes of stack a thread whose stack pointer is `sp` may still use: down
+/// to the start of the mapping that holds `sp` (its guard page, or whatever
+/// lies below). The main thread's `[stack]` grows on demand: unbounded
+/// here. 0 for a stack pointer in no mapping, or in one not writable.
+pub fn stack_room(maps: &[Mapping], sp: u64) -> u64 {
+    match maps.iter().find(|m| m.contains(sp.saturating_sub(1))) {
+        Some(m) if m.path == "[stack]" => u64::MAX,
+        Some(m) if m.write => sp - m.start,
+        _ => 0,
+    }
+}
+
 impl Target {
     pub fn inspect(pid: i32) -> Result<Target> {
         if pid <= 0 {
@@ -281,5 +293,24 @@ mod tests {
         let libc = t.object(|f| f.starts_with("libc.so")).expect("libc is mapped").clone();
         let addr = t.symbol(&libc, "dlopen").unwrap().or(t.symbol(&libc, "__libc_dlopen_mode").unwrap());
         assert_eq!(addr, Some(libc::dlopen as *const () as u64));
+    }
+
+    #[test]
+    fn stack_room_is_what_lies_above_the_mapping_start() {
+        let maps = procfs::parse_maps(
+            "7f0000000000-7f0000001000 ---p 00000000 00:00 0 \n\
+             7f0000001000-7f0000011000 rw-p 00000000 00:00 0 \n\
+             7f0000011000-7f0000012000 r--p 00000000 00:00 0 \n\
+             7ffc00000000-7ffc00021000 rw-p 00000000 00:00 0                          [stack]\n",
+        );
+        // A thread stack of 64 KiB above its guard page.
+        assert_eq!(stack_room(&maps, 0x7f0000011000), 64 << 10);
+        assert_eq!(stack_room(&maps, 0x7f0000003000), 8 << 10);
+        // The main thread's stack grows.
+        assert_eq!(stack_room(&maps, 0x7ffc00010000), u64::MAX);
+        // In no mapping, in the guard page, in a read-only one.
+        assert_eq!(stack_room(&maps, 0x6000_0000_0000), 0);
+        assert_eq!(stack_room(&maps, 0x7f0000000800), 0);
+        assert_eq!(stack_room(&maps, 0x7f0000011800), 0);
     }
 }
