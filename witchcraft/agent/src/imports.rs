@@ -15,18 +15,15 @@
 //! browser's sandbox does that), or by a module in the window between its
 //! load and the next poll. The entries stay pointed at the agent after the
 //! session (the library stays loaded); with no session running they call
-//! the C library's functions straight on.
+//! the program's own definitions straight on: those its global scope binds
+//! (an interposer it preloads, else the C library's).
 
 use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The imports the agent takes: (name, the agent's definition). `prctl`
-/// only once the C library's is known, for the agent's to call on to
-/// (`syscall` makes the call itself).
-fn ours(prctl: bool) -> impl Iterator<Item = (&'static str, *const c_void)> {
-    [("prctl", crate::interpose::own_prctl as *const c_void), ("syscall", crate::interpose::own_syscall as *const c_void)]
-        .into_iter()
-        .filter(move |&(name, _)| prctl || name != "prctl")
+/// The imports the agent takes: (name, the agent's definition for them).
+fn ours() -> [(&'static str, *const c_void); 2] {
+    [("prctl", crate::interpose::own_prctl as *const c_void), ("syscall", crate::interpose::attached_syscall as *const c_void)]
 }
 
 /// The loader's count of loads when the modules were last hooked (0: never).
@@ -40,9 +37,12 @@ pub fn hook() {
     if HOOKED_AT.swap(adds, Ordering::AcqRel) == adds {
         return;
     }
-    let prctl = crate::interpose::resolve_in_libc();
+    // What the agent's definitions call on to: without it, nothing is taken.
+    if !crate::interpose::resolve_for_attached() {
+        return;
+    }
     if let Ok(program) = plthook::ObjectFile::open_main_program() {
-        take(&program, prctl);
+        take(&program);
     }
     let agent = own_name();
     for name in libraries() {
@@ -57,7 +57,7 @@ pub fn hook() {
         }
         // SAFETY: a handle dlopen just gave, kept open while it is read.
         if let Ok(module) = unsafe { plthook::ObjectFile::open_by_handle(handle) } {
-            take(&module, prctl);
+            take(&module);
         }
         // SAFETY: the reference taken above.
         unsafe { libc::dlclose(handle) };
@@ -65,8 +65,8 @@ pub fn hook() {
 }
 
 /// Rewrite `module`'s entries for the imports the agent takes, for good.
-fn take(module: &plthook::ObjectFile, prctl: bool) {
-    for (name, f) in ours(prctl) {
+fn take(module: &plthook::ObjectFile) {
+    for (name, f) in ours() {
         // SAFETY: `f` is the agent's definition, with the C library's
         // signature; the agent stays loaded.
         if let Ok(mut r) = unsafe { module.replace(name, f) } {

@@ -200,31 +200,39 @@ fn entering_sandbox(how: &'static str) {
     }
 }
 
-/// The C library's `prctl` (the agent's calls on to it).
+/// The `prctl` the agent's calls on to: the next definition (preloaded), or
+/// the one the program's own calls bind to (attached).
 static REAL_PRCTL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
+/// The `syscall` the program's own calls bind to (attached).
+static REAL_SYSCALL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Look the C library's `prctl` up in the C library itself: an attached
-/// agent (loaded by `dlopen`, outside the program's global scope) has no
-/// "next" definition to ask for. Not for handlers.
-/// True when it is known.
-pub(crate) fn resolve_in_libc() -> bool {
-    if !REAL_PRCTL.load(Ordering::Acquire).is_null() {
-        return true;
-    }
-    // SAFETY: RTLD_NOLOAD finds the C library the process runs on (a
-    // reference, given back below); dlsym with a NUL-terminated name.
-    unsafe {
-        let libc_handle = libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
-        if libc_handle.is_null() {
-            return false;
+/// Look up the `prctl` and `syscall` the program's own calls bind to (its
+/// global scope: an interposer it preloads, else the C library), for an
+/// attached agent's definitions to call on: loaded by `dlopen`, outside
+/// that scope, the agent has no "next" definition to ask for. True when
+/// both are known. Not for handlers.
+pub(crate) fn resolve_for_attached() -> bool {
+    let ours = [own_prctl as *const () as usize, attached_syscall as *const () as usize];
+    for (name, cache) in [(c"prctl", &REAL_PRCTL), (c"syscall", &REAL_SYSCALL)] {
+        if !cache.load(Ordering::Acquire).is_null() {
+            continue;
         }
-        let f = libc::dlsym(libc_handle, c"prctl".as_ptr());
-        if !f.is_null() {
-            REAL_PRCTL.store(f, Ordering::Release);
+        // SAFETY: dlsym with a NUL-terminated name.
+        let mut f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+        if f.is_null() || ours.contains(&(f as usize)) {
+            // SAFETY: RTLD_NOLOAD finds the C library the process runs on
+            // (a reference, given back below); dlsym with a NUL-terminated name.
+            unsafe {
+                let libc_handle = libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);
+                f = if libc_handle.is_null() { std::ptr::null_mut() } else { libc::dlsym(libc_handle, name.as_ptr()) };
+                if !libc_handle.is_null() {
+                    libc::dlclose(libc_handle);
+                }
+            }
         }
-        libc::dlclose(libc_handle);
-        !f.is_null()
+        cache.store(f, Ordering::Release);
     }
+    !REAL_PRCTL.load(Ordering::Acquire).is_null() && !REAL_SYSCALL.load(Ordering::Acquire).is_null()
 }
 
 type PrctlFn = unsafe extern "C" fn(libc::c_int, libc::c_ulong, libc::c_ulong, libc::c_ulong, libc::c_ulong) -> libc::c_int;
@@ -327,6 +335,32 @@ pub(crate) unsafe extern "C" fn own_syscall(
         return -1;
     }
     r
+}
+
+type SyscallFn =
+    unsafe extern "C" fn(libc::c_long, libc::c_long, libc::c_long, libc::c_long, libc::c_long, libc::c_long, libc::c_long) -> libc::c_long;
+
+/// The program's `syscall`, through its import tables, in an attached
+/// process (`imports.rs`): a sandbox about to go in ends the session first;
+/// then the call goes on to the definition the program's own calls bind to
+/// ([`resolve_for_attached`]).
+///
+/// # Safety
+/// As [`syscall`]; only installed once `resolve_for_attached` found it.
+pub(crate) unsafe extern "C" fn attached_syscall(
+    nr: libc::c_long,
+    a1: libc::c_long,
+    a2: libc::c_long,
+    a3: libc::c_long,
+    a4: libc::c_long,
+    a5: libc::c_long,
+    a6: libc::c_long,
+) -> libc::c_long {
+    if nr == libc::SYS_seccomp && SECCOMP_SET_MODES.contains(&a1) {
+        entering_sandbox("seccomp");
+    }
+    // SAFETY: the program's own `syscall`, with the arguments it was given.
+    unsafe { std::mem::transmute::<*mut libc::c_void, SyscallFn>(REAL_SYSCALL.load(Ordering::Acquire))(nr, a1, a2, a3, a4, a5, a6) }
 }
 
 type SigactionFn = unsafe extern "C" fn(libc::c_int, *const libc::sigaction, *mut libc::sigaction) -> libc::c_int;

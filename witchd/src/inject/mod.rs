@@ -132,6 +132,25 @@ pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
     }
 }
 
+/// How long an attach waits for a process the loader is still starting to
+/// have its C library mapped.
+const STARTING_WAIT: Duration = Duration::from_secs(2);
+
+/// `dlopen` (or the C library's own `__libc_dlopen_mode`), `dlerror` and
+/// `getpid` in the C library `target` maps, where found.
+fn c_library_calls(target: &Target) -> Result<(Option<u64>, Option<u64>, Option<u64>)> {
+    let (mut dlopen, mut dlerror, mut getpid) = (None, None, None);
+    for m in target.maps.iter().filter(|m| m.offset == 0 && m.is_file() && is_c_library(file_name(&m.path))) {
+        if let [open, open_mode, error, pid_of] = target.symbols(m, &["dlopen", "__libc_dlopen_mode", "dlerror", "getpid"])?[..] {
+            if dlopen.is_none() {
+                (dlopen, dlerror) = (open.or(open_mode), error);
+            }
+            getpid = getpid.or(pid_of);
+        }
+    }
+    Ok((dlopen, dlerror, getpid))
+}
+
 fn attach_in(pid: i32, image: Option<Image>, opts: &Options) -> Result<Session> {
     let mut target = Target::inspect(pid)?;
     let pid = target.pid;
@@ -142,17 +161,23 @@ fn attach_in(pid: i32, image: Option<Image>, opts: &Options) -> Result<Session> 
     let agent_path = agent.to_string_lossy().into_owned();
     let is_agent = |f: &str| f == AGENT_FILE;
     let loaded = target.object(is_agent).cloned();
-    let (mut dlopen, mut dlerror, mut getpid) = (None, None, None);
-    for m in target.maps.iter().filter(|m| m.offset == 0 && m.is_file() && is_c_library(file_name(&m.path))) {
-        if let [open, open_mode, error, pid_of] = target.symbols(m, &["dlopen", "__libc_dlopen_mode", "dlerror", "getpid"])?[..] {
-            if dlopen.is_none() {
-                (dlopen, dlerror) = (open.or(open_mode), error);
-            }
-            getpid = getpid.or(pid_of);
+    let has_loader = |t: &Target| t.maps.iter().any(|x| x.path.contains("/ld-linux") || x.path.contains("/ld-"));
+    // A process the loader is still starting (just run, or just exec'd) has
+    // no C library mapped yet: wait for it a little.
+    let starting_until = Instant::now() + STARTING_WAIT;
+    let (dlopen, dlerror, getpid) = loop {
+        let found = c_library_calls(&target)?;
+        if found.0.is_some() || loaded.is_some() || !has_loader(&target) || Instant::now() > starting_until {
+            break found;
         }
-    }
+        std::thread::sleep(Duration::from_millis(10));
+        if !alive(pid) {
+            bail!("no process with pid {pid}");
+        }
+        target.refresh_maps()?;
+    };
     if loaded.is_none() && dlopen.is_none() {
-        if !target.maps.iter().any(|x| x.path.contains("/ld-linux") || x.path.contains("/ld-")) {
+        if !has_loader(&target) {
             bail!(
                 "pid {pid} is statically linked, so the agent can't be loaded into it; restart it under `witch {} PROGRAM`, or use --exact",
                 opts.craft.name()
