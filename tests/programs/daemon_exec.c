@@ -5,8 +5,9 @@
  * starting with 'e' makes the main thread exec the program's own executable
  * again (same pid, same name, a fresh image) with GENERATION + 1; a line
  * starting with 'w' makes the worker thread do it (the kernel then gives
- * the worker the process's pid).  EOF, or a line starting with 'q', makes it
- * print its generation and exit 5.
+ * the worker the process's pid); a line starting with 'v' makes the main
+ * thread do it with execv rather than execl.  EOF, or a line starting with
+ * 'q', makes it print its generation and exit 5.
  *
  * Usage: daemon_exec [GENERATION]   (0 when absent)
  */
@@ -25,15 +26,22 @@ static volatile long rounds;
 static long gen;
 static char *name;
 
-static void exec_again(void) {
+static void exec_again_with(int use_execv) {
     char next[32], self[4096];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) _exit(102);
     self[len] = 0;
     snprintf(next, sizeof next, "%ld", gen + 1);
-    execl(self, name, next, (char *)NULL);
+    if (use_execv) {
+        char *argv[] = {name, next, NULL};
+        execv(self, argv);
+    } else {
+        execl(self, name, next, (char *)NULL);
+    }
     _exit(101); /* exec failed */
 }
+
+static void exec_again(void) { exec_again_with(0); }
 
 static void *worker(void *arg) {
     (void)arg;
@@ -57,6 +65,7 @@ int main(int argc, char **argv) {
     ssize_t n;
     while ((n = read(0, buf, sizeof buf)) > 0 && buf[0] != 'q') {
         if (buf[0] == 'e') exec_again();
+        if (buf[0] == 'v') exec_again_with(1);
         if (buf[0] == 'w') exec_from_worker = 1;
     }
     stop = 1;

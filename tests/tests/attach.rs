@@ -647,3 +647,64 @@ fn a_thread_without_stack_to_spare_is_not_used_for_the_attach() {
     let written: u64 = end.stdout.trim().strip_prefix("written ").and_then(|n| n.parse().ok()).expect("the program's report");
     assert!(written < 4096, "{written} bytes were written below the worker's stack pointer");
 }
+
+/// A process that replaces its program with `execv` (or `execve`,
+/// `execvp`, `execvpe`) during a session: the agent sees the call coming
+/// through the program's import table and ends the session first, so the
+/// profile of the program before the exec is kept (`ended_by: "exec"`, a
+/// note); witch writes it, says so and exits 0; the process runs on as its
+/// new program, with no agent in it. (Before, and still for `execl`, whose
+/// variadic form is not taken: the profile went with the old image, exit 3;
+/// see the test above.)
+#[test]
+fn a_process_that_execs_with_execv_keeps_the_sessions_profile() {
+    let dir = Scratch::new("attach-execv");
+    let prog = Program::build("daemon_exec", dir.path());
+    let mut t = Target::start(&prog.exe, &["5"], &[]);
+    t.wait_ready(2, None);
+    let pid = t.pid();
+    let (out, err) = (dir.join("execv.json"), dir.join("execv.err"));
+    let mut w = KillOnDrop(
+        Command::new(witch_bin())
+            .args(["dead", "--pid", &pid.to_string(), "--duration", "60s", "-o", out.to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&err).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let read = || std::fs::read_to_string(&err).unwrap_or_default();
+    assert!(eventually(std::time::Duration::from_secs(20), || read().contains("attached to pid")), "{}", read());
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let exec_at = std::time::Instant::now();
+    t.send(b"v\n");
+    let mut status = None;
+    assert!(
+        eventually(std::time::Duration::from_secs(20), || {
+            status = w.0.try_wait().unwrap();
+            status.is_some()
+        }),
+        "witch still waits 20 s after the exec:\n{}",
+        read()
+    );
+    let took = exec_at.elapsed();
+    let text = read();
+    eprintln!("[witch-tests] witch ended {took:?} after the exec:\n{text}");
+    assert_eq!(status.unwrap().code(), Some(0), "{text}");
+    assert!(took < std::time::Duration::from_secs(3), "witch ended only {took:?} after the exec\n{text}");
+    assert!(text.contains("execv") && text.contains("profile"), "witch should say the session ended at the exec: {text}");
+    let p = raw_profile(&out);
+    assert_eq!(p["ended_by"], "exec", "{p}");
+    assert!(p["notes"].to_string().contains("execv to replace its program"), "{}", p["notes"]);
+    let rep = report(&out);
+    rep.assert_samples(5.0);
+    // The process runs on, as its new program, with no agent in it.
+    assert!(eventually(std::time::Duration::from_secs(5), || std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap_or_default()
+        .ends_with(b"\x006\x00")));
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    assert!(!maps.contains("libwitch_agent.so"), "{maps}");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    t.send(b"q\n");
+    let end = t.finish();
+    assert_eq!((end.code(), end.stdout.as_str()), (Some(5), "generation 6 ran rounds\n"), "{}", end.stderr);
+}

@@ -45,9 +45,42 @@ static SESSION: AtomicBool = AtomicBool::new(false);
 static SESSION_PID: AtomicI32 = AtomicI32::new(0);
 /// The control thread's tid while it runs (0: none).
 static CONTROL_TID: AtomicI32 = AtomicI32::new(0);
-/// The program is about to enter a seccomp sandbox, this way: the session
-/// ends now (see [`leave_to_sandbox`]).
-static SANDBOX: Mutex<Option<&'static str>> = Mutex::new(None);
+/// A thread of the program is about to do what ends the session now (see
+/// [`leave`]).
+static LEAVING: Mutex<Option<Leave>> = Mutex::new(None);
+
+/// What a thread of the program is about to do that ends the session.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Leave {
+    /// Enter a seccomp sandbox, this way: its filter may kill the process
+    /// for a system call the agent makes.
+    Sandbox(&'static str),
+    /// Replace its program (an exec): the agent, and what it gathered, go
+    /// with the old image.
+    Exec(&'static str),
+}
+
+impl Leave {
+    /// The profile's `ended_by`.
+    fn ended_by(self) -> &'static str {
+        match self {
+            Leave::Sandbox(_) => "sandbox",
+            Leave::Exec(_) => "exec",
+        }
+    }
+
+    /// The profile's note, `after` seconds into the session.
+    fn note(self, after: f64) -> String {
+        match self {
+            Leave::Sandbox(how) => format!(
+                "the session ended {after:.3} s in: the program put itself in a seccomp sandbox ({how}), whose filter may kill it for a system call the agent makes; the process runs on"
+            ),
+            Leave::Exec(how) => format!(
+                "the session ended {after:.3} s in, as the process called {how} to replace its program: this profile is of the program before"
+            ),
+        }
+    }
+}
 /// Sends on the session socket come from the control thread and, at exit,
 /// from the exiting thread: one message at a time.
 static SENDING: Mutex<()> = Mutex::new(());
@@ -66,9 +99,9 @@ const TRACED_POLLS: u32 = 5;
 const LEAVE_WAIT: Duration = Duration::from_millis(300);
 /// The sampler's period while threads leave (the sooner the better).
 const LEAVE_PERIOD_NS: u64 = 1_000_000;
-/// How long a thread entering a seccomp sandbox waits for the session to
-/// end (the control thread's poll, the threads' leave, the profile sent).
-const SANDBOX_WAIT: Duration = Duration::from_secs(3);
+/// How long a thread that ends the session ([`leave`]) waits for it to end
+/// (the control thread's poll, the threads' leave, the profile sent).
+const LEAVE_CALL_WAIT: Duration = Duration::from_secs(3);
 
 /// Called in the target (by the controller, through ptrace), with the
 /// controller's pid in `out[0]` (-1: unknown). Checks a session can run,
@@ -104,6 +137,8 @@ fn attach_code(controller: i32) -> AttachCode {
         return AttachCode::Busy;
     }
     SESSION_PID.store(std::process::id() as i32, Ordering::Release);
+    // An exec that failed after it ended an earlier session ends no other.
+    *LEAVING.lock().unwrap_or_else(|e| e.into_inner()) = None;
     let code = start(controller);
     if code != AttachCode::Ok {
         SESSION.store(false, Ordering::Release);
@@ -270,10 +305,8 @@ fn control(mut chan: Channel, theirs: i32, watch: Option<Controller>) {
 
 fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
     let cfg = Config::from_lines(text)?.ok_or("no WITCH_CRAFT in the settings")?;
-    if let Some(how) = sandbox_coming() {
-        return Err(format!(
-            "the process is entering a seccomp sandbox ({how}), whose filter may kill it for a system call the agent makes"
-        ));
+    if let Some(leave) = leaving() {
+        return Err(leave.note(0.0));
     }
     AGENT.clear_notes();
     AGENT.note("attached to the running process (ptrace + dlopen)");
@@ -328,15 +361,13 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
         if AGENT.finished() {
             return Ok(End::Exiting); // at_exit delivered the profile
         }
-        if let Some(how) = sandbox_coming() {
-            let after = (now_ns().saturating_sub(AGENT.start_ns())) as f64 / 1e9;
-            AGENT.note(format!(
-                "the session ended {after:.3} s in: the program put itself in a seccomp sandbox ({how}), whose filter may kill it for a system call the agent makes; the process runs on"
-            ));
-            ended_by = "sandbox";
+        if let Some(leave) = leaving() {
+            AGENT.note(leave.note((now_ns().saturating_sub(AGENT.start_ns())) as f64 / 1e9));
+            ended_by = leave.ended_by();
             break;
         }
-        // Modules loaded since: their calls into a sandbox go through the agent too.
+        // Modules loaded since: their calls into a sandbox or an exec go
+        // through the agent too.
         crate::imports::hook();
         let tracer = traced_by_other();
         traced_polls = if tracer.is_some() { traced_polls + 1 } else { 0 };
@@ -356,23 +387,25 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
     Ok(End::Detached)
 }
 
-/// The way in of a sandbox the program is about to enter, if it is.
-fn sandbox_coming() -> Option<&'static str> {
-    *SANDBOX.lock().unwrap_or_else(|e| e.into_inner())
+/// What a thread of the program is about to do that ends the session.
+fn leaving() -> Option<Leave> {
+    *LEAVING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The calling thread of the program is about to put the process in a
-/// seccomp sandbox (`how`): end the session here, as a detach the agent
-/// chose (`ended_by` "sandbox", the profile sent, handlers given back), and
-/// return once the control thread has exited, so that no thread of the
-/// agent's makes a system call under the filter (which may go on every
-/// thread: `SECCOMP_FILTER_FLAG_TSYNC`). This thread spins meanwhile: its
-/// sampler counts CPU time, and a sample is how it gives back the
-/// alternate signal stack the session lent it. Afterwards the agent's
-/// handlers make no system call (`Agent::sandboxed`). Nothing happens
-/// without a session in this process (a fork child inherits the flag, not
-/// the session). Not for handlers.
-pub fn leave_to_sandbox(how: &'static str) {
+/// The calling thread of the program is about to do what ends the session
+/// (`why`): end it here, as a detach the agent chose (`ended_by` "sandbox"
+/// or "exec", a note, the profile sent, handlers given back), and return
+/// once the control thread has exited: a seccomp filter (which may go on
+/// every thread: `SECCOMP_FILTER_FLAG_TSYNC`) finds no thread of the
+/// agent's making a system call, and an exec finds the profile sent. This
+/// thread spins meanwhile: its sampler counts CPU time, and a sample is how
+/// it gives back the alternate signal stack the session lent it. Entering a
+/// sandbox, the agent's handlers make no system call afterwards
+/// (`Agent::sandboxed`). Nothing happens without a session in this process
+/// (a fork child inherits the flag, not the session; a vfork child has a
+/// pid of its own). Not for handlers. The session is over even if the call
+/// then fails.
+pub fn leave(why: Leave) {
     if !SESSION.load(Ordering::Acquire) || SESSION_PID.load(Ordering::Acquire) != std::process::id() as i32 {
         return;
     }
@@ -380,8 +413,8 @@ pub fn leave_to_sandbox(how: &'static str) {
     if control == task::gettid() {
         return;
     }
-    *SANDBOX.lock().unwrap_or_else(|e| e.into_inner()) = Some(how);
-    let until = Instant::now() + SANDBOX_WAIT;
+    *LEAVING.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+    let until = Instant::now() + LEAVE_CALL_WAIT;
     let mut spins = 0u32;
     while Instant::now() < until {
         std::hint::spin_loop();
@@ -391,7 +424,9 @@ pub fn leave_to_sandbox(how: &'static str) {
             break;
         }
     }
-    AGENT.set_sandboxed();
+    if let Leave::Sandbox(_) = why {
+        AGENT.set_sandboxed();
+    }
 }
 
 extern "C" fn at_exit() {

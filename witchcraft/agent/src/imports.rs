@@ -1,7 +1,10 @@
-//! Attached mode: the program's own calls to `prctl` and `syscall` are
-//! pointed at the agent's (`interpose.rs`), so that it sees a seccomp
-//! sandbox coming and ends the session before the filter goes in (a filter
-//! that kills at a system call the agent makes would kill the program).
+//! Attached mode: the program's own calls to `prctl` and `syscall`, and to
+//! `execve`, `execvpe`, `execv` and `execvp`, are pointed at the agent's
+//! (`interpose.rs`), so that it sees a seccomp sandbox or an exec coming and
+//! ends the session first (a filter that kills at a system call the agent
+//! makes would kill the program; an exec would take the profile with the
+//! old image). `execl`, `execlp` and `execle` (variadic) and `fexecve` are
+//! not taken: their exec still loses the session's profile.
 //!
 //! A preloaded agent gets these calls by symbol interposition. A library
 //! loaded later by `dlopen` cannot interpose, so here the entries of the
@@ -21,16 +24,11 @@
 use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The imports the agent takes: (name, the agent's definition for them).
-fn ours() -> [(&'static str, *const c_void); 2] {
-    [("prctl", crate::interpose::own_prctl as *const c_void), ("syscall", crate::interpose::attached_syscall as *const c_void)]
-}
-
 /// The loader's count of loads when the modules were last hooked (0: never).
 static HOOKED_AT: AtomicU64 = AtomicU64::new(0);
 
-/// Point the `prctl` and `syscall` imports of every module loaded since the
-/// last call at the agent's. The control thread's (it allocates and opens
+/// Point the imports the agent takes, of every module loaded since the
+/// last call, at the agent's definitions. The control thread's (it allocates and opens
 /// files); cheap when nothing was loaded.
 pub fn hook() {
     let (adds, _) = crate::interpose::link_counts();
@@ -66,7 +64,8 @@ pub fn hook() {
 
 /// Rewrite `module`'s entries for the imports the agent takes, for good.
 fn take(module: &plthook::ObjectFile) {
-    for (name, f) in ours() {
+    for (name, f, _) in crate::interpose::attached_imports() {
+        let Ok(name) = name.to_str() else { continue };
         // SAFETY: `f` is the agent's definition, with the C library's
         // signature; the agent stays loaded.
         if let Ok(mut r) = unsafe { module.replace(name, f) } {

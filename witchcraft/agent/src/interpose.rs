@@ -17,8 +17,8 @@
 //! - `prctl` and `syscall`, for `PR_SET_SECCOMP` and `SYS_seccomp`: a
 //!   process that puts itself in a seccomp sandbox is left before the
 //!   filter goes in (`preload::leave_to_sandbox`; an attached agent gets
-//!   these two through the program's import tables, `imports.rs`, and
-//!   ends its session, `attach::leave_to_sandbox`).
+//!   these two, and the `exec` calls, through the program's import tables,
+//!   `imports.rs`, and ends its session, `attach::leave`).
 
 use crate::program::PROGRAM;
 use crate::state::{Mode, AGENT};
@@ -132,6 +132,35 @@ exec_wrapper!(execvpe, Execve, file: *const libc::c_char, argv: *const *const li
 exec_wrapper!(execv, Execv, path: *const libc::c_char, argv: *const *const libc::c_char);
 exec_wrapper!(execvp, Execv, file: *const libc::c_char, argv: *const *const libc::c_char);
 
+/// The `execve`, `execvpe`, `execv` and `execvp` the program's own calls
+/// bind to (attached; [`resolve_for_attached`]).
+static REAL_EXEC: [AtomicPtr<libc::c_void>; 4] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 4];
+
+macro_rules! attached_exec {
+    ($name:ident, $index:expr, $sym:literal, $ty:ty, $($arg:ident : $t:ty),*) => {
+        #[doc = concat!("The program's `", $sym, "` through its import tables, attached (`imports.rs`): the")]
+        /// session ends first and sends its profile ([`crate::attach::leave`]),
+        /// then the call goes on to the definition the program's own calls
+        /// bind to.
+        ///
+        /// # Safety
+        /// As the C library's function of the same name; only installed once
+        /// `resolve_for_attached` found it.
+        pub(crate) unsafe extern "C" fn $name($($arg: $t),*) -> libc::c_int {
+            keeping_errno(|| crate::attach::leave(crate::attach::Leave::Exec($sym)));
+            // SAFETY: the program's own function of this name, with this signature.
+            let real = unsafe { std::mem::transmute::<*mut libc::c_void, $ty>(REAL_EXEC[$index].load(Ordering::Acquire)) };
+            // SAFETY: the caller's arguments, passed on.
+            unsafe { real($($arg),*) }
+        }
+    };
+}
+
+attached_exec!(attached_execve, 0, "execve", Execve, path: *const libc::c_char, argv: *const *const libc::c_char, envp: *const *const libc::c_char);
+attached_exec!(attached_execvpe, 1, "execvpe", Execve, file: *const libc::c_char, argv: *const *const libc::c_char, envp: *const *const libc::c_char);
+attached_exec!(attached_execv, 2, "execv", Execv, path: *const libc::c_char, argv: *const *const libc::c_char);
+attached_exec!(attached_execvp, 3, "execvp", Execv, file: *const libc::c_char, argv: *const *const libc::c_char);
+
 type ExitFn = unsafe extern "C" fn(libc::c_int) -> !;
 
 fn exit_now(name: &std::ffi::CStr, cache: &AtomicPtr<libc::c_void>, status: libc::c_int) -> ! {
@@ -196,7 +225,7 @@ fn entering_sandbox(how: &'static str) {
     if preloaded() && AGENT.owner_is_me() {
         keeping_errno(|| crate::preload::leave_to_sandbox(how));
     } else if AGENT.mode() == Mode::Attached {
-        keeping_errno(|| crate::attach::leave_to_sandbox(how));
+        keeping_errno(|| crate::attach::leave(crate::attach::Leave::Sandbox(how)));
     }
 }
 
@@ -206,20 +235,36 @@ static REAL_PRCTL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut()
 /// The `syscall` the program's own calls bind to (attached).
 static REAL_SYSCALL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Look up the `prctl` and `syscall` the program's own calls bind to (its
-/// global scope: an interposer it preloads, else the C library), for an
-/// attached agent's definitions to call on: loaded by `dlopen`, outside
-/// that scope, the agent has no "next" definition to ask for. True when
-/// both are known. Not for handlers.
+/// The imports an attached agent takes (`imports.rs`): the name, the
+/// agent's definition for it, and where the definition the program's own
+/// calls bind to is kept for it to call on.
+pub(crate) fn attached_imports() -> [(&'static std::ffi::CStr, *const libc::c_void, &'static AtomicPtr<libc::c_void>); 6] {
+    [
+        (c"prctl", own_prctl as *const libc::c_void, &REAL_PRCTL),
+        (c"syscall", attached_syscall as *const libc::c_void, &REAL_SYSCALL),
+        (c"execve", attached_execve as *const libc::c_void, &REAL_EXEC[0]),
+        (c"execvpe", attached_execvpe as *const libc::c_void, &REAL_EXEC[1]),
+        (c"execv", attached_execv as *const libc::c_void, &REAL_EXEC[2]),
+        (c"execvp", attached_execvp as *const libc::c_void, &REAL_EXEC[3]),
+    ]
+}
+
+/// Look up the definitions the program's own calls to the attached
+/// agent's imports bind to (its global scope: an interposer it preloads,
+/// else the C library), for the agent's to call on: loaded by `dlopen`,
+/// outside that scope, the agent has no "next" definition to ask for. True
+/// when all are known. Not for handlers.
 pub(crate) fn resolve_for_attached() -> bool {
-    let ours = [own_prctl as *const () as usize, attached_syscall as *const () as usize];
-    for (name, cache) in [(c"prctl", &REAL_PRCTL), (c"syscall", &REAL_SYSCALL)] {
+    let imports = attached_imports();
+    let ours = |f: *mut libc::c_void| imports.iter().any(|&(_, own, _)| std::ptr::eq(own, f as *const libc::c_void));
+    let mut all = true;
+    for (name, _, cache) in imports {
         if !cache.load(Ordering::Acquire).is_null() {
             continue;
         }
         // SAFETY: dlsym with a NUL-terminated name.
         let mut f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
-        if f.is_null() || ours.contains(&(f as usize)) {
+        if f.is_null() || ours(f) {
             // SAFETY: RTLD_NOLOAD finds the C library the process runs on
             // (a reference, given back below); dlsym with a NUL-terminated name.
             unsafe {
@@ -231,8 +276,9 @@ pub(crate) fn resolve_for_attached() -> bool {
             }
         }
         cache.store(f, Ordering::Release);
+        all &= !f.is_null();
     }
-    !REAL_PRCTL.load(Ordering::Acquire).is_null() && !REAL_SYSCALL.load(Ordering::Acquire).is_null()
+    all
 }
 
 type PrctlFn = unsafe extern "C" fn(libc::c_int, libc::c_ulong, libc::c_ulong, libc::c_ulong, libc::c_ulong) -> libc::c_int;

@@ -133,6 +133,7 @@ fn early_end_reason(p: &witchcraft::profile::Profile) -> String {
     match p.ended_by.as_str() {
         "traced" => said("a debugger (").unwrap_or_else(|| "a debugger attached to the process".into()),
         "sandbox" => said("seccomp sandbox").unwrap_or_else(|| "the process put itself in a seccomp sandbox".into()),
+        "exec" => said("to replace its program").unwrap_or_else(|| "the process replaced its program".into()),
         "detach" => said("a debugger (").unwrap_or_else(|| "its profile gives no reason".into()),
         other => format!("its profile says it ended by {other}"),
     }
