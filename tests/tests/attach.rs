@@ -243,35 +243,19 @@ fn a_debugger_that_attaches_during_the_session_ends_it_at_once() {
     let pid = t.pid();
     let threads = thread_names(pid).len();
     let (err, out) = (dir.join("witch.err"), dir.join("profile.json"));
-    let mut witch = Command::new(witch_bin())
-        .args(["dead", "--pid", &pid.to_string(), "--duration", "20s", "-o", out.to_str().unwrap()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .unwrap();
-    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
-    assert!(eventually(Duration::from_secs(20), || read(&err).contains("attached to pid")), "{}", read(&err));
+    let witch = Attached::start(pid, "20s", &out, &err);
     std::thread::sleep(Duration::from_millis(500));
     let mut holder = Command::new(&tracer.exe).args([&pid.to_string(), "10"]).stdout(std::process::Stdio::piped()).spawn().unwrap();
     let mut said = [0u8; 8];
     std::io::Read::read_exact(holder.stdout.as_mut().unwrap(), &mut said).unwrap();
     let traced_at = Instant::now();
-    let status = loop {
-        if let Some(s) = witch.try_wait().unwrap() {
-            break Some(s);
-        }
-        if traced_at.elapsed() > Duration::from_secs(30) {
-            let _ = witch.kill();
-            let _ = witch.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let text = || std::fs::read_to_string(&err).unwrap_or_default();
+    let status = witch.end_within(Duration::from_secs(30));
     let took = traced_at.elapsed();
     let still_traced = status_field(pid, "TracerPid:") == holder.id().to_string();
     let _ = holder.kill();
     let _ = holder.wait();
-    let text = read(&err);
+    let text = text();
     assert!(took < Duration::from_secs(5), "witch returned {took:?} after the debugger attached (status {status:?}): {text}");
     assert!(still_traced, "the debugger let go before witch returned");
     assert_eq!(status.and_then(|s| s.code()), Some(0), "{text}");
@@ -502,6 +486,44 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// `witch dead --pid PID --duration DURATION -o OUT` in the background, its
+/// stderr in `err`, once it said it attached (20 s at most).
+struct Attached {
+    witch: KillOnDrop,
+    err: PathBuf,
+}
+
+impl Attached {
+    fn start(pid: u32, duration: &str, out: &Path, err: &Path) -> Attached {
+        let child = Command::new(witch_bin())
+            .args(["dead", "--pid", &pid.to_string(), "--duration", duration, "-o", out.to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(err).unwrap())
+            .spawn()
+            .unwrap();
+        let a = Attached { witch: KillOnDrop(child), err: err.to_path_buf() };
+        assert!(eventually(std::time::Duration::from_secs(20), || a.said().contains("attached to pid")), "{}", a.said());
+        a
+    }
+
+    /// What witch wrote to its stderr so far.
+    fn said(&self) -> String {
+        std::fs::read_to_string(&self.err).unwrap_or_default()
+    }
+
+    /// witch's status once it ends, if within `limit` (else it is killed).
+    fn end_within(mut self, limit: std::time::Duration) -> Option<std::process::ExitStatus> {
+        let began = std::time::Instant::now();
+        while began.elapsed() < limit {
+            if let Some(s) = self.witch.0.try_wait().unwrap() {
+                return Some(s);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        None
+    }
+}
+
 /// A process that execs again and again while witch attaches, so that the
 /// exec falls at every point of the attach: the process must survive every
 /// one (the addresses witch read from its maps name nothing in a new image,
@@ -578,30 +600,14 @@ fn a_process_that_sandboxes_itself_during_the_session_is_left_first() {
         let t = Target::start(&prog.exe, &args, &[]);
         let pid = t.pid();
         let (err, out) = (dir.join(&format!("{how}-{action}.err")), dir.join(&format!("{how}-{action}.json")));
-        let mut witch = Command::new(witch_bin())
-            .args(["dead", "--pid", &pid.to_string(), "--duration", "30s", "-o", out.to_str().unwrap()])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&err).unwrap())
-            .spawn()
-            .unwrap();
-        let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
-        assert!(eventually(Duration::from_secs(20), || read(&err).contains("attached to pid")), "{}", read(&err));
+        let witch = Attached::start(pid, "30s", &out, &err);
         std::thread::sleep(Duration::from_millis(700));
         // Closing its stdin sends the program into its sandbox.
         let closed = Instant::now();
         let end = t.finish();
-        let status = loop {
-            if let Some(s) = witch.try_wait().unwrap() {
-                break Some(s);
-            }
-            if closed.elapsed() > Duration::from_secs(40) {
-                let _ = witch.kill();
-                let _ = witch.wait();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let text = read(&err);
+        let text = || std::fs::read_to_string(&err).unwrap_or_default();
+        let status = witch.end_within(Duration::from_secs(40));
+        let text = text();
         assert_eq!(
             (end.code(), end.signal(), end.stdout.as_str()),
             (Some(3), None, native.stdout_str().as_str()),
@@ -664,32 +670,16 @@ fn a_process_that_execs_with_execv_keeps_the_sessions_profile() {
     t.wait_ready(2, None);
     let pid = t.pid();
     let (out, err) = (dir.join("execv.json"), dir.join("execv.err"));
-    let mut w = KillOnDrop(
-        Command::new(witch_bin())
-            .args(["dead", "--pid", &pid.to_string(), "--duration", "60s", "-o", out.to_str().unwrap()])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&err).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let read = || std::fs::read_to_string(&err).unwrap_or_default();
-    assert!(eventually(std::time::Duration::from_secs(20), || read().contains("attached to pid")), "{}", read());
+    let witch = Attached::start(pid, "60s", &out, &err);
     std::thread::sleep(std::time::Duration::from_millis(700));
     let exec_at = std::time::Instant::now();
     t.send(b"v\n");
-    let mut status = None;
-    assert!(
-        eventually(std::time::Duration::from_secs(20), || {
-            status = w.0.try_wait().unwrap();
-            status.is_some()
-        }),
-        "witch still waits 20 s after the exec:\n{}",
-        read()
-    );
+    let text = || std::fs::read_to_string(&err).unwrap_or_default();
+    let status = witch.end_within(std::time::Duration::from_secs(20));
     let took = exec_at.elapsed();
-    let text = read();
+    let text = text();
     eprintln!("[witch-tests] witch ended {took:?} after the exec:\n{text}");
-    assert_eq!(status.unwrap().code(), Some(0), "{text}");
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{text}");
     assert!(took < std::time::Duration::from_secs(3), "witch ended only {took:?} after the exec\n{text}");
     assert!(text.contains("execv") && text.contains("profile"), "witch should say the session ended at the exec: {text}");
     let p = raw_profile(&out);

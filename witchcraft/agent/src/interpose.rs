@@ -343,23 +343,6 @@ pub unsafe extern "C" fn syscall(
     a5: libc::c_long,
     a6: libc::c_long,
 ) -> libc::c_long {
-    // SAFETY: as this function's.
-    unsafe { own_syscall(nr, a1, a2, a3, a4, a5, a6) }
-}
-
-/// The agent's `syscall` by an address of its own (see [`own_prctl`]).
-///
-/// # Safety
-/// As [`syscall`].
-pub(crate) unsafe extern "C" fn own_syscall(
-    nr: libc::c_long,
-    a1: libc::c_long,
-    a2: libc::c_long,
-    a3: libc::c_long,
-    a4: libc::c_long,
-    a5: libc::c_long,
-    a6: libc::c_long,
-) -> libc::c_long {
     if nr == libc::SYS_seccomp && SECCOMP_SET_MODES.contains(&a1) {
         entering_sandbox("seccomp");
     }
