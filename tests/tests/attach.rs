@@ -614,12 +614,15 @@ fn a_process_that_sandboxes_itself_during_the_session_is_left_first() {
             "{how} {action}: the program must behave as without witch\n{}\nwitch: {text}",
             end.stderr
         );
-        assert!(closed.elapsed() < Duration::from_secs(20), "{how} {action}: witch waited out the session: {text}");
+        assert!(status.is_some(), "{how} {action}: witch still ran {:?} after the sandbox: {text}", closed.elapsed());
         assert_eq!(status.and_then(|s| s.code()), Some(0), "{how} {action}: {text}");
         let line = text.lines().find(|l| l.contains("ended the session by itself")).unwrap_or_else(|| panic!("no reason given: {text}"));
         assert!(line.contains("seccomp sandbox"), "{line:?}");
         let p = raw_profile(&out);
         assert_eq!(p["ended_by"], "sandbox", "{how} {action}: {p}");
+        // Ended at the sandbox, not at the 30 s asked.
+        let secs = p["duration_ns"].as_f64().unwrap_or(f64::MAX) / 1e9;
+        assert!(secs < 10.0, "{how} {action}: the session lasted {secs:.1} s");
         assert!(p["notes"].to_string().contains("seccomp sandbox"), "{how} {action}: {}", p["notes"]);
         assert!(p["counters"]["samples"].as_u64().unwrap_or(0) > 0, "{how} {action}: the work before the sandbox should be sampled");
     }
