@@ -14,7 +14,7 @@
 use super::output::{self, Output};
 use crate::cli::RunArgs;
 use crate::exit;
-use crate::inject::{self, Exec};
+use crate::inject::{self, Exec, Why};
 use anyhow::{bail, Result};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -57,29 +57,18 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
     }
     let start = std::time::Instant::now();
     let image = session.image();
-    // An exec: a new image, or (one that kept the layout) the agent's
-    // socket closed and the agent no longer mapped.
-    let (mut exec, mut closed_seen, mut agent_ended) = (false, false, false);
-    while !INTERRUPTED.load(Ordering::Relaxed) && a.duration.is_none_or(|d| start.elapsed() < d) && session.target_alive() {
-        if session.exec_seen() {
-            exec = true;
-            break;
+    let mut poll = inject::Poll::default();
+    let why = loop {
+        if INTERRUPTED.load(Ordering::Relaxed) || a.duration.is_some_and(|d| start.elapsed() >= d) {
+            break None;
         }
-        if session.agent_ended() {
-            agent_ended = true;
-            break;
-        }
-        if !closed_seen && session.agent_closed() {
-            // Also closed when the process exits (its profile comes first,
-            // and the loop ends once it is gone).
-            closed_seen = true;
-            if session.agent_gone() && session.target_alive() {
-                exec = true;
-                break;
-            }
+        if let Some(why) = poll.why(&session) {
+            break Some(why);
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    };
+    // (A target that exited is told by the detach.)
+    let (exec, agent_ended) = (why == Some(Why::Exec), why == Some(Why::AgentEnded));
     let took = start.elapsed();
     let ended = session.detach(std::time::Duration::from_secs(30))?;
     if ended.target_exited && !a.quiet {

@@ -14,7 +14,7 @@ use super::metrics::{overhead_ns, ErrorKind, Outcome};
 use super::procfs::{Image, Proc};
 use super::store::Meta;
 use super::{say, Claim, Daemon};
-use crate::inject::{self, Ended, Options};
+use crate::inject::{self, Ended, Options, Why};
 use anyhow::Result;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,17 +26,11 @@ pub trait Attacher: Send + Sync + 'static {
     fn attach(&self, pid: i32, opts: &Options) -> Result<Box<dyn Attached>>;
 }
 
-/// A session running inside a target.
-pub trait Attached: Send {
-    fn target_alive(&self) -> bool;
-    /// Is the agent still in the process? It is not once the process
-    /// replaced its program (exec): the agent was part of the old image.
-    fn agent_present(&self) -> bool;
-    /// Has the agent ended the session by itself (a debugger took the
-    /// process), its profile waiting for [`Attached::detach`]?
-    fn agent_ended(&self) -> bool {
-        false
-    }
+/// A session running inside a target: what a poll asks of it
+/// ([`inject::Watched`]), and its end.
+pub trait Attached: inject::Watched + Send {
+    /// The image the agent was loaded into, as the attach found it.
+    fn image(&self) -> Option<Image>;
     fn detach(self: Box<Self>, timeout: Duration) -> Result<Ended>;
 }
 
@@ -49,14 +43,8 @@ impl Attacher for RealAttacher {
 }
 
 impl Attached for inject::Session {
-    fn target_alive(&self) -> bool {
-        inject::Session::target_alive(self)
-    }
-    fn agent_present(&self) -> bool {
-        !inject::agent_gone(self.pid)
-    }
-    fn agent_ended(&self) -> bool {
-        inject::Session::agent_ended(self)
+    fn image(&self) -> Option<Image> {
+        inject::Session::image(self)
     }
     fn detach(self: Box<Self>, timeout: Duration) -> Result<Ended> {
         inject::Session::detach(*self, timeout)
@@ -157,40 +145,35 @@ pub async fn run(d: Arc<Daemon>, claim: Claim, plan: Plan) -> Done {
         }
     };
 
-    // The image the agent is in: read after the attach, so that an exec
-    // before it (the attach then found the new program) is not taken for one
-    // during the session.
-    let image = Image::of(pid);
-    // Profile for `duration`, unless shutdown comes first, the target goes
-    // or replaces its program, or the agent ends the session by itself (a
-    // debugger took the process: its profile is ready, and the slot would
-    // otherwise be held for the rest of the duration).
+    // The image the agent is in, as the attach found it (an exec before
+    // the attach, which then found the new program, is not one during the
+    // session).
+    let image = session.image();
+    // Profile for `duration`, unless shutdown comes first or the session
+    // should end now (see inject::poll): the target goes or replaces its
+    // program, or the agent ends the session by itself (a debugger took the
+    // process: its profile is ready, and the slot would otherwise be held
+    // for the rest of the duration).
     let deadline = Instant::now() + plan.duration;
-    let (mut died, mut exec) = (false, false);
+    let mut poll = inject::Poll::default();
+    let mut why = None;
     loop {
         let step = (Instant::now() + Duration::from_millis(200)).min(deadline);
         tokio::select! {
             _ = tokio::time::sleep_until(step) => {}
             _ = d.until_shutdown() => break,
         }
-        if !session.target_alive() {
-            died = true;
-            break;
-        }
-        if Image::changed(pid, image) {
-            exec = true;
-            break;
-        }
-        if session.agent_ended() {
-            break;
-        }
-        if Instant::now() >= deadline {
+        why = poll.why(&*session);
+        if why.is_some() || Instant::now() >= deadline {
             break;
         }
     }
-    // An exec that kept the image's layout (address randomization off) shows
-    // as the agent missing; asked only now, as the maps are long to read.
-    let agent_left = !died && !session.agent_present();
+    let (died, exec) = (why == Some(Why::Exited), why == Some(Why::Exec));
+    // An exec that kept the image's layout (address randomization off)
+    // shows as the agent missing. The poll reads the maps (long to read)
+    // only once the agent's socket closed, and the session may have ended
+    // (its time up, shutdown) before a poll saw that: read them now.
+    let agent_left = !died && session.agent_gone();
 
     // A dead target has written its profile already, or never will; an
     // agent that went with an exec never will.

@@ -7,7 +7,7 @@ use super::config::Config;
 use super::proto::Request;
 use super::session::{Attached, Attacher};
 use super::*;
-use crate::inject::{Ended, Options};
+use crate::inject::{Ended, Options, Watched};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -59,12 +59,28 @@ fn alive(pid: i32) -> bool {
     procfs::Proc::read(pid).is_some_and(|p| !p.is_zombie())
 }
 
-impl Attached for FakeSession {
+impl Watched for FakeSession {
     fn target_alive(&self) -> bool {
         alive(self.pid)
     }
-    fn agent_present(&self) -> bool {
-        procfs::Image::of(self.pid) == self.image
+    fn exec_seen(&self) -> bool {
+        procfs::Image::changed(self.pid, self.image)
+    }
+    fn agent_ended(&self) -> bool {
+        false
+    }
+    /// No socket: the new image shows the exec.
+    fn agent_closed(&self) -> bool {
+        false
+    }
+    fn agent_gone(&self) -> bool {
+        procfs::Image::of(self.pid) != self.image
+    }
+}
+
+impl Attached for FakeSession {
+    fn image(&self) -> Option<procfs::Image> {
+        self.image
     }
     fn detach(self: Box<Self>, _timeout: Duration) -> anyhow::Result<Ended> {
         *self.fake.open.lock().unwrap().get_mut(&self.pid).unwrap() -= 1;
@@ -73,7 +89,7 @@ impl Attached for FakeSession {
         if !alive(self.pid) {
             return Ok(Ended { profile: None, target_exited: true });
         }
-        if !self.agent_present() {
+        if self.agent_gone() {
             // Its socket closed with the old image: no profile, no exit.
             return Ok(Ended { profile: None, target_exited: false });
         }

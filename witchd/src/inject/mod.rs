@@ -13,10 +13,11 @@
 //!
 //! A process that replaces its program (exec) takes the agent, its state
 //! and what it gathered with the old image, and the socket closes; the pid
-//! and start time stay. [`Session::exec_seen`] and [`replaced`] tell that
+//! and start time stay. A session's [`poll`] and [`replaced`] tell that
 //! from an exit, for `witch --pid` and witchd alike.
 
 pub mod channel;
+pub mod poll;
 pub mod ptrace;
 pub mod target;
 
@@ -30,6 +31,7 @@ use witchcraft::profile::{Craft, Profile};
 use witchcraft::session::{AttachCode, Message, ATTACH_SYMBOL, NO_ANSWER};
 use witchcraft::sys::procfs::{self, Image, Of, Status};
 
+pub use poll::{Poll, Watched, Why};
 pub use target::alive;
 
 /// What to profile with; the same knobs as a run.
@@ -285,42 +287,9 @@ fn attach_in(pid: i32, image: Option<Image>, opts: &Options) -> Result<Session> 
 }
 
 impl Session {
-    pub fn target_alive(&self) -> bool {
-        alive(self.pid)
-    }
-
     /// The image the agent was loaded into.
     pub fn image(&self) -> Option<Image> {
         self.image
-    }
-
-    /// Has the process laid out a new image since the attach (an exec)?
-    /// One read of /proc/PID/stat: cheap enough to poll.
-    pub fn exec_seen(&self) -> bool {
-        Image::changed(self.pid, self.image)
-    }
-
-    /// Has the agent's end of the socket closed, by itself (without a
-    /// detach)? It does when the process exits or replaces its program, or
-    /// when the agent ends the session (a debugger attached). Does not
-    /// wait; what it reads stays for [`Session::detach`].
-    pub fn agent_closed(&self) -> bool {
-        self.chan.closed()
-    }
-
-    /// Has the agent ended the session by itself (a debugger attached to
-    /// the process)? It said `Detached` unasked: it has undone everything
-    /// and sent its profile, which says why (`ended_by`, a note); the
-    /// process runs on. Does not wait; what it reads stays for
-    /// [`Session::detach`]. (A process that exits sends its profile and
-    /// no `Detached`.)
-    pub fn agent_ended(&self) -> bool {
-        self.chan.came(|e| matches!(e, Event::Message(Message::Detached)))
-    }
-
-    /// Has the agent gone with the program it was in (see [`agent_gone`])?
-    pub fn agent_gone(&self) -> bool {
-        agent_gone(self.pid)
     }
 
     /// Ask the agent to stop and wait (at most `timeout`) for its profile.
@@ -372,6 +341,38 @@ impl Session {
             None => None,
         };
         Ok(Ended { profile, target_exited })
+    }
+}
+
+/// What a [`Poll`] asks of a real session.
+impl Watched for Session {
+    fn target_alive(&self) -> bool {
+        alive(self.pid)
+    }
+
+    /// One read of /proc/PID/stat.
+    fn exec_seen(&self) -> bool {
+        Image::changed(self.pid, self.image)
+    }
+
+    /// It said `Detached` unasked: it has undone everything and sent its
+    /// profile, which says why (`ended_by`, a note); the process runs on.
+    /// What it reads stays for [`Session::detach`]. (A process that exits
+    /// sends its profile and no `Detached`.)
+    fn agent_ended(&self) -> bool {
+        self.chan.came(|e| matches!(e, Event::Message(Message::Detached)))
+    }
+
+    /// It does when the process exits or replaces its program, or when the
+    /// agent ends the session (a debugger attached). What it reads stays
+    /// for [`Session::detach`].
+    fn agent_closed(&self) -> bool {
+        self.chan.closed()
+    }
+
+    /// See [`agent_gone`].
+    fn agent_gone(&self) -> bool {
+        agent_gone(self.pid)
     }
 }
 
