@@ -70,6 +70,12 @@ pub enum SamplerKind {
 }
 
 impl SamplerKind {
+    /// Every access is judged (the exact mode): the profile's figures are
+    /// counts, with no sampling error, not estimates.
+    pub fn is_exhaustive(self) -> bool {
+        self == SamplerKind::Exact
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             SamplerKind::Pmu => "pmu",

@@ -206,21 +206,34 @@ pub struct Estimate {
     pub se: f64,
     pub lo: f64,
     pub hi: f64,
+    /// A count, not an estimate: see [`Estimate::is_exact`].
+    exact: bool,
 }
 
 impl Estimate {
+    /// Nothing observed: the ratio could be anything.
+    const UNKNOWN: Estimate = Estimate::sampled(0.0, 0.5, 0.0, 1.0);
+
+    /// An estimate from a sample: a value, its standard error and interval.
+    const fn sampled(value: f64, se: f64, lo: f64, hi: f64) -> Estimate {
+        Estimate { value, se, lo, hi, exact: false }
+    }
+
     /// A counted ratio: no interval. With nothing counted (`of` = 0) the
     /// ratio is unknown, as for a sample.
     fn counted(value: f64, of: f64) -> Estimate {
         if of <= 0.0 {
-            return Estimate { value: 0.0, se: 0.5, lo: 0.0, hi: 1.0 };
+            return Estimate::UNKNOWN;
         }
-        Estimate { value, se: 0.0, lo: value, hi: value }
+        Estimate { value, se: 0.0, lo: value, hi: value, exact: true }
     }
 
-    /// Whether the figure is a count (an interval of no width).
+    /// Whether the figure is a count: made of sums marked
+    /// [`Sums::exhaustive`] (an exact profile's), or the difference of two
+    /// such. Its interval has no width; a sample's may have none too (every
+    /// cluster at one ratio), and is still not a count.
     pub fn is_exact(&self) -> bool {
-        self.se == 0.0 && self.lo == self.hi
+        self.exact
     }
 
     /// Half the interval's width before clipping.
@@ -237,7 +250,7 @@ impl Estimate {
     /// standard error at least that interval's).
     fn joined_with_wilson(self, n: f64) -> Estimate {
         let (lo, hi) = wilson(self.value, n);
-        Estimate { value: self.value, se: self.se.max((hi - lo) / (2.0 * Z95)), lo: self.lo.min(lo), hi: self.hi.max(hi) }
+        Estimate::sampled(self.value, self.se.max((hi - lo) / (2.0 * Z95)), self.lo.min(lo), self.hi.max(hi))
     }
 }
 
@@ -246,8 +259,7 @@ impl Estimate {
 pub fn ratio(a: f64, a_sq: f64, b: f64, b_sq: f64) -> Estimate {
     let y = a + b;
     if y <= 0.0 {
-        // Nothing observed: the ratio could be anything.
-        return Estimate { value: 0.0, se: 0.5, lo: 0.0, hi: 1.0 };
+        return Estimate::UNKNOWN;
     }
     let r = a / y;
     if (a_sq <= 0.0 || b_sq <= 0.0) && a_sq + b_sq > 0.0 {
@@ -257,11 +269,11 @@ pub fn ratio(a: f64, a_sq: f64, b: f64, b_sq: f64) -> Estimate {
         // instead: 0 of 6 gives [0, 39%], 0 of 100 [0, 3.7%].
         let n = y * y / (a_sq + b_sq);
         let (lo, hi) = wilson(r, n);
-        return Estimate { value: r, se: (hi - lo) / (2.0 * Z95), lo, hi };
+        return Estimate::sampled(r, (hi - lo) / (2.0 * Z95), lo, hi);
     }
     let se = (((1.0 - r).powi(2) * a_sq + r.powi(2) * b_sq) / (y * y)).max(0.0).sqrt();
     let h = Z95 * se;
-    Estimate { value: r, se, lo: (r - h).max(0.0), hi: (r + h).min(1.0) }
+    Estimate::sampled(r, se, (r - h).max(0.0), (r + h).min(1.0))
 }
 
 /// R = a / (a + b) over clusters: `a_sq`, `b_sq` and `ab` are the sums
@@ -269,7 +281,7 @@ pub fn ratio(a: f64, a_sq: f64, b: f64, b_sq: f64) -> Estimate {
 pub fn clustered_ratio(a: f64, a_sq: f64, b: f64, b_sq: f64, ab: f64) -> Estimate {
     let y = a + b;
     if y <= 0.0 {
-        return Estimate { value: 0.0, se: 0.5, lo: 0.0, hi: 1.0 };
+        return Estimate::UNKNOWN;
     }
     let r = a / y;
     if a <= 0.0 || b <= 0.0 {
@@ -277,11 +289,11 @@ pub fn clustered_ratio(a: f64, a_sq: f64, b: f64, b_sq: f64, ab: f64) -> Estimat
         // clusters, (Σc)² / Σc_b².
         let n = y * y / (a_sq + b_sq + 2.0 * ab).max(f64::MIN_POSITIVE);
         let (lo, hi) = wilson(r, n);
-        return Estimate { value: r, se: (hi - lo) / (2.0 * Z95), lo, hi };
+        return Estimate::sampled(r, (hi - lo) / (2.0 * Z95), lo, hi);
     }
     let se = clustered_variance(a, a_sq, b, b_sq, ab).sqrt();
     let h = Z95 * se;
-    Estimate { value: r, se, lo: (r - h).max(0.0), hi: (r + h).min(1.0) }
+    Estimate::sampled(r, se, (r - h).max(0.0), (r + h).min(1.0))
 }
 
 /// The linearized variance of a / (a + b) over clusters (see the module
@@ -305,7 +317,7 @@ fn few_clusters(e: Estimate, g: u64) -> Estimate {
     let f = (g as f64 / (g as f64 - 1.0)).sqrt() * t975(g as f64 - 1.0) / Z95;
     let se = e.se * f;
     let h = Z95 * se;
-    Estimate { value: e.value, se, lo: (e.value - h).max(0.0).min(e.lo), hi: (e.value + h).min(1.0).max(e.hi) }
+    Estimate::sampled(e.value, se, (e.value - h).max(0.0).min(e.lo), (e.value + h).min(1.0).max(e.hi))
 }
 
 /// Student's t quantile at 0.975 for `df` degrees of freedom: from the
@@ -331,16 +343,18 @@ fn wilson(p: f64, n: f64) -> (f64, f64) {
     ((centre - half).max(0.0), (centre + half).min(1.0))
 }
 
-/// The difference new − base of two independent estimates, with its 95% interval.
+/// The difference new − base of two independent estimates, with its 95%
+/// interval; exact when both are.
 pub fn difference(base: &Estimate, new: &Estimate) -> Estimate {
     let d = new.value - base.value;
     let se = (base.se.powi(2) + new.se.powi(2)).sqrt();
-    Estimate { value: d, se, lo: d - Z95 * se, hi: d + Z95 * se }
+    Estimate { value: d, se, lo: d - Z95 * se, hi: d + Z95 * se, exact: base.exact && new.exact }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use witchcraft::profile::SamplerKind;
 
     fn sums(waste: &[f64], used: &[f64]) -> Sums {
         Sums {
@@ -605,5 +619,44 @@ mod tests {
         all.add(&sums(&[1.0], &[1.0]));
         assert!(!all.exhaustive && !all.fraction().is_exact());
         assert!(!sums(&[1.0; 3], &[1.0]).fraction().is_exact());
+    }
+
+    /// Whether a figure is a count is the profile's to say (its sampler is
+    /// the exact mode), not its interval's width: a sample whose clusters
+    /// all fall at one ratio has an interval of no width, and is a sample.
+    #[test]
+    fn a_count_is_what_the_profile_says_not_an_interval_of_no_width() {
+        // Twenty clusters, each one waste trap and one use trap of one weight.
+        let one: &[(f64, f64)] = &[(1.0, 0.0), (0.0, 1.0)];
+        let sample = clustered(&[one; 20]);
+        let f = sample.fraction();
+        assert_eq!((f.value, f.lo, f.hi, f.se()), (0.5, 0.5, 0.5, 0.0), "no width");
+        assert!(!f.is_exact(), "{f:?}");
+        assert_eq!(crate::render::units::uncertainty(&f), "95% interval 50.0–50.0%");
+        let count = sample.counted(true).fraction();
+        assert!(count.is_exact(), "{count:?}");
+        assert_eq!(crate::render::units::uncertainty(&count), "an exact count");
+        // A difference is a count only between two counts.
+        assert!(difference(&count, &count).is_exact());
+        assert!(!difference(&f, &f).is_exact() && !difference(&f, &count).is_exact() && !difference(&count, &f).is_exact());
+        assert!(!Estimate::default().is_exact() && !Sums::default().counted(true).fraction().is_exact());
+    }
+
+    /// The profile's sampler kind, as written ("exact" in its JSON since
+    /// the exact mode came), marks the run's sums as a count.
+    #[test]
+    fn an_exact_profile_as_written_reads_as_counts() {
+        for (kind, word, exact) in [(SamplerKind::Exact, "exact", true), (SamplerKind::Software, "software", false)] {
+            let mut p = crate::daemon::store::tests_support::profile(7, 0, 0);
+            p.sampler.kind = kind;
+            let json = serde_json::to_string(&p).unwrap();
+            assert!(json.contains(&format!(r#""kind":"{word}""#)), "{json}");
+            let p = witchcraft::profile::Profile::from_bytes(json.as_bytes()).unwrap();
+            assert_eq!(p.sampler.kind.is_exhaustive(), exact);
+            let s = crate::analysis::run_sums(&p);
+            let f = s.fraction();
+            assert_eq!((s.exhaustive, f.is_exact(), s.few()), (exact, exact, !exact), "{kind:?}: {f:?}");
+            assert_eq!(f.value, 0.75);
+        }
     }
 }

@@ -16,7 +16,7 @@ use context::{CtxId, FrameId, Interner};
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
-use witchcraft::profile::{Counters, Craft, Profile, SamplerKind};
+use witchcraft::profile::{Counters, Craft, Profile};
 
 pub use pairs::SymPair;
 
@@ -114,7 +114,7 @@ impl<'p> Analysis<'p> {
 
 /// Sums over every raw pair of every process of a run, without symbolizing anything.
 pub fn run_sums(run: &Profile) -> interval::Sums {
-    let exhaustive = run.sampler.kind == SamplerKind::Exact;
+    let exhaustive = run.sampler.kind.is_exhaustive();
     let mut s = interval::Sums::default().counted(exhaustive);
     for t in run.all().flat_map(|p| &p.threads) {
         s.run.add(&t.clusters);

@@ -7,7 +7,7 @@ use super::interval::Sums;
 use super::{counters, Process};
 use crate::symbolize::{Modules, Symbolizer};
 use std::collections::HashMap;
-use witchcraft::profile::{Profile, SamplerKind, Thread};
+use witchcraft::profile::{Profile, Thread};
 
 /// A pair at source level.
 #[derive(Debug, Clone, PartialEq)]
@@ -78,7 +78,7 @@ pub fn analyse<'p>(p: &'p Profile, sym: &mut Symbolizer, names: &mut Interner) -
         addrs.entry(pc).or_insert_with(|| sym.frames(&modules, pc).into_iter().map(|f| names.frame(f)).collect()).clone()
     };
     let mut index: HashMap<(KeyCtx, KeyCtx), usize> = HashMap::new();
-    let exhaustive = p.sampler.kind == SamplerKind::Exact;
+    let exhaustive = p.sampler.kind.is_exhaustive();
     let mut total = Sums::default().counted(exhaustive);
     let mut out: Vec<SymPair> = Vec::new();
     for t in &p.threads {

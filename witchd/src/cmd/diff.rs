@@ -24,6 +24,9 @@ struct Side<'a> {
     unit: &'static str,
     waste_fraction: f64,
     waste_fraction_ci: [f64; 2],
+    /// The fraction is a count (an exact profile's): for the text.
+    #[serde(skip)]
+    exact: bool,
     waste: f64,
     r#use: f64,
     samples: u64,
@@ -58,6 +61,9 @@ struct DiffJson<'a> {
     /// new − base waste fraction, as a fraction (×100 for percentage points), and its 95% interval.
     waste_fraction_change: f64,
     waste_fraction_change_ci: [f64; 2],
+    /// The change is the difference of two counts: for the text.
+    #[serde(skip)]
+    change_exact: bool,
     beyond_noise: bool,
     pairs: Vec<PairChange<'a>>,
 }
@@ -145,6 +151,7 @@ pub fn run(a: &DiffArgs) -> anyhow::Result<i32> {
         new: side(&an, n, &nt, &a.new),
         waste_fraction_change: change.value,
         waste_fraction_change_ci: [change.lo, change.hi],
+        change_exact: change.is_exact(),
         beyond_noise: change.lo > 0.0 || change.hi < 0.0,
         pairs: changes,
     };
@@ -193,6 +200,7 @@ fn side<'a>(an: &'a Analysis<'a>, procs: Range<usize>, t: &Sums, path: &std::pat
         unit: p.value_unit().label(),
         waste_fraction: f.value,
         waste_fraction_ci: ci(&f),
+        exact: f.is_exact(),
         waste: t.waste,
         r#use: t.r#use,
         samples: c.samples,
@@ -209,9 +217,9 @@ fn text(d: &DiffJson, new: &Profile, top: usize) -> String {
     let mut o = String::new();
     o += &format!("witch diff: {}, {}\n", d.craft, printable(d.new.program));
     for (label, s) in [("base", &d.base), ("new ", &d.new)] {
-        // An exact profile's fraction is a count: an interval of no width.
+        // An exact profile's fraction is a count: no interval.
         let ci = match s.waste_fraction_ci {
-            [lo, hi] if lo == hi => "an exact count".to_string(),
+            _ if s.exact => "an exact count".to_string(),
             [lo, hi] => format!("95% interval {}–{}", pct(lo), pct(hi)),
         };
         o += &format!(
@@ -224,7 +232,7 @@ fn text(d: &DiffJson, new: &Profile, top: usize) -> String {
         );
     }
     let change = match d.waste_fraction_change_ci {
-        [lo, hi] if lo == hi => format!("exact counts: {}", if d.beyond_noise { "a change" } else { "no change" }),
+        _ if d.change_exact => format!("exact counts: {}", if d.beyond_noise { "a change" } else { "no change" }),
         [lo, hi] => {
             let verdict = if d.beyond_noise { "beyond the noise" } else { "within the noise" };
             format!("95% interval of the change {} to {}: {verdict}", pp(lo), pp(hi))

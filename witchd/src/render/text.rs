@@ -127,7 +127,7 @@ impl Page<'_> {
             duration(p.duration_ns),
             if threads == 1 { "" } else { "s" }
         ))?;
-        if p.sampler.kind == SamplerKind::Exact {
+        if p.sampler.kind.is_exhaustive() {
             self.line(format!(
                 "  sampler   none: exact, every instruction single-stepped and every {} judged (figures are counts)",
                 w.access
@@ -166,7 +166,7 @@ impl Page<'_> {
         } else {
             String::new()
         };
-        if p.sampler.kind == SamplerKind::Exact {
+        if p.sampler.kind.is_exhaustive() {
             self.line(format!("  observed  {} {}s, {} judgements of one by the next access to its bytes", c.samples, w.access, c.traps))?;
         } else {
             self.line(format!("  observed  {} samples, {} traps, {} imprecise PCs{cost}", c.samples, c.traps, c.imprecise))?;
