@@ -931,3 +931,56 @@ fn a_session_a_debugger_ends_is_taken_at_once() {
     let (rounds, _, status) = target.finish();
     assert!(rounds > 0 && status.code() == Some(5), "the program ran on: {rounds} rounds, {status:?}");
 }
+
+/// An exec with address randomization off (`setarch -R`): the new image is
+/// laid out as the old one was (same file, arguments of the same length),
+/// so only the agent's socket closing and the agent missing from the maps
+/// tell. witchd saw that only when the session's time was up (8 s here);
+/// its poll now asks as `witch --pid`'s does, and ends the session within a
+/// poll of the socket closing.
+#[test]
+fn an_exec_that_keeps_the_layout_ends_the_session_within_a_poll() {
+    let Some(setarch) = which("setarch") else {
+        eprintln!("[witch-tests] no setarch: no case without address randomization");
+        return;
+    };
+    let dir = Scratch::new("daemon-exec-norandom");
+    let witch = witch_bin();
+    let name = format!("daemon_exec_r_{}", std::process::id());
+    let prog = Program::build_with("daemon_exec", dir.path(), &name, &[]).unwrap_or_else(|e| panic!("{e}"));
+    // Generation 5 execs generation 6: arguments of one length.
+    let mut child =
+        Command::new(setarch).args(["x86_64", "-R"]).arg(&prog.exe).arg("5").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let (mut d, _socket, http) = witchd_watching(
+        &dir,
+        &witch,
+        "scan_every = \"200ms\"\n",
+        &format!("exe = \"{name}\"\ncrafts = [\"dead\"]\nevery = \"30s\"\nduration = \"8s\"\n"),
+    );
+    let outcomes = || {
+        let m = parse_prometheus(&String::from_utf8(http_get(&http, "/metrics").1).unwrap());
+        ["ok", "target_exited", "failed", "target_exec"]
+            .map(|o| metric(&m, "witchd_sessions_total", &[("outcome", o)]).map_or(0.0, |s| s.value))
+    };
+    let layout =
+        || std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.split(' ').skip(25).take(3).collect::<Vec<_>>().join(" "));
+    wait_for(Duration::from_secs(30), || agents_in(&[pid]) == 1, || d.log());
+    std::thread::sleep(Duration::from_millis(300));
+    let layout_before = layout().ok();
+    let exec_at = Instant::now();
+    child.stdin.as_mut().unwrap().write_all(b"e\n").unwrap();
+    wait_for(Duration::from_secs(30), || outcomes().iter().sum::<f64>() > 0.0, || d.log());
+    let took = exec_at.elapsed();
+    let same = layout().ok() == layout_before;
+    let log = d.log();
+    eprintln!("[witch-tests] the session ended {took:?} after the exec (code, stack laid out {})", if same { "as before" } else { "anew" });
+    assert_eq!(outcomes(), [0.0, 0.0, 0.0, 1.0], "outcomes ok, target_exited, failed, target_exec\n{log}");
+    assert!(log.contains(&format!("pid {pid} ({name}) replaced its program (exec)")), "{log}");
+    assert!(took < Duration::from_secs(3), "the session ended only {took:?} after the exec\n{log}");
+    let (st, _) = d.term(Duration::from_secs(30));
+    assert_eq!(st.code(), Some(0), "{}", d.log());
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!((String::from_utf8_lossy(&out.stdout).as_ref(), out.status.code()), ("generation 6 ran rounds\n", Some(5)));
+}
