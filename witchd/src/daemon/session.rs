@@ -152,8 +152,8 @@ pub async fn run(d: Arc<Daemon>, claim: Claim, plan: Plan) -> Done {
     // Profile for `duration`, unless shutdown comes first or the session
     // should end now (see inject::poll): the target goes or replaces its
     // program, or the agent ends the session by itself (a debugger took the
-    // process: its profile is ready, and the slot would otherwise be held
-    // for the rest of the duration).
+    // process, or it is entering a seccomp sandbox: its profile is ready,
+    // and the slot would otherwise be held for the rest of the duration).
     let deadline = Instant::now() + plan.duration;
     let mut poll = inject::Poll::default();
     let mut why = None;

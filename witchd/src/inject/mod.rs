@@ -364,8 +364,8 @@ impl Watched for Session {
     }
 
     /// It does when the process exits or replaces its program, or when the
-    /// agent ends the session (a debugger attached). What it reads stays
-    /// for [`Session::detach`].
+    /// agent ends the session (a debugger attached, a seccomp sandbox).
+    /// What it reads stays for [`Session::detach`].
     fn agent_closed(&self) -> bool {
         self.chan.closed()
     }

@@ -7,8 +7,8 @@
 //! A poll asks, cheapest first, and stops at the first answer:
 //! - is the target still running? ([`Why::Exited`] if not)
 //! - has it laid out a new image since the attach (an exec)? ([`Why::Exec`])
-//! - has the agent ended the session by itself, a debugger having attached?
-//!   ([`Why::AgentEnded`])
+//! - has the agent ended the session by itself (a debugger attached, or
+//!   the process is entering a seccomp sandbox)? ([`Why::AgentEnded`])
 //! - has the agent's socket closed by itself? Then, once, is the agent gone
 //!   from a process still running: an exec that kept the image's layout
 //!   (address randomization off) ([`Why::Exec`]). A socket also closes when
@@ -22,8 +22,9 @@ pub enum Why {
     /// The target replaced its program (exec): the agent, and what it
     /// gathered, went with the old image; the process runs on.
     Exec,
-    /// The agent ended the session by itself (a debugger attached): its
-    /// profile waits for the detach, and the process runs on.
+    /// The agent ended the session by itself (a debugger attached, or the
+    /// process is entering a seccomp sandbox): its profile waits for the
+    /// detach, and the process runs on.
     AgentEnded,
 }
 
@@ -36,7 +37,7 @@ pub trait Watched {
     /// Cheap enough to poll.
     fn exec_seen(&self) -> bool;
     /// Has the agent ended the session by itself (a debugger attached to
-    /// the process)? Does not wait.
+    /// the process, or it is entering a seccomp sandbox)? Does not wait.
     fn agent_ended(&self) -> bool;
     /// Has the agent's end of the socket closed, by itself (without a
     /// detach)? Does not wait.
