@@ -281,6 +281,15 @@ pub(crate) fn resolve_for_attached() -> bool {
     all
 }
 
+/// What the agent does before a `syscall(nr, a1, ...)` of the program's
+/// (preloaded or attached): `SYS_seccomp` installing a filter or strict
+/// mode puts the process in a sandbox.
+fn before_syscall(nr: libc::c_long, a1: libc::c_long) {
+    if nr == libc::SYS_seccomp && SECCOMP_SET_MODES.contains(&a1) {
+        entering_sandbox("seccomp");
+    }
+}
+
 type PrctlFn = unsafe extern "C" fn(libc::c_int, libc::c_ulong, libc::c_ulong, libc::c_ulong, libc::c_ulong) -> libc::c_int;
 
 /// `prctl(PR_SET_SECCOMP, ...)` puts the process in a sandbox: the agent
@@ -343,9 +352,7 @@ pub unsafe extern "C" fn syscall(
     a5: libc::c_long,
     a6: libc::c_long,
 ) -> libc::c_long {
-    if nr == libc::SYS_seccomp && SECCOMP_SET_MODES.contains(&a1) {
-        entering_sandbox("seccomp");
-    }
+    before_syscall(nr, a1);
     let r: libc::c_long;
     // SAFETY: the caller's system call, as it asked for it; the kernel
     // clobbers rcx and r11 and touches no stack.
@@ -385,9 +392,7 @@ pub(crate) unsafe extern "C" fn attached_syscall(
     a5: libc::c_long,
     a6: libc::c_long,
 ) -> libc::c_long {
-    if nr == libc::SYS_seccomp && SECCOMP_SET_MODES.contains(&a1) {
-        entering_sandbox("seccomp");
-    }
+    before_syscall(nr, a1);
     // SAFETY: the program's own `syscall`, with the arguments it was given.
     unsafe { std::mem::transmute::<*mut libc::c_void, SyscallFn>(REAL_SYSCALL.load(Ordering::Acquire))(nr, a1, a2, a3, a4, a5, a6) }
 }
