@@ -1,19 +1,36 @@
 /* A long-running dead-store service that replaces its own program (exec)
- * when told to, for witchd's tests: a worker thread runs rounds of
- * dead_loop.c's loops (every store of the @ew loop is overwritten by the
- * @ek loop before being read) while the main thread reads stdin.  A line
- * starting with 'e' makes the main thread exec the program's own executable
- * again (same pid, same name, a fresh image) with GENERATION + 1; a line
- * starting with 'w' makes the worker thread do it (the kernel then gives
- * the worker the process's pid); a line starting with 'v' makes the main
- * thread do it with execv rather than execl.  EOF, or a line starting with
- * 'q', makes it print its generation and exit 5.
+ * when told to, for witch --pid's and witchd's tests: a worker thread runs
+ * rounds of dead_loop.c's loops (every store of the @ew loop is overwritten
+ * by the @ek loop before being read) while the main thread reads stdin.
+ * A command line makes the program exec its own executable again (same pid,
+ * same name, a fresh image) with GENERATION + 1 and the same environment:
+ *
+ *   e  the main thread, by a `syscall` instruction of the program's own
+ *      (SYS_execve): an exec no import table shows, which an attached
+ *      agent cannot see coming;
+ *   w  the worker thread, the same way (the kernel then gives the worker
+ *      the process's pid);
+ *   v  the main thread, with execv;
+ *   l  with execl;
+ *   p  with execlp and the executable's bare name, found along a PATH
+ *      that starts with its directory;
+ *   n  with execle, and the environment DAEMON_EXEC_ENV=execle alone;
+ *   f  with fexecve, on a descriptor of the executable;
+ *   x  with execl of a file that does not exist: it fails, the program
+ *      says "execl failed: <strerror(errno)>" on stderr and runs on.
+ *
+ * A failed exec (but x's) exits 101. EOF, or a line starting with 'q',
+ * makes it print its generation and exit 5.
  *
  * Usage: daemon_exec [GENERATION]   (0 when absent)
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define N (1L << 16)
@@ -26,22 +43,64 @@ static volatile long rounds;
 static long gen;
 static char *name;
 
-static void exec_again_with(int use_execv) {
+extern char **environ;
+
+/* execve by the program's own `syscall` instruction (its `syscall()`
+ * import may be hooked). */
+static long raw_execve(const char *path, char *const argv[], char *const envp[]) {
+    long r;
+    __asm__ volatile("syscall"
+                     : "=a"(r)
+                     : "0"((long)SYS_execve), "D"(path), "S"(argv), "d"(envp)
+                     : "rcx", "r11", "memory");
+    return r;
+}
+
+static void exec_again_with(char how) {
     char next[32], self[4096];
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) _exit(102);
     self[len] = 0;
     snprintf(next, sizeof next, "%ld", gen + 1);
-    if (use_execv) {
-        char *argv[] = {name, next, NULL};
+    char *argv[] = {name, next, NULL};
+    switch (how) {
+    case 'v':
         execv(self, argv);
-    } else {
+        break;
+    case 'l':
         execl(self, name, next, (char *)NULL);
+        break;
+    case 'p': {
+        char *slash = strrchr(self, '/');
+        *slash = 0;
+        const char *old = getenv("PATH");
+        char path[8192];
+        snprintf(path, sizeof path, "%s:%s", self, old ? old : "/usr/bin:/bin");
+        setenv("PATH", path, 1);
+        execlp(slash + 1, name, next, (char *)NULL);
+        break;
+    }
+    case 'n': {
+        char *env[] = {"DAEMON_EXEC_ENV=execle", NULL};
+        execle(self, name, next, (char *)NULL, env);
+        break;
+    }
+    case 'f': {
+        int fd = open(self, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) fexecve(fd, argv, environ);
+        break;
+    }
+    case 'x':
+        execl("/nonexistent/daemon_exec", name, next, (char *)NULL);
+        fprintf(stderr, "execl failed: %s\n", strerror(errno));
+        return;
+    default:
+        raw_execve(self, argv, environ);
     }
     _exit(101); /* exec failed */
 }
 
-static void exec_again(void) { exec_again_with(0); }
+static void exec_again(void) { exec_again_with('e'); }
 
 static void *worker(void *arg) {
     (void)arg;
@@ -64,9 +123,8 @@ int main(int argc, char **argv) {
     char buf[64];
     ssize_t n;
     while ((n = read(0, buf, sizeof buf)) > 0 && buf[0] != 'q') {
-        if (buf[0] == 'e') exec_again();
-        if (buf[0] == 'v') exec_again_with(1);
         if (buf[0] == 'w') exec_from_worker = 1;
+        else if (buf[0] && strchr("evlpnfx", buf[0])) exec_again_with(buf[0]);
     }
     stop = 1;
     pthread_join(t, NULL);

@@ -375,9 +375,11 @@ fn threads_that_end_during_set_up_are_not_blamed_on_the_debug_registers() {
     assert_eq!((native.code(), native.stdout_str()), (end.code(), end.stdout), "differs from an unprofiled run");
 }
 
-/// A process that replaces its program (exec) during a session takes the
-/// agent, and the profile it was gathering, with its old image. witch sees
-/// that within a poll, says so in one line and exits 3 (no profile
+/// A process that replaces its program (exec) during a session in a way the
+/// agent cannot see coming (an `execve` system call by a `syscall`
+/// instruction of the program's own, which no import table shows) takes
+/// the agent, and the profile it was gathering, with its old image. witch
+/// sees that within a poll, says so in one line and exits 3 (no profile
 /// written); the process runs on as its new program, as it would have
 /// without witch. (Before: witch waited out its --duration, then "left no
 /// profile", exit 2; without --duration, until Ctrl-C.) Cases: an exec by
@@ -524,7 +526,8 @@ impl Attached {
     }
 }
 
-/// A process that execs again and again while witch attaches, so that the
+/// A process that execs again and again while witch attaches (by a
+/// `syscall` instruction of its own, unseen by the agent), so that the
 /// exec falls at every point of the attach: the process must survive every
 /// one (the addresses witch read from its maps name nothing in a new image,
 /// so none may be called there), and witch end each time within seconds,
