@@ -665,42 +665,153 @@ fn a_thread_without_stack_to_spare_is_not_used_for_the_attach() {
 /// through the program's import table and ends the session first, so the
 /// profile of the program before the exec is kept (`ended_by: "exec"`, a
 /// note); witch writes it, says so and exits 0; the process runs on as its
-/// new program, with no agent in it. (Before, and still for `execl`, whose
-/// variadic form is not taken: the profile went with the old image, exit 3;
-/// see the test above.)
+/// new program, with no agent in it. (Before, the profile went with the
+/// old image, exit 3; see the test above, whose exec the agent still
+/// cannot see.)
 #[test]
 fn a_process_that_execs_with_execv_keeps_the_sessions_profile() {
-    let dir = Scratch::new("attach-execv");
+    exec_keeps_the_sessions_profile("execv", b"v\n", Environment::Same);
+}
+
+/// As with `execv`, with `execl`: variadic, taken by a C twin of the
+/// agent's that builds its argv. (Before, the profile went with the old
+/// image: witch exited 3.)
+#[test]
+fn a_process_that_execs_with_execl_keeps_the_sessions_profile() {
+    exec_keeps_the_sessions_profile("execl", b"l\n", Environment::Same);
+}
+
+/// As with `execl`, with `execlp` and a bare name found along `PATH`.
+#[test]
+fn a_process_that_execs_with_execlp_keeps_the_sessions_profile() {
+    exec_keeps_the_sessions_profile("execlp", b"p\n", Environment::PathChanged);
+}
+
+/// As with `execl`, with `execle` and an environment of its own.
+#[test]
+fn a_process_that_execs_with_execle_keeps_the_sessions_profile() {
+    exec_keeps_the_sessions_profile("execle", b"n\n", Environment::Given(b"DAEMON_EXEC_ENV=execle\0"));
+}
+
+/// As with `execv`, with `fexecve` (which the C library makes an
+/// `execveat` system call of: only the program's import shows it).
+#[test]
+fn a_process_that_execs_with_fexecve_keeps_the_sessions_profile() {
+    exec_keeps_the_sessions_profile("fexecve", b"f\n", Environment::Same);
+}
+
+/// What the new image's environment must be, against the old one's.
+enum Environment {
+    Same,
+    /// The same but `PATH`, which the program put its directory in front of.
+    PathChanged,
+    /// Exactly these `NAME=VALUE\0` entries.
+    Given(&'static [u8]),
+}
+
+/// `daemon_exec` (generation 5) replaces its program by `command` (through
+/// `via`) during a session: witch writes the session's profile
+/// (`ended_by: "exec"`, a note naming `via`), says so and exits 0 within a
+/// poll or two; the process runs on as generation 6, with the arguments and
+/// environment it asked for and no agent in it, and ends as it would have.
+fn exec_keeps_the_sessions_profile(via: &str, command: &[u8], env: Environment) {
+    let dir = Scratch::new(&format!("attach-{via}"));
     let prog = Program::build("daemon_exec", dir.path());
     let mut t = Target::start(&prog.exe, &["5"], &[]);
     t.wait_ready(2, None);
     let pid = t.pid();
-    let (out, err) = (dir.join("execv.json"), dir.join("execv.err"));
+    let cmdline = || std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let environ = || std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let (cmdline_before, environ_before) = (cmdline(), environ());
+    assert!(cmdline_before.ends_with(b"\x005\x00"), "{:?}", String::from_utf8_lossy(&cmdline_before));
+    let (out, err) = (dir.join(&format!("{via}.json")), dir.join(&format!("{via}.err")));
     let witch = Attached::start(pid, "60s", &out, &err);
     std::thread::sleep(std::time::Duration::from_millis(700));
     let exec_at = std::time::Instant::now();
-    t.send(b"v\n");
+    t.send(command);
     let text = || std::fs::read_to_string(&err).unwrap_or_default();
     let status = witch.end_within(std::time::Duration::from_secs(20));
     let took = exec_at.elapsed();
     let text = text();
-    eprintln!("[witch-tests] witch ended {took:?} after the exec:\n{text}");
-    assert_eq!(status.and_then(|s| s.code()), Some(0), "{text}");
-    assert!(took < std::time::Duration::from_secs(3), "witch ended only {took:?} after the exec\n{text}");
-    assert!(text.contains("execv") && text.contains("profile"), "witch should say the session ended at the exec: {text}");
+    eprintln!("[witch-tests] {via}: witch ended {took:?} after the exec:\n{text}");
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{via}: {text}");
+    assert!(took < std::time::Duration::from_secs(3), "{via}: witch ended only {took:?} after the exec\n{text}");
+    // Its poll sees the new image (as a rule: the exec follows the profile
+    // at once), or else the agent's end, with the note that names the call.
+    let kept =
+        format!("witch: pid {pid} (daemon_exec) replaced its program (exec) after its agent had sent the profile: that profile is kept");
+    let ended = format!("witch: the agent in pid {pid} (daemon_exec) ended the session by itself");
+    assert!(
+        text.lines().any(|l| l == kept || l.starts_with(&ended) && l.contains(&format!("called {via} to replace its program"))),
+        "{via}: witch should say the session ended at the exec, its profile kept: {text}"
+    );
     let p = raw_profile(&out);
-    assert_eq!(p["ended_by"], "exec", "{p}");
-    assert!(p["notes"].to_string().contains("execv to replace its program"), "{}", p["notes"]);
+    assert_eq!(p["ended_by"], "exec", "{via}: {p}");
+    assert!(p["notes"].to_string().contains(&format!("called {via} to replace its program")), "{via}: {}", p["notes"]);
     let rep = report(&out);
     rep.assert_samples(5.0);
-    // The process runs on, as its new program, with no agent in it.
-    assert!(eventually(std::time::Duration::from_secs(5), || std::fs::read(format!("/proc/{pid}/cmdline"))
-        .unwrap_or_default()
-        .ends_with(b"\x006\x00")));
+    // The process runs on, as its new program, with the arguments and the
+    // environment it asked for, and no agent in it.
+    let mut cmdline_after = cmdline_before.clone();
+    *cmdline_after.iter_mut().rev().nth(1).unwrap() = b'6';
+    assert!(
+        eventually(std::time::Duration::from_secs(5), || cmdline() == cmdline_after),
+        "{via}: not its new image, or other arguments: {:?}",
+        String::from_utf8_lossy(&cmdline())
+    );
+    let environ_after = environ();
+    match env {
+        Environment::Same => assert!(environ_after == environ_before, "{via}: another environment"),
+        Environment::PathChanged => {
+            let without_path = |e: &[u8]| e.split(|&b| b == 0).filter(|v| !v.starts_with(b"PATH=")).map(<[u8]>::to_vec).collect::<Vec<_>>();
+            assert_eq!(without_path(&environ_after), without_path(&environ_before), "{via}: another environment");
+            let path = format!("PATH={}:", dir.path().canonicalize().unwrap().display());
+            assert!(environ_after.split(|&b| b == 0).any(|v| v.starts_with(path.as_bytes())), "{via}: PATH is not the program's");
+        }
+        Environment::Given(given) => {
+            assert_eq!(String::from_utf8_lossy(&environ_after), String::from_utf8_lossy(given), "{via}: another environment")
+        }
+    }
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-    assert!(!maps.contains("libwitch_agent.so"), "{maps}");
+    assert!(!maps.contains("libwitch_agent.so"), "{via}: {maps}");
     std::thread::sleep(std::time::Duration::from_millis(200));
     t.send(b"q\n");
     let end = t.finish();
-    assert_eq!((end.code(), end.stdout.as_str()), (Some(5), "generation 6 ran rounds\n"), "{}", end.stderr);
+    assert_eq!((end.code(), end.stdout.as_str()), (Some(5), "generation 6 ran rounds\n"), "{via}: {}", end.stderr);
+}
+
+/// An `execl` that fails (no such file) during a session: the session ends
+/// at the call with its profile (the agent cannot know the exec will fail),
+/// and the call fails as without witch, with its errno; the process runs
+/// on as it was, and the next session is not ended by the exec that did
+/// not happen: it runs its course ("detach").
+#[test]
+fn a_failed_execl_keeps_the_process_and_the_next_session_as_they_were() {
+    let dir = Scratch::new("attach-execl-fails");
+    let prog = Program::build("daemon_exec", dir.path());
+    let mut t = Target::start(&prog.exe, &["5"], &[]);
+    t.wait_ready(2, None);
+    let pid = t.pid();
+    let (out, err) = (dir.join("failed.json"), dir.join("failed.err"));
+    let witch = Attached::start(pid, "60s", &out, &err);
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    t.send(b"x\n");
+    let text = || std::fs::read_to_string(&err).unwrap_or_default();
+    let status = witch.end_within(std::time::Duration::from_secs(20));
+    let text = text();
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "{text}");
+    let p = raw_profile(&out);
+    assert_eq!(p["ended_by"], "exec", "{p}");
+    assert!(p["notes"].to_string().contains("called execl to replace its program"), "{}", p["notes"]);
+    assert!(t.alive(), "the target died");
+    // The next session runs its course.
+    let again = dir.join("again.json");
+    let run = attach_cmd(&witch_bin(), &[], "dead", pid, &["--duration", "1s", "-q", "-o", again.to_str().unwrap()]);
+    assert_eq!(run.code(), Some(0), "{}", run.describe());
+    let p = raw_profile(&again);
+    assert_eq!(p["ended_by"], "detach", "{p}");
+    assert!(p["counters"]["samples"].as_u64().unwrap_or(0) > 0, "{p}");
+    let end = t.finish();
+    assert_eq!((end.code(), end.stdout.as_str()), (Some(5), "generation 5 ran rounds\n"), "{}", end.stderr);
+    assert_eq!(end.stderr, "execl failed: No such file or directory\n");
 }

@@ -1,12 +1,15 @@
 //! Attached mode: the program's own calls to `prctl` and `syscall`, and to
-//! `execve`, `execvpe`, `execv` and `execvp`, are pointed at the agent's
-//! (`interpose.rs`), so that it sees a seccomp sandbox or an exec coming and
-//! ends the session first (a filter that kills at a system call the agent
-//! makes would kill the program; an exec would take the profile with the
-//! old image). `execl`, `execlp` and `execle` (variadic) and `fexecve` are
-//! not taken: their exec still loses the session's profile.
+//! `execve`, `execvpe`, `execv`, `execvp`, `fexecve`, `execl`, `execlp` and
+//! `execle`, are pointed at the agent's (`interpose.rs`; the variadic
+//! `execl*` at hidden C twins, `exec_variadic.c`), so that it sees a
+//! seccomp sandbox or an exec coming and ends the session first (a filter
+//! that kills at a system call the agent makes would kill the program; an
+//! exec would take the profile with the old image). An exec the agent
+//! cannot see (see below; also a call through an address the program
+//! looked up with `dlsym`) still loses the session's profile.
 //!
-//! A preloaded agent gets these calls by symbol interposition. A library
+//! A preloaded agent gets these calls (but `fexecve`) by symbol
+//! interposition. A library
 //! loaded later by `dlopen` cannot interpose, so here the entries of the
 //! modules' import tables (their GOT slots, `R_X86_64_JUMP_SLOT` and
 //! `R_X86_64_GLOB_DAT`: plain and `-fno-plt` calls) are rewritten with the

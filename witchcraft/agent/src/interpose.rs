@@ -17,8 +17,8 @@
 //! - `prctl` and `syscall`, for `PR_SET_SECCOMP` and `SYS_seccomp`: a
 //!   process that puts itself in a seccomp sandbox is left before the
 //!   filter goes in (`preload::leave_to_sandbox`; an attached agent gets
-//!   these two, and the `exec` calls, through the program's import tables,
-//!   `imports.rs`, and ends its session, `attach::leave`).
+//!   these two, and the `exec` calls and `fexecve`, through the program's
+//!   import tables, `imports.rs`, and ends its session, `attach::leave`).
 
 use crate::program::PROGRAM;
 use crate::state::{Mode, AGENT};
@@ -132,9 +132,11 @@ exec_wrapper!(execvpe, Execve, file: *const libc::c_char, argv: *const *const li
 exec_wrapper!(execv, Execv, path: *const libc::c_char, argv: *const *const libc::c_char);
 exec_wrapper!(execvp, Execv, file: *const libc::c_char, argv: *const *const libc::c_char);
 
-/// The `execve`, `execvpe`, `execv` and `execvp` the program's own calls
-/// bind to (attached; [`resolve_for_attached`]).
-static REAL_EXEC: [AtomicPtr<libc::c_void>; 4] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 4];
+type Fexecve = unsafe extern "C" fn(libc::c_int, *const *const libc::c_char, *const *const libc::c_char) -> libc::c_int;
+
+/// The `execve`, `execvpe`, `execv`, `execvp` and `fexecve` the program's
+/// own calls bind to (attached; [`resolve_for_attached`]).
+static REAL_EXEC: [AtomicPtr<libc::c_void>; 5] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 5];
 
 macro_rules! attached_exec {
     ($name:ident, $index:expr, $sym:literal, $ty:ty, $($arg:ident : $t:ty),*) => {
@@ -160,6 +162,56 @@ attached_exec!(attached_execve, 0, "execve", Execve, path: *const libc::c_char, 
 attached_exec!(attached_execvpe, 1, "execvpe", Execve, file: *const libc::c_char, argv: *const *const libc::c_char, envp: *const *const libc::c_char);
 attached_exec!(attached_execv, 2, "execv", Execv, path: *const libc::c_char, argv: *const *const libc::c_char);
 attached_exec!(attached_execvp, 3, "execvp", Execv, file: *const libc::c_char, argv: *const *const libc::c_char);
+attached_exec!(attached_fexecve, 4, "fexecve", Fexecve, fd: libc::c_int, argv: *const *const libc::c_char, envp: *const *const libc::c_char);
+
+// The attached twins of the variadic `execl`, `execlp` and `execle`
+// (`exec_variadic.c`, hidden: these addresses are the agent's own). Each
+// builds its argv on the stack, as the C library does, and goes on to
+// `witch_attached_exec_argv`.
+extern "C" {
+    fn witch_attached_execl(path: *const libc::c_char, arg: *const libc::c_char, ...) -> libc::c_int;
+    fn witch_attached_execlp(file: *const libc::c_char, arg: *const libc::c_char, ...) -> libc::c_int;
+    fn witch_attached_execle(path: *const libc::c_char, arg: *const libc::c_char, ...) -> libc::c_int;
+}
+
+/// What the attached twins of `execl`, `execlp` and `execle` (`which` 0, 1,
+/// 2, as `exec_variadic.c` numbers them) do with the argv they built: the
+/// session ends first and sends its profile ([`crate::attach::leave`]),
+/// then the exec goes on as the C library's `execl` (`execve` with
+/// `environ`), `execlp` (`execvp`: the path search) or `execle` (`execve`
+/// with the caller's `envp`) does it, through the `execve` or `execvp` the
+/// program's own calls bind to. Not exported: `exec_variadic.c` declares
+/// it hidden, which the linked symbol then is.
+///
+/// # Safety
+/// As `execve` (`execvp` for `which` 1, which ignores `envp`); only called
+/// by the twins, which are only installed once `resolve_for_attached`
+/// found what this calls.
+#[no_mangle]
+unsafe extern "C" fn witch_attached_exec_argv(
+    which: libc::c_int,
+    path: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+) -> libc::c_int {
+    let name = match which {
+        0 => "execl",
+        1 => "execlp",
+        _ => "execle",
+    };
+    keeping_errno(|| crate::attach::leave(crate::attach::Leave::Exec(name)));
+    if which == 1 {
+        // SAFETY: the program's own execvp, with this signature.
+        let real = unsafe { std::mem::transmute::<*mut libc::c_void, Execv>(REAL_EXEC[3].load(Ordering::Acquire)) };
+        // SAFETY: the caller's file and the argv built from its arguments.
+        unsafe { real(path, argv) }
+    } else {
+        // SAFETY: the program's own execve, with this signature.
+        let real = unsafe { std::mem::transmute::<*mut libc::c_void, Execve>(REAL_EXEC[0].load(Ordering::Acquire)) };
+        // SAFETY: the caller's path and environment, and the argv built from its arguments.
+        unsafe { real(path, argv, envp) }
+    }
+}
 
 type ExitFn = unsafe extern "C" fn(libc::c_int) -> !;
 
@@ -235,17 +287,25 @@ static REAL_PRCTL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut()
 /// The `syscall` the program's own calls bind to (attached).
 static REAL_SYSCALL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
 
-/// The imports an attached agent takes (`imports.rs`): the name, the
-/// agent's definition for it, and where the definition the program's own
-/// calls bind to is kept for it to call on.
-pub(crate) fn attached_imports() -> [(&'static std::ffi::CStr, *const libc::c_void, &'static AtomicPtr<libc::c_void>); 6] {
+/// An import an attached agent takes: its name, the agent's definition
+/// for it, and where the definition the program's own calls bind to is
+/// kept for it to call on (none for `execl`, `execlp` and `execle`, which
+/// call on to `execve` or `execvp`).
+pub(crate) type AttachedImport = (&'static std::ffi::CStr, *const libc::c_void, Option<&'static AtomicPtr<libc::c_void>>);
+
+/// The imports an attached agent takes (`imports.rs`).
+pub(crate) fn attached_imports() -> [AttachedImport; 10] {
     [
-        (c"prctl", own_prctl as *const libc::c_void, &REAL_PRCTL),
-        (c"syscall", attached_syscall as *const libc::c_void, &REAL_SYSCALL),
-        (c"execve", attached_execve as *const libc::c_void, &REAL_EXEC[0]),
-        (c"execvpe", attached_execvpe as *const libc::c_void, &REAL_EXEC[1]),
-        (c"execv", attached_execv as *const libc::c_void, &REAL_EXEC[2]),
-        (c"execvp", attached_execvp as *const libc::c_void, &REAL_EXEC[3]),
+        (c"prctl", own_prctl as *const libc::c_void, Some(&REAL_PRCTL)),
+        (c"syscall", attached_syscall as *const libc::c_void, Some(&REAL_SYSCALL)),
+        (c"execve", attached_execve as *const libc::c_void, Some(&REAL_EXEC[0])),
+        (c"execvpe", attached_execvpe as *const libc::c_void, Some(&REAL_EXEC[1])),
+        (c"execv", attached_execv as *const libc::c_void, Some(&REAL_EXEC[2])),
+        (c"execvp", attached_execvp as *const libc::c_void, Some(&REAL_EXEC[3])),
+        (c"fexecve", attached_fexecve as *const libc::c_void, Some(&REAL_EXEC[4])),
+        (c"execl", witch_attached_execl as *const libc::c_void, None),
+        (c"execlp", witch_attached_execlp as *const libc::c_void, None),
+        (c"execle", witch_attached_execle as *const libc::c_void, None),
     ]
 }
 
@@ -259,9 +319,7 @@ pub(crate) fn resolve_for_attached() -> bool {
     let ours = |f: *mut libc::c_void| imports.iter().any(|&(_, own, _)| std::ptr::eq(own, f as *const libc::c_void));
     let mut all = true;
     for (name, _, cache) in imports {
-        if !cache.load(Ordering::Acquire).is_null() {
-            continue;
-        }
+        let Some(cache) = cache.filter(|c| c.load(Ordering::Acquire).is_null()) else { continue };
         // SAFETY: dlsym with a NUL-terminated name.
         let mut f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
         if f.is_null() || ours(f) {
