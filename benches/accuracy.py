@@ -465,11 +465,18 @@ def engine_share(path):
     SAMPLES.append(c.get("samples", 0))
     if c.get("bursts"):
         STEPS.append(c.get("steps", 0) / c["bursts"])
+        BURSTS.append(c["bursts"] / max(1e-9, d["duration_ns"] / 1e9))
+    # Where the engine's time goes (builds from before these counters have none).
+    for part, n in (("tick_ns", "interrupts"), ("step_ns", "steps"), ("trap_ns", "traps")):
+        if part in c and c.get(n):
+            PART_US.setdefault(part, []).append(c[part] / c[n] / 1e3)
     return c.get("engine_ns", 0) / max(1, d["duration_ns"]), used
 
 
 STEPS = []  # steps per burst of each sampled run that had bursts (the budget sizes them)
 SAMPLES = []  # samples of each sampled run
+BURSTS = []  # bursts per second of each sampled run that had bursts
+PART_US = {}  # "tick_ns"/"step_ns"/"trap_ns" -> the engine's µs per tick/step/trap of each run
 
 
 def accept(cases, a):
@@ -584,6 +591,15 @@ def accept(cases, a):
             print(f"- Steps per burst (the budget's choice; mean of each run): {min(STEPS):.1f} to {max(STEPS):.1f}, "
                   f"median {statistics.median(STEPS):.1f}.")
             STEPS.clear()
+        if BURSTS:
+            print(f"- Bursts per second of run: {min(BURSTS):.0f} to {max(BURSTS):.0f}, "
+                  f"median {statistics.median(BURSTS):.0f}.")
+            BURSTS.clear()
+        if PART_US:
+            print("- The engine's cost (median over runs, µs): "
+                  + ", ".join(f"{statistics.median(PART_US[k]):.1f} a {w}" for k, w in
+                              (("tick_ns", "tick"), ("step_ns", "step"), ("trap_ns", "trap")) if k in PART_US) + ".")
+            PART_US.clear()
         print(f"- This configuration took {(time.monotonic() - t_all)/60:.1f} minutes "
               "(sampled runs and their reports, plus any exact reference not yet cached).")
         if bias_rows:

@@ -138,3 +138,29 @@ fn a_short_run_gets_samples() {
         assert!(engine_ms < 30.0, "{craft}: {engine_ms:.1} ms of CPU in witch for a 160 ms run");
     }
 }
+
+/// A program that spends nearly all of its time in system calls: a
+/// CPU-time tick that expires in the kernel is delivered where the call
+/// returns, and a burst begun there would put the instructions after each
+/// call in the sample as often as the kernel takes time. Such ticks begin
+/// no burst: most of this program's ticks must be counted as landing after
+/// a system call (a check that looked at the wrong bytes would count none).
+#[test]
+fn ticks_after_system_calls_begin_no_burst() {
+    let dir = Scratch::new("burst-syscalls");
+    let prog = Program::build("syscall_loop", dir.path());
+    let native = prog.run_native(&[]);
+    assert_eq!(native.stdout_str().trim(), "syscall_loop 1", "{}", native.describe());
+    let out = dir.join("dead.json");
+    let run = WitchCmd::new("dead").args(&["-q"]).out(&out).run(&prog.exe, &[]);
+    assert_same_behaviour(&native, &run);
+    let p = raw_profile(&out);
+    if p["sampler"]["kind"] != "software" {
+        return;
+    }
+    let c = &p["counters"];
+    let (ticks, after) = (c["interrupts"].as_u64().unwrap_or(0), c["ticks_after_syscalls"].as_u64().unwrap_or(0));
+    eprintln!("[witch-tests] {after} of {ticks} ticks after a system call, {} bursts", c["bursts"]);
+    assert!(ticks >= 20, "too few ticks to judge: {ticks}");
+    assert!(after * 2 >= ticks, "only {after} of {ticks} ticks were found after a system call");
+}

@@ -225,6 +225,18 @@ pub struct Counters {
     /// the kernel's part of each trap and signal as calibrated at start-up.
     #[serde(default)]
     pub engine_ns: u64,
+    /// The part of `engine_ns` spent at the sampler's ticks (the software
+    /// sampler's timer signals, PMU overflow signals), whether or not they
+    /// began a burst or armed a watchpoint.
+    #[serde(default)]
+    pub tick_ns: u64,
+    /// The part spent single-stepping bursts (each step's calibrated round
+    /// trip and its handler).
+    #[serde(default)]
+    pub step_ns: u64,
+    /// The part spent at watchpoint traps.
+    #[serde(default)]
+    pub trap_ns: u64,
     /// Single-step bursts begun (count-proportional software sampler).
     #[serde(default)]
     pub bursts: u64,
@@ -288,6 +300,9 @@ impl Counters {
         self.ticks_after_syscalls += o.ticks_after_syscalls;
         self.ticks_skipped += o.ticks_skipped;
         self.engine_ns += o.engine_ns;
+        self.tick_ns += o.tick_ns;
+        self.step_ns += o.step_ns;
+        self.trap_ns += o.trap_ns;
     }
 }
 

@@ -234,6 +234,17 @@ unsafe fn refusal(uc: *const libc::ucontext_t) -> Option<Refusal> {
     None
 }
 
+/// Whose time an instruction starting with `code` leaves behind it, when
+/// not the program's: `cpuid` exits to the hypervisor in a virtual
+/// machine; `syscall`, `sysenter` and `int 0x80` enter the kernel.
+fn foreign_time(code: &[u8]) -> Option<Foreign> {
+    match code {
+        [0x0f, 0xa2, ..] => Some(Foreign::Hypervisor),
+        [0x0f, 0x05, ..] | [0x0f, 0x34, ..] | [0xcd, 0x80, ..] => Some(Foreign::Kernel),
+        _ => None,
+    }
+}
+
 /// # Safety
 /// `uc` must be the context the kernel passed to the signal handler.
 unsafe fn set_trap_flag(uc: *mut libc::ucontext_t, on: bool) {
@@ -378,14 +389,19 @@ impl ThreadState {
     /// program's: one that exits to the hypervisor in a virtual machine
     /// (`cpuid`), or enters the kernel (`syscall`, `sysenter`, `int 0x80`)?
     fn after_foreign_time(&mut self, map: &ProcessMap, regs: &Regs) -> Option<Foreign> {
-        let (Some(prev), false) = crate::x86::precise_pc::previous_instruction(map, &mut self.scratch.pc, regs.rip) else {
-            return None;
-        };
+        // Each of these instructions is two bytes long, so it can only have
+        // run just before if the two bytes before the PC spell it. Most
+        // ticks stop here: finding the instruction that ends at the PC
+        // decodes its whole function when that is not cached (about 30 µs
+        // a tick on SQLite, whose interpreter loop is one large function),
+        // which every tick paid, bursts or not.
         let mut buf = [0u8; 16];
-        let bytes = crate::x86::precise_pc::code_at(map, prev, &mut buf)?;
-        match bytes {
-            [0x0f, 0xa2, ..] => Some(Foreign::Hypervisor),
-            [0x0f, 0x05, ..] | [0x0f, 0x34, ..] | [0xcd, 0x80, ..] => Some(Foreign::Kernel),
+        let before = crate::x86::precise_pc::code_at(map, regs.rip.wrapping_sub(2), &mut buf)?;
+        let foreign = foreign_time(before)?;
+        // The same bytes may end a longer instruction, and at a branch
+        // target the instruction that ran may have been the branch.
+        match crate::x86::precise_pc::previous_instruction(map, &mut self.scratch.pc, regs.rip) {
+            (Some(prev), false) if prev == regs.rip.wrapping_sub(2) => Some(foreign),
             _ => None,
         }
     }
@@ -626,6 +642,18 @@ impl ThreadState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn foreign_time_is_read_from_the_two_bytes_of_the_instruction() {
+        assert!(matches!(foreign_time(&[0x0f, 0xa2, 0x48]), Some(Foreign::Hypervisor)));
+        for code in [[0x0f, 0x05], [0x0f, 0x34], [0xcd, 0x80]] {
+            assert!(matches!(foreign_time(&code), Some(Foreign::Kernel)), "{code:x?}");
+        }
+        // `int 3`, `ud2`, a lone byte, and `cpuid`'s bytes the other way round.
+        for code in [&[0xcd, 0x03][..], &[0x0f, 0x0b], &[0x0f], &[0xa2, 0x0f]] {
+            assert!(foreign_time(code).is_none(), "{code:x?}");
+        }
+    }
 
     /// Run the reservoirs over one burst's accesses of `lens` bytes, many
     /// times: how often each access ends in reservoir 0, and in any.

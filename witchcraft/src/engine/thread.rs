@@ -233,6 +233,7 @@ impl ThreadState {
             self.clock.step(cost);
             self.burst.budget.note_step(cost);
             self.record.counters.engine_ns += cost;
+            self.record.counters.step_ns += cost;
             self.in_handler.store(false, Ordering::Release);
             return;
         }
@@ -242,12 +243,16 @@ impl ThreadState {
             Event::Sample => {
                 // SAFETY: forwarded from the caller.
                 unsafe { self.on_sample(engine, uc) };
-                self.clock.leave(false, engine.signal_cost_ns, entry, task::thread_cpu_ns())
+                let cost = self.clock.leave(false, engine.signal_cost_ns, entry, task::thread_cpu_ns());
+                self.record.counters.tick_ns += cost;
+                cost
             }
             Event::Trap { slot, flags } => {
                 // SAFETY: forwarded from the caller.
                 unsafe { self.on_trap(engine, slot, uc, flags) };
-                self.clock.leave(true, engine.signal_cost_ns, entry, task::thread_cpu_ns())
+                let cost = self.clock.leave(true, engine.signal_cost_ns, entry, task::thread_cpu_ns());
+                self.record.counters.trap_ns += cost;
+                cost
             }
             Event::Step => unreachable!("handled above"),
         };
