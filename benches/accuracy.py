@@ -380,6 +380,23 @@ def bias(exact, sampled):
     return (num / den if den > 0 else float("nan")), seen / et, ratios
 
 
+def at_sampled_weights(exact, sampled):
+    """The exact per-line fractions weighted by where one run looked (its
+    bytes watched per line): what the run would read if it judged every
+    line exactly, and so the best that more judgements per line can do
+    (re-weighting many cheap time samples' per-line fractions by the bursts'
+    per-line counts, for one). Lines the exact run has no bytes for are
+    left out."""
+    ex, sa = by_watch_line(exact), by_watch_line(sampled)
+    num = den = 0.0
+    for line, s in sa.items():
+        e = ex.get(line)
+        if e and sum(e) > 0 and sum(s) > 0:
+            num += sum(s) * max(0.0, e[0]) / sum(e)
+            den += sum(s)
+    return num / den if den > 0 else float("nan")
+
+
 def per_line(title, exact, sampled, n):
     """The `n` heaviest watch lines by exact bytes: each one's share of the
     bytes and its own waste fraction, exact and sampled (runs pooled). Where
@@ -497,6 +514,7 @@ def accept(cases, a):
               "exact top-3 in sampled top-5 (runs) | engine share | sd / reported se |")
         print("|---|---|---:|---:|---:|---|---|---:|---:|")
         judged, within, misses, tops_ok, sds, bias_rows, samplers, costs = 0, 0, [], 0, [], [], set(), []
+        looks = []
         line_tables = []
         calibration = []
         for name, src, craft, markers, small, big in cases:
@@ -508,7 +526,7 @@ def accept(cases, a):
                 print(f"| {name} | {craft} | not cached ({e}) | | | | | |", flush=True)
                 continue
             out = os.path.join(OUT, f"accept-{os.getpid()}-{name}-{craft}.json")
-            fr, shares, hits, pooled, pooled_pc, ses = [], [], 0, {}, {}, []
+            fr, shares, hits, pooled, pooled_pc, ses, looked = [], [], 0, {}, {}, [], []
             need = min(2, len(ex_top[:3]))
             for _ in range(a.runs):
                 code, _ = run_witch(craft, exe, big, opts, out, env)
@@ -527,6 +545,7 @@ def accept(cases, a):
                 sums = pair_sums(rep, src, at)
                 f, top = summarize(sums)
                 fr.append(f)
+                looked.append(at_sampled_weights(ex_sums, sums) if ex_frac == ex_frac else float("nan"))
                 hits += len(set(ex_top[:3]) & set(top[:5])) >= need
                 for into, got in ((pooled, sums), (pooled_pc, pair_sums(rep, src, at, True))):
                     for k, v in got.items():
@@ -547,6 +566,12 @@ def accept(cases, a):
                 cells = f"{100*ex_frac:.1f} | {100*mean:.1f} ± {100*sd:.1f} | {diff:+.1f} | {'yes' if abs(diff) <= 3 else 'no'}"
                 if a.lines:
                     line_tables.append(per_line(f"{name} {craft}", ex_sums, pooled, a.lines))
+                lk = [x for x in looked if x == x]
+                if len(lk) > 1:
+                    lm, ls = statistics.mean(lk), statistics.stdev(lk)
+                    row = (f"| {name} | {craft} | {100*ex_frac:.1f} | {100*mean:.1f} ± {100*sd:.1f} | {diff:+.1f} | "
+                           f"{100*lm:.1f} ± {100*ls:.1f} | {100*(lm - ex_frac):+.1f} |")
+                    looks.append((row, abs(diff) <= 3, abs(100 * (lm - ex_frac)) <= 3, 100 * sd, 100 * ls))
                 rw, seen, ratios = bias(ex_sums, pooled)
                 rw_pc, seen_pc, _ = bias(ex_pc, pooled_pc)
                 fmt = lambda rs: ", ".join(f"{l}: {r:.2f}" for l, r in rs)  # noqa: E731
@@ -612,6 +637,19 @@ def accept(cases, a):
             print("|---|---|---:|---:|---:|---:|---:|---:|---|---|")
             for r in bias_rows:
                 print(r)
+        if looks:
+            print("\nWhere each run looked, judged exactly: the exact per-line fractions weighted by each run's own "
+                  "bytes watched per line (mean ± sd over the runs). It is what the runs would read if every line "
+                  "were judged without error, so the best any estimator that keeps the bursts' per-line weights "
+                  "and judges the lines better can do (such as per-site re-weighting of cheap time samples).\n")
+            print("| program | craft | exact | sampled (mean ± sd) | sampled - exact | judged exactly (mean ± sd) | "
+                  "judged exactly - exact |")
+            print("|---|---|---:|---:|---:|---:|---:|")
+            for row in looks:
+                print(row[0])
+            print(f"\n- Within 3 points: {sum(r[1] for r in looks)} of {len(looks)} sampled, "
+                  f"{sum(r[2] for r in looks)} of {len(looks)} judged exactly; median run-to-run sd "
+                  f"{statistics.median(r[3] for r in looks):.1f} and {statistics.median(r[4] for r in looks):.1f} points.")
         for t in line_tables:
             print("\n" + t)
         print()
