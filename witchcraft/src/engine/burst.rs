@@ -341,7 +341,7 @@ impl ThreadState {
             // in `cpuid` exits; without this its engine share was 1.8%).
             Some(Foreign::Hypervisor) => {
                 self.record.counters.ticks_after_exits += 1;
-                self.burst.budget.earn(program_ns, spent, settings.steps);
+                self.earn_without_burst(engine, weight);
                 return;
             }
             // Likewise the kernel's: a thread CPU clock runs during system
@@ -350,7 +350,7 @@ impl ThreadState {
             // the kernel takes time there.
             Some(Foreign::Kernel) if !settings.after_syscall => {
                 self.record.counters.ticks_after_syscalls += 1;
-                self.burst.budget.earn(program_ns, spent, settings.steps);
+                self.earn_without_burst(engine, weight);
                 return;
             }
             _ => {}
@@ -382,6 +382,16 @@ impl ThreadState {
         unsafe { set_trap_flag(uc, go) };
         if !go {
             self.end_burst(engine);
+        }
+    }
+
+    /// A tick that begins no burst whatever the account holds: the
+    /// program's time since the previous tick (`weight` periods) still
+    /// earns the budget its share ([`Budget::earn`]).
+    pub(crate) fn earn_without_burst(&mut self, engine: &Engine, weight: f64) {
+        if let Some(settings) = engine.burst {
+            let spent = self.record.counters.engine_ns;
+            self.burst.budget.earn(weight * engine.period as f64, spent, settings.steps);
         }
     }
 

@@ -62,6 +62,11 @@ impl ThreadState {
         let pc = regs.rip;
         if pc >= engine.own_code.0 && pc < engine.own_code.1 {
             self.record.counters.skipped_self += 1;
+            // Nearly always right after the system call of one of the
+            // agent's wrappers that the program called (`syscall`, a
+            // futex wait through it): time the program spent, which earns
+            // the budget as a tick after a system call does.
+            self.earn_without_burst(engine, weight);
             return;
         }
         if engine.burst.is_some() {
