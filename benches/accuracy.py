@@ -416,11 +416,16 @@ def per_line(title, exact, sampled, n):
     return "\n".join(rows)
 
 
+LONGER = 1  # --longer: the sampled runs' repetitions multiplied by this
+
+
 def resolve(name, src, small, big):
     """(binary, exact args (one list, or a (fewer, more repetitions) pair), sampled args)."""
     if name in REAL_SIZES:
         exe = workloads.build_one(name, OUT)[0][0]
         lua = lambda args: [LUA_SCRIPT if x == "@lua" else x for x in args]  # noqa: E731
+        # The last argument of a real program's driver is its repetitions.
+        big = big[:-1] + [str(int(big[-1]) * LONGER)]
         return exe, tuple(lua(x) for x in small), lua(big)
     return build(name, src), small, big
 
@@ -480,6 +485,7 @@ def engine_share(path):
         used += f", weights in {s['weight_unit']}"
     c = d["counters"]
     SAMPLES.append(c.get("samples", 0))
+    DURATIONS.append(d["duration_ns"] / 1e9)
     if c.get("bursts"):
         STEPS.append(c.get("steps", 0) / c["bursts"])
         BURSTS.append(c["bursts"] / max(1e-9, d["duration_ns"] / 1e9))
@@ -492,6 +498,7 @@ def engine_share(path):
 
 STEPS = []  # steps per burst of each sampled run that had bursts (the budget sizes them)
 SAMPLES = []  # samples of each sampled run
+DURATIONS = []  # each sampled run's duration, seconds
 BURSTS = []  # bursts per second of each sampled run that had bursts
 PART_US = {}  # "tick_ns"/"step_ns"/"trap_ns" -> the engine's µs per tick/step/trap of each run
 
@@ -509,7 +516,8 @@ def accept(cases, a):
         shown = [f"{k}={v}" for k, v in env.items()] + ["witch", "CRAFT"] + opts
         t_all = time.monotonic()
         print(f"Sampler settings: `{' '.join(shown)}` (otherwise the defaults of this build); "
-              f"{a.runs} sampled runs per case; {time.strftime('%Y-%m-%d')}\n")
+              f"{a.runs} sampled runs per case" + (f", {LONGER} times as long as by default" if LONGER > 1 else "")
+              + f"; {time.strftime('%Y-%m-%d')}\n")
         print("| program | craft | exact | sampled (mean ± sd) | sampled - exact | within 3 | "
               "exact top-3 in sampled top-5 (runs) | engine share | sd / reported se |")
         print("|---|---|---:|---:|---:|---|---|---:|---:|")
@@ -609,6 +617,9 @@ def accept(cases, a):
               + ", ".join(f"{c} {v}" for c, v in EXACT_SEMANTICS.items())
               + (f"; references reused from build {', '.join(sorted(REUSED))} (--reuse-exact)" if REUSED else "") + ".")
         print(f"- Sampler the runs used: {'; '.join(sorted(samplers))}.")
+        if DURATIONS:
+            print(f"- Sampled runs took {min(DURATIONS):.2f} to {max(DURATIONS):.2f} s, median {statistics.median(DURATIONS):.2f}.")
+            DURATIONS.clear()
         if SAMPLES:
             print(f"- Samples per run: {min(SAMPLES)} to {max(SAMPLES)}, median {statistics.median(SAMPLES):.0f}.")
             SAMPLES.clear()
@@ -744,8 +755,13 @@ def main():
     ap.add_argument("--witch", default=WITCH, help="the witch binary (default target/release/witch)")
     ap.add_argument("--lines", type=int, default=0, metavar="N",
                     help="with --accept: per case, the N heaviest watch lines' shares and fractions, exact and sampled")
+    ap.add_argument("--longer", type=int, default=1, metavar="N",
+                    help="real programs: sampled runs repeat their work N times as often (N times as long; "
+                         "the exact references are unchanged)")
     a = ap.parse_args()
     WITCH = a.witch
+    global LONGER
+    LONGER = max(1, a.longer)
     a.witch_args = a.witch_args or [""]
     cases = {"all": CASES + WORKLOAD_CASES, "ground-truth": CASES, "workloads": WORKLOAD_CASES,
              "real": REAL_CASES}[a.set]
