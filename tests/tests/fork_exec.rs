@@ -56,6 +56,56 @@ fn fork_and_exec_each_have_a_section_in_one_profile() {
     );
 }
 
+/// The child execs with `fexecve` (which the C library makes an `execveat`
+/// system call of, out of a preload's sight) rather than `execl`: its
+/// profile before the exec is written all the same (a section of its own,
+/// `ended_by: "exec"`, with its dead pair). It first tries an `fexecve`
+/// that fails (a descriptor of /dev/null): its error is the one it gets
+/// without witch, and profiling goes on, so the loop it runs after is in
+/// its section. (Before, the child's part before the exec was lost: the
+/// profile held the parent and exec_target only.)
+#[test]
+fn a_child_that_execs_with_fexecve_keeps_its_profile_before_the_exec() {
+    let dir = Scratch::new("fork-fexecve");
+    let forker = Program::build("forker", dir.path());
+    let target = Program::build("exec_target", dir.path());
+    let (fw, fk) = (forker.line("@fw"), forker.line("@fk"));
+    let args = [target.exe.to_str().unwrap(), "300", "fexecve"];
+
+    let native = forker.run_native(&args);
+    assert_eq!(native.code(), Some(5), "native run:\n{}", native.describe());
+    let lines = native.stdout_str().lines().map(str::to_string).collect::<Vec<_>>();
+    assert_eq!(lines.len(), 4, "native run:\n{}", native.describe());
+    assert!(lines[0].starts_with("forker child fexecve /dev/null: "), "native run:\n{}", native.describe());
+
+    let out = dir.join("fexecve.json");
+    let run = WitchCmd::new("dead").args(&["-p", "100000", "-q"]).out(&out).run(&forker.exe, &args);
+    assert_same_behaviour(&native, &run);
+    assert_eq!(profiles_near(&out).len(), 1, "one profile for the run\n{}", run.describe());
+
+    // Its sections: the parent, the child before exec, and the exec'd image
+    // (the child's pid).
+    let rep = report(&out);
+    let sections = rep.json["processes"].as_array().cloned().unwrap_or_default();
+    let procs = rep.processes();
+    let targets: Vec<u64> = procs.iter().filter(|(_, p)| p.contains("exec_target")).map(|(pid, _)| *pid).collect();
+    assert_eq!(targets.len(), 1, "expected exactly one section naming exec_target among {procs:?}");
+    let child = targets[0];
+    let before = sections.iter().find(|p| p["pid"].as_u64() == Some(child) && p["program"].as_str().is_some_and(|p| p.contains("forker")));
+    let before = before.unwrap_or_else(|| panic!("no section of the child before its fexecve among {procs:?}\n{}", rep.dump()));
+    assert_eq!(before["ended_by"], "exec", "{before}");
+    // Profiled after the fexecve that failed: its loop is there.
+    let samples = before["samples"].as_f64().unwrap_or(0.0);
+    let (own, pair, _) = rep.process(child).own_fraction(&forker.file, fw, fk);
+    rep.note(&format!("sections {procs:?}; the child before fexecve: {samples} samples, <{fw},{fk}> own fraction {own:.3}"));
+    assert!(samples >= 200.0, "the child before its fexecve: only {samples} samples\n{before}");
+    assert!(
+        pair.waste > 0.0 && own >= 0.90,
+        "the child before its fexecve: <{fw},{fk}> should hold >= 90% of what the stores at line {fw} are worth; got {own:.3}\n{}",
+        rep.dump()
+    );
+}
+
 /// A program run through a shell that forks three children: one profile,
 /// with a section for each process, and each child's own dead stores in its
 /// section.

@@ -8,8 +8,7 @@
 //! cannot see (see below; also a call through an address the program
 //! looked up with `dlsym`) still loses the session's profile.
 //!
-//! A preloaded agent gets these calls (but `fexecve`) by symbol
-//! interposition. A library
+//! A preloaded agent gets these calls by symbol interposition. A library
 //! loaded later by `dlopen` cannot interpose, so here the entries of the
 //! modules' import tables (their GOT slots, `R_X86_64_JUMP_SLOT` and
 //! `R_X86_64_GLOB_DAT`: plain and `-fno-plt` calls) are rewritten with the

@@ -2,8 +2,9 @@
 //! loaded with `RTLD_LOCAL` and interposes nothing):
 //!
 //! - `pthread_create`: every new thread is set up before it runs;
-//! - the exec family (`execl*` in `exec_variadic.c`): the profile is written
-//!   before the image is replaced, and profiling goes on if exec fails;
+//! - the exec family, `fexecve` too (`execl*` in `exec_variadic.c`): the
+//!   profile is written before the image is replaced, and profiling goes on
+//!   if exec fails;
 //! - `_exit`, `_Exit`: the profile is written (exit's atexit handlers,
 //!   which write it otherwise, are skipped);
 //! - `sigaction`, `signal`: the signals the agent owns keep its handler,
@@ -109,6 +110,7 @@ fn around_exec(call: impl FnOnce() -> libc::c_int) -> libc::c_int {
 
 type Execve = unsafe extern "C" fn(*const libc::c_char, *const *const libc::c_char, *const *const libc::c_char) -> libc::c_int;
 type Execv = unsafe extern "C" fn(*const libc::c_char, *const *const libc::c_char) -> libc::c_int;
+type Fexecve = unsafe extern "C" fn(libc::c_int, *const *const libc::c_char, *const *const libc::c_char) -> libc::c_int;
 
 macro_rules! exec_wrapper {
     ($name:ident, $ty:ty, $($arg:ident : $t:ty),*) => {
@@ -131,8 +133,10 @@ exec_wrapper!(execve, Execve, path: *const libc::c_char, argv: *const *const lib
 exec_wrapper!(execvpe, Execve, file: *const libc::c_char, argv: *const *const libc::c_char, envp: *const *const libc::c_char);
 exec_wrapper!(execv, Execv, path: *const libc::c_char, argv: *const *const libc::c_char);
 exec_wrapper!(execvp, Execv, file: *const libc::c_char, argv: *const *const libc::c_char);
-
-type Fexecve = unsafe extern "C" fn(libc::c_int, *const *const libc::c_char, *const *const libc::c_char) -> libc::c_int;
+// The C library's fexecve makes an `execveat` system call (or, without it,
+// calls its internal execve on `/proc/self/fd/N`): no call a preload sees,
+// so fexecve itself is taken.
+exec_wrapper!(fexecve, Fexecve, fd: libc::c_int, argv: *const *const libc::c_char, envp: *const *const libc::c_char);
 
 /// The `execve`, `execvpe`, `execv`, `execvp` and `fexecve` the program's
 /// own calls bind to (attached; [`resolve_for_attached`]).
