@@ -62,7 +62,7 @@ int execle(const char *path, const char *arg, ...) {
 
 #define HIDDEN __attribute__((visibility("hidden")))
 
-/* What each twin is, for the agent (interpose.rs, `AttachedVariadic`). */
+/* What each twin is, for the agent (interpose.rs, `witch_attached_exec_argv`). */
 enum { WITCH_EXECL = 0, WITCH_EXECLP = 1, WITCH_EXECLE = 2 };
 
 /* The agent's attached exec (interpose.rs): ends the session, then execs.
