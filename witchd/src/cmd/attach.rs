@@ -4,7 +4,11 @@
 //! A process that replaces its program (exec) during the session takes the
 //! agent and what it gathered with the old image: witch sees that within a
 //! poll, says so in one line and exits with [`exit::TARGET_EXEC`]; the
-//! process runs on as its new program.
+//! process runs on as its new program. Unless the agent saw the exec coming
+//! (the process called one of the exec functions it takes): it ended the
+//! session first and sent its profile (`ended_by: "exec"`), which witch
+//! writes, naming the call in one line, and exits 0, whether its poll then
+//! sees the agent's end or the new image first.
 //!
 //! The agent may end the session by itself (a debugger attached to the
 //! process): it undoes everything, sends its profile and says so. witch
@@ -90,7 +94,12 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
         }
         bail!("pid {pid} left no profile: its agent ended without one during the session (was the process killed?)");
     };
-    if exec && !a.quiet {
+    // A session the agent ended at an exec it saw coming: as a rule the
+    // process has its new image by witch's next poll, which then finds that
+    // rather than the agent's end. The line is the same either way, from
+    // the profile.
+    let exec_seen = profile.ended_by == "exec";
+    if exec && !exec_seen && !a.quiet {
         crate::say!(
             "witch: pid {pid} ({name}) replaced its program (exec{}) after its agent had sent the profile: that profile is kept",
             now()
@@ -98,8 +107,15 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
     }
     let out = out.path(craft, Path::new(&name), pid as u32);
     output::save(&profile, &out)?;
-    if agent_ended && !ended.target_exited {
-        let of = a.duration.map_or(String::new(), |d| format!(" of the {:.1} s asked", d.as_secs_f64()));
+    let of = a.duration.map_or(String::new(), |d| format!(" of the {:.1} s asked", d.as_secs_f64()));
+    if exec_seen && !ended.target_exited {
+        let did = exec_call(&profile.notes)
+            .map_or_else(|| "replaced its program (exec)".into(), |f| format!("called {f} to replace its program"));
+        crate::say!(
+            "witch: pid {pid} ({name}) {did} after {:.1} s{of}: its agent ended the session first and sent its profile, which is written; the process runs on",
+            profile.duration_ns as f64 / 1e9
+        );
+    } else if agent_ended && !ended.target_exited {
         crate::say!(
             "witch: the agent in pid {pid} ({name}) ended the session by itself after {:.1} s{of}: {}; its profile is written, and the process runs on",
             took.as_secs_f64(),
@@ -116,14 +132,45 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
 
 /// Why the agent ended a session by itself, as its profile says: the note
 /// that says so, else its `ended_by`. (An agent of an earlier witch, still
-/// loaded in the process, says "detach" for a debugger too.)
+/// loaded in the process, says "detach" for a debugger too.) Not for an
+/// exec, which has a line of its own ([`exec_call`]).
 fn early_end_reason(p: &witchcraft::profile::Profile) -> String {
     let said = |what: &str| p.notes.iter().rev().find(|n| n.contains(what)).cloned();
     match p.ended_by.as_str() {
         "traced" => said("a debugger (").unwrap_or_else(|| "a debugger attached to the process".into()),
         "sandbox" => said("seccomp sandbox").unwrap_or_else(|| "the process put itself in a seccomp sandbox".into()),
-        "exec" => said("to replace its program").unwrap_or_else(|| "the process replaced its program".into()),
         "detach" => said("a debugger (").unwrap_or_else(|| "its profile gives no reason".into()),
         other => format!("its profile says it ended by {other}"),
+    }
+}
+
+/// The exec function whose call ended a session (`ended_by: "exec"`), as
+/// the agent's note among its profile's `notes` names it: "... as the
+/// process called execl to replace its program: ...".
+fn exec_call(notes: &[String]) -> Option<String> {
+    notes.iter().rev().find_map(|n| {
+        let (before, _) = n.split_once(" to replace its program")?;
+        let (_, call) = before.rsplit_once(" called ")?;
+        let plain = !call.is_empty() && call.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        plain.then(|| call.to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exec_call_is_read_from_the_agents_note() {
+        let mut notes = vec![];
+        assert_eq!(exec_call(&notes), None);
+        notes.push("measured round trips: watchpoint trap 14.9 µs".to_string());
+        notes.push(
+            "the session ended 0.712 s in, as the process called execlp to replace its program: this profile is of the program before"
+                .into(),
+        );
+        assert_eq!(exec_call(&notes).as_deref(), Some("execlp"));
+        let notes = ["the process called some thing to replace its program".to_string()];
+        assert_eq!(exec_call(&notes), None);
     }
 }
