@@ -881,6 +881,84 @@ fn a_program_that_execs_mid_session_is_reported_and_profiled_again() {
     assert_eq!(out.status.code(), Some(5));
 }
 
+/// A program that replaces itself mid-session through an exec function the
+/// agent takes (`execl`, by the program's import table): the agent ends
+/// the session first and sends its profile, so this is no `target_exec`.
+/// witchd stores the profile (outcome `ok`, `ended_by: "exec"`, a note
+/// naming `execl`, not the target's last: it runs on) within a poll or two
+/// of the exec rather than at the session's end, watches the process afresh
+/// as its new program, profiles that again, and the program ends as it
+/// would have.
+#[test]
+fn a_program_that_execs_through_a_call_the_agent_takes_has_its_profile_stored() {
+    let dir = Scratch::new("daemon-execl");
+    let witch = witch_bin();
+    let name = format!("daemon_execl_{}", std::process::id());
+    let prog = Program::build_with("daemon_exec", dir.path(), &name, &[]).unwrap_or_else(|e| panic!("{e}"));
+    let mut child = Command::new(&prog.exe).arg("0").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let (mut d, socket, http) = witchd_watching(
+        &dir,
+        &witch,
+        "scan_every = \"200ms\"\n",
+        &format!("exe = \"{name}\"\ncrafts = [\"dead\"]\nevery = \"10s\"\nduration = \"8s\"\n"),
+    );
+    let outcomes = || {
+        let m = parse_prometheus(&String::from_utf8(http_get(&http, "/metrics").1).unwrap());
+        ["ok", "target_exited", "failed", "target_exec"]
+            .map(|o| metric(&m, "witchd_sessions_total", &[("outcome", o)]).map_or(0.0, |s| s.value))
+    };
+    let generation = |p: &serde_json::Value| p["args"].as_array().and_then(|a| a.last()).and_then(|g| g.as_str()).map(str::to_string);
+    let stored = || json(&client(&witch, &[], &socket, &["list", "--pid", &pid.to_string(), "--json"])).as_array().cloned().unwrap();
+    // The session is under way once the agent's thread is in the program.
+    wait_for(Duration::from_secs(30), || agents_in(&[pid]) == 1, || d.log());
+    std::thread::sleep(Duration::from_millis(700));
+    let exec_at = Instant::now();
+    child.stdin.as_mut().unwrap().write_all(b"l\n").unwrap();
+    wait_for(Duration::from_secs(30), || outcomes().iter().sum::<f64>() > 0.0, || d.log());
+    let took = exec_at.elapsed();
+    let log = d.log();
+    eprintln!("[witch-tests] the session ended {took:?} after the execl");
+    assert_eq!(outcomes(), [1.0, 0.0, 0.0, 0.0], "outcomes ok, target_exited, failed, target_exec\n{log}");
+    assert!(took < Duration::from_secs(3), "the session ended only {took:?} after the execl (its time was 8 s)\n{log}");
+    assert!(!log.contains("replaced its program (exec) during") && !log.contains("exited during"), "{log}");
+    assert!(!log.contains("without a profile"), "{log}");
+    // Stored: the profile of the program before the exec, not its last.
+    let list = stored();
+    assert_eq!(list.len(), 1, "{list:?}");
+    let meta = &list[0];
+    assert_eq!((meta["ended_by"].as_str(), meta["target_exited"].as_bool()), (Some("exec"), Some(false)), "{meta}");
+    let id = meta["id"].as_str().unwrap();
+    assert!(log.contains(&format!("pid {pid} ({name}): dead ")) && log.contains(&format!("stored {id}")), "{log}");
+    let p = raw_profile(&dir.join("store").join(format!("{id}.json")));
+    assert_eq!(p["ended_by"], "exec", "{p}");
+    assert!(p["notes"].to_string().contains("called execl to replace its program"), "{}", p["notes"]);
+    assert_eq!(generation(&p).as_deref(), Some("0"), "generation 0's profile: {}", p["args"]);
+    assert!(meta["samples"].as_u64() > Some(0), "{meta}");
+    let st = json(&client(&witch, &[], &socket, &["status", "--json"]));
+    assert_eq!((st["sessions_ok"].as_u64(), st["sessions_target_exec"].as_u64()), (Some(1), Some(0)), "{st}");
+    // Watched afresh as its new program, which is profiled in its turn.
+    wait_for(
+        Duration::from_secs(20),
+        || d.log().contains(&format!("pid {pid} ({name}) replaced its program (exec): watching it afresh as {name}")),
+        || d.log(),
+    );
+    wait_for(Duration::from_secs(40), || stored().len() >= 2, || d.log());
+    let list = stored();
+    let later = list.iter().find(|m| m["id"].as_str() != Some(id)).unwrap();
+    assert!(later["start_unix_ns"].as_u64() > meta["start_unix_ns"].as_u64(), "{list:?}");
+    let p = raw_profile(&dir.join("store").join(format!("{}.json", later["id"].as_str().unwrap())));
+    assert_eq!(generation(&p).as_deref(), Some("1"), "generation 1's profile: {}", p["args"]);
+    assert_eq!(outcomes()[1..], [0.0, 0.0, 0.0], "{}", d.log());
+    let (st, _) = d.term(Duration::from_secs(30));
+    assert_eq!(st.code(), Some(0), "{}", d.log());
+    // The program ran on as its new image, and ends as it would have.
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "generation 1 ran rounds\n");
+    assert_eq!(out.status.code(), Some(5));
+}
+
 /// A debugger that attaches to a profiled program makes the agent end the
 /// session by itself and hand over its profile: witchd takes it then,
 /// instead of holding the session's slot for the rest of its duration (20 s
