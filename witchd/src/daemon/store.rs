@@ -210,10 +210,11 @@ impl Store {
                 let p = Profile::load(&self.profile_path(id)).map_err(|e| anyhow::anyhow!("{e}"))?;
                 // Who may read it is not in the profile: root only.
                 // An attached session ends by a detach, or by the agent
-                // itself when a debugger takes the process ("traced") or it
-                // enters a seccomp sandbox ("sandbox"); the process lives
-                // on after any of these.
-                let exited = !matches!(p.ended_by.as_str(), "detach" | "traced" | "sandbox");
+                // itself when a debugger takes the process ("traced"), it
+                // enters a seccomp sandbox ("sandbox") or replaces its
+                // program through a call the agent takes ("exec"); the
+                // process lives on after any of these.
+                let exited = !matches!(p.ended_by.as_str(), "detach" | "traced" | "sandbox" | "exec");
                 let mut m = Meta::new(&p, None, exited, "reindex");
                 m.id = id.into();
                 m.bytes = bytes;
@@ -412,19 +413,20 @@ mod tests {
     }
 
     /// An index rebuilt from the profiles alone says the target exited only
-    /// when its profile says so: a session a debugger ended ("traced") left
-    /// the process running, as a detach does.
+    /// when its profile says so: a session a debugger ended ("traced"), or
+    /// an exec the agent saw coming ("exec"), left the process running, as
+    /// a detach does.
     #[test]
     fn a_rebuilt_index_knows_a_debugger_ended_session_from_an_exit() {
         let d = tmpdir("reindex-ended");
         let (mut s, _) = Store::open(&cfg(&d, 1 << 20, 10)).unwrap();
         let mut ids = Vec::new();
-        for (i, how) in ["detach", "traced", "sandbox", "exit", "signal 9"].iter().enumerate() {
+        for (i, how) in ["detach", "traced", "sandbox", "exec", "exit", "signal 9"].iter().enumerate() {
             let mut p = profile(10 + i as u32, 2000, 0);
             p.ended_by = how.to_string();
             let m = s.put(&p, Meta::new(&p, None, false, "schedule")).unwrap();
             std::fs::remove_file(d.join(format!("{}.meta.json", m.id))).unwrap();
-            ids.push((m.id, !matches!(*how, "detach" | "traced" | "sandbox")));
+            ids.push((m.id, !matches!(*how, "detach" | "traced" | "sandbox" | "exec")));
         }
         drop(s);
         let (s, _) = Store::open(&cfg(&d, 1 << 20, 10)).unwrap();
