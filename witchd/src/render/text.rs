@@ -162,7 +162,15 @@ impl Page<'_> {
             ))?;
         }
         let cost = if c.engine_ns > 0 {
-            format!("; cost {} of CPU in witch's handlers and the kernel's trap and signal paths", duration(c.engine_ns))
+            // Where it went, when the profile says (builds before these
+            // counters wrote none).
+            let parts: Vec<String> = [(c.tick_ns, "ticks"), (c.step_ns, "single steps"), (c.trap_ns, "traps")]
+                .iter()
+                .filter(|(ns, _)| *ns > 0)
+                .map(|(ns, what)| format!("{} at {what}", duration(*ns)))
+                .collect();
+            let split = if parts.is_empty() { String::new() } else { format!(" ({})", parts.join(", ")) };
+            format!("; cost {} of CPU in witch's handlers and the kernel's trap and signal paths{split}", duration(c.engine_ns))
         } else {
             String::new()
         };
