@@ -255,9 +255,7 @@ fn step_check(pmu_ok: bool) -> Check {
 
 /// Effective capability bits from /proc/self/status.
 fn cap_eff() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = s.lines().find(|l| l.starts_with("CapEff:"))?;
-    u64::from_str_radix(line["CapEff:".len()..].trim(), 16).ok()
+    crate::sys::procfs::Status::read(crate::sys::procfs::Of::ThisProcess).ok()?.cap_eff
 }
 const CAP_SYS_PTRACE: u32 = 19;
 const CAP_SYS_ADMIN: u32 = 21;

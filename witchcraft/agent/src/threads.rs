@@ -495,9 +495,7 @@ impl ThreadTable {
 
 /// A thread's start time from /proc/self/task/TID/stat (0: no such thread).
 pub fn thread_start_time(tid: i32) -> u64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else { return 0 };
-    // Field 22 (starttime), counted after the parenthesised command name.
-    stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(19)).and_then(|v| v.parse().ok()).unwrap_or(0)
+    witchcraft::sys::procfs::Stat::read_own_task(tid).map_or(0, |s| s.start_time)
 }
 
 /// A fresh alternate signal stack (its lowest address), or None.

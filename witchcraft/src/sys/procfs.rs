@@ -144,6 +144,11 @@ impl Stat {
         Stat::parse(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
     }
 
+    /// Reads `/proc/self/task/TID/stat`, thread `tid` of this process.
+    pub fn read_own_task(tid: i32) -> Option<Stat> {
+        Stat::parse(&std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?)
+    }
+
     /// Parses a stat line. The command name may hold spaces and
     /// parentheses, so fields are counted from the last ')'.
     pub fn parse(s: &str) -> Option<Stat> {
@@ -214,6 +219,9 @@ pub struct Status {
     pub shared_pending: Option<u64>,
     /// `SigBlk:`, the signals the thread blocks.
     pub blocked: Option<u64>,
+    /// `CapEff:`, the thread's effective capabilities (bit `n` is
+    /// capability `n`; hex).
+    pub cap_eff: Option<u64>,
 }
 
 /// The longest line kept whole while a status file is read; longer ones
@@ -317,7 +325,7 @@ impl Status {
     /// Takes the field on `line` (without its newline), unless a line with
     /// the same key came first (`seen` holds one bit a key).
     fn take(&mut self, line: &[u8], seen: &mut u16) {
-        const KEYS: [&[u8]; 8] = [b"State", b"Tgid", b"Uid", b"TracerPid", b"Seccomp", b"SigPnd", b"ShdPnd", b"SigBlk"];
+        const KEYS: [&[u8]; 9] = [b"State", b"Tgid", b"Uid", b"TracerPid", b"Seccomp", b"SigPnd", b"ShdPnd", b"SigBlk", b"CapEff"];
         let Some(colon) = line.iter().position(|&b| b == b':') else { return };
         let Some(key) = KEYS.iter().position(|&k| k == &line[..colon]) else { return };
         if *seen & 1 << key != 0 {
@@ -338,7 +346,8 @@ impl Status {
             4 => self.seccomp = number(text),
             5 => self.pending = mask,
             6 => self.shared_pending = mask,
-            _ => self.blocked = mask,
+            7 => self.blocked = mask,
+            _ => self.cap_eff = mask,
         }
     }
 
@@ -421,7 +430,7 @@ mod tests {
     const STATUS: &str = "Name:\tcat\nUmask:\t0022\nState:\tT (stopped)\nTgid:\t4242\nNgid:\t0\nPid:\t4243\nPPid:\t1\n\
                           TracerPid:\t977\nUid:\t1000\t1001\t1002\t1003\nGid:\t1000\t1000\t1000\t1000\nFDSize:\t64\n\
                           Groups:\t4 24 27\nVmRSS:\t    1024 kB\nSigQ:\t0/63336\nSigPnd:\t0000000000000400\n\
-                          ShdPnd:\t0000000000004000\nSigBlk:\tfffffffe7ffbfeff\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n\
+                          ShdPnd:\t0000000000004000\nSigBlk:\tfffffffe7ffbfeff\nCapEff:\t000001ffffffffff\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n\
                           Seccomp_filters:\t1\nSpeculation_Store_Bypass:\tthread vulnerable\nCpus_allowed_list:\t0-1\n";
 
     #[test]
@@ -436,6 +445,7 @@ mod tests {
             pending: Some(1 << (libc::SIGSEGV - 1)),
             shared_pending: Some(1 << (libc::SIGTERM - 1)),
             blocked: Some(0xfffffffe7ffbfeff),
+            cap_eff: Some(0x1ffffffffff),
         };
         assert_eq!(s, want);
         assert!(s.stopped() && !s.zombie() && s.sandboxed());
