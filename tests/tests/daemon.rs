@@ -825,60 +825,33 @@ fn sessions_waiting_for_a_slot_show_as_queued() {
 /// profiled again as a fresh target.
 #[test]
 fn a_program_that_execs_mid_session_is_reported_and_profiled_again() {
-    let dir = Scratch::new("daemon-exec");
-    let witch = witch_bin();
-    let name = format!("daemon_exec_{}", std::process::id());
-    let prog = Program::build_with("daemon_exec", dir.path(), &name, &[]).unwrap_or_else(|e| panic!("{e}"));
-    let mut child = Command::new(&prog.exe).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-    let pid = child.id();
-    let (mut d, socket, http) = witchd_watching(
-        &dir,
-        &witch,
-        "scan_every = \"200ms\"\n",
-        &format!("exe = \"{name}\"\ncrafts = [\"dead\"]\nevery = \"10s\"\nduration = \"8s\"\n"),
-    );
-    let outcomes = || {
-        let m = parse_prometheus(&String::from_utf8(http_get(&http, "/metrics").1).unwrap());
-        ["ok", "target_exited", "failed", "target_exec"]
-            .map(|o| metric(&m, "witchd_sessions_total", &[("outcome", o)]).map_or(0.0, |s| s.value))
-    };
-    // The session is under way once the agent's thread is in the program.
-    wait_for(Duration::from_secs(30), || agents_in(&[pid]) == 1, || d.log());
+    let mut sc = ExecScene::start("exec", &[]);
+    let (pid, name) = (sc.pid, sc.name.clone());
     std::thread::sleep(Duration::from_millis(300));
-    let exec_at = Instant::now();
-    child.stdin.as_mut().unwrap().write_all(b"e\n").unwrap();
-    wait_for(Duration::from_secs(30), || outcomes().iter().sum::<f64>() > 0.0, || d.log());
-    let took = exec_at.elapsed();
-    let log = d.log();
+    let took = sc.exec("e\n");
+    let log = sc.d.log();
     eprintln!("[witch-tests] the session ended {took:?} after the exec");
-    assert_eq!(outcomes(), [0.0, 0.0, 0.0, 1.0], "outcomes ok, target_exited, failed, target_exec\n{log}");
+    assert_eq!(sc.outcomes(), [0.0, 0.0, 0.0, 1.0], "outcomes ok, target_exited, failed, target_exec\n{log}");
     assert!(log.contains(&format!("pid {pid} ({name}) replaced its program (exec)")), "{log}");
     assert!(!log.contains("exited during") && !log.contains("without a profile"), "{log}");
     assert!(took < Duration::from_secs(6), "the session waited out its 8 s after the exec ({took:?})\n{log}");
-    let st = json(&client(&witch, &[], &socket, &["status", "--json"]));
+    let st = sc.client_json(&["status", "--json"]);
     let t = st["targets"].as_array().unwrap().iter().find(|t| t["pid"] == pid).cloned();
     let t = t.unwrap_or_else(|| panic!("the process is no longer watched: {st}"));
     assert_ne!(t["state"], "exited", "{st}");
     assert_eq!(st["sessions_target_exec"], 1, "{st}");
     // The new image is profiled: a stored profile of the pid, begun after the exec.
-    let after =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 - exec_at.elapsed().as_nanos() as u64;
+    let after = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 - took.as_nanos() as u64;
     wait_for(
         Duration::from_secs(40),
         || {
-            let list = json(&client(&witch, &[], &socket, &["list", "--pid", &pid.to_string(), "--json"]));
+            let list = sc.client_json(&["list", "--pid", &pid.to_string(), "--json"]);
             list.as_array().unwrap().iter().any(|m| m["start_unix_ns"].as_u64() > Some(after))
         },
-        || d.log(),
+        || sc.d.log(),
     );
-    assert_eq!(outcomes()[1..], [0.0, 0.0, 1.0], "{}", d.log());
-    let (st, _) = d.term(Duration::from_secs(30));
-    assert_eq!(st.code(), Some(0), "{}", d.log());
-    // The program ran on as its new image, and ends as it would have.
-    drop(child.stdin.take());
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "generation 1 ran rounds\n");
-    assert_eq!(out.status.code(), Some(5));
+    assert_eq!(sc.outcomes()[1..], [0.0, 0.0, 1.0], "{}", sc.d.log());
+    sc.finish();
 }
 
 /// A program that replaces itself mid-session through an exec function the
@@ -891,72 +864,114 @@ fn a_program_that_execs_mid_session_is_reported_and_profiled_again() {
 /// would have.
 #[test]
 fn a_program_that_execs_through_a_call_the_agent_takes_has_its_profile_stored() {
-    let dir = Scratch::new("daemon-execl");
-    let witch = witch_bin();
-    let name = format!("daemon_execl_{}", std::process::id());
-    let prog = Program::build_with("daemon_exec", dir.path(), &name, &[]).unwrap_or_else(|e| panic!("{e}"));
-    let mut child = Command::new(&prog.exe).arg("0").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-    let pid = child.id();
-    let (mut d, socket, http) = witchd_watching(
-        &dir,
-        &witch,
-        "scan_every = \"200ms\"\n",
-        &format!("exe = \"{name}\"\ncrafts = [\"dead\"]\nevery = \"10s\"\nduration = \"8s\"\n"),
-    );
-    let outcomes = || {
-        let m = parse_prometheus(&String::from_utf8(http_get(&http, "/metrics").1).unwrap());
-        ["ok", "target_exited", "failed", "target_exec"]
-            .map(|o| metric(&m, "witchd_sessions_total", &[("outcome", o)]).map_or(0.0, |s| s.value))
-    };
+    let mut sc = ExecScene::start("execl", &["0"]);
+    let (pid, name) = (sc.pid, sc.name.clone());
     let generation = |p: &serde_json::Value| p["args"].as_array().and_then(|a| a.last()).and_then(|g| g.as_str()).map(str::to_string);
-    let stored = || json(&client(&witch, &[], &socket, &["list", "--pid", &pid.to_string(), "--json"])).as_array().cloned().unwrap();
-    // The session is under way once the agent's thread is in the program.
-    wait_for(Duration::from_secs(30), || agents_in(&[pid]) == 1, || d.log());
+    let stored = |sc: &ExecScene| sc.client_json(&["list", "--pid", &pid.to_string(), "--json"]).as_array().cloned().unwrap();
     std::thread::sleep(Duration::from_millis(700));
-    let exec_at = Instant::now();
-    child.stdin.as_mut().unwrap().write_all(b"l\n").unwrap();
-    wait_for(Duration::from_secs(30), || outcomes().iter().sum::<f64>() > 0.0, || d.log());
-    let took = exec_at.elapsed();
-    let log = d.log();
+    let took = sc.exec("l\n");
+    let log = sc.d.log();
     eprintln!("[witch-tests] the session ended {took:?} after the execl");
-    assert_eq!(outcomes(), [1.0, 0.0, 0.0, 0.0], "outcomes ok, target_exited, failed, target_exec\n{log}");
+    assert_eq!(sc.outcomes(), [1.0, 0.0, 0.0, 0.0], "outcomes ok, target_exited, failed, target_exec\n{log}");
     assert!(took < Duration::from_secs(3), "the session ended only {took:?} after the execl (its time was 8 s)\n{log}");
     assert!(!log.contains("replaced its program (exec) during") && !log.contains("exited during"), "{log}");
     assert!(!log.contains("without a profile"), "{log}");
     // Stored: the profile of the program before the exec, not its last.
-    let list = stored();
+    let list = stored(&sc);
     assert_eq!(list.len(), 1, "{list:?}");
     let meta = &list[0];
     assert_eq!((meta["ended_by"].as_str(), meta["target_exited"].as_bool()), (Some("exec"), Some(false)), "{meta}");
     let id = meta["id"].as_str().unwrap();
     assert!(log.contains(&format!("pid {pid} ({name}): dead ")) && log.contains(&format!("stored {id}")), "{log}");
-    let p = raw_profile(&dir.join("store").join(format!("{id}.json")));
+    let p = raw_profile(&sc.dir.join("store").join(format!("{id}.json")));
     assert_eq!(p["ended_by"], "exec", "{p}");
     assert!(p["notes"].to_string().contains("called execl to replace its program"), "{}", p["notes"]);
     assert_eq!(generation(&p).as_deref(), Some("0"), "generation 0's profile: {}", p["args"]);
     assert!(meta["samples"].as_u64() > Some(0), "{meta}");
-    let st = json(&client(&witch, &[], &socket, &["status", "--json"]));
+    let st = sc.client_json(&["status", "--json"]);
     assert_eq!((st["sessions_ok"].as_u64(), st["sessions_target_exec"].as_u64()), (Some(1), Some(0)), "{st}");
     // Watched afresh as its new program, which is profiled in its turn.
     wait_for(
         Duration::from_secs(20),
-        || d.log().contains(&format!("pid {pid} ({name}) replaced its program (exec): watching it afresh as {name}")),
-        || d.log(),
+        || sc.d.log().contains(&format!("pid {pid} ({name}) replaced its program (exec): watching it afresh as {name}")),
+        || sc.d.log(),
     );
-    wait_for(Duration::from_secs(40), || stored().len() >= 2, || d.log());
-    let list = stored();
+    wait_for(Duration::from_secs(40), || stored(&sc).len() >= 2, || sc.d.log());
+    let list = stored(&sc);
     let later = list.iter().find(|m| m["id"].as_str() != Some(id)).unwrap();
     assert!(later["start_unix_ns"].as_u64() > meta["start_unix_ns"].as_u64(), "{list:?}");
-    let p = raw_profile(&dir.join("store").join(format!("{}.json", later["id"].as_str().unwrap())));
+    let p = raw_profile(&sc.dir.join("store").join(format!("{}.json", later["id"].as_str().unwrap())));
     assert_eq!(generation(&p).as_deref(), Some("1"), "generation 1's profile: {}", p["args"]);
-    assert_eq!(outcomes()[1..], [0.0, 0.0, 0.0], "{}", d.log());
-    let (st, _) = d.term(Duration::from_secs(30));
-    assert_eq!(st.code(), Some(0), "{}", d.log());
-    // The program ran on as its new image, and ends as it would have.
-    drop(child.stdin.take());
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "generation 1 ran rounds\n");
-    assert_eq!(out.status.code(), Some(5));
+    assert_eq!(sc.outcomes()[1..], [0.0, 0.0, 0.0], "{}", sc.d.log());
+    sc.finish();
+}
+
+/// witchd watching one `daemon_exec` program (built as `NAME_PID`, run with
+/// `args`, its stdin and stdout piped), profiling it for 8 s every 10 s, with
+/// its `dead` sessions' outcomes read from the metrics.
+struct ExecScene {
+    dir: PathBuf,
+    witch: PathBuf,
+    name: String,
+    child: Child,
+    pid: u32,
+    d: Witchd,
+    socket: PathBuf,
+    http: String,
+    /// Last, so that it is dropped after witchd and the program.
+    _dir: Scratch,
+}
+
+impl ExecScene {
+    fn start(tag: &str, args: &[&str]) -> ExecScene {
+        let dir = Scratch::new(&format!("daemon-{tag}"));
+        let witch = witch_bin();
+        let name = format!("daemon_{tag}_{}", std::process::id());
+        let prog = Program::build_with("daemon_exec", dir.path(), &name, &[]).unwrap_or_else(|e| panic!("{e}"));
+        let child = Command::new(&prog.exe).args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        let pid = child.id();
+        let (d, socket, http) = witchd_watching(
+            &dir,
+            &witch,
+            "scan_every = \"200ms\"\n",
+            &format!("exe = \"{name}\"\ncrafts = [\"dead\"]\nevery = \"10s\"\nduration = \"8s\"\n"),
+        );
+        // The session is under way once the agent's thread is in the program.
+        wait_for(Duration::from_secs(30), || agents_in(&[pid]) == 1, || d.log());
+        ExecScene { dir: dir.path().to_path_buf(), _dir: dir, witch, name, child, pid, d, socket, http }
+    }
+
+    /// Sessions that ended ok, target_exited, failed, target_exec.
+    fn outcomes(&self) -> [f64; 4] {
+        let m = parse_prometheus(&String::from_utf8(http_get(&self.http, "/metrics").1).unwrap());
+        ["ok", "target_exited", "failed", "target_exec"]
+            .map(|o| metric(&m, "witchd_sessions_total", &[("outcome", o)]).map_or(0.0, |s| s.value))
+    }
+
+    /// Sends `command` to the program; returns when some session has ended,
+    /// with the time that took.
+    fn exec(&mut self, command: &str) -> Duration {
+        let at = Instant::now();
+        self.child.stdin.as_mut().unwrap().write_all(command.as_bytes()).unwrap();
+        wait_for(Duration::from_secs(30), || self.outcomes().iter().sum::<f64>() > 0.0, || self.d.log());
+        at.elapsed()
+    }
+
+    /// `witch client ARGS --json` against this witchd, parsed.
+    fn client_json(&self, args: &[&str]) -> serde_json::Value {
+        json(&client(&self.witch, &[], &self.socket, args))
+    }
+
+    /// witchd stops cleanly, and the program, run on as its new image, ends
+    /// as it would have.
+    fn finish(mut self) {
+        let (st, _) = self.d.term(Duration::from_secs(30));
+        assert_eq!(st.code(), Some(0), "{}", self.d.log());
+        drop(self.child.stdin.take());
+        let out = self.child.wait_with_output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "generation 1 ran rounds\n");
+        assert_eq!(out.status.code(), Some(5));
+    }
 }
 
 /// A debugger that attaches to a profiled program makes the agent end the
