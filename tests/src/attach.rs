@@ -88,6 +88,19 @@ impl Target {
         stdin.write_all(bytes).and_then(|_| stdin.flush()).expect("write to the target's stdin");
     }
 
+    /// Bytes written to the program's stdin that it has not read yet.
+    pub fn unread_input(&self) -> usize {
+        use std::os::fd::AsRawFd;
+        let Some(stdin) = self.child.as_ref().and_then(|c| c.stdin.as_ref()) else { return 0 };
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int, the bytes in the pipe.
+        if unsafe { libc::ioctl(stdin.as_raw_fd(), libc::FIONREAD, &mut n) } == 0 {
+            n as usize
+        } else {
+            0
+        }
+    }
+
     /// Is the program still running (not exited, not a zombie)?
     pub fn alive(&mut self) -> bool {
         matches!(self.child.as_mut().expect("target running").try_wait(), Ok(None)) && !is_zombie(self.pid())

@@ -574,10 +574,32 @@ fn a_process_that_execs_while_witch_attaches_survives_every_attach() {
     }
     eprintln!("[witch-tests] {execs} execs; witch's exit codes: {codes:?}");
     assert!(codes.get(&3).copied().unwrap_or(0) >= 15, "exit 3 (exec) should be most of them: {codes:?}");
+    // The last generation is told to quit once it has read every command
+    // and its worker has run, as without witch. (Told 30 ms after the last
+    // exec, under load, its worker had not started: "ran no rounds".)
+    assert!(
+        eventually(std::time::Duration::from_secs(20), || waits_for_input_and_ran_rounds(&t)),
+        "the program did not settle after the last exec; {} bytes unread",
+        t.unread_input()
+    );
     t.send(b"q\n");
     let end = t.finish();
     assert_eq!(end.code(), Some(5), "{} {}", end.stdout, end.stderr);
     assert!(end.stdout.starts_with("generation ") && end.stdout.ends_with(" ran rounds\n"), "{}", end.stdout);
+}
+
+/// Has daemon_exec read every command sent, its main thread waiting in
+/// `read` on its stdin for the next (so no exec is coming), and has the
+/// worker of its image run 20 ms on a CPU (rounds of 0.3 ms here)?
+fn waits_for_input_and_ran_rounds(t: &Target) -> bool {
+    let pid = t.pid();
+    let task = |tid: &str, file: &str| std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/{file}")).unwrap_or_default();
+    let on_cpu_ns = |tid: &str| task(tid, "schedstat").split_whitespace().next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+    let reading = t.unread_input() == 0 && task(&pid.to_string(), "syscall").starts_with("0 0x0 ");
+    let tids: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
+        .unwrap_or_default();
+    reading && tids.iter().any(|tid| *tid != pid.to_string() && on_cpu_ns(tid) >= 20_000_000)
 }
 
 /// A process that puts itself in a seccomp sandbox during an attached
