@@ -62,29 +62,15 @@ impl Regs {
 
     fn value(&self, reg: Register) -> Option<u64> {
         use Register::*;
-        let full = reg.full_register();
-        let idx = match full {
-            RAX => 0,
-            RCX => 1,
-            RDX => 2,
-            RBX => 3,
-            RSP => 4,
-            RBP => 5,
-            RSI => 6,
-            RDI => 7,
-            R8 => 8,
-            R9 => 9,
-            R10 => 10,
-            R11 => 11,
-            R12 => 12,
-            R13 => 13,
-            R14 => 14,
-            R15 => 15,
-            RIP => return Some(self.rip),
-            ES | CS | SS | DS => return Some(0),
-            FS => return Some(self.fs_base),
-            GS => return Some(self.gs_base),
-            _ => return Option::None, // vector index (VSIB) or unknown
+        let idx = match gpr_index(reg) {
+            Some(i) => i,
+            Option::None => match reg.full_register() {
+                RIP => return Some(self.rip),
+                ES | CS | SS | DS => return Some(0),
+                FS => return Some(self.fs_base),
+                GS => return Some(self.gs_base),
+                _ => return Option::None, // vector index (VSIB) or unknown
+            },
         };
         let v = self.gpr[idx];
         Some(match reg.size() {
@@ -175,10 +161,11 @@ impl Decoded {
     }
 }
 
-/// Hardware number of a general-purpose register (any width), if it is one.
-fn gpr_bit(r: Register) -> u16 {
+/// Hardware number of a general-purpose register (any width), if it is
+/// one: its index in [`Regs::gpr`].
+fn gpr_index(r: Register) -> Option<usize> {
     use Register::*;
-    let i = match r.full_register() {
+    Some(match r.full_register() {
         RAX => 0,
         RCX => 1,
         RDX => 2,
@@ -195,8 +182,13 @@ fn gpr_bit(r: Register) -> u16 {
         R13 => 13,
         R14 => 14,
         R15 => 15,
-        _ => return 0,
-    };
+        _ => return Option::None,
+    })
+}
+
+/// A general-purpose register's bit in a mask of them (0: not one).
+fn gpr_bit(r: Register) -> u16 {
+    let Some(i) = gpr_index(r) else { return 0 };
     1 << i
 }
 
@@ -362,10 +354,7 @@ fn constant_step(i: &Instruction) -> Option<(usize, i64)> {
         return None;
     }
     let r = i.op0_register();
-    let idx = gpr_bit(r).trailing_zeros() as usize;
-    if gpr_bit(r) == 0 {
-        return None;
-    }
+    let idx = gpr_index(r)?;
     let imm = || match i.op1_kind() {
         OpKind::Immediate8to64 | OpKind::Immediate32to64 | OpKind::Immediate8 | OpKind::Immediate32 => Some(i.immediate(1) as i64),
         _ => None,
