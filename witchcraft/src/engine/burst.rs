@@ -195,6 +195,11 @@ impl Burst {
         }
     }
 
+    /// Is the step about to be handled the first of the burst under way?
+    pub fn first_step(&self) -> bool {
+        self.active && self.steps == 0
+    }
+
     /// Forget the burst under way, and the time of skipped ticks (a fork
     /// child's belongs to its parent).
     pub fn reset(&mut self) {

@@ -19,6 +19,16 @@
 //! trip each thread re-measures on its self-traps (the sample handler
 //! returns to the one instruction that then traps, so the time between is
 //! exactly a return and a trap's way in).
+//!
+//! Single steps don't read the clock (a thread CPU clock read is a system
+//! call, a large part of a step): each is accounted at a learned round trip
+//! plus its handler's cycles. The round trip is learned from whole bursts:
+//! the handler that ends a burst reads the clock once, and the CPU time
+//! since the handler before its first step, less the step handlers' own,
+//! is what its steps' round trips cost. The burst's account is corrected
+//! to that, so a start-up calibration taken in a slow moment (a step once
+//! measured at 30.6 µs, twice its cost) skews neither the program's time
+//! nor the budget for long.
 
 use crate::x86::decode::Regs;
 
@@ -40,11 +50,48 @@ pub struct Clock {
     /// the engine's, not the program's (steps don't read the clock: a
     /// thread CPU clock read is a system call, a large part of a step).
     stepped_ns: u64,
+    /// What one single step's round trip costs outside our handlers,
+    /// learned from whole bursts; starts at the start-up calibration.
+    step_gap_ns: f64,
+    /// The steps of the burst under way.
+    window: StepWindow,
 }
 
+/// The steps of one burst, timed as a whole.
+#[derive(Clone, Copy, Debug, Default)]
+struct StepWindow {
+    /// When the handler before the first step returned (CPU time).
+    start_ns: u64,
+    steps: u64,
+    /// The step handlers' own time.
+    handlers_ns: u64,
+    /// What the steps were accounted at.
+    accounted_ns: u64,
+    /// Another handler ran in between (a tick whose period ran out inside
+    /// the burst): the window's time is not the steps' alone.
+    broken: bool,
+}
+
+/// How far one burst may move the learned step round trip: its measured
+/// round trip is clamped to half to twice the estimate (a burst the
+/// program's own signal handler interrupted, or a page fault in stepped
+/// code, counts as a slow burst, not as ten).
+const STEP_CLAMP: (f64, f64) = (0.5, 2.0);
+
 impl Clock {
-    pub fn new(trap_cost_ns: u64) -> Clock {
-        Clock { resumed: Regs::default(), program_ns: 0.0, exit_ns: 0, interval_ns: 0, trap_gap_ns: trap_cost_ns as f64, stepped_ns: 0 }
+    /// `trap_cost_ns` and `step_cost_ns`: the start-up calibration's round
+    /// trips of a watchpoint trap and of a single step.
+    pub fn new(trap_cost_ns: u64, step_cost_ns: u64) -> Clock {
+        Clock {
+            resumed: Regs::default(),
+            program_ns: 0.0,
+            exit_ns: 0,
+            interval_ns: 0,
+            trap_gap_ns: trap_cost_ns as f64,
+            stepped_ns: 0,
+            step_gap_ns: step_cost_ns as f64,
+            window: StepWindow::default(),
+        }
     }
 
     /// Forget the timeline (a fork child starts afresh).
@@ -53,12 +100,14 @@ impl Clock {
         self.exit_ns = 0;
         self.interval_ns = 0;
         self.stepped_ns = 0;
+        self.window = StepWindow::default();
     }
 
     /// A handler begins at `entry_ns`.
     pub fn enter(&mut self, entry_ns: u64) {
         let since = if self.exit_ns == 0 { 0 } else { entry_ns.saturating_sub(self.exit_ns) };
         self.interval_ns = since.saturating_sub(std::mem::take(&mut self.stepped_ns));
+        self.window.broken = true;
     }
 
     /// A software sample found the program exactly where the last handler
@@ -111,11 +160,46 @@ impl Clock {
         round_trip + handler
     }
 
-    /// A single step that cost `cost_ns` (its round trip and handler): the
-    /// program ran one instruction, so all of it is the engine's time, and
-    /// the next handler that reads the clock leaves it out of the program's.
-    pub fn step(&mut self, cost_ns: u64) {
-        self.stepped_ns += cost_ns;
+    /// A single step whose handler took `handler_ns` (`first`: the first
+    /// of its burst). The program ran one instruction, so all of the step
+    /// is the engine's time, and the next handler that reads the clock
+    /// leaves it out of the program's. Returns what the step is accounted
+    /// at: the learned round trip plus the handler.
+    pub fn step(&mut self, first: bool, handler_ns: u64) -> u64 {
+        if first {
+            self.window = StepWindow { start_ns: self.exit_ns, broken: self.exit_ns == 0, ..Default::default() };
+        }
+        let cost = self.step_gap_ns as u64 + handler_ns;
+        let w = &mut self.window;
+        w.steps += 1;
+        w.handlers_ns += handler_ns;
+        w.accounted_ns += cost;
+        self.stepped_ns += cost;
+        cost
+    }
+
+    /// The burst's last step ended at `now_ns` (its handler read the clock
+    /// after the step's work): learn the step round trip from the whole
+    /// burst, and correct what its steps were accounted at. Returns the
+    /// correction (ns, negative when they cost less), which the engine's
+    /// time takes too; 0 if the burst could not be timed.
+    pub fn burst_ended(&mut self, now_ns: u64) -> i64 {
+        let w = std::mem::take(&mut self.window);
+        if w.broken || w.steps == 0 || now_ns <= w.start_ns {
+            return 0;
+        }
+        let outside = (now_ns - w.start_ns).saturating_sub(w.handlers_ns) as f64 / w.steps as f64;
+        let est = self.step_gap_ns.max(1000.0);
+        let gap = outside.clamp(STEP_CLAMP.0 * est, STEP_CLAMP.1 * est);
+        self.step_gap_ns += (gap - self.step_gap_ns) / 4.0;
+        let correction = (gap * w.steps as f64) as i64 + w.handlers_ns as i64 - w.accounted_ns as i64;
+        self.stepped_ns = self.stepped_ns.saturating_add_signed(correction);
+        correction
+    }
+
+    /// The current estimate of a single step's round trip outside our handlers.
+    pub fn step_gap_ns(&self) -> f64 {
+        self.step_gap_ns
     }
 
     /// The current estimate of a trap's round trip outside our handlers.
@@ -140,7 +224,7 @@ mod tests {
 
     #[test]
     fn first_sample_weighs_one_then_program_time_in_periods() {
-        let mut c = Clock::new(15_000);
+        let mut c = Clock::new(15_000, 12_000);
         assert_eq!(sample(&mut c, 1_000_000, 1_010_000), (1.0, SIGNAL + 10_000));
         // 2 ms later, of which the signal's way in is the engine's.
         let (w, _) = sample(&mut c, 3_010_000, 3_020_000);
@@ -149,7 +233,7 @@ mod tests {
 
     #[test]
     fn trap_time_between_samples_counts_less_the_trap_cost() {
-        let mut c = Clock::new(15_000);
+        let mut c = Clock::new(15_000, 12_000);
         sample(&mut c, 1_000_000, 1_010_000);
         // The program runs 100 µs, then a trap (handler 5 µs).
         c.enter(1_010_000 + 100_000 + 15_000);
@@ -162,7 +246,7 @@ mod tests {
 
     #[test]
     fn self_traps_teach_the_trap_cost_in_clamped_steps() {
-        let mut c = Clock::new(20_000);
+        let mut c = Clock::new(20_000, 12_000);
         sample(&mut c, 1_000_000, 1_010_000);
         for i in 0..200u64 {
             let entry = 1_010_000 + i * 100_000;
@@ -180,12 +264,12 @@ mod tests {
 
     #[test]
     fn steps_are_the_engines_time_not_the_programs() {
-        let mut c = Clock::new(15_000);
+        let mut c = Clock::new(15_000, 9_000);
         sample(&mut c, 1_000_000, 1_010_000);
-        // 100 single steps of 11 µs each.
+        // 100 single steps of 11 µs each: a 9 µs round trip, a 2 µs handler.
         let mut t = 1_010_000;
-        for _ in 0..100 {
-            c.step(11_000);
+        for i in 0..100 {
+            assert_eq!(c.step(i == 0, 2_000), 11_000);
             t += 11_000;
         }
         // Then one period of program time.
@@ -193,9 +277,66 @@ mod tests {
         assert!((w - 1.0).abs() < 1e-9, "{w}");
     }
 
+    /// A burst of `steps` steps, each a `gap` round trip and a 2 µs
+    /// handler, after a tick at `at`; the last handler reads the clock.
+    /// Returns the correction and when the burst ended.
+    fn burst(c: &mut Clock, at: u64, steps: u64, gap: u64) -> (i64, u64) {
+        let (_, _) = sample(c, at, at + 10_000);
+        let mut t = at + 10_000;
+        for i in 0..steps {
+            c.step(i == 0, 2_000);
+            t += gap + 2_000;
+        }
+        (c.burst_ended(t), t)
+    }
+
+    /// The calibration said 30 µs a step, twice what the steps cost: the
+    /// first burst's account is corrected by as much as the clamp allows,
+    /// the program's time after it is right, and within a few bursts the
+    /// steps are accounted at what they cost.
+    #[test]
+    fn bursts_teach_the_step_cost_and_correct_their_account() {
+        let mut c = Clock::new(15_000, 30_000);
+        let (fix, end) = burst(&mut c, 1_000_000, 24, 15_000);
+        // 24 steps of 15 µs accounted at 30 µs: 360 µs too much.
+        assert_eq!(fix, -360_000);
+        // One period of program time after the burst weighs one period.
+        let (w, _) = sample(&mut c, end + 1_000_000 + SIGNAL, end + 1_000_000 + SIGNAL + 10_000);
+        assert!((w - 1.0).abs() < 1e-6, "{w}");
+        let mut at = end + 2_000_000;
+        for _ in 0..16 {
+            let (_, end) = burst(&mut c, at, 24, 15_000);
+            at = end + 5_000_000;
+        }
+        assert!((c.step_gap_ns() - 15_000.0).abs() < 200.0, "{}", c.step_gap_ns());
+        // The clamp: a burst the program's own handler made 20 times as
+        // long moves the estimate to at most twice what it was, weighted.
+        let before = c.step_gap_ns();
+        let (fix, _) = burst(&mut c, at, 24, 300_000);
+        assert!(c.step_gap_ns() <= before * 1.25 + 1.0, "{}", c.step_gap_ns());
+        assert!(fix as f64 <= 24.0 * before + 30.0, "{fix}");
+    }
+
+    /// A tick whose period ran out inside the burst read the clock in
+    /// between: the burst's time is not its steps' alone, so it teaches
+    /// nothing and corrects nothing.
+    #[test]
+    fn a_burst_another_handler_broke_is_not_timed() {
+        let mut c = Clock::new(15_000, 30_000);
+        sample(&mut c, 1_000_000, 1_010_000);
+        c.step(true, 2_000);
+        sample(&mut c, 1_100_000, 1_110_000);
+        c.step(false, 2_000);
+        assert_eq!(c.burst_ended(1_200_000), 0);
+        assert_eq!(c.step_gap_ns(), 30_000.0);
+        // The next burst opens a window of its own.
+        let (fix, _) = burst(&mut c, 2_000_000, 10, 15_000);
+        assert_eq!(fix, -150_000);
+    }
+
     #[test]
     fn overdue_means_resumed_exactly_where_we_left() {
-        let mut c = Clock::new(15_000);
+        let mut c = Clock::new(15_000, 12_000);
         let mut r = Regs { rip: 0x401000, ..Default::default() };
         c.resume_at(&r);
         assert!(c.is_overdue(&r));

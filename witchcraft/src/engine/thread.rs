@@ -115,7 +115,7 @@ impl ThreadState {
             in_handler: AtomicBool::new(false),
             sampler: Sampler::None,
             watch: Watchpoints::new(engine, seed),
-            clock: Clock::new(engine.trap_cost_ns),
+            clock: Clock::new(engine.trap_cost_ns, engine.step_cost_ns),
             burst: Burst::new(seed, engine),
             record: Record {
                 tree: Tree::with_capacity(TREE_NODES),
@@ -224,16 +224,23 @@ impl ThreadState {
             // No clock system calls per step: the handler is timed with the
             // cycle counter, the round trip is the calibrated one.
             let c0 = task::cycles();
+            let first = self.burst.first_step();
             if let Some(map) = crate::modules::current() {
                 // SAFETY: forwarded from the caller.
                 unsafe { self.on_step(engine, map, uc) };
             }
+            // The burst's last step reads the clock once, to time the burst.
+            let ended = !self.burst.active;
+            let now = if ended { task::thread_cpu_ns() } else { 0 };
             let handler = (task::cycles().wrapping_sub(c0) as f64 * engine.ns_per_cycle) as u64;
-            let cost = engine.step_cost_ns + handler;
-            self.clock.step(cost);
+            let cost = self.clock.step(first, handler);
             self.burst.budget.note_step(cost);
-            self.record.counters.engine_ns += cost;
-            self.record.counters.step_ns += cost;
+            // The burst's whole account, corrected to what it measured.
+            let fix = if ended { self.clock.burst_ended(now) } else { 0 };
+            let cost = (cost as i64).saturating_add(fix);
+            let counters = &mut self.record.counters;
+            counters.engine_ns = counters.engine_ns.saturating_add_signed(cost);
+            counters.step_ns = counters.step_ns.saturating_add_signed(cost);
             self.in_handler.store(false, Ordering::Release);
             return;
         }

@@ -167,7 +167,13 @@ impl Page<'_> {
             let parts: Vec<String> = [(c.tick_ns, "ticks"), (c.step_ns, "single steps"), (c.trap_ns, "traps")]
                 .iter()
                 .filter(|(ns, _)| *ns > 0)
-                .map(|(ns, what)| format!("{} at {what}", duration(*ns)))
+                .map(|&(ns, what)| match what {
+                    // Each step timed by its burst: what one cost here.
+                    "single steps" if c.steps > 0 => {
+                        format!("{} at single steps of {:.1} µs", duration(ns), ns as f64 / c.steps as f64 / 1e3)
+                    }
+                    _ => format!("{} at {what}", duration(ns)),
+                })
                 .collect();
             let split = if parts.is_empty() { String::new() } else { format!(" ({})", parts.join(", ")) };
             format!("; cost {} of CPU in witch's handlers and the kernel's trap and signal paths{split}", duration(c.engine_ns))
