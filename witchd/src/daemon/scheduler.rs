@@ -104,14 +104,25 @@ impl Targets {
     /// afresh with a process that replaced its program (exec: the same pid
     /// and start time, a new image). Targets with a session in flight stay
     /// until it ends (it reports the exit or exec itself).
-    fn update(&mut self, found: Vec<(Proc, usize)>, rules: &[Watch], max: usize, now: Instant, busy: impl Fn(i32) -> bool) {
+    ///
+    /// `busy`: whether a pid's session is in flight; `lookup`: the process
+    /// a pid is now, if any (only to say why a target is forgotten).
+    fn update(
+        &mut self,
+        found: Vec<(Proc, usize)>,
+        rules: &[Watch],
+        max: usize,
+        now: Instant,
+        busy: impl Fn(i32) -> bool,
+        lookup: impl Fn(i32) -> Option<Proc>,
+    ) {
         // Forget what is gone first, so its metric slot is free for a successor.
         let seen: std::collections::HashSet<i32> = found.iter().map(|(p, _)| p.pid).collect();
         let mut gone = Vec::new();
         self.map.retain(|pid, t| {
             let keep = busy(*pid) || (seen.contains(pid) && t.state != State::Exited);
             if !keep && t.state != State::Exited {
-                say!("pid {pid} ({}) is gone; forgetting it", t.proc.name());
+                say!("{}; forgetting it", why_forgotten(&t.proc, lookup(*pid)));
             }
             if !keep {
                 gone.push((t.rule, t.label.clone()));
@@ -200,6 +211,20 @@ impl Targets {
 }
 
 /// Which processes match which rule now (first matching rule wins).
+/// Why a target no scan found any more is forgotten, given the process its
+/// pid is now (`now`): gone, or the same process, which exec'd into a
+/// program no rule matches (or changed so that its rule no longer does).
+fn why_forgotten(was: &Proc, now: Option<Proc>) -> String {
+    let (pid, name) = (was.pid, was.name());
+    match now {
+        Some(p) if p.start_time == was.start_time && p.image != was.image => {
+            format!("pid {pid} ({name}) now runs {}, which no rule matches", p.name())
+        }
+        Some(p) if p.start_time == was.start_time && p.state != 'Z' => format!("pid {pid} ({name}) no longer matches its rule"),
+        _ => format!("pid {pid} ({name}) is gone"),
+    }
+}
+
 pub fn scan(rules: &[Watch]) -> Vec<(Proc, usize)> {
     let me = std::process::id() as i32;
     let only_pids = rules.iter().all(|r| r.pid.is_some());
@@ -254,7 +279,7 @@ pub async fn run(d: Arc<Daemon>) {
             let rules = d.cfg.watch.clone();
             let found = tokio::task::spawn_blocking(move || scan(&rules)).await.unwrap_or_default();
             let d2 = d.clone();
-            d.targets.lock().unwrap().update(found, &d.cfg.watch, d.cfg.max_targets, now, |p| d2.is_busy(p));
+            d.targets.lock().unwrap().update(found, &d.cfg.watch, d.cfg.max_targets, now, |p| d2.is_busy(p), Proc::read);
             next_scan = now + d.cfg.scan_every;
         }
         let mut wake = next_scan;
@@ -357,36 +382,52 @@ mod tests {
         let r = rules();
         let mut ts = Targets::default();
         let now = Instant::now();
-        ts.update(vec![(proc(1, 10), 0), (proc(2, 20), 0)], &r, 10, now, |_| false);
+        ts.update(vec![(proc(1, 10), 0), (proc(2, 20), 0)], &r, 10, now, |_| false, |_| None);
         assert_eq!(ts.map.len(), 2);
         assert!(ts.map[&1].next_due <= now + Duration::from_millis(500));
         // pid 2 is gone, pid 1 was reused by another process.
         ts.map.get_mut(&1).unwrap().sessions = 5;
-        ts.update(vec![(proc(1, 11), 0)], &r, 10, now, |_| false);
+        ts.update(vec![(proc(1, 11), 0)], &r, 10, now, |_| false, |_| None);
         assert_eq!(ts.map.keys().collect::<Vec<_>>(), vec![&1]);
         assert_eq!((ts.map[&1].proc.start_time, ts.map[&1].sessions), (11, 0));
         // Metric labels outlive pids: a restarted process takes the free slot of its name.
         let mut st = Targets::default();
         let srv = |pid, start| Proc { exe: "/bin/srv".into(), ..proc(pid, start) };
-        st.update(vec![(srv(4, 40), 0), (srv(5, 50), 0)], &r, 10, now, |_| false);
+        st.update(vec![(srv(4, 40), 0), (srv(5, 50), 0)], &r, 10, now, |_| false, |_| None);
         assert_eq!((st.map[&4].label.clone(), st.map[&5].label.clone()), (("srv".to_string(), 0), ("srv".to_string(), 1)));
-        st.update(vec![(srv(4, 40), 0), (srv(6, 60), 0)], &r, 10, now, |_| false);
+        st.update(vec![(srv(4, 40), 0), (srv(6, 60), 0)], &r, 10, now, |_| false, |_| None);
         assert_eq!(st.map[&6].label, ("srv".to_string(), 1), "pid 6 replaces pid 5 in the metrics");
-        st.update(vec![(srv(6, 60), 0), (srv(7, 70), 0)], &r, 10, now, |_| false);
+        st.update(vec![(srv(6, 60), 0), (srv(7, 70), 0)], &r, 10, now, |_| false, |_| None);
         assert_eq!(st.map[&7].label, ("srv".to_string(), 0), "and pid 7 pid 4");
         // A busy target stays while its session runs, even if gone.
-        ts.update(vec![], &r, 10, now, |p| p == 1);
+        ts.update(vec![], &r, 10, now, |p| p == 1, |_| None);
         assert_eq!(ts.map.len(), 1);
         // Exited targets are forgotten at the next scan.
         let p = ts.map[&1].proc.clone();
         ts.mark_exited(&p);
-        ts.update(vec![], &r, 10, now, |_| false);
+        ts.update(vec![], &r, 10, now, |_| false, |_| None);
         assert!(ts.map.is_empty());
         // Bounded.
         let many: Vec<_> = (1..100).map(|i| (proc(i, 1), 0)).collect();
-        ts.update(many, &r, 10, now, |_| false);
+        ts.update(many, &r, 10, now, |_| false, |_| None);
         assert_eq!(ts.map.len(), 10);
         assert!(ts.full);
+    }
+
+    /// A target no scan finds is forgotten, and the log says why: gone, or
+    /// still there running another program.
+    #[test]
+    fn a_forgotten_target_is_said_to_be_gone_only_when_it_is() {
+        let was = Proc { exe: "/bin/srv".into(), ..proc(3, 30) };
+        assert_eq!(why_forgotten(&was, None), "pid 3 (srv) is gone");
+        // The pid now belongs to another process.
+        assert_eq!(why_forgotten(&was, Some(proc(3, 31))), "pid 3 (srv) is gone");
+        let execd = Proc { exe: "/usr/bin/sleep".into(), image: super::procfs::Image([9, 0, 0, 0, 0, 0]), ..proc(3, 30) };
+        assert_eq!(why_forgotten(&was, Some(execd)), "pid 3 (srv) now runs sleep, which no rule matches");
+        let setuid = Proc { uids: [1000, 0, 0, 0], ..was.clone() };
+        assert_eq!(why_forgotten(&was, Some(setuid)), "pid 3 (srv) no longer matches its rule");
+        let zombie = Proc { state: 'Z', ..was.clone() };
+        assert_eq!(why_forgotten(&was, Some(zombie)), "pid 3 (srv) is gone");
     }
 
     /// An exec keeps pid and start time but lays out a new image: the
@@ -399,16 +440,16 @@ mod tests {
         let now = Instant::now();
         let srv =
             |image: u64, exe: &str| Proc { exe: exe.into(), image: super::super::procfs::Image([image, 0, 0, 0, 0, 0]), ..proc(3, 30) };
-        ts.update(vec![(srv(1, "/bin/srv"), 0)], &r, 10, now, |_| false);
+        ts.update(vec![(srv(1, "/bin/srv"), 0)], &r, 10, now, |_| false, |_| None);
         ts.map.get_mut(&3).unwrap().sessions = 4;
         // Renamed, same image: the same target (a rename is no exec).
-        ts.update(vec![(srv(1, "/bin/srv2"), 0)], &r, 10, now, |_| false);
+        ts.update(vec![(srv(1, "/bin/srv2"), 0)], &r, 10, now, |_| false, |_| None);
         assert_eq!((ts.map[&3].sessions, ts.map[&3].proc.exe.as_str()), (4, "/bin/srv2"));
         // A new image while a session runs: left to the session.
-        ts.update(vec![(srv(2, "/bin/srv2"), 0)], &r, 10, now, |_| true);
+        ts.update(vec![(srv(2, "/bin/srv2"), 0)], &r, 10, now, |_| true, |_| None);
         assert_eq!(ts.map[&3].sessions, 4);
         // Then watched afresh, not forgotten or marked exited.
-        ts.update(vec![(srv(2, "/bin/srv2"), 0)], &r, 10, now, |_| false);
+        ts.update(vec![(srv(2, "/bin/srv2"), 0)], &r, 10, now, |_| false, |_| None);
         let t = &ts.map[&3];
         assert_eq!((t.sessions, &t.state, t.proc.image.0[0], t.label.clone()), (0, &State::Idle, 2, ("srv2".to_string(), 0)));
         assert!(t.next_due <= now + Duration::from_millis(500));
