@@ -79,10 +79,10 @@ pub fn calibrate(sigtrap: bool) -> Costs {
     // least of a few rounds: a round that the machine slowed down (seen
     // once: single steps at 30.6 µs instead of 12-15, which made every
     // step's accounted cost twice its own and the program's time between
-    // samples vanish) only adds to what one costs.
+    // samples vanish) only adds to what one costs. The step's is only the
+    // first estimate: each burst then times its own steps.
     const ROUNDS: usize = 4;
-    let (mut signal_ns, mut step_ns) = (u64::MAX, u64::MAX);
-    for _ in 0..ROUNDS {
+    let rounds: [(u64, Option<u64>); ROUNDS] = std::array::from_fn(|_| {
         HITS.store(0, Ordering::Relaxed);
         let t0 = thread_cpu_ns();
         for _ in 0..N {
@@ -94,14 +94,11 @@ pub fn calibrate(sigtrap: bool) -> Costs {
         let (ns, stepped) = measure_steps(32, || {
             task::tgkill(task::gettid(), sampler_signal());
         });
-        signal_ns = signal_ns.min(signal);
-        if let Some(step) = ns.saturating_sub(signal).checked_div(stepped) {
-            step_ns = step_ns.min(step);
-        }
-    }
-    if step_ns == u64::MAX {
-        step_ns = 0;
-    }
+        (signal, ns.saturating_sub(signal).checked_div(stepped))
+    });
+    let signal_ns = rounds.iter().map(|r| r.0).min().unwrap_or(0);
+    // 0: single steps do not work here.
+    let step_ns = rounds.iter().filter_map(|r| r.1).min().unwrap_or(0);
     RUNNING.store(false, Ordering::Release);
     drop(cell);
     Costs { trap_ns, signal_ns, step_ns, ns_per_cycle: task::ns_per_cycle(500_000) }
