@@ -668,7 +668,7 @@ fn sighup_stops_witchd_cleanly() {
 }
 
 /// Any local user can connect to the HTTP port (it has no credentials):
-/// 120 idle connections that never finish a request, against a witchd
+/// 400 idle connections that never finish a request, against a witchd
 /// limited to 100 descriptors, must not take its descriptors, so its Unix
 /// socket still answers; and an idle connection is closed after its
 /// lifetime. (They used to exhaust its descriptors: `/metrics` and `witch
@@ -701,15 +701,21 @@ fn idle_http_clients_cannot_starve_witchd() {
     let witch = witch_bin();
     let status = json(&client(&witch, &[], &socket, &["status", "--json"]));
     let http = status["http"].as_str().expect("http address in status").to_string();
+    // 400 at once: past the 64 served they wait in the listener's backlog.
+    // Each must connect at once: with the default backlog of 128, a SYN
+    // past 64 + 128 was dropped and retried after 1 s, 3 s, ... (400 took
+    // 126 s), so the first connect that takes a second fails the test.
     let t0 = Instant::now();
-    let idle: Vec<std::net::TcpStream> = (0..120)
-        .filter_map(|_| {
-            let mut s = std::net::TcpStream::connect(&http).ok()?;
-            s.write_all(b"GET /metrics HTTP/1.1\r\n").ok()?;
-            Some(s)
-        })
-        .collect();
-    assert!(idle.len() >= 110, "only {} connections", idle.len());
+    let addr: std::net::SocketAddr = http.parse().unwrap();
+    let mut idle: Vec<std::net::TcpStream> = Vec::new();
+    for i in 0..400 {
+        let t = Instant::now();
+        let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+            .unwrap_or_else(|e| panic!("connection #{i} failed after {:?}: {e}\n{}", t.elapsed(), d.log()));
+        assert!(t.elapsed() < Duration::from_millis(900), "connection #{i} took {:?} to connect (a dropped SYN, retried)", t.elapsed());
+        s.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
+        idle.push(s);
+    }
     eprintln!("[witch-tests] {} idle connections in {:?}", idle.len(), t0.elapsed());
     std::thread::sleep(Duration::from_millis(500));
     let timeout = vec!["timeout".to_string(), "10".to_string()];

@@ -8,8 +8,8 @@
 //! There is no per-request check here (HTTP carries no credentials), which is
 //! why it listens on 127.0.0.1 by default and can be turned off (`http = "off"`).
 //! So any local user can connect: at most [`MAX_CONNECTIONS`] connections
-//! are served at once (the rest wait in the kernel's backlog, taking no
-//! descriptor of witchd's), and each is closed [`CONNECTION_LIFETIME`]
+//! are served at once (the rest, up to [`BACKLOG`], wait in the kernel's
+//! backlog, taking no descriptor of witchd's), and each is closed [`CONNECTION_LIFETIME`]
 //! after it was accepted, so idle or slow clients cannot take witchd's
 //! descriptors (its Unix socket needs them too).
 
@@ -101,8 +101,22 @@ impl axum::serve::Listener for Capped {
 }
 use witchcraft::profile::{Craft, Profile};
 
+/// Connections the kernel completes and holds for witchd beyond those it
+/// serves ([`MAX_CONNECTIONS`]): they wait there without a descriptor of
+/// witchd's. tokio's (and the standard library's) default is 128: past
+/// 64 served and 128 waiting, a client's SYN was dropped and it retried
+/// after 1, 3, 7, ... s (400 clients at once took 126 s to connect).
+/// The kernel caps it at `net.core.somaxconn` (4096 on current kernels).
+pub const BACKLOG: u32 = 1024;
+
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener> {
-    let l = TcpListener::bind(addr).await.with_context(|| format!("cannot listen on http {addr}"))?;
+    let listen = || -> std::io::Result<TcpListener> {
+        let s = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+        s.set_reuseaddr(true)?;
+        s.bind(addr)?;
+        s.listen(BACKLOG)
+    };
+    let l = listen().with_context(|| format!("cannot listen on http {addr}"))?;
     if !addr.ip().is_loopback() {
         say!("warning: http {addr} is not a loopback address; it has no access control, so anyone who reaches it reads every profile");
     }
