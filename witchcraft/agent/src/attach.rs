@@ -69,15 +69,21 @@ impl Leave {
         }
     }
 
-    /// The profile's note, `after` seconds into the session.
-    fn note(self, after: f64) -> String {
-        match self {
-            Leave::Sandbox(how) => format!(
-                "the session ended {after:.3} s in: the program put itself in a seccomp sandbox ({how}), whose filter may kill it for a system call the agent makes; the process runs on"
+    /// The profile's note, `after` seconds into the session (None: before
+    /// it began, so there is no profile).
+    fn note(self, after: Option<f64>) -> String {
+        let ended = match after {
+            Some(s) => format!("the session ended {s:.3} s in"),
+            None => "the session did not start".to_string(),
+        };
+        match (self, after) {
+            (Leave::Sandbox(how), _) => format!(
+                "{ended}: the program put itself in a seccomp sandbox ({how}), whose filter may kill it for a system call the agent makes; the process runs on"
             ),
-            Leave::Exec(how) => format!(
-                "the session ended {after:.3} s in, as the process called {how} to replace its program: this profile is of the program before"
-            ),
+            (Leave::Exec(how), Some(_)) => {
+                format!("{ended}, as the process called {how} to replace its program: this profile is of the program before")
+            }
+            (Leave::Exec(how), None) => format!("{ended}: the process called {how} to replace its program"),
         }
     }
 }
@@ -306,7 +312,7 @@ fn control(mut chan: Channel, theirs: i32, watch: Option<Controller>) {
 fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
     let cfg = Config::from_lines(text)?.ok_or("no WITCH_CRAFT in the settings")?;
     if let Some(leave) = leaving() {
-        return Err(leave.note(0.0));
+        return Err(leave.note(None));
     }
     AGENT.clear_notes();
     AGENT.note("attached to the running process (ptrace + dlopen)");
@@ -362,7 +368,7 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
             return Ok(End::Exiting); // at_exit delivered the profile
         }
         if let Some(leave) = leaving() {
-            AGENT.note(leave.note((now_ns().saturating_sub(AGENT.start_ns())) as f64 / 1e9));
+            AGENT.note(leave.note(Some((now_ns().saturating_sub(AGENT.start_ns())) as f64 / 1e9)));
             ended_by = leave.ended_by();
             break;
         }
@@ -573,4 +579,20 @@ fn pending_signals() -> Vec<i32> {
         mask |= s.pending.unwrap_or(0) | s.shared_pending.unwrap_or(0);
     }
     ours.into_iter().filter(|&s| mask & (1u64 << (s - 1)) != 0).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Leave;
+
+    /// A leave that comes before the session began says so, instead of
+    /// "ended 0.000 s in" (and promises no profile).
+    #[test]
+    fn a_leave_before_the_session_says_it_did_not_start() {
+        let before = Leave::Exec("execve").note(None);
+        assert_eq!(before, "the session did not start: the process called execve to replace its program");
+        let during = Leave::Exec("execl").note(Some(0.712));
+        assert!(during.starts_with("the session ended 0.712 s in, as the process called execl"), "{during}");
+        assert!(Leave::Sandbox("prctl").note(None).starts_with("the session did not start: the program put itself in a seccomp sandbox"));
+    }
 }
