@@ -67,9 +67,11 @@ struct StepWindow {
     handlers_ns: u64,
     /// What the steps were accounted at.
     accounted_ns: u64,
-    /// Another handler ran in between (a tick whose period ran out inside
-    /// the burst): the window's time is not the steps' alone.
-    broken: bool,
+    /// Opened by the burst's first step and still whole: no other handler
+    /// ran in between (a tick whose period ran out inside the burst), so
+    /// the window's time is the steps' alone. A step outside any burst's
+    /// window (none open) times nothing.
+    timed: bool,
 }
 
 /// How far one burst may move the learned step round trip: its measured
@@ -107,7 +109,7 @@ impl Clock {
     pub fn enter(&mut self, entry_ns: u64) {
         let since = if self.exit_ns == 0 { 0 } else { entry_ns.saturating_sub(self.exit_ns) };
         self.interval_ns = since.saturating_sub(std::mem::take(&mut self.stepped_ns));
-        self.window.broken = true;
+        self.window.timed = false;
     }
 
     /// A software sample found the program exactly where the last handler
@@ -167,7 +169,7 @@ impl Clock {
     /// at: the learned round trip plus the handler.
     pub fn step(&mut self, first: bool, handler_ns: u64) -> u64 {
         if first {
-            self.window = StepWindow { start_ns: self.exit_ns, broken: self.exit_ns == 0, ..Default::default() };
+            self.window = StepWindow { start_ns: self.exit_ns, timed: self.exit_ns != 0, ..Default::default() };
         }
         let cost = self.step_gap_ns as u64 + handler_ns;
         let w = &mut self.window;
@@ -185,7 +187,7 @@ impl Clock {
     /// time takes too; 0 if the burst could not be timed.
     pub fn burst_ended(&mut self, now_ns: u64) -> i64 {
         let w = std::mem::take(&mut self.window);
-        if w.broken || w.steps == 0 || now_ns <= w.start_ns {
+        if !w.timed || w.steps == 0 || now_ns <= w.start_ns {
             return 0;
         }
         let outside = (now_ns - w.start_ns).saturating_sub(w.handlers_ns) as f64 / w.steps as f64;
@@ -328,6 +330,10 @@ mod tests {
         sample(&mut c, 1_100_000, 1_110_000);
         c.step(false, 2_000);
         assert_eq!(c.burst_ended(1_200_000), 0);
+        assert_eq!(c.step_gap_ns(), 30_000.0);
+        // A step with no burst's first step before it times nothing.
+        c.step(false, 2_000);
+        assert_eq!(c.burst_ended(1_300_000), 0);
         assert_eq!(c.step_gap_ns(), 30_000.0);
         // The next burst opens a window of its own.
         let (fix, _) = burst(&mut c, 2_000_000, 10, 15_000);

@@ -221,8 +221,9 @@ impl ThreadState {
         }
         self.in_handler.store(true, Ordering::Release);
         if event == Event::Step {
-            // No clock system calls per step: the handler is timed with the
-            // cycle counter, the round trip is the calibrated one.
+            // No clock system call per step: the handler is timed with the
+            // cycle counter and the round trip is the clock's estimate,
+            // which the burst's last step corrects with one clock read.
             let c0 = task::cycles();
             let first = self.burst.first_step();
             if let Some(map) = crate::modules::current() {
