@@ -164,17 +164,14 @@ impl Page<'_> {
         let cost = if c.engine_ns > 0 {
             // Where it went, when the profile says (builds before these
             // counters wrote none).
-            let parts: Vec<String> = [(c.tick_ns, "ticks"), (c.step_ns, "single steps"), (c.trap_ns, "traps")]
-                .iter()
-                .filter(|(ns, _)| *ns > 0)
-                .map(|&(ns, what)| match what {
-                    // Each step timed by its burst: what one cost here.
-                    "single steps" if c.steps > 0 => {
-                        format!("{} at single steps of {:.1} µs", duration(ns), ns as f64 / c.steps as f64 / 1e3)
-                    }
-                    _ => format!("{} at {what}", duration(ns)),
-                })
-                .collect();
+            // Each step is timed by its burst: what one cost here.
+            let per_step = if c.steps > 0 { format!(" of {:.1} µs", c.step_ns as f64 / c.steps as f64 / 1e3) } else { String::new() };
+            let parts: Vec<String> =
+                [(c.tick_ns, "ticks", String::new()), (c.step_ns, "single steps", per_step), (c.trap_ns, "traps", String::new())]
+                    .iter()
+                    .filter(|(ns, ..)| *ns > 0)
+                    .map(|(ns, what, each)| format!("{} at {what}{each}", duration(*ns)))
+                    .collect();
             let split = if parts.is_empty() { String::new() } else { format!(" ({})", parts.join(", ")) };
             format!("; cost {} of CPU in witch's handlers and the kernel's trap and signal paths{split}", duration(c.engine_ns))
         } else {
