@@ -33,6 +33,15 @@ pub const DEFAULT_BURST_PICKS: u32 = 8;
 /// Whether a burst picks its accesses in proportion to their bytes by
 /// default (otherwise each access alike; docs/ACCURACY.md compares them).
 pub const DEFAULT_BURST_PICK_BYTES: bool = false;
+/// Instructions a burst window runs from the code cache by default (see
+/// `engine::window`). A window's instructions cost nanoseconds each in the
+/// cache, so the budget pays mostly for its picks: a long window costs
+/// little more than a short one and sees more of the code around where it
+/// starts (docs/ACCURACY.md measures the lengths).
+pub const DEFAULT_WINDOW_INSTRUCTIONS: u32 = 8192;
+/// Picks a window expects by default: each costs an exit, a single step and
+/// usually a trap later, tens of µs in a VM.
+pub const DEFAULT_WINDOW_PICKS: f64 = 8.0;
 /// Default overhead budget of the software sampler's bursts: the engine's
 /// own share of the program's CPU time, in percent.
 pub const DEFAULT_OVERHEAD_PERCENT: f64 = 3.0;
@@ -103,6 +112,8 @@ pub mod keys {
     pub const BURST_PICK: &str = "WITCH_BURST_PICK";
     pub const BURST_MIN: &str = "WITCH_BURST_MIN";
     pub const BURST_SYSCALL: &str = "WITCH_BURST_SYSCALL";
+    pub const WINDOW: &str = "WITCH_WINDOW";
+    pub const WINDOW_PICKS: &str = "WITCH_WINDOW_PICKS";
     pub const OVERHEAD: &str = "WITCH_OVERHEAD";
     pub const ONLY_PID: &str = "WITCH_ONLY_PID";
     pub const EXE: &str = "WITCH_EXE";
@@ -143,6 +154,11 @@ pub struct Config {
     /// Experimental: begin bursts also at ticks that land right after a
     /// system call (whose period ran out in the kernel).
     pub burst_after_syscall: bool,
+    /// Instructions per window of the code-cache burst engine (0: single-step
+    /// bursts, the fallback); None: the default.
+    pub window: Option<u32>,
+    /// Picks a window expects; None: the default.
+    pub window_picks: Option<f64>,
     /// Overhead budget of bursts, percent of program CPU time (0: no
     /// limit); None: the default.
     pub overhead_percent: Option<f64>,
@@ -176,6 +192,8 @@ impl Config {
             burst_pick_bytes: None,
             burst_min_steps: None,
             burst_after_syscall: false,
+            window: None,
+            window_picks: None,
             overhead_percent: None,
             only_pid: None,
             exe_names: Vec::new(),
@@ -203,6 +221,10 @@ impl Config {
         self.burst_pick_bytes = get(keys::BURST_PICK).and_then(|v| pick_by_bytes(&v));
         self.burst_min_steps = get(keys::BURST_MIN).and_then(|v| v.parse::<u64>().ok()).map(|n| n.min(1 << 20) as u32);
         self.burst_after_syscall = get(keys::BURST_SYSCALL).as_deref() == Some("keep");
+        if self.window.is_none() {
+            self.window = get(keys::WINDOW).and_then(|v| v.parse::<u64>().ok()).map(|n| n.min(1 << 30) as u32);
+        }
+        self.window_picks = get(keys::WINDOW_PICKS).and_then(|v| parse_picks(&v));
         if self.overhead_percent.is_none() {
             self.overhead_percent = get(keys::OVERHEAD).and_then(|v| parse_percent(&v));
         }
@@ -252,6 +274,12 @@ impl Config {
         }
         if self.burst_after_syscall {
             v.push((keys::BURST_SYSCALL, "keep".into()));
+        }
+        if let Some(n) = self.window {
+            v.push((keys::WINDOW, n.to_string()));
+        }
+        if let Some(m) = self.window_picks {
+            v.push((keys::WINDOW_PICKS, m.to_string()));
         }
         if let Some(p) = self.overhead_percent {
             v.push((keys::OVERHEAD, p.to_string()));
@@ -319,6 +347,10 @@ impl Config {
             burst_pick_bytes: get(keys::BURST_PICK).and_then(|v| pick_by_bytes(&v)),
             burst_min_steps: num(keys::BURST_MIN)?.map(|n| n.min(1 << 20) as u32),
             burst_after_syscall: get(keys::BURST_SYSCALL).as_deref() == Some("keep"),
+            window: num(keys::WINDOW)?.map(|n| n.min(1 << 30) as u32),
+            window_picks: get(keys::WINDOW_PICKS)
+                .map(|v| parse_picks(&v).ok_or(format!("{}: bad number of picks {v:?}", keys::WINDOW_PICKS)))
+                .transpose()?,
             overhead_percent: get(keys::OVERHEAD)
                 .map(|v| parse_percent(&v).ok_or(format!("{}: bad percentage {v:?}", keys::OVERHEAD)))
                 .transpose()?,
@@ -335,6 +367,11 @@ fn pick_by_bytes(v: &str) -> Option<bool> {
         "access" | "accesses" => Some(false),
         _ => None,
     }
+}
+
+/// Picks per window: a finite number from 0.01 to 64.
+fn parse_picks(s: &str) -> Option<f64> {
+    s.trim().parse::<f64>().ok().filter(|p| p.is_finite() && (0.01..=64.0).contains(p))
 }
 
 /// An overhead budget in percent ("3", "3%", "0.5"): finite, 0 to 100.
@@ -380,6 +417,8 @@ mod tests {
         c.burst_pick_bytes = Some(false);
         c.burst_min_steps = Some(24);
         c.burst_after_syscall = true;
+        c.window = Some(2048);
+        c.window_picks = Some(1.5);
         c.only_pid = Some(4242);
         c.exe_names = vec!["app".into(), "helper".into()];
         let back = Config::from_lines(&c.to_lines()).unwrap().unwrap();

@@ -482,6 +482,8 @@ impl Exact {
                 weight_unit: Some(profile::ValueUnit::Bytes),
                 burst_steps: 0,
                 burst_picks: 0,
+                window_instructions: 0,
+                window_picks: 0.0,
                 overhead_percent: None,
             },
             replacement: "none".into(),

@@ -161,6 +161,13 @@ pub struct Sampler {
     /// Accesses picked per burst.
     #[serde(default)]
     pub burst_picks: u32,
+    /// Instructions per burst window run from the code cache (0: bursts
+    /// are single-stepped, or none).
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub window_instructions: u32,
+    /// Picks a window expects.
+    #[serde(default, skip_serializing_if = "is_zero_f")]
+    pub window_picks: f64,
     /// The bursts' overhead budget, percent of the program's CPU time (0:
     /// no limit; None: no bursts, or a profile from before budgets).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -270,6 +277,51 @@ pub struct Counters {
     /// pay for the shortest burst; their time went to the next burst.
     #[serde(default)]
     pub ticks_skipped: u64,
+    /// The part of `engine_ns` spent running copies in the code cache
+    /// (burst windows), the program's own instructions included.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_ns: u64,
+    /// The part spent at the cache's exits (a window's picks, its end,
+    /// translating blocks).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub exit_ns: u64,
+    /// Burst windows run from the code cache (they count in `bursts` too).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub windows: u64,
+    /// Instructions they ran, and the accesses of the craft's kind among them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub window_instructions: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub window_accesses: u64,
+    /// Picks the windows stepped.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub window_picks: u64,
+    /// Windows that ended before their instructions ran out (a system call,
+    /// code the cache does not run).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub windows_cut: u64,
+    /// The shortest and longest window (instructions).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub window_shortest: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub window_longest: u64,
+    /// Blocks translated into the code cache, and times it was emptied.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_blocks: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_flushes: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+fn is_zero32(v: &u32) -> bool {
+    *v == 0
+}
+
+fn is_zero_f(v: &f64) -> bool {
+    *v == 0.0
 }
 
 impl Counters {
@@ -303,6 +355,21 @@ impl Counters {
         self.tick_ns += o.tick_ns;
         self.step_ns += o.step_ns;
         self.trap_ns += o.trap_ns;
+        self.cache_ns += o.cache_ns;
+        self.exit_ns += o.exit_ns;
+        self.windows += o.windows;
+        self.window_instructions += o.window_instructions;
+        self.window_accesses += o.window_accesses;
+        self.window_picks += o.window_picks;
+        self.windows_cut += o.windows_cut;
+        self.window_shortest = match (self.window_shortest, o.window_shortest) {
+            (0, b) => b,
+            (a, 0) => a,
+            (a, b) => a.min(b),
+        };
+        self.window_longest = self.window_longest.max(o.window_longest);
+        self.cache_blocks += o.cache_blocks;
+        self.cache_flushes += o.cache_flushes;
     }
 }
 

@@ -555,7 +555,13 @@ fn teardown(deliver: Option<&str>) {
     // A signal of ours still pending would reach the program's disposition
     // (the default kills): keep our handler for it, passing on anything else.
     std::thread::sleep(Duration::from_millis(5));
-    let keep = pending_signals();
+    let mut keep = pending_signals();
+    // A thread still in a burst window (stopped there) leaves it through
+    // our SIGTRAP handler: keep it.
+    // SAFETY: only the window's atomic flag is read; states live until `clear`.
+    if AGENT.threads.slots().iter().any(|s| unsafe { s.state().as_ref() }.is_some_and(|t| t.window.busy.load(Ordering::Acquire))) {
+        keep.push(libc::SIGTRAP);
+    }
     handlers::restore_attached(&keep);
     // A stack still installed that could not be parked stays mapped (leaked).
     AGENT.threads.clear(holding);

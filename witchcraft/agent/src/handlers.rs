@@ -32,6 +32,10 @@ const TRAP_FLAG: i64 = 0x100;
 pub const FATAL: [i32; 8] =
     [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGABRT, libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE];
 
+/// Faults a copy in the code cache may raise as the native instruction
+/// would: the program's handlers for them run behind [`on_fault`].
+pub const FAULTS: [i32; 4] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL];
+
 /// The attached agent's control signal. Above the sampler's signal, so a
 /// thread handles any pending sample (and SIGTRAP) before it.
 pub fn control_signal() -> i32 {
@@ -84,6 +88,7 @@ pub fn install_preloaded() {
     let sa = action(on_signal, true);
     take(libc::SIGTRAP, &sa);
     take(sampler_signal(), &sa);
+    guard_existing();
     for sig in FATAL {
         // SAFETY: sigaction is plain data.
         let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
@@ -97,6 +102,81 @@ pub fn install_preloaded() {
             PROGRAM.set_fatal_hook(sig, true);
         }
     }
+}
+
+/// The program asks for `act` on fault signal `sig` (see [`FAULTS`]): a
+/// handler of its own is installed behind [`on_fault`], with its own flags
+/// and mask (so it runs on the stack it chose, as often as it chose);
+/// anything else as asked. Returns what the C library's `sigaction` did.
+pub fn guard(sig: i32, act: &libc::sigaction) -> i32 {
+    let handler = act.sa_sigaction;
+    if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+        PROGRAM.set_guarded(sig, false);
+        // SAFETY: the program's own disposition, installed as asked.
+        return unsafe { real_sigaction()(sig, act, std::ptr::null_mut()) };
+    }
+    PROGRAM.set_action(sig, act);
+    let mut ours = *act;
+    ours.sa_sigaction = on_fault as *const () as usize;
+    ours.sa_flags |= libc::SA_SIGINFO;
+    // SAFETY: installs our wrapper with the program's flags and mask.
+    let r = unsafe { real_sigaction()(sig, &ours, std::ptr::null_mut()) };
+    PROGRAM.set_guarded(sig, r == 0);
+    r
+}
+
+/// Guard the fault handlers the program installed before the agent
+/// started (preloaded).
+pub fn guard_existing() {
+    for sig in FAULTS {
+        // SAFETY: sigaction is plain data.
+        let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: queries the current disposition.
+        unsafe { real_sigaction()(sig, std::ptr::null(), &mut cur) };
+        let ours = cur.sa_sigaction == on_fault as *const () as usize || cur.sa_sigaction == on_fatal as *const () as usize;
+        if !ours && cur.sa_sigaction != libc::SIG_DFL && cur.sa_sigaction != libc::SIG_IGN {
+            guard(sig, &cur);
+        }
+    }
+}
+
+/// A fault whose handler the program chose (see [`guard`]). A thread that
+/// faulted in a copy in its code cache is first put back at the native
+/// instruction, with its own registers and signal mask (and the mask its
+/// handler asked for now, so a `longjmp` out of the handler leaves the
+/// mask as natively); then the program's handler runs as it would have.
+pub extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
+    let ucp = uc as *mut libc::ucontext_t;
+    if let (Some(engine), Some(slot)) = (AGENT.engine(), AGENT.current()) {
+        // SAFETY: the slot's state is this thread's (see `dispatch`).
+        if let Some(ts) = unsafe { slot.state().as_mut() } {
+            if ts.window.active() {
+                // SAFETY: `uc` is the kernel's context for this signal.
+                let left = slot.engine_handler(|| unsafe { ts.leave_cache_at_fault(engine, ucp) });
+                if left {
+                    let sa = PROGRAM.action(sig);
+                    // SAFETY: `ucp` is the kernel's context; the sets are plain data.
+                    unsafe {
+                        let mut mask = (*ucp).uc_sigmask;
+                        for s in 1..crate::program::NSIG as i32 {
+                            if libc::sigismember(&sa.sa_mask, s) == 1 {
+                                libc::sigaddset(&mut mask, s);
+                            }
+                        }
+                        if sa.sa_flags & libc::SA_NODEFER == 0 {
+                            libc::sigaddset(&mut mask, sig);
+                        }
+                        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &mask as *const libc::sigset_t, 0usize, 8usize);
+                    }
+                }
+            }
+        }
+    }
+    if PROGRAM.action(sig).sa_flags & libc::SA_RESETHAND != 0 {
+        // The kernel reset the disposition on delivery: so does the program's view.
+        PROGRAM.set_guarded(sig, false);
+    }
+    chain(sig, info, uc);
 }
 
 /// Give back the default action of the fatal signals a hook took (a
@@ -189,22 +269,20 @@ fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -> 
     // SAFETY: `info` is the kernel's siginfo for this signal.
     let Some(event) = (unsafe { engine::classify(sig, info, ts.as_deref()) }) else { return false };
     let (Some(slot), Some(ts)) = (slot, ts) else { return true };
+    let ends_burst = matches!(event, engine::Event::Step | engine::Event::CacheExit);
     if AGENT.sandboxed() {
         // Under a seccomp filter now: nothing that makes a system call (a
         // signal of ours still pending when the session ended).
-        if event == engine::Event::Step {
-            // SAFETY: `uc` is the kernel's context; only its trap flag is cleared.
-            unsafe { (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] &= !TRAP_FLAG };
-            ts.burst.reset();
+        if ends_burst {
+            drop_burst(ts, uc);
         }
         return true;
     }
-    if event == engine::Event::Step && (AGENT.stopping() || slot.phase() != Phase::Adopted || !ts.active.load(Ordering::Acquire)) {
-        // A burst the engine will not finish: stop stepping here, or the
-        // thread would go on single-stepping into the program's SIGTRAP.
-        // SAFETY: `uc` is the kernel's context; only its trap flag is cleared.
-        unsafe { (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] &= !TRAP_FLAG };
-        ts.burst.reset();
+    if ends_burst && (AGENT.stopping() || slot.phase() != Phase::Adopted || !ts.active.load(Ordering::Acquire)) {
+        // A burst the engine will not finish: stop stepping here (or the
+        // thread would go on single-stepping into the program's SIGTRAP),
+        // and leave the code cache for the native code it stands for.
+        drop_burst(ts, uc);
         return true;
     }
     if AGENT.mode() == Mode::Attached {
@@ -230,6 +308,19 @@ fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -> 
         slot.engine_handler(|| unsafe { ts.handle(engine, event, uc) });
     }
     true
+}
+
+/// Stop a burst the engine will not finish: clear the trap flag, and if
+/// the thread runs in its code cache, put it back at the native code with
+/// its own signal mask. No system call.
+fn drop_burst(ts: &mut engine::ThreadState, uc: *mut libc::ucontext_t) {
+    // SAFETY: `uc` is the kernel's context; only its trap flag, and for a
+    // window its PC and signal mask, change.
+    unsafe {
+        (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] &= !TRAP_FLAG;
+        ts.leave_cache(uc);
+    }
+    ts.burst.reset();
 }
 
 /// Ask this thread to run [`on_control`] when this handler returns (the

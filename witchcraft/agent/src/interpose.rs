@@ -480,6 +480,29 @@ pub unsafe extern "C" fn sigaction(sig: libc::c_int, act: *const libc::sigaction
         }
         return 0;
     }
+    if crate::handlers::FAULTS.contains(&sig) && crate::state::AGENT.mode() == crate::state::Mode::Preloaded {
+        // A fault handler of the program's runs behind the agent's guard,
+        // which the program never sees.
+        let guarded = PROGRAM.guarded(sig);
+        let hooked = PROGRAM.fatal_hook(sig);
+        if !old.is_null() {
+            // SAFETY: the caller's pointer to a sigaction to fill.
+            unsafe {
+                if guarded {
+                    *old = PROGRAM.action(sig);
+                } else if real(sig, std::ptr::null(), old) == 0 && hooked {
+                    (*old).sa_sigaction = libc::SIG_DFL;
+                    (*old).sa_flags = 0;
+                }
+            }
+        }
+        if act.is_null() {
+            return 0;
+        }
+        PROGRAM.set_fatal_hook(sig, false);
+        // SAFETY: the caller's pointer to a sigaction to read.
+        return crate::handlers::guard(sig, unsafe { &*act });
+    }
     if PROGRAM.fatal_hook(sig) {
         // Our fatal-signal hook is invisible: the program sees SIG_DFL.
         // SAFETY: the caller's arguments, passed on.

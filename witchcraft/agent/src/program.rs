@@ -100,12 +100,18 @@ pub struct Program {
     /// A fatal signal whose default action the agent replaced by a handler
     /// that writes the profile first (preloaded); the program sees SIG_DFL.
     fatal_hook: [AtomicBool; NSIG],
+    /// A fault signal whose handler the program chose runs behind the
+    /// agent's guard (which first puts a thread that faulted in the code
+    /// cache back at the native instruction); the program's choice is in
+    /// `actions` and is what it sees.
+    guarded: [AtomicBool; NSIG],
 }
 
 pub static PROGRAM: Program = Program {
     actions: [const { Disposition::new() }; NSIG],
     owned: [const { AtomicBool::new(false) }; NSIG],
     fatal_hook: [const { AtomicBool::new(false) }; NSIG],
+    guarded: [const { AtomicBool::new(false) }; NSIG],
 };
 
 fn index(sig: i32) -> Option<usize> {
@@ -139,6 +145,14 @@ impl Program {
     pub fn set_fatal_hook(&self, sig: i32, yes: bool) {
         if let Some(i) = index(sig) {
             self.fatal_hook[i].store(yes, Ordering::Release);
+        }
+    }
+    pub fn guarded(&self, sig: i32) -> bool {
+        index(sig).is_some_and(|i| self.guarded[i].load(Ordering::Acquire))
+    }
+    pub fn set_guarded(&self, sig: i32, yes: bool) {
+        if let Some(i) = index(sig) {
+            self.guarded[i].store(yes, Ordering::Release);
         }
     }
 }

@@ -5,8 +5,10 @@ use crate::calibrate;
 use crate::state::AGENT;
 use witchcraft::config::{
     Config, DEFAULT_BURST_PICKS, DEFAULT_BURST_PICK_BYTES, DEFAULT_BURST_STEPS, DEFAULT_OVERHEAD_PERCENT, DEFAULT_SOFTWARE_PERIOD_NS,
+    DEFAULT_WINDOW_INSTRUCTIONS, DEFAULT_WINDOW_PICKS,
 };
 use witchcraft::engine::budget::{HeadStart, HEAD_START_NS};
+use witchcraft::engine::window::WindowSettings;
 use witchcraft::engine::{BurstSettings, Engine, SamplerKind};
 use witchcraft::modules;
 use witchcraft::sys::procfs;
@@ -64,6 +66,10 @@ pub fn make_engine(cfg: Config, install: fn()) -> Engine {
                 (Some(n), _) => Some(n),
             },
             after_syscall: cfg.burst_after_syscall,
+            window: match cfg.window.unwrap_or(DEFAULT_WINDOW_INSTRUCTIONS) {
+                0 => None,
+                n => Some(WindowSettings { instructions: n, picks: cfg.window_picks.unwrap_or(DEFAULT_WINDOW_PICKS) }),
+            },
         }),
     };
     Engine {

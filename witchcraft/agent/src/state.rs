@@ -281,12 +281,13 @@ impl Agent {
         }
         let me = task::gettid();
         for _ in 0..1000 {
-            // SAFETY: as above; `in_handler` is an atomic.
-            let busy = self
-                .threads
-                .slots()
-                .iter()
-                .any(|s| s.tid() != me && unsafe { s.state().as_ref() }.is_some_and(|t| t.in_handler.load(Ordering::Acquire)));
+            // A thread in its handlers, or running a burst window from its
+            // code cache (which ends at its next exit, through a handler).
+            let busy = self.threads.slots().iter().any(|s| {
+                // SAFETY: as above; `in_handler` and `busy` are atomics.
+                let ts = unsafe { s.state().as_ref() };
+                s.tid() != me && ts.is_some_and(|t| t.in_handler.load(Ordering::Acquire) || t.window.busy.load(Ordering::Acquire))
+            });
             if !busy {
                 break;
             }

@@ -387,10 +387,15 @@ impl ThreadTable {
     pub fn clear(&self, keep_stack: impl Fn(&Slot) -> bool) {
         for s in self.slots() {
             let p = s.state.swap(std::ptr::null_mut(), Ordering::AcqRel);
-            if !p.is_null() {
+            // SAFETY: `p` is null or made by `add` with Box::into_raw; only
+            // the window's atomic flag is read.
+            let in_window = unsafe { p.as_ref() }.is_some_and(|t| t.window.busy.load(Ordering::Acquire));
+            if !p.is_null() && !in_window {
                 // SAFETY: made by `add` with Box::into_raw, and taken out of the table above.
                 drop(unsafe { Box::from_raw(p) });
             }
+            // A thread still in a burst window (stopped there, say) runs in
+            // its state's code cache: that state is leaked, not freed.
             let keep = keep_stack(s);
             let alt = s.alt.swap(0, Ordering::AcqRel);
             if alt != 0 && !keep {

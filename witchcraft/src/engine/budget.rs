@@ -104,7 +104,7 @@ impl Budget {
     /// `max` if smaller), and whether the budget paid for fewer than that;
     /// with a floor, 0 (no burst) while the account cannot pay for it.
     pub fn steps(&mut self, program_ns: f64, engine_ns: u64, max: u32, head: &HeadStart) -> (u32, bool) {
-        self.settle(program_ns, engine_ns, max);
+        self.settle(program_ns, engine_ns, 2.0 * max as f64 * self.step_ns);
         if self.fraction == 0.0 {
             return (max, false);
         }
@@ -142,19 +142,55 @@ impl Budget {
     /// length.
     pub fn earn(&mut self, program_ns: f64, engine_ns: u64, max: u32) {
         if self.floor.is_some() {
-            self.settle(program_ns, engine_ns, max);
+            self.settle(program_ns, engine_ns, 2.0 * max as f64 * self.step_ns);
+        }
+    }
+
+    /// A tick that may begin a burst window from the code cache: how many
+    /// `unit_ns` the account pays for, at most `max` (a window costs one
+    /// unit, an exit and its share of the tick, plus one per pick: its exit,
+    /// single step, unwinding and later trap). With a floor (the default
+    /// period), a tick the account cannot pay two units for (a window with
+    /// one pick) begins none, drawing on the head start first; without one
+    /// (a period the user chose) every tick gets two, past the budget if it
+    /// must (the second value says so). The account saves up at most `max`
+    /// units. With no budget, `max`.
+    pub fn window(&mut self, program_ns: f64, engine_ns: u64, unit_ns: f64, max: u32, head: &HeadStart) -> (u32, bool) {
+        let unit = unit_ns.max(1.0);
+        self.settle(program_ns, engine_ns, max as f64 * unit);
+        if self.fraction == 0.0 {
+            return (max, false);
+        }
+        let mut n = (self.credit_ns / unit).floor().max(0.0);
+        if n < max as f64 && self.floor.is_some() {
+            let lent = head.draw((max as f64 * unit - self.credit_ns).ceil() + 1.0);
+            self.loan_ns += lent;
+            self.credit_ns += lent;
+            n = (self.credit_ns / unit).floor().max(0.0);
+        }
+        match n as u32 {
+            n if n >= 2 => (n.min(max), false),
+            _ if self.floor.is_some() => (0, false),
+            _ => (2, true),
+        }
+    }
+
+    /// [`Budget::earn`] for windows: `unit_ns` and `max` as in [`Budget::window`].
+    pub fn earn_window(&mut self, program_ns: f64, engine_ns: u64, unit_ns: f64, max: u32) {
+        if self.floor.is_some() {
+            self.settle(program_ns, engine_ns, max as f64 * unit_ns.max(1.0));
         }
     }
 
     /// Credit the budget's share of `program_ns`, debit what the engine
-    /// spent since the last settling (`engine_ns` in all so far).
-    fn settle(&mut self, program_ns: f64, engine_ns: u64, max: u32) {
+    /// spent since the last settling (`engine_ns` in all so far); the
+    /// account saves up at most `cap` ns.
+    fn settle(&mut self, program_ns: f64, engine_ns: u64, cap: f64) {
         let spent = engine_ns.saturating_sub(self.spent_mark_ns) as f64;
         self.spent_mark_ns = engine_ns;
         if self.fraction == 0.0 {
             return;
         }
-        let cap = 2.0 * max as f64 * self.step_ns;
         let earned = self.fraction * program_ns.max(0.0);
         let repaid = self.loan_ns.min(earned / 2.0);
         self.loan_ns -= repaid;

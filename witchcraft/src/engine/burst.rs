@@ -74,6 +74,9 @@ pub struct BurstSettings {
     pub min_steps: Option<u32>,
     /// Begin bursts at ticks right after a system call too.
     pub after_syscall: bool,
+    /// Run bursts as windows from the code cache (see [`super::window`]);
+    /// None: single steps.
+    pub window: Option<super::window::WindowSettings>,
 }
 
 /// What a burst's pick stands for: the program time of its tick, in
@@ -174,6 +177,10 @@ pub struct Burst {
     picks: [Option<Candidate>; MAX_PICKS],
     intercepts: [Option<Intercept>; MAX_SLOTS],
     rng: SmallRng,
+    /// A window's pick: the picked access is the nth of the craft's kind
+    /// that the stepped instruction makes, and it stands for this weight
+    /// (see `super::window`); None: the burst's reservoir picks.
+    forced: Option<(u32, f64)>,
 }
 
 impl Burst {
@@ -192,6 +199,7 @@ impl Burst {
             picks: [None; MAX_PICKS],
             intercepts: [None; MAX_SLOTS],
             rng: SmallRng::seed_from_u64(seed ^ 0xb0b5_7ea1),
+            forced: None,
         }
     }
 
@@ -204,6 +212,7 @@ impl Burst {
     /// child's belongs to its parent).
     pub fn reset(&mut self) {
         self.active = false;
+        self.forced = None;
         self.carried = 0.0;
         self.picks = [None; MAX_PICKS];
         self.intercepts = [None; MAX_SLOTS];
@@ -360,6 +369,27 @@ impl ThreadState {
             }
             _ => {}
         }
+        if let (Some(ws), true) = (settings.window, self.window.usable()) {
+            let unit = self.window.unit_ns(engine);
+            let (units, starved) = self.burst.budget.window(program_ns, spent, unit, ws.max_units(), &engine.head_start);
+            if units == 0 {
+                self.burst.carried += weight;
+                self.record.counters.ticks_skipped += 1;
+                return;
+            }
+            if starved {
+                self.record.counters.bursts_over_budget += 1;
+            }
+            let combined = weight + std::mem::take(&mut self.burst.carried);
+            let plan = super::window::Plan { weight: combined, settings: ws, picks: units - 1 };
+            // SAFETY: forwarded from the caller.
+            if unsafe { self.begin_window(engine, map, regs, plan, uc) } {
+                return;
+            }
+            // The cache cannot take this one: a single-step burst instead,
+            // with the time carried so far.
+            self.burst.carried = combined - weight;
+        }
         let b = &mut self.burst;
         let (limit, starved) = b.budget.steps(program_ns, spent, settings.steps, &engine.head_start);
         if limit == 0 {
@@ -390,13 +420,56 @@ impl ThreadState {
         }
     }
 
+    /// A window's pick (see `super::window`): single-step the instruction
+    /// at `regs.rip`, whose `nth` access of the craft's kind is the pick,
+    /// standing for `weight`, with the burst machinery (a burst of one
+    /// step). False if the instruction cannot be stepped.
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    pub(crate) unsafe fn begin_pick_step(
+        &mut self,
+        engine: &Engine,
+        map: &ProcessMap,
+        regs: &Regs,
+        nth: u32,
+        weight: f64,
+        uc: *mut libc::ucontext_t,
+    ) -> bool {
+        let b = &mut self.burst;
+        b.active = true;
+        b.limit = 1;
+        b.steps = 0;
+        b.steps_at_tick = 0;
+        b.seen = 0;
+        b.bytes = 0;
+        b.time_weight = weight;
+        b.forced = Some((nth, weight));
+        b.picks = [None; MAX_PICKS];
+        b.intercepts = [None; MAX_SLOTS];
+        let go = self.visit(engine, map, regs);
+        // SAFETY: forwarded from the caller.
+        unsafe { set_trap_flag(uc, go) };
+        if !go {
+            self.burst.active = false;
+            self.burst.forced = None;
+        }
+        go
+    }
+
     /// A tick that begins no burst whatever the account holds: the
     /// program's time since the previous tick (`weight` periods) still
     /// earns the budget its share ([`Budget::earn`]).
     pub(crate) fn earn_without_burst(&mut self, engine: &Engine, weight: f64) {
         if let Some(settings) = engine.burst {
             let spent = self.record.counters.engine_ns;
-            self.burst.budget.earn(weight * engine.period as f64, spent, settings.steps);
+            match settings.window {
+                Some(ws) if self.window.usable() => {
+                    let unit = self.window.unit_ns(engine);
+                    self.burst.budget.earn_window(weight * engine.period as f64, spent, unit, ws.max_units());
+                }
+                _ => self.burst.budget.earn(weight * engine.period as f64, spent, settings.steps),
+            }
         }
     }
 
@@ -490,15 +563,28 @@ impl ThreadState {
         // access with probability its bytes over the bytes seen.
         let settings = engine.burst.unwrap_or_default();
         let m = settings.picks.clamp(1, MAX_PICKS as u32) as u64;
+        let mut nth = 0;
         for a in d.accesses().iter().copied() {
-            if !engine.craft.samples(&a) || self.is_engine_memory(a.addr) {
+            if !engine.craft.samples(&a) {
+                continue;
+            }
+            nth += 1;
+            if self.is_engine_memory(a.addr) {
                 continue;
             }
             let b = &mut self.burst;
             let len = u64::from(a.len.max(1));
             b.seen += 1;
             b.bytes += len;
-            let slots = reservoirs_taking(&mut b.rng, settings.by_bytes, m, b.seen, b.bytes, len);
+            let slots = match b.forced {
+                // A window's pick: exactly the access its countdown named.
+                Some((n, _)) => {
+                    let mut s = [false; MAX_PICKS];
+                    s[0] = nth == n;
+                    s
+                }
+                None => reservoirs_taking(&mut b.rng, settings.by_bytes, m, b.seen, b.bytes, len),
+            };
             if !slots.contains(&true) {
                 continue;
             }
@@ -612,8 +698,11 @@ impl ThreadState {
             BurstWeight::PerStep => b.time_weight * settings.steps.max(1) as f64 / b.steps.max(1) as f64,
             _ => b.time_weight,
         };
+        let forced = b.forced.take();
         let weight_of = |c: &Candidate| {
-            if settings.weight == BurstWeight::PerBurst {
+            if let Some((_, w)) = forced {
+                w
+            } else if settings.weight == BurstWeight::PerBurst {
                 time_weight / m as f64
             } else if settings.by_bytes {
                 bytes / (m as f64 * c.len.max(1) as f64) * time_weight

@@ -55,6 +55,9 @@ pub struct Clock {
     step_gap_ns: f64,
     /// The steps of the burst under way.
     window: StepWindow,
+    /// The last handler returned into the code cache: the time until the
+    /// next handler is the engine's (a window's copies), not the program's.
+    in_cache: bool,
 }
 
 /// The steps of one burst, timed as a whole.
@@ -93,6 +96,7 @@ impl Clock {
             stepped_ns: 0,
             step_gap_ns: step_cost_ns as f64,
             window: StepWindow::default(),
+            in_cache: false,
         }
     }
 
@@ -103,13 +107,27 @@ impl Clock {
         self.interval_ns = 0;
         self.stepped_ns = 0;
         self.window = StepWindow::default();
+        self.in_cache = false;
     }
 
-    /// A handler begins at `entry_ns`.
-    pub fn enter(&mut self, entry_ns: u64) {
+    /// A handler begins at `entry_ns`. Returns the time the thread spent
+    /// in the code cache since the last handler (a window's copies run in
+    /// the engine's time, though they do the program's work: a window's
+    /// few thousand instructions take microseconds natively, and the
+    /// weight of the next window counts only time outside windows).
+    pub fn enter(&mut self, entry_ns: u64) -> u64 {
         let since = if self.exit_ns == 0 { 0 } else { entry_ns.saturating_sub(self.exit_ns) };
         self.interval_ns = since.saturating_sub(std::mem::take(&mut self.stepped_ns));
         self.window.timed = false;
+        if self.in_cache {
+            return std::mem::take(&mut self.interval_ns);
+        }
+        0
+    }
+
+    /// Whether the handler returns into the code cache.
+    pub fn set_in_cache(&mut self, on: bool) {
+        self.in_cache = on;
     }
 
     /// A software sample found the program exactly where the last handler

@@ -10,6 +10,7 @@
 
 pub mod budget;
 pub mod burst;
+pub mod cache;
 pub mod calibrate;
 pub mod clock;
 pub mod sample;
@@ -17,6 +18,7 @@ pub mod sampler;
 pub mod thread;
 pub mod trap;
 pub mod watch;
+pub mod window;
 
 pub use burst::BurstSettings;
 pub use sampler::{Sampler, SamplerKind};
@@ -90,6 +92,8 @@ pub enum Event {
     Trap { slot: usize, flags: u32 },
     /// A single step of this thread's burst.
     Step,
+    /// A copy in this thread's code cache left through an exit (`int3`).
+    CacheExit,
 }
 
 /// Is signal `sig` one of ours, and which? `thread` is the receiving
@@ -117,6 +121,7 @@ pub unsafe fn classify(sig: i32, info: *const libc::siginfo_t, thread: Option<&T
             }
         }
         Origin::Step => thread.filter(|t| t.burst.active).map(|_| Event::Step),
+        Origin::Breakpoint => thread.filter(|t| t.window.active()).map(|_| Event::CacheExit),
         _ => None,
     }
 }

@@ -55,6 +55,8 @@ impl SamplerKind {
             weight_unit: Some(weight_unit),
             burst_steps,
             burst_picks: burst.map_or(0, |b| b.picks),
+            window_instructions: burst.and_then(|b| b.window).map_or(0, |w| w.instructions),
+            window_picks: burst.and_then(|b| b.window).map_or(0.0, |w| w.picks),
             overhead_percent: burst.map(|b| b.budget * 100.0),
         }
     }

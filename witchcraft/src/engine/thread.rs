@@ -11,6 +11,7 @@ use super::burst::Burst;
 use super::clock::Clock;
 use super::sampler::Sampler;
 use super::watch::Watchpoints;
+use super::window::Window;
 use super::{Engine, Event};
 use crate::context::Tree;
 use crate::pair::{ClusterSums, Pairs};
@@ -77,6 +78,8 @@ pub struct ThreadState {
     pub watch: Watchpoints,
     pub clock: Clock,
     pub burst: Burst,
+    /// Bursts run as windows from the code cache.
+    pub window: Window,
     pub record: Record,
     pub scratch: Scratch,
     pub place: Place,
@@ -117,6 +120,7 @@ impl ThreadState {
             watch: Watchpoints::new(engine, seed),
             clock: Clock::new(engine.trap_cost_ns, engine.step_cost_ns),
             burst: Burst::new(seed, engine),
+            window: Window::new(seed),
             record: Record {
                 tree: Tree::with_capacity(TREE_NODES),
                 pairs: Pairs::with_capacity(PAIRS),
@@ -194,6 +198,7 @@ impl ThreadState {
         self.record.clusters = ClusterSums::default();
         self.clock.reset();
         self.burst.reset();
+        self.window.reset();
         self.active.store(false, Ordering::Release);
     }
 
@@ -207,7 +212,10 @@ impl ThreadState {
     pub(crate) fn is_engine_memory(&self, addr: u64) -> bool {
         let inside = |r: (u64, u64)| addr >= r.0 && addr < r.1;
         let me = self as *const Self as u64;
-        inside(self.place.alt_stack) || inside((me, me + std::mem::size_of::<Self>() as u64)) || addr == self.watch.parking_addr()
+        inside(self.place.alt_stack)
+            || inside((me, me + std::mem::size_of::<Self>() as u64))
+            || addr == self.watch.parking_addr()
+            || self.window.cache.contains(addr)
     }
 
     /// Handle one of our signals (see [`super::classify`]) on this thread:
@@ -229,7 +237,18 @@ impl ThreadState {
             if let Some(map) = crate::modules::current() {
                 // SAFETY: forwarded from the caller.
                 unsafe { self.on_step(engine, map, uc) };
+                if !self.burst.active && self.window.phase == super::window::Phase::Step {
+                    // A window's pick was stepped: back into the cache.
+                    // SAFETY: forwarded from the caller.
+                    unsafe { self.resume_window(engine, map, uc) };
+                }
+            } else if self.window.active() {
+                // SAFETY: forwarded from the caller.
+                unsafe { self.leave_cache(uc) };
             }
+            // SAFETY: forwarded from the caller.
+            let rip = unsafe { (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] as u64 };
+            self.clock.set_in_cache(self.window.cache.is_code(rip));
             // The burst's last step reads the clock once, to time the burst.
             let ended = !self.burst.active;
             let now = if ended { task::thread_cpu_ns() } else { 0 };
@@ -246,7 +265,12 @@ impl ThreadState {
             return;
         }
         let entry = task::thread_cpu_ns();
-        self.clock.enter(entry);
+        let cached = self.clock.enter(entry);
+        if cached > 0 {
+            let counters = &mut self.record.counters;
+            counters.engine_ns += cached;
+            counters.cache_ns += cached;
+        }
         let cost = match event {
             Event::Sample => {
                 // SAFETY: forwarded from the caller.
@@ -262,20 +286,39 @@ impl ThreadState {
                 self.record.counters.trap_ns += cost;
                 cost
             }
+            Event::CacheExit => {
+                match crate::modules::current() {
+                    // SAFETY: forwarded from the caller.
+                    Some(map) => unsafe { self.on_cache_exit(engine, map, uc) },
+                    // SAFETY: forwarded from the caller.
+                    None => unsafe { self.leave_cache(uc) },
+                }
+                let cost = self.clock.leave(true, engine.signal_cost_ns, entry, task::thread_cpu_ns());
+                self.record.counters.exit_ns += cost;
+                cost
+            }
             Event::Step => unreachable!("handled above"),
         };
+        // SAFETY: forwarded from the caller.
+        let rip = unsafe { (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] as u64 };
+        self.clock.set_in_cache(self.window.cache.is_code(rip));
         self.record.counters.engine_ns += cost;
         self.in_handler.store(false, Ordering::Release);
     }
 
     /// This thread's part of the profile.
     pub fn to_profile(&self) -> profile::Thread {
-        crate::pair::thread_profile(
-            self.tid as u32,
-            &self.record.tree,
-            &self.record.pairs,
-            self.record.clusters.sums,
-            self.record.counters.clone(),
-        )
+        let mut counters = self.record.counters.clone();
+        let w = &self.window.stats;
+        counters.windows = w.windows;
+        counters.window_instructions = w.instructions;
+        counters.window_accesses = w.accesses;
+        counters.window_picks = w.picks;
+        counters.windows_cut = w.cut;
+        counters.window_shortest = w.shortest;
+        counters.window_longest = w.longest;
+        counters.cache_blocks = self.window.cache.stats.blocks;
+        counters.cache_flushes = self.window.cache.stats.flushes;
+        crate::pair::thread_profile(self.tid as u32, &self.record.tree, &self.record.pairs, self.record.clusters.sums, counters)
     }
 }

@@ -28,8 +28,21 @@ impl ThreadState {
         }
         let Some(map) = modules::current() else { return };
         // SAFETY: forwarded from the caller.
-        let regs = unsafe { Regs::from_ucontext(uc, self.place.fs_base, self.place.gs_base) };
+        let mut regs = unsafe { Regs::from_ucontext(uc, self.place.fs_base, self.place.gs_base) };
         self.clock.resume_at(&regs);
+        // Inside a copy in the code cache: the native instruction and the
+        // registers the program would have there.
+        let in_cache = self.window.cache.is_code(regs.rip);
+        let cached = if in_cache { self.native_view(engine, map, &regs) } else { None };
+        match cached {
+            Some((_, view)) => regs = view,
+            None if in_cache => {
+                self.record.counters.imprecise += 1;
+                self.free(i);
+                return;
+            }
+            None => {}
+        }
         let s = self.watch.slots[i];
         let self_trap = s.self_trap.is_some_and(|own| own.is(regs.rip));
         self.clock.trap(self_trap);
@@ -53,7 +66,16 @@ impl ThreadState {
                 return;
             }
         }
-        let found = precise_pc::recover(map, &mut self.scratch.pc, &mut self.scratch.analyzer, &regs, s.addr, s.len, self.place.stack);
+        let found = match cached {
+            Some((p, view)) => {
+                let mut buf = [0u8; 16];
+                super::sample::code_bytes(map, p.pc, &mut buf)
+                    .and_then(|b| self.scratch.analyzer.decode(b, p.pc, &view, !p.before))
+                    .and_then(|d| precise_pc::overlapping(&d, s.addr, s.len))
+                    .map(|access| precise_pc::TrapAccess { pc: p.pc, access, precise: true })
+            }
+            None => precise_pc::recover(map, &mut self.scratch.pc, &mut self.scratch.analyzer, &regs, s.addr, s.len, self.place.stack),
+        };
         let (pc, access) = match found {
             Some(t) => {
                 if !t.precise {

@@ -47,6 +47,8 @@ pub enum Origin {
     Fd(i32),
     /// A single-step trap.
     Step,
+    /// A breakpoint instruction (`int3`) was executed.
+    Breakpoint,
     /// Anything else: sent by a process, a fault, the program's own.
     Other,
 }
@@ -80,6 +82,8 @@ pub unsafe fn origin(sig: i32, info: *const libc::siginfo_t) -> Origin {
                 Origin::Perf { data: u64_at(UNION_24), flags: unsafe { std::ptr::read_unaligned(raw.add(PERF_FLAGS) as *const u32) } }
             }
             TRAP_TRACE => Origin::Step,
+            // The kernel reports `int3` as SI_KERNEL.
+            libc::SI_KERNEL => Origin::Breakpoint,
             _ => Origin::Other,
         };
     }

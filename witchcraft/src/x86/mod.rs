@@ -5,3 +5,4 @@
 pub mod decode;
 pub mod lbr;
 pub mod precise_pc;
+pub mod translate;

@@ -189,7 +189,7 @@ pub struct TrapAccess {
     pub precise: bool,
 }
 
-fn overlapping(d: &Decoded, addr: u64, len: u64) -> Option<Access> {
+pub(crate) fn overlapping(d: &Decoded, addr: u64, len: u64) -> Option<Access> {
     // Prefer a load when one access reads and another writes the range:
     // the read happens first (e.g. `add [m], r`).
     let mut best: Option<Access> = None;

@@ -155,23 +155,51 @@ impl Page<'_> {
             } else {
                 String::new()
             };
-            self.line(format!(
-                "  bursts    count-proportional: single steps of at most {} instructions, {} picked per burst{budget}{mean}{ticks}",
-                p.sampler.burst_steps,
-                p.sampler.burst_picks.max(1),
-            ))?;
+            if p.sampler.window_instructions > 0 && c.windows > 0 {
+                // Windows run from the code cache: how long they were, and
+                // how many picks each stepped.
+                let mean_len = c.window_instructions as f64 / c.windows as f64;
+                let stepped = c.bursts.saturating_sub(c.windows);
+                let fallback =
+                    if stepped > 0 { format!("; {stepped} single-step bursts where the cache could not run") } else { String::new() };
+                self.line(format!(
+                    "  bursts    count-proportional: windows from the code cache of at most {} instructions (mean {:.0}, {}–{}; {:.0} accesses of the craft's kind each), {:.1} picks each{budget}{ticks}{fallback}",
+                    p.sampler.window_instructions,
+                    mean_len,
+                    c.window_shortest,
+                    c.window_longest,
+                    c.window_accesses as f64 / c.windows as f64,
+                    c.window_picks as f64 / c.windows as f64,
+                ))?;
+            } else {
+                self.line(format!(
+                    "  bursts    count-proportional: single steps of at most {} instructions, {} picked per burst{budget}{mean}{ticks}",
+                    p.sampler.burst_steps,
+                    p.sampler.burst_picks.max(1),
+                ))?;
+            }
         }
         let cost = if c.engine_ns > 0 {
             // Where it went, when the profile says (builds before these
             // counters wrote none).
             // Each step is timed by its burst: what one cost here.
             let per_step = if c.steps > 0 { format!(" of {:.1} µs", c.step_ns as f64 / c.steps as f64 / 1e3) } else { String::new() };
-            let parts: Vec<String> =
-                [(c.tick_ns, "ticks", String::new()), (c.step_ns, "single steps", per_step), (c.trap_ns, "traps", String::new())]
-                    .iter()
-                    .filter(|(ns, ..)| *ns > 0)
-                    .map(|(ns, what, each)| format!("{} at {what}{each}", duration(*ns)))
-                    .collect();
+            let per_instruction = if c.window_instructions > 0 {
+                format!(" ({:.1} ns an instruction)", c.cache_ns as f64 / c.window_instructions as f64)
+            } else {
+                String::new()
+            };
+            let parts: Vec<String> = [
+                (c.tick_ns, "ticks", String::new()),
+                (c.cache_ns, "windows in the code cache", per_instruction),
+                (c.exit_ns, "its exits", String::new()),
+                (c.step_ns, "single steps", per_step),
+                (c.trap_ns, "traps", String::new()),
+            ]
+            .iter()
+            .filter(|(ns, ..)| *ns > 0)
+            .map(|(ns, what, each)| format!("{} at {what}{each}", duration(*ns)))
+            .collect();
             let split = if parts.is_empty() { String::new() } else { format!(" ({})", parts.join(", ")) };
             format!("; cost {} of CPU in witch's handlers and the kernel's trap and signal paths{split}", duration(c.engine_ns))
         } else {

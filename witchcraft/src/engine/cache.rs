@@ -1,0 +1,509 @@
+//! One thread's code cache: the memory its copies of the program's blocks
+//! live in, the tables that find them, and the way back from a copy's
+//! address to the program's own instruction.
+//!
+//! The cache is one anonymous mapping, reserved the first time the thread
+//! begins a window (a system call, so a signal handler may make it) and
+//! touched only as it fills, so a thread that never runs a window costs
+//! nothing and one that does costs what its hot code takes:
+//!
+//! ```text
+//!   data page   slots the copies address RIP-relatively (Slots)
+//!   dispatch    native → copy, direct-mapped, read by the dispatch stub
+//!   index       native → fast and slow copies (open addressing), the handlers'
+//!   records     every copy in address order: its native block and variant
+//!   stubs       the dispatch stub; room for a partial `rep`; scratch
+//!   code        the copies, one after another
+//! ```
+//!
+//! Copies are kept across windows while the module map they were made
+//! against stays current: a `dlopen` or `dlclose` (a new map) empties the
+//! cache, and so does running out of room. Only code of the program's
+//! modules is translated, never anonymous memory (a JIT's code) or the
+//! agent's own. The cache belongs to its thread alone: only that thread's
+//! handlers write it, and only that thread runs its copies.
+
+use crate::modules::{self, ProcessMap};
+use crate::sys::mem;
+use crate::x86::translate::{self, Block, Counted, Env, Exit, Host, Point, Request, Slots, Translator, Variant, EXIT_STUB_LEN};
+
+/// Entries of the dispatch table (16 bytes each).
+const DISPATCH_ENTRIES: u32 = 2048;
+/// Entries of the index (24 bytes each): at most half are used.
+const INDEX_ENTRIES: usize = 8192;
+/// Copies the records can hold (24 bytes each).
+const RECORDS: usize = INDEX_ENTRIES;
+/// Bytes for copies.
+const CODE_BYTES: usize = 768 * 1024;
+
+const PAGE: usize = 4096;
+const DATA_AT: usize = 0;
+const DISPATCH_AT: usize = PAGE;
+const INDEX_AT: usize = DISPATCH_AT + DISPATCH_ENTRIES as usize * 16;
+const RECORDS_AT: usize = INDEX_AT + INDEX_ENTRIES * 24;
+const STUBS_AT: usize = RECORDS_AT + RECORDS * 24;
+/// The dispatch stub, then the partial-`rep` area, then scratch for
+/// translating a block again (for its points).
+const REP_AT: usize = STUBS_AT + 512;
+const SCRATCH_AT: usize = STUBS_AT + 1024;
+const CODE_AT: usize = SCRATCH_AT + translate::MAX_BLOCK_BYTES + PAGE;
+/// The whole mapping.
+pub const CACHE_BYTES: usize = CODE_AT + CODE_BYTES;
+
+/// The data page: what the copies read and write besides the program's
+/// memory.
+#[repr(C)]
+#[derive(Default)]
+pub struct Data {
+    pub countdown: i64,
+    pub instr_left: i64,
+    pub save_rax: u64,
+    pub save_rcx: u64,
+    pub save_scratch: u64,
+    pub save_flags: u64,
+    pub target: u64,
+    pub jump: u64,
+    pub table: u64,
+    /// A partial `rep`: the instruction, and the elements it leaves for later.
+    pub rep_native: u64,
+    pub rep_rest: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct IndexEntry {
+    native: u64,
+    fast: u64,
+    slow: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Record {
+    start: u64,
+    native: u64,
+    len: u32,
+    slow: u32,
+}
+
+/// What translating costs and how full the cache got, for the profile.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CacheStats {
+    pub blocks: u64,
+    pub flushes: u64,
+}
+
+pub struct CodeCache {
+    base: *mut u8,
+    /// The mapping could not be made: never try again.
+    failed: bool,
+    code_pos: usize,
+    records: usize,
+    indexed: usize,
+    /// The module map the copies were made against.
+    map_id: usize,
+    translator: Translator,
+    pub stats: CacheStats,
+}
+
+// SAFETY: the mapping is owned by one thread's state; the raw pointer is
+// only dereferenced by that thread (its handlers), see the module docs.
+unsafe impl Send for CodeCache {}
+
+/// Reads code and answers translation's questions about the program.
+struct Program<'a> {
+    map: &'a ProcessMap,
+    own: (u64, u64),
+    index: *const IndexEntry,
+}
+
+impl Host for Program<'_> {
+    fn code(&mut self, pc: u64, out: &mut [u8]) -> usize {
+        let Some(m) = self.map.module(pc) else { return 0 };
+        let n = ((m.end - pc) as usize).min(out.len());
+        if !modules::checked_reads() {
+            // SAFETY: [pc, pc+n) lies inside a module mapped in this process.
+            unsafe { std::ptr::copy_nonoverlapping(pc as *const u8, out.as_mut_ptr(), n) };
+            return n;
+        }
+        // Attached: the map may describe a module unloaded since; read
+        // through the kernel, which fails rather than faults.
+        let mut len = n;
+        while len > 0 {
+            if mem::read_own(pc, &mut out[..len]) {
+                return len;
+            }
+            len /= 2;
+        }
+        0
+    }
+
+    fn translatable(&self, pc: u64) -> bool {
+        self.map.module(pc).is_some() && !(pc >= self.own.0 && pc < self.own.1)
+    }
+
+    fn resolve(&self, native: u64) -> Option<u64> {
+        // SAFETY: `index` points at the cache's INDEX_ENTRIES entries.
+        let e = unsafe { find(self.index, native) }?;
+        (e.fast != 0).then_some(e.fast)
+    }
+}
+
+/// The index entry for `native`, if any.
+///
+/// # Safety
+/// `index` must point at INDEX_ENTRIES readable entries.
+unsafe fn find(index: *const IndexEntry, native: u64) -> Option<IndexEntry> {
+    let mut i = hash(native);
+    for _ in 0..INDEX_ENTRIES {
+        // SAFETY: i < INDEX_ENTRIES.
+        let e = unsafe { *index.add(i) };
+        if e.native == native {
+            return Some(e);
+        }
+        if e.native == 0 {
+            return None;
+        }
+        i = (i + 1) & (INDEX_ENTRIES - 1);
+    }
+    None
+}
+
+fn hash(native: u64) -> usize {
+    (native.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 51) as usize & (INDEX_ENTRIES - 1)
+}
+
+impl Default for CodeCache {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CodeCache {
+    /// Made outside signal handlers (the translator's buffers); the
+    /// mapping comes later ([`CodeCache::ready`]).
+    pub fn new() -> CodeCache {
+        CodeCache {
+            base: std::ptr::null_mut(),
+            failed: false,
+            code_pos: 0,
+            records: 0,
+            indexed: 0,
+            map_id: 0,
+            translator: Translator::new(),
+            stats: CacheStats::default(),
+        }
+    }
+
+    /// Map the cache if it is not yet, and empty it if `map` is not the
+    /// one its copies were made against. False if there is no cache (the
+    /// mapping failed: an address-space limit, or a system that forbids
+    /// writable code). Async-signal-safe.
+    pub fn ready(&mut self, map: &ProcessMap) -> bool {
+        if self.base.is_null() {
+            if self.failed {
+                return false;
+            }
+            // SAFETY: a new private anonymous mapping the kernel places;
+            // checked for failure.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    CACHE_BYTES,
+                    libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                self.failed = true;
+                return false;
+            }
+            self.base = p as *mut u8;
+            let slots = self.slots();
+            self.data().table = self.addr(DISPATCH_AT);
+            let at = self.addr(STUBS_AT);
+            // SAFETY: the stub area is STUBS_AT..REP_AT of the mapping.
+            let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(STUBS_AT), REP_AT - STUBS_AT) };
+            if translate::emit_dispatch(&slots, DISPATCH_ENTRIES, at, out).is_err() {
+                self.release();
+                self.failed = true;
+                return false;
+            }
+            self.map_id = map as *const ProcessMap as usize;
+        }
+        if self.map_id != map as *const ProcessMap as usize {
+            self.flush();
+            self.map_id = map as *const ProcessMap as usize;
+        }
+        true
+    }
+
+    /// Give the mapping back (thread exit, fork child's reset).
+    pub fn release(&mut self) {
+        if !self.base.is_null() {
+            // SAFETY: the mapping `ready` made; no copy runs now (the
+            // caller's thread is in a handler or done with windows).
+            unsafe { libc::munmap(self.base as *mut libc::c_void, CACHE_BYTES) };
+            self.base = std::ptr::null_mut();
+        }
+        self.code_pos = 0;
+        self.records = 0;
+        self.indexed = 0;
+    }
+
+    /// Forget every copy. Only while no copy is under way except at an
+    /// exit (all of them leave the program's registers whole).
+    pub fn flush(&mut self) {
+        if self.base.is_null() {
+            return;
+        }
+        // SAFETY: the dispatch table and index are inside the mapping.
+        unsafe {
+            std::ptr::write_bytes(self.base.add(DISPATCH_AT), 0, INDEX_AT - DISPATCH_AT);
+            std::ptr::write_bytes(self.base.add(INDEX_AT), 0, RECORDS_AT - INDEX_AT);
+        }
+        self.code_pos = 0;
+        self.records = 0;
+        self.indexed = 0;
+        self.stats.flushes += 1;
+    }
+
+    fn addr(&self, off: usize) -> u64 {
+        self.base as u64 + off as u64
+    }
+
+    /// The data page.
+    pub fn data(&mut self) -> &mut Data {
+        // SAFETY: the data page is the mapping's first page, and a Data
+        // fits in it; only this thread reads or writes it.
+        unsafe { &mut *(self.base.add(DATA_AT) as *mut Data) }
+    }
+
+    pub fn has_mapping(&self) -> bool {
+        !self.base.is_null()
+    }
+
+    /// Mapped, or not yet tried.
+    pub fn usable(&self) -> bool {
+        !self.failed
+    }
+
+    fn slots(&self) -> Slots {
+        let d = self.addr(DATA_AT);
+        let f = |o: usize| d + o as u64;
+        Slots {
+            countdown: f(std::mem::offset_of!(Data, countdown)),
+            instr_left: f(std::mem::offset_of!(Data, instr_left)),
+            save_rax: f(std::mem::offset_of!(Data, save_rax)),
+            save_rcx: f(std::mem::offset_of!(Data, save_rcx)),
+            save_scratch: f(std::mem::offset_of!(Data, save_scratch)),
+            save_flags: f(std::mem::offset_of!(Data, save_flags)),
+            target: f(std::mem::offset_of!(Data, target)),
+            jump: f(std::mem::offset_of!(Data, jump)),
+            table: f(std::mem::offset_of!(Data, table)),
+        }
+    }
+
+    /// Is `addr` inside the cache's mapping (its memory is the engine's)?
+    pub fn contains(&self, addr: u64) -> bool {
+        !self.base.is_null() && addr >= self.base as u64 && addr < self.base as u64 + CACHE_BYTES as u64
+    }
+
+    /// Is `addr` in the cache's code (copies and stubs)?
+    pub fn is_code(&self, addr: u64) -> bool {
+        !self.base.is_null() && addr >= self.addr(STUBS_AT) && addr < self.addr(CODE_AT + self.code_pos)
+    }
+
+    fn index(&self) -> *mut IndexEntry {
+        // SAFETY: offset inside the mapping.
+        unsafe { self.base.add(INDEX_AT) as *mut IndexEntry }
+    }
+
+    fn record(&self, i: usize) -> Record {
+        // SAFETY: i < RECORDS, inside the mapping.
+        unsafe { *(self.base.add(RECORDS_AT) as *const Record).add(i) }
+    }
+
+    /// The copy of `native` in `variant`, if made.
+    pub fn lookup(&self, native: u64, variant: Variant) -> Option<u64> {
+        if self.base.is_null() {
+            return None;
+        }
+        // SAFETY: the index's INDEX_ENTRIES entries are in the mapping.
+        let e = unsafe { find(self.index(), native) }?;
+        let a = if variant == Variant::Fast { e.fast } else { e.slow };
+        (a != 0).then_some(a)
+    }
+
+    /// The copy of `native` in `variant`, translated now if need be. On a
+    /// full cache, empties it and tries once more.
+    pub fn get(
+        &mut self,
+        map: &ProcessMap,
+        own: (u64, u64),
+        counted: Counted,
+        native: u64,
+        variant: Variant,
+    ) -> Result<u64, translate::Error> {
+        if let Some(a) = self.lookup(native, variant) {
+            return Ok(a);
+        }
+        match self.translate(map, own, counted, native, variant) {
+            Err(translate::Error::Full) => {
+                self.flush();
+                self.translate(map, own, counted, native, variant)
+            }
+            r => r,
+        }
+    }
+
+    fn translate(
+        &mut self,
+        map: &ProcessMap,
+        own: (u64, u64),
+        counted: Counted,
+        native: u64,
+        variant: Variant,
+    ) -> Result<u64, translate::Error> {
+        if self.code_pos + translate::MAX_BLOCK_BYTES > CODE_BYTES || self.records >= RECORDS || self.indexed * 2 >= INDEX_ENTRIES {
+            return Err(translate::Error::Full);
+        }
+        let slots = self.slots();
+        let at = self.addr(CODE_AT + self.code_pos);
+        let dispatch = self.addr(STUBS_AT);
+        let mut host = Program { map, own, index: self.index() };
+        // SAFETY: the code area from code_pos, MAX_BLOCK_BYTES of it free.
+        let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(CODE_AT + self.code_pos), translate::MAX_BLOCK_BYTES) };
+        let env = Env { slots, counted, dispatch };
+        let b: Block = self.translator.translate(&mut host, &env, Request { native, variant, at, points: false }, out)?;
+        self.code_pos += (b.len as usize).next_multiple_of(16);
+        // SAFETY: records < RECORDS (checked above).
+        unsafe {
+            *(self.base.add(RECORDS_AT) as *mut Record).add(self.records) =
+                Record { start: at, native, len: b.len, slow: (variant == Variant::Slow) as u32 };
+        }
+        self.records += 1;
+        self.insert(native, variant, at);
+        self.stats.blocks += 1;
+        Ok(at)
+    }
+
+    fn insert(&mut self, native: u64, variant: Variant, copy: u64) {
+        let index = self.index();
+        let mut i = hash(native);
+        loop {
+            // SAFETY: i < INDEX_ENTRIES; the index is at most half full.
+            let e = unsafe { &mut *index.add(i) };
+            if e.native == 0 || e.native == native {
+                if e.native == 0 {
+                    self.indexed += 1;
+                }
+                e.native = native;
+                if variant == Variant::Fast {
+                    e.fast = copy;
+                } else {
+                    e.slow = copy;
+                }
+                return;
+            }
+            i = (i + 1) & (INDEX_ENTRIES - 1);
+        }
+    }
+
+    /// Let the dispatch stub find `copy` for `native` from now on.
+    pub fn dispatch_to(&mut self, native: u64, copy: u64) {
+        let i = translate::dispatch_index(native, DISPATCH_ENTRIES);
+        // SAFETY: i < DISPATCH_ENTRIES, inside the mapping.
+        unsafe {
+            let e = self.base.add(DISPATCH_AT + i * 16) as *mut u64;
+            *e = native;
+            *e.add(1) = copy;
+        }
+    }
+
+    /// Aim the rel32 at `at` (in a copy) at `target`.
+    pub fn patch(&mut self, at: u64, target: u64) {
+        if !self.is_code(at) {
+            return;
+        }
+        let rel = target.wrapping_sub(at + 4) as i64 as i32;
+        // SAFETY: `at` is inside the code area (checked), 4 bytes of a
+        // rel32 the translator emitted; this thread is in a handler, so no
+        // copy runs while it changes.
+        unsafe { std::ptr::write_unaligned(at as *mut i32, rel) };
+    }
+
+    /// The exit a trap at `rip` (just after an `int3`) took, if it is one
+    /// of this cache's.
+    pub fn exit_at(&self, rip: u64) -> Option<Exit> {
+        let at = rip.checked_sub(1)?;
+        if !self.is_code(at) || !self.contains(rip + 16) {
+            return None;
+        }
+        // SAFETY: `at` and the 17 bytes after it are inside the mapping
+        // (the code area is followed by at least a record's room).
+        unsafe {
+            if *(at as *const u8) != 0xCC {
+                return None;
+            }
+            let mut r = [0u8; 17];
+            std::ptr::copy_nonoverlapping(rip as *const u8, r.as_mut_ptr(), 17);
+            Exit::read(&r)
+        }
+    }
+
+    /// Where `addr`, inside a copy, stands in the program (see [`Point`]):
+    /// `after` for a trap (the access just completed), else for a fault.
+    pub fn point(&mut self, map: &ProcessMap, own: (u64, u64), counted: Counted, addr: u64, after: bool) -> Option<Point> {
+        if !self.is_code(addr) || addr < self.addr(CODE_AT) {
+            return None;
+        }
+        let probe = if after { addr - 1 } else { addr };
+        // The copy holding the address: the last one starting at or before it.
+        let (mut lo, mut hi) = (0, self.records);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.record(mid).start <= probe {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let r = self.record(lo.checked_sub(1)?);
+        if probe >= r.start + r.len as u64 {
+            return None;
+        }
+        let slots = self.slots();
+        let dispatch = self.addr(STUBS_AT);
+        let mut host = Program { map, own, index: self.index() };
+        // SAFETY: the scratch area, MAX_BLOCK_BYTES long, inside the mapping.
+        let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(SCRATCH_AT), translate::MAX_BLOCK_BYTES) };
+        let variant = if r.slow != 0 { Variant::Slow } else { Variant::Fast };
+        let env = Env { slots, counted, dispatch };
+        self.translator.translate(&mut host, &env, Request { native: r.native, variant, at: r.start, points: true }, out).ok()?;
+        self.translator.point_at(addr, after)
+    }
+
+    /// A copy of the `rep` instruction at `native` alone, followed by the
+    /// [`Exit::RepDone`] exit.
+    pub fn rep_part(&mut self, map: &ProcessMap, own: (u64, u64), native: u64) -> Option<u64> {
+        let slots = self.slots();
+        let at = self.addr(REP_AT);
+        let mut host = Program { map, own, index: self.index() };
+        // SAFETY: the partial-rep area, REP_AT..SCRATCH_AT of the mapping.
+        let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(REP_AT), SCRATCH_AT - REP_AT) };
+        self.translator.translate_rep_part(&mut host, &slots, native, at, out).ok()?;
+        Some(at)
+    }
+}
+
+impl Drop for CodeCache {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// An exit stub's length, for tests.
+pub const STUB_LEN: u64 = EXIT_STUB_LEN;
