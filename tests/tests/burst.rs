@@ -208,3 +208,35 @@ fn ticks_in_the_agents_wrappers_earn_the_budget() {
     let line = text.stdout_str();
     assert!(line.contains(" at ticks, ") && line.contains(" at single steps"), "the report does not split the cost:\n{line}");
 }
+
+/// Burst windows run from the code cache, at every tick of a short period
+/// with as many picks as they take: the program's own handlers for signals
+/// at a high rate see its own PCs (never a copy's), a SIGFPE handler steps
+/// over the faulting `idiv` by its context's PC, a SIGSEGV handler leaves
+/// with siglongjmp, code the program writes and rewrites runs as written,
+/// AVX-512 and `rep` strings, threads, fork + exec: the same output and
+/// exit status as natively, every time, under every craft.
+#[test]
+fn windows_in_the_code_cache_leave_the_program_as_it_was() {
+    let dir = Scratch::new("cache-hostile");
+    let prog = Program::build_with("cache_hostile", dir.path(), "cache_hostile", &["-pthread"]).expect("build cache_hostile");
+    let native = prog.run_native(&["300000"]);
+    assert_eq!(native.code(), Some(3), "{}", native.describe());
+    assert!(native.stdout_str().contains("bad_pc=0 signals=yes"), "{}", native.describe());
+    for craft in ["dead", "silent-store", "silent-load"] {
+        let out = dir.join(&format!("{craft}.json"));
+        let run =
+            WitchCmd::new(craft).wrapper(&["env", "WITCH_OVERHEAD=0"]).args(&["-q", "-p", "200000"]).out(&out).run(&prog.exe, &["300000"]);
+        assert_same_behaviour(&native, &run);
+        let p = raw_profile(&out);
+        if p["sampler"]["kind"] != "software" {
+            continue;
+        }
+        let c = &p["counters"];
+        let (windows, picks) = (c["windows"].as_u64().unwrap_or(0), c["window_picks"].as_u64().unwrap_or(0));
+        eprintln!("[witch-tests] {craft}: {windows} windows, {picks} picks, {} imprecise of {} traps", c["imprecise"], c["traps"]);
+        assert!(windows >= 500 && picks >= 2000, "{craft}: expected many windows: {c}");
+        let imprecise = c["imprecise"].as_f64().unwrap_or(0.0);
+        assert!(imprecise <= 0.01 * c["traps"].as_f64().unwrap_or(0.0) + 2.0, "{craft}: traps in the cache not placed: {c}");
+    }
+}

@@ -22,7 +22,7 @@ use crate::state::{Mode, AGENT};
 use crate::threads::{self, Phase, Prior, Slot};
 use std::sync::atomic::{AtomicPtr, Ordering};
 use witchcraft::engine::{self, Place};
-use witchcraft::sys::siginfo::sampler_signal;
+use witchcraft::sys::siginfo::{self, sampler_signal};
 use witchcraft::sys::task;
 
 /// The trap flag in EFLAGS (single-step bursts set it in the interrupted context).
@@ -155,19 +155,18 @@ pub extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mu
                 let left = slot.engine_handler(|| unsafe { ts.leave_cache_at_fault(engine, ucp) });
                 if left {
                     let sa = PROGRAM.action(sig);
-                    // SAFETY: `ucp` is the kernel's context; the sets are plain data.
-                    unsafe {
-                        let mut mask = (*ucp).uc_sigmask;
-                        for s in 1..crate::program::NSIG as i32 {
-                            if libc::sigismember(&sa.sa_mask, s) == 1 {
-                                libc::sigaddset(&mut mask, s);
-                            }
+                    // SAFETY: `ucp` is the kernel's context; its mask is now the program's.
+                    let mut mask = unsafe { siginfo::frame_mask(ucp) };
+                    for s in 1..crate::program::NSIG as i32 {
+                        // SAFETY: `sa_mask` is a valid sigset; sigismember only reads it.
+                        if unsafe { libc::sigismember(&sa.sa_mask, s) } == 1 {
+                            mask |= siginfo::mask_bit(s);
                         }
-                        if sa.sa_flags & libc::SA_NODEFER == 0 {
-                            libc::sigaddset(&mut mask, sig);
-                        }
-                        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &mask as *const libc::sigset_t, 0usize, 8usize);
                     }
+                    if sa.sa_flags & libc::SA_NODEFER == 0 {
+                        mask |= siginfo::mask_bit(sig);
+                    }
+                    siginfo::set_thread_mask(mask);
                 }
             }
         }

@@ -67,6 +67,9 @@ pub struct Data {
     /// A partial `rep`: the instruction, and the elements it leaves for later.
     pub rep_native: u64,
     pub rep_rest: u64,
+    pub rep_len: u64,
+    /// After the part: step the next element as a pick (1), or go on (0).
+    pub rep_pick: u64,
 }
 
 #[repr(C)]
@@ -457,6 +460,17 @@ impl CodeCache {
     /// Where `addr`, inside a copy, stands in the program (see [`Point`]):
     /// `after` for a trap (the access just completed), else for a fault.
     pub fn point(&mut self, map: &ProcessMap, own: (u64, u64), counted: Counted, addr: u64, after: bool) -> Option<Point> {
+        let rep = self.addr(REP_AT);
+        if addr >= rep && addr < self.addr(SCRATCH_AT) {
+            // The partial `rep` (its copy alone, then an exit).
+            let d = self.data();
+            let (pc, len) = (d.rep_native, d.rep_len);
+            if addr > rep + len {
+                return None;
+            }
+            let next = if addr == rep { pc } else { pc + len };
+            return Some(Point { pc, len: len as u32, before: !after, spilled: None, next, target_slot: false, rep: true });
+        }
         if !self.is_code(addr) || addr < self.addr(CODE_AT) {
             return None;
         }
@@ -494,7 +508,8 @@ impl CodeCache {
         let mut host = Program { map, own, index: self.index() };
         // SAFETY: the partial-rep area, REP_AT..SCRATCH_AT of the mapping.
         let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(REP_AT), SCRATCH_AT - REP_AT) };
-        self.translator.translate_rep_part(&mut host, &slots, native, at, out).ok()?;
+        let len = self.translator.translate_rep_part(&mut host, &slots, native, at, out).ok()?;
+        self.data().rep_len = len as u64 - EXIT_STUB_LEN;
         Some(at)
     }
 }

@@ -39,8 +39,9 @@ use super::cache::CodeCache;
 use super::thread::ThreadState;
 use super::Engine;
 use crate::modules::ProcessMap;
+use crate::sys::siginfo;
 use crate::x86::decode::Regs;
-use crate::x86::translate::{Counted, Exit, Point, Variant};
+use crate::x86::translate::{self, Counted, Exit, Point, Variant};
 use rand::{rngs::SmallRng, RngExt, SeedableRng};
 
 /// Where a thread is with respect to its window.
@@ -104,10 +105,16 @@ pub struct Window {
     /// Counted accesses and stepped instructions of the window so far.
     accesses: u64,
     stepped: u64,
-    /// The program's signal mask, given back at the window's end.
-    saved_mask: libc::sigset_t,
-    /// Recent counted accesses per instruction.
+    /// The program's signal mask (the kernel's 64 bits), given back at the
+    /// window's end.
+    saved_mask: u64,
+    /// Recent counted accesses per instruction (0: no window yet).
     per_instruction: f64,
+    /// Counted accesses a `rep` string element makes (the craft's kind).
+    counted_per_element: i64,
+    /// Picks the window under way may still take: past its plan by far
+    /// (its accesses per instruction misjudged), it picks no more.
+    picks_left: u64,
     rng: SmallRng,
     /// The engine's time spent when the last window began, and its picks
     /// (None: no window yet).
@@ -144,9 +151,10 @@ impl Window {
             given: 0,
             accesses: 0,
             stepped: 0,
-            // SAFETY: sigset_t is plain data; all zero is the empty set.
-            saved_mask: unsafe { std::mem::zeroed() },
-            per_instruction: START_PER_INSTRUCTION,
+            saved_mask: 0,
+            per_instruction: 0.0,
+            counted_per_element: 1,
+            picks_left: 0,
             rng: SmallRng::seed_from_u64(seed ^ 0x0c0d_eca5),
             last_start: None,
             unit_ns: 0.0,
@@ -176,6 +184,9 @@ impl Window {
 
     /// Forget the window under way and the copies (a fork child).
     pub fn reset(&mut self) {
+        self.stats = WindowStats::default();
+        self.cache.stats = Default::default();
+        self.last_start = None;
         self.phase = Phase::Native;
         self.busy.store(false, std::sync::atomic::Ordering::Release);
         self.cache.flush();
@@ -200,17 +211,10 @@ impl Window {
 }
 
 /// The signals a thread may take while in the cache: the synchronous ones
-/// (which cannot wait) and SIGTRAP.
-fn window_mask() -> libc::sigset_t {
-    // SAFETY: sigset_t is plain data; the calls only fill and edit it.
-    unsafe {
-        let mut m: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut m);
-        for sig in [libc::SIGTRAP, libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL, libc::SIGSYS] {
-            libc::sigdelset(&mut m, sig);
-        }
-        m
-    }
+/// (which cannot wait) and SIGTRAP. A kernel mask.
+fn window_mask() -> u64 {
+    let open = [libc::SIGTRAP, libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL, libc::SIGSYS];
+    open.iter().fold(u64::MAX, |m, &sig| m & !siginfo::mask_bit(sig))
 }
 
 fn counted(engine: &Engine) -> Counted {
@@ -258,7 +262,9 @@ impl ThreadState {
             let per = spent.saturating_sub(at) as f64 / units.max(1) as f64;
             w.unit_ns = if w.unit_ns == 0.0 { per } else { w.unit_ns + (per - w.unit_ns) / 8.0 };
         }
-        let expected = settings.instructions as f64 * w.per_instruction.max(1e-3);
+        let per = if w.per_instruction > 0.0 { w.per_instruction } else { START_PER_INSTRUCTION };
+        let expected = settings.instructions as f64 * per.max(1e-3);
+        w.picks_left = 2 * picks.max(1) as u64 + 2;
         w.p = (picks.max(1) as f64 / expected).clamp(1e-9, 1.0);
         w.time_weight = weight;
         w.given = settings.instructions as u64;
@@ -272,8 +278,8 @@ impl ThreadState {
         data.instr_left = settings.instructions as i64;
         // SAFETY: forwarded from the caller.
         unsafe {
-            w.saved_mask = (*uc).uc_sigmask;
-            (*uc).uc_sigmask = window_mask();
+            w.saved_mask = siginfo::frame_mask(uc);
+            siginfo::set_frame_mask(uc, window_mask());
             gregs(uc)[libc::REG_RIP as usize] = entry as i64;
         }
         w.phase = Phase::Cache;
@@ -355,32 +361,77 @@ impl ThreadState {
                 if rep && r > 1 {
                     // Run the elements before the picked one in the cache,
                     // then step the picked one.
-                    let rcx = g[libc::REG_RCX as usize] as u64;
-                    let before = (r as u64 - 1).min(rcx);
-                    let Some(part) = self.window.cache.rep_part(map, own, native) else { return self.end_window(uc, native, true) };
-                    let data = self.window.cache.data();
-                    data.rep_native = native;
-                    data.rep_rest = rcx - before;
-                    g[libc::REG_RCX as usize] = before as i64;
-                    g[libc::REG_RIP as usize] = part as i64;
+                    let before = (r as u64 - 1).min(g[libc::REG_RCX as usize] as u64);
                     self.window.accesses += before;
-                    self.window.phase = Phase::RepPart;
-                    return;
+                    // SAFETY: forwarded from the caller.
+                    return unsafe { self.rep_part(map, own, native, before, true, uc) };
                 }
                 // SAFETY: forwarded from the caller.
                 unsafe { self.pick(engine, map, &regs, if rep { 1 } else { r as u32 }, uc) };
             }
+            Exit::BigRep { native } => {
+                // A long `rep`: its next part, up to the pick if the pick is in it.
+                let rcx = g[libc::REG_RCX as usize] as u64;
+                let part = rcx.min(translate::MAX_REP_ELEMENTS as u64);
+                let k = self.window.counted_per_element.max(0) as u64;
+                let data = self.window.cache.data();
+                data.instr_left -= 1 + (part >> translate::REP_PER_INSTRUCTION_SHIFT) as i64;
+                if data.instr_left <= 0 {
+                    return self.end_window(uc, native, false);
+                }
+                let r = data.countdown.max(1) as u64;
+                if k > 0 && r <= part * k {
+                    let before = (r - 1) / k;
+                    self.window.accesses += before * k;
+                    // SAFETY: forwarded from the caller.
+                    return unsafe { self.rep_part(map, own, native, before, true, uc) };
+                }
+                data.countdown -= (part * k) as i64;
+                self.window.drawn -= (part * k) as i64;
+                self.window.accesses += part * k;
+                // SAFETY: forwarded from the caller.
+                unsafe { self.rep_part(map, own, native, part, false, uc) };
+            }
             Exit::RepDone => {
                 let data = self.window.cache.data();
-                let (native, rest) = (data.rep_native, data.rep_rest);
+                let (native, rest, pick, len) = (data.rep_native, data.rep_rest, data.rep_pick != 0, data.rep_len);
                 g[libc::REG_RCX as usize] = (g[libc::REG_RCX as usize] as u64).wrapping_add(rest) as i64;
                 g[libc::REG_RIP as usize] = native as i64;
+                if !pick {
+                    // A part of a long `rep` ran: on with the rest, or after it.
+                    let at = if rest == 0 { native + len } else { native };
+                    self.window.phase = Phase::Cache;
+                    match go(self, at, Variant::Fast) {
+                        Some(c) => g[libc::REG_RIP as usize] = (c & !(1 << 63)) as i64,
+                        None => self.end_window(uc, at, true),
+                    }
+                    return;
+                }
                 // SAFETY: forwarded from the caller.
                 let regs = unsafe { Regs::from_ucontext(uc, self.place.fs_base, self.place.gs_base) };
                 // SAFETY: forwarded from the caller.
                 unsafe { self.pick(engine, map, &regs, 1, uc) };
             }
         }
+    }
+
+    /// Run `elements` elements of the `rep` instruction at `native` (the
+    /// context's PC) in the cache, then pick the next one (`pick`) or go on.
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    unsafe fn rep_part(&mut self, map: &ProcessMap, own: (u64, u64), native: u64, elements: u64, pick: bool, uc: *mut libc::ucontext_t) {
+        // SAFETY: forwarded from the caller.
+        let g = unsafe { gregs(uc) };
+        let rcx = g[libc::REG_RCX as usize] as u64;
+        let Some(part) = self.window.cache.rep_part(map, own, native) else { return self.end_window(uc, native, true) };
+        let data = self.window.cache.data();
+        data.rep_native = native;
+        data.rep_rest = rcx - elements.min(rcx);
+        data.rep_pick = pick as u64;
+        g[libc::REG_RCX as usize] = elements.min(rcx) as i64;
+        g[libc::REG_RIP as usize] = part as i64;
+        self.window.phase = Phase::RepPart;
     }
 
     /// Step the picked instruction at `regs.rip` natively: its `nth`
@@ -414,7 +465,8 @@ impl ThreadState {
         if w.cache.data().instr_left <= 0 || !self.translatable(engine, map, rip) {
             return self.end_window(uc, rip, false);
         }
-        let d = self.window.draw();
+        self.window.picks_left = self.window.picks_left.saturating_sub(1);
+        let d = if self.window.picks_left == 0 { i64::MAX / 4 } else { self.window.draw() };
         self.window.drawn = d;
         self.window.cache.data().countdown = d;
         match self.window.cache.get(map, engine.own_code, counted(engine), rip, Variant::Fast) {
@@ -437,7 +489,7 @@ impl ThreadState {
         // SAFETY: `uc` is the kernel's context (every caller's contract).
         unsafe {
             gregs(uc)[libc::REG_RIP as usize] = native as i64;
-            (*uc).uc_sigmask = w.saved_mask;
+            siginfo::set_frame_mask(uc, w.saved_mask);
         }
         w.phase = Phase::Native;
         w.busy.store(false, std::sync::atomic::Ordering::Release);
@@ -450,8 +502,9 @@ impl ThreadState {
         s.shortest = if s.shortest == 0 { ran } else { s.shortest.min(ran) };
         s.longest = s.longest.max(ran);
         if ran > 0 {
+            // Quick to follow: the next window's picks rest on it.
             let obs = w.accesses as f64 / ran as f64;
-            w.per_instruction += (obs - w.per_instruction) / 8.0;
+            w.per_instruction = if w.per_instruction == 0.0 { obs } else { w.per_instruction + (obs - w.per_instruction) / 2.0 };
         }
     }
 
@@ -474,7 +527,8 @@ impl ThreadState {
                 | Exit::Native { native }
                 | Exit::End { native }
                 | Exit::Slow { native, .. }
-                | Exit::Pick { native },
+                | Exit::Pick { native }
+                | Exit::BigRep { native },
             ) => native,
             Some(Exit::Lookup) => self.window.cache.data().target,
             Some(Exit::RepDone) => {

@@ -95,6 +95,43 @@ pub unsafe fn origin(sig: i32, info: *const libc::siginfo_t) -> Origin {
     }
 }
 
+/// The signal mask a signal frame's context holds, as the kernel keeps it:
+/// 64 bits (signal n is bit n - 1). The C library's `sigset_t` is 1024
+/// bits, but in a frame only the first word is the mask: the kernel's
+/// siginfo follows it, so a whole `sigset_t` must never be written there.
+///
+/// # Safety
+/// `uc` must be the context the kernel passed to a signal handler.
+pub unsafe fn frame_mask(uc: *const libc::ucontext_t) -> u64 {
+    // SAFETY: the first 8 bytes of uc_sigmask are the kernel's mask.
+    unsafe { std::ptr::read_unaligned(std::ptr::addr_of!((*uc).uc_sigmask) as *const u64) }
+}
+
+/// Set the mask the thread gets back when the handler returns (see
+/// [`frame_mask`]): only the kernel's 64 bits are written.
+///
+/// # Safety
+/// `uc` must be the context the kernel passed to a signal handler.
+pub unsafe fn set_frame_mask(uc: *mut libc::ucontext_t, mask: u64) {
+    // SAFETY: as in `frame_mask`.
+    unsafe { std::ptr::write_unaligned(std::ptr::addr_of_mut!((*uc).uc_sigmask) as *mut u64, mask) };
+}
+
+/// Signal `sig`'s bit in a kernel mask.
+pub fn mask_bit(sig: i32) -> u64 {
+    if (1..=64).contains(&sig) {
+        1 << (sig - 1)
+    } else {
+        0
+    }
+}
+
+/// Set the calling thread's signal mask to the kernel mask `mask`.
+pub fn set_thread_mask(mask: u64) {
+    // SAFETY: rt_sigprocmask reads 8 bytes of mask; no old set is asked for.
+    unsafe { libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &mask as *const u64, 0usize, 8usize) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

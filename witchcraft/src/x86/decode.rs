@@ -133,6 +133,8 @@ pub struct Decoded {
     pub branch: bool,
     /// rep-prefixed string instruction: traps may land with rip still on it.
     pub rep: bool,
+    /// The direction flag was set (string instructions walk down).
+    pub df: bool,
     /// Safe to single-step with the trap flag from user space: not a system
     /// call or interrupt, not an instruction that reads or writes the flags
     /// register whole (`pushf` would store the trap flag into the program's
@@ -238,7 +240,8 @@ impl Analyzer {
             ip,
             len: instr.len() as u32,
             branch: !matches!(instr.flow_control(), FlowControl::Next),
-            rep: instr.has_rep_prefix() || instr.has_repne_prefix(),
+            rep: (instr.has_rep_prefix() || instr.has_repne_prefix()) && instr.is_string_instruction(),
+            df: regs.df,
             steppable: steppable(instr),
             ..Default::default()
         };

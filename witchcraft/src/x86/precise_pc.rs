@@ -201,6 +201,36 @@ pub(crate) fn overlapping(d: &Decoded, addr: u64, len: u64) -> Option<Access> {
             }
         }
     }
+    best.or_else(|| if d.rep { rep_group(d, addr, len) } else { None })
+}
+
+/// Bytes of elements a `rep` string instruction may run between a data
+/// breakpoint's hit and its trap: the processor reports it at the end of a
+/// group of iterations, not after each. Measured here on `rep movsb` and
+/// `rep stosb` of bytes: the registers at the trap were 7 to 127 bytes past
+/// the watched element (155 traps, spread evenly), so groups of 128 bytes.
+const REP_GROUP: u64 = 128;
+
+/// The element of a `rep` string instruction's last group (see
+/// [`REP_GROUP`]) that holds [addr, addr+len): `d`'s accesses are its last
+/// element's (registers undone by one element).
+fn rep_group(d: &Decoded, addr: u64, len: u64) -> Option<Access> {
+    let mut best: Option<Access> = None;
+    for a in d.accesses() {
+        let el = u64::from(a.len.max(1));
+        // The group ran down to (or, with the direction flag, up from) the last element.
+        let (lo, hi) = if d.df { (a.addr, a.addr + REP_GROUP) } else { (a.addr.saturating_sub(REP_GROUP - el), a.addr + el) };
+        if addr + len <= lo || addr >= hi {
+            continue;
+        }
+        // The element holding the watched address.
+        let at = lo + (addr.max(lo) - lo) / el * el;
+        let e = Access { addr: at, ..*a };
+        match best {
+            Some(b) if b.read => {}
+            _ => best = Some(e),
+        }
+    }
     best
 }
 

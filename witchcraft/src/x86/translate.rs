@@ -54,10 +54,15 @@ pub const MAX_INSNS: usize = 32;
 /// Most bytes one block's copy takes (its slow variant included in the
 /// worst case): the cache keeps this much free before translating.
 pub const MAX_BLOCK_BYTES: usize = 8192;
-/// Most elements a `rep` string instruction may run in a window: a longer
-/// one runs natively, so that the signals the window holds back are never
+/// Most elements a `rep` string instruction runs at once in a window: a
+/// longer one leaves for the engine, which runs it in parts of this many
+/// ([`Exit::BigRep`]), so that the signals a window holds back are never
 /// held for long.
 pub const MAX_REP_ELEMENTS: u32 = 1 << 16;
+/// Elements of a `rep` string instruction that count as one instruction of
+/// a window (a window's length bounds its time; an element takes less than
+/// an instruction).
+pub const REP_PER_INSTRUCTION_SHIFT: u32 = 6;
 
 /// The cache's data slots (absolute addresses, within ±2 GiB of every
 /// copy, so copies address them RIP-relatively without a register).
@@ -116,6 +121,9 @@ pub enum Exit {
     Lookup,
     /// A `rep` string instruction run for part of its elements.
     RepDone,
+    /// A `rep` string instruction with more than [`MAX_REP_ELEMENTS`]
+    /// elements at `native`, registers as before it.
+    BigRep { native: u64 },
 }
 
 impl Exit {
@@ -129,6 +137,7 @@ impl Exit {
             Exit::Pick { native } => (5, native, 0),
             Exit::Lookup => (6, 0, 0),
             Exit::RepDone => (7, 0, 0),
+            Exit::BigRep { native } => (8, native, 0),
         };
         let mut r = [0u8; 17];
         r[0] = k;
@@ -149,6 +158,7 @@ impl Exit {
             5 => Exit::Pick { native: a },
             6 => Exit::Lookup,
             7 => Exit::RepDone,
+            8 => Exit::BigRep { native: a },
             _ => return None,
         })
     }
@@ -738,12 +748,13 @@ impl Translator {
         let x = self.insns[0];
         let next = x.ip + x.len as u64;
         e.save_flags();
-        e.sub_slot_imm(e.slots.instr_left, 1);
-        let end = e.jcc_fwd(0xE);
-        // cmp rcx, MAX_REP_ELEMENTS; ja native
+        // cmp rcx, MAX_REP_ELEMENTS; ja long: the engine runs it in parts.
         e.bytes(&[0x48, 0x81, 0xF9]);
         e.bytes(&(MAX_REP_ELEMENTS as i32).to_le_bytes());
         let long = e.jcc_fwd(0x7);
+        // The window's instructions: one, and one per REP_PER_INSTRUCTION elements.
+        e.charge_rep(true);
+        let end = e.jcc_fwd(0xE);
         let pick = if x.counted > 0 {
             for _ in 0..x.counted {
                 e.bytes(&[0x48, 0x29, 0x0D]); // sub [rip+countdown], rcx
@@ -761,13 +772,12 @@ impl Translator {
         self.point(ctx, s, t, Point { pc: x.ip, len: x.len, before: false, spilled: None, next, target_slot: false, rep: true });
         self.link(e, ctx, next)?;
         e.bind(end);
-        e.add_slot_imm(e.slots.instr_left, 1);
+        e.charge_rep(false);
         e.restore_flags();
         e.exit(ctx, Exit::End { native: x.ip })?;
         e.bind(long);
-        e.add_slot_imm(e.slots.instr_left, 1);
         e.restore_flags();
-        e.exit(ctx, Exit::Native { native: x.ip })?;
+        e.exit(ctx, Exit::BigRep { native: x.ip })?;
         if let Some(pick) = pick {
             e.bind(pick);
             for _ in 0..x.counted {
@@ -775,7 +785,7 @@ impl Translator {
                 let d = e.rel_to(e.slots.countdown, 4);
                 e.bytes(&d.to_le_bytes());
             }
-            e.add_slot_imm(e.slots.instr_left, 1);
+            e.charge_rep(false);
             e.restore_flags();
             e.exit(ctx, Exit::Pick { native: x.ip })?;
         }
@@ -1103,6 +1113,21 @@ impl Emitter<'_> {
         self.mov_reg_slot(0, self.slots.save_rax);
     }
 
+    /// Charge (or with `on` false, give back) a `rep` string instruction's
+    /// share of the window's instructions: 1 + rcx >> REP_PER_INSTRUCTION_SHIFT,
+    /// rcx kept. Charging sets the flags as `sub` does (rax holds the
+    /// program's, saved).
+    fn charge_rep(&mut self, on: bool) {
+        self.mov_slot_reg(self.slots.save_rcx, 1);
+        self.bytes(&[0x48, 0xC1, 0xE9, REP_PER_INSTRUCTION_SHIFT as u8]); // shr rcx, n
+        self.bytes(&[0x48, 0xFF, 0xC1]); // inc rcx
+                                         // sub/add [rip+instr_left], rcx
+        self.bytes(&[0x48, if on { 0x29 } else { 0x01 }, 0x0D]);
+        let d = self.rel_to(self.slots.instr_left, 4);
+        self.bytes(&d.to_le_bytes());
+        self.mov_reg_slot(1, self.slots.save_rcx);
+    }
+
     /// jcc rel32 with an unbound target; returns the rel32's offset.
     fn jcc_fwd(&mut self, cc: u8) -> usize {
         self.jcc_rel32(cc)
@@ -1298,6 +1323,7 @@ mod tests {
             Exit::Pick { native: 7 },
             Exit::Lookup,
             Exit::RepDone,
+            Exit::BigRep { native: 8 },
         ] {
             assert_eq!(Exit::read(&e.encode()), Some(e));
         }
@@ -1315,13 +1341,6 @@ mod tests {
         assert!(ex.iter().any(|(_, e)| matches!(e, Exit::Slow { native: NATIVE, .. })));
         assert!(ex.iter().any(|(_, e)| matches!(e, Exit::Link { native: NATIVE, .. })), "the back edge");
         assert!(ex.iter().any(|(_, e)| matches!(e, Exit::Link { native, .. } if *native == NATIVE + 10)), "the fall-through");
-        // `add` writes every arithmetic flag before anything reads one: the
-        // prologue need not save them.
-        let l = listing(&out);
-        assert!(!l.iter().any(|(_, i)| i.mnemonic() == Mnemonic::Lahf), "{l:?}");
-        // `dec` leaves CF alone: a block starting there must save them.
-        let (_, _, out) = translate(&code[6..], Variant::Fast, false);
-        assert_eq!(listing(&out)[1].1.mnemonic(), Mnemonic::Lahf);
         // Every Link exit's patch points at a rel32 aimed at that exit.
         for (at, e) in ex {
             if let Exit::Link { patch, .. } | Exit::Slow { patch, .. } = e {
@@ -1330,6 +1349,13 @@ mod tests {
                 assert_eq!((patch as i64 + 4 + rel) as u64, at - 1, "{e:?}");
             }
         }
+        // `add` writes every arithmetic flag before anything reads one: the
+        // prologue need not save them.
+        let l = listing(&out);
+        assert!(!l.iter().any(|(_, i)| i.mnemonic() == Mnemonic::Lahf), "{l:?}");
+        // `dec` leaves CF alone: a block starting there must save them.
+        let (_, _, out) = translate(&code[6..], Variant::Fast, false);
+        assert_eq!(listing(&out)[1].1.mnemonic(), Mnemonic::Lahf);
     }
 
     #[test]
