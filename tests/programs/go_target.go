@@ -1,13 +1,14 @@
 // A Go program for attach tests. Sixteen goroutines block in read(2) on
-// their own stacks (32 KiB each: Go allocates and moves goroutine stacks
-// itself, in its heap, side by side), each holding a pattern in its locals
-// that it checks after the wait, while two goroutines compute. The main
-// goroutine keeps the first thread and blocks reading stdin near the low
-// end of its own stack. Once stdin closes it wakes them all and prints a
-// checksum that does not depend on timing (exit 1 if a pattern changed).
-// Anything written below a goroutine's stack pointer, as an injected call
-// would, lands on another goroutine's stack: a wrong pattern, a crash, or
-// "fatal error: unknown caller pc".
+// their own stacks (Go allocates and moves goroutine stacks itself, in its
+// heap, side by side), each holding a pattern in its locals that it checks
+// after the wait, while two goroutines compute. The main goroutine keeps
+// the process's first thread and blocks reading stdin, with a canary
+// below its stack pointer. Once stdin closes it wakes them all and prints
+// a checksum that does not depend on timing and how many canary bytes
+// changed (exit 1 if a pattern or the canary changed). A call injected
+// on a thread blocked on a goroutine's stack writes below its stack
+// pointer: over the canary, or over other goroutines' stacks (a wrong
+// pattern, a crash, "fatal error: unknown caller pc").
 //
 // Built alone with `-ldflags=-linkmode=external` (no cgo of its own), or
 // with go_cgo.go (cgo).
@@ -17,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -82,23 +84,52 @@ func init() {
 	runtime.LockOSThread()
 }
 
-// Reads stdin to its end with a large frame: the main goroutine's stack
-// grows (is copied) to 32 KiB, allocated after the blockers' stacks, and
-// the read waits near its low end.
+// The stack the main goroutine waits on: grown to 64 KiB before the wait
+// (Go never shrinks a stack but at a garbage collection, which is off).
 //
 //go:noinline
-func readStdin() {
-	var b [3500]uint64
+func grow() uint64 {
+	var big [6000]uint64
+	for i := range big {
+		big[i] = uint64(i)
+	}
+	return big[len(big)-1]
+}
+
+// Reads stdin to its end on the process's first thread, with a canary
+// below the goroutine's stack pointer: from 4 to 24 KiB below it, where
+// nothing of the program's goes while it waits (the calls down to the
+// system call use less than 1 KiB, and signal handlers run on the
+// thread's signal stack), but where a call injected on that thread would
+// write. Returns how many of its bytes changed.
+//
+//go:noinline
+func readStdin() int {
+	var here byte
+	sp := uintptr(unsafe.Pointer(&here))
+	canary := unsafe.Slice((*byte)(unsafe.Pointer(sp-24<<10)), 20<<10)
+	for i := range canary {
+		canary[i] = byte(0xa5 ^ i)
+	}
+	var b [64]byte
 	for {
-		n, err := syscall.Read(0, (*[8]byte)(unsafe.Pointer(&b[len(b)-1]))[:])
+		n, err := syscall.Read(0, b[:])
 		if err == syscall.EINTR || n > 0 {
 			continue
 		}
 		break
 	}
+	changed := 0
+	for i := range canary {
+		if canary[i] != byte(0xa5^i) {
+			changed++
+		}
+	}
+	return changed
 }
 
 func main() {
+	debug.SetGCPercent(-1)
 	var bad, stop int32
 	var sum uint64
 	var waiting, working sync.WaitGroup
@@ -116,15 +147,16 @@ func main() {
 		working.Add(1)
 		go work(uint64(i+1), &stop, &working)
 	}
-	readStdin()
+	grow()
+	changed := readStdin()
 	atomic.StoreInt32(&stop, 1)
 	working.Wait()
 	for _, w := range writers {
 		syscall.Write(w, []byte{1})
 	}
 	waiting.Wait()
-	fmt.Printf("go_target %d blockers, %d bad, checksum %x\n", blockers, bad, sum)
-	if bad != 0 {
+	fmt.Printf("go_target %d blockers, %d bad, checksum %x, %d bytes changed below the main goroutine's stack pointer\n", blockers, bad, sum, changed)
+	if bad != 0 || changed != 0 {
 		os.Exit(1)
 	}
 }

@@ -899,8 +899,8 @@ fn an_attach_while_a_constructor_holds_the_loader_lock_never_deadlocks_the_progr
     let (witch, said) = attach_within(t.pid(), "dead", "500ms", &dir.join("lock.json"), std::time::Duration::from_secs(15));
     let ended = eventually(std::time::Duration::from_secs(6), || !t.alive());
     let took = started.elapsed();
-    let end = t.finish();
     assert!(ended, "the program hung after the attach (witch: {witch:?} {said})");
+    let end = t.finish();
     assert_eq!((end.code(), end.stdout.as_str()), (Some(0), "loaded 42\n"), "witch: {witch:?} {said}\n{}", end.stderr);
     assert!(took < std::time::Duration::from_secs(4), "the program took {took:?}, 2 s unprofiled");
     let witch = witch.unwrap_or_else(|| panic!("witch did not end: {said}"));
