@@ -219,9 +219,11 @@ impl Tracee {
         let mut cramped: Option<u64> = None;
         // Threads stopped on a stack not known to be a C stack.
         let mut unknown_stacks = 0;
-        // Threads stopped and let go, and where they were then: not
-        // stopped again while still there (each stop interrupts a blocking
-        // call, and some are re-issued with their full timeout).
+        // Threads stopped and let go while blocked in a system call, and
+        // where (call, arguments, stack pointer, code): not stopped again
+        // while still there (each stop interrupts the call, and some are
+        // re-issued with their full timeout). A running thread is tried
+        // again each round.
         let mut refused: HashMap<i32, String> = HashMap::new();
         let mut past_deadline = false;
         loop {
@@ -266,8 +268,10 @@ impl Tracee {
                                 Some(room) => cramped = Some(cramped.map_or(room, |c| c.max(room))),
                                 None => unknown_stacks += 1,
                             }
-                            refused.insert(tid, format!("stack {was}"));
-                        } else {
+                            if blocked_in(&was).is_some() {
+                                refused.insert(tid, format!("stack {was}"));
+                            }
+                        } else if blocked_in(&was).is_some() {
                             refused.insert(tid, was);
                         }
                         t.resume();
