@@ -231,6 +231,9 @@ fn attach_in(pid: i32, image: Option<Image>, opts: &Options) -> Result<Session> 
         (Some(sr), Some(store)) => Return::RestoreKeeping(sr, store),
         _ => Return::Fault,
     };
+    // An agent loaded already: its entry point, read from its file before
+    // any thread is stopped (a large file takes a while to read).
+    let entry_before = loaded.as_ref().map(|m| target.symbol(m, ATTACH_SYMBOL));
     // The agent is loaded only while nobody holds the loader's lock (loader.rs).
     let lock = if loaded.is_none() { target.loader_lock() } else { None };
     let (waiting_since, loader_until) = (Instant::now(), Instant::now() + loader::LOADER_WAIT);
@@ -298,7 +301,11 @@ fn attach_in(pid: i32, image: Option<Image>, opts: &Options) -> Result<Session> 
                 }
             }
         };
-        let entry = target.symbol(&agent_obj, ATTACH_SYMBOL)?.ok_or_else(|| {
+        let entry = match entry_before {
+            Some(Ok(entry)) => entry,
+            _ => target.symbol(&agent_obj, ATTACH_SYMBOL)?,
+        };
+        let entry = entry.ok_or_else(|| {
             anyhow!("{} has no {ATTACH_SYMBOL} (an agent of an older witch is loaded in pid {pid}; restart it to attach)", agent_obj.path)
         })?;
         // Our pid, for the agent to watch until our settings come (as it
