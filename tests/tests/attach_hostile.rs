@@ -361,7 +361,7 @@ fn state(pid: u32) -> char {
 /// there, stops the target, kills and reaps witch, and lets the target go
 /// on. (Before, an agent that found its controller gone watched nothing,
 /// waited its 10 s for settings that could not come and refused every
-/// attach meanwhile: 3 of 75 kills 40-60 ms into an attach, and every
+/// attach meanwhile: 2 of 75 kills 40-60 ms into an attach here, and every
 /// trial caught here.)
 #[test]
 fn a_controller_killed_as_the_agent_starts_leaves_no_session_behind() {
