@@ -227,3 +227,28 @@ pub fn eventually(limit: Duration, mut what: impl FnMut() -> bool) -> bool {
 pub fn python3() -> Option<PathBuf> {
     ["/usr/bin/python3", "/usr/local/bin/python3"].iter().map(PathBuf::from).find(|p| p.is_file()).or_else(|| which("python3"))
 }
+
+/// `tests/programs/go_target.go` built into `dir`: linked externally with
+/// the C library but without cgo of its own (`-linkmode=external`), or
+/// with cgo (`go_cgo.go` beside it). None, said on stderr, when there is
+/// no Go toolchain (CI installs one: `.ci/run`).
+pub fn go_target(dir: &Path, cgo: bool) -> Option<PathBuf> {
+    let Some(go) = which("go").or_else(|| Some(PathBuf::from("/usr/lib/go/bin/go")).filter(|p| p.is_file())) else {
+        eprintln!("[witch-tests] no Go toolchain (`go`): the Go program's test is skipped (Debian: apt-get install golang-go)");
+        return None;
+    };
+    let src = crate::programs_dir();
+    let exe = dir.join(if cgo { "go_cgo" } else { "go_external" });
+    let mut cmd = Command::new(go);
+    cmd.arg("build").arg("-o").arg(&exe);
+    if cgo {
+        cmd.arg(src.join("go_target.go")).arg(src.join("go_cgo.go"));
+    } else {
+        cmd.arg("-ldflags=-linkmode=external").arg(src.join("go_target.go"));
+    }
+    // A cache and module path of the test's own; no settings of the user's.
+    cmd.env("GOCACHE", dir.join("gocache")).env("GOPATH", dir.join("gopath")).env("CGO_ENABLED", "1").env_remove("GOFLAGS");
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run go: {e}"));
+    assert!(out.status.success(), "go build failed ({}):\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    Some(exe)
+}

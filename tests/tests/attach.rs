@@ -848,3 +848,95 @@ fn a_failed_execl_keeps_the_process_and_the_next_session_as_they_were() {
     assert_eq!((end.code(), end.stdout.as_str()), (Some(5), "generation 5 ran rounds\n"), "{}", end.stderr);
     assert_eq!(end.stderr, "execl failed: No such file or directory\n");
 }
+
+/// `witch CRAFT --pid` run in the background: its exit status, waited for
+/// at most `limit` (None: it had not ended, and was killed).
+fn attach_within(
+    pid: u32,
+    craft: &str,
+    duration: &str,
+    out: &Path,
+    limit: std::time::Duration,
+) -> (Option<std::process::ExitStatus>, String) {
+    let err = out.with_extension("err");
+    let mut witch = Command::new(witch_bin())
+        .args([craft, "--pid", &pid.to_string(), "--duration", duration, "-q", "-o"])
+        .arg(out)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let ended = eventually(limit, || witch.try_wait().ok().flatten().is_some());
+    if !ended {
+        let _ = witch.kill();
+    }
+    let status = witch.wait().ok().filter(|_| ended);
+    (status, std::fs::read_to_string(&err).unwrap_or_default())
+}
+
+/// An attach while another thread holds the dynamic loader's lock, in a
+/// library constructor that waits for the main thread (what the main
+/// thread does after 2 s): witch waits for the lock to be free before it
+/// makes a thread load the agent, so the program ends as it does
+/// unprofiled, about 2 s in, and witch ends too, with a profile or a
+/// one-line refusal. (Before, witch made the main thread call `dlopen`,
+/// which waited for the lock while the constructor waited for the main
+/// thread: both waited for good, witch gave up after 30 s, and the program
+/// stayed hung.)
+#[test]
+fn an_attach_while_a_constructor_holds_the_loader_lock_never_deadlocks_the_program() {
+    let dir = Scratch::new("attach-loader-lock");
+    let prog = Program::build("loader_lock", dir.path());
+    let lib =
+        Program::build_with("loader_lock_lib", dir.path(), "libloader_lock.so", &["-shared", "-fPIC"]).unwrap_or_else(|e| panic!("{e}"));
+    let lib = lib.exe.to_str().unwrap().to_string();
+    let native = prog.run_native(&[&lib]);
+    assert_eq!((native.code(), native.stdout_str().as_str()), (Some(0), "loaded 42\n"), "{}", native.describe());
+    let started = std::time::Instant::now();
+    let mut t = Target::start(&prog.exe, &[&lib], &[]);
+    t.wait_ready(2, None);
+    let (witch, said) = attach_within(t.pid(), "dead", "500ms", &dir.join("lock.json"), std::time::Duration::from_secs(15));
+    let ended = eventually(std::time::Duration::from_secs(6), || !t.alive());
+    let took = started.elapsed();
+    assert!(ended, "the program hung after the attach (witch: {witch:?} {said})");
+    let end = t.finish();
+    assert_eq!((end.code(), end.stdout.as_str()), (Some(0), "loaded 42\n"), "witch: {witch:?} {said}\n{}", end.stderr);
+    assert!(took < std::time::Duration::from_secs(4), "the program took {took:?}, 2 s unprofiled");
+    let witch = witch.unwrap_or_else(|| panic!("witch did not end: {said}"));
+    let lines: Vec<&str> = said.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(witch.code() == Some(0) || (witch.code() == Some(2) && lines.len() == 1), "witch: {witch:?} {said}");
+}
+
+/// A thread waiting in `semtimedop` with a timeout of its own, the
+/// process's only thread: witch stops it at once (its wait holds no lock
+/// of the C library's) and only once, so the attach takes no longer than
+/// any other, and the call, re-issued with its timeout in full after that
+/// one stop, ends late by no more than it had waited when stopped, never
+/// early. (Before, witch did not take a thread in `semtimedop`, stopped it
+/// every 2 ms for 5 s looking for a better moment, re-issuing the call
+/// with its full timeout each time, and then took it anyway: the attach
+/// took 5.2 s and the 1.5 s wait ended after 7 s.)
+#[test]
+fn a_semtimedop_wait_is_stopped_once_and_never_holds_the_attach_up() {
+    let dir = Scratch::new("attach-semtimedop");
+    let prog = Program::build("timed_wait", dir.path());
+    let started = std::time::Instant::now();
+    let t = Target::start(&prog.exe, &["1500"], &[]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out = dir.join("sem.json");
+    let (witch, said) = attach_within(t.pid(), "dead", "200ms", &out, std::time::Duration::from_secs(15));
+    let attached_by = started.elapsed();
+    assert_eq!(witch.and_then(|s| s.code()), Some(0), "{said}");
+    assert!(attached_by < std::time::Duration::from_millis(1500), "the attach and its 200 ms session took until {attached_by:?}");
+    let end = t.finish();
+    let ms: u64 = end
+        .stdout
+        .strip_prefix("semtimedop returned -1 errno Resource temporarily unavailable after ")
+        .and_then(|r| r.trim_end().strip_suffix(" ms"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{:?}", end.stdout));
+    // Late by at most what it had waited when stopped (it was stopped before the session began).
+    let latest = 1500 + attached_by.as_millis() as u64;
+    assert!((1500..=latest).contains(&ms), "the 1500 ms wait took {ms} ms (witch was done {attached_by:?} in)");
+}

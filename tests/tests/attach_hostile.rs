@@ -338,6 +338,80 @@ fn a_controller_killed_before_its_settings_leaves_the_target_ready_for_the_next_
     ends_as_unprofiled(target, &prog);
 }
 
+/// Is any thread of `pid` blocked in (or stopped at) system call `nr`?
+fn in_syscall(pid: u32, nr: u32) -> bool {
+    let prefix = format!("{nr} ");
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|t| std::fs::read_to_string(t.path().join("syscall")).is_ok_and(|s| s.starts_with(&prefix)))
+}
+
+fn state(pid: u32) -> char {
+    status_field(pid, "State:").chars().next().unwrap_or('?')
+}
+
+/// witch killed while the agent's entry point runs, before the agent has
+/// looked for it: the agent finds its controller gone and starts nothing,
+/// so the next attach works at once. Each trial catches the thread at the
+/// entry point's first system call (its debug-register probe,
+/// `perf_event_open`; the agent is loaded by a first attach, so later ones
+/// go straight there), freezes witch (SIGSTOP) so that the thread stays
+/// there, stops the target, kills and reaps witch, and lets the target go
+/// on. (Before, an agent that found its controller gone watched nothing,
+/// waited its 10 s for settings that could not come and refused every
+/// attach meanwhile: 2 of 75 kills 40-60 ms into an attach here, and every
+/// trial caught here.)
+#[test]
+fn a_controller_killed_as_the_agent_starts_leaves_no_session_behind() {
+    let _one = one_at_a_time();
+    let dir = Scratch::new("killed-as-agent-starts");
+    let prog = Program::build("busy_single", dir.path());
+    let target = Target::start(&prog.exe, &["0"], &[]);
+    target.wait_ready(1, None);
+    let pid = target.pid();
+    attach_again(&dir, pid, "first.json", "200ms", "the first attach: ");
+    let (mut caught, mut trials) = (0, 0);
+    while caught < 8 && trials < 40 {
+        trials += 1;
+        let mut witch = spawn_attach(&dir, pid);
+        let wid = witch.id() as i32;
+        let until = Instant::now() + Duration::from_secs(10);
+        let mut at_entry = false;
+        while Instant::now() < until && !thread_names(pid).iter().any(|n| n == "witch-agent") {
+            if in_syscall(pid, 298) {
+                unsafe { libc::kill(wid, libc::SIGSTOP) };
+                at_entry = eventually(Duration::from_secs(2), || state(wid as u32) == 'T') && in_syscall(pid, 298);
+                break;
+            }
+        }
+        if at_entry {
+            unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+            unsafe { libc::kill(wid, libc::SIGKILL) };
+            let _ = witch.wait();
+            // The thread, let go, takes the stop at its next return to user mode.
+            let stopped = eventually(Duration::from_secs(2), || state(pid) == 'T');
+            unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+            caught += stopped as u32;
+        } else {
+            unsafe { libc::kill(wid, libc::SIGCONT) };
+            unsafe { libc::kill(wid, libc::SIGKILL) };
+            let _ = witch.wait();
+        }
+        let left = eventually(Duration::from_secs(1), || !agent_armed(pid) && !traced(pid));
+        assert!(
+            left,
+            "trial {trials} (caught at the entry point: {at_entry}): 1 s after its controller was killed the agent is still in pid {pid} (threads {:?})",
+            thread_names(pid)
+        );
+    }
+    eprintln!("[witch-tests] {caught} of {trials} trials caught the thread at the agent's entry point");
+    assert!(caught >= 3, "only {caught} of {trials} trials caught the thread at the agent's entry point");
+    attach_again(&dir, pid, "next.json", "200ms", "after the trials: ");
+    ends_as_unprofiled(target, &prog);
+}
+
 /// The process is stopped (SIGSTOP) while witch holds one of its threads
 /// to make it call: the stop is kept (the process stays stopped, as it
 /// would without witch), witch says so, and once continued the thread

@@ -65,16 +65,20 @@ pub enum AttachCode {
     NoDebugRegisters = 5,
     /// The session's socket pair could not be created.
     NoChannel = 6,
+    /// The controller had exited by the time the agent looked for it (it
+    /// was killed during the call): nothing was started.
+    ControllerGone = 7,
 }
 
 impl AttachCode {
-    pub const ALL: [AttachCode; 6] = [
+    pub const ALL: [AttachCode; 7] = [
         AttachCode::Ok,
         AttachCode::Busy,
         AttachCode::Preloaded,
         AttachCode::NoThread,
         AttachCode::NoDebugRegisters,
         AttachCode::NoChannel,
+        AttachCode::ControllerGone,
     ];
 
     /// The code the agent stored.
@@ -91,6 +95,7 @@ impl AttachCode {
             AttachCode::NoThread => "the agent could not start its control thread in it",
             AttachCode::NoDebugRegisters => "all of its debug registers are in use (is a debugger or another tool watching it?)",
             AttachCode::NoChannel => "the agent could not create its session socket in it (out of file descriptors?)",
+            AttachCode::ControllerGone => "the agent found its controller gone (exited during the attach), and started nothing",
         }
     }
 }

@@ -165,10 +165,21 @@ fn start(controller: i32) -> AttachCode {
     if fd::reserved().is_none() {
         fd::reserve_top();
     }
-    let Some((chan, theirs)) = Channel::pair() else { return AttachCode::NoChannel };
+    // The controller, watched until its settings come. Opened now, while
+    // it traces this thread: a controller already gone was killed during
+    // this very call, and nothing starts (else a session would wait for its
+    // settings, refusing every attach meanwhile). One that cannot be
+    // watched (no descriptor to spare) leaves the settings' own wait.
+    let watch = match (controller > 0).then(|| Controller::watch(controller)) {
+        Some(Err(libc::ESRCH)) => return AttachCode::ControllerGone,
+        Some(Ok(c)) => Some(c),
+        Some(Err(_)) | None => None,
+    };
+    let Some((chan, theirs)) = Channel::pair() else {
+        watch.into_iter().for_each(Controller::close);
+        return AttachCode::NoChannel;
+    };
     CONTROLLER_END.store(theirs, Ordering::Release);
-    // Opened now, while the controller is tracing this thread: alive.
-    let watch = (controller > 0).then(|| Controller::watch(controller)).flatten();
     // The control thread takes none of the program's signals: one sent to
     // the process would otherwise be delivered there whenever the program's
     // own threads are busy, and run the program's handler on a thread it
@@ -243,13 +254,15 @@ struct Controller {
 }
 
 impl Controller {
-    fn watch(pid: i32) -> Option<Controller> {
-        let fd = fd::place(task::pidfd_open(pid).ok()?).ok()?;
+    /// The controller's process, or why not (an errno: `ESRCH`, it has
+    /// exited and been reaped).
+    fn watch(pid: i32) -> Result<Controller, i32> {
+        let fd = fd::place(task::pidfd_open(pid)?)?;
         match fd::identity(fd) {
-            Some(id) => Some(Controller { fd, id }),
+            Some(id) => Ok(Controller { fd, id }),
             None => {
                 fd::close(fd);
-                None
+                Err(libc::EBADF)
             }
         }
     }

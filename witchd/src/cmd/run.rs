@@ -213,6 +213,8 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
             parts.remove();
             if ended.signal == Some(libc::SIGKILL) {
                 crate::say!("witch: the program left no profile: it was killed by SIGKILL");
+            } else if crate::inject::target::is_go_program(&prog) {
+                crate::say!("witch: the program left no profile: {} is a Go program, and Go ends a process with its own exit system call, never through the C library's exit, where the agent writes the profile (attach to it while it runs with --pid: that session's profile comes at detach)", prog.display());
             } else {
                 crate::say!("witch: the program left no profile (did it clear LD_PRELOAD, or end with a raw exit system call?)");
             }

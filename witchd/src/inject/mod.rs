@@ -17,6 +17,7 @@
 //! from an exit, for `witch --pid` and witchd alike.
 
 pub mod channel;
+pub mod loader;
 pub mod poll;
 pub mod ptrace;
 pub mod target;
@@ -230,7 +231,28 @@ fn attach_in(pid: i32, image: Option<Image>, opts: &Options) -> Result<Session> 
         (Some(sr), Some(store)) => Return::RestoreKeeping(sr, store),
         _ => Return::Fault,
     };
-    let tracee = Tracee::stop_safely(&target)?;
+    // An agent loaded already: its entry point, read from its file before
+    // any thread is stopped (a large file takes a while to read).
+    let entry_before = loaded.as_ref().map(|m| target.symbol(m, ATTACH_SYMBOL));
+    // The agent is loaded only while nobody holds the loader's lock (loader.rs).
+    let lock = if loaded.is_none() { target.loader_lock() } else { None };
+    let (waiting_since, loader_until) = (Instant::now(), Instant::now() + loader::LOADER_WAIT);
+    let tracee = loop {
+        if let Some(holder) = lock.and_then(|l| loader::wait_until_free(pid, l, loader_until)) {
+            return Err(loader::busy(pid, holder, waiting_since.elapsed()));
+        }
+        let t = Tracee::stop_safely(&target)?;
+        match lock.and_then(|l| l.holder(pid)) {
+            None => break t,
+            Some(holder) => {
+                t.resume();
+                if Instant::now() >= loader_until {
+                    return Err(loader::busy(pid, holder, waiting_since.elapsed()));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    };
     // An exec since the maps were read would leave their addresses naming
     // nothing (or anything) in the new image: call none of them. One after
     // this stop kills the stopped thread, and with it the injection. The
@@ -251,7 +273,21 @@ fn attach_in(pid: i32, image: Option<Image>, opts: &Options) -> Result<Session> 
             Some(m) => m,
             None => {
                 let args = [Arg::Str(agent_path.clone()), Arg::Int((libc::RTLD_NOW | libc::RTLD_LOCAL) as u64)];
-                let called = tracee.call(dlopen.unwrap_or(0), &args, ret)?;
+                let called = match lock {
+                    Some(lock) => {
+                        let before = loader::Snapshot::take(&target, tracee.thread_pointer());
+                        let stuck = |tid| loader::stuck(pid, tid, lock);
+                        match tracee.call_unless_stuck(dlopen.unwrap_or(0), &args, ret, &stuck) {
+                            Err(e) if e.is::<ptrace::Stuck>() => {
+                                let holder = lock.holder(pid).unwrap_or(0);
+                                before.put_back(pid, tracee.below_stack_pointer())?;
+                                return Err(loader::taken_back(pid, holder));
+                            }
+                            r => r?,
+                        }
+                    }
+                    None => tracee.call(dlopen.unwrap_or(0), &args, ret)?,
+                };
                 target.refresh_maps()?;
                 match target.object(is_agent).cloned() {
                     Some(m) if called.rax != Some(0) => m,
@@ -265,7 +301,11 @@ fn attach_in(pid: i32, image: Option<Image>, opts: &Options) -> Result<Session> 
                 }
             }
         };
-        let entry = target.symbol(&agent_obj, ATTACH_SYMBOL)?.ok_or_else(|| {
+        let entry = match entry_before {
+            Some(Ok(entry)) => entry,
+            _ => target.symbol(&agent_obj, ATTACH_SYMBOL)?,
+        };
+        let entry = entry.ok_or_else(|| {
             anyhow!("{} has no {ATTACH_SYMBOL} (an agent of an older witch is loaded in pid {pid}; restart it to attach)", agent_obj.path)
         })?;
         // Our pid, for the agent to watch until our settings come (as it

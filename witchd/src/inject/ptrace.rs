@@ -40,11 +40,17 @@
 use super::target::{not_permitted, SigReturn, Target};
 use anyhow::{anyhow, bail, Result};
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use witchcraft::sys::procfs::{Of, Status};
 
 /// Blocking calls a thread may be stopped in without holding a C library lock.
-const BLOCKING_SYSCALLS: [i64; 20] = [0, 7, 23, 34, 35, 43, 45, 47, 61, 128, 130, 202, 230, 232, 247, 270, 271, 281, 288, 441];
+/// (read, poll, select, pause, nanosleep, accept, recvfrom, recvmsg,
+/// semop, msgsnd, msgrcv, wait4, rt_sigtimedwait, rt_sigsuspend, io_getevents,
+/// futex, semtimedop, clock_nanosleep, epoll_wait, waitid, pselect6, ppoll,
+/// epoll_pwait, accept4, recvmmsg, epoll_pwait2: waits in the kernel.)
+const BLOCKING_SYSCALLS: [i64; 26] =
+    [0, 7, 23, 34, 35, 43, 45, 47, 65, 69, 70, 61, 128, 130, 208, 202, 220, 230, 232, 247, 270, 271, 281, 288, 299, 441];
 /// Calls that return `-EINTR` (not `-ERESTART*`) when their thread is
 /// stopped, and that did nothing when they do: epoll_wait, epoll_pwait,
 /// epoll_pwait2, rt_sigtimedwait, semop, semtimedop, io_getevents; and, on
@@ -67,6 +73,10 @@ const MASK_WHILE_WAITING: [i64; 7] = [271, 270, 281, 441, 130, 128, 333];
 const STACK_NEEDED: u64 = 32 << 10;
 /// Longest an injected call may run.
 const CALL_LIMIT: Duration = Duration::from_secs(30);
+/// How long a call may wait on what cannot come before it is taken back
+/// ([`Tracee::call_unless_stuck`]), and how often that is looked at.
+pub const STUCK_PATIENCE: Duration = Duration::from_millis(500);
+const STUCK_CHECK: Duration = Duration::from_millis(20);
 /// `NT_X86_XSTATE`: the XSAVE area as a ptrace register set.
 const NT_X86_XSTATE: libc::c_uint = 0x202;
 /// Room for any XSAVE area (AVX-512 with AMX is about 11 KiB).
@@ -205,19 +215,38 @@ impl Tracee {
         let risky = target.risky_ranges();
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut last_err = None;
-        // The least stack a stopped thread had free, when none had enough.
+        // The most stack a stopped thread had free, when none had enough.
         let mut cramped: Option<u64> = None;
+        // Threads stopped on a stack not known to be a C stack.
+        let mut unknown_stacks = 0;
+        // Threads stopped and let go while blocked in a system call, and
+        // where (call, arguments, stack pointer, code): not stopped again
+        // while still there (each stop interrupts the call, and some are
+        // re-issued with their full timeout). A running thread is tried
+        // again each round.
+        let mut refused: HashMap<i32, String> = HashMap::new();
+        let mut past_deadline = false;
         loop {
-            let mut tids = witchcraft::sys::procfs::tasks(Some(pid));
+            let any_ok = Instant::now() > deadline;
+            if any_ok && !past_deadline {
+                // Any moment will do now: only what was refused for its stack stays refused.
+                past_deadline = true;
+                refused.retain(|_, w| w.starts_with("stack "));
+            }
+            // Where each thread is, read without stopping it; threads whose
+            // stop the kernel undoes exactly first, and the main thread first
+            // among equals.
+            let mut tids: Vec<(i32, String)> =
+                witchcraft::sys::procfs::tasks(Some(pid)).into_iter().map(|t| (t, whereabouts(pid, t))).collect();
             if tids.is_empty() {
                 bail!("no process with pid {pid}");
             }
-            tids.sort_by_key(|&t| (t != pid, t));
-            let any_ok = Instant::now() > deadline;
+            tids.retain(|(t, w)| (any_ok || worth_stopping(w)) && refused.get(t).is_none_or(|r| r.trim_start_matches("stack ") != w));
+            tids.sort_by_key(|(t, w)| (reissued_in_full(w), *t != pid, *t));
             // Read once a thread is found (threads made since the target was
             // inspected have stacks its maps do not show).
             let mut maps = None;
-            for tid in tids {
+            for (tid, was) in tids {
                 match Tracee::seize(tid) {
                     Ok(t) => {
                         let in_syscall = t.saved.orig_rax as i64;
@@ -228,15 +257,22 @@ impl Tracee {
                             !risky.iter().any(|&(a, b)| a <= rip && rip < b)
                         };
                         if safe || any_ok {
-                            // Never on a stack too small for the calls: they
-                            // would write past its end (a guard page: the
-                            // program dies of SIGSEGV; else, whatever lies below).
+                            // Only on a C stack, and never on one too small
+                            // for the calls: they would write past its end (a
+                            // guard page: the program dies of SIGSEGV; else,
+                            // whatever lies below, such as another
+                            // goroutine's stack in a Go program).
                             let maps = maps.get_or_insert_with(|| witchcraft::sys::procfs::read_maps(Some(pid)).unwrap_or_default());
-                            let room = super::target::stack_room(maps, t.saved.rsp);
-                            if room >= STACK_NEEDED {
-                                return Ok(t);
+                            match super::target::c_stack_room(maps, t.saved.rsp, t.saved.fs_base) {
+                                Some(room) if room >= STACK_NEEDED => return Ok(t),
+                                Some(room) => cramped = Some(cramped.map_or(room, |c| c.max(room))),
+                                None => unknown_stacks += 1,
                             }
-                            cramped = Some(cramped.map_or(room, |c| c.max(room)));
+                            if blocked_in(&was).is_some() {
+                                refused.insert(tid, format!("stack {was}"));
+                            }
+                        } else if blocked_in(&was).is_some() {
+                            refused.insert(tid, was);
                         }
                         t.resume();
                     }
@@ -260,6 +296,11 @@ impl Tracee {
                         "no thread of pid {pid} has the {} KiB of stack the agent's load needs (the most free: {} KiB); the process was left as it was",
                         STACK_NEEDED >> 10,
                         room >> 10
+                    );
+                }
+                if unknown_stacks > 0 {
+                    bail!(
+                        "no thread of pid {pid} was found on a stack the C library made for it: its threads ran on stacks of their own (a language runtime's, such as Go's goroutines, or coroutines'), below which the agent's load would write over other data; the process was left as it was"
                     );
                 }
                 return Err(last_err.unwrap_or_else(|| anyhow!("could not stop any thread of pid {pid}")));
@@ -343,6 +384,11 @@ impl Tracee {
     /// Wait for the next stop: the signal of a signal-delivery stop,
     /// [`GROUP_STOP`] for a group-stop, 0 for any other stop.
     fn wait_stop(&self, timeout: Duration) -> Result<i32> {
+        self.try_wait_stop(timeout)?.ok_or_else(|| anyhow!("thread {} did not stop", self.tid))
+    }
+
+    /// As [`Tracee::wait_stop`], with None when `timeout` passed first.
+    fn try_wait_stop(&self, timeout: Duration) -> Result<Option<i32>> {
         let until = Instant::now() + timeout;
         loop {
             let mut status = 0;
@@ -358,15 +404,15 @@ impl Tracee {
                     // group-stop (a stop signal's).
                     if (status >> 16) & 0xff == libc::PTRACE_EVENT_STOP {
                         let stop_signal = [libc::SIGSTOP, libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU].contains(&libc::WSTOPSIG(status));
-                        return Ok(if stop_signal { GROUP_STOP } else { 0 });
+                        return Ok(Some(if stop_signal { GROUP_STOP } else { 0 }));
                     }
-                    return Ok(libc::WSTOPSIG(status));
+                    return Ok(Some(libc::WSTOPSIG(status)));
                 }
             } else if r < 0 {
                 bail!("waiting for thread {}: {}", self.tid, std::io::Error::last_os_error());
             }
             if Instant::now() > until {
-                bail!("thread {} did not stop", self.tid);
+                return Ok(None);
             }
             std::thread::sleep(Duration::from_micros(200));
         }
@@ -448,7 +494,59 @@ impl Tracee {
     /// Call `f(args...)` on the stopped thread, returning as `ret` says.
     pub fn call(&self, f: u64, args: &[Arg], ret: Return) -> Result<Called> {
         let call = self.start(f, args, ret)?;
-        self.finish(&call)
+        self.finish(&call, None)
+    }
+
+    /// As [`Tracee::call`], but the call is given up if `stuck` says, for
+    /// [`STUCK_PATIENCE`] in a row, that it waits on something that cannot
+    /// come (its argument: this thread's id). The thread is then stopped
+    /// where it waits, with [`Stuck`] returned: [`Tracee::resume`] puts
+    /// its registers back as they were before the call (as from its first
+    /// stop: an interrupted system call of its own restarts), as if the
+    /// call had never been made. Only for a call that, where `stuck` says
+    /// so, holds nothing and has changed nothing that the caller does not
+    /// put back.
+    pub fn call_unless_stuck(&self, f: u64, args: &[Arg], ret: Return, stuck: &dyn Fn(i32) -> bool) -> Result<Called> {
+        let call = self.start(f, args, ret)?;
+        self.finish(&call, Some(stuck))
+    }
+
+    /// Where the call's data and frames may be: the stack below the
+    /// thread's own stack pointer.
+    pub fn below_stack_pointer(&self) -> std::ops::Range<u64> {
+        self.saved.rsp.saturating_sub(1 << 20)..self.saved.rsp
+    }
+
+    /// The thread's pointer (`fs_base`): its control block, its static TLS below.
+    pub fn thread_pointer(&self) -> u64 {
+        self.saved.fs_base
+    }
+
+    /// Stop a running call's thread where it is and take the call back:
+    /// [`Tracee::resume`] then puts the thread's own registers back.
+    fn take_back(&self) -> Result<()> {
+        // SAFETY: stops our tracee (it is running the call).
+        unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, self.tid, 0, 0) };
+        loop {
+            match self.wait_stop(Duration::from_secs(5))? {
+                // The call's system call ending (its exit stop comes before
+                // the interrupt's), or the interrupt's stop.
+                s if s == SYSCALL_STOP || s == 0 => break,
+                GROUP_STOP => return Err(Stopped.into()),
+                s => {
+                    // A signal of the program's: delivered (its handler runs
+                    // on the call's stack, as on any), then the interrupt's stop.
+                    self.delivered.set(true);
+                    // SAFETY: resumes our stopped tracee with that signal.
+                    if unsafe { libc::ptrace(libc::PTRACE_CONT, self.tid, 0, s) } != 0 {
+                        bail!("cannot resume thread {}: {}", self.tid, std::io::Error::last_os_error());
+                    }
+                    self.stopped.set(false);
+                }
+            }
+        }
+        self.phase.set(Phase::Own);
+        Ok(())
     }
 
     /// Set the thread up to call `f(args...)`; it runs once resumed.
@@ -537,7 +635,7 @@ impl Tracee {
     }
 
     /// Run a call that [`Tracee::start`] set up until it returns.
-    fn finish(&self, call: &Call) -> Result<Called> {
+    fn finish(&self, call: &Call, stuck: Option<&dyn Fn(i32) -> bool>) -> Result<Called> {
         let Call { restorer, out, init, rax_at } = *call;
         let read_word = |at: u64| {
             let mut v = [0u8; 8];
@@ -551,6 +649,8 @@ impl Tracee {
         };
         let mut sig = 0;
         let until = Instant::now() + CALL_LIMIT;
+        // Since when `stuck` has said so without a break.
+        let mut stuck_since: Option<Instant> = None;
         loop {
             // SAFETY: resumes our stopped tracee to its next system call or
             // signal, delivering `sig` (0: none).
@@ -558,7 +658,22 @@ impl Tracee {
                 bail!("cannot resume thread {}: {}", self.tid, std::io::Error::last_os_error());
             }
             self.stopped.set(false);
-            let s = self.wait_stop(until.saturating_duration_since(Instant::now()))?;
+            let s = loop {
+                let left = until.saturating_duration_since(Instant::now());
+                let Some(stuck) = stuck else { break self.wait_stop(left)? };
+                if let Some(s) = self.try_wait_stop(left.min(STUCK_CHECK))? {
+                    break s;
+                }
+                if left.is_zero() {
+                    bail!("thread {} did not stop", self.tid);
+                }
+                if !stuck(self.tid) {
+                    stuck_since = None;
+                } else if stuck_since.get_or_insert_with(Instant::now).elapsed() >= STUCK_PATIENCE {
+                    self.take_back()?;
+                    return Err(Stuck.into());
+                }
+            };
             sig = 0;
             if s == SYSCALL_STOP {
                 if let Some((sr, past_ret)) = restorer {
@@ -677,6 +792,33 @@ impl Tracee {
     }
 }
 
+/// Where thread `tid` of `pid` is, from `/proc/PID/task/TID/syscall`, read
+/// without stopping it: "running", "-1 SP PC" (in its own code, not
+/// running), or "NR ARGS... SP PC" (blocked in system call NR).
+fn whereabouts(pid: i32, tid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+/// The system call a thread is blocked in, from its [`whereabouts`].
+fn blocked_in(whereabouts: &str) -> Option<i64> {
+    whereabouts.split_whitespace().next()?.parse().ok().filter(|&nr| nr >= 0)
+}
+
+/// Is a thread there worth stopping? Not one blocked in a call that may
+/// hold a lock the injected calls need (or that is not known to hold
+/// none): stopping it would only interrupt its call.
+fn worth_stopping(whereabouts: &str) -> bool {
+    blocked_in(whereabouts).is_none_or(|nr| BLOCKING_SYSCALLS.contains(&nr))
+}
+
+/// Would a stop there re-issue the thread's call, with its timeout in
+/// full (see the module comment)? Such a thread is stopped only when no
+/// other will do.
+fn reissued_in_full(whereabouts: &str) -> bool {
+    blocked_in(whereabouts)
+        .is_some_and(|nr| EINTR_ON_STOP.contains(&nr) && ![0, 1, 19, 20, 43, 44, 45, 46, 47, 288, 299, 307].contains(&nr))
+}
+
 /// The XSAVE area as a signal frame holds it: ptrace gives the
 /// standard-format area with the enabled features (XCR0) in bytes 464-471;
 /// a frame has the kernel's software words there instead (`struct
@@ -773,6 +915,19 @@ impl std::fmt::Display for Stopped {
 }
 
 impl std::error::Error for Stopped {}
+
+/// An injected call was taken back: it waited on what could not come
+/// ([`Tracee::call_unless_stuck`]).
+#[derive(Debug)]
+pub struct Stuck;
+
+impl std::fmt::Display for Stuck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the injected call waited on what could not come, and was taken back")
+    }
+}
+
+impl std::error::Error for Stuck {}
 
 /// ptrace was refused (permissions).
 #[derive(Debug)]

@@ -28,16 +28,25 @@ pub struct Target {
     pub maps: Vec<Mapping>,
 }
 
-/// Bytes of stack a thread whose stack pointer is `sp` may still use: down
-/// to the start of the mapping that holds `sp` (its guard page, or whatever
-/// lies below). The main thread's `[stack]` grows on demand: unbounded
-/// here. 0 for a stack pointer in no mapping, or in one not writable.
-pub fn stack_room(maps: &[Mapping], sp: u64) -> u64 {
-    match maps.iter().find(|m| m.contains(sp.saturating_sub(1))) {
-        Some(m) if m.path == "[stack]" => u64::MAX,
-        Some(m) if m.write => sp - m.start,
-        _ => 0,
+/// Bytes of stack a thread whose stack pointer is `sp` and whose thread
+/// pointer (`fs_base`) is `tp` may still use, if that stack is known to be
+/// a C stack: the one the kernel gave the main thread (`[stack]`, which
+/// grows on demand: unbounded here), or the one the C library made or was
+/// given for a thread, which holds the thread's control block (where `tp`
+/// points, in glibc and musl alike) at its top: `sp` is then below `tp` in
+/// the same mapping, and what lies below `sp` down to the mapping's start
+/// (its guard page) is free. None for any other stack: a language
+/// runtime's own (Go runs goroutines on small stacks it allocates and
+/// moves itself, in its heap), a coroutine's, a signal stack, or no
+/// mapping at all. What lies below the stack pointer there may be another
+/// stack or live data, so nothing may be written below it.
+pub fn c_stack_room(maps: &[Mapping], sp: u64, tp: u64) -> Option<u64> {
+    let m = maps.iter().find(|m| m.contains(sp.saturating_sub(1)))?;
+    if m.path == "[stack]" {
+        return Some(u64::MAX);
     }
+    let anonymous = m.path.is_empty() || m.path.starts_with("[anon:");
+    (m.write && anonymous && sp <= tp && m.contains(tp)).then(|| sp - m.start)
 }
 
 impl Target {
@@ -166,6 +175,19 @@ impl Target {
         found
     }
 
+    /// glibc's loader lock in the target ([`LoaderLock`]), where its
+    /// loader (`ld-linux*`, `ld-2.*`) and the lock are found.
+    pub fn loader_lock(&self) -> Option<LoaderLock> {
+        let ld = self.object(|f| f.starts_with("ld-linux") || f.starts_with("ld-2."))?;
+        let data = read_object(self.pid, ld).ok()?;
+        let (at, size) = symbol_extent(&data, ld.start, "_rtld_global")?;
+        let mut global = vec![0u8; size.min(64 << 10) as usize];
+        if !read_memory(self.pid, at, &mut global) {
+            return None;
+        }
+        find_loader_lock(&global).map(|o| LoaderLock { at: at + o })
+    }
+
     /// Address of dynamic symbol `name` in the object mapped by `m` (its
     /// first mapping).
     pub fn symbol(&self, m: &Mapping, name: &str) -> Result<Option<u64>> {
@@ -177,6 +199,56 @@ impl Target {
     pub fn symbols(&self, m: &Mapping, names: &[&str]) -> Result<Vec<Option<u64>>> {
         let data = read_object(self.pid, m)?;
         symbols_in(&data, m.start, names).map_err(|e| anyhow!("{}: {e}", m.path))
+    }
+}
+
+/// The dynamic loader's lock (glibc's `_dl_load_lock`, a recursive
+/// mutex), which `dlopen` takes before anything else it does, and holds
+/// while it runs the constructors of what it loads. A thread made to call
+/// `dlopen` while another holds it waits for it; if that other thread waits
+/// for the one made to call (a constructor waiting for the main thread),
+/// neither ever goes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoaderLock {
+    /// Its address in the target (the mutex's first word, the one waited on).
+    pub at: u64,
+}
+
+impl LoaderLock {
+    /// The thread that holds it (0: held, by a thread it does not name);
+    /// None when it is free or cannot be read. (A glibc mutex: `__lock`,
+    /// nonzero while held, then `__count`, then `__owner`, the holder's
+    /// thread id.)
+    pub fn holder(self, pid: i32) -> Option<i32> {
+        let mut m = [0u8; 12];
+        if !read_memory(pid, self.at, &mut m) {
+            return None;
+        }
+        let word = |i: usize| i32::from_le_bytes(m[i..i + 4].try_into().unwrap_or_default());
+        (word(0) != 0).then(|| word(8))
+    }
+}
+
+/// Where `_dl_load_lock` is among the bytes of glibc's `_rtld_global`: it
+/// follows the namespaces and their count (`_dl_nns`, 1 to 16), and is the
+/// first of two or three recursive mutexes in a row there (the load lock,
+/// the load write lock and, from glibc 2.35, the TLS lock), each 40 bytes
+/// with its kind (1, recursive) at byte 16. Exactly one such place, or
+/// None (a layout this does not know).
+pub fn find_loader_lock(global: &[u8]) -> Option<u64> {
+    const MUTEX: usize = 40;
+    const KIND: usize = 16;
+    let word = |at: usize| global.get(at..at + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
+    let kind = |at: usize| global.get(at + KIND..at + KIND + 4).map(|b| i32::from_le_bytes(b.try_into().unwrap_or_default()));
+    let found: Vec<usize> = (0..global.len())
+        .step_by(8)
+        .filter(|&o| word(o).is_some_and(|n| (1..=16).contains(&n)))
+        .filter(|&o| kind(o + 8) == Some(1) && kind(o + 8 + MUTEX) == Some(1))
+        .map(|o| o + 8)
+        .collect();
+    match found[..] {
+        [one] => Some(one as u64),
+        _ => None,
     }
 }
 
@@ -215,6 +287,27 @@ fn symbols_in(data: &[u8], base: u64, names: &[&str]) -> std::result::Result<Vec
         }
     }
     Ok(found)
+}
+
+/// Is the program file at `path` a Go program? The Go linker gives each
+/// one a `.go.buildinfo` section (Go 1.13 and later) and a
+/// `.note.go.buildid` note. Read as any path a user or target names is
+/// (bounded, regular files only, with a deadline).
+pub fn is_go_program(path: &std::path::Path) -> bool {
+    use object::Object;
+    let Ok(data) = crate::symbolize::file::read_within(path, MAX_OBJECT_BYTES, READ_DEADLINE) else { return false };
+    object::File::parse(&*data)
+        .is_ok_and(|f| f.section_by_name(".go.buildinfo").is_some() || f.section_by_name(".note.go.buildid").is_some())
+}
+
+/// The address and size of dynamic symbol `name` in an ELF image `data`
+/// loaded with its first segment at `base`.
+fn symbol_extent(data: &[u8], base: u64, name: &str) -> Option<(u64, u64)> {
+    use object::{Object, ObjectSegment, ObjectSymbol};
+    let file = object::File::parse(data).ok()?;
+    let first = file.segments().map(|s| s.address()).min().unwrap_or(0) & !0xfff;
+    let s = file.dynamic_symbols().find(|s| s.is_definition() && s.name() == Ok(name))?;
+    Some((base + s.address() - first, s.size()))
 }
 
 /// The C library (glibc's `libc.so.6` and, for older ones, `libdl`; musl's
@@ -295,22 +388,50 @@ mod tests {
         assert_eq!(addr, Some(libc::dlopen as *const () as u64));
     }
 
+    /// The loader lock is found in glibc's `_rtld_global` as this
+    /// process maps it (free here), and nowhere in bytes without the pattern.
     #[test]
-    fn stack_room_is_what_lies_above_the_mapping_start() {
+    fn the_loader_lock_is_found_in_our_own_loader() {
+        let maps = procfs::read_maps(None).unwrap();
+        let t = Target { pid: std::process::id() as i32, uid: 0, maps };
+        let lock = t.loader_lock().expect("glibc's loader lock is found");
+        assert_eq!(lock.holder(t.pid), None, "nobody holds the loader lock now");
+        assert_eq!(find_loader_lock(&[0u8; 4096]), None);
+        let mut two = vec![0u8; 4096];
+        for at in [800usize, 2400] {
+            two[at..at + 8].copy_from_slice(&1u64.to_le_bytes());
+            for m in 0..2 {
+                two[at + 8 + 40 * m + 16] = 1;
+            }
+        }
+        assert_eq!(find_loader_lock(&two), None, "two candidates: none is taken");
+        two[2400] = 0;
+        assert_eq!(find_loader_lock(&two), Some(808));
+    }
+
+    #[test]
+    fn c_stack_room_is_what_lies_above_the_mapping_start_of_a_c_stack() {
         let maps = procfs::parse_maps(
             "7f0000000000-7f0000001000 ---p 00000000 00:00 0 \n\
              7f0000001000-7f0000011000 rw-p 00000000 00:00 0 \n\
              7f0000011000-7f0000012000 r--p 00000000 00:00 0 \n\
+             c000000000-c000400000 rw-p 00000000 00:00 0 \n\
              7ffc00000000-7ffc00021000 rw-p 00000000 00:00 0                          [stack]\n",
         );
-        // A thread stack of 64 KiB above its guard page.
-        assert_eq!(stack_room(&maps, 0x7f0000011000), 64 << 10);
-        assert_eq!(stack_room(&maps, 0x7f0000003000), 8 << 10);
-        // The main thread's stack grows.
-        assert_eq!(stack_room(&maps, 0x7ffc00010000), u64::MAX);
+        // A thread stack of 64 KiB above its guard page, its control block at the top.
+        let tp = 0x7f0000010800;
+        assert_eq!(c_stack_room(&maps, 0x7f0000010000, tp), Some(60 << 10));
+        assert_eq!(c_stack_room(&maps, 0x7f0000003000, tp), Some(8 << 10));
+        // The main thread's stack grows, whatever its thread pointer.
+        assert_eq!(c_stack_room(&maps, 0x7ffc00010000, 0x7f0000010800), Some(u64::MAX));
+        // A goroutine's stack in Go's heap, on a thread whose control block
+        // is on its C stack: not a C stack.
+        assert_eq!(c_stack_room(&maps, 0xc000048d50, tp), None);
+        // Above the control block: not the thread's stack.
+        assert_eq!(c_stack_room(&maps, 0x7f0000010f00, tp), None);
         // In no mapping, in the guard page, in a read-only one.
-        assert_eq!(stack_room(&maps, 0x6000_0000_0000), 0);
-        assert_eq!(stack_room(&maps, 0x7f0000000800), 0);
-        assert_eq!(stack_room(&maps, 0x7f0000011800), 0);
+        assert_eq!(c_stack_room(&maps, 0x6000_0000_0000, tp), None);
+        assert_eq!(c_stack_room(&maps, 0x7f0000000800, tp), None);
+        assert_eq!(c_stack_room(&maps, 0x7f0000011800, 0x7f0000011f00), None);
     }
 }
