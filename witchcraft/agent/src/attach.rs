@@ -341,7 +341,7 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
     // Loads and unloads are only seen after the fact (nothing is
     // interposed): handlers read no module's memory in place.
     modules::set_checked_reads(true);
-    let engine = crate::setup::make_engine(cfg, handlers::install_attached);
+    let engine = crate::setup::make_engine(cfg, handlers::install_attached, false);
     if AGENT.begin(engine, Mode::Attached, Sink::Session(chan.fd())).is_err() {
         handlers::restore_attached(&[]);
         return Err("another session is running".into());
@@ -398,6 +398,11 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
             break;
         }
         set_up_new(me, &mut known, &mut why);
+        // Burst windows only while the program has no fault handler the
+        // agent could not guard (see `handlers::faults_without_handlers`).
+        if let Some(engine) = AGENT.engine() {
+            engine.windows_allowed.store(handlers::faults_without_handlers(), Ordering::Relaxed);
+        }
         // Code mapped or unmapped since (dlopen, dlclose: the attached
         // agent interposes nothing, so it looks every POLL).
         crate::interpose::keep_map_current(false);

@@ -125,6 +125,19 @@ pub fn guard(sig: i32, act: &libc::sigaction) -> i32 {
     r
 }
 
+/// Has the program no handler of its own for any fault signal (see
+/// [`FAULTS`])? An attached agent interposes nothing, so it cannot guard
+/// them: it runs burst windows only then (checked at each poll).
+pub fn faults_without_handlers() -> bool {
+    FAULTS.iter().all(|&sig| {
+        // SAFETY: sigaction is plain data.
+        let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: queries the current disposition.
+        unsafe { real_sigaction()(sig, std::ptr::null(), &mut cur) };
+        cur.sa_sigaction == libc::SIG_DFL || cur.sa_sigaction == libc::SIG_IGN
+    })
+}
+
 /// Guard the fault handlers the program installed before the agent
 /// started (preloaded).
 pub fn guard_existing() {

@@ -69,7 +69,7 @@ extern "C" fn init() {
         return;
     }
     let out_dir = cfg.out_dir.clone();
-    let engine = crate::setup::make_engine(cfg, handlers::install_preloaded);
+    let engine = crate::setup::make_engine(cfg, handlers::install_preloaded, true);
     let sink = create_output(&out_dir);
     if AGENT.begin(engine, Mode::Preloaded, sink).is_err() {
         return;

@@ -14,9 +14,11 @@ use witchcraft::modules;
 use witchcraft::sys::procfs;
 use witchcraft::sys::watchpoint::KernelCaps;
 
-/// The engine for `cfg`, with `install` putting the handlers in place.
-/// Notes go to the profile.
-pub fn make_engine(cfg: Config, install: fn()) -> Engine {
+/// The engine for `cfg`, with `install` putting the handlers in place;
+/// `guarded`: the program's fault handlers run behind the agent's guard
+/// (preloaded), so burst windows may run whatever handlers it has. Notes
+/// go to the profile.
+pub fn make_engine(cfg: Config, install: fn(), guarded: bool) -> Engine {
     let own = own_code_range();
     modules::set_own_address(own.0);
     modules::refresh();
@@ -87,6 +89,7 @@ pub fn make_engine(cfg: Config, install: fn()) -> Engine {
         ns_per_cycle: costs.ns_per_cycle,
         burst,
         head_start: HeadStart::new(HEAD_START_NS),
+        windows_allowed: std::sync::atomic::AtomicBool::new(guarded || crate::handlers::faults_without_handlers()),
     }
 }
 
@@ -110,6 +113,7 @@ pub fn bare_engine(cfg: Config) -> Engine {
         ns_per_cycle: 0.0,
         burst: None,
         head_start: HeadStart::new(0),
+        windows_allowed: std::sync::atomic::AtomicBool::new(false),
     }
 }
 

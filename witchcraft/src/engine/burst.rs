@@ -369,7 +369,8 @@ impl ThreadState {
             }
             _ => {}
         }
-        if let (Some(ws), true) = (settings.window, self.window.usable()) {
+        let windows = self.window.usable() && engine.windows_allowed.load(std::sync::atomic::Ordering::Relaxed);
+        if let (Some(ws), true) = (settings.window, windows) {
             let unit = self.window.unit_ns(engine);
             let (units, starved) = self.burst.budget.window(program_ns, spent, unit, ws.max_units(), &engine.head_start);
             if units == 0 {

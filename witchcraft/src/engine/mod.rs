@@ -57,6 +57,11 @@ pub struct Engine {
     pub burst: Option<BurstSettings>,
     /// What the bursts may spend beyond the budget at the start.
     pub head_start: budget::HeadStart,
+    /// Bursts may run as windows from the code cache now: a fault a copy
+    /// raises reaches the program's handler at the native instruction (a
+    /// preloaded agent guards the program's fault handlers; an attached one
+    /// cannot, and allows windows only while the program has none).
+    pub windows_allowed: std::sync::atomic::AtomicBool,
 }
 
 impl Engine {
