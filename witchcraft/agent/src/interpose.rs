@@ -462,7 +462,10 @@ pub(crate) unsafe extern "C" fn attached_syscall(
 type SigactionFn = unsafe extern "C" fn(libc::c_int, *const libc::sigaction, *mut libc::sigaction) -> libc::c_int;
 
 /// `sigaction` as the program sees it: the signals the agent owns keep its
-/// handler while the program's choice is remembered and reported back.
+/// handler while the program's choice is remembered and reported back
+/// (with `SA_RESTORER`, as the C library's own call leaves it). A handler
+/// that runs on an alternate stack (`SA_ONSTACK`) gets witch's signals
+/// added to its mask, unseen by the program.
 ///
 /// # Safety
 /// As the C library's `sigaction`.
@@ -476,7 +479,18 @@ pub unsafe extern "C" fn sigaction(sig: libc::c_int, act: *const libc::sigaction
         }
         if !act.is_null() {
             // SAFETY: the caller's pointer to a sigaction to read.
-            PROGRAM.set_action(sig, unsafe { &*act });
+            let mut sa = unsafe { *act };
+            // As the kernel would keep it from the C library's call: with
+            // the C library's signal return (`SA_RESTORER`), which ours,
+            // installed through the same C library, has.
+            // SAFETY: sigaction is plain data; queries our disposition.
+            let mut ours: libc::sigaction = unsafe { std::mem::zeroed() };
+            // SAFETY: as above.
+            if unsafe { real(sig, std::ptr::null(), &mut ours) } == 0 && ours.sa_flags & SA_RESTORER != 0 {
+                sa.sa_flags |= SA_RESTORER;
+                sa.sa_restorer = ours.sa_restorer;
+            }
+            PROGRAM.set_action(sig, &sa);
         }
         return 0;
     }
@@ -503,25 +517,65 @@ pub unsafe extern "C" fn sigaction(sig: libc::c_int, act: *const libc::sigaction
         // SAFETY: the caller's pointer to a sigaction to read.
         return crate::handlers::guard(sig, unsafe { &*act });
     }
-    if PROGRAM.fatal_hook(sig) {
-        // Our fatal-signal hook is invisible: the program sees SIG_DFL.
-        // SAFETY: the caller's arguments, passed on.
-        let r = unsafe { real(sig, act, old) };
-        if r == 0 && !old.is_null() {
-            // SAFETY: filled by the call above.
-            unsafe {
-                (*old).sa_sigaction = libc::SIG_DFL;
-                (*old).sa_flags = 0;
+    // A handler on the program's own alternate stack: witch's signals wait
+    // until it returns. That stack is sized for the program's signals one
+    // at a time (each handler blocks its own); a sample or trap taken
+    // inside the handler would put a second kernel frame (3 to 12 KB) on it.
+    // SAFETY: the caller's pointer, null or a sigaction to read.
+    let onstack = unsafe { act.as_ref() }.filter(|a| {
+        a.sa_flags & libc::SA_ONSTACK != 0 && a.sa_sigaction != libc::SIG_DFL && a.sa_sigaction != libc::SIG_IGN
+    });
+    let mut added = 0u64;
+    let mut copy = onstack.copied();
+    let act = match copy.as_mut() {
+        Some(copy) => {
+            for s in [libc::SIGTRAP, sampler_signal()] {
+                // SAFETY: valid set and signal numbers.
+                if unsafe { libc::sigismember(&copy.sa_mask, s) } == 0 {
+                    // SAFETY: as above.
+                    unsafe { libc::sigaddset(&mut copy.sa_mask, s) };
+                    added |= 1 << (s - 1);
+                }
             }
+            copy as *const libc::sigaction
         }
-        if r == 0 && !act.is_null() {
-            PROGRAM.set_fatal_hook(sig, false);
-        }
+        None => act,
+    };
+    let before = PROGRAM.added_mask(sig);
+    let hooked = PROGRAM.fatal_hook(sig);
+    // SAFETY: the caller's arguments (the action perhaps with witch's signals added), passed on.
+    let r = unsafe { real(sig, act, old) };
+    if r != 0 {
         return r;
     }
-    // SAFETY: the caller's arguments, passed on.
-    unsafe { real(sig, act, old) }
+    if !old.is_null() {
+        // SAFETY: the caller's sigaction, filled by the call.
+        let old = unsafe { &mut *old };
+        if hooked {
+            // Our fatal-signal hook is invisible: the program sees SIG_DFL.
+            // SAFETY: all zero is SIG_DFL with no flags and an empty mask.
+            *old = unsafe { std::mem::zeroed() };
+        } else {
+            // What the program set, without what the agent added to it.
+            for s in [libc::SIGTRAP, sampler_signal()] {
+                if before & (1 << (s - 1)) != 0 {
+                    // SAFETY: a valid set and signal number.
+                    unsafe { libc::sigdelset(&mut old.sa_mask, s) };
+                }
+            }
+        }
+    }
+    if !act.is_null() {
+        PROGRAM.set_added_mask(sig, added);
+        if hooked {
+            PROGRAM.set_fatal_hook(sig, false);
+        }
+    }
+    0
 }
+
+/// The flag the C library's `sigaction` adds for its signal return.
+const SA_RESTORER: libc::c_int = 0x0400_0000;
 
 /// # Safety
 /// As the C library's `signal`.
