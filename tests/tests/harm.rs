@@ -94,3 +94,30 @@ fn gdb_runs_unharmed_under_every_craft() {
         }
     }
 }
+
+/// `NAME N` from many_threads' stderr line.
+fn stat(run: &Run, name: &str) -> u64 {
+    let err = run.stderr_str();
+    let mut words = err.split_whitespace().skip_while(|w| *w != name);
+    words.nth(1).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("no {name} in:\n{}", run.describe()))
+}
+
+/// Item: the cost line claimed 3.49 s of witch's CPU for a 64-thread run at
+/// `-p 100us` that used 0.68 s in all (witchd exports the same number): a
+/// single step's handler was timed by the cycle counter, which ran on
+/// while the thread waited for a CPU. What the profile says witch cost is
+/// within the CPU time the whole program used.
+#[test]
+fn the_cost_claimed_is_within_the_cpu_time_the_program_used() {
+    let dir = Scratch::new("cost-claimed");
+    let prog = Program::build("many_threads", dir.path());
+    let out = dir.join("cost.json");
+    let run = WitchCmd::new("dead").args(&["-p", "100us", "-q"]).out(&out).run(&prog.exe, &["64", "3000"]);
+    assert_eq!(run.code(), Some(3), "{}", run.describe());
+    let cpu_ns = stat(&run, "cpu_us") * 1000;
+    let p = raw_profile(&out);
+    let engine_ns = p["counters"]["engine_ns"].as_u64().expect("counters.engine_ns");
+    eprintln!("witch's cost {:.1} ms of the program's {:.1} ms of CPU", engine_ns as f64 / 1e6, cpu_ns as f64 / 1e6);
+    assert!(engine_ns > 0, "no cost at all:\n{}", run.describe());
+    assert!(engine_ns <= cpu_ns, "the profile claims {engine_ns} ns of witch's CPU in a run that used {cpu_ns} ns in all");
+}

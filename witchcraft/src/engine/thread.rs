@@ -265,6 +265,11 @@ impl ThreadState {
             return;
         }
         let entry = task::thread_cpu_ns();
+        // The steps since the last clock read, bounded by the CPU time they took.
+        let fix = self.clock.settle_steps(entry);
+        let counters = &mut self.record.counters;
+        counters.engine_ns = counters.engine_ns.saturating_add_signed(fix);
+        counters.step_ns = counters.step_ns.saturating_add_signed(fix);
         let cached = self.clock.enter(entry);
         if cached > 0 {
             let counters = &mut self.record.counters;
