@@ -121,3 +121,94 @@ fn the_cost_claimed_is_within_the_cpu_time_the_program_used() {
     assert!(engine_ns > 0, "no cost at all:\n{}", run.describe());
     assert!(engine_ns <= cpu_ns, "the profile claims {engine_ns} ns of witch's CPU in a run that used {cpu_ns} ns in all");
 }
+
+/// Item: memory per thread. Under witch 2,000 threads took 1.65 GB of
+/// memory against 18 MB without it (about 820 KB a thread: hashed tables
+/// touched all over, and a malloc heap of its own for each thread the
+/// agent allocated on). The bound stated in docs/OVERHEAD.md: at most
+/// 64 KiB a thread (and 16 MiB for the agent itself) more than without
+/// witch.
+#[test]
+fn memory_per_thread_follows_use_with_2000_threads() {
+    let dir = Scratch::new("many-threads");
+    let prog = Program::build("many_threads", dir.path());
+    let args = ["2000", "100"];
+    let native = prog.run_native(&args);
+    assert_eq!(native.code(), Some(3), "{}", native.describe());
+    let out = dir.join("many.json");
+    let run = WitchCmd::new("dead").arg("-q").out(&out).run(&prog.exe, &args);
+    assert_same_behaviour(&native, &run);
+    let (n, w) = (stat(&native, "peak_rss_kib"), stat(&run, "peak_rss_kib"));
+    eprintln!("2,000 threads: peak RSS {n} KiB without witch, {w} KiB with it ({} KiB a thread more)", w.saturating_sub(n) / 2000);
+    assert!(w <= n + 2000 * 64 + 16 * 1024, "2,000 threads took {w} KiB under witch, {n} KiB without");
+    // Threads witch could not profile (past its descriptors for watchpoints)
+    // take nothing either.
+    let p = raw_profile(&out);
+    let failed = p["counters"]["threads_failed"].as_u64().unwrap_or(0);
+    eprintln!("{} of 2,000 threads profiled; notes: {}", 2000 - failed, p["notes"]);
+    assert!(failed < 2000, "no thread was profiled: {}", p["notes"]);
+}
+
+/// Item: under `ulimit -v`, where the program runs natively, it aborted
+/// ("memory allocation of 2621440 bytes failed"), segfaulted, or could not
+/// create its threads. witch takes at most a quarter of the limit for its
+/// threads: past it, threads go unprofiled and the profile says so; the
+/// program runs as without witch.
+#[test]
+fn under_an_address_space_limit_threads_go_unprofiled_not_the_program() {
+    let dir = Scratch::new("ulimit-v");
+    let prog = Program::build("many_threads", dir.path());
+    let limit = ["bash", "-c", "ulimit -v 1000000 && exec \"$@\"", "sh"];
+    // 64 threads with the C library's default 8 MiB stacks: half the limit.
+    let args = ["64", "2000", "8192"];
+    let native = {
+        let mut c = std::process::Command::new(limit[0]);
+        c.args(&limit[1..]).arg(&prog.exe).args(args);
+        run_cmd(c, None)
+    };
+    assert_eq!(native.code(), Some(3), "{}", native.describe());
+    let out = dir.join("limited.json");
+    let run = WitchCmd::new("dead").wrapper(&limit).arg("-q").out(&out).run(&prog.exe, &args);
+    assert_same_behaviour(&native, &run);
+    let p = raw_profile(&out);
+    let notes = p["notes"].to_string();
+    let failed = p["counters"]["threads_failed"].as_u64().unwrap_or(0);
+    assert!(failed < 64, "no thread was profiled: {notes}");
+    if failed > 0 {
+        assert!(notes.contains("RLIMIT_AS"), "{failed} threads unprofiled, and the notes do not say why: {notes}");
+    }
+}
+
+/// Item: with a signal queue of one (`ulimit -i 1`), a 64-thread program at
+/// `-p 1ms` died by SIGIO (exit 157): its task-clock samplers' signals
+/// overflowed the queue. Now threads past what the queue holds sample with
+/// the CPU-time timer, whose signal is reserved when it is made. As nobody,
+/// whose queue no other process of the machine's fills.
+#[test]
+fn a_small_signal_queue_does_not_kill_a_many_threaded_program() {
+    let dir = Scratch::new("sigpending");
+    let prog = Program::build("many_threads", dir.path());
+    let (witch, mut wrapper) = match Nobody::setup(&dir) {
+        Some(n) => {
+            chmod(dir.path(), 0o777);
+            chmod(&prog.exe, 0o755);
+            (n.witch, n.wrapper)
+        }
+        None => (witch_bin(), vec![]),
+    };
+    wrapper.extend(["bash", "-c", "ulimit -i 1 && exec \"$@\"", "sh"].map(String::from));
+    let args = ["64", "5000"];
+    let native = {
+        let mut c = std::process::Command::new(&wrapper[0]);
+        c.args(&wrapper[1..]).arg(&prog.exe).args(args);
+        run_cmd(c, None)
+    };
+    assert_eq!(native.code(), Some(3), "{}", native.describe());
+    for i in 0..3 {
+        let out = dir.join(&format!("queue-{i}.json"));
+        let run = WitchCmd::new("dead").witch(&witch).wrapper(&wrapper).args(&["-p", "1ms", "-q"]).out(&out).run(&prog.exe, &args);
+        assert_same_behaviour(&native, &run);
+        let notes = raw_profile(&out)["notes"].to_string();
+        assert!(notes.contains("the signal queue holds 1 signals"), "run {i}: the profile does not say what the queue limits: {notes}");
+    }
+}

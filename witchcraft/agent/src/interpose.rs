@@ -50,16 +50,45 @@ fn preloaded() -> bool {
 type StartFn = extern "C" fn(*mut libc::c_void) -> *mut libc::c_void;
 type PthreadCreate = unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartFn, *mut libc::c_void) -> libc::c_int;
 
-struct Tramp {
-    start: StartFn,
-    arg: *mut libc::c_void,
+/// A new thread's start: it takes its slot, prepared by its creator, and
+/// runs the program's start routine. Nothing here allocates (see
+/// `preload::prepare_thread`).
+extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
+    // SAFETY: `pthread_create` below passes a slot of the static table.
+    let slot = unsafe { &*(p as *const crate::threads::Slot) };
+    let (start, arg, stack) = slot.start();
+    crate::preload::adopt_thread(slot, crate::preload::created_thread_stack(stack));
+    // SAFETY: the program's start routine, left in the slot by `pthread_create`.
+    let start = unsafe { std::mem::transmute::<usize, StartFn>(start) };
+    start(arg as *mut libc::c_void)
 }
 
-extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
-    // SAFETY: made by `pthread_create` below with Box::into_raw, taken once here.
-    let t = unsafe { Box::from_raw(p as *mut Tramp) };
-    crate::preload::start_thread();
-    (t.start)(t.arg)
+extern "C" {
+    /// The C library's default thread attributes (glibc 2.18).
+    fn pthread_getattr_default_np(attr: *mut libc::pthread_attr_t) -> libc::c_int;
+}
+
+/// The size of the stack a thread created with `attr` gets.
+fn stack_size(attr: *const libc::pthread_attr_t) -> usize {
+    let mut size: libc::size_t = 0;
+    // SAFETY: the caller's attributes, or the process's defaults, read
+    // into a copy destroyed after use.
+    unsafe {
+        if attr.is_null() {
+            let mut d: libc::pthread_attr_t = std::mem::zeroed();
+            if pthread_getattr_default_np(&mut d) == 0 {
+                libc::pthread_attr_getstacksize(&d, &mut size);
+                libc::pthread_attr_destroy(&mut d);
+            }
+        } else {
+            libc::pthread_attr_getstacksize(attr, &mut size);
+        }
+    }
+    if size == 0 {
+        8 << 20
+    } else {
+        size
+    }
 }
 
 /// Threads created by the program get their own engine state first.
@@ -76,16 +105,16 @@ pub unsafe extern "C" fn pthread_create(
     static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
     // SAFETY: the C library's pthread_create has this signature.
     let real = unsafe { std::mem::transmute::<*mut libc::c_void, PthreadCreate>(next(c"pthread_create", &REAL)) };
-    if !preloaded() {
+    let slot = if preloaded() { crate::preload::prepare_thread() } else { None };
+    let Some(slot) = slot else {
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real(thread, attr, start, arg) };
-    }
-    let t = Box::into_raw(Box::new(Tramp { start, arg }));
-    // SAFETY: as above; the trampoline takes ownership of `t` if the thread starts.
-    let r = unsafe { real(thread, attr, trampoline, t as *mut libc::c_void) };
+    };
+    slot.set_start(start as usize, arg as usize, stack_size(attr));
+    // SAFETY: as above, the thread starting in the trampoline with its slot.
+    let r = unsafe { real(thread, attr, trampoline, slot as *const crate::threads::Slot as *mut libc::c_void) };
     if r != 0 {
-        // SAFETY: the thread did not start, so `t` is still ours.
-        drop(unsafe { Box::from_raw(t) });
+        crate::preload::unprepare_thread(slot);
     }
     r
 }

@@ -116,6 +116,11 @@ pub struct Slot {
     /// Odd while the thread runs the engine's handler code (which reads
     /// the module map); counts up at each entry and exit.
     epoch: AtomicU64,
+    /// What a preloaded thread prepared by its creator runs, and its
+    /// stack's size (`preload::prepare_thread`), for it to take at its start.
+    start: AtomicUsize,
+    arg: AtomicUsize,
+    stack_size: AtomicUsize,
 }
 
 impl Slot {
@@ -131,7 +136,27 @@ impl Slot {
             prior_size: AtomicU64::new(0),
             prior_flags: AtomicI32::new(libc::SS_DISABLE),
             epoch: AtomicU64::new(0),
+            start: AtomicUsize::new(0),
+            arg: AtomicUsize::new(0),
+            stack_size: AtomicUsize::new(0),
         }
+    }
+
+    /// The slot is now thread `tid`'s (one prepared for it by its creator).
+    pub fn claim(&self, tid: i32) {
+        self.tid.store(tid, Ordering::Release);
+    }
+
+    /// Leave a thread's start routine, argument and stack size here for it.
+    pub fn set_start(&self, start: usize, arg: usize, stack_size: usize) {
+        self.start.store(start, Ordering::Release);
+        self.arg.store(arg, Ordering::Release);
+        self.stack_size.store(stack_size, Ordering::Release);
+    }
+
+    /// What [`Slot::set_start`] left.
+    pub fn start(&self) -> (usize, usize, usize) {
+        (self.start.load(Ordering::Acquire), self.arg.load(Ordering::Acquire), self.stack_size.load(Ordering::Acquire))
     }
 
     /// Run the engine's handler code `f` (on this slot's thread), announced
@@ -296,6 +321,12 @@ impl ThreadTable {
     /// The slots in use. Async-signal-safe.
     pub fn slots(&self) -> &[Slot] {
         &self.slots[..self.len()]
+    }
+
+    /// Threads with an engine state in the table (ended ones whose slot no
+    /// thread took over yet included).
+    pub fn with_state(&self) -> usize {
+        self.states().count()
     }
 
     /// Every engine state in the table.
