@@ -212,3 +212,18 @@ fn a_small_signal_queue_does_not_kill_a_many_threaded_program() {
         assert!(notes.contains("the signal queue holds 1 signals"), "run {i}: the profile does not say what the queue limits: {notes}");
     }
 }
+
+/// Item: `sigaction(SIGTRAP or SIGRTMIN+7, NULL, &old)` lost the C
+/// library's `SA_RESTORER` in `sa_flags` (the program's choice was kept as
+/// the program passed it). The program reads back what it set, as without
+/// witch, also for an `SA_ONSTACK` handler whose mask witch extends.
+#[test]
+fn sigaction_reads_back_what_the_program_set() {
+    let dir = Scratch::new("sigaction-readback");
+    let prog = Program::build("sigaction_readback", dir.path());
+    let native = prog.run_native(&[]);
+    assert_eq!(native.code(), Some(3), "{}", native.describe());
+    assert!(native.stdout_str().contains("flags 0x14000000"), "glibc adds SA_RESTORER:\n{}", native.describe());
+    let run = WitchCmd::new("dead").arg("-q").out(&dir.join("readback.json")).run(&prog.exe, &[]);
+    assert_same_behaviour(&native, &run);
+}
