@@ -3,7 +3,6 @@
 //! limit, the alternate stack after a detach, `sigaction`'s flags, and the
 //! cost the report claims. Each test is named after what it guards.
 
-use witch_tests::attach::*;
 use witch_tests::*;
 
 const CRAFTS: [&str; 3] = ["dead", "silent-store", "silent-load"];
@@ -90,7 +89,11 @@ fn gdb_runs_unharmed_under_every_craft() {
             let out = dir.join(&format!("{craft}-{i}.json"));
             let run = WitchCmd::new(craft).arg("-q").out(&out).run(&gdb, &args);
             assert_eq!(run.code(), native.code(), "{craft} #{i}: gdb's exit differs:\n{}", run.describe());
-            assert!(run.stdout_str().contains("exited with code 07"), "{craft} #{i}: gdb's inferior did not end as without witch:\n{}", run.describe());
+            assert!(
+                run.stdout_str().contains("exited with code 07"),
+                "{craft} #{i}: gdb's inferior did not end as without witch:\n{}",
+                run.describe()
+            );
         }
     }
 }

@@ -2,9 +2,9 @@
 //! calling contexts, in a table preallocated like the context tree.
 
 use crate::context::{hash, max_slots, reindex, FIRST_SLOTS};
-use crate::sys::mem::{Reserved, Zeroable};
 use crate::craft::Verdict;
 use crate::profile::Clustered;
+use crate::sys::mem::{Reserved, Zeroable};
 
 /// ⟨C_watch, C_trap⟩ → attributed bytes, preallocated like the tree.
 #[derive(Clone, Copy, Debug, Default)]

@@ -161,8 +161,14 @@ pub extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mu
         // SAFETY: the slot's state is this thread's (see `dispatch`).
         if let Some(ts) = unsafe { slot.state().as_mut() } {
             if ts.window.active() {
+                // On the handler stack: the program's own fault handler may
+                // run on a small alternate stack of its own.
                 // SAFETY: `uc` is the kernel's context for this signal.
-                let left = slot.engine_handler(|| unsafe { ts.leave_cache_at_fault(engine, ucp) });
+                let mut leave = || slot.engine_handler(|| unsafe { ts.leave_cache_at_fault(engine, ucp) });
+                let left = match slot.alt_stack() {
+                    (0, _) => leave(),
+                    stack => handler_stack::run(stack, ucp, leave),
+                };
                 if left {
                     let sa = PROGRAM.action(sig);
                     // SAFETY: `ucp` is the kernel's context; the sets are plain data.
@@ -458,8 +464,7 @@ pub fn chain(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
 
 /// The signal mask the kernel would have given the program's handler `sa`
 /// for `sig`: the interrupted code's, its `sa_mask`, and `sig` itself
-/// unless `SA_NODEFER`; witch's own signals stay blocked while it runs, as
-/// in any handler of witch's. (Returning from witch's handler restores the
+/// unless `SA_NODEFER`. (Returning from witch's handler restores the
 /// interrupted code's mask.)
 fn program_mask(sig: i32, sa: &libc::sigaction, uc: *mut libc::c_void) {
     let uc = uc as *const libc::ucontext_t;
@@ -468,11 +473,7 @@ fn program_mask(sig: i32, sa: &libc::sigaction, uc: *mut libc::c_void) {
     let defer = sa.sa_flags & libc::SA_NODEFER == 0;
     for s in 1..crate::program::NSIG as i32 {
         // SAFETY: valid sets and signal numbers.
-        let add = unsafe { libc::sigismember(&sa.sa_mask, s) } == 1
-            || (defer && s == sig)
-            || s == libc::SIGTRAP
-            || s == sampler_signal()
-            || s == control_signal();
+        let add = unsafe { libc::sigismember(&sa.sa_mask, s) } == 1 || (defer && s == sig);
         if add {
             // SAFETY: as above.
             unsafe { libc::sigaddset(&mut mask, s) };

@@ -551,9 +551,8 @@ pub unsafe extern "C" fn sigaction(sig: libc::c_int, act: *const libc::sigaction
     // at a time (each handler blocks its own); a sample or trap taken
     // inside the handler would put a second kernel frame (3 to 12 KB) on it.
     // SAFETY: the caller's pointer, null or a sigaction to read.
-    let onstack = unsafe { act.as_ref() }.filter(|a| {
-        a.sa_flags & libc::SA_ONSTACK != 0 && a.sa_sigaction != libc::SIG_DFL && a.sa_sigaction != libc::SIG_IGN
-    });
+    let onstack = unsafe { act.as_ref() }
+        .filter(|a| a.sa_flags & libc::SA_ONSTACK != 0 && a.sa_sigaction != libc::SIG_DFL && a.sa_sigaction != libc::SIG_IGN);
     let mut added = 0u64;
     let mut copy = onstack.copied();
     let act = match copy.as_mut() {

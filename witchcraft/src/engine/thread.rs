@@ -165,20 +165,8 @@ impl ThreadState {
             clock: Clock::new(engine.trap_cost_ns, engine.step_cost_ns),
             burst: Burst::new(seed, engine),
             window: Window::new(seed),
-            record: Record {
-                tree,
-                pairs,
-                counters: Counters::default(),
-                blind: 0,
-                cluster: 0,
-                clusters: ClusterSums::default(),
-            },
-            scratch: Scratch {
-                analyzer: Analyzer::new(),
-                unwind: unwind::new_cache(),
-                pc,
-                frames: Box::new([0; MAX_FRAMES]),
-            },
+            record: Record { tree, pairs, counters: Counters::default(), blind: 0, cluster: 0, clusters: ClusterSums::default() },
+            scratch: Scratch { analyzer: Analyzer::new(), unwind: unwind::new_cache(), pc, frames: Box::new([0; MAX_FRAMES]) },
             place: Place::default(),
         })
     }
