@@ -60,7 +60,11 @@ extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
     crate::preload::adopt_thread(slot, crate::preload::created_thread_stack(stack));
     // SAFETY: the program's start routine, left in the slot by `pthread_create`.
     let start = unsafe { std::mem::transmute::<usize, StartFn>(start) };
-    start(arg as *mut libc::c_void)
+    // Not a tail call: this frame stays below the program's start routine,
+    // where reports cut the thread's start-up frames.
+    let r = start(arg as *mut libc::c_void);
+    std::hint::black_box(&r);
+    r
 }
 
 extern "C" {
