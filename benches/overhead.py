@@ -12,6 +12,7 @@ setting the geometric mean with a bootstrap 95% interval, and the worst case.
     python3 benches/overhead.py --set ci --reps 1     # the fast subset
     python3 benches/overhead.py --set ground-truth    # the test programs
     python3 benches/overhead.py --startup             # the fixed cost per process
+    python3 benches/overhead.py --threads             # memory with many threads
 
 Needs `cargo build --release --workspace` first. Workloads are compiled here
 with gcc -O2 -g into target/bench/.
@@ -111,9 +112,44 @@ def startup(reps):
         print(f"| {w} | {1e3*med(n):.1f} | {1e3*med(z):.1f} | {1e3*med(d):.1f} | {1e3*(med(z)-med(n)):.1f} |")
 
 
+# Many threads alive at once (tests/programs/many_threads.c: each stores
+# into an array of its own, then all wait until every one is alive), for
+# --threads: THREADS and ROUNDS.
+THREADS = [(64, 2000), (250, 2000), (2000, 200)]
+
+
+def many_threads(reps):
+    """Peak memory and address space of many threads, natively and under
+    `witch dead` (median of REPS runs each), as the program reads them when
+    all its threads are alive."""
+    import json
+    exe = build("many_threads", "tests/programs/many_threads.c")
+    prof = os.path.join(OUT, "many-threads.json")
+    med = statistics.median
+
+    def peak(cmd):
+        p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
+        w = p.stderr.split()
+        return int(w[w.index("peak_rss_kib") + 1]), int(w[w.index("peak_vm_kib") + 1])
+
+    print(f"many threads, median of {reps} runs each: peak RSS and address space when all are alive (MiB)\n")
+    print("| threads | native RSS | witch RSS | memory × | more per thread (KiB) | threads profiled | native address space | witch address space |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n, rounds in THREADS:
+        argv = [exe, str(n), str(rounds)]
+        nat = [peak(argv) for _ in range(reps)]
+        wit = [peak([WITCH, "dead", "-q", "-o", prof] + argv) for _ in range(reps)]
+        with open(prof) as f:
+            failed = json.load(f)["counters"].get("threads_failed", 0)
+        nr, wr = med(r for r, _ in nat), med(r for r, _ in wit)
+        nv, wv = med(v for _, v in nat), med(v for _, v in wit)
+        print(f"| {n} | {nr / 1024:.1f} | {wr / 1024:.1f} | {wr / nr:.2f} | {(wr - nr) / n:.0f} | {n - failed} | {nv / 1024:.0f} | {wv / 1024:.0f} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--startup", action="store_true", help="only the fixed cost per process, on tiny runs")
+    ap.add_argument("--threads", action="store_true", help="only memory with many threads")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--periods", default="default,1000000,20000000",
                     help="comma-separated; 'default' = witch's own default; 'none' = a period longer than "
@@ -134,6 +170,8 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     if a.startup:
         return startup(max(a.reps, 15))
+    if a.threads:
+        return many_threads(min(a.reps, 3))
     if a.set == "ground-truth":
         cmds = {w: [build(w, src)] + args for w, (src, args) in GROUND_TRUTH.items()}
     else:

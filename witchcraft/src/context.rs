@@ -2,10 +2,20 @@
 //!
 //! Each node carries µ(C), the samples taken in that context, and η(C), the
 //! part of µ already accounted for by traps (Witch §4.4.2). Insertion never
-//! allocates: nodes live in a Vec reserved up front, and children are found
-//! through an open-addressing index keyed by (parent, pc).
+//! allocates: nodes live in memory reserved up front (`sys::mem::Reserved`,
+//! which becomes memory only as it is written), and children are found
+//! through an open-addressing index keyed by (parent, pc). The index is
+//! reserved at its largest too, but only the part the tree needs is used
+//! (at least twice its nodes, doubled and rebuilt in place as it grows):
+//! hashed entries spread over the whole index would touch every page of it
+//! (half a MiB a thread) however few contexts a thread has.
+
+use crate::sys::mem::{Reserved, Zeroable};
 
 pub const ROOT: u32 = 0;
+
+/// Index entries a table starts with (4 KiB).
+pub(crate) const FIRST_SLOTS: usize = 1024;
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Node {
@@ -36,9 +46,16 @@ impl Node {
     }
 }
 
+// SAFETY: numbers only; all zero is the empty node.
+unsafe impl Zeroable for Node {}
+
 pub struct Tree {
-    pub nodes: Vec<Node>,
-    index: Vec<u32>,
+    nodes: Reserved<Node>,
+    /// Nodes in use (the root included).
+    len: usize,
+    index: Reserved<u32>,
+    /// Entries of `index` in use: a power of two, at least twice `len`.
+    slots: usize,
     cap: usize,
     pub overflow: u64,
 }
@@ -47,11 +64,18 @@ pub(crate) fn hash(parent: u32, pc: u64) -> u64 {
     (pc ^ ((parent as u64) << 40) ^ (parent as u64)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
-/// An open-addressing index for `cap` entries, given their hashes in order
-/// (entry 0 is the empty marker, so the first hash is entry 1's).
-pub(crate) fn reindex(cap: usize, hashes: impl Iterator<Item = u64>) -> Vec<u32> {
-    let mut index = vec![0u32; (cap * 2).next_power_of_two()];
-    let mask = index.len() - 1;
+/// The index entries a table of `cap` entries may use.
+pub(crate) fn max_slots(cap: usize) -> usize {
+    (cap * 2).next_power_of_two().max(FIRST_SLOTS)
+}
+
+/// Rebuild an open-addressing index in its first `slots` entries (a power
+/// of two), given the entries' hashes in order (entry 0 is the empty
+/// marker, so the first hash is entry 1's). In place: no allocation.
+pub(crate) fn reindex(index: &mut [u32], slots: usize, hashes: impl Iterator<Item = u64>) {
+    let index = &mut index[..slots];
+    index.fill(0);
+    let mask = slots - 1;
     for (i, h) in hashes.enumerate() {
         let mut h = (h as usize) & mask;
         while index[h] != 0 {
@@ -59,47 +83,72 @@ pub(crate) fn reindex(cap: usize, hashes: impl Iterator<Item = u64>) -> Vec<u32>
         }
         index[h] = i as u32 + 1;
     }
-    index
 }
 
 impl Tree {
-    /// `cap` nodes at most; the index is twice that (zeroed pages stay untouched until used).
+    /// `cap` nodes at most, or None if their memory cannot be reserved.
+    pub fn try_with_capacity(cap: usize) -> Option<Tree> {
+        let cap = cap.max(1);
+        // Node 0, all zero, is the root.
+        let nodes = Reserved::new(cap)?;
+        let index = Reserved::new(max_slots(cap))?;
+        Some(Tree { nodes, len: 1, index, slots: FIRST_SLOTS, cap, overflow: 0 })
+    }
+
+    /// `cap` nodes at most (not for the agent: it panics without memory).
     pub fn with_capacity(cap: usize) -> Tree {
-        let mut nodes = Vec::with_capacity(cap);
-        nodes.push(Node::default());
-        Tree { nodes, index: vec![0u32; (cap * 2).next_power_of_two()], cap, overflow: 0 }
+        Self::try_with_capacity(cap).expect("address space for the context tree")
+    }
+
+    /// The nodes, the root first.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes[..self.len]
+    }
+
+    /// The reserved address space, in bytes.
+    pub fn reserved_bytes(&self) -> usize {
+        self.nodes.bytes() + self.index.bytes()
     }
 
     pub fn clear(&mut self) {
-        self.nodes.truncate(1);
-        self.nodes[0] = Node::default();
-        self.index.iter_mut().for_each(|x| *x = 0);
+        self.nodes.clear(self.len);
+        self.index.clear(self.slots);
+        self.len = self.nodes.len().min(1);
+        self.slots = FIRST_SLOTS;
         self.overflow = 0;
     }
 
     /// Doubles the capacity when full. It allocates, so only for code outside
     /// signal handlers (the exact mode), where nothing may be lost.
     pub fn grow_when_full(&mut self) {
-        if self.nodes.len() < self.cap {
+        if self.len < self.cap {
             return;
         }
-        self.cap *= 2;
-        self.index = reindex(self.cap, self.nodes.iter().skip(1).map(|n| hash(n.parent, n.pc)));
+        let cap = self.cap * 2;
+        if self.nodes.grow(cap) && self.index.grow(max_slots(cap)) {
+            self.cap = cap;
+        }
     }
 
     /// Child of `parent` for `pc`, created if needed. Returns `parent` when full.
     pub fn child(&mut self, parent: u32, pc: u64) -> u32 {
-        let mask = self.index.len() - 1;
+        if 2 * (self.len + 1) > self.slots && 2 * self.slots <= self.index.len() {
+            self.slots *= 2;
+            let nodes = &self.nodes[1..self.len];
+            reindex(&mut self.index, self.slots, nodes.iter().map(|n| hash(n.parent, n.pc)));
+        }
+        let mask = self.slots - 1;
         let mut h = (hash(parent, pc) as usize) & mask;
         loop {
             let i = self.index[h];
             if i == 0 {
-                if self.nodes.len() >= self.cap {
+                if self.len >= self.cap || 2 * (self.len + 1) > self.slots {
                     self.overflow += 1;
                     return parent;
                 }
-                let n = self.nodes.len() as u32;
-                self.nodes.push(Node { parent, pc, ..Default::default() });
+                let n = self.len as u32;
+                self.nodes[self.len] = Node { parent, pc, ..Default::default() };
+                self.len += 1;
                 self.index[h] = n;
                 return n;
             }
@@ -158,15 +207,15 @@ mod tests {
         let a = t.insert(&[3, 2, 1]);
         let b = t.insert(&[4, 2, 1]);
         assert_ne!(a, b);
-        assert_eq!(t.nodes[a as usize].parent, t.nodes[b as usize].parent);
+        assert_eq!(t.nodes()[a as usize].parent, t.nodes()[b as usize].parent);
         assert_eq!(t.insert(&[3, 2, 1]), a);
-        assert_eq!(t.nodes.len(), 5);
-        let cap_before = t.nodes.capacity();
+        assert_eq!(t.nodes().len(), 5);
+        let reserved = t.reserved_bytes();
         for i in 0..100 {
             t.insert(&[100 + i, 1]);
         }
-        assert_eq!(t.nodes.len(), 8);
-        assert_eq!(t.nodes.capacity(), cap_before);
+        assert_eq!(t.nodes().len(), 8);
+        assert_eq!(t.reserved_bytes(), reserved);
         assert!(t.overflow > 0);
     }
 
@@ -187,8 +236,41 @@ mod tests {
         for i in 0..1000u32 {
             assert_eq!(p.get(i, i + 1).unwrap().waste, i as f64);
             let n = t.child(0, i as u64);
-            assert_eq!(t.nodes[n as usize].pc, i as u64);
+            assert_eq!(t.nodes()[n as usize].pc, i as u64);
         }
-        assert_eq!(t.nodes.len(), 1001);
+        assert_eq!(t.nodes().len(), 1001);
+    }
+
+    /// A thread's tables used to take half a MiB of memory as soon as it
+    /// had a few contexts: their hashes spread over the whole index. The
+    /// index now grows with the tree, and what is reserved but not used
+    /// costs nothing.
+    #[test]
+    fn memory_follows_what_the_tables_hold() {
+        let resident = || {
+            let s = std::fs::read_to_string("/proc/self/statm").unwrap();
+            s.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 4096
+        };
+        let before = resident();
+        let mut kept = Vec::new();
+        for _ in 0..16 {
+            let mut t = Tree::with_capacity(1 << 16);
+            let mut p = Pairs::with_capacity(1 << 13);
+            for i in 0..100u64 {
+                let leaf = t.insert(&[0x1000 + i, 0x2000 + i % 7, 0x3000]);
+                p.get(leaf, leaf).unwrap().waste += 1.0;
+            }
+            kept.push((t, p));
+        }
+        let per_thread = resident().saturating_sub(before) / 16;
+        assert!(per_thread < 64 << 10, "{per_thread} bytes of memory for 200 contexts and 100 pairs");
+        // What they hold is all there, and found again.
+        for (t, p) in &mut kept {
+            assert_eq!(t.nodes().len(), 1 + 1 + 7 + 100);
+            assert_eq!(p.iter().count(), 100);
+            let n = t.nodes().len();
+            let again = t.insert(&[0x1000 + 5, 0x2000 + 5, 0x3000]);
+            assert_eq!((t.nodes().len(), t.nodes()[again as usize].pc), (n, 0x1000 + 5));
+        }
     }
 }

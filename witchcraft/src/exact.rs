@@ -338,7 +338,7 @@ impl Exact {
             if let Some(r) = regs_of(pid).map(|r| r.rip) {
                 // Pop to the matching frame (longjmp-like exits pop several).
                 while let Some(top) = t.returns.pop() {
-                    t.frame = t.tree.nodes[t.frame as usize].parent;
+                    t.frame = t.tree.nodes()[t.frame as usize].parent;
                     if top == r {
                         break;
                     }

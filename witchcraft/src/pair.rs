@@ -1,9 +1,10 @@
 //! Pairs ⟨C_watch, C_trap⟩: what each trap's verdict credits, per pair of
 //! calling contexts, in a table preallocated like the context tree.
 
-use crate::context::{hash, reindex};
+use crate::context::{hash, max_slots, reindex, FIRST_SLOTS};
 use crate::craft::Verdict;
 use crate::profile::Clustered;
+use crate::sys::mem::{Reserved, Zeroable};
 
 /// ⟨C_watch, C_trap⟩ → attributed bytes, preallocated like the tree.
 #[derive(Clone, Copy, Debug, Default)]
@@ -81,49 +82,81 @@ impl ClusterSums {
     }
 }
 
+// SAFETY: numbers only; all zero is the empty entry.
+unsafe impl Zeroable for PairEntry {}
+
+/// The pair table, kept like the context tree (`context.rs`): entries in
+/// reserved memory, an index that grows with them.
 pub struct Pairs {
-    pub entries: Vec<PairEntry>,
-    index: Vec<u32>,
+    entries: Reserved<PairEntry>,
+    /// Entries in use, the empty marker (entry 0) included.
+    len: usize,
+    index: Reserved<u32>,
+    /// Entries of `index` in use: a power of two, at least twice `len`.
+    slots: usize,
     cap: usize,
     pub overflow: u64,
 }
 
 impl Pairs {
+    /// `cap` pairs at most, or None if their memory cannot be reserved.
+    pub fn try_with_capacity(cap: usize) -> Option<Pairs> {
+        let cap = cap.max(1);
+        let entries = Reserved::new(cap + 1)?; // entry 0 = empty marker
+        let index = Reserved::new(max_slots(cap + 1))?;
+        Some(Pairs { entries, len: 1, index, slots: FIRST_SLOTS, cap, overflow: 0 })
+    }
+
+    /// `cap` pairs at most (not for the agent: it panics without memory).
     pub fn with_capacity(cap: usize) -> Pairs {
-        let mut entries = Vec::with_capacity(cap + 1);
-        entries.push(PairEntry::default()); // index 0 = empty marker
-        Pairs { entries, index: vec![0u32; (cap * 2).next_power_of_two()], cap, overflow: 0 }
+        Self::try_with_capacity(cap).expect("address space for the pair table")
+    }
+
+    /// The reserved address space, in bytes.
+    pub fn reserved_bytes(&self) -> usize {
+        self.entries.bytes() + self.index.bytes()
     }
 
     pub fn clear(&mut self) {
-        self.entries.truncate(1);
-        self.index.iter_mut().for_each(|x| *x = 0);
+        self.entries.clear(self.len);
+        self.index.clear(self.slots);
+        self.len = 1;
+        self.slots = FIRST_SLOTS;
         self.overflow = 0;
     }
 
     /// Doubles the capacity when full; allocates, so outside signal handlers
     /// only (the exact mode).
     pub fn grow_when_full(&mut self) {
-        if self.entries.len() <= self.cap {
+        if self.len <= self.cap {
             return;
         }
-        self.cap *= 2;
-        self.index = reindex(self.cap, self.entries.iter().skip(1).map(|e| hash(e.watch, e.trap as u64)));
+        let cap = self.cap * 2;
+        if self.entries.grow(cap + 1) && self.index.grow(max_slots(cap + 1)) {
+            self.cap = cap;
+        }
     }
 
     pub fn get(&mut self, watch: u32, trap: u32) -> Option<&mut PairEntry> {
-        let mask = self.index.len() - 1;
+        if 2 * (self.len + 1) > self.slots && 2 * self.slots <= self.index.len() {
+            self.slots *= 2;
+            let entries = &self.entries[1..self.len];
+            reindex(&mut self.index, self.slots, entries.iter().map(|e| hash(e.watch, e.trap as u64)));
+        }
+        let mask = self.slots - 1;
         let mut h = (hash(watch, trap as u64) as usize) & mask;
         loop {
             let i = self.index[h] as usize;
             if i == 0 {
-                if self.entries.len() > self.cap {
+                if self.len > self.cap || 2 * (self.len + 1) > self.slots {
                     self.overflow += 1;
                     return None;
                 }
-                self.index[h] = self.entries.len() as u32;
-                self.entries.push(PairEntry { watch, trap, ..Default::default() });
-                return self.entries.last_mut();
+                let n = self.len;
+                self.index[h] = n as u32;
+                self.entries[n] = PairEntry { watch, trap, ..Default::default() };
+                self.len += 1;
+                return Some(&mut self.entries[n]);
             }
             if self.entries[i].watch == watch && self.entries[i].trap == trap {
                 return Some(&mut self.entries[i]);
@@ -133,7 +166,7 @@ impl Pairs {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &PairEntry> {
-        self.entries[1..].iter()
+        self.entries[1..self.len].iter()
     }
 }
 
@@ -150,7 +183,7 @@ pub fn thread_profile(
     counters.pair_overflow = pairs.overflow;
     profile::Thread {
         tid,
-        nodes: tree.nodes.iter().map(|n| profile::Node { parent: n.parent, pc: n.pc, samples: n.samples }).collect(),
+        nodes: tree.nodes().iter().map(|n| profile::Node { parent: n.parent, pc: n.pc, samples: n.samples }).collect(),
         pairs: pairs
             .iter()
             .map(|p| profile::Pair {

@@ -43,7 +43,8 @@ pub const CHECK_CAPS: &str = "capabilities";
 pub const CHECK_MEMLOCK: &str = "RLIMIT_MEMLOCK";
 pub const CHECK_PTRACE: &str = "ptrace_scope";
 pub const CHECK_STEP: &str = "software sampler";
-pub const CHECK_NAMES: [&str; 12] = [
+pub const CHECK_SIGNAL_QUEUE: &str = "RLIMIT_SIGPENDING";
+pub const CHECK_NAMES: [&str; 13] = [
     CHECK_PMU,
     CHECK_TASK_CLOCK,
     CHECK_BREAKPOINTS,
@@ -56,6 +57,7 @@ pub const CHECK_NAMES: [&str; 12] = [
     CHECK_MEMLOCK,
     CHECK_PTRACE,
     CHECK_STEP,
+    CHECK_SIGNAL_QUEUE,
 ];
 
 /// x86 has at most 4 debug registers; 8 bounds the probe on other hardware.
@@ -329,6 +331,28 @@ fn memlock_check() -> Check {
     }
 }
 
+/// The signal queue's limit, and what it leaves the perf samplers (see
+/// `engine::sampler::queue`).
+pub fn signal_queue_check(limit: Option<u64>) -> Check {
+    use crate::engine::sampler::queue;
+    let Some(l) = limit else {
+        return check(CHECK_SIGNAL_QUEUE, Status::Ok, "unlimited".into(), None);
+    };
+    let room = queue::perf_sampler_room(Some(l));
+    let detail = format!(
+        "{l} queued signals (the user's, all processes): task-clock sampling (periods under 4 ms) and PMU sampling for up to {room} threads at once"
+    );
+    match queue::note(Some(l)) {
+        None => check(CHECK_SIGNAL_QUEUE, Status::Ok, detail, None),
+        Some(_) => check(
+            CHECK_SIGNAL_QUEUE,
+            Status::Degraded,
+            format!("{detail}; past them, task-clock threads sample at the 4 ms scheduler tick and PMU threads are not profiled"),
+            Some("raise it with `ulimit -i`"),
+        ),
+    }
+}
+
 fn ptrace_check(caps: Option<u64>) -> Check {
     let Some(scope) = read_int("/proc/sys/kernel/yama/ptrace_scope") else {
         return check(CHECK_PTRACE, Status::Ok, "no Yama LSM: attach is unrestricted".into(), None);
@@ -477,6 +501,7 @@ pub fn checks() -> Vec<Check> {
     out.push(memlock_check());
     out.push(ptrace_check(caps));
     out.push(step_check(pmu_ok));
+    out.push(signal_queue_check(crate::sys::siginfo::queue_limit()));
     out
 }
 
@@ -547,6 +572,19 @@ mod tests {
             json.contains("\"status\":\"ok\"") || json.contains("\"status\":\"missing\"") || json.contains("\"status\":\"degraded\""),
             "{json}"
         );
+    }
+
+    /// Item: a small signal queue (`ulimit -i 1`) let a 64-thread program
+    /// at `-p 1ms` die by SIGIO; doctor says what the limit leaves.
+    #[test]
+    fn the_signal_queue_limit_is_reported_with_what_it_leaves() {
+        let small = signal_queue_check(Some(1));
+        assert_eq!(small.status, Status::Degraded, "{small:?}");
+        assert!(small.detail.contains("up to 0 threads") && small.advice.is_some(), "{small:?}");
+        let usual = signal_queue_check(Some(62_509));
+        assert_eq!(usual.status, Status::Ok, "{usual:?}");
+        assert!(usual.detail.contains("up to 31246 threads"), "{usual:?}");
+        assert_eq!(signal_queue_check(None).detail, "unlimited");
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! leaving set the frame's `uc_stack`, and the kernel installs it on return.
 
 use crate::alloc;
+use crate::handler_stack;
 use crate::program::PROGRAM;
 use crate::state::{Mode, AGENT};
 use crate::threads::{self, Phase, Prior, Slot};
@@ -63,15 +64,24 @@ fn action(h: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)
     sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | if onstack { libc::SA_ONSTACK } else { 0 };
     // SAFETY: `sa.sa_mask` is a valid sigset to fill.
     unsafe {
-        libc::sigemptyset(&mut sa.sa_mask);
         // Never nest: a sample must not interrupt a trap handler or vice
-        // versa, and a thread must not change stacks while on one.
-        libc::sigaddset(&mut sa.sa_mask, libc::SIGTRAP);
-        libc::sigaddset(&mut sa.sa_mask, sampler_signal());
-        libc::sigaddset(&mut sa.sa_mask, control_signal());
+        // versa, and a thread must not change stacks while on one. Nor may
+        // any other signal's handler run in the middle of witch's work
+        // (whose handler could unblock witch's signals, and the next one
+        // would find the handler stack in use): every signal waits the few
+        // µs until the handler returns, but the faults, which cannot wait.
+        // A signal passed on to the program's handler gets the mask that
+        // handler asked for ([`chain`]).
+        libc::sigfillset(&mut sa.sa_mask);
+        for sig in SYNCHRONOUS {
+            libc::sigdelset(&mut sa.sa_mask, sig);
+        }
     }
     sa
 }
+
+/// Signals a fault raises, which no handler may hold back.
+const SYNCHRONOUS: [i32; 4] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE];
 
 /// Take `sig` with `sa`, remembering the program's disposition.
 fn take(sig: i32, sa: &libc::sigaction) {
@@ -164,8 +174,14 @@ pub extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mu
         // SAFETY: the slot's state is this thread's (see `dispatch`).
         if let Some(ts) = unsafe { slot.state().as_mut() } {
             if ts.window.active() {
+                // On the handler stack: the program's own fault handler may
+                // run on a small alternate stack of its own.
                 // SAFETY: `uc` is the kernel's context for this signal.
-                let left = slot.engine_handler(|| unsafe { ts.leave_cache_at_fault(engine, ucp) });
+                let mut leave = || slot.engine_handler(|| unsafe { ts.leave_cache_at_fault(engine, ucp) });
+                let left = match slot.alt_stack() {
+                    (0, _) => leave(),
+                    stack => handler_stack::run(stack, ucp, leave),
+                };
                 if left {
                     let sa = PROGRAM.action(sig);
                     // SAFETY: `ucp` is the kernel's context; its mask is now the program's.
@@ -259,21 +275,44 @@ fn keeping_errno(f: impl FnOnce()) {
     unsafe { *libc::__errno_location() = errno };
 }
 
+/// The entry of SIGTRAP and the sampler's signal: a small frame on the
+/// stack the kernel chose, which may be the program's own small alternate
+/// stack; the engine's work runs on the thread's handler stack
+/// ([`handler_stack`]), and a signal that is not witch's goes on to the
+/// program's handler from here.
 pub extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     keeping_errno(|| {
-        if !dispatch(sig, info, uc as *mut libc::ucontext_t) {
-            chain(sig, info, uc);
+        let uc = uc as *mut libc::ucontext_t;
+        let ours = if crate::calibrate::running() {
+            // Start-up, on a thread with a stack of the usual size (the
+            // first thread before the program runs, or the control thread).
+            crate::calibrate::on_signal(sig, info, uc)
+        } else {
+            let slot = AGENT.current();
+            match slot.map(Slot::alt_stack) {
+                Some(stack) if stack.0 != 0 => handler_stack::run(stack, uc, || dispatch(sig, info, uc, slot)),
+                // No handler stack, so no engine state: only whether it is ours.
+                _ => stateless(sig, info),
+            }
+        };
+        if !ours {
+            chain(sig, info, uc as *mut libc::c_void);
         }
     });
 }
 
-/// Handle our samples and traps; false if the signal isn't ours.
-fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -> bool {
-    if crate::calibrate::running() {
-        return crate::calibrate::on_signal(sig, info, uc);
-    }
+/// Is this signal witch's, for a thread without engine state (one that
+/// ended, or was never set up)? Then it is dropped, not passed on.
+fn stateless(sig: i32, info: *mut libc::siginfo_t) -> bool {
+    // SAFETY: `info` is the kernel's siginfo for this signal.
+    AGENT.engine().is_some() && unsafe { engine::classify(sig, info, None) }.is_some()
+}
+
+/// Handle our samples and traps (on the thread's handler stack, `slot`'s);
+/// false if the signal isn't ours.
+#[inline(never)]
+fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t, slot: Option<&Slot>) -> bool {
     let Some(engine) = AGENT.engine() else { return false };
-    let slot = AGENT.current();
     // SAFETY: a slot's state is only touched by its own thread's handlers
     // while the thread is profiled; the table keeps it until the session
     // (or process) ends.
@@ -421,11 +460,13 @@ pub fn chain(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
             task::tgkill(task::gettid(), sig);
         }
         h if sa.sa_flags & libc::SA_SIGINFO != 0 => {
+            program_mask(sig, &sa, uc);
             // SAFETY: the program installed `h` as a three-argument handler.
             let f = unsafe { std::mem::transmute::<usize, extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)>(h) };
             f(sig, info, uc);
         }
         h => {
+            program_mask(sig, &sa, uc);
             // SAFETY: the program installed `h` as a one-argument handler.
             let f = unsafe { std::mem::transmute::<usize, extern "C" fn(libc::c_int)>(h) };
             f(sig);
@@ -433,19 +474,54 @@ pub fn chain(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     }
 }
 
+/// The signal mask the kernel would have given the program's handler `sa`
+/// for `sig`: the interrupted code's, its `sa_mask`, and `sig` itself
+/// unless `SA_NODEFER`. (Returning from witch's handler restores the
+/// interrupted code's mask.)
+fn program_mask(sig: i32, sa: &libc::sigaction, uc: *mut libc::c_void) {
+    let uc = uc as *const libc::ucontext_t;
+    // SAFETY: sigset_t is plain data; `uc` is the kernel's context for this signal.
+    let mut mask: libc::sigset_t = unsafe { (*uc).uc_sigmask };
+    let defer = sa.sa_flags & libc::SA_NODEFER == 0;
+    for s in 1..crate::program::NSIG as i32 {
+        // SAFETY: valid sets and signal numbers.
+        let add = unsafe { libc::sigismember(&sa.sa_mask, s) } == 1 || (defer && s == sig);
+        if add {
+            // SAFETY: as above.
+            unsafe { libc::sigaddset(&mut mask, s) };
+        }
+    }
+    task::set_signal_mask(&mask);
+}
+
 /// A fatal signal with default action: save what was gathered, then die
 /// the way the program would have (SA_RESETHAND restored the default).
 /// The crash may be inside `malloc` with its lock held, so the profile is
 /// written from the crash allocator, with no lock the program may hold.
-pub extern "C" fn on_fatal(sig: libc::c_int, _info: *mut libc::siginfo_t, _uc: *mut libc::c_void) {
+pub extern "C" fn on_fatal(sig: libc::c_int, _info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     PROGRAM.set_fatal_hook(sig, false);
     if AGENT.claim_finish() {
-        alloc::enter_crash_mode();
-        AGENT.quiesce(|_| false);
-        let name = format!("signal {sig}");
-        if let Err(e) = AGENT.deliver(&AGENT.profile(&name)) {
-            crate::state::say(&format!("witch: agent: cannot write the profile: {e}\n"));
+        // Writing the profile takes far more stack than a program's own
+        // alternate stack may have: on the handler stack.
+        match AGENT.current().map(Slot::alt_stack) {
+            Some(stack) if stack.0 != 0 => {
+                handler_stack::run(stack, uc as *const libc::ucontext_t, || {
+                    write_crash_profile(sig);
+                    true
+                });
+            }
+            _ => write_crash_profile(sig),
         }
     }
     task::tgkill(task::gettid(), sig);
+}
+
+#[inline(never)]
+fn write_crash_profile(sig: i32) {
+    alloc::enter_crash_mode();
+    AGENT.quiesce(|_| false);
+    let name = format!("signal {sig}");
+    if let Err(e) = AGENT.deliver(&AGENT.profile(&name)) {
+        crate::state::say(&format!("witch: agent: cannot write the profile: {e}\n"));
+    }
 }

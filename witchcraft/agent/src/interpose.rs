@@ -50,16 +50,49 @@ fn preloaded() -> bool {
 type StartFn = extern "C" fn(*mut libc::c_void) -> *mut libc::c_void;
 type PthreadCreate = unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartFn, *mut libc::c_void) -> libc::c_int;
 
-struct Tramp {
-    start: StartFn,
-    arg: *mut libc::c_void,
+/// A new thread's start: it takes its slot, prepared by its creator, and
+/// runs the program's start routine. Nothing here allocates (see
+/// `preload::prepare_thread`).
+extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
+    // SAFETY: `pthread_create` below passes a slot of the static table.
+    let slot = unsafe { &*(p as *const crate::threads::Slot) };
+    let (start, arg, stack) = slot.start();
+    crate::preload::adopt_thread(slot, crate::preload::created_thread_stack(stack));
+    // SAFETY: the program's start routine, left in the slot by `pthread_create`.
+    let start = unsafe { std::mem::transmute::<usize, StartFn>(start) };
+    // Not a tail call: this frame stays below the program's start routine,
+    // where reports cut the thread's start-up frames.
+    let r = start(arg as *mut libc::c_void);
+    std::hint::black_box(&r);
+    r
 }
 
-extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
-    // SAFETY: made by `pthread_create` below with Box::into_raw, taken once here.
-    let t = unsafe { Box::from_raw(p as *mut Tramp) };
-    crate::preload::start_thread();
-    (t.start)(t.arg)
+extern "C" {
+    /// The C library's default thread attributes (glibc 2.18).
+    fn pthread_getattr_default_np(attr: *mut libc::pthread_attr_t) -> libc::c_int;
+}
+
+/// The size of the stack a thread created with `attr` gets.
+fn stack_size(attr: *const libc::pthread_attr_t) -> usize {
+    let mut size: libc::size_t = 0;
+    // SAFETY: the caller's attributes, or the process's defaults, read
+    // into a copy destroyed after use.
+    unsafe {
+        if attr.is_null() {
+            let mut d: libc::pthread_attr_t = std::mem::zeroed();
+            if pthread_getattr_default_np(&mut d) == 0 {
+                libc::pthread_attr_getstacksize(&d, &mut size);
+                libc::pthread_attr_destroy(&mut d);
+            }
+        } else {
+            libc::pthread_attr_getstacksize(attr, &mut size);
+        }
+    }
+    if size == 0 {
+        8 << 20
+    } else {
+        size
+    }
 }
 
 /// Threads created by the program get their own engine state first.
@@ -76,16 +109,16 @@ pub unsafe extern "C" fn pthread_create(
     static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
     // SAFETY: the C library's pthread_create has this signature.
     let real = unsafe { std::mem::transmute::<*mut libc::c_void, PthreadCreate>(next(c"pthread_create", &REAL)) };
-    if !preloaded() {
+    let slot = if preloaded() { crate::preload::prepare_thread() } else { None };
+    let Some(slot) = slot else {
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real(thread, attr, start, arg) };
-    }
-    let t = Box::into_raw(Box::new(Tramp { start, arg }));
-    // SAFETY: as above; the trampoline takes ownership of `t` if the thread starts.
-    let r = unsafe { real(thread, attr, trampoline, t as *mut libc::c_void) };
+    };
+    slot.set_start(start as usize, arg as usize, stack_size(attr));
+    // SAFETY: as above, the thread starting in the trampoline with its slot.
+    let r = unsafe { real(thread, attr, trampoline, slot as *const crate::threads::Slot as *mut libc::c_void) };
     if r != 0 {
-        // SAFETY: the thread did not start, so `t` is still ours.
-        drop(unsafe { Box::from_raw(t) });
+        crate::preload::unprepare_thread(slot);
     }
     r
 }
@@ -462,7 +495,10 @@ pub(crate) unsafe extern "C" fn attached_syscall(
 type SigactionFn = unsafe extern "C" fn(libc::c_int, *const libc::sigaction, *mut libc::sigaction) -> libc::c_int;
 
 /// `sigaction` as the program sees it: the signals the agent owns keep its
-/// handler while the program's choice is remembered and reported back.
+/// handler while the program's choice is remembered and reported back
+/// (with `SA_RESTORER`, as the C library's own call leaves it). A handler
+/// that runs on an alternate stack (`SA_ONSTACK`) gets witch's signals
+/// added to its mask, unseen by the program.
 ///
 /// # Safety
 /// As the C library's `sigaction`.
@@ -476,7 +512,18 @@ pub unsafe extern "C" fn sigaction(sig: libc::c_int, act: *const libc::sigaction
         }
         if !act.is_null() {
             // SAFETY: the caller's pointer to a sigaction to read.
-            PROGRAM.set_action(sig, unsafe { &*act });
+            let mut sa = unsafe { *act };
+            // As the kernel would keep it from the C library's call: with
+            // the C library's signal return (`SA_RESTORER`), which ours,
+            // installed through the same C library, has.
+            // SAFETY: sigaction is plain data; queries our disposition.
+            let mut ours: libc::sigaction = unsafe { std::mem::zeroed() };
+            // SAFETY: as above.
+            if unsafe { real(sig, std::ptr::null(), &mut ours) } == 0 && ours.sa_flags & SA_RESTORER != 0 {
+                sa.sa_flags |= SA_RESTORER;
+                sa.sa_restorer = ours.sa_restorer;
+            }
+            PROGRAM.set_action(sig, &sa);
         }
         return 0;
     }
@@ -503,25 +550,64 @@ pub unsafe extern "C" fn sigaction(sig: libc::c_int, act: *const libc::sigaction
         // SAFETY: the caller's pointer to a sigaction to read.
         return crate::handlers::guard(sig, unsafe { &*act });
     }
-    if PROGRAM.fatal_hook(sig) {
-        // Our fatal-signal hook is invisible: the program sees SIG_DFL.
-        // SAFETY: the caller's arguments, passed on.
-        let r = unsafe { real(sig, act, old) };
-        if r == 0 && !old.is_null() {
-            // SAFETY: filled by the call above.
-            unsafe {
-                (*old).sa_sigaction = libc::SIG_DFL;
-                (*old).sa_flags = 0;
+    // A handler on the program's own alternate stack: witch's signals wait
+    // until it returns. That stack is sized for the program's signals one
+    // at a time (each handler blocks its own); a sample or trap taken
+    // inside the handler would put a second kernel frame (3 to 12 KB) on it.
+    // SAFETY: the caller's pointer, null or a sigaction to read.
+    let onstack = unsafe { act.as_ref() }
+        .filter(|a| a.sa_flags & libc::SA_ONSTACK != 0 && a.sa_sigaction != libc::SIG_DFL && a.sa_sigaction != libc::SIG_IGN);
+    let mut added = 0u64;
+    let mut copy = onstack.copied();
+    let act = match copy.as_mut() {
+        Some(copy) => {
+            for s in [libc::SIGTRAP, sampler_signal()] {
+                // SAFETY: valid set and signal numbers.
+                if unsafe { libc::sigismember(&copy.sa_mask, s) } == 0 {
+                    // SAFETY: as above.
+                    unsafe { libc::sigaddset(&mut copy.sa_mask, s) };
+                    added |= 1 << (s - 1);
+                }
             }
+            copy as *const libc::sigaction
         }
-        if r == 0 && !act.is_null() {
-            PROGRAM.set_fatal_hook(sig, false);
-        }
+        None => act,
+    };
+    let before = PROGRAM.added_mask(sig);
+    let hooked = PROGRAM.fatal_hook(sig);
+    // SAFETY: the caller's arguments (the action perhaps with witch's signals added), passed on.
+    let r = unsafe { real(sig, act, old) };
+    if r != 0 {
         return r;
     }
-    // SAFETY: the caller's arguments, passed on.
-    unsafe { real(sig, act, old) }
+    if !old.is_null() {
+        // SAFETY: the caller's sigaction, filled by the call.
+        let old = unsafe { &mut *old };
+        if hooked {
+            // Our fatal-signal hook is invisible: the program sees SIG_DFL.
+            // SAFETY: all zero is SIG_DFL with no flags and an empty mask.
+            *old = unsafe { std::mem::zeroed() };
+        } else {
+            // What the program set, without what the agent added to it.
+            for s in [libc::SIGTRAP, sampler_signal()] {
+                if before & (1 << (s - 1)) != 0 {
+                    // SAFETY: a valid set and signal number.
+                    unsafe { libc::sigdelset(&mut old.sa_mask, s) };
+                }
+            }
+        }
+    }
+    if !act.is_null() {
+        PROGRAM.set_added_mask(sig, added);
+        if hooked {
+            PROGRAM.set_fatal_hook(sig, false);
+        }
+    }
+    0
 }
+
+/// The flag the C library's `sigaction` adds for its signal return.
+const SA_RESTORER: libc::c_int = 0x0400_0000;
 
 /// # Safety
 /// As the C library's `signal`.

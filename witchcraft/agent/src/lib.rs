@@ -16,6 +16,7 @@ mod alloc;
 pub mod attach;
 mod calibrate;
 mod channel;
+mod handler_stack;
 mod handlers;
 mod imports;
 pub mod interpose;

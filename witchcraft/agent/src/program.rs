@@ -95,6 +95,9 @@ fn size_of_sa() -> usize {
 /// taken over.
 pub struct Program {
     actions: [Disposition; NSIG],
+    /// Bits (signal n: bit n - 1) the agent added to the `sa_mask` of the
+    /// program's handler for each signal, which the program must not see.
+    added_mask: [AtomicU64; NSIG],
     /// The agent's handler is installed for it; the program's choice is in `actions`.
     owned: [AtomicBool; NSIG],
     /// A fatal signal whose default action the agent replaced by a handler
@@ -109,6 +112,7 @@ pub struct Program {
 
 pub static PROGRAM: Program = Program {
     actions: [const { Disposition::new() }; NSIG],
+    added_mask: [const { AtomicU64::new(0) }; NSIG],
     owned: [const { AtomicBool::new(false) }; NSIG],
     fatal_hook: [const { AtomicBool::new(false) }; NSIG],
     guarded: [const { AtomicBool::new(false) }; NSIG],
@@ -137,6 +141,16 @@ impl Program {
     pub fn set_owned(&self, sig: i32, yes: bool) {
         if let Some(i) = index(sig) {
             self.owned[i].store(yes, Ordering::Release);
+        }
+    }
+    /// The signals (bit n - 1 for signal n) added to the mask of the
+    /// program's handler for `sig`.
+    pub fn added_mask(&self, sig: i32) -> u64 {
+        index(sig).map_or(0, |i| self.added_mask[i].load(Ordering::Acquire))
+    }
+    pub fn set_added_mask(&self, sig: i32, bits: u64) {
+        if let Some(i) = index(sig) {
+            self.added_mask[i].store(bits, Ordering::Release);
         }
     }
     pub fn fatal_hook(&self, sig: i32) -> bool {

@@ -26,8 +26,19 @@ use witchcraft::engine::ThreadState;
 use witchcraft::profile;
 
 pub const MAX_THREADS: usize = 8192;
-/// Each thread's alternate signal stack.
-pub const ALT_STACK: usize = 256 * 1024;
+/// Each thread's handler stack: all of witch's handler code runs on it
+/// (`handler_stack.rs`), and it is the thread's alternate signal stack
+/// while the thread keeps it installed. The one place its size is set.
+///
+/// The engine's handlers take about 13 KB of it, the kernel's signal frame
+/// up to the CPU's `AT_MINSIGSTKSZ` more (12 KB with AMX state), and a
+/// program's own `SA_ONSTACK` handlers, delivered on it while it is
+/// installed, what they take; code that runs in the handlers later must fit
+/// too. Mapped with `MAP_NORESERVE`: only the pages a thread touches
+/// become memory (four to six for the engine's work), so the reserve costs
+/// address space, not memory. A guard page below it turns an overflow into
+/// a fault rather than a write into whatever is mapped there.
+pub const HANDLER_STACK: usize = 256 * 1024;
 /// Threads whose stack may stay lent past a session.
 const MAX_PARKED: usize = 1024;
 
@@ -105,6 +116,11 @@ pub struct Slot {
     /// Odd while the thread runs the engine's handler code (which reads
     /// the module map); counts up at each entry and exit.
     epoch: AtomicU64,
+    /// What a preloaded thread prepared by its creator runs, and its
+    /// stack's size (`preload::prepare_thread`), for it to take at its start.
+    start: AtomicUsize,
+    arg: AtomicUsize,
+    stack_size: AtomicUsize,
 }
 
 impl Slot {
@@ -120,7 +136,27 @@ impl Slot {
             prior_size: AtomicU64::new(0),
             prior_flags: AtomicI32::new(libc::SS_DISABLE),
             epoch: AtomicU64::new(0),
+            start: AtomicUsize::new(0),
+            arg: AtomicUsize::new(0),
+            stack_size: AtomicUsize::new(0),
         }
+    }
+
+    /// The slot is now thread `tid`'s (one prepared for it by its creator).
+    pub fn claim(&self, tid: i32) {
+        self.tid.store(tid, Ordering::Release);
+    }
+
+    /// Leave a thread's start routine, argument and stack size here for it.
+    pub fn set_start(&self, start: usize, arg: usize, stack_size: usize) {
+        self.start.store(start, Ordering::Release);
+        self.arg.store(arg, Ordering::Release);
+        self.stack_size.store(stack_size, Ordering::Release);
+    }
+
+    /// What [`Slot::set_start`] left.
+    pub fn start(&self) -> (usize, usize, usize) {
+        (self.start.load(Ordering::Acquire), self.arg.load(Ordering::Acquire), self.stack_size.load(Ordering::Acquire))
     }
 
     /// Run the engine's handler code `f` (on this slot's thread), announced
@@ -159,7 +195,7 @@ impl Slot {
         if a == 0 {
             (0, 0)
         } else {
-            (a, a + ALT_STACK as u64)
+            (a, a + HANDLER_STACK as u64)
         }
     }
     pub fn prior(&self) -> Prior {
@@ -285,6 +321,12 @@ impl ThreadTable {
     /// The slots in use. Async-signal-safe.
     pub fn slots(&self) -> &[Slot] {
         &self.slots[..self.len()]
+    }
+
+    /// Threads with an engine state in the table (ended ones whose slot no
+    /// thread took over yet included).
+    pub fn with_state(&self) -> usize {
+        self.states().count()
     }
 
     /// Every engine state in the table.
@@ -503,26 +545,39 @@ pub fn thread_start_time(tid: i32) -> u64 {
     witchcraft::sys::procfs::Stat::read_own_task(tid).map_or(0, |s| s.start_time)
 }
 
-/// A fresh alternate signal stack (its lowest address), or None.
+/// The guard page below each handler stack.
+const GUARD: usize = 4096;
+
+/// A fresh handler stack (its lowest usable address, a guard page below
+/// it), or None.
 pub fn map_stack() -> Option<u64> {
     // SAFETY: a fresh anonymous mapping, owned by the table from here on.
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
-            ALT_STACK,
+            GUARD + HANDLER_STACK,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK,
             -1,
             0,
         )
     };
-    (p != libc::MAP_FAILED).then_some(p as u64)
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    // SAFETY: the first page of the mapping just made.
+    if unsafe { libc::mprotect(p, GUARD, libc::PROT_NONE) } != 0 {
+        // SAFETY: the mapping just made, unused.
+        unsafe { libc::munmap(p, GUARD + HANDLER_STACK) };
+        return None;
+    }
+    Some(p as u64 + GUARD as u64)
 }
 
 /// Unmap a stack from [`map_stack`] that no thread can be on.
 pub fn unmap_stack(lo: u64) {
-    // SAFETY: a mapping made by `map_stack`; the callers know no thread uses it.
-    unsafe { libc::munmap(lo as *mut libc::c_void, ALT_STACK) };
+    // SAFETY: a mapping made by `map_stack`, its guard page included; the callers know no thread uses it.
+    unsafe { libc::munmap((lo - GUARD as u64) as *mut libc::c_void, GUARD + HANDLER_STACK) };
 }
 
 /// The process's mappings, snapshot by the control thread, for a thread to

@@ -7,6 +7,65 @@ use crate::sys::perf::{self, Attr, SoftwareClock};
 use crate::sys::pmu::{self, AccessKind, PmuEvent, PmuSampler};
 use crate::sys::{cputimer, siginfo};
 
+/// The signal queue (`RLIMIT_SIGPENDING`) and the perf samplers. A perf
+/// sampler (a software clock or a PMU event) signals through F_SETSIG with
+/// a queued real-time signal, and one the user's queue cannot hold becomes
+/// SIGIO, whose default action kills the program (a 64-thread program at
+/// `-p 1ms` under `ulimit -i 1` died so). A thread may have about two of
+/// them pending at once: one while it waits for a CPU after its period ran
+/// out, one more if its clock runs on in a long system call. A CPU-time
+/// timer's signal is reserved when the timer is made (which fails, and
+/// leaves the thread unprofiled, when the queue is full): it can never
+/// overflow. So at most [`perf_sampler_room`] threads sample with a perf
+/// event at once; past them, a software clock's threads sample with the
+/// CPU-time timer (at the scheduler tick, 4 ms, if the period is shorter),
+/// and a PMU's are not profiled.
+pub mod queue {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Signals a thread's perf sampler may have queued at once.
+    pub const PER_THREAD: u64 = 2;
+    /// Left to the rest of the user's processes and to the program.
+    pub const MARGIN: u64 = 16;
+
+    /// Threads of this process sampling with a perf event now.
+    static PERF_SAMPLERS: AtomicU64 = AtomicU64::new(0);
+
+    /// Threads that may sample with a perf event under a queue of `limit`
+    /// signals (None: unlimited).
+    pub fn perf_sampler_room(limit: Option<u64>) -> u64 {
+        limit.map_or(u64::MAX, |l| l.saturating_sub(MARGIN) / PER_THREAD)
+    }
+
+    /// Take a perf sampler's share of the queue; false if there is none.
+    pub(super) fn take() -> bool {
+        let room = perf_sampler_room(crate::sys::siginfo::queue_limit());
+        if PERF_SAMPLERS.fetch_add(1, Ordering::AcqRel) < room {
+            return true;
+        }
+        PERF_SAMPLERS.fetch_sub(1, Ordering::AcqRel);
+        false
+    }
+
+    pub(super) fn give_back() {
+        let _ = PERF_SAMPLERS.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+
+    /// What the queue's limit means for sampling, if it constrains it (a
+    /// note for the profile and `witch doctor`).
+    pub fn note(limit: Option<u64>) -> Option<String> {
+        let room = perf_sampler_room(limit);
+        let limit = limit?;
+        (room < 1024).then(|| {
+            format!(
+                "the signal queue holds {limit} signals (ulimit -i): at most {room} threads sample with a perf event (task-clock, periods under 4 ms, or a PMU); \
+                 past them, a task-clock's threads sample with the CPU-time timer, at the 4 ms scheduler tick if the period is shorter \
+                 (a signal the queue cannot hold becomes SIGIO, which would kill the program)"
+            )
+        })
+    }
+}
+
 /// Which sampler drives this process.
 #[derive(Clone, Debug)]
 pub enum SamplerKind {
@@ -64,6 +123,14 @@ impl SamplerKind {
     /// Choose the sampler for `cfg` on this machine: the PMU event it names
     /// or the best one found, else a software sampler. Notes say why.
     pub fn choose(cfg: &Config, notes: &mut Vec<String>) -> (SamplerKind, u64) {
+        let (kind, period) = Self::choose_event(cfg, notes);
+        if matches!(kind, SamplerKind::Clock(_) | SamplerKind::Pmu(_)) {
+            notes.extend(queue::note(siginfo::queue_limit()));
+        }
+        (kind, period)
+    }
+
+    fn choose_event(cfg: &Config, notes: &mut Vec<String>) -> (SamplerKind, u64) {
         let kind = if cfg.craft == profile::Craft::SilentLoad { AccessKind::Load } else { AccessKind::Store };
         let sysfs = std::path::Path::new(pmu::SYSFS_PMU_ROOT);
         let software = |notes: &mut Vec<String>| {
@@ -152,6 +219,25 @@ impl Sampler {
         // SIGTRAP: standard signals don't queue, so a sample and a trap
         // arriving together would lose one of them.
         let sig = siginfo::sampler_signal();
+        let queued = matches!(kind, SamplerKind::Clock(_) | SamplerKind::Pmu(_));
+        if queued && !queue::take() {
+            return match kind {
+                // The timer at the same period: at the tick if shorter.
+                SamplerKind::Clock(_) => Sampler::open(&SamplerKind::CpuTimer(cputimer::CpuTime::All), period, tid, open_tid),
+                _ => Err(format!(
+                    "not profiled: the signal queue (ulimit -i: {}) has no room for another thread's PMU sampler",
+                    siginfo::queue_limit().unwrap_or(0)
+                )),
+            };
+        }
+        let opened = Self::open_queued(kind, period, tid, open_tid, sig);
+        if queued && !matches!(opened, Ok(Sampler::Clock(_) | Sampler::Pmu(_))) {
+            queue::give_back();
+        }
+        opened
+    }
+
+    fn open_queued(kind: &SamplerKind, period: u64, tid: i32, open_tid: i32, sig: i32) -> Result<Sampler, String> {
         let s = match kind {
             SamplerKind::CpuTimer(which) => {
                 let id = cputimer::create(tid, *which, sig, siginfo::TAG | siginfo::TAG_SAMPLER).map_err(|e| {
@@ -241,8 +327,14 @@ impl Sampler {
     pub fn close(&mut self) {
         match std::mem::take(self) {
             Sampler::Timer(id) => cputimer::delete(id),
-            Sampler::Clock(fd) => perf::close(fd),
-            Sampler::Pmu(mut p) => p.close(),
+            Sampler::Clock(fd) => {
+                perf::close(fd);
+                queue::give_back();
+            }
+            Sampler::Pmu(mut p) => {
+                p.close();
+                queue::give_back();
+            }
             Sampler::None => {}
         }
     }

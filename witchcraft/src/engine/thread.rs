@@ -22,8 +22,14 @@ use crate::x86::decode::Analyzer;
 use crate::x86::precise_pc::PrecisePcCache;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-const TREE_NODES: usize = 1 << 16;
-const PAIRS: usize = 1 << 13;
+/// The most calling contexts one thread's tree holds (40 bytes each, with
+/// 8 bytes of index), and the most pairs of its table (120 bytes each,
+/// with 16 of index): with the precise-PC cache (192 KiB), 4.3 MiB of
+/// address space a thread ([`ThreadState::reserved_bytes_each`]), of which
+/// only what the thread fills becomes memory. Past them, samples and traps
+/// are counted as overflow (`counters.tree_overflow`, `pair_overflow`).
+pub const TREE_NODES: usize = 1 << 16;
+pub const PAIRS: usize = 1 << 13;
 
 /// What becomes this thread's part of the profile.
 pub struct Record {
@@ -110,8 +116,46 @@ fn arch_prctl_get(code: i32) -> u64 {
 }
 
 impl ThreadState {
+    /// A thread's state, its tables reserved at their largest, or None if
+    /// the address space for them cannot be had (the thread is then not
+    /// profiled; the program goes on). It may be made on another thread
+    /// than the one it will profile (`open_events` and `start` say which).
+    pub fn try_new(engine: &Engine) -> Option<Box<ThreadState>> {
+        let tree = Tree::try_with_capacity(TREE_NODES)?;
+        let pairs = Pairs::try_with_capacity(PAIRS)?;
+        let pc = PrecisePcCache::try_new()?;
+        Some(Self::with_tables(engine, tree, pairs, pc))
+    }
+
+    /// As [`ThreadState::try_new`], but without the address space for its
+    /// tables it still makes a state, whose tables hold one context and one
+    /// pair (the rest counted as overflow).
     pub fn new(engine: &Engine) -> Box<ThreadState> {
-        let seed = engine.config.seed.unwrap_or_else(task::monotonic_ns) ^ (task::gettid() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        Self::try_new(engine)
+            .unwrap_or_else(|| Self::with_tables(engine, Tree::with_capacity(1), Pairs::with_capacity(1), PrecisePcCache::default()))
+    }
+
+    /// The address space the state's tables reserve, in bytes.
+    pub fn reserved_bytes(&self) -> usize {
+        self.record.tree.reserved_bytes() + self.record.pairs.reserved_bytes() + PrecisePcCache::RESERVED_BYTES
+    }
+
+    /// What [`ThreadState::try_new`] reserves, in bytes.
+    pub fn reserved_bytes_each() -> usize {
+        let index = |cap: usize| crate::context::max_slots(cap) * std::mem::size_of::<u32>();
+        TREE_NODES * std::mem::size_of::<crate::context::Node>()
+            + index(TREE_NODES)
+            + (PAIRS + 1) * std::mem::size_of::<crate::pair::PairEntry>()
+            + index(PAIRS + 1)
+            + PrecisePcCache::RESERVED_BYTES
+    }
+
+    fn with_tables(engine: &Engine, tree: Tree, pairs: Pairs, pc: PrecisePcCache) -> Box<ThreadState> {
+        // Each state its own stream of draws, also when one thread makes
+        // them all (with a fixed seed too).
+        static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = MADE.fetch_add(1, Ordering::Relaxed).wrapping_add(1).wrapping_mul(0xD1B5_4A32_D192_ED03);
+        let seed = engine.config.seed.unwrap_or_else(task::monotonic_ns) ^ (task::gettid() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ n;
         Box::new(ThreadState {
             tid: task::gettid(),
             active: AtomicBool::new(false),
@@ -121,20 +165,8 @@ impl ThreadState {
             clock: Clock::new(engine.trap_cost_ns, engine.step_cost_ns),
             burst: Burst::new(seed, engine),
             window: Window::new(seed),
-            record: Record {
-                tree: Tree::with_capacity(TREE_NODES),
-                pairs: Pairs::with_capacity(PAIRS),
-                counters: Counters::default(),
-                blind: 0,
-                cluster: 0,
-                clusters: ClusterSums::default(),
-            },
-            scratch: Scratch {
-                analyzer: Analyzer::new(),
-                unwind: unwind::new_cache(),
-                pc: PrecisePcCache::default(),
-                frames: Box::new([0; MAX_FRAMES]),
-            },
+            record: Record { tree, pairs, counters: Counters::default(), blind: 0, cluster: 0, clusters: ClusterSums::default() },
+            scratch: Scratch { analyzer: Analyzer::new(), unwind: unwind::new_cache(), pc, frames: Box::new([0; MAX_FRAMES]) },
             place: Place::default(),
         })
     }
@@ -265,6 +297,11 @@ impl ThreadState {
             return;
         }
         let entry = task::thread_cpu_ns();
+        // The steps since the last clock read, bounded by the CPU time they took.
+        let fix = self.clock.settle_steps(entry);
+        let counters = &mut self.record.counters;
+        counters.engine_ns = counters.engine_ns.saturating_add_signed(fix);
+        counters.step_ns = counters.step_ns.saturating_add_signed(fix);
         let cached = self.clock.enter(entry);
         if cached > 0 {
             let counters = &mut self.record.counters;

@@ -1,6 +1,7 @@
-//! Reading memory through the kernel (`process_vm_readv`): it never faults
-//! on an unmapped address and never trips our own user-mode watchpoints
-//! (kernel accesses are excluded by `exclude_kernel`). Async-signal-safe.
+//! Memory through the kernel: reading it with `process_vm_readv`, which
+//! never faults on an unmapped address and never trips our own user-mode
+//! watchpoints (kernel accesses are excluded by `exclude_kernel`;
+//! async-signal-safe), and tables reserved with `mmap` ([`Reserved`]).
 
 /// Copy `out.len()` bytes at `addr` of process `pid` into `out`; false
 /// unless all of them could be read.
@@ -35,9 +36,157 @@ pub fn readable_own(addr: u64, len: u64) -> bool {
     true
 }
 
+/// Types whose all-zero bytes are a valid value (the pages of a fresh
+/// [`Reserved`] are zero).
+///
+/// # Safety
+/// All-zero bytes must be a valid value of the type.
+pub unsafe trait Zeroable: Copy {}
+
+// SAFETY: integers are valid as zero.
+unsafe impl Zeroable for u32 {}
+// SAFETY: as above.
+unsafe impl Zeroable for u64 {}
+
+/// `cap` values of `T` in memory of their own, mapped with `mmap` and
+/// zero until written: a page becomes memory when it is first touched, so
+/// a table reserved at its largest costs only what it holds. It takes
+/// address space at once (what `ulimit -v` limits): making one fails
+/// rather than aborting the process. Reading and writing it is plain
+/// memory access (async-signal-safe); making, growing and dropping it are
+/// system calls, outside signal handlers.
+pub struct Reserved<T: Zeroable> {
+    ptr: std::ptr::NonNull<T>,
+    cap: usize,
+}
+
+// SAFETY: the memory is owned by the value, like a Box<[T]>.
+unsafe impl<T: Zeroable + Send> Send for Reserved<T> {}
+// SAFETY: as above; shared access only reads.
+unsafe impl<T: Zeroable + Sync> Sync for Reserved<T> {}
+
+impl<T: Zeroable> Reserved<T> {
+    /// `cap` zero values, or None if the address space cannot be had.
+    pub fn new(cap: usize) -> Option<Reserved<T>> {
+        let bytes = cap.checked_mul(std::mem::size_of::<T>())?;
+        if bytes == 0 {
+            return Some(Reserved { ptr: std::ptr::NonNull::dangling(), cap });
+        }
+        // SAFETY: a fresh private anonymous mapping, owned by the value.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        Some(Reserved { ptr: std::ptr::NonNull::new(p as *mut T)?, cap })
+    }
+
+    /// No values, and no memory (a table that could not be had).
+    pub fn empty() -> Reserved<T> {
+        Reserved { ptr: std::ptr::NonNull::dangling(), cap: 0 }
+    }
+
+    pub fn len(&self) -> usize {
+        self.cap
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cap == 0
+    }
+
+    /// The size of the reservation, in bytes.
+    pub fn bytes(&self) -> usize {
+        self.cap * std::mem::size_of::<T>()
+    }
+
+    /// Room for `cap` values, the ones so far kept (the memory may move);
+    /// false if the address space cannot be had. Not for signal handlers.
+    pub fn grow(&mut self, cap: usize) -> bool {
+        if cap <= self.cap {
+            return true;
+        }
+        let Some(bytes) = cap.checked_mul(std::mem::size_of::<T>()) else { return false };
+        if self.bytes() == 0 {
+            return Reserved::<T>::new(cap).map(|r| *self = r).is_some();
+        }
+        // SAFETY: our own mapping, moved (not copied) by the kernel if it
+        // must; the new pages are zero.
+        let p = unsafe { libc::mremap(self.ptr.as_ptr() as *mut libc::c_void, self.bytes(), bytes, libc::MREMAP_MAYMOVE) };
+        match std::ptr::NonNull::new(p as *mut T) {
+            Some(ptr) if p != libc::MAP_FAILED => {
+                self.ptr = ptr;
+                self.cap = cap;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Zero the first `n` values again, giving their pages back to the
+    /// system (they read as zero and cost nothing until touched again).
+    pub fn clear(&mut self, n: usize) {
+        let n = n.min(self.cap);
+        let bytes = n * std::mem::size_of::<T>();
+        let whole = bytes & !4095;
+        if whole > 0 {
+            // SAFETY: whole pages at the start of our own mapping; anonymous
+            // private pages read as zero after MADV_DONTNEED.
+            unsafe { libc::madvise(self.ptr.as_ptr() as *mut libc::c_void, whole, libc::MADV_DONTNEED) };
+        }
+        // SAFETY: the rest, inside the mapping, written as zero bytes (a valid T).
+        unsafe { std::ptr::write_bytes((self.ptr.as_ptr() as *mut u8).add(whole), 0, bytes - whole) };
+    }
+}
+
+impl<T: Zeroable> std::ops::Deref for Reserved<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: `cap` values of mapped memory, valid as zero or as written.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.cap) }
+    }
+}
+
+impl<T: Zeroable> std::ops::DerefMut for Reserved<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as above, owned exclusively through `&mut self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.cap) }
+    }
+}
+
+impl<T: Zeroable> Drop for Reserved<T> {
+    fn drop(&mut self) {
+        if self.bytes() > 0 {
+            // SAFETY: the mapping made by `new`, no longer referenced.
+            unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.bytes()) };
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reserved_memory_is_zero_keeps_what_is_written_and_grows() {
+        let mut r = Reserved::<u64>::new(1 << 20).expect("8 MiB of address space");
+        assert!(r.iter().step_by(4096).all(|&x| x == 0));
+        r[5] = 7;
+        r[(1 << 20) - 1] = 9;
+        assert!(r.grow(1 << 21));
+        assert_eq!((r[5], r[(1 << 20) - 1], r[(1 << 21) - 1]), (7, 9, 0));
+        r.clear(1 << 21);
+        assert_eq!((r[5], r[(1 << 20) - 1]), (0, 0));
+        assert!(Reserved::<u64>::new(0).is_some_and(|e| e.is_empty()));
+        assert!(Reserved::<u64>::new(usize::MAX / 4).is_none(), "far more than the address space");
+    }
 
     #[test]
     fn reads_do_not_fault() {

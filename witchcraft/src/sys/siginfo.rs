@@ -20,6 +20,16 @@ pub const SI_TIMER: i32 = -2;
 /// its context is not the one of the access.
 pub const TRAP_PERF_FLAG_ASYNC: u32 = 1;
 
+/// The signal queue's limit (`RLIMIT_SIGPENDING`, `ulimit -i`): how many
+/// queued signals the user may have pending at once, all of its processes
+/// together; None if unlimited.
+pub fn queue_limit() -> Option<u64> {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: fills the plain struct.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_SIGPENDING, &mut lim) } == 0;
+    (ok && lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur)
+}
+
 /// The real-time signal of the sampler (and of traps before `sigtrap`).
 pub fn sampler_signal() -> i32 {
     libc::SIGRTMIN() + 7

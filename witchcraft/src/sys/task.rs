@@ -12,6 +12,16 @@ pub fn tgkill(tid: i32, sig: i32) -> bool {
     unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, sig) == 0 }
 }
 
+/// Set the calling thread's signal mask to `set`, with the system call
+/// itself (a preloaded agent's `sigprocmask` would leave its own signals
+/// out).
+pub fn set_signal_mask(set: &libc::sigset_t) {
+    // SAFETY: plain system call with a valid set; the kernel's sigset is 8 bytes.
+    unsafe {
+        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, set as *const libc::sigset_t, std::ptr::null_mut::<libc::sigset_t>(), 8)
+    };
+}
+
 /// A pidfd for process `pid` (close-on-exec): it names that process, not
 /// whatever reuses the number, and polls readable once it has exited. The
 /// errno if none.

@@ -9,6 +9,7 @@
 //! (call, ret) land elsewhere and are recognised from the stack.
 
 use crate::modules::ProcessMap;
+use crate::sys::mem::Reserved;
 use crate::x86::decode::{Access, Analyzer, Decoded, Regs};
 
 const CACHE: usize = 4096;
@@ -16,11 +17,16 @@ const CACHE: usize = 4096;
 const MAX_SCAN: u64 = 1 << 16;
 
 /// Per-thread cache: context PC → start of the instruction that ends there,
-/// and the decoded layout of the last few functions.
+/// and the decoded layout of the last few functions. Its memory is
+/// reserved (`sys::mem::Reserved`): pages become memory only as PCs and
+/// functions land on them.
 pub struct PrecisePcCache {
-    keys: Box<[u64; CACHE]>,
-    vals: Box<[u64; CACHE]>,
-    funcs: Box<[Layout]>,
+    keys: Reserved<u64>,
+    vals: Reserved<u64>,
+    funcs: [Layout; FUNCS],
+    /// Each function's instruction starts and direct-branch targets, a bit
+    /// per byte: `2 * WORDS` words a function (starts, then targets).
+    bits: Reserved<u64>,
     next_func: usize,
 }
 
@@ -30,16 +36,19 @@ pub struct PrecisePcCache {
 const FUNCS: usize = 8;
 const WORDS: usize = (MAX_SCAN / 64) as usize;
 
-/// One function's instruction starts and direct-branch targets, a bit per byte.
+/// Which function a layout slot holds.
+#[derive(Clone, Copy, Default)]
 struct Layout {
     start: u64,
     /// End of what decoded (0: slot unused).
     end: u64,
-    starts: Box<[u64]>,
-    targets: Box<[u64]>,
 }
 
 impl Layout {
+    /// Words of each bit set the function's bytes reach.
+    fn words(&self) -> usize {
+        (self.end.saturating_sub(self.start) as usize).div_ceil(64).min(WORDS)
+    }
     fn bit(bits: &[u64], off: u64) -> bool {
         let i = off as usize;
         i / 64 < bits.len() && bits[i / 64] & (1 << (i % 64)) != 0
@@ -54,23 +63,51 @@ impl Layout {
 
 impl Default for PrecisePcCache {
     fn default() -> Self {
-        let funcs = (0..FUNCS)
-            .map(|_| Layout { start: 0, end: 0, starts: vec![0; WORDS].into_boxed_slice(), targets: vec![0; WORDS].into_boxed_slice() })
-            .collect();
-        PrecisePcCache { keys: Box::new([0; CACHE]), vals: Box::new([0; CACHE]), funcs, next_func: 0 }
+        Self::try_new().expect("address space for the precise-PC cache")
     }
 }
 
 impl PrecisePcCache {
+    /// The address space a cache reserves, in bytes.
+    pub const RESERVED_BYTES: usize = (2 * CACHE + FUNCS * 2 * WORDS) * std::mem::size_of::<u64>();
+
+    /// A cache, or None if its memory cannot be reserved.
+    pub fn try_new() -> Option<Self> {
+        Some(PrecisePcCache {
+            keys: Reserved::new(CACHE)?,
+            vals: Reserved::new(CACHE)?,
+            funcs: [Layout::default(); FUNCS],
+            bits: Reserved::new(FUNCS * 2 * WORDS)?,
+            next_func: 0,
+        })
+    }
+
     /// Forgets every PC and layout, keeping the memory (the cold path can
     /// then be timed without allocating).
     pub fn forget(&mut self) {
         self.keys.fill(0);
-        for f in self.funcs.iter_mut() {
-            f.end = 0;
+        for k in 0..FUNCS {
+            self.forget_function(k);
         }
         self.next_func = 0;
     }
+
+    /// Forget layout slot `k`, clearing only the bits its function set:
+    /// the rest is zero already, and pages no function reached stay
+    /// untouched (16 KiB a slot otherwise).
+    fn forget_function(&mut self, k: usize) {
+        let words = self.funcs[k].words();
+        let (starts, targets) = self.bits[k * 2 * WORDS..(k + 1) * 2 * WORDS].split_at_mut(WORDS);
+        starts[..words].fill(0);
+        targets[..words].fill(0);
+        self.funcs[k].end = 0;
+    }
+
+    /// Layout slot `k`'s bits: its instruction starts and branch targets.
+    fn bits(&self, k: usize) -> (&[u64], &[u64]) {
+        self.bits[k * 2 * WORDS..(k + 1) * 2 * WORDS].split_at(WORDS)
+    }
+
     fn slot(pc: u64) -> usize {
         ((pc ^ (pc >> 12)) as usize) & (CACHE - 1)
     }
@@ -88,9 +125,10 @@ impl PrecisePcCache {
 /// Decode the function at `start` (up to `limit`) into `f`, with one
 /// decoder over its bytes in place (a decoder per instruction, on a copy,
 /// cost twice as much).
-fn layout(map: &ProcessMap, f: &mut Layout, start: u64, limit: u64) {
-    f.starts.fill(0);
-    f.targets.fill(0);
+fn layout(map: &ProcessMap, cache: &mut PrecisePcCache, k: usize, start: u64, limit: u64) {
+    cache.forget_function(k);
+    let (starts, targets) = cache.bits[k * 2 * WORDS..(k + 1) * 2 * WORDS].split_at_mut(WORDS);
+    let f = &mut cache.funcs[k];
     f.start = start;
     f.end = start + 1;
     let Some(m) = map.module(start) else { return };
@@ -111,11 +149,11 @@ fn layout(map: &ProcessMap, f: &mut Layout, start: u64, limit: u64) {
         if i.is_invalid() {
             break;
         }
-        Layout::set(&mut f.starts, ip - start);
+        Layout::set(starts, ip - start);
         if matches!(i.op0_kind(), iced_x86::OpKind::NearBranch64) {
             let t = i.near_branch64();
             if t >= start && t < stop {
-                Layout::set(&mut f.targets, t - start);
+                Layout::set(targets, t - start);
             }
         }
         ip = i.next_ip();
@@ -163,18 +201,19 @@ pub fn previous_instruction(map: &ProcessMap, cache: &mut PrecisePcCache, end: u
         None => {
             let k = cache.next_func;
             cache.next_func = (k + 1) % FUNCS;
-            layout(map, &mut cache.funcs[k], start, limit);
+            layout(map, cache, k, start, limit);
             k
         }
     };
-    let f = &cache.funcs[k];
+    let f = cache.funcs[k];
+    let (starts, targets) = cache.bits(k);
     let off = end - start;
     // `end` must be an instruction boundary (or where decoding stopped).
     let mut found = 0;
-    if end <= f.end && (end == f.end || Layout::bit(&f.starts, off)) {
-        found = (0..off).rev().find(|&o| Layout::bit(&f.starts, o)).map(|o| start + o).unwrap_or(0);
+    if end <= f.end && (end == f.end || Layout::bit(starts, off)) {
+        found = (0..off).rev().find(|&o| Layout::bit(starts, o)).map(|o| start + o).unwrap_or(0);
     }
-    let target = Layout::bit(&f.targets, off);
+    let target = Layout::bit(targets, off);
     cache.put(end, found | if target { TARGET } else { 0 });
     ((found != 0).then_some(found), target)
 }
