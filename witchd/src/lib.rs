@@ -7,7 +7,8 @@
 //! - [`analysis`]: a profile's pairs, symbolized and merged at source level;
 //! - [`symbolize`]: addresses to source frames, offline;
 //! - [`render`]: every output format, behind one `Recorder` trait;
-//! - [`daemon`]: the witchd daemon.
+//! - [`daemon`]: the witchd daemon;
+//! - [`write`]: the one writer of files, made safe where others may write.
 
 pub mod agent;
 pub mod analysis;
@@ -19,6 +20,7 @@ pub mod exit;
 pub mod inject;
 pub mod render;
 pub mod symbolize;
+pub mod write;
 
 use std::io::Write;
 

@@ -215,7 +215,7 @@ fn write_profile(body: &[u8], out: &Output, meta: Option<&Meta>) -> Result<Profi
         let mut o = std::io::stdout().lock();
         o.write_all(&data).and_then(|_| o.flush()).or_else(|e| if e.kind() == std::io::ErrorKind::BrokenPipe { Ok(()) } else { Err(e) })?;
     } else if let Some(f) = &out.output {
-        std::fs::write(f, &data).with_context(|| format!("cannot write {}", f.display()))?;
+        crate::write::bytes(f, &data)?;
         let what = if out.pprof { "pprof profile" } else { "profile" };
         crate::say!("witch daemon: wrote {what} {}{}", f.display(), meta.map_or(String::new(), |m| format!(" ({})", m.id)));
     }

@@ -1,7 +1,7 @@
 //! `witch CRAFT --exact PROGRAM`: single-step the program under ptrace and
 //! judge every access (the reference the sampled modes are measured against).
 
-use super::output::{self, Output};
+use super::output::Output;
 use crate::cli::RunArgs;
 use anyhow::Result;
 use std::ffi::OsString;
@@ -17,11 +17,11 @@ pub fn run(craft: Craft, a: &RunArgs, prog: &Path, program: &OsString, out: &Out
     let env: Vec<(String, String)> = crate::agent::tunables().map(|t| ("GLIBC_TUNABLES".to_string(), t)).into_iter().collect();
     let run = exact.run(prog, &a.command[1..], program, &env).map_err(|e| anyhow::anyhow!("cannot trace {}: {e}", prog.display()))?;
     let pid = run.profile.pid;
-    let out = out.path(craft, prog, pid);
-    output::save(&run.profile, &out)?;
+    let path = out.path(craft, prog, pid);
+    out.save(&run.profile, &path)?;
     if !a.quiet {
         crate::say_raw!("{}", super::report::render(&run.profile, a.top, a.pairs, a.format)?);
-        crate::say!("witch: {} instructions single-stepped; profile written to {}", run.instructions, out.display());
+        crate::say!("witch: {} instructions single-stepped; profile written to {}", run.instructions, path.display());
     }
     Ok(super::launch::pass_through(run.code, run.signal))
 }

@@ -109,7 +109,7 @@ pub fn run(a: &GateArgs) -> anyhow::Result<i32> {
     );
     if let Some(path) = &a.junit {
         let xml = junit(&checks, p.craft.name(), &p.program);
-        std::fs::write(path, xml).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        crate::write::bytes(path, xml.as_bytes())?;
     }
     crate::print(&verdict)?;
     if unsure && !fail {

@@ -9,17 +9,17 @@
 //! them (`witch report DIR`).
 
 use crate::symbolize::file;
-use anyhow::{bail, Context, Result};
-use std::io::Write;
+use crate::write;
+use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
 use witchcraft::profile::{Craft, Profile};
 
 /// The profile's destination, as asked for with `-o` or by default.
 pub struct Output {
     asked: Option<PathBuf>,
-    /// Where the parts go: beside the profile, or, for a device or FIFO
-    /// (`-o /dev/null`), the temporary directory.
-    dir: PathBuf,
+    /// Where the parts go, opened once: beside the profile, or, for a device
+    /// or FIFO (`-o /dev/null`), the temporary directory.
+    dir: write::Dir,
     /// `asked` is a device or FIFO, written in place.
     special: bool,
 }
@@ -36,27 +36,29 @@ or gather them into one profile file with
 ";
 
 impl Output {
-    /// Checks, before anything runs, that a profile can go where asked: not
-    /// onto a directory, and into a directory that exists (or onto a device
-    /// or FIFO, such as `/dev/null`, written in place; the parts then wait
-    /// in the temporary directory, since nobody may write in `/dev`).
+    /// Checks, before anything runs, that a profile can go where asked: a
+    /// file name (not `out/`, not a directory), in a directory that exists
+    /// (or onto a device or FIFO, such as `/dev/null`, written in place; the
+    /// parts then wait in the temporary directory, since nobody may write in
+    /// `/dev`).
     pub fn check(asked: Option<&Path>) -> Result<Output> {
-        let special = asked.and_then(|p| std::fs::metadata(p).ok()).is_some_and(|m| !m.is_file() && !m.is_dir());
-        let dir = match asked.and_then(Path::parent) {
-            _ if special => std::env::temp_dir(),
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
         if let Some(p) = asked {
-            if p.is_dir() {
+            if write::split(p).is_err() || p.is_dir() {
                 bail!("-o {}: is a directory; give the profile a file name", p.display());
             }
         }
+        let special = asked.and_then(|p| std::fs::metadata(p).ok()).is_some_and(|m| !m.is_file() && !m.is_dir());
+        let dir = match asked.map(write::split) {
+            _ if special => std::env::temp_dir(),
+            Some(Ok((d, _))) => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
         match std::fs::metadata(&dir) {
             Ok(m) if m.is_dir() => {}
             Ok(_) => bail!("cannot write the profile in {}: not a directory", dir.display()),
             Err(e) => bail!("cannot write the profile in {}: {e}", dir.display()),
         }
+        let dir = write::Dir::open(&dir).map_err(|e| anyhow::anyhow!("cannot write the profile in {}: {e}", dir.display()))?;
         Ok(Output { asked: asked.map(Path::to_path_buf), dir, special })
     }
 
@@ -65,8 +67,9 @@ impl Output {
         self.asked.clone().unwrap_or_else(|| default_name(craft, prog, pid))
     }
 
-    /// Proves the directory writable by creating and removing a file in it
-    /// (a device or FIFO: that it may be written).
+    /// Proves the directory writable by making a file in it that no one
+    /// else can have named (see [`write::Dir::probe`]); a device or FIFO:
+    /// that it may be written.
     pub fn probe(&self) -> Result<()> {
         if let (true, Some(p)) = (self.special, &self.asked) {
             let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
@@ -77,35 +80,42 @@ impl Output {
             }
             return Ok(());
         }
-        let p = self.dir.join(format!(".witch-probe-{}", std::process::id()));
-        std::fs::File::create(&p).map_err(|e| anyhow::anyhow!("cannot write the profile in {}: {e}", self.dir.display()))?;
-        let _ = std::fs::remove_file(&p);
-        Ok(())
+        self.dir.probe().map_err(|e| anyhow::anyhow!("cannot write the profile in {}: {e}", self.dir.path().display()))
     }
 
-    /// Makes the directory this run's parts go to, beside the profile.
+    /// Makes the directory this run's parts go to, beside the profile
+    /// (exclusively: a name taken, by a link too, is passed over).
     pub fn parts(&self) -> Result<Parts> {
-        use std::os::unix::fs::DirBuilderExt;
         let mut k = 0;
         loop {
             let name = match k {
                 0 => format!("witch-parts-{}", std::process::id()),
                 _ => format!("witch-parts-{}-{k}", std::process::id()),
             };
-            let dir = self.dir.join(name);
-            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-                Ok(()) => {
-                    if let Err(e) = std::fs::write(dir.join("README"), README.replace("THIS_DIRECTORY", &dir.display().to_string())) {
+            match self.dir.make_dir(name.as_ref(), 0o700) {
+                Ok(d) => {
+                    let readme = README.replace("THIS_DIRECTORY", &d.path().display().to_string());
+                    if let Err(e) = d.replace("README".as_ref(), 0o644, |w| Ok(w.write_all(readme.as_bytes())?)) {
                         // A full disk: refused before the run, leaving nothing behind.
-                        let _ = std::fs::remove_dir_all(&dir);
-                        bail!("cannot write the profile in {}: {e}", self.dir.display());
+                        let _ = std::fs::remove_dir_all(d.path());
+                        bail!("cannot write the profile in {}: {e:#}", self.dir.path().display());
                     }
-                    return Ok(Parts { dir });
+                    return Ok(Parts { dir: d.path().to_path_buf() });
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && k < 100 => k += 1,
-                Err(e) => bail!("cannot write the profile in {}: {e}", self.dir.display()),
+                Err(e) => bail!("cannot write the profile in {}: {e}", self.dir.path().display()),
             }
         }
+    }
+
+    /// Writes the run's profile to `path` ([`Output::path`]): in the
+    /// directory opened at [`Output::check`], as [`save`] does.
+    pub fn save(&self, p: &Profile, path: &Path) -> Result<()> {
+        let name = match write::split(path) {
+            Ok((_, name)) if !self.special => name,
+            _ => return save(p, path),
+        };
+        self.dir.write(name, 0o666, |w| Ok(serde_json::to_writer(w, p)?)).map_err(|e| anyhow::anyhow!("cannot write {}: {e:#}", path.display()))
     }
 }
 
@@ -162,33 +172,10 @@ pub fn merge(mut parts: Vec<Profile>, first_pid: Option<u32>) -> Option<Profile>
     Some(run)
 }
 
-/// Writes a profile: atomically (a temporary file beside it, then a rename)
-/// onto a regular file or a new name, in place onto anything else (a device
-/// such as /dev/null is written to, never replaced). Leaves no temporary
-/// file behind, whatever fails.
+/// Writes a profile: atomically (see [`write::file`]) onto a regular file
+/// or a new name, in place onto a device or FIFO (such as /dev/null, which
+/// is written to, never replaced). Leaves no temporary file behind,
+/// whatever fails.
 pub fn save(p: &Profile, path: &Path) -> Result<()> {
-    let data = serde_json::to_vec(p)?;
-    let in_place = std::fs::metadata(path).is_ok_and(|m| !m.is_file());
-    if in_place {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .truncate(true)
-            .open(path)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-        return f.write_all(&data).with_context(|| format!("cannot write {}", path.display()));
-    }
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.witch-{}.tmp", std::process::id()));
-    let r = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&data)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = r {
-        let _ = std::fs::remove_file(&tmp);
-        bail!("cannot write {}: {e}", path.display());
-    }
-    Ok(())
+    write::file(path, |w| Ok(serde_json::to_writer(w, p)?))
 }

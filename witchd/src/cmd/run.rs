@@ -219,7 +219,7 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
                 crate::say!("witch: the program left no profile (did it clear LD_PRELOAD, or end with a raw exit system call?)");
             }
         }
-        Some(run) => match output::save(&run, &path) {
+        Some(run) => match out.save(&run, &path) {
             Ok(()) => {
                 parts.remove();
                 report(&run, a, Some(&path))?;
@@ -244,7 +244,7 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
 fn report(run: &witchcraft::profile::Profile, a: &RunArgs, saved: Option<&Path>) -> Result<()> {
     if let Some(j) = &a.json_out {
         let json = super::report::render(run, a.top, a.pairs, Format::Json)?;
-        std::fs::write(j, json).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", j.display()))?;
+        crate::write::bytes(j, json.as_bytes())?;
     }
     if a.quiet {
         return Ok(());

@@ -14,8 +14,6 @@ use super::config::StoreConfig;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 use witchcraft::profile::{Craft, Profile};
 
@@ -83,6 +81,9 @@ struct Entry {
 /// Store contents and limits; the caller serializes access (a Mutex).
 pub struct Store {
     cfg: StoreConfig,
+    /// The directory, opened once: every file is made, read and removed
+    /// relative to it, temporary files exclusively (see [`crate::write`]).
+    dir: crate::write::Dir,
     index: BTreeMap<String, Entry>,
     total: u64,
     /// Profiles removed to respect the limits, since start.
@@ -113,23 +114,6 @@ impl std::fmt::Display for NotStored {
 
 impl std::error::Error for NotStored {}
 
-/// Write a file so a reader sees the old content or the new, never a part.
-fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.tmp"));
-    let r = (|| {
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-        f.write_all(data)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if r.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    r
-}
-
 impl Store {
     /// Opens (creating it, owner-only) and re-indexes the store directory:
     /// temporary files are removed, missing metas rebuilt, limits applied.
@@ -143,32 +127,30 @@ impl Store {
             .create(dir)
             .with_context(|| format!("cannot create store directory {}", dir.display()))?;
         // Another user's directory would let that user read, replace or
-        // plant profiles (root's among them): refuse it.
-        let meta = std::fs::metadata(dir).with_context(|| format!("cannot read store directory {}", dir.display()))?;
+        // plant profiles (root's among them): refuse it. (Checked on the
+        // descriptor every file is then made relative to.)
+        let fd = crate::write::Dir::open(dir).with_context(|| format!("cannot open store directory {}", dir.display()))?;
+        let owner = fd.owner().with_context(|| format!("cannot read store directory {}", dir.display()))?;
         let me = unsafe { libc::geteuid() };
-        if !meta.is_dir() {
-            bail!("store directory {} is not a directory", dir.display());
-        }
-        if std::os::unix::fs::MetadataExt::uid(&meta) != me {
+        if owner != me {
             bail!(
-                "store directory {} belongs to uid {}, not to witchd's uid {me}; give witchd a directory of its own ([store] dir)",
+                "store directory {} belongs to uid {owner}, not to witchd's uid {me}; give witchd a directory of its own ([store] dir)",
                 dir.display(),
-                std::os::unix::fs::MetadataExt::uid(&meta)
             );
         }
         // Profiles are as private as the processes they describe.
         let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
         let mut log = Vec::new();
-        let mut s = Store { cfg: cfg.clone(), index: BTreeMap::new(), total: 0, evicted: 0, rejected: 0 };
+        let mut s = Store { cfg: cfg.clone(), dir: fd, index: BTreeMap::new(), total: 0, evicted: 0, rejected: 0 };
         let rd = std::fs::read_dir(dir).with_context(|| format!("cannot read store directory {}", dir.display()))?;
         let mut names: Vec<String> = rd.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect();
         names.sort();
         for name in &names {
             if name.starts_with('.') && name.ends_with(".tmp") {
-                let _ = std::fs::remove_file(dir.join(name));
+                let _ = s.dir.remove(name.as_ref());
             } else if let Some(id) = name.strip_suffix(".meta.json") {
-                if !dir.join(format!("{id}.json")).exists() {
-                    let _ = std::fs::remove_file(dir.join(name));
+                if !matches!(s.dir.stat(format!("{id}.json").as_ref()), Ok(Some(_))) {
+                    let _ = s.dir.remove(name.as_ref());
                 }
             } else if let Some(id) = name.strip_suffix(".json").filter(|id| valid_id(id)) {
                 match s.index_one(id) {
@@ -176,8 +158,8 @@ impl Store {
                     Ok(None) => {}
                     Err(e) => {
                         log.push(format!("store: removing unreadable {name}: {e:#}"));
-                        let _ = std::fs::remove_file(dir.join(name));
-                        let _ = std::fs::remove_file(s.meta_path(id));
+                        let _ = s.dir.remove(name.as_ref());
+                        let _ = s.dir.remove(Self::meta_name(id).as_ref());
                     }
                 }
             }
@@ -191,23 +173,51 @@ impl Store {
         Ok((s, log))
     }
 
-    fn profile_path(&self, id: &str) -> PathBuf {
-        self.cfg.dir.join(format!("{id}.json"))
+    fn profile_name(id: &str) -> String {
+        format!("{id}.json")
     }
-    fn meta_path(&self, id: &str) -> PathBuf {
-        self.cfg.dir.join(format!("{id}.meta.json"))
+    fn meta_name(id: &str) -> String {
+        format!("{id}.meta.json")
+    }
+
+    /// Size and modification time of a file of the store; a link, or
+    /// anything but a regular file, is not one.
+    fn regular(&self, name: &str) -> std::io::Result<(u64, u64)> {
+        match self.dir.stat(name.as_ref())? {
+            Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => {
+                Ok((st.st_size as u64, (st.st_mtime as u64).saturating_mul(1_000_000_000) + st.st_mtime_nsec as u64))
+            }
+            Some(_) => Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{name} is not a regular file"))),
+            None => Err(std::io::Error::new(std::io::ErrorKind::NotFound, format!("{name} is missing"))),
+        }
+    }
+
+    /// A file of the store, whole (regular files only, never through a link).
+    fn read_file(&self, name: &str) -> std::io::Result<Vec<u8>> {
+        use std::io::Read;
+        let mut f = self.dir.open_read(name.as_ref())?;
+        if !f.metadata()?.is_file() {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{name} is not a regular file")));
+        }
+        let mut v = Vec::new();
+        f.read_to_end(&mut v)?;
+        Ok(v)
+    }
+
+    /// Writes a file of the store atomically (temporary file, fsync, rename).
+    fn write_atomic(&self, name: &str, data: &[u8]) -> Result<()> {
+        self.dir.replace(name.as_ref(), 0o600, |w| Ok(w.write_all(data)?))
     }
 
     /// Adds one existing profile file to the index, rebuilding its meta if needed.
     fn index_one(&mut self, id: &str) -> Result<Option<String>> {
-        let size = |p: &Path| std::fs::metadata(p).map(|m| m.len());
-        let bytes = size(&self.profile_path(id))?;
-        let meta: Option<Meta> = std::fs::read(self.meta_path(id)).ok().and_then(|b| serde_json::from_slice(&b).ok());
+        let (bytes, modified) = self.regular(&Self::profile_name(id))?;
+        let meta: Option<Meta> = self.read_file(&Self::meta_name(id)).ok().and_then(|b| serde_json::from_slice(&b).ok());
         let mut note = None;
         let meta = match meta {
             Some(m) if m.id == id && m.bytes == bytes => m,
             _ => {
-                let p = Profile::load(&self.profile_path(id)).map_err(|e| anyhow::anyhow!("{e}"))?;
+                let p = Profile::from_bytes(&self.read_file(&Self::profile_name(id))?).map_err(|e| anyhow::anyhow!("{e}"))?;
                 // Who may read it is not in the profile: root only.
                 // An attached session ends by a detach, or by the agent
                 // itself when a debugger takes the process ("traced"), it
@@ -218,17 +228,13 @@ impl Store {
                 let mut m = Meta::new(&p, None, exited, "reindex");
                 m.id = id.into();
                 m.bytes = bytes;
-                m.stored_unix_ns = std::fs::metadata(self.profile_path(id))?
-                    .modified()
-                    .ok()
-                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                    .map_or_else(now_ns, |d| d.as_nanos() as u64);
-                write_atomic(&self.meta_path(id), &serde_json::to_vec(&m)?)?;
+                m.stored_unix_ns = if modified > 0 { modified } else { now_ns() };
+                self.write_atomic(&Self::meta_name(id), &serde_json::to_vec(&m)?)?;
                 note = Some(format!("store: rebuilt the index entry of {id}"));
                 m
             }
         };
-        let disk = bytes + size(&self.meta_path(id)).unwrap_or(0);
+        let disk = bytes + self.regular(&Self::meta_name(id)).map_or(0, |(n, _)| n);
         self.total += disk;
         self.index.insert(id.into(), Entry { meta, disk });
         Ok(note)
@@ -241,7 +247,7 @@ impl Store {
         let base = format!("{}-{}-{}", p.start_unix_ns / 1_000_000, p.pid, p.craft.name());
         let mut id = base.clone();
         let mut k = 1;
-        while self.index.contains_key(&id) || self.profile_path(&id).exists() {
+        while self.index.contains_key(&id) || !matches!(self.dir.stat(Self::profile_name(&id).as_ref()), Ok(None)) {
             k += 1;
             id = format!("{base}-{k}");
         }
@@ -256,13 +262,13 @@ impl Store {
         }
         self.expire_at(meta.stored_unix_ns);
         self.make_room(need);
-        let write = || -> std::io::Result<()> {
-            write_atomic(&self.profile_path(&id), &data)?;
-            write_atomic(&self.meta_path(&id), &meta_data)
+        let write = || -> Result<()> {
+            self.write_atomic(&Self::profile_name(&id), &data)?;
+            self.write_atomic(&Self::meta_name(&id), &meta_data)
         };
         if let Err(e) = write() {
-            let _ = std::fs::remove_file(self.profile_path(&id));
-            bail!("cannot write profile to store {}: {e}", self.cfg.dir.display());
+            let _ = self.dir.remove(Self::profile_name(&id).as_ref());
+            bail!("cannot write profile to store {}: {e:#}", self.cfg.dir.display());
         }
         self.total += need;
         self.index.insert(id, Entry { meta: meta.clone(), disk: need });
@@ -294,8 +300,8 @@ impl Store {
         if let Some(e) = self.index.remove(id) {
             self.total -= e.disk;
             // Meta first: a profile without meta is rebuilt at start, not lost track of.
-            let _ = std::fs::remove_file(self.meta_path(id));
-            let _ = std::fs::remove_file(self.profile_path(id));
+            let _ = self.dir.remove(Self::meta_name(id).as_ref());
+            let _ = self.dir.remove(Self::profile_name(id).as_ref());
         }
     }
 
@@ -308,7 +314,7 @@ impl Store {
         if !valid_id(id) || !self.index.contains_key(id) {
             return Err(NotStored(id.to_string()).into());
         }
-        std::fs::read(self.profile_path(id)).with_context(|| format!("cannot read stored profile {id}"))
+        self.read_file(&Self::profile_name(id)).with_context(|| format!("cannot read stored profile {id}"))
     }
 
     /// Every stored profile, oldest first.
@@ -380,6 +386,7 @@ pub mod tests_support {
 mod tests {
     use super::tests_support::profile;
     use super::*;
+    use std::path::{Path, PathBuf};
     use std::time::Duration;
 
     fn cfg(dir: &Path, max_bytes: u64, max_profiles: usize) -> StoreConfig {

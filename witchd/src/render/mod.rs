@@ -41,11 +41,9 @@ pub fn render<'a>(r: &mut dyn Recorder<'a>, run: &'a Analysis<'a>) -> anyhow::Re
     Ok(out)
 }
 
-/// Writes a recorder's output to a file, with the file named in the error.
+/// Writes a recorder's output to a file (atomically, see
+/// [`crate::write::file`]: a failure, a full disk too, names the file and
+/// leaves nothing behind).
 pub fn write_file(r: &mut dyn Recorder<'_>, path: &std::path::Path) -> anyhow::Result<()> {
-    let f = std::fs::File::create(path).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-    let mut w = std::io::BufWriter::new(f);
-    r.write(&mut w)?;
-    w.flush().map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-    Ok(())
+    crate::write::file(path, |w| r.write(w))
 }
