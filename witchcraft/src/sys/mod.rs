@@ -1,6 +1,7 @@
 //! The kernel interfaces the engine uses, each in one place: perf events
 //! (breakpoints, software clocks, PMU samplers), POSIX CPU-time timers,
-//! signal information, and /proc. Raw constants and system calls live here
+//! signal information, /proc, and (for witchd) the owners of local TCP
+//! connections. Raw constants and system calls live here
 //! behind small named functions; the engine above speaks in their terms.
 
 pub mod cputimer;
@@ -10,5 +11,6 @@ pub mod perf;
 pub mod pmu;
 pub mod procfs;
 pub mod siginfo;
+pub mod sock_diag;
 pub mod task;
 pub mod watchpoint;

@@ -322,9 +322,10 @@ impl Store {
         self.index.values().map(|e| &e.meta)
     }
 
-    /// The newest profile matching all the given filters.
-    pub fn latest(&self, pid: Option<u32>, craft: Option<Craft>, exe: Option<&str>) -> Option<&Meta> {
+    /// The newest profile matching all the given filters, of those `may` allows.
+    pub fn latest(&self, pid: Option<u32>, craft: Option<Craft>, exe: Option<&str>, may: impl Fn(&Meta) -> bool) -> Option<&Meta> {
         self.list()
+            .filter(|m| may(m))
             .filter(|m| pid.is_none_or(|p| m.pid == p) && craft.is_none_or(|c| m.craft == c) && exe.is_none_or(|e| m.exe() == e))
             .max_by_key(|m| (m.start_unix_ns, m.stored_unix_ns))
     }
@@ -458,8 +459,8 @@ mod tests {
         let back = Profile::from_bytes(&s.read(&m.id).unwrap()).unwrap();
         assert_eq!(back, p);
         assert!(s.read("../etc/passwd").is_err());
-        assert_eq!(s.latest(Some(7), Some(Craft::Dead), Some("prog")).unwrap().id, m2.id);
-        assert!(s.latest(Some(8), None, None).is_none());
+        assert_eq!(s.latest(Some(7), Some(Craft::Dead), Some("prog"), |_| true).unwrap().id, m2.id);
+        assert!(s.latest(Some(8), None, None, |_| true).is_none());
         let (bytes, n) = s.usage();
         assert_eq!((bytes, n), (dir_bytes(&d), 2));
 

@@ -10,6 +10,7 @@ use super::*;
 use crate::inject::{Ended, Options, Watched};
 use std::collections::HashMap;
 use std::io::{Read, Write};
+use std::os::fd::FromRawFd;
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -114,7 +115,7 @@ fn sleeper() -> Child {
 
 fn http_get(addr: &str, path: &str) -> (u16, Vec<u8>) {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
     let mut b = Vec::new();
     s.read_to_end(&mut b).unwrap();
     let end = b.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
@@ -529,5 +530,231 @@ fn a_target_that_execs_during_a_session_is_not_taken_for_exited() {
     drop(d);
     let _ = kid.kill();
     let _ = kid.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A daemon with HTTP on an ephemeral port and nothing to watch; its HTTP address.
+fn http_daemon(tag: &str, extra: &str) -> (PathBuf, Running, String) {
+    let dir = tmpdir(tag);
+    let cfg = Config::parse(
+        &format!(
+            "socket = \"{}\"\nhttp = \"127.0.0.1:0\"\n{extra}\n[store]\ndir = \"{}\"\n",
+            dir.join("w.sock").display(),
+            dir.join("store").display()
+        ),
+        "test.toml",
+    )
+    .unwrap();
+    let d = Running::start(cfg);
+    let addr = d.call(&Request::Status).unwrap().0.status.unwrap().http.unwrap();
+    (dir, d, addr)
+}
+
+/// Forks a child that becomes nobody and runs `f` (system calls only: the
+/// parent is multi-threaded), exiting with what it returns.
+fn as_nobody(f: impl FnOnce() -> i32) -> libc::pid_t {
+    // SAFETY: the child only makes system calls before it exits.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        unsafe {
+            if libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                libc::_exit(99);
+            }
+            libc::_exit(f());
+        }
+    }
+    child
+}
+
+/// A TCP connection to `addr` made with system calls only (for [`as_nobody`]).
+unsafe fn raw_connect(addr: &libc::sockaddr_in) -> i32 {
+    let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+    if libc::connect(fd, (addr as *const libc::sockaddr_in).cast(), std::mem::size_of::<libc::sockaddr_in>() as u32) != 0 {
+        return -1;
+    }
+    fd
+}
+
+fn sockaddr(addr: &str) -> libc::sockaddr_in {
+    let a: std::net::SocketAddrV4 = addr.parse().unwrap();
+    libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: a.port().to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
+        sin_zero: [0; 8],
+    }
+}
+
+/// `GET path` as nobody: the status code and body.
+fn http_get_as_nobody(addr: &str, path: &str) -> (u16, Vec<u8>) {
+    let sa = sockaddr(addr);
+    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").into_bytes();
+    let mut fds = [0; 2];
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let mut buf = vec![0u8; 1 << 16];
+    let (b, len) = (buf.as_mut_ptr(), buf.len());
+    let child = as_nobody(|| unsafe {
+        libc::close(fds[0]);
+        let fd = raw_connect(&sa);
+        if fd < 0 || libc::write(fd, req.as_ptr().cast(), req.len()) != req.len() as isize {
+            return 98;
+        }
+        loop {
+            let n = libc::read(fd, b.cast(), len);
+            if n <= 0 {
+                return 0;
+            }
+            libc::write(fds[1], b.cast(), n as usize);
+        }
+    });
+    unsafe { libc::close(fds[1]) };
+    let mut got = Vec::new();
+    unsafe { std::fs::File::from_raw_fd(fds[0]) }.read_to_end(&mut got).unwrap();
+    let mut st = 0;
+    unsafe { libc::waitpid(child, &mut st, 0) };
+    assert!(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0, "nobody's request failed ({st:#x})");
+    let end = got.windows(4).position(|w| w == b"\r\n\r\n").expect("an HTTP answer");
+    let head = String::from_utf8_lossy(&got[..end]).to_string();
+    (head.split(' ').nth(1).unwrap().parse().unwrap(), got[end + 4..].to_vec())
+}
+
+/// GET `path` with a given `Host`.
+fn http_get_host(addr: &str, path: &str, host: &str) -> u16 {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut b = Vec::new();
+    s.read_to_end(&mut b).unwrap();
+    String::from_utf8_lossy(&b).split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+/// witchd's HTTP port fell to 70 idle connections from any local user: 64
+/// were served at once and each lived 30 s, so `/metrics` timed out for
+/// everyone (and reconnecting every 30 s kept it so). Now one user holds at
+/// most 8 (root excepted), and a connection that sends no request is
+/// closed after 5 s.
+#[test]
+fn http_survives_idle_connections_from_one_user() {
+    let (dir, d, addr) = http_daemon("http-idle", "");
+    if unsafe { libc::geteuid() } == 0 {
+        // nobody opens 70 connections, sends nothing, and opens them again as they close.
+        let sa = sockaddr(&addr);
+        let crowd = as_nobody(|| unsafe {
+            let mut fds = [-1i32; 70];
+            loop {
+                for fd in fds.iter_mut() {
+                    let mut c = 0u8;
+                    if *fd < 0 || libc::recv(*fd, (&mut c as *mut u8).cast(), 1, libc::MSG_DONTWAIT) == 0 {
+                        if *fd >= 0 {
+                            libc::close(*fd);
+                        }
+                        *fd = raw_connect(&sa);
+                    }
+                }
+                libc::usleep(100_000);
+            }
+        });
+        std::thread::sleep(Duration::from_millis(1500));
+        let a2 = addr.clone();
+        let got = within(Duration::from_secs(3), move || (0..3).map(|_| http_get(&a2, "/metrics").0).collect::<Vec<_>>());
+        unsafe {
+            libc::kill(crowd, libc::SIGKILL);
+            libc::waitpid(crowd, std::ptr::null_mut(), 0);
+        }
+        assert_eq!(got, Some(vec![200, 200, 200]), "/metrics did not answer root within 3 s while nobody crowded the port");
+    } else {
+        eprintln!("not root: cannot connect as another user; the crowd is not tried");
+    }
+    // Idle: closed within the idle timeout, not at the end of its 30 s.
+    let t0 = std::time::Instant::now();
+    let mut idle = std::net::TcpStream::connect(&addr).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut b = Vec::new();
+    let _ = idle.read_to_end(&mut b);
+    let took = t0.elapsed();
+    assert!(took < http::IDLE_TIMEOUT + Duration::from_secs(2), "an idle connection lived {took:?}");
+    drop(d);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// HTTP answered any `Host:` (a page in a local browser could read it
+/// through DNS rebinding): now only this host's names.
+#[test]
+fn http_answers_only_requests_for_this_host() {
+    let (dir, d, addr) = http_daemon("http-host", "http_hosts = [\"metrics.example.org\"]");
+    let port = addr.rsplit(':').next().unwrap();
+    for (host, want) in [
+        (format!("localhost:{port}"), 200),
+        (addr.clone(), 200),
+        ("localhost".into(), 200),
+        (format!("metrics.example.org:{port}"), 200),
+        (format!("rebind.attacker.example:{port}"), 421),
+        ("rebind.attacker.example".into(), 421),
+        ("localhost:1".into(), 421),
+    ] {
+        assert_eq!(http_get_host(&addr, "/metrics", &host), want, "Host: {host}");
+    }
+    drop(d);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// HTTP gave any local user root's stored profiles, which the Unix socket
+/// refuses them. By default (`http_profiles = "owner"`) a user now reads
+/// only their own processes' profiles over HTTP, root all of them; "none"
+/// serves none.
+#[test]
+fn http_serves_profiles_only_as_configured() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: cannot connect as another user; skipping");
+        return;
+    }
+    let dir = tmpdir("http-profiles");
+    let store_cfg =
+        super::config::StoreConfig { dir: dir.join("store"), max_bytes: 1 << 20, max_profiles: 10, max_age: Duration::from_secs(3600) };
+    let (roots, nobodys) = {
+        let (mut st, _) = store::Store::open(&store_cfg).unwrap();
+        let p = store::tests_support::profile(4242, 1000, 0);
+        let r = st.put(&p, store::Meta::new(&p, None, false, "schedule")).unwrap().id;
+        let p = store::tests_support::profile(4343, 2000, 0);
+        let n = st.put(&p, store::Meta::new(&p, Some((65534, 65534)), false, "schedule")).unwrap().id;
+        (r, n)
+    };
+    for (access, nobody_sees) in [("", Some(&nobodys)), ("http_profiles = \"none\"", None)] {
+        let cfg = Config::parse(
+            &format!(
+                "socket = \"{}\"\nhttp = \"127.0.0.1:0\"\n{access}\n[store]\ndir = \"{}\"\n",
+                dir.join("w.sock").display(),
+                store_cfg.dir.display()
+            ),
+            "test.toml",
+        )
+        .unwrap();
+        let d = Running::start(cfg);
+        let addr = d.call(&Request::Status).unwrap().0.status.unwrap().http.unwrap();
+        let listed = |(code, body): (u16, Vec<u8>)| -> Option<Vec<String>> {
+            (code == 200).then(|| {
+                let v: Vec<store::Meta> = serde_json::from_slice(&body).unwrap();
+                v.into_iter().map(|m| m.id).collect()
+            })
+        };
+        let root_list = listed(http_get(&addr, "/profiles"));
+        let nobody_list = listed(http_get_as_nobody(&addr, "/profiles"));
+        match nobody_sees {
+            Some(own) => {
+                assert_eq!(root_list, Some(vec![roots.clone(), nobodys.clone()]), "root lists every profile");
+                assert_eq!(nobody_list, Some(vec![own.clone()]), "nobody lists only its own");
+                assert_eq!(http_get_as_nobody(&addr, &format!("/pprof/{roots}")).0, 404, "nobody read root's profile");
+                assert_eq!(http_get_as_nobody(&addr, &format!("/pprof/{nobodys}")).0, 200);
+                assert_eq!(http_get_as_nobody(&addr, "/pprof/latest?pid=4242").0, 404);
+                assert_eq!(http_get_as_nobody(&addr, "/pprof/latest").0, 200);
+                assert_eq!(http_get(&addr, &format!("/pprof/{roots}")).0, 200);
+            }
+            None => {
+                assert_eq!((root_list, nobody_list), (None, None));
+                assert_eq!(http_get(&addr, &format!("/pprof/{roots}")).0, 403);
+                assert_eq!(http_get(&addr, "/metrics").0, 200, "metrics are served whatever http_profiles says");
+            }
+        }
+        drop(d);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -38,6 +38,11 @@ pub struct Config {
     pub socket_mode: u32,
     /// None: no HTTP listener.
     pub http: Option<SocketAddr>,
+    /// Host names HTTP answers besides localhost and IP addresses
+    /// (`Host: NAME[:PORT]`); see `daemon::http`.
+    pub http_hosts: Vec<String>,
+    /// Which stored profiles HTTP serves, and to whom.
+    pub http_profiles: Access,
     /// How often /proc is scanned for targets appearing and going away.
     pub scan_every: Duration,
     /// Sessions running at once, over all targets.
@@ -52,6 +57,22 @@ pub struct Config {
     /// `[defaults]`: also what `witch daemon profile` uses for processes no rule names.
     pub defaults: Profiling,
     pub watch: Vec<Watch>,
+}
+
+/// Which stored profiles HTTP serves (`http_profiles`). HTTP carries no
+/// credentials: a client is known by the user owning its socket when it
+/// connects from this host, and by its address otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// `"owner"` (the default): a profile to the user whose process it was,
+    /// every profile to root; nothing to a client whose user is not known.
+    /// As the Unix socket does, by uid alone (a TCP connection has no gid).
+    Owner,
+    /// `"all"`: every profile to anyone who can connect (for a scraper
+    /// running as another user, or on another host).
+    All,
+    /// `"none"`: no profiles over HTTP (`/metrics` only).
+    None,
 }
 
 #[derive(Debug, Clone)]
@@ -119,6 +140,8 @@ struct File {
     #[serde(default, deserialize_with = "mode")]
     socket_mode: Option<u32>,
     http: Option<String>,
+    http_hosts: Option<Vec<String>>,
+    http_profiles: Option<String>,
     #[serde(default, deserialize_with = "dur")]
     scan_every: Option<Duration>,
     max_sessions: Option<usize>,
@@ -299,6 +322,16 @@ impl Config {
                     .map_err(|_| anyhow::anyhow!("http = {s:?} is not an address:port (e.g. \"127.0.0.1:9465\"), or \"off\""))?,
             ),
         };
+        let http_profiles = match f.http_profiles.as_deref().map(str::trim) {
+            None | Some("owner") => Access::Owner,
+            Some("all") => Access::All,
+            Some("none") => Access::None,
+            Some(s) => bail!("http_profiles = {s:?}: give \"owner\" (each user their own processes' profiles, root all), \"all\" or \"none\""),
+        };
+        let http_hosts = f.http_hosts.unwrap_or_default();
+        if let Some(h) = http_hosts.iter().find(|h| h.trim().is_empty() || h.contains([':', '/', ' ', '[', ']'])) {
+            bail!("http_hosts: {h:?} is not a host name (give names only, without a port)");
+        }
         let defaults = merge(&ProfilingFile::default(), &f.defaults);
         check_profiling(&defaults, "[defaults]")?;
         let mut watch = Vec::new();
@@ -337,6 +370,8 @@ impl Config {
             socket: f.socket.unwrap_or_else(default_socket),
             socket_mode: f.socket_mode.unwrap_or(0o600),
             http,
+            http_hosts,
+            http_profiles,
             scan_every: f.scan_every.unwrap_or(Duration::from_secs(5)),
             max_sessions,
             max_targets,
