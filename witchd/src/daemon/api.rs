@@ -286,6 +286,15 @@ async fn profile(
         ));
     }
 
+    // Counted against the caller's max_user_sessions until answered.
+    let _admitted = d.admit(caller.uid).map_err(|n| {
+        format!(
+            "you have {n} session{} running or queued already (max_user_sessions {}); try again when {} ends",
+            if n == 1 { "" } else { "s" },
+            d.cfg.max_user_sessions,
+            if n == 1 { "it" } else { "one" }
+        )
+    })?;
     // One session per process: wait for a running one to finish.
     let longest = d.cfg.watch.iter().map(|w| w.profiling.duration).max().unwrap_or_default().max(d.cfg.defaults.duration);
     let wait_until = tokio::time::Instant::now() + longest + d.cfg.detach_timeout + Duration::from_secs(5);
@@ -309,7 +318,7 @@ async fn profile(
         craft.name(),
         target.name()
     );
-    let plan = Plan { target: target.clone(), opts: options(&prof, craft), duration, origin: "request" };
+    let plan = Plan { target: target.clone(), opts: options(&prof, craft), duration, origin: "request", who: super::slots::Who::User(caller.uid) };
     let done = session::run(d.clone(), claim, plan).await;
     let Some(p) = done.profile else {
         let msg = done.note.unwrap_or_else(|| "no profile".into());

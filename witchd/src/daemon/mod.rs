@@ -20,6 +20,7 @@ pub mod procfs;
 pub mod proto;
 pub mod scheduler;
 pub mod session;
+pub mod slots;
 pub mod store;
 
 use anyhow::{Context, Result};
@@ -31,7 +32,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 use store::Store;
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::sync::{watch, Notify};
 use witchcraft::profile::Craft;
 
 /// One log line on stderr, timestamped (journald or a file keeps it).
@@ -60,8 +61,10 @@ pub struct Daemon {
     busy: Mutex<HashMap<i32, Phase>>,
     /// Signalled whenever a pid leaves `busy`.
     freed: Notify,
-    /// Sessions at once (max_sessions).
-    slots: Semaphore,
+    /// Sessions at once (max_sessions), shared between rules and users ([`slots`]).
+    slots: Mutex<slots::Slots>,
+    /// Signalled whenever slots are handed on.
+    slots_moved: Notify,
     /// Sessions in flight (queued or running), awaited at shutdown.
     in_flight: watch::Sender<usize>,
     shutdown: watch::Sender<bool>,
@@ -77,7 +80,8 @@ impl Daemon {
         let (n, bytes) = (store.usage().1, store.usage().0);
         say!("store {}: {n} profiles, {bytes} bytes", cfg.store.dir.display());
         Ok(Arc::new(Daemon {
-            slots: Semaphore::new(cfg.max_sessions),
+            slots: Mutex::new(slots::Slots::new(cfg.max_sessions, !cfg.watch.is_empty(), cfg.max_user_sessions)),
+            slots_moved: Notify::new(),
             cfg,
             started: Instant::now(),
             http_addr: std::sync::OnceLock::new(),
@@ -140,6 +144,35 @@ impl Daemon {
         self.busy.lock().unwrap().contains_key(&pid)
     }
 
+    /// Waits for a session slot for `who` ([`slots`]); None when witchd is
+    /// shutting down first, or `limit` passes. The slot (or the place in
+    /// the queue) is given back when the [`Slot`] is dropped.
+    pub async fn slot(&self, who: slots::Who, limit: Option<std::time::Duration>) -> Option<Slot<'_>> {
+        let ticket = self.slots.lock().unwrap().wait(who);
+        let slot = Slot { d: self, ticket };
+        let until = limit.map(|l| tokio::time::Instant::now() + l);
+        loop {
+            let moved = self.slots_moved.notified();
+            tokio::pin!(moved);
+            moved.as_mut().enable();
+            if self.slots.lock().unwrap().granted(ticket) {
+                return Some(slot);
+            }
+            tokio::select! {
+                _ = moved => {}
+                _ = self.until_shutdown() => return None,
+                _ = async { tokio::time::sleep_until(until?).await; Some(()) }, if until.is_some() => return None,
+            }
+        }
+    }
+
+    /// A request of `uid` comes in: Err(how many it has in flight) beyond
+    /// `max_user_sessions`; the [`Admitted`] ends it when dropped.
+    pub fn admit(self: &Arc<Self>, uid: u32) -> Result<Admitted, usize> {
+        self.slots.lock().unwrap().admit(uid)?;
+        Ok(Admitted { d: self.clone(), uid })
+    }
+
     /// Where the session claimed on `pid` is, if there is one.
     pub fn phase(&self, pid: i32) -> Option<Phase> {
         self.busy.lock().unwrap().get(&pid).copied()
@@ -155,6 +188,32 @@ pub struct Phase {
     /// It holds a slot (attaching, profiling, detaching, storing); false
     /// while it waits for one.
     pub running: bool,
+}
+
+/// A session slot held (or a place in the queue for one); given back on drop.
+pub struct Slot<'a> {
+    d: &'a Daemon,
+    ticket: slots::Ticket,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if self.d.slots.lock().unwrap().release(self.ticket) {
+            self.d.slots_moved.notify_waiters();
+        }
+    }
+}
+
+/// A user's request counted against `max_user_sessions` until dropped.
+pub struct Admitted {
+    d: Arc<Daemon>,
+    uid: u32,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.d.slots.lock().unwrap().done(self.uid);
+    }
 }
 
 /// A pid's right to a session; released on drop, whatever happens to the task.

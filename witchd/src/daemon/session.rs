@@ -59,6 +59,8 @@ pub struct Plan {
     pub duration: Duration,
     /// "schedule" or "request", recorded with the profile.
     pub origin: &'static str,
+    /// Whose session it is, for the slots: a rule's, or a user's request.
+    pub who: super::slots::Who,
 }
 
 /// How it went.
@@ -70,6 +72,9 @@ pub struct Done {
     /// One line for the user: why there is no profile, or what else to know.
     pub note: Option<String>,
 }
+
+/// How long a requested session may wait for a slot.
+pub const REQUEST_SLOT_WAIT: Duration = Duration::from_secs(60);
 
 /// Counts a session as in flight for as long as it lives.
 struct InFlight<'a>(&'a Daemon);
@@ -107,10 +112,26 @@ pub async fn run(d: Arc<Daemon>, claim: Claim, plan: Plan) -> Done {
     let who = format!("pid {pid} ({})", plan.target.name());
     let done = |outcome, profile, meta, note: Option<String>| Done { outcome, profile, meta, note };
 
-    // Wait for a slot; shutdown while waiting means the session never starts.
-    let _permit = tokio::select! {
-        p = d.slots.acquire() => p.expect("semaphore is never closed"),
-        _ = d.until_shutdown() => return done(Outcome::Failed, None, None, Some("witchd is shutting down".into())),
+    // Wait for a slot; shutdown while waiting means the session never
+    // starts. A request waits at most REQUEST_SLOT_WAIT, so its client hears
+    // why rather than times out.
+    let limit = matches!(plan.who, super::slots::Who::User(_)).then_some(REQUEST_SLOT_WAIT);
+    let Some(_slot) = d.slot(plan.who, limit).await else {
+        if d.shutting_down() {
+            return done(Outcome::Failed, None, None, Some("witchd is shutting down".into()));
+        }
+        d.counters.session(Outcome::Failed);
+        return done(
+            Outcome::Failed,
+            None,
+            None,
+            Some(format!(
+                "no session slot came free within {} (max_sessions {}, of which requests may hold {}); try again later",
+                humantime::format_duration(REQUEST_SLOT_WAIT),
+                d.cfg.max_sessions,
+                d.slots.lock().unwrap().for_requests()
+            )),
+        );
     };
     claim.start();
     if d.shutting_down() {

@@ -758,3 +758,59 @@ fn http_serves_profiles_only_as_configured() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Six `witch daemon profile --duration 5s` requests from one user held
+/// both session slots (`max_sessions = 2`), and the process a rule watches
+/// stayed queued all along. Now a user has at most `max_user_sessions` (2)
+/// requests in flight, the rest refused at once, and requests never hold
+/// the rules' last slot: the watched process is profiled on schedule
+/// meanwhile.
+#[test]
+fn one_user_cannot_starve_the_daemon() {
+    let dir = tmpdir("starve");
+    let mut watched = sleeper();
+    let mut own: Vec<Child> = (0..6).map(|_| sleeper()).collect();
+    let cfg = Config::parse(
+        &format!(
+            "socket = \"{}\"\nhttp = \"off\"\nscan_every = \"100ms\"\nmax_sessions = 2\nmax_request_duration = \"1m\"\n[store]\ndir = \"{}\"\n\
+             [defaults]\nevery = \"400ms\"\nduration = \"200ms\"\ncrafts = [\"dead\"]\n[[watch]]\npid = {}\n",
+            dir.join("w.sock").display(),
+            dir.join("store").display(),
+            watched.id()
+        ),
+        "test.toml",
+    )
+    .unwrap();
+    let fake = Arc::new(Fake::default());
+    let d = Arc::new(Running::start_with(cfg, fake.clone()));
+    let requests: Vec<_> = own
+        .iter()
+        .map(|c| {
+            let (d, pid) = (d.clone(), c.id() as i32);
+            std::thread::spawn(move || d.call(&Request::Profile { pid, craft: None, duration_ms: Some(5000) }).map(|_| ()).map_err(|e| e.to_string()))
+        })
+        .collect();
+    let t0 = std::time::Instant::now();
+    let mut scheduled_ok = 0;
+    while t0.elapsed() < Duration::from_secs(3) {
+        let st = d.call(&Request::Status).unwrap().0.status.unwrap();
+        // No request ends within its 5 s: every session ended so far is the rule's.
+        scheduled_ok = st.sessions_ok;
+        if scheduled_ok >= 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let answers: Vec<Result<(), String>> = requests.into_iter().map(|t| t.join().unwrap()).collect();
+    let refused = answers.iter().filter(|a| a.as_ref().is_err_and(|e| e.contains("max_user_sessions"))).count();
+    let served = answers.iter().filter(|a| a.is_ok()).count();
+    assert!(scheduled_ok >= 2, "the watched process was not profiled while one user's requests ran ({scheduled_ok} sessions in 3 s)");
+    assert_eq!((served, refused), (2, 4), "two requests in flight for one user, the others refused: {answers:?}");
+    drop(Arc::try_unwrap(d).ok().expect("the request threads are done"));
+    assert!(fake.max_open_total.load(Ordering::SeqCst) <= 2, "more sessions at once than max_sessions");
+    for k in own.iter_mut().chain([&mut watched]) {
+        let _ = k.kill();
+        let _ = k.wait();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -47,6 +47,9 @@ pub struct Config {
     pub scan_every: Duration,
     /// Sessions running at once, over all targets.
     pub max_sessions: usize,
+    /// Sessions one user may have asked for (`witch daemon profile`) and not
+    /// yet had answered: running or waiting for a slot.
+    pub max_user_sessions: usize,
     /// Targets tracked at once; more matching processes are ignored (and logged).
     pub max_targets: usize,
     /// How long a detach may wait for the agent's profile.
@@ -145,6 +148,7 @@ struct File {
     #[serde(default, deserialize_with = "dur")]
     scan_every: Option<Duration>,
     max_sessions: Option<usize>,
+    max_user_sessions: Option<usize>,
     max_targets: Option<usize>,
     #[serde(default, deserialize_with = "dur")]
     detach_timeout: Option<Duration>,
@@ -362,6 +366,10 @@ impl Config {
         if max_sessions == 0 {
             bail!("max_sessions must be at least 1");
         }
+        let max_user_sessions = f.max_user_sessions.unwrap_or(2);
+        if max_user_sessions == 0 {
+            bail!("max_user_sessions must be at least 1");
+        }
         let max_targets = f.max_targets.unwrap_or(256);
         if max_targets == 0 {
             bail!("max_targets must be at least 1");
@@ -374,6 +382,7 @@ impl Config {
             http_profiles,
             scan_every: f.scan_every.unwrap_or(Duration::from_secs(5)),
             max_sessions,
+            max_user_sessions,
             max_targets,
             detach_timeout: f.detach_timeout.unwrap_or(Duration::from_secs(10)),
             max_request_duration: f.max_request_duration.unwrap_or(Duration::from_secs(600)),
