@@ -113,8 +113,8 @@ impl Dir {
     /// name is not followed: it is an error, `AlreadyExists`).
     pub fn make_dir(&self, name: &OsStr, mode: u32) -> io::Result<Dir> {
         mkdirat(&self.fd, name, Mode::from_bits_truncate(mode)).map_err(io)?;
-        let fd = openat(&self.fd, name, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty())
-            .map_err(io)?;
+        let fd =
+            openat(&self.fd, name, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty()).map_err(io)?;
         Ok(Dir { fd, path: self.path.join(name) })
     }
 

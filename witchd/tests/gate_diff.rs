@@ -194,3 +194,32 @@ fn negative_waste_is_refused() {
         assert!(stderr(&o).contains("corrupt"), "{}", stderr(&o));
     }
 }
+
+/// A profile whose waste sums to infinity (each figure finite, their sum
+/// not): the report read "NaN%" and the gate passed it with exit 0, also
+/// against a baseline. A gate never passes what it cannot compute: `gate`,
+/// `report` and `diff` refuse it with one line and exit 2.
+#[test]
+fn waste_that_sums_to_infinity_is_refused_never_passed() {
+    let fx = fixture();
+    let huge = save(&profile(fx, 0, Bytes { init_fill: (1e308, 1e308), ..BASE }), "infinite.witch");
+    // Finite sums whose squares are not: no interval can be computed either.
+    let wide = save(&profile(fx, 0, Bytes { init_fill: (1e200, 1e200), ..BASE }), "unsquarable.witch");
+    let good = save(&profile(fx, 0, BASE), "finite-base.witch");
+    for bad in [&huge, &wide] {
+        let runs: [Vec<&std::ffi::OsStr>; 5] = [
+            vec!["gate".as_ref(), "--max-waste".as_ref(), "50".as_ref(), bad.as_os_str()],
+            vec!["gate".as_ref(), "--baseline".as_ref(), good.as_os_str(), "--max-increase".as_ref(), "5".as_ref(), bad.as_os_str()],
+            vec!["gate".as_ref(), "--baseline".as_ref(), bad.as_os_str(), "--max-increase".as_ref(), "5".as_ref(), good.as_os_str()],
+            vec!["report".as_ref(), bad.as_os_str()],
+            vec!["diff".as_ref(), good.as_os_str(), bad.as_os_str()],
+        ];
+        for args in runs {
+            let o = witch(&args);
+            let (out, err) = (stdout(&o), stderr(&o));
+            assert_eq!(code(&o), 2, "{args:?} exited {:?}:\n{out}{err}", o.status.code());
+            assert!(!out.contains("NaN") && !out.contains("PASS"), "{args:?}: {out}");
+            assert!(err.starts_with("witch: ") && err.lines().count() == 1 && err.contains("cannot be computed"), "{args:?}: {err}");
+        }
+    }
+}

@@ -193,6 +193,14 @@ impl Sums {
         few_clusters(e, if all.run.is_empty() { all.cluster.clusters } else { all.run.clusters })
     }
 
+    /// Every sum a fraction or share is made of is a finite number (a
+    /// profile whose figures are each finite may still sum past what a
+    /// number holds: its figures cannot be computed).
+    pub fn finite(&self) -> bool {
+        let c = |c: &Clustered| [c.waste_sq, c.use_sq, c.waste_use];
+        [self.waste, self.waste_sq, self.r#use, self.use_sq].into_iter().chain(c(&self.cluster)).chain(c(&self.run)).all(f64::is_finite)
+    }
+
     /// Too few traps carry the figure to lean on (never for a count).
     pub fn few(&self) -> bool {
         !self.exhaustive && self.traps < FEW_TRAPS
@@ -234,6 +242,11 @@ impl Estimate {
     /// cluster at one ratio), and is still not a count.
     pub fn is_exact(&self) -> bool {
         self.exact
+    }
+
+    /// The value and its interval are numbers (not NaN or infinite).
+    pub fn finite(&self) -> bool {
+        [self.value, self.lo, self.hi].into_iter().all(f64::is_finite)
     }
 
     /// Half the interval's width before clipping.

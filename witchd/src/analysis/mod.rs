@@ -125,6 +125,33 @@ pub fn run_sums(run: &Profile) -> interval::Sums {
     s
 }
 
+/// The figures of a run cannot be computed: its waste and use, summed over
+/// its pairs, are past what a number holds. (Each figure in a profile is
+/// checked when it is read; their sums can be checked only here.)
+#[derive(Debug)]
+pub struct NotComputable(pub String);
+
+impl std::fmt::Display for NotComputable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "its waste fraction cannot be computed: {}", self.0)
+    }
+}
+
+impl std::error::Error for NotComputable {}
+
+/// Refuses a run whose sums are not finite numbers ([`NotComputable`]):
+/// no report, gate or diff is made of it.
+pub fn computable(run: &Profile) -> Result<(), NotComputable> {
+    let s = run_sums(run);
+    if s.finite() {
+        return Ok(());
+    }
+    Err(NotComputable(format!(
+        "its pairs' waste and use sum to {:e} and {:e} (their squares to {:e} and {:e}), beyond what a number holds; no run of witch's has such figures",
+        s.waste, s.r#use, s.waste_sq, s.use_sq
+    )))
+}
+
 /// The process counters; summed from threads when the engine left the totals empty.
 pub fn counters(p: &Profile) -> Counters {
     if p.counters != Counters::default() {

@@ -50,6 +50,13 @@ fn word(v: Verdict, pass: &'static str, fail: &'static str) -> &'static str {
 pub fn run(a: &GateArgs) -> anyhow::Result<i32> {
     let p = super::report::load(&a.profile)?;
     let f = model::run_sums(&p).fraction();
+    // A gate never passes what it cannot compute (report::load refuses
+    // such sums already; this holds whatever the estimate's arithmetic).
+    let cannot =
+        |what: &std::path::Path| anyhow::anyhow!("{}: its waste fraction cannot be computed (it came out {:?})", what.display(), f.value);
+    if !f.finite() {
+        return Err(cannot(&a.profile));
+    }
     let pc = |x: f64| x * 100.0;
     let mut checks = Vec::new();
     if let Some(max) = a.max_waste {
@@ -76,6 +83,9 @@ pub fn run(a: &GateArgs) -> anyhow::Result<i32> {
         }
         let bf = model::run_sums(&b).fraction();
         let inc = interval::difference(&bf, &f);
+        if !bf.finite() || !inc.finite() {
+            anyhow::bail!("{}: the waste fraction's increase over it cannot be computed", base.display());
+        }
         let v = verdict(pc(inc.lo), pc(inc.hi), max);
         checks.push(Check {
             name: format!("max-increase {max:.1}pp"),

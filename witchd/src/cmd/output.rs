@@ -115,7 +115,9 @@ impl Output {
             Ok((_, name)) if !self.special => name,
             _ => return save(p, path),
         };
-        self.dir.write(name, 0o666, |w| Ok(serde_json::to_writer(w, p)?)).map_err(|e| anyhow::anyhow!("cannot write {}: {e:#}", path.display()))
+        self.dir
+            .write(name, 0o666, |w| Ok(serde_json::to_writer(w, p)?))
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e:#}", path.display()))
     }
 }
 

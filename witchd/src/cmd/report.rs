@@ -4,7 +4,7 @@
 use crate::analysis::{self, Analysis};
 use crate::cli::ReportArgs;
 use crate::render::{self, flame, pprof, text, Format, Recorder};
-use anyhow::bail;
+use anyhow::{bail, Context};
 use std::path::Path;
 use witchcraft::profile::Profile;
 
@@ -30,15 +30,19 @@ fn recorder<'a>(format: Format, top: Option<usize>, pairs: usize) -> Box<dyn Rec
 
 /// A profile file, or the directory of parts an interrupted run left, as one
 /// run: what `report`, `diff` and `gate` read.
+/// A run whose figures cannot be computed is refused ([`analysis::computable`]).
 pub fn load(path: &Path) -> anyhow::Result<Profile> {
-    if path.is_dir() {
+    let p = if path.is_dir() {
         let parts = super::output::read_parts(path);
-        return match super::output::merge(parts, None) {
-            Some(p) => Ok(p),
+        match super::output::merge(parts, None) {
+            Some(p) => p,
             None => bail!("{}: a directory with no readable profile in it", path.display()),
-        };
-    }
-    analysis::load(path)
+        }
+    } else {
+        analysis::load(path)?
+    };
+    analysis::computable(&p).with_context(|| path.display().to_string())?;
+    Ok(p)
 }
 
 pub fn run(a: &ReportArgs) -> anyhow::Result<i32> {

@@ -318,7 +318,8 @@ async fn profile(
         craft.name(),
         target.name()
     );
-    let plan = Plan { target: target.clone(), opts: options(&prof, craft), duration, origin: "request", who: super::slots::Who::User(caller.uid) };
+    let plan =
+        Plan { target: target.clone(), opts: options(&prof, craft), duration, origin: "request", who: super::slots::Who::User(caller.uid) };
     let done = session::run(d.clone(), claim, plan).await;
     let Some(p) = done.profile else {
         let msg = done.note.unwrap_or_else(|| "no profile".into());

@@ -243,7 +243,8 @@ fn authority_allowed(h: &str, local: SocketAddr, names: &[String]) -> bool {
 
 /// A fixed short answer, written straight onto a connection that is not served.
 async fn refuse(mut s: TcpStream, status: &str, why: &str) {
-    let msg = format!("HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{why}\n", why.len() + 1);
+    let msg =
+        format!("HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{why}\n", why.len() + 1);
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         let _ = s.write_all(msg.as_bytes()).await;
         let _ = s.shutdown().await;
@@ -334,7 +335,8 @@ async fn metrics(State(d): State<Arc<Daemon>>) -> Response {
 /// Profiles are not served to this client (`http_profiles`).
 fn not_served(access: Access) -> Option<Response> {
     (access == Access::None).then(|| {
-        (StatusCode::FORBIDDEN, "witchd serves no profiles over HTTP (http_profiles = \"none\"); use `witch daemon fetch`\n").into_response()
+        (StatusCode::FORBIDDEN, "witchd serves no profiles over HTTP (http_profiles = \"none\"); use `witch daemon fetch`\n")
+            .into_response()
     })
 }
 
@@ -434,10 +436,31 @@ mod tests {
         let local: SocketAddr = "127.0.0.1:9465".parse().unwrap();
         let names = vec!["metrics.example.org".to_string()];
         let ok = |h: &str| authority_allowed(h, local, &names);
-        for h in ["localhost", "localhost:9465", "LOCALHOST:9465", "a.localhost:9465", "127.0.0.1:9465", "127.0.0.2", "[::1]:9465", "[::1]", "metrics.example.org:9465", "localhost."] {
+        for h in [
+            "localhost",
+            "localhost:9465",
+            "LOCALHOST:9465",
+            "a.localhost:9465",
+            "127.0.0.1:9465",
+            "127.0.0.2",
+            "[::1]:9465",
+            "[::1]",
+            "metrics.example.org:9465",
+            "localhost.",
+        ] {
             assert!(ok(h), "{h} refused");
         }
-        for h in ["evil.example", "evil.example:9465", "localhost:80", "127.0.0.1:9466", "10.0.0.1:9465", "localhost.evil.example", "[::1", "[::1]x", "metrics.example.org:1"] {
+        for h in [
+            "evil.example",
+            "evil.example:9465",
+            "localhost:80",
+            "127.0.0.1:9466",
+            "10.0.0.1:9465",
+            "localhost.evil.example",
+            "[::1",
+            "[::1]x",
+            "metrics.example.org:1",
+        ] {
             assert!(!ok(h), "{h} allowed");
         }
         let any: SocketAddr = "0.0.0.0:9465".parse().unwrap();

@@ -305,7 +305,13 @@ pub async fn run(d: Arc<Daemon>) {
                 t.sessions += 1;
                 t.next_due = now + prof.every;
                 t.state = State::Scheduled;
-                let plan = Plan { target: t.proc.clone(), opts: options(prof, craft), duration: prof.duration, origin: "schedule", who: super::slots::Who::Rule };
+                let plan = Plan {
+                    target: t.proc.clone(),
+                    opts: options(prof, craft),
+                    duration: prof.duration,
+                    origin: "schedule",
+                    who: super::slots::Who::Rule,
+                };
                 start.push((claim, plan));
             }
         }

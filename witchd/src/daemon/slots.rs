@@ -45,7 +45,15 @@ impl Slots {
     pub fn new(max: usize, rules: bool, per_user: usize) -> Slots {
         let max = max.max(1);
         let for_requests = if rules && max > 1 { max - 1 } else { max };
-        Slots { max, for_requests, per_user: per_user.max(1), running: Vec::new(), waiting: VecDeque::new(), in_flight: HashMap::new(), next: 0 }
+        Slots {
+            max,
+            for_requests,
+            per_user: per_user.max(1),
+            running: Vec::new(),
+            waiting: VecDeque::new(),
+            in_flight: HashMap::new(),
+            next: 0,
+        }
     }
 
     /// Slots requests may hold at once.

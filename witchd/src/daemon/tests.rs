@@ -787,7 +787,9 @@ fn one_user_cannot_starve_the_daemon() {
         .iter()
         .map(|c| {
             let (d, pid) = (d.clone(), c.id() as i32);
-            std::thread::spawn(move || d.call(&Request::Profile { pid, craft: None, duration_ms: Some(5000) }).map(|_| ()).map_err(|e| e.to_string()))
+            std::thread::spawn(move || {
+                d.call(&Request::Profile { pid, craft: None, duration_ms: Some(5000) }).map(|_| ()).map_err(|e| e.to_string())
+            })
         })
         .collect();
     let t0 = std::time::Instant::now();

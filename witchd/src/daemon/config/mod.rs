@@ -330,7 +330,9 @@ impl Config {
             None | Some("owner") => Access::Owner,
             Some("all") => Access::All,
             Some("none") => Access::None,
-            Some(s) => bail!("http_profiles = {s:?}: give \"owner\" (each user their own processes' profiles, root all), \"all\" or \"none\""),
+            Some(s) => {
+                bail!("http_profiles = {s:?}: give \"owner\" (each user their own processes' profiles, root all), \"all\" or \"none\"")
+            }
         };
         let http_hosts = f.http_hosts.unwrap_or_default();
         if let Some(h) = http_hosts.iter().find(|h| h.trim().is_empty() || h.contains([':', '/', ' ', '[', ']'])) {
