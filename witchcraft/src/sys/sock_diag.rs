@@ -89,7 +89,9 @@ pub fn tcp_peer_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
         _ => return None,
     };
     // SAFETY: a plain socket call; the descriptor is owned from here.
-    let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 4 /* NETLINK_SOCK_DIAG */) };
+    let fd = unsafe {
+        libc::socket(libc::AF_NETLINK, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 4 /* NETLINK_SOCK_DIAG */)
+    };
     if fd < 0 {
         return None;
     }
