@@ -20,6 +20,7 @@ pub mod channel;
 pub mod loader;
 pub mod poll;
 pub mod ptrace;
+pub mod stopped;
 pub mod target;
 
 use anyhow::{anyhow, bail, Result};
@@ -375,7 +376,12 @@ impl Session {
         let mut profile = None;
         let mut closed = false;
         let mut error = None;
+        // A stopped process: its agent's thread, lent a run of its own (see `stopped`).
+        let mut lent: Option<stopped::Lent> = None;
         loop {
+            if let Some(l) = &mut lent {
+                l.tend();
+            }
             let left = until.saturating_duration_since(Instant::now());
             match self.chan.recv(left.min(STOP_CHECK)) {
                 Some(Event::Message(Message::Profile(p))) => profile = Some(p),
@@ -390,10 +396,13 @@ impl Session {
                     closed = true;
                     break;
                 }
-                None if stopped(self.pid) => bail!(
-                    "pid {} is stopped (SIGSTOP or job control), so its agent cannot send the profile; once the process is continued, the agent leaves by itself",
-                    self.pid
-                ),
+                None if lent.is_none() && stopped(self.pid) => match stopped::Lent::take(self.pid) {
+                    Ok(l) => lent = Some(l),
+                    Err(e) => bail!(
+                        "pid {} is stopped (SIGSTOP or job control), so its agent cannot send the profile ({e:#}); once the process is continued, the agent leaves by itself",
+                        self.pid
+                    ),
+                },
                 None if left.is_zero() => bail!("the agent in pid {} did not detach within {:.0?}", self.pid, timeout),
                 None => {}
             }
@@ -405,9 +414,14 @@ impl Session {
             let until = Instant::now() + AGENT_EXIT_WAIT;
             while let Some(Event::Message(_)) = self.chan.recv(until.saturating_duration_since(Instant::now())) {}
             while agent_thread_in(self.pid) && Instant::now() < until {
+                if let Some(l) = &mut lent {
+                    l.tend();
+                }
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
+        // Let the lent thread go (back into the stop, if it is still there).
+        drop(lent);
         let target_exited = closed && !alive(self.pid);
         if let (None, Some(e)) = (&profile, error) {
             bail!("the agent in pid {} failed: {}", self.pid, e.trim());
