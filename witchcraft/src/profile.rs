@@ -228,6 +228,11 @@ pub struct Counters {
     pub pair_overflow: u64,
     /// Threads that could not be set up (e.g. no free debug registers).
     pub threads_failed: u64,
+    /// Threads profiled (set up), whether or not they took a sample: a
+    /// profile lists only those with something to show. 0 in profiles from
+    /// before it was counted.
+    #[serde(default)]
+    pub threads: u64,
     /// CPU time (ns) witch cost the program's threads: its handlers, plus
     /// the kernel's part of each trap and signal as calibrated at start-up.
     #[serde(default)]
@@ -343,6 +348,7 @@ impl Counters {
         self.tree_overflow += o.tree_overflow;
         self.pair_overflow += o.pair_overflow;
         self.threads_failed += o.threads_failed;
+        self.threads += o.threads;
         self.bursts += o.bursts;
         self.steps += o.steps;
         self.bursts_blocked += o.bursts_blocked;

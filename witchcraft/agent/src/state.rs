@@ -357,6 +357,7 @@ impl Agent {
             threads.push(t);
         }
         counters.threads_failed = self.threads.failed.load(Ordering::Relaxed);
+        counters.threads = self.threads.added.load(Ordering::Relaxed);
         let allocs = alloc::allocations_in_handlers();
         if allocs > 0 {
             self.note(format!("{allocs} allocations inside signal handlers (the handlers must never allocate: a witch bug)"));

@@ -243,6 +243,8 @@ pub struct ThreadTable {
     len: AtomicUsize,
     /// Threads that could not be set up (table full, events refused).
     pub failed: AtomicU64,
+    /// Threads set up since the table was emptied, ended ones included.
+    pub added: AtomicU64,
     parked: [Parked; MAX_PARKED],
     /// Held while a slot is taken over or `retired` is touched: a spin
     /// lock, which a fork child can let go of (the holder may not exist
@@ -273,6 +275,7 @@ impl ThreadTable {
             slots: [const { Slot::new() }; MAX_THREADS],
             len: AtomicUsize::new(0),
             failed: AtomicU64::new(0),
+            added: AtomicU64::new(0),
             parked: [const { Parked::new() }; MAX_PARKED],
             lock: AtomicBool::new(false),
             frozen: AtomicBool::new(false),
@@ -389,6 +392,7 @@ impl ThreadTable {
         s.epoch.store(0, Ordering::SeqCst);
         s.set_phase(phase);
         s.state.store(Box::into_raw(state), Ordering::Release);
+        self.added.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Wait until every handler that other threads were running when this
@@ -446,6 +450,7 @@ impl ThreadTable {
         }
         self.len.store(0, Ordering::Release);
         self.failed.store(0, Ordering::Relaxed);
+        self.added.store(0, Ordering::Relaxed);
         if let Some(_held) = self.lock() {
             // SAFETY: the lock is held.
             unsafe { (*self.retired.get()).clear() };
@@ -462,6 +467,7 @@ impl ThreadTable {
         }
         self.len.store(0, Ordering::Release);
         self.failed.store(0, Ordering::Relaxed);
+        self.added.store(0, Ordering::Relaxed);
         self.lock.store(false, Ordering::Release);
         // SAFETY: only this thread exists here; the parent's retired threads are the parent's.
         unsafe { std::mem::forget(std::mem::take(&mut *self.retired.get())) };

@@ -152,6 +152,13 @@ pub fn computable(run: &Profile) -> Result<(), NotComputable> {
     )))
 }
 
+/// Threads a process's profile covers: those the agent profiled, or, in a
+/// profile from before they were counted, those it lists (the ones with
+/// samples).
+pub fn threads(p: &Profile) -> usize {
+    (p.counters.threads as usize).max(p.threads.len())
+}
+
 /// The process counters; summed from threads when the engine left the totals empty.
 pub fn counters(p: &Profile) -> Counters {
     if p.counters != Counters::default() {

@@ -130,6 +130,7 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     let Some(program) = a.command.first() else {
         bail!("no program given; for example: witch {} ./app", craft.name());
     };
+    check_descriptors()?;
     let prog = resolve(program)?;
     let out = Output::check(a.output.as_deref())?;
     if let Some(j) = &a.json_out {
@@ -210,14 +211,9 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     let path = out.path(craft, &prog, pid);
     match output::merge(parts.collect(), Some(pid)) {
         None => {
+            let why = why_no_profile(&prog, &ended, &parts.dir);
             parts.remove();
-            if ended.signal == Some(libc::SIGKILL) {
-                crate::say!("witch: the program left no profile: it was killed by SIGKILL");
-            } else if crate::inject::target::is_go_program(&prog) {
-                crate::say!("witch: the program left no profile: {} is a Go program, and Go ends a process with its own exit system call, never through the C library's exit, where the agent writes the profile (attach to it while it runs with --pid: that session's profile comes at detach)", prog.display());
-            } else {
-                crate::say!("witch: the program left no profile (did it clear LD_PRELOAD, or end with a raw exit system call?)");
-            }
+            crate::say!("witch: the program left no profile: {why}");
         }
         Some(run) => match out.save(&run, &path) {
             Ok(()) => {
@@ -237,6 +233,84 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
         },
     }
     Ok(launch::pass_through(ended.code, ended.signal))
+}
+
+/// Descriptors witch and the agent need besides the program's three
+/// standard ones: witch holds the output's directory and opens the program
+/// and a file in that directory before the run (so with a limit of 5 it
+/// could not start); the agent takes its own above the program's.
+const DESCRIPTORS_NEEDED: u64 = 6;
+
+/// Refuses a descriptor limit too low for witch to run the program, with
+/// that reason (it read as "Too many open files" from wherever it struck).
+fn check_descriptors() -> Result<()> {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit fills the struct given.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
+    if r.rlim_cur < DESCRIPTORS_NEEDED {
+        bail!(
+            "the descriptor limit is {} (ulimit -n), too low for witch and its agent, which need {DESCRIPTORS_NEEDED}; raise it",
+            r.rlim_cur
+        );
+    }
+    Ok(())
+}
+
+/// Does the dynamic loader ignore LD_PRELOAD for `prog` when witch runs
+/// it (secure-execution mode: set-user-ID or set-group-ID to someone else,
+/// or file capabilities)? The reason, if so.
+fn secure_execution(prog: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(prog).ok()?;
+    // SAFETY: plain getters.
+    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let what = if m.mode() & libc::S_ISUID != 0 && m.uid() != euid {
+        format!("set-user-ID (to uid {})", m.uid())
+    } else if m.mode() & libc::S_ISGID != 0 && m.gid() != egid {
+        format!("set-group-ID (to gid {})", m.gid())
+    } else if euid != 0 && has_file_capabilities(prog) {
+        "given capabilities by its file (setcap)".to_string()
+    } else {
+        return None;
+    };
+    Some(format!(
+        "{} is {what}, so the dynamic loader ignores LD_PRELOAD in it (secure-execution mode) and the agent never loaded; run it as the user it runs as, or profile a copy without the bit",
+        prog.display()
+    ))
+}
+
+fn has_file_capabilities(prog: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(prog.as_os_str().as_encoded_bytes()) else { return false };
+    // SAFETY: a size query (no buffer) of one attribute of a NUL-terminated path.
+    unsafe { libc::getxattr(c.as_ptr(), c"security.capability".as_ptr(), std::ptr::null_mut(), 0) > 0 }
+}
+
+/// Why a run left no profile, as far as witch can tell: the loader ignored
+/// the agent, a signal ended the program before the agent could write, the
+/// program ended without exit handlers, or the agent never started.
+fn why_no_profile(prog: &Path, ended: &launch::Ended, parts: &Path) -> String {
+    if let Some(why) = secure_execution(prog) {
+        return why;
+    }
+    // Each agent makes its file when its process starts and fills it at the end.
+    let started = std::fs::read_dir(parts).into_iter().flatten().flatten().any(|e| e.path().extension().is_some_and(|x| x == "json"));
+    let name = |sig: i32| nix::sys::signal::Signal::try_from(sig).map_or_else(|_| format!("signal {sig}"), |s| s.as_str().to_string());
+    match (ended.signal, started) {
+        (Some(libc::SIGKILL), _) => "it was killed by SIGKILL".into(),
+        (Some(sig), true) => format!(
+            "it was killed by {} before its agent could write the profile (the agent writes it first at an exit and at SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGABRT, SIGSEGV, SIGBUS and SIGFPE, not at other signals that end a process)",
+            name(sig)
+        ),
+        (Some(sig), false) => format!("it was killed by {}, and its agent had not started", name(sig)),
+        (None, _) if crate::inject::target::is_go_program(prog) => format!(
+            "{} is a Go program, and Go ends a process with its own exit system call, never through the C library's exit, where the agent writes the profile (attach to it while it runs with --pid: that session's profile comes at detach)",
+            prog.display()
+        ),
+        (None, true) => {
+            "its agent started but never wrote the profile: the program ended by a raw exit system call, which runs no exit handlers".into()
+        }
+        (None, false) => "its agent never started in it (the agent's own message, if any, is above; or the program cleared LD_PRELOAD and executed itself again)".into(),
+    }
 }
 
 /// The report of a finished run: text on stderr, JSON alone on stdout or in

@@ -114,7 +114,7 @@ impl Page<'_> {
         let c = run.counters();
         let total = run.total();
         let unit = p.value_unit().label();
-        let threads: usize = run.procs.iter().map(|x| x.profile.threads.len()).sum();
+        let threads: usize = run.procs.iter().map(|x| analysis::threads(x.profile)).sum();
         let with = run.procs.iter().filter(|x| x.total.waste > 0.0).count();
 
         let procs = if run.procs.len() > 1 { format!(", {} processes, {with} with findings", run.procs.len()) } else { String::new() };
