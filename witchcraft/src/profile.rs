@@ -643,7 +643,12 @@ impl Profile {
     /// like JSON (`/dev/zero`, a binary) is refused at its first bytes, and
     /// one larger than [`MAX_FILE_BYTES`] at that size.
     pub fn load(path: &Path) -> Result<Profile, LoadError> {
-        let f = std::fs::File::open(path).map_err(LoadError::Io)?;
+        Self::read_from(std::fs::File::open(path).map_err(LoadError::Io)?)
+    }
+
+    /// [`Profile::load`] from a file already open (the caller chose how to
+    /// open it: without blocking on a FIFO, say).
+    pub fn read_from(f: impl std::io::Read) -> Result<Profile, LoadError> {
         let b =
             read_capped(TextOnly { inner: f, offset: 0 }, MAX_FILE_BYTES, |head| match head.iter().find(|c| !c.is_ascii_whitespace()) {
                 Some(b'{') | None => Ok(()),

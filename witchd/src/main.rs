@@ -12,9 +12,14 @@ fn runs_a_program(args: &[String]) -> bool {
     craft && !args.iter().skip(2).take_while(|a| *a != "--").any(|a| a == "--pid" || a.starts_with("--pid="))
 }
 
+/// Out of memory, witch says so and exits with its error status.
+#[global_allocator]
+static ALLOCATOR: exit::OutOfMemory = exit::OutOfMemory;
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let failed = if runs_a_program(&args) { exit::FAILED } else { exit::ERROR };
+    exit::on_out_of_memory(failed);
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version: exit 0

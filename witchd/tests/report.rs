@@ -421,3 +421,105 @@ fn pprof_leaf_watch_puts_the_dead_store_at_the_leaf() {
     let waste: i64 = p.sample.iter().map(|x| x.value[0]).sum();
     assert_eq!(waste, 900);
 }
+
+/// `--flamegraph` (and `--pprof`) onto a disk that fills: the error named
+/// no file and an empty SVG was left. Now the error names the file, and
+/// nothing is left (neither the file nor a temporary one beside it). A
+/// full disk is played by a file size limit (`ulimit -f`, SIGXFSZ
+/// ignored): the same failed write.
+#[test]
+fn flamegraph_on_a_full_disk_names_the_file_and_leaves_nothing() {
+    use std::os::unix::process::CommandExt;
+    let fx = fixture();
+    let dir = scratch("full-disk");
+    let path = save_in(&dir, &profile(fx, 0, BASE), "full.witch");
+    for (flag, name) in [("--flamegraph", "out.svg"), ("--pprof", "out.pb.gz")] {
+        let out = dir.join(name);
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_witch"));
+        cmd.args(["report".as_ref(), path.as_os_str(), flag.as_ref(), out.as_os_str()]);
+        // SAFETY: setrlimit and signal are async-signal-safe; nothing else runs before exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                let lim = libc::rlimit { rlim_cur: 100, rlim_max: 100 };
+                libc::setrlimit(libc::RLIMIT_FSIZE, &lim);
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+        let o = cmd.output().unwrap();
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {e}");
+        assert!(e.starts_with("witch: cannot write ") && e.contains(&out.display().to_string()) && e.lines().count() == 1, "{flag}: {e}");
+        let left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n != "full.witch")
+            .collect();
+        assert!(left.is_empty(), "{flag}: left behind: {left:?}");
+    }
+}
+
+/// `witch report` out of memory (here an address-space limit under a 60 MB
+/// profile) aborted with status 134 and a backtrace; it exits 2 with one line.
+#[test]
+fn report_out_of_memory_exits_2_with_one_line() {
+    let fx = fixture();
+    let dir = scratch("oom");
+    let mut p = profile(fx, 0, BASE);
+    p.args = vec!["x".repeat(60 << 20)];
+    let path = save_in(&dir, &p, "big.witch");
+    let (o, _) = witch_limited(&["report".as_ref(), path.as_os_str()], 60, 120 << 20).expect("witch report ended");
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "status {:?}: {e}", o.status);
+    assert!(e.starts_with("witch: out of memory") && e.lines().count() == 1, "{e}");
+}
+
+/// `report`, `gate` and `diff` on a FIFO nobody opens for writing blocked
+/// for ever; they now wait a while (10 s; here, by the testing knob, 1 s)
+/// and fail with one line. A FIFO that is written meanwhile is read.
+#[test]
+fn report_gate_diff_on_a_fifo_without_a_writer_end() {
+    let fx = fixture();
+    let dir = scratch("fifo-profile");
+    let good = save_in(&dir, &profile(fx, 0, BASE), "good.witch");
+    let fifo = dir.join("fifo.witch");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let runs: [Vec<&std::ffi::OsStr>; 3] = [
+        vec!["report".as_ref(), fifo.as_os_str()],
+        vec!["gate".as_ref(), "--max-waste".as_ref(), "90".as_ref(), fifo.as_os_str()],
+        vec!["diff".as_ref(), good.as_os_str(), fifo.as_os_str()],
+    ];
+    let limited = |args: &[&std::ffi::OsStr]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_witch"));
+        cmd.args(args).env("WITCH_FIFO_WAIT_MS", "1000");
+        let mut child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+        let start = std::time::Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if start.elapsed() > std::time::Duration::from_secs(20) {
+                let _ = child.kill();
+                panic!("{args:?} still blocked after 20 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        child.wait_with_output().unwrap()
+    };
+    for args in &runs {
+        let o = limited(args);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert!(e.contains("fifo.witch: a FIFO nobody opened for writing") && e.lines().count() == 1, "{args:?}: {e}");
+    }
+    // A writer that comes is waited for.
+    let bytes = std::fs::read(&good).unwrap();
+    let f2 = fifo.clone();
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        std::fs::write(&f2, bytes).unwrap();
+    });
+    let o = limited(&runs[0]);
+    writer.join().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("witch dead: "), "{}", stdout(&o));
+}

@@ -21,8 +21,67 @@ use witchcraft::profile::{Counters, Craft, Profile};
 pub use pairs::SymPair;
 
 /// Loads a profile; the error names the file and says what is wrong with it.
+/// A FIFO is read once a writer has written (or closed it), and refused
+/// after [`FIFO_WAIT`] without one: a FIFO nobody opens for writing held
+/// `report`, `gate` and `diff` for ever.
 pub fn load(path: &Path) -> anyhow::Result<Profile> {
-    Profile::load(path).with_context(|| format!("{}", path.display()))
+    let named = || format!("{}", path.display());
+    let r = open(path).with_context(named)?;
+    Profile::read_from(r).with_context(named)
+}
+
+/// How long a FIFO given as a profile may go without a writer.
+pub const FIFO_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// [`FIFO_WAIT`], or, for tests, `WITCH_FIFO_WAIT_MS`.
+fn fifo_wait() -> std::time::Duration {
+    std::env::var("WITCH_FIFO_WAIT_MS").ok().and_then(|v| v.parse().ok()).map_or(FIFO_WAIT, std::time::Duration::from_millis)
+}
+
+/// Opens a profile to read, without blocking on a FIFO that has no
+/// writer; what was read to find one comes first in the reader.
+fn open(path: &Path) -> anyhow::Result<impl std::io::Read> {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let mut f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC).open(path)?;
+    let mut first = Vec::new();
+    if f.metadata()?.file_type().is_fifo() {
+        let wait = fifo_wait();
+        let until = std::time::Instant::now() + wait;
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            match f.read(&mut buf) {
+                Ok(n) if n > 0 => {
+                    first.extend_from_slice(&buf[..n]);
+                    break;
+                }
+                // A writer, nothing written yet: it will be read blocking.
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+                // No writer: wait for one to write, or to come and go.
+                Ok(_) => {
+                    let left = until.saturating_duration_since(std::time::Instant::now());
+                    let mut p = libc::pollfd { fd: f.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+                    // SAFETY: one pollfd of ours.
+                    let r = unsafe { libc::poll(&mut p, 1, left.as_millis().min(i32::MAX as u128) as i32) };
+                    if r == 0 {
+                        anyhow::bail!("a FIFO nobody opened for writing within {:.1} s", wait.as_secs_f64());
+                    }
+                    if r > 0 && p.revents & libc::POLLIN == 0 {
+                        break; // a writer came and went without writing: empty
+                    }
+                }
+            }
+        }
+    }
+    // SAFETY: F_GETFL/F_SETFL on our own descriptor.
+    unsafe {
+        let fl = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(f.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK);
+    }
+    Ok(std::io::Cursor::new(first).chain(f))
 }
 
 /// One process of a run, analysed.
