@@ -245,3 +245,108 @@ pub fn file(path: &Path, write: impl FnOnce(&mut dyn Write) -> Result<()>) -> Re
 pub fn bytes(path: &Path, data: &[u8]) -> Result<()> {
     file(path, |w| Ok(w.write_all(data)?))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+
+    fn scratch(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("witch-write-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn names(d: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    }
+
+    /// A write that fails leaves the old file as it was and no temporary
+    /// file; one that works replaces it whole.
+    #[test]
+    fn a_failed_write_leaves_nothing_behind() {
+        let d = scratch("fail");
+        let f = d.join("out.json");
+        std::fs::write(&f, "old").unwrap();
+        let e = file(&f, |w| {
+            w.write_all(b"half")?;
+            bail!("no room")
+        })
+        .unwrap_err();
+        assert_eq!(format!("{e:#}"), format!("cannot write {}: no room", f.display()));
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "old");
+        assert_eq!(names(&d), ["out.json"]);
+        bytes(&f, b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "new");
+        assert_eq!(names(&d), ["out.json"]);
+        for bad in ["out/", "out/.", ".", "/"] {
+            assert!(split(Path::new(bad)).is_err(), "{bad}");
+        }
+        Dir::open(&d).unwrap().probe().unwrap();
+        assert_eq!(names(&d), ["out.json"], "the probe left nothing");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A device, or a link to one that witch's user made, is written in
+    /// place (`-o /dev/null`, `-o /dev/stdout`), never replaced.
+    #[test]
+    fn devices_are_written_in_place() {
+        let d = scratch("device");
+        bytes(Path::new("/dev/null"), b"x").unwrap();
+        assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device());
+        let link = d.join("null");
+        std::os::unix::fs::symlink("/dev/null", &link).unwrap();
+        bytes(&link, b"x").unwrap();
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "our own link to a device is followed");
+        let e = bytes(Path::new("/dev/full"), b"x").unwrap_err();
+        assert!(format!("{e:#}").starts_with("cannot write /dev/full: "), "{e:#}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// In a sticky directory anyone may write to, another user's link,
+    /// FIFO or device is replaced, never followed or written into (nor a
+    /// FIFO waited on), whatever `fs.protected_symlinks` says.
+    #[test]
+    fn others_links_and_fifos_in_a_shared_directory_are_replaced() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("not root: cannot make files another user owns; skipping");
+            return;
+        }
+        let d = scratch("shared");
+        let secret = d.join("secret");
+        std::fs::write(&secret, "root's").unwrap();
+        let shared = d.join("tmp");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let link = shared.join("link.json");
+        std::os::unix::fs::symlink(&secret, &link).unwrap();
+        std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).unwrap();
+        let fifo = shared.join("fifo.json");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
+        std::os::unix::fs::lchown(&fifo, Some(65534), Some(65534)).unwrap();
+        for p in [&link, &fifo] {
+            bytes(p, b"profile").unwrap();
+            let m = std::fs::symlink_metadata(p).unwrap();
+            assert!(m.file_type().is_file(), "{}: {:?}", p.display(), m.file_type());
+            assert_eq!(std::fs::read_to_string(p).unwrap(), "profile");
+        }
+        assert_eq!(std::fs::read_to_string(&secret).unwrap(), "root's");
+        // Our own FIFO there is ours to write to: in place (a reader is waiting).
+        let mine = shared.join("mine.fifo");
+        let c = std::ffi::CString::new(mine.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let m2 = mine.clone();
+        let reader = std::thread::spawn(move || std::fs::read_to_string(&m2).unwrap());
+        bytes(&mine, b"through").unwrap();
+        assert_eq!(reader.join().unwrap(), "through");
+        assert!(std::fs::symlink_metadata(&mine).unwrap().file_type().is_fifo());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}

@@ -51,15 +51,29 @@ pub fn completions(a: &CompletionsArgs) -> Result<i32> {
 }
 
 /// Writes every manual page into a directory; returns the files written.
+/// Each is written as any file witch writes ([`crate::write`]): relative to
+/// one descriptor of the directory, through an exclusive temporary file.
 pub fn write_man_pages(dir: &Path) -> Result<Vec<PathBuf>> {
+    fn each(cmd: clap::Command, out: &mut Vec<clap_mangen::Man>) {
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned() {
+            each(sub, out);
+        }
+        out.push(clap_mangen::Man::new(cmd));
+    }
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    clap_mangen::generate_to(command(Binary::Witch), dir).with_context(|| format!("cannot write manual pages into {}", dir.display()))?;
-    let witchd = clap_mangen::Man::new(command(Binary::Witchd)).section("8");
-    witchd.generate_to(dir).with_context(|| format!("cannot write witchd's manual page into {}", dir.display()))?;
-    let mut pages: Vec<PathBuf> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "1" || x == "8"))
-        .collect();
+    let d = crate::write::Dir::open(dir).with_context(|| format!("cannot write manual pages into {}", dir.display()))?;
+    // As clap_mangen::generate_to names and renders them.
+    let mut witch = command(Binary::Witch).disable_help_subcommand(true);
+    witch.build();
+    let mut mans = Vec::new();
+    each(witch, &mut mans);
+    mans.push(clap_mangen::Man::new(command(Binary::Witchd)).section("8"));
+    let mut pages = Vec::new();
+    for m in mans {
+        let name = m.get_filename();
+        d.write(name.as_ref(), 0o644, |w| Ok(m.render(w)?)).with_context(|| format!("cannot write {}", dir.join(&name).display()))?;
+        pages.push(dir.join(name));
+    }
     pages.sort();
     Ok(pages)
 }
