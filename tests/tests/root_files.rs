@@ -5,7 +5,6 @@
 use std::ffi::CString;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 use witch_tests::*;
 
 /// A sysctl set for the length of a test, put back when dropped (a failed
@@ -116,7 +115,7 @@ fn root_never_writes_through_links_planted_beside_the_output() {
     unchanged("witch dead -o");
     regular_profile(&out);
 
-    let mut target = attach::Target::start(&target_exe.exe, &["0"], &[]);
+    let target = attach::Target::start(&target_exe.exe, &["0"], &[]);
     target.wait_ready(5, None);
     let out = shared.join(outs[1]);
     let run = attach::attach_cmd(&witch_bin(), &[], "dead", target.pid(), &["--duration", "1", "-q", "-o", out.to_str().unwrap()]);

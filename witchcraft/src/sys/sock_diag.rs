@@ -118,6 +118,7 @@ pub fn tcp_peer_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
         },
         ..Default::default()
     };
+    // SAFETY: sockaddr_nl is plain data; all-zero is a valid start.
     let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
     kernel.nl_family = libc::AF_NETLINK as u16;
     // SAFETY: sends the request struct from our stack to the kernel's address.
