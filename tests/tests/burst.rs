@@ -240,3 +240,54 @@ fn windows_in_the_code_cache_leave_the_program_as_it_was() {
         assert!(imprecise <= 0.01 * c["traps"].as_f64().unwrap_or(0.0) + 2.0, "{craft}: traps in the cache not placed: {c}");
     }
 }
+
+/// Whole-run counting (`-e sw-stores`, `-e sw-loads`): the program runs
+/// from the code cache from its first tick to its end, and every access of
+/// the craft's kind is picked with the same probability. The two stores of
+/// cheap_costly are equally many: half each, however long the costly one
+/// takes.
+#[test]
+fn whole_run_counting_counts_accesses() {
+    let dir = Scratch::new("count-shares");
+    let prog = Program::build("cheap_costly", dir.path());
+    // 12.8 million stores at the two lines: about 128 picks there.
+    let native = prog.run_native(&["100000"]);
+    let out = dir.join("count.json");
+    let run = WitchCmd::new("dead").args(&["-q", "-e", "sw-stores", "-p", "100003"]).out(&out).run(&prog.exe, &["100000"]);
+    assert_same_behaviour(&native, &run);
+    let c = raw_profile(&out)["counters"].clone();
+    let rep = report(&out);
+    rep.assert_samples(60.0);
+    let (cheap, _) = shares(&rep, &prog);
+    rep.note(&format!("whole-run counting: cheap {cheap:.3}; {} windows, {} picks", c["windows"], c["window_picks"]));
+    assert!(c["windows"].as_u64().unwrap_or(0) >= 1, "no window ran: {c}");
+    assert!((0.35..=0.65).contains(&cheap), "the two stores are equally many: cheap share {cheap:.3}\n{}", rep.dump());
+    // The wrong counter for the craft is refused before the run.
+    let bad = WitchCmd::new("dead").args(&["-q", "-e", "sw-loads"]).out(&dir.join("bad.json")).run(&prog.exe, &[]);
+    assert_ne!(bad.code(), Some(0), "{}", bad.describe());
+    assert!(bad.stderr_str().contains("sw-stores"), "{}", bad.describe());
+}
+
+/// Whole-run counting against cache_hostile's hazards (signals at a high
+/// rate, a handler reading its PC, siglongjmp out of SIGSEGV, self-written
+/// code, AVX-512, rep strings, threads, fork + exec), under every craft:
+/// the program behaves as natively, and its signals got in between windows.
+#[test]
+fn whole_run_counting_leaves_the_program_as_it_was() {
+    let dir = Scratch::new("count-hostile");
+    let prog = Program::build_with("cache_hostile", dir.path(), "cache_hostile", &["-pthread"]).expect("build cache_hostile");
+    let native = prog.run_native(&["300000"]);
+    assert_eq!(native.code(), Some(3), "{}", native.describe());
+    for (craft, event) in [("dead", "sw-stores"), ("silent-store", "sw-stores"), ("silent-load", "sw-loads")] {
+        let out = dir.join(&format!("{craft}.json"));
+        let run = WitchCmd::new(craft).args(&["-q", "-e", event, "-p", "100003"]).out(&out).run(&prog.exe, &["300000"]);
+        assert_same_behaviour(&native, &run);
+        let p = raw_profile(&out);
+        let c = &p["counters"];
+        eprintln!(
+            "[witch-tests] {craft} -e {event}: {} windows, {} instructions, {} picks, {} bridges, {} cut",
+            c["windows"], c["window_instructions"], c["window_picks"], c["window_bridges"], c["windows_cut"]
+        );
+        assert!(c["window_picks"].as_u64().unwrap_or(0) >= 20, "{craft}: expected picks: {c}");
+    }
+}

@@ -45,6 +45,24 @@ pub const DEFAULT_WINDOW_PICKS: f64 = 8.0;
 /// Default overhead budget of the software sampler's bursts: the engine's
 /// own share of the program's CPU time, in percent.
 pub const DEFAULT_OVERHEAD_PERCENT: f64 = 3.0;
+
+/// The software access counters (`-e sw-stores`, `-e sw-loads`): the whole
+/// run goes through the code cache, which picks every Nth access of the
+/// craft's kind on average (see `engine::window`), N the period.
+pub const COUNT_EVENTS: [&str; 2] = ["sw-stores", "sw-loads"];
+
+/// The counters' default period, in accesses: the PMU's.
+pub const DEFAULT_COUNT_PERIOD: u64 = DEFAULT_PMU_PERIOD;
+
+/// The counters' shortest period: each pick costs a few signal round trips
+/// (about 60 µs here), so at 100,003 accesses (some 30-100 µs of native
+/// time) the program runs a few times slower; shorter would be worse.
+pub const MIN_COUNT_PERIOD: u64 = MIN_PMU_PERIOD;
+
+/// Instructions a whole-run window runs before the engine looks at the
+/// program's pending signals (which wait while it runs in the cache):
+/// about half a millisecond in the cache here.
+pub const COUNT_WINDOW_INSTRUCTIONS: u32 = 1 << 20;
 /// Shortest software sampling period (ns of thread CPU time). A perf
 /// software clock signals each period with a queued real-time signal; when
 /// periods end faster than the handler and the signal's round trip take

@@ -239,9 +239,10 @@ fn step_check(pmu_ok: bool) -> Check {
                 CHECK_STEP,
                 Status::Ok,
                 format!(
-                    "count-proportional single-step bursts, {default}; a step costs {:.1} µs, so a {budget}% budget at a {} ms period buys a burst of {steps} steps at most every {every:.1} ticks",
+                    "count-proportional bursts, {default}: windows of up to {window} instructions run from an in-process code cache (its cost: the next line), single steps where the cache cannot run; a step costs {:.1} µs, so with single steps alone (WITCH_WINDOW=0) a {budget}% budget at a {} ms period buys a burst of {steps} steps at most every {every:.1} ticks",
                     ns as f64 / 1e3,
-                    period / 1_000_000
+                    period / 1_000_000,
+                    window = crate::config::DEFAULT_WINDOW_INSTRUCTIONS,
                 ),
                 None,
             )

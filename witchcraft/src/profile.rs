@@ -315,6 +315,18 @@ pub struct Counters {
     pub cache_blocks: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_flushes: u64,
+    /// Times a thread left its copies for the engine (a trap at one of the
+    /// cache's exits: a link not yet made, a return or indirect jump whose
+    /// target was not in the dispatch table, a pick, a window's end, a
+    /// long `rep`), and of those, the dispatch table's misses.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_exits: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_lookups: u64,
+    /// Whole-run counting (`-e sw-stores`, `-e sw-loads`): steps between
+    /// two windows that let the program's waiting signals in.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub window_bridges: u64,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -376,6 +388,9 @@ impl Counters {
         self.window_longest = self.window_longest.max(o.window_longest);
         self.cache_blocks += o.cache_blocks;
         self.cache_flushes += o.cache_flushes;
+        self.cache_exits += o.cache_exits;
+        self.cache_lookups += o.cache_lookups;
+        self.window_bridges += o.window_bridges;
     }
 }
 

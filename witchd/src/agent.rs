@@ -46,6 +46,16 @@ pub fn sampler_env(craft: Craft, event: Option<&str>, timed: bool) -> Result<(Sa
         None if timed => Ok((SamplerChoice::Software, None)),
         None => Ok((SamplerChoice::Auto, None)),
         Some(e @ ("task-clock" | "cpu-clock" | "cpu-timer" | "user-timer")) => Ok((SamplerChoice::Software, Some(e.to_string()))),
+        Some(e) if witchcraft::config::COUNT_EVENTS.contains(&e) => {
+            let wanted = if kind == pmu::AccessKind::Load { "sw-loads" } else { "sw-stores" };
+            if e != wanted {
+                bail!("`witch {}` samples {}s: use -e {wanted}", craft.name(), kind_name(kind));
+            }
+            if timed {
+                bail!("-e {e} counts {}s: give -p a count of them, not a time", kind_name(kind));
+            }
+            Ok((SamplerChoice::Software, Some(e.to_string())))
+        }
         Some(spec) if timed => {
             bail!("event {spec:?} counts {}s: give -p a count of them, not a time (or -e cpu-timer for a time)", kind_name(kind))
         }

@@ -4,8 +4,9 @@
 use crate::calibrate;
 use crate::state::AGENT;
 use witchcraft::config::{
-    Config, DEFAULT_BURST_PICKS, DEFAULT_BURST_PICK_BYTES, DEFAULT_BURST_STEPS, DEFAULT_OVERHEAD_PERCENT, DEFAULT_SOFTWARE_PERIOD_NS,
-    DEFAULT_WINDOW_INSTRUCTIONS, DEFAULT_WINDOW_PICKS,
+    Config, COUNT_EVENTS, COUNT_WINDOW_INSTRUCTIONS, DEFAULT_BURST_PICKS, DEFAULT_BURST_PICK_BYTES, DEFAULT_BURST_STEPS,
+    DEFAULT_COUNT_PERIOD, DEFAULT_OVERHEAD_PERCENT, DEFAULT_SOFTWARE_PERIOD_NS, DEFAULT_WINDOW_INSTRUCTIONS, DEFAULT_WINDOW_PICKS,
+    MIN_COUNT_PERIOD,
 };
 use witchcraft::engine::budget::{HeadStart, HEAD_START_NS};
 use witchcraft::engine::window::WindowSettings;
@@ -49,8 +50,17 @@ pub fn make_engine(cfg: Config, install: fn(), guarded: bool) -> Engine {
     // A software sampler samples accesses by count with single-step bursts
     // sized to the overhead budget (WITCH_BURST=0: the time-proportional
     // look-around instead). A PMU counts accesses itself.
+    // The software access counters: the whole run in the code cache.
+    let count = cfg.event.as_deref().filter(|e| COUNT_EVENTS.contains(e)).map(|_| {
+        let n = cfg.period.unwrap_or(DEFAULT_COUNT_PERIOD);
+        if n < MIN_COUNT_PERIOD {
+            AGENT.note(format!("a period of {n} accesses would slow the program many times over: raised to {MIN_COUNT_PERIOD}"));
+        }
+        n.max(MIN_COUNT_PERIOD)
+    });
     let burst = match (&sampler, cfg.burst_steps) {
-        (SamplerKind::Pmu(_), _) | (_, Some(0)) => None,
+        (SamplerKind::Pmu(_), _) => None,
+        (_, Some(0)) if count.is_none() => None,
         (_, steps) => Some(BurstSettings {
             steps: steps.unwrap_or(DEFAULT_BURST_STEPS),
             weight: cfg.burst_weight.unwrap_or_default(),
@@ -68,9 +78,12 @@ pub fn make_engine(cfg: Config, install: fn(), guarded: bool) -> Engine {
                 (Some(n), _) => Some(n),
             },
             after_syscall: cfg.burst_after_syscall,
-            window: match cfg.window.unwrap_or(DEFAULT_WINDOW_INSTRUCTIONS) {
-                0 => None,
-                n => Some(WindowSettings { instructions: n, picks: cfg.window_picks.unwrap_or(DEFAULT_WINDOW_PICKS) }),
+            window: match (count, cfg.window.unwrap_or(DEFAULT_WINDOW_INSTRUCTIONS)) {
+                (Some(n), _) => {
+                    Some(WindowSettings { instructions: COUNT_WINDOW_INSTRUCTIONS, picks: DEFAULT_WINDOW_PICKS, count: Some(n) })
+                }
+                (None, 0) => None,
+                (None, n) => Some(WindowSettings { instructions: n, picks: cfg.window_picks.unwrap_or(DEFAULT_WINDOW_PICKS), count: None }),
             },
         }),
     };

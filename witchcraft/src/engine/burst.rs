@@ -344,6 +344,16 @@ impl ThreadState {
             return;
         }
         let settings = engine.burst.unwrap_or_default();
+        if let Some(ws @ super::window::WindowSettings { count: Some(_), .. }) = settings.window {
+            // Whole-run counting: a tick only starts windows again (see
+            // `super::window`); what it weighs does not matter.
+            let windows = self.window.usable() && engine.windows_allowed.load(std::sync::atomic::Ordering::Relaxed);
+            // SAFETY: forwarded from the caller.
+            if !windows || !unsafe { self.count_tick(engine, map, regs, ws, uc) } {
+                self.record.counters.ticks_skipped += 1;
+            }
+            return;
+        }
         let (program_ns, spent) = (weight * engine.period as f64, self.record.counters.engine_ns);
         match self.after_foreign_time(map, regs) {
             // The time this tick landed in was the hypervisor's (a VM exit

@@ -94,6 +94,9 @@ struct Record {
 pub struct CacheStats {
     pub blocks: u64,
     pub flushes: u64,
+    /// Traps at the cache's exits, and dispatch-table misses among them.
+    pub exits: u64,
+    pub lookups: u64,
 }
 
 pub struct CodeCache {

@@ -125,6 +125,8 @@ pub unsafe fn classify(sig: i32, info: *const libc::siginfo_t, thread: Option<&T
                 t.watch.slot_of_fd(fd).map(|slot| Event::Trap { slot, flags: 0 })
             }
         }
+        // A whole-run bridge's step is an exit from the cache's point of view.
+        Origin::Step if thread.is_some_and(|t| t.window.phase == window::Phase::Bridge) => Some(Event::CacheExit),
         Origin::Step => thread.filter(|t| t.burst.active).map(|_| Event::Step),
         Origin::Breakpoint => thread.filter(|t| t.window.active()).map(|_| Event::CacheExit),
         _ => None,

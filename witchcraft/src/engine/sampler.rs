@@ -133,7 +133,14 @@ impl SamplerKind {
     fn choose_event(cfg: &Config, notes: &mut Vec<String>) -> (SamplerKind, u64) {
         let kind = if cfg.craft == profile::Craft::SilentLoad { AccessKind::Load } else { AccessKind::Store };
         let sysfs = std::path::Path::new(pmu::SYSFS_PMU_ROOT);
+        let counting = cfg.event.as_deref().is_some_and(|e| crate::config::COUNT_EVENTS.contains(&e));
         let software = |notes: &mut Vec<String>| {
+            if counting {
+                // The access counters' period is a count (the engine's
+                // windows take it); the timer only starts windows again
+                // after the thread left the cache.
+                return (SamplerKind::CpuTimer(cputimer::CpuTime::All), DEFAULT_SOFTWARE_PERIOD_NS);
+            }
             let period = settle_period(false, cfg.period, notes);
             let kind = match cfg.event.as_deref() {
                 Some("cpu-clock") => SamplerKind::Clock(SoftwareClock::Cpu),
@@ -153,7 +160,7 @@ impl SamplerKind {
             (kind, period)
         };
         let is_soft = matches!(cfg.event.as_deref(), Some("task-clock") | Some("cpu-clock") | Some("cpu-timer") | Some("user-timer"));
-        if cfg.sampler == SamplerChoice::Software || is_soft {
+        if cfg.sampler == SamplerChoice::Software || is_soft || counting {
             return software(notes);
         }
         let ev = match cfg.event.as_deref() {

@@ -356,6 +356,9 @@ impl ThreadState {
         counters.window_longest = w.longest;
         counters.cache_blocks = self.window.cache.stats.blocks;
         counters.cache_flushes = self.window.cache.stats.flushes;
+        counters.cache_exits = self.window.cache.stats.exits;
+        counters.cache_lookups = self.window.cache.stats.lookups;
+        counters.window_bridges = w.bridges;
         crate::pair::thread_profile(self.tid as u32, &self.record.tree, &self.record.pairs, self.record.clusters.sums, counters)
     }
 }

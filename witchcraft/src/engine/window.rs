@@ -44,6 +44,9 @@ use crate::x86::decode::Regs;
 use crate::x86::translate::{self, Counted, Exit, Point, Variant};
 use rand::{rngs::SmallRng, RngExt, SeedableRng};
 
+/// EFLAGS.TF.
+const TRAP_FLAG: i64 = 0x100;
+
 /// Where a thread is with respect to its window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Phase {
@@ -56,6 +59,11 @@ pub enum Phase {
     Step,
     /// Running part of a `rep` instruction's elements in the cache.
     RepPart,
+    /// Whole-run counting, between two windows: the thread runs one
+    /// instruction natively with the trap flag set and its own signal
+    /// mask, so signals that waited during the window are delivered (their
+    /// handlers run natively); the step's trap begins the next window.
+    Bridge,
 }
 
 /// How windows are sized (process-wide).
@@ -65,6 +73,11 @@ pub struct WindowSettings {
     pub instructions: u32,
     /// Most picks a window expects; the budget decides how many each gets.
     pub picks: f64,
+    /// Whole-run counting (`-e sw-stores`, `-e sw-loads`): every access of
+    /// the craft's kind is picked with probability 1/N, N this period, and
+    /// windows follow one another for the whole run (see [`Phase::Bridge`]);
+    /// None: windows at ticks, sized by the budget.
+    pub count: Option<u64>,
 }
 
 impl WindowSettings {
@@ -98,6 +111,8 @@ pub struct Window {
     p: f64,
     /// The program-time weight of the tick that began it.
     time_weight: f64,
+    /// The settings it began with.
+    settings: WindowSettings,
     /// The countdown as last set.
     drawn: i64,
     /// Instructions the window was given.
@@ -137,6 +152,8 @@ pub struct WindowStats {
     pub cut: u64,
     pub shortest: u64,
     pub longest: u64,
+    /// Whole-run counting: crossings between windows to deliver signals.
+    pub bridges: u64,
 }
 
 impl Window {
@@ -147,6 +164,7 @@ impl Window {
             busy: std::sync::atomic::AtomicBool::new(false),
             p: 1.0,
             time_weight: 0.0,
+            settings: WindowSettings { instructions: 0, picks: 0.0, count: None },
             drawn: 0,
             given: 0,
             accesses: 0,
@@ -262,11 +280,19 @@ impl ThreadState {
             let per = spent.saturating_sub(at) as f64 / units.max(1) as f64;
             w.unit_ns = if w.unit_ns == 0.0 { per } else { w.unit_ns + (per - w.unit_ns) / 8.0 };
         }
-        let per = if w.per_instruction > 0.0 { w.per_instruction } else { START_PER_INSTRUCTION };
-        let expected = settings.instructions as f64 * per.max(1e-3);
-        w.picks_left = 2 * picks.max(1) as u64 + 2;
-        w.p = (picks.max(1) as f64 / expected).clamp(1e-9, 1.0);
-        w.time_weight = weight;
+        if let Some(n) = settings.count {
+            // Every access alike, for the whole run: a pick stands for n.
+            w.picks_left = u64::MAX;
+            w.p = 1.0 / n.max(1) as f64;
+            w.time_weight = 1.0;
+        } else {
+            let per = if w.per_instruction > 0.0 { w.per_instruction } else { START_PER_INSTRUCTION };
+            let expected = settings.instructions as f64 * per.max(1e-3);
+            w.picks_left = 2 * picks.max(1) as u64 + 2;
+            w.p = (picks.max(1) as f64 / expected).clamp(1e-9, 1.0);
+            w.time_weight = weight;
+        }
+        w.settings = settings;
         w.given = settings.instructions as u64;
         w.accesses = 0;
         w.stepped = 0;
@@ -297,7 +323,13 @@ impl ThreadState {
         // SAFETY: forwarded from the caller.
         let g = unsafe { gregs(uc) };
         let rip = g[libc::REG_RIP as usize] as u64;
+        if self.window.phase == Phase::Bridge {
+            // SAFETY: forwarded from the caller.
+            return unsafe { self.end_bridge(engine, map, uc) };
+        }
         let Some(exit) = self.window.cache.exit_at(rip) else { return };
+        self.window.cache.stats.exits += 1;
+        self.window.cache.stats.lookups += matches!(exit, Exit::Lookup) as u64;
         if self.window.phase != Phase::Cache && self.window.phase != Phase::RepPart {
             // An exit from a window this thread already left (never
             // expected): go on natively where it points.
@@ -334,7 +366,8 @@ impl ThreadState {
                 }
             }
             Exit::Native { native } => self.end_window(uc, native, true),
-            Exit::End { native } => self.end_window(uc, native, false),
+            // SAFETY: forwarded from the caller.
+            Exit::End { native } => unsafe { self.window_done(engine, map, uc, native) },
             Exit::Lookup => {
                 let native = self.window.cache.data().target;
                 if !self.translatable(engine, map, native) {
@@ -459,11 +492,14 @@ impl ThreadState {
         // SAFETY: forwarded from the caller.
         let g = unsafe { gregs(uc) };
         let rip = g[libc::REG_RIP as usize] as u64;
-        let w = &mut self.window;
-        w.stepped += 1;
-        w.accesses += 1;
-        if w.cache.data().instr_left <= 0 || !self.translatable(engine, map, rip) {
-            return self.end_window(uc, rip, false);
+        self.window.stepped += 1;
+        self.window.accesses += 1;
+        if !self.translatable(engine, map, rip) {
+            return self.end_window(uc, rip, true);
+        }
+        if self.window.cache.data().instr_left <= 0 {
+            // SAFETY: forwarded from the caller.
+            return unsafe { self.window_done(engine, map, uc, rip) };
         }
         self.window.picks_left = self.window.picks_left.saturating_sub(1);
         let d = if self.window.picks_left == 0 { i64::MAX / 4 } else { self.window.draw() };
@@ -476,6 +512,91 @@ impl ThreadState {
             }
             Err(_) => self.end_window(uc, rip, true),
         }
+    }
+
+    /// A window ran all its instructions, the thread is at `native`. At
+    /// ticks: the window is over. Whole-run counting: the next window
+    /// begins here at once, unless signals are waiting for the program
+    /// (they wait while it runs in the cache): then the thread crosses a
+    /// [`Phase::Bridge`] to let them in, or, where it cannot step the next
+    /// instruction, goes on natively until the next tick.
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    unsafe fn window_done(&mut self, engine: &Engine, map: &ProcessMap, uc: *mut libc::ucontext_t, native: u64) {
+        let settings = self.window.settings;
+        if settings.count.is_none() {
+            return self.end_window(uc, native, false);
+        }
+        let waiting = siginfo::pending() & !self.window.saved_mask & !siginfo::mask_bit(siginfo::sampler_signal()) != 0;
+        self.end_window(uc, native, false);
+        // SAFETY: forwarded from the caller.
+        let regs = unsafe { Regs::from_ucontext(uc, self.place.fs_base, self.place.gs_base) };
+        if !waiting {
+            let plan = Plan { weight: 1.0, settings, picks: 0 };
+            // SAFETY: forwarded from the caller.
+            unsafe { self.begin_window(engine, map, &regs, plan, uc) };
+            return;
+        }
+        let mut buf = [0u8; 16];
+        let steppable = super::sample::code_bytes(map, native, &mut buf)
+            .and_then(|b| self.scratch.analyzer.decode(b, native, &regs, false))
+            .is_some_and(|d| d.steppable && !d.rep);
+        if steppable {
+            // SAFETY: forwarded from the caller.
+            unsafe { (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] |= TRAP_FLAG };
+            self.window.phase = Phase::Bridge;
+            self.window.busy.store(true, std::sync::atomic::Ordering::Release);
+            self.window.stats.bridges += 1;
+        }
+    }
+
+    /// The step of a [`Phase::Bridge`] trapped: the waiting signals were
+    /// delivered, one instruction ran natively; the next window begins.
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    unsafe fn end_bridge(&mut self, engine: &Engine, map: &ProcessMap, uc: *mut libc::ucontext_t) {
+        // SAFETY: forwarded from the caller.
+        unsafe { (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] &= !TRAP_FLAG };
+        self.window.phase = Phase::Native;
+        self.window.busy.store(false, std::sync::atomic::Ordering::Release);
+        let settings = self.window.settings;
+        // SAFETY: forwarded from the caller.
+        let regs = unsafe { Regs::from_ucontext(uc, self.place.fs_base, self.place.gs_base) };
+        if self.translatable(engine, map, regs.rip) {
+            let plan = Plan { weight: 1.0, settings, picks: 0 };
+            // SAFETY: forwarded from the caller.
+            unsafe { self.begin_window(engine, map, &regs, plan, uc) };
+        }
+    }
+
+    /// Whole-run counting: a tick found the thread outside the cache (it
+    /// left at a system call or code the cache does not run, or a bridge
+    /// was lost to a handler that jumped away): the next window begins.
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    pub(crate) unsafe fn count_tick(
+        &mut self,
+        engine: &Engine,
+        map: &ProcessMap,
+        regs: &Regs,
+        settings: WindowSettings,
+        uc: *mut libc::ucontext_t,
+    ) -> bool {
+        if self.window.phase == Phase::Bridge {
+            // The trap flag is not set here (the caller's check): the
+            // bridge's step was lost (a handler left by siglongjmp).
+            self.window.phase = Phase::Native;
+            self.window.busy.store(false, std::sync::atomic::Ordering::Release);
+        }
+        if self.window.active() {
+            return false;
+        }
+        let plan = Plan { weight: 1.0, settings, picks: 0 };
+        // SAFETY: forwarded from the caller.
+        unsafe { self.begin_window(engine, map, regs, plan, uc) }
     }
 
     fn translatable(&self, engine: &Engine, map: &ProcessMap, pc: u64) -> bool {
@@ -515,6 +636,14 @@ impl ThreadState {
     /// # Safety
     /// `uc` must be the context the kernel passed to the signal handler.
     pub unsafe fn leave_cache(&mut self, uc: *mut libc::ucontext_t) {
+        if self.window.phase == Phase::Bridge {
+            // Natively already, with the program's mask: only the step goes.
+            // SAFETY: forwarded from the caller.
+            unsafe { (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] &= !TRAP_FLAG };
+            self.window.phase = Phase::Native;
+            self.window.busy.store(false, std::sync::atomic::Ordering::Release);
+            return;
+        }
         if !self.window.active() {
             return;
         }

@@ -142,6 +142,19 @@ pub fn set_thread_mask(mask: u64) {
     unsafe { libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &mask as *const u64, 0usize, 8usize) };
 }
 
+/// The signals pending for the calling thread or its process, as a
+/// kernel mask (0 if the call fails). Async-signal-safe: one system call.
+pub fn pending() -> u64 {
+    let mut set = 0u64;
+    // SAFETY: rt_sigpending writes 8 bytes into `set`.
+    let r = unsafe { libc::syscall(libc::SYS_rt_sigpending, &mut set as *mut u64, 8usize) };
+    if r == 0 {
+        set
+    } else {
+        0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -101,6 +101,13 @@ fn list_events(craft: Craft) {
     println!("  user-timer   software  ok     like cpu-timer, on the thread's user-mode CPU time only (ticks never land in system calls)");
     println!("  task-clock   software  ok     perf's thread CPU time: any period, but an extra timer interrupt per sample");
     println!("  cpu-clock    software  ok     like task-clock, from the CPU clock");
+    let counter = if craft == Craft::SilentLoad { "sw-loads " } else { "sw-stores" };
+    println!(
+        "  {counter}    software  ok     every Nth {} on average, counted in the code cache for the whole run: no time bias, no skid; the program runs a few times slower (period in {}; default {})",
+        if craft == Craft::SilentLoad { "load" } else { "store" },
+        if craft == Craft::SilentLoad { "loads" } else { "stores" },
+        witchcraft::config::DEFAULT_COUNT_PERIOD
+    );
     for (name, r) in witchcraft::probe::pmu_events() {
         match r {
             Ok(e) => println!(
