@@ -88,11 +88,19 @@ REAL_SIZES = {
     "pcre2": ("benches/workloads/pcre2_driver.c", ["2", "1"], ["2", "2"], ["2", "10000"]),
     "simdjson": ("benches/workloads/simdjson_driver.cpp", ["32", "1"], ["32", "2"], ["32", "8000"]),
     "fft": ("benches/workloads/fft_driver.rs", ["3600", "2", "1"], ["3600", "2", "2"], ["3600", "2", "30000"]),
+    # --set more: three more real programs of other kinds. One repetition
+    # (instructions by valgrind's cachegrind): a 32x32 picture encoded and
+    # decoded, 2.0 M; an 8 KiB document parsed, 0.6 M; two C functions
+    # parsed, walked, edited and re-parsed, 2.8 M.
+    "webp": ("benches/workloads/webp_driver.c", ["32", "1"], ["32", "2"], ["32", "6000"]),
+    "expat": ("benches/workloads/expat_driver.c", ["8", "1"], ["8", "2"], ["8", "15000"]),
+    "treesitter": ("benches/workloads/treesitter_driver.c", ["2", "1"], ["2", "2"], ["2", "3000"]),
 }
 REAL_NAMES = {os.path.basename(v[0]) for v in REAL_SIZES.values()}
 REAL_CASES = [(w, src, c, None, (lo, hi), big)
               for w, (src, lo, hi, big) in REAL_SIZES.items()
               for c in ["dead", "silent-store", "silent-load"]]
+SET_CASES = {s: [c for c in REAL_CASES if c[0] in workloads.SETS[s]] for s in ("real", "more", "bench")}
 LUA_SCRIPT = os.path.join(ROOT, "benches/workloads/bench.lua")
 
 # The sources whose code makes the exact mode's judgements (stepping,
@@ -729,9 +737,9 @@ def main():
     global WITCH
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--set", default="all", choices=["all", "ground-truth", "workloads", "real"],
-                    help="all = ground-truth + workloads; real (zstd, SQLite, Lua, PCRE2, simdjson, RustFFT) "
-                         "runs only on demand")
+    ap.add_argument("--set", default="all", choices=["all", "ground-truth", "workloads", "real", "more", "bench"],
+                    help="all = ground-truth + workloads; real (zstd, SQLite, Lua, PCRE2, simdjson, RustFFT), "
+                         "more (libwebp, Expat, tree-sitter) and bench (real + more) run only on demand")
     ap.add_argument("--only", default="", help="comma-separated program names to keep")
     ap.add_argument("--crafts", default="", help="comma-separated crafts to keep")
     ap.add_argument("--accept", action="store_true",
@@ -764,7 +772,7 @@ def main():
     LONGER = max(1, a.longer)
     a.witch_args = a.witch_args or [""]
     cases = {"all": CASES + WORKLOAD_CASES, "ground-truth": CASES, "workloads": WORKLOAD_CASES,
-             "real": REAL_CASES}[a.set]
+             **SET_CASES}[a.set]
     if a.only:
         cases = [c for c in cases if c[0] in a.only.split(",")]
     if a.crafts:

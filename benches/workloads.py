@@ -20,6 +20,13 @@ bundled in crates.io crates, found in cargo's registry cache
     fft           RustFFT 6.4 (crates.io; Rust, built by cargo at opt-level
                   2 with debug info) + fft_driver.rs: single-precision
                   low-pass filtering, forward and inverse length-3600 FFTs
+    webp          libwebp 1.6 (libwebp-sys) + webp_driver.c: lossy-encode a
+                  generated 256x256 picture at quality 75 and decode it, 30 times
+    expat         Expat 2.1.0 (expat-sys) + expat_driver.c: stream-parse a
+                  generated 4 MiB namespaced XML feed in 8 KiB chunks, 10 times
+    treesitter    tree-sitter 0.27 runtime and its C grammar (tree-sitter,
+                  tree-sitter-c) + treesitter_driver.c: parse 1000 generated
+                  C functions, walk the tree, edit, re-parse incrementally, twice
     stencil       3D 7-point Jacobi stencil, double precision
     nbody         O(N^2) direct-summation N-body, double precision
     linear_search repeated lookups in a linked list (redundant loads)
@@ -37,7 +44,9 @@ crates.io at build time.
     progs = build("target/bench", set="ci")   # {name: argv}
 
 ``set="ci"`` is a fast subset (stencil, hash_collide, lua; builds in seconds);
-``set="real"`` the six real programs; ``set="all"`` is everything (SQLite's
+``set="real"`` the six real programs; ``set="more"`` three more real
+programs of other kinds (webp, expat, treesitter); ``set="bench"`` both;
+``set="all"`` is everything (SQLite's
 amalgamation alone takes about a minute to compile). Binaries are cached: a workload is rebuilt only when one of its
 sources is newer than its binary.
 
@@ -65,6 +74,10 @@ CRATES = {  # crate -> (version requirement for cargo fetch, file that must exis
     # Only a pre-release of the crate bundles simdjson 4 (its amalgamated
     # release sources); cargo's "*" never picks a pre-release.
     "simdjson-sys": ("=0.4.0-alpha.2", "vendor/simdjson/simdjson.cpp"),
+    "libwebp-sys": ("*", "vendor/src/webp/encode.h"),
+    "expat-sys": ("*", "expat/lib/xmlparse.c"),
+    "tree-sitter": ("*", "src/lib.c"),
+    "tree-sitter-c": ("*", "src/parser.c"),
 }
 # Rust workloads: a cargo project generated under the output directory that
 # builds a driver from benches/workloads/ against a crates.io crate.
@@ -74,10 +87,14 @@ RUST = {  # name -> (driver, dependency lines, argv tail)
 
 SETS = {
     "ci": ["stencil", "hash_collide", "lua"],
-    "all": ["zstd", "sqlite", "lua", "pcre2", "simdjson", "fft", "stencil", "nbody", "linear_search", "hash_collide",
-            "regscan"],
+    "all": ["zstd", "sqlite", "lua", "pcre2", "simdjson", "fft", "webp", "expat", "treesitter", "stencil", "nbody",
+            "linear_search", "hash_collide", "regscan"],
     "real": ["zstd", "sqlite", "lua", "pcre2", "simdjson", "fft"],
+    # Three more real programs of other kinds: an image codec, an XML
+    # parser, an incremental parser generator's runtime.
+    "more": ["webp", "expat", "treesitter"],
 }
+SETS["bench"] = SETS["real"] + SETS["more"]
 
 
 def _cargo_home():
@@ -165,6 +182,34 @@ def _spec(name, out_dir):
         d = os.path.join(_crate_dirs(["simdjson-sys"], out_dir)["simdjson-sys"], "vendor", "simdjson")
         return dict(srcs=[w("simdjson_driver.cpp"), os.path.join(d, "simdjson.cpp")], hdr_dirs=[d],
                     cflags=["-I" + d, "-std=c++17"], libs=[], args=["8192", "20"])
+    if name == "webp":
+        # As libwebp-sys builds it (NDEBUG, SSE2 kernels; no threads): the
+        # decoder, encoder, DSP and utility sources and SharpYUV.
+        v = os.path.join(_crate_dirs(["libwebp-sys"], out_dir)["libwebp-sys"], "vendor")
+        parts = [os.path.join(v, "src", d) for d in ("dec", "enc", "dsp", "utils")] + [os.path.join(v, "sharpyuv")]
+        srcs = sorted(f for d in parts for f in glob.glob(os.path.join(d, "*.c")))
+        return dict(srcs=[w("webp_driver.c")] + srcs, hdr_dirs=parts + [os.path.join(v, "src", "webp")],
+                    cflags=["-I" + v, "-I" + os.path.join(v, "src"), "-DNDEBUG", "-DWEBP_HAVE_SSE2"],
+                    libs=["-lm"], args=["256", "30"])
+    if name == "expat":
+        # What expat's configure script defines on Linux (expat_config.h).
+        lib = os.path.join(_crate_dirs(["expat-sys"], out_dir)["expat-sys"], "expat", "lib")
+        srcs = [os.path.join(lib, f) for f in ("xmlparse.c", "xmlrole.c", "xmltok.c")]
+        return dict(srcs=[w("expat_driver.c")] + srcs, hdr_dirs=[lib],
+                    cflags=["-I" + lib, "-DXML_NS=1", "-DXML_DTD=1", "-DXML_CONTEXT_BYTES=1024", "-DBYTEORDER=1234",
+                            "-DHAVE_MEMMOVE=1", "-DHAVE_STDLIB_H=1", "-DHAVE_STRING_H=1", "-DHAVE_UNISTD_H=1"],
+                    libs=[], args=["4096", "10"])
+    if name == "treesitter":
+        # The runtime as the tree-sitter crate builds it (its unity file
+        # lib.c, C11) and the C grammar's generated parser.
+        d = _crate_dirs(["tree-sitter", "tree-sitter-c"], out_dir)
+        rt, gr = d["tree-sitter"], os.path.join(d["tree-sitter-c"], "src")
+        return dict(srcs=[w("treesitter_driver.c"), os.path.join(rt, "src", "lib.c"), os.path.join(gr, "parser.c")],
+                    hdr_dirs=[os.path.join(rt, "src"), os.path.join(rt, "include", "tree_sitter"),
+                              os.path.join(gr, "tree_sitter")],
+                    cflags=["-std=c11", "-I" + os.path.join(rt, "include"), "-I" + os.path.join(rt, "src"), "-I" + gr,
+                            "-D_POSIX_C_SOURCE=200112L", "-D_DEFAULT_SOURCE"],
+                    libs=[], args=["1000", "2"])
     simple = {
         "stencil": (w("stencil.c"), ["128", "250"]),
         "nbody": (w("nbody.c"), ["1000", "250"]),
