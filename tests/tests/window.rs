@@ -1,0 +1,144 @@
+//! Burst windows run from the code cache (the default burst engine of the
+//! software sampler): known answers that the single-step bursts get wrong.
+//!
+//! Both programs spend most of their time in glibc's `memset` (`rep stosb`
+//! at their sizes): one instruction that makes tens of thousands of stores.
+//! A burst of a few dozen single steps that begins there sees little else;
+//! a window of thousands of instructions counts the string by its elements
+//! and goes on past it. `WITCH_WINDOW=0` selects the single-step bursts,
+//! whose figures the tests print beside the windows' (they assert only
+//! that it is that engine which ran, not what it gets).
+
+use witch_tests::*;
+
+/// The window engine's account in a profile: (instructions a window is
+/// given, windows run, their mean length in instructions).
+fn windows(profile: &serde_json::Value) -> (u64, u64, f64) {
+    let given = profile["sampler"]["window_instructions"].as_u64().unwrap_or(0);
+    let c = &profile["counters"];
+    let n = c["windows"].as_u64().unwrap_or(0);
+    let instr = c["window_instructions"].as_f64().unwrap_or(0.0);
+    (given, n, if n > 0 { instr / n as f64 } else { 0.0 })
+}
+
+/// The report's 95% interval of the waste fraction.
+fn interval(rep: &Report) -> (f64, f64) {
+    let ci = &rep.json["waste_fraction_ci"];
+    (ci[0].as_f64().unwrap_or(f64::NAN), ci[1].as_f64().unwrap_or(f64::NAN))
+}
+
+/// memset_dead.c: 80.0% of the stored bytes are dead by construction (a
+/// 128 KiB `rep stosb` clear per block, overwritten unread; every fourth
+/// block a 128 KiB buffer stored by a loop and read back). At the defaults
+/// `witch dead` must come within 3 points of 80% with a 95% interval that
+/// holds it; with `WITCH_WINDOW=0` the single-step bursts must be what ran.
+#[test]
+fn eighty_percent_dead_behind_rep_stosb() {
+    let dir = Scratch::new("window-memset-dead");
+    let prog = Program::build("memset_dead", dir.path());
+    let args = ["100000"];
+    let native = prog.run_native(&args);
+    assert_eq!(native.code(), Some(0), "{}", native.describe());
+
+    // The single-step bursts first, so their figure is printed whatever
+    // the windows get.
+    let old_out = dir.join("single-step.json");
+    let run = WitchCmd::new("dead").wrapper(&["env", "WITCH_WINDOW=0"]).arg("-q").out(&old_out).run(&prog.exe, &args);
+    assert_same_behaviour(&native, &run);
+    let old_raw = raw_profile(&old_out);
+    let old = report(&old_out);
+    let (olo, ohi) = interval(&old);
+    old.note(&format!(
+        "WITCH_WINDOW=0 (single-step bursts): {:.1}% dead, 95% interval {:.1}-{:.1}%",
+        100.0 * old.waste_fraction(),
+        100.0 * olo,
+        100.0 * ohi
+    ));
+
+    let out = dir.join("default.json");
+    let run = WitchCmd::new("dead").arg("-q").out(&out).run(&prog.exe, &args);
+    assert_same_behaviour(&native, &run);
+    let raw = raw_profile(&out);
+    let rep = report(&out);
+    let (lo, hi) = interval(&rep);
+    let f = rep.waste_fraction();
+    let (given, n, mean) = windows(&raw);
+    rep.note(&format!(
+        "defaults: {:.1}% dead, 95% interval {:.1}-{:.1}%; {n} windows of {mean:.0} instructions (given {given})",
+        100.0 * f,
+        100.0 * lo,
+        100.0 * hi
+    ));
+
+    if raw["sampler"]["kind"] == "software" {
+        // The engines are the ones named.
+        assert!(given > 0 && n > 0, "the defaults ran no code-cache windows: sampler {}, counters {}", raw["sampler"], raw["counters"]);
+        let (ogiven, on, _) = windows(&old_raw);
+        assert!(
+            ogiven == 0 && on == 0 && old_raw["counters"]["bursts"].as_u64().unwrap_or(0) > 0,
+            "WITCH_WINDOW=0 should run single-step bursts only: sampler {}, counters {}",
+            old_raw["sampler"],
+            old_raw["counters"]
+        );
+    }
+    rep.assert_samples(100.0);
+    assert!(
+        (f - 0.80).abs() <= 0.03 && lo <= 0.80 && 0.80 <= hi,
+        "80.0% of the stored bytes are dead by construction; witch dead at the defaults reports {:.1}% \
+         (95% interval {:.1}-{:.1}%)\n{}",
+        100.0 * f,
+        100.0 * lo,
+        100.0 * hi,
+        rep.dump()
+    );
+}
+
+/// short_memset.c: four threads, 100 ms of CPU in all, most of it in a
+/// 64 KiB `memset`, loads only in a short loop after it. A window counts
+/// the string by its elements and goes on to the loads: `witch
+/// silent-load` at the defaults must judge enough of them (30, below which
+/// the report calls its fraction too few to rely on) to give a fraction
+/// with an interval.
+#[test]
+fn a_short_memset_run_gets_silent_loads() {
+    let dir = Scratch::new("window-short-memset");
+    let prog = Program::build_with("short_memset", dir.path(), "short_memset", &["-pthread"]).expect("build short_memset");
+    let native = prog.run_native(&[]);
+    assert_eq!(native.code(), Some(0), "{}", native.describe());
+
+    let mut judged = Vec::new();
+    for (tag, env) in [("single-step", Some("WITCH_WINDOW=0")), ("default", None)] {
+        let out = dir.join(&format!("{tag}.json"));
+        let mut cmd = WitchCmd::new("silent-load");
+        if let Some(e) = env {
+            cmd = cmd.wrapper(&["env", e]);
+        }
+        let run = cmd.out(&out).run(&prog.exe, &[]);
+        assert_same_behaviour(&native, &run);
+        let raw = raw_profile(&out);
+        let rep = report(&out);
+        let traps = rep.json["traps"].as_f64().unwrap_or(-1.0);
+        let (lo, hi) = interval(&rep);
+        let (given, n, mean) = windows(&raw);
+        rep.note(&format!(
+            "{tag}: {traps} judged loads, {:.1}% silent (95% interval {:.1}-{:.1}%), {} bursts, {n} windows of {mean:.0} \
+             instructions (given {given}), {:.1} ms in witch",
+            100.0 * rep.waste_fraction(),
+            100.0 * lo,
+            100.0 * hi,
+            raw["counters"]["bursts"],
+            raw["counters"]["engine_ns"].as_f64().unwrap_or(0.0) / 1e6
+        ));
+        judged.push((tag, raw, rep, run.stderr_str(), traps, lo, hi));
+    }
+    let (_, raw, rep, err, traps, lo, hi) = judged.pop().unwrap();
+    if raw["sampler"]["kind"] != "software" {
+        return;
+    }
+    let (given, n, _) = windows(&raw);
+    assert!(given > 0 && n > 0, "the defaults ran no code-cache windows: sampler {}, counters {}", raw["sampler"], raw["counters"]);
+    assert!(
+        traps >= 30.0 && !err.contains("too few to rely on") && lo < hi && lo <= rep.waste_fraction() && rep.waste_fraction() <= hi,
+        "silent-load at the defaults: {traps} judged loads from a 100 ms run (interval {lo:.3}-{hi:.3}):\n{err}"
+    );
+}
