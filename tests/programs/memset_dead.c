@@ -1,12 +1,13 @@
 /* 80.0% of the stored bytes are dead, by construction, and most of them
- * are stored by one instruction each: every block clears a 128 KiB table
- * with memset (glibc's `rep stosb` at this size), which the next block's
+ * are stored by a few instructions: every block clears a 128 KiB table
+ * with memset (glibc's `rep stosb` at this size, or its 64-byte vector loop
+ * under witch, which asks glibc for it), which the next block's
  * clear overwrites before anything reads it (@clear: dead); every fourth
  * block also stores a 128 KiB buffer with a loop of 8-byte stores (@loop)
  * and reads it all back (@read), so those bytes are used. Per four blocks:
  * 512 KiB dead, 128 KiB used. A sampler that weights accesses by the time
  * they take, or counts a `rep` string as one access, is far off here: the
- * clear is a few fast instructions and most of the bytes.
+ * clear is few instructions, little time natively and most of the bytes.
  *
  * Usage: memset_dead [blocks]   prints a checksum, exits 0.
  */

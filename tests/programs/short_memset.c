@@ -1,7 +1,8 @@
 /* A short run that spends most of its time in memset: four threads, 25 ms
  * of CPU time each, 100 ms in all (about 20 ticks of the default 5 ms
  * period between them). Each pass clears a 64 KiB buffer (glibc's
- * `rep stosb` at this size: one instruction, 65536 stores) and then
+ * `rep stosb` at this size: one instruction, 65536 stores; under witch its
+ * 64-byte vector loop) and then
  * re-reads a small table nobody changes: after the first pass every load
  * of @load reads the value the previous pass read (a silent load), and the
  * pass's sum goes to a slot the next pass overwrites unread (@sum, dead).
