@@ -155,6 +155,14 @@ def run_witch(craft, exe, args, opts, out, env=None):
     return r.returncode, time.monotonic() - t0
 
 
+def run_native(exe, args):
+    """Wall seconds of one native run of the program, in the environment
+    a user runs it in (no witch, no GLIBC_TUNABLES of witch's)."""
+    t0 = time.monotonic()
+    subprocess.run([exe] + args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.monotonic() - t0
+
+
 def report_of(out):
     r = subprocess.run([WITCH, "report", out, "--json", "--top", "0"], capture_output=True, check=True)
     return json.loads(r.stdout)
@@ -487,13 +495,17 @@ def engine_share(path):
         d = json.load(f)
     s = d.get("sampler", {})
     used = f"{s.get('kind')} {s.get('event')}, period {s.get('period')} {s.get('unit')}"
-    if s.get("burst_steps") is not None:
-        used += f", bursts of {s['burst_steps']} steps" if s["burst_steps"] else ", no bursts"
+    if s.get("window_instructions"):
+        used += f", code-cache windows of {s['window_instructions']} instructions"
+    elif s.get("burst_steps") is not None:
+        used += f", single-step bursts of {s['burst_steps']} steps" if s["burst_steps"] else ", no bursts"
     if s.get("weight_unit"):
         used += f", weights in {s['weight_unit']}"
     c = d["counters"]
     SAMPLES.append(c.get("samples", 0))
     DURATIONS.append(d["duration_ns"] / 1e9)
+    if c.get("windows"):
+        WINDOW_LEN.append(c.get("window_instructions", 0) / c["windows"])
     if c.get("bursts"):
         STEPS.append(c.get("steps", 0) / c["bursts"])
         BURSTS.append(c["bursts"] / max(1e-9, d["duration_ns"] / 1e9))
@@ -505,6 +517,7 @@ def engine_share(path):
 
 
 STEPS = []  # steps per burst of each sampled run that had bursts (the budget sizes them)
+WINDOW_LEN = []  # mean instructions per code-cache window of each sampled run that had windows
 SAMPLES = []  # samples of each sampled run
 DURATIONS = []  # each sampled run's duration, seconds
 BURSTS = []  # bursts per second of each sampled run that had bursts
@@ -527,25 +540,36 @@ def accept(cases, a):
               f"{a.runs} sampled runs per case" + (f", {LONGER} times as long as by default" if LONGER > 1 else "")
               + f"; {time.strftime('%Y-%m-%d')}\n")
         print("| program | craft | exact | sampled (mean ± sd) | sampled - exact | within 3 | "
-              "exact top-3 in sampled top-5 (runs) | engine share | sd / reported se |")
-        print("|---|---|---:|---:|---:|---|---|---:|---:|")
+              "exact top-3 in sampled top-5 (runs) | engine share | sd / reported se | interval holds exact (runs) | "
+              "window (instructions) | wall vs native |")
+        print("|---|---|---:|---:|---:|---|---|---:|---:|---:|---:|---:|")
         judged, within, misses, tops_ok, sds, bias_rows, samplers, costs = 0, 0, [], 0, [], [], set(), []
         looks = []
         line_tables = []
         calibration = []
+        covered = [0, 0]  # runs whose interval held the exact fraction, runs judged
+        sd_ok = 0  # cases with a run-to-run sd of at most 2 points
+        craft_costs = {}  # craft -> [engine share of each case]
+        walls = []  # (median wall ratio, case)
         for name, src, craft, markers, small, big in cases:
             exe, small, big = resolve(name, src, small, big)
             at = marked_lines(src, markers)
             try:
                 ex_frac, ex_top, ex_sums, ex_pc, _ = exact_case(craft, exe, src, at, small, a)
             except NotCached as e:
-                print(f"| {name} | {craft} | not cached ({e}) | | | | | |", flush=True)
+                print(f"| {name} | {craft} | not cached ({e}) | | | | | | | | |", flush=True)
                 continue
             out = os.path.join(OUT, f"accept-{os.getpid()}-{name}-{craft}.json")
+            holds, wins, wall_ratios = 0, [], []
             fr, shares, hits, pooled, pooled_pc, ses, looked = [], [], 0, {}, {}, [], []
             need = min(2, len(ex_top[:3]))
             for _ in range(a.runs):
-                code, _ = run_witch(craft, exe, big, opts, out, env)
+                # Native and witch alternate: each sampled run is one of a
+                # wall-clock pair (the program's own output discarded alike).
+                native_s = run_native(exe, big) if a.wall else None
+                code, witch_s = run_witch(craft, exe, big, opts, out, env)
+                if native_s:
+                    wall_ratios.append(witch_s / native_s)
                 if not os.path.exists(out):
                     sys.exit(f"benches/accuracy.py: witch exited {code} without a profile; by hand: "
                              + " ".join(shlex.quote(x) for x in [f"{k}={v}" for k, v in env.items()]
@@ -555,12 +579,22 @@ def accept(cases, a):
                 # (clipping at 0 and 1 aside).
                 lo, hi = rep.get("waste_fraction_ci", [0.0, 0.0])
                 ses.append((hi - lo) / 3.92)
+                whole = rep.get("waste_fraction", 0.0)
+                n_win = len(WINDOW_LEN)
                 share, used = engine_share(out)
+                if len(WINDOW_LEN) > n_win:
+                    wins.append(WINDOW_LEN[-1])
                 shares.append(share)
                 samplers.add(used)
                 sums = pair_sums(rep, src, at)
                 f, top = summarize(sums)
                 fr.append(f)
+                # The report's interval is of the whole run's fraction; the
+                # case's fraction is over the pairs under the driver (nearly
+                # all of a run): its interval is taken as the report's,
+                # moved to it.
+                if ex_frac == ex_frac:
+                    holds += f - (whole - lo) - 1e-9 <= ex_frac <= f + (hi - whole) + 1e-9
                 looked.append(at_sampled_weights(ex_sums, sums) if ex_frac == ex_frac else float("nan"))
                 hits += len(set(ex_top[:3]) & set(top[:5])) >= need
                 for into, got in ((pooled, sums), (pooled_pc, pair_sums(rep, src, at, True))):
@@ -572,9 +606,16 @@ def accept(cases, a):
             mean, sd = statistics.mean(fr), (statistics.stdev(fr) if len(fr) > 1 else 0.0)
             sds.append((100 * sd, f"{name} {craft}"))
             costs.append((100 * statistics.mean(shares), f"{name} {craft}"))
+            craft_costs.setdefault(craft, []).append(100 * statistics.mean(shares))
+            sd_ok += 100 * sd <= 2.0
+            wall = statistics.median(wall_ratios) if wall_ratios else float("nan")
+            if wall_ratios:
+                walls.append((wall, f"{name} {craft}"))
             top_ok = hits * 2 > a.runs
             if ex_frac == ex_frac:
                 judged += 1
+                covered[0] += holds
+                covered[1] += a.runs
                 diff = 100 * (mean - ex_frac)
                 within += abs(diff) <= 3
                 misses.append((abs(diff), diff, f"{name} {craft}"))
@@ -601,8 +642,11 @@ def accept(cases, a):
             calib = sd / mse if mse > 0 and len(fr) > 1 else float("nan")
             if calib == calib:
                 calibration.append(calib)
+            cover = f"{holds}/{a.runs}" if ex_frac == ex_frac else ""
+            win = f"{statistics.mean(wins):,.0f}" if wins else "none"
             print(f"| {name} | {craft} | {cells} | {'yes' if top_ok else 'no'} ({hits}/{a.runs}) | "
-                  f"{100*statistics.mean(shares):.2f}% | {calib:.2f} |", flush=True)
+                  f"{100*statistics.mean(shares):.2f}% | {calib:.2f} | {cover} | {win} | "
+                  + (f"{wall:.3f}x ({min(wall_ratios):.2f}-{max(wall_ratios):.2f})" if wall_ratios else "") + " |", flush=True)
         misses.sort(reverse=True)
         sds.sort(reverse=True)
         print(f"\n- Within 3 points of exact: {within} of {judged} cases"
@@ -613,7 +657,19 @@ def accept(cases, a):
         print(f"- At least 2 of the exact top-3 pairs in the sampled top 5 (in most runs): {tops_ok} of {judged} cases"
               + (f" ({100*tops_ok/judged:.0f}%)" if judged else "") + ".")
         if sds:
-            print(f"- Largest run-to-run standard deviation: {sds[0][0]:.1f} points ({sds[0][1]}).")
+            print(f"- Run-to-run standard deviation at most 2 points: {sd_ok} of {len(sds)} cases; largest "
+                  f"{sds[0][0]:.1f} points ({sds[0][1]}), median {statistics.median(x[0] for x in sds):.1f}.")
+        if covered[1]:
+            print(f"- The run's 95% interval held the exact fraction in {covered[0]} of {covered[1]} runs "
+                  f"({100*covered[0]/covered[1]:.0f}%).")
+        for c, v in sorted(craft_costs.items()):
+            print(f"- Engine share of CPU, {c}: mean over the runs of each case, largest {max(v):.2f}%, "
+                  f"median {statistics.median(v):.2f}%.")
+        if walls:
+            wv = sorted(walls, reverse=True)
+            print(f"- Wall-clock time over native (median of {a.runs} alternating pairs per case): median "
+                  f"{statistics.median(x[0] for x in wv):.3f}x, at most 1.03x in {sum(x[0] <= 1.03 for x in wv)} of "
+                  f"{len(wv)} cases, largest {wv[0][0]:.3f}x ({wv[0][1]}).")
         if calibration:
             print(f"- Run-to-run sd over the reports' mean standard error (1 when the intervals are honest): "
                   f"median {statistics.median(calibration):.2f}, geometric mean "
@@ -631,6 +687,11 @@ def accept(cases, a):
         if SAMPLES:
             print(f"- Samples per run: {min(SAMPLES)} to {max(SAMPLES)}, median {statistics.median(SAMPLES):.0f}.")
             SAMPLES.clear()
+        if WINDOW_LEN:
+            print(f"- Code-cache window length (mean instructions of each run): {min(WINDOW_LEN):,.0f} to "
+                  f"{max(WINDOW_LEN):,.0f}, median {statistics.median(WINDOW_LEN):,.0f}, mean "
+                  f"{statistics.mean(WINDOW_LEN):,.0f}.")
+            WINDOW_LEN.clear()
         if STEPS:
             print(f"- Steps per burst (the budget's choice; mean of each run): {min(STEPS):.1f} to {max(STEPS):.1f}, "
                   f"median {statistics.median(STEPS):.1f}.")
@@ -761,6 +822,8 @@ def main():
     ap.add_argument("--cached-only", action="store_true",
                     help="skip the cases whose exact references are not cached (while they are being computed)")
     ap.add_argument("--witch", default=WITCH, help="the witch binary (default target/release/witch)")
+    ap.add_argument("--no-wall", dest="wall", action="store_false",
+                    help="with --accept: no native run before each sampled run (no wall-clock ratios)")
     ap.add_argument("--lines", type=int, default=0, metavar="N",
                     help="with --accept: per case, the N heaviest watch lines' shares and fractions, exact and sampled")
     ap.add_argument("--longer", type=int, default=1, metavar="N",
