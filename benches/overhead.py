@@ -37,6 +37,9 @@ GROUND_TRUTH = {
     "listing_4_3": ("tests/programs/listing_4_3.c", []),
     "silent_float": ("tests/programs/silent_float.c", []),
     "redundant_load": ("tests/programs/redundant_load.c", []),
+    # 80% of its stored bytes dead, most by memset: what a memset-heavy
+    # program pays (--plain-native: against glibc's own rep stosb).
+    "memset_dead": ("tests/programs/memset_dead.c", ["100000"]),
 }
 CRAFTS = ["dead", "silent-store", "silent-load"]
 
