@@ -144,23 +144,29 @@ def build(name, src):
     return exe
 
 
-def run_witch(craft, exe, args, opts, out, env=None):
-    """One witch run writing the profile `out`, with `env` added to the
-    environment; returns (exit status, seconds)."""
-    nice = ["nice", "-n", "19"] if "--exact" in opts else []
+def timed(cmd, env=None):
+    """Run `cmd` (output discarded); (exit status, wall seconds, CPU seconds
+    of the process tree: user and system)."""
     t0 = time.monotonic()
-    r = subprocess.run(nice + [WITCH, craft, "-q", "-o", out] + opts + [exe] + args,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       env=dict(os.environ, **env) if env else None)
-    return r.returncode, time.monotonic() - t0
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    _, status, ru = os.wait4(p.pid, 0)
+    return os.waitstatus_to_exitcode(status), time.monotonic() - t0, ru.ru_utime + ru.ru_stime
+
+
+def run_witch(craft, exe, args, opts, out, env=None, cpu=False):
+    """One witch run writing the profile `out`, with `env` added to the
+    environment; returns (exit status, seconds), and with `cpu` the CPU
+    seconds of the process tree too."""
+    nice = ["nice", "-n", "19"] if "--exact" in opts else []
+    code, wall, used = timed(nice + [WITCH, craft, "-q", "-o", out] + opts + [exe] + args,
+                             dict(os.environ, **env) if env else None)
+    return (code, wall, used) if cpu else (code, wall)
 
 
 def run_native(exe, args):
-    """Wall seconds of one native run of the program, in the environment
-    a user runs it in (no witch, no GLIBC_TUNABLES of witch's)."""
-    t0 = time.monotonic()
-    subprocess.run([exe] + args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.monotonic() - t0
+    """(wall, CPU) seconds of one native run of the program, in the
+    environment a user runs it in (no witch, no GLIBC_TUNABLES of witch's)."""
+    return timed([exe] + args)[1:]
 
 
 def report_of(out):
@@ -541,8 +547,8 @@ def accept(cases, a):
               + f"; {time.strftime('%Y-%m-%d')}\n")
         print("| program | craft | exact | sampled (mean ± sd) | sampled - exact | within 3 | "
               "exact top-3 in sampled top-5 (runs) | engine share | sd / reported se | interval holds exact (runs) | "
-              "window (instructions) | wall vs native |")
-        print("|---|---|---:|---:|---:|---|---|---:|---:|---:|---:|---:|")
+              "window (instructions) | wall vs native | CPU vs native |")
+        print("|---|---|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|")
         judged, within, misses, tops_ok, sds, bias_rows, samplers, costs = 0, 0, [], 0, [], [], set(), []
         looks = []
         line_tables = []
@@ -550,26 +556,27 @@ def accept(cases, a):
         covered = [0, 0]  # runs whose interval held the exact fraction, runs judged
         sd_ok = 0  # cases with a run-to-run sd of at most 2 points
         craft_costs = {}  # craft -> [engine share of each case]
-        walls = []  # (median wall ratio, case)
+        walls = []  # (median wall ratio, median CPU ratio, case)
         for name, src, craft, markers, small, big in cases:
             exe, small, big = resolve(name, src, small, big)
             at = marked_lines(src, markers)
             try:
                 ex_frac, ex_top, ex_sums, ex_pc, _ = exact_case(craft, exe, src, at, small, a)
             except NotCached as e:
-                print(f"| {name} | {craft} | not cached ({e}) | | | | | | | | |", flush=True)
+                print(f"| {name} | {craft} | not cached ({e}) | | | | | | | | | |", flush=True)
                 continue
             out = os.path.join(OUT, f"accept-{os.getpid()}-{name}-{craft}.json")
-            holds, wins, wall_ratios = 0, [], []
+            holds, wins, wall_ratios, cpu_ratios = 0, [], [], []
             fr, shares, hits, pooled, pooled_pc, ses, looked = [], [], 0, {}, {}, [], []
             need = min(2, len(ex_top[:3]))
             for _ in range(a.runs):
                 # Native and witch alternate: each sampled run is one of a
                 # wall-clock pair (the program's own output discarded alike).
                 native_s = run_native(exe, big) if a.wall else None
-                code, witch_s = run_witch(craft, exe, big, opts, out, env)
+                code, witch_s, witch_cpu = run_witch(craft, exe, big, opts, out, env, cpu=True)
                 if native_s:
-                    wall_ratios.append(witch_s / native_s)
+                    wall_ratios.append(witch_s / native_s[0])
+                    cpu_ratios.append(witch_cpu / max(1e-9, native_s[1]))
                 if not os.path.exists(out):
                     sys.exit(f"benches/accuracy.py: witch exited {code} without a profile; by hand: "
                              + " ".join(shlex.quote(x) for x in [f"{k}={v}" for k, v in env.items()]
@@ -609,8 +616,9 @@ def accept(cases, a):
             craft_costs.setdefault(craft, []).append(100 * statistics.mean(shares))
             sd_ok += 100 * sd <= 2.0
             wall = statistics.median(wall_ratios) if wall_ratios else float("nan")
+            cpu_x = statistics.median(cpu_ratios) if cpu_ratios else float("nan")
             if wall_ratios:
-                walls.append((wall, f"{name} {craft}"))
+                walls.append((wall, cpu_x, f"{name} {craft}"))
             top_ok = hits * 2 > a.runs
             if ex_frac == ex_frac:
                 judged += 1
@@ -646,7 +654,8 @@ def accept(cases, a):
             win = f"{statistics.mean(wins):,.0f}" if wins else "none"
             print(f"| {name} | {craft} | {cells} | {'yes' if top_ok else 'no'} ({hits}/{a.runs}) | "
                   f"{100*statistics.mean(shares):.2f}% | {calib:.2f} | {cover} | {win} | "
-                  + (f"{wall:.3f}x ({min(wall_ratios):.2f}-{max(wall_ratios):.2f})" if wall_ratios else "") + " |", flush=True)
+                  + (f"{wall:.3f}x ({min(wall_ratios):.2f}-{max(wall_ratios):.2f}) | {cpu_x:.3f}x" if wall_ratios else " | ")
+                  + " |", flush=True)
         misses.sort(reverse=True)
         sds.sort(reverse=True)
         print(f"\n- Within 3 points of exact: {within} of {judged} cases"
@@ -669,7 +678,9 @@ def accept(cases, a):
             wv = sorted(walls, reverse=True)
             print(f"- Wall-clock time over native (median of {a.runs} alternating pairs per case): median "
                   f"{statistics.median(x[0] for x in wv):.3f}x, at most 1.03x in {sum(x[0] <= 1.03 for x in wv)} of "
-                  f"{len(wv)} cases, largest {wv[0][0]:.3f}x ({wv[0][1]}).")
+                  f"{len(wv)} cases, largest {wv[0][0]:.3f}x ({wv[0][2]}); CPU time of the process tree over "
+                  f"native: median {statistics.median(x[1] for x in wv):.3f}x, at most 1.03x in "
+                  f"{sum(x[1] <= 1.03 for x in wv)} of {len(wv)}, largest {max(x[1] for x in wv):.3f}x.")
         if calibration:
             print(f"- Run-to-run sd over the reports' mean standard error (1 when the intervals are honest): "
                   f"median {statistics.median(calibration):.2f}, geometric mean "
