@@ -805,6 +805,78 @@ def gate_noise(cases, a):
               f"cannot tell {totals[2]} ({100*totals[2]/totals[0]:.1f}%), PASS {totals[3]}.")
 
 
+def summarize_logs(paths):
+    """The acceptance criteria over the rows of one or more --accept
+    outputs (run in parts, e.g. --only while references were still being
+    made), per sampler configuration (the "Sampler settings" line)."""
+    confs = {}
+    conf = None
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("Sampler settings: `"):
+                    conf = line.split("`")[1]
+                    confs.setdefault(conf, {})
+                    continue
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                if conf is None or len(cells) != 13 or cells[0] in ("program", "---") or cells[2] in ("", "n/a"):
+                    continue
+                if cells[2].startswith("not cached"):
+                    continue
+                confs[conf][(cells[0], cells[1])] = cells
+    for conf, rows in confs.items():
+        if not rows:
+            continue
+        n = len(rows)
+        num = lambda c: float(re.sub(r"[^0-9.+-]", "", c) or "nan")  # noqa: E731
+        diffs = {k: num(r[4]) for k, r in rows.items()}
+        sds = {k: num(r[3].split("±")[1]) for k, r in rows.items()}
+        tops = sum(r[6].startswith("yes") for r in rows.values())
+        held = [tuple(int(x) for x in r[9].split("/")) for r in rows.values() if "/" in r[9]]
+        share = {}
+        for (prog, craft), r in rows.items():
+            share.setdefault(craft, []).append(num(r[7]))
+        wins = [num(r[10].replace(",", "")) for r in rows.values() if r[10] not in ("", "none")]
+        walls = [(num(r[11].split("x")[0]), k) for k, r in rows.items() if r[11]]
+        cpus = [(num(r[12]), k) for k, r in rows.items() if r[12]]
+        within = sum(abs(d) <= 3 for d in diffs.values())
+        over5 = sorted(((abs(d), d, f"{k[0]} {k[1]}") for k, d in diffs.items() if abs(d) > 5), reverse=True)
+        print(f"Configuration `{conf}`: {n} program x craft cases ({', '.join(sorted({k[0] for k in rows}))})\n")
+        print("| criterion | target | result |")
+        print("|---|---|---|")
+        print(f"| within 3 points of exact | at least 80% of cases | {within} of {n} ({100*within/n:.0f}%) |")
+        print(f"| misses over 10 points | none | {sum(abs(d) > 10 for d in diffs.values())}"
+              + (f" (largest {over5[0][1]:+.1f}, {over5[0][2]})" if over5 else "") + " |")
+        print(f"| mean absolute error | | {statistics.mean(abs(d) for d in diffs.values()):.1f} points |")
+        print(f"| at least 2 of the exact top-3 pairs in the top 5 (most runs) | at least 80% of cases | "
+              f"{tops} of {n} ({100*tops/n:.0f}%) |")
+        print(f"| run-to-run sd | at most 2 points | {sum(v <= 2 for v in sds.values())} of {n} cases; median "
+              f"{statistics.median(sds.values()):.1f}, largest {max(sds.values()):.1f} |")
+        if held:
+            h, t = sum(x for x, _ in held), sum(y for _, y in held)
+            print(f"| the run's 95% interval holds the exact fraction | at least 90% of runs | {h} of {t} "
+                  f"({100*h/t:.0f}%) |")
+        for craft in sorted(share):
+            lim = 5 if craft == "silent-load" else 3
+            v = share[craft]
+            print(f"| engine share of CPU, {craft} | at most {lim}% | largest {max(v):.2f}%, median "
+                  f"{statistics.median(v):.2f}% |")
+        print(f"| mean window length | at least 2,000 instructions | "
+              + (f"{min(wins):,.0f} to {max(wins):,.0f} (median {statistics.median(wins):,.0f})" if wins
+                 else "no windows") + " |")
+        if walls:
+            print(f"| wall clock over native (median of alternating pairs) | at most 1.03x | median "
+                  f"{statistics.median(w for w, _ in walls):.3f}x; at most 1.03x in {sum(w <= 1.03 for w, _ in walls)} "
+                  f"of {len(walls)}; largest {max(walls)[0]:.3f}x ({' '.join(max(walls)[1])}) |")
+        if cpus:
+            print(f"| CPU time over native (the same pairs) | | median {statistics.median(c for c, _ in cpus):.3f}x; "
+                  f"at most 1.03x in {sum(c <= 1.03 for c, _ in cpus)} of {len(cpus)}; largest "
+                  f"{max(cpus)[0]:.3f}x ({' '.join(max(cpus)[1])}) |")
+        if over5:
+            print("\nMisses over 5 points: " + ", ".join(f"{c} {d:+.1f}" for _, d, c in over5) + ".")
+        print()
+
+
 def main():
     global WITCH
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -833,6 +905,8 @@ def main():
     ap.add_argument("--cached-only", action="store_true",
                     help="skip the cases whose exact references are not cached (while they are being computed)")
     ap.add_argument("--witch", default=WITCH, help="the witch binary (default target/release/witch)")
+    ap.add_argument("--summarize", nargs="+", metavar="LOG",
+                    help="the acceptance criteria over the rows of saved --accept outputs (run in parts)")
     ap.add_argument("--no-wall", dest="wall", action="store_false",
                     help="with --accept: no native run before each sampled run (no wall-clock ratios)")
     ap.add_argument("--lines", type=int, default=0, metavar="N",
@@ -841,6 +915,8 @@ def main():
                     help="real programs: sampled runs repeat their work N times as often (N times as long; "
                          "the exact references are unchanged)")
     a = ap.parse_args()
+    if a.summarize:
+        return summarize_logs(a.summarize)
     WITCH = a.witch
     global LONGER
     LONGER = max(1, a.longer)
