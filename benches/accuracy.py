@@ -413,8 +413,10 @@ def at_sampled_weights(exact, sampled):
     num = den = 0.0
     for line, s in sa.items():
         e = ex.get(line)
-        if e and sum(e) > 0 and sum(s) > 0:
-            num += sum(s) * max(0.0, e[0]) / sum(e)
+        # A line whose steady-state difference has a negative part is not
+        # steady (its fraction would leave [0, 1]): left out.
+        if e and e[0] >= 0 and e[1] >= 0 and sum(e) > 0 and sum(s) > 0:
+            num += sum(s) * e[0] / sum(e)
             den += sum(s)
     return num / den if den > 0 else float("nan")
 
