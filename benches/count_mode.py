@@ -59,7 +59,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--set", default="ci")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--period", default="100003", help="the counter's period, in accesses")
+    ap.add_argument("--period", default="5000003", help="the counter's period, in accesses")
     ap.add_argument("--crafts", default=",".join(CRAFTS))
     a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)

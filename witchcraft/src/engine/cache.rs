@@ -28,7 +28,7 @@ use crate::sys::mem;
 use crate::x86::translate::{self, Block, Counted, Env, Exit, Host, Point, Request, Slots, Translator, Variant, EXIT_STUB_LEN};
 
 /// Entries of the dispatch table (16 bytes each).
-const DISPATCH_ENTRIES: u32 = 2048;
+const DISPATCH_ENTRIES: u32 = 8192;
 /// Entries of the index (24 bytes each): at most half are used.
 const INDEX_ENTRIES: usize = 8192;
 /// Copies the records can hold (24 bytes each).
