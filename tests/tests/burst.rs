@@ -123,7 +123,7 @@ fn a_short_run_gets_samples() {
             continue;
         }
         let rep = report(&out);
-        let err = run.stderr_str();
+        let err = run.stderr_str().split_whitespace().collect::<Vec<_>>().join(" ");
         let traps = rep.json["traps"].as_f64().unwrap_or(-1.0);
         let c = &p["counters"];
         let engine_ms = c["engine_ns"].as_f64().unwrap_or(0.0) / 1e6;

@@ -17,8 +17,13 @@ const PERIOD: &str = "100000";
 fn build(dir: &Scratch) -> Program {
     Program::build_with("nolines_lib", dir.path(), "libnolines.so", &["-shared", "-fPIC", "-g0"]).unwrap_or_else(|e| panic!("{e}"));
     let lib_dir = format!("-L{}", dir.path().display());
-    Program::build_with("nolines_host", dir.path(), "nolines_host", &["-g0", &lib_dir, "-lnolines", "-Wl,--enable-new-dtags,-rpath,$ORIGIN"])
-        .unwrap_or_else(|e| panic!("{e}"))
+    Program::build_with(
+        "nolines_host",
+        dir.path(),
+        "nolines_host",
+        &["-g0", &lib_dir, "-lnolines", "-Wl,--enable-new-dtags,-rpath,$ORIGIN"],
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]

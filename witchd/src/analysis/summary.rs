@@ -248,7 +248,8 @@ mod tests {
         ] {
             assert!(is_runtime_module(m), "{m}");
         }
-        for m in ["/w/app", "/w/libmine.so", "/usr/lib/x86_64-linux-gnu/libsqlite3.so.0", "/usr/bin/python3.11", "/usr/lib/libcrypto.so.3"] {
+        for m in ["/w/app", "/w/libmine.so", "/usr/lib/x86_64-linux-gnu/libsqlite3.so.0", "/usr/bin/python3.11", "/usr/lib/libcrypto.so.3"]
+        {
             assert!(!is_runtime_module(m), "{m}");
         }
     }

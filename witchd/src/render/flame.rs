@@ -125,8 +125,13 @@ impl<'a> Recorder<'a> for FlameGraph {
         opt.title = format!("witch {}: {}", p.craft.name(), p.program);
         let frac = run.total().fraction().value * 100.0;
         let what = match self.view {
-            View::Waste => format!("the {} {}s by their calling context, innermost at the top; --view killers for what wastes them", w.waste, w.access),
-            View::Killers => format!("what wasted the {} {}s ({}), innermost at the top; --view waste for the wasted accesses", w.waste, w.access, w.trap),
+            View::Waste => {
+                format!("the {} {}s by their calling context, innermost at the top; --view killers for what wastes them", w.waste, w.access)
+            }
+            View::Killers => format!(
+                "what wasted the {} {}s ({}), innermost at the top; --view waste for the wasted accesses",
+                w.waste, w.access, w.trap
+            ),
             View::Pairs => format!("each stack: watched context, {}, trapping context", p.craft.relation()),
         };
         opt.subtitle = Some(format!("waste fraction {frac:.1}%; {what}"));
