@@ -222,6 +222,7 @@ mod tests {
         assert_eq!(site(&n, a), Some(Site { frame: exec1, via: None }));
         assert_eq!(site(&n, via), Some(Site { frame: exec1, via: Some(memcpy) }));
         assert_eq!(n.site_key(exec1), n.site_key(exec2));
+        assert_eq!(site(&n, b).map(|s| n.site_key(s.frame)), Some(n.site_key(exec1)));
         assert_ne!(n.frame_key(exec1), n.frame_key(exec2));
         // main itself, without a line, before the start-up code's line.
         assert_eq!(site(&n, c).map(|s| s.frame), Some(main));
