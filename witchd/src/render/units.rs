@@ -17,9 +17,7 @@ pub fn amount(v: f64, unit: witchcraft::profile::ValueUnit) -> String {
         x /= 1024.0;
         i += 1;
     }
-    let n = if i == 0 {
-        format!("{x:.0}")
-    } else if x.abs() >= 100.0 {
+    let n = if i == 0 || x.abs() >= 100.0 {
         format!("{x:.0}")
     } else if x.abs() >= 10.0 {
         format!("{x:.1}")
