@@ -34,7 +34,7 @@ fn without_line_info_the_summary_names_the_programs_functions() {
     // The premise: the C library's frames have lines here (its debug info
     // is installed, as .ci/run does) and the library's have none.
     let frames_of = |pred: &dyn Fn(&serde_json::Value) -> bool| {
-        rep.pairs().iter().flat_map(|p| frames(p, "watch").iter().chain(frames(p, "trap"))).any(|f| pred(f))
+        rep.pairs().iter().flat_map(|p| frames(p, "watch").iter().chain(frames(p, "trap"))).any(pred)
     };
     let module = |f: &serde_json::Value| f["module"].as_str().unwrap_or("").to_string();
     assert!(
