@@ -172,7 +172,7 @@ fn a_program_that_sandboxes_itself_is_left_before_its_filter_goes_in() {
     let out = dir.join("at-once.json");
     let run = WitchCmd::new("dead").args(&["-q"]).out(&out).run(&prog.exe, &["prctl", "kill", "1"]);
     assert_eq!(run.code(), Some(3), "{}", run.describe());
-    let text = witch_raw(&["report", out.to_str().unwrap()]).stdout_str();
+    let text = witch_raw(&["report", out.to_str().unwrap()]).stdout_str().split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(text.contains("seccomp sandbox") && !text.contains("smaller -p"), "{text}");
 }
 

@@ -242,7 +242,7 @@ fn store_free_time_is_explained() {
         rep.note("not the software sampler: nothing to check");
         return;
     }
-    let err = run.stderr_str();
+    let err = run.stderr_str().split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(rep.samples() <= 5.0, "a store-free loop should give (almost) no store samples\n{}", rep.dump());
     assert!(
         err.contains("timer interrupts") && !err.contains("shorter than the period"),
@@ -280,7 +280,7 @@ fn many_short_threads_without_samples_are_explained() {
         rep.note("not the software sampler, or a sample after all: nothing to check");
         return;
     }
-    let err = run.stderr_str();
+    let err = run.stderr_str().split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
         err.contains("short threads") && !err.contains("shorter than the period") && !err.contains("went to other code"),
         "the report should say that few periods ran, in short threads:\n{err}"
@@ -300,7 +300,7 @@ fn unknown_and_few_sample_fractions_say_so() {
         let out = dir.join(&format!("{name}.json"));
         let run = WitchCmd::new("dead").out(&out).run(&prog.exe, &args);
         let rep = report(&out);
-        let err = run.stderr_str();
+        let err = run.stderr_str().split_whitespace().collect::<Vec<_>>().join(" ");
         let traps = rep.json["traps"].as_f64().unwrap_or(-1.0);
         assert!((0.0..30.0).contains(&traps), "{name}: {traps} judged samples from a short run:\n{err}");
         if traps == 0.0 {

@@ -132,7 +132,9 @@ fn exact_figures_are_counts_without_intervals() {
     }
 
     let text = witch_raw(&[std::ffi::OsStr::new("report"), out.as_os_str()]);
-    let t = text.stdout_str() + &text.stderr_str();
+    let t = text.stdout_str().split_whitespace().collect::<Vec<_>>().join(" ")
+        + " "
+        + &text.stderr_str().split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(t.contains("(an exact count)"), "{t}");
     assert!(!t.contains("95% interval") && !t.contains("(few traps"), "an exact report shows no interval:\n{t}");
 

@@ -134,7 +134,7 @@ fn a_shell_with_three_children_gives_one_profile_with_each_process() {
         let (own, pair, _) = r.own_fraction(&prog.file, w, k);
         assert!(pair.waste > 0.0 && own >= 0.9, "pid {pid}: <{w},{k}> own fraction {own:.3}\n{}", r.dump());
     }
-    let err = run.stderr_str();
+    let err = run.stderr_str().split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(err.contains("Processes with findings") && err.contains("profile of "), "the text report lists the processes:\n{err}");
 }
 

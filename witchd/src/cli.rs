@@ -96,7 +96,12 @@ Examples:
 PROFILE may also be the directory of parts an interrupted run left (witch-parts-PID/);
 --save FILE writes it as one profile.
 
-pprof and flame-graph stacks are the synthetic context of each pair. With --pprof-leaf trap
+Flame graphs and folded stacks show the wasted accesses by their calling context (--view
+waste, the default; the SVG is drawn from them down to their callers, so the heaviest waste is
+on its first screen), what wasted them (--view killers), or both (--view pairs: watched
+context, KILLED_BY or SAME_VALUE_AS, trapping context, as in pprof).
+
+pprof stacks are the synthetic context of each pair. With --pprof-leaf trap
 (the default) a stack runs from the watched context through KILLED_BY or SAME_VALUE_AS (USED_BY
 for the bytes that were used) to the trapping context, so `go tool pprof -top` ranks the
 killers; with --pprof-leaf watch it runs from the trapping context through KILLS, SAME_VALUE_AS
@@ -280,13 +285,17 @@ pub struct ReportArgs {
     #[arg(long, value_enum, default_value_t = crate::render::pprof::Leaf::Trap, value_name = "SIDE")]
     pub pprof_leaf: crate::render::pprof::Leaf,
 
-    /// Print folded stacks (root first, value = waste bytes) instead of the report
+    /// Print folded stacks (root first, value = estimated waste bytes) instead of the report
     #[arg(long, conflicts_with = "json")]
     pub folded: bool,
 
     /// Also write a flame graph of waste as SVG
     #[arg(long, value_name = "OUT.svg")]
     pub flamegraph: Option<PathBuf>,
+
+    /// Which stacks --folded and --flamegraph show: the wasted accesses, their killers (or repeaters), or both as pairs
+    #[arg(long, value_enum, default_value_t = crate::render::flame::View::Waste, value_name = "VIEW")]
+    pub view: crate::render::flame::View,
 
     /// Lines in the summary (0 = all) [default: 10 in text; JSON keeps all]
     #[arg(long, value_name = "N")]

@@ -223,3 +223,54 @@ fn waste_that_sums_to_infinity_is_refused_never_passed() {
         }
     }
 }
+
+/// A change of all the waste to none of it, each side from a few traps:
+/// the interval of the change (diff, gate, JUnit) stays within ±100
+/// points, as a difference of two fractions does.
+#[test]
+fn the_interval_of_a_change_stays_within_100_points() {
+    let fx = fixture();
+    let all = save(&few_traps(profile(fx, 0, Bytes { fill_sum_use: 0.0, ..BASE }), 1), "bounds-all.witch");
+    let none = Bytes { init_fill: (0.0, 0.0), fill_fill: 0.0, ..BASE };
+    let none = save(&few_traps(profile(fx, 0, none), 1), "bounds-none.witch");
+    let pp = |s: &str| -> Vec<f64> {
+        // Every "+12.3pp" or "-12.3pp" figure of a line.
+        s.split(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '+' | '-' | 'p')))
+            .filter_map(|w| w.strip_suffix("pp"))
+            .filter_map(|w| w.parse::<f64>().ok())
+            .collect()
+    };
+    for (base, new, sign) in [(&all, &none, -1.0), (&none, &all, 1.0)] {
+        let o = witch(["diff".as_ref(), "--json".as_ref(), base.as_os_str(), new.as_os_str()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert_eq!(v["waste_fraction_change"], sign);
+        let ci: Vec<f64> = v["waste_fraction_change_ci"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        assert!(ci[0] >= -1.0 && ci[1] <= 1.0 && ci[0] <= sign && sign <= ci[1], "{ci:?}");
+        for p in v["pairs"].as_array().unwrap() {
+            let c: Vec<f64> = p["share_change_ci"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+            assert!(c[0] >= -1.0 && c[1] <= 1.0, "{p}");
+        }
+        let o = witch(["diff".as_ref(), base.as_os_str(), new.as_os_str()]);
+        let text = stdout(&o);
+        let line = text.lines().find(|l| l.starts_with("Waste fraction:")).unwrap();
+        let figures = pp(line);
+        assert!(figures.len() >= 3 && figures.iter().all(|x| x.abs() <= 100.0), "{line}: {figures:?}");
+    }
+    let junit = fx.dir.join("bounds.xml");
+    let o = witch([
+        "gate".as_ref(),
+        "--baseline".as_ref(),
+        none.as_os_str(),
+        "--max-increase".as_ref(),
+        "2pp".as_ref(),
+        "--junit".as_ref(),
+        junit.as_os_str(),
+        all.as_os_str(),
+    ]);
+    let out = stdout(&o);
+    let figures = pp(&out);
+    assert!(figures.len() >= 3 && figures.iter().all(|x| x.abs() <= 100.0), "{out}: {figures:?}");
+    let x = std::fs::read_to_string(&junit).unwrap();
+    assert!(pp(&x.replace("&gt;", ">")).iter().all(|x| x.abs() <= 100.0), "{x}");
+}

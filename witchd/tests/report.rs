@@ -76,6 +76,20 @@ fn json_report_fields_values_and_lines() {
     assert_eq!(v["waste"], 900.0);
 }
 
+/// Text with every run of white space (a wrapped line's break and indent
+/// included) as one space.
+fn words(t: &str) -> String {
+    t.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// No line of a report is wider than 80 columns (when it goes to no
+/// terminal), except a single word that cannot be broken.
+fn fits_80(t: &str) {
+    for l in t.lines() {
+        assert!(l.chars().count() <= 80 || !l.trim().contains(' '), "wider than 80 columns: {l:?}\n{t}");
+    }
+}
+
 #[test]
 fn text_report_reads_top_down() {
     let fx = fixture();
@@ -98,15 +112,25 @@ fn text_report_reads_top_down() {
         format!("fill (app.c:{})", l["FILL_CALLS_POKE"]),
         format!("main (app.c:{})", l["MAIN_CALLS_FILL"]),
     ] {
-        // Paths are shown relative to the current directory when under it.
-        let t2 = t.replace(&format!("{}/", fx.dir.display()), "");
-        assert!(t2.contains(&want), "missing {want:?} in\n{t}");
+        // Paths are shown relative to the current directory when under it;
+        // the text is fitted to 80 columns, so lines may wrap anywhere.
+        let t2 = words(&t.replace(&format!("{}/", fx.dir.display()), ""));
+        assert!(t2.contains(&words(&want)), "missing {want:?} in\n{t}");
     }
     // Top-down: the biggest pair comes first; the use-only pair is not listed as waste.
     let i = t.find("88.9% of all waste").unwrap();
     let j = t.find("11.1% of all waste").unwrap();
     assert!(i < j);
     assert!(t.contains("Top 2 of 2 pairs"));
+    // Findings first: the waste fraction and the summary on the first
+    // screen (24 lines), the engine's details after them.
+    fits_80(&t);
+    let lines: Vec<&str> = t.lines().collect();
+    let at = |s: &str| lines.iter().position(|l| l.contains(s)).unwrap_or_else(|| panic!("no {s:?} in\n{t}"));
+    assert!(at("Waste fraction:") < 3 && at("Lines with dead stores") < 8 && at("app.c:13 init") < 12, "{t}");
+    assert!(at("How it was observed:") > at("Top 2 of 2 pairs") && at("  sampler") > at("How it was observed:"), "{t}");
+    // Amounts: estimated, with binary prefixes said once.
+    assert!(words(&t).contains("waste 900 byte·ns, use 300 byte·ns (estimated byte·ns, 1 KiB = 1024 B)"), "{t}");
 }
 
 #[test]
@@ -250,22 +274,91 @@ fn pprof_decodes_to_the_same_totals_and_synthetic_stacks() {
 fn folded_and_flamegraph() {
     let fx = fixture();
     let path = save(&profile(fx, 0, BASE), "flame.witch");
-    let o = witch(["report".as_ref(), path.as_os_str(), "--folded".as_ref()]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let lines: Vec<String> = stdout(&o).lines().map(str::to_string).collect();
+    let folded = |view: &[&str]| -> Vec<String> {
+        let mut args = vec!["report".as_ref(), path.as_os_str(), "--folded".as_ref()];
+        args.extend(view.iter().map(|v| std::ffi::OsStr::new(*v)));
+        let o = witch(args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o).lines().map(str::to_string).collect()
+    };
+    // By default one side: the dead stores by their context, root first.
+    let lines = folded(&[]);
+    assert_eq!(lines, ["main;fill;poke 100", "main;init 800"], "use-only pairs have no waste to draw");
+    assert_eq!(folded(&["--view", "waste"]), lines);
+    // The other side: what killed them, weighted by the waste it killed.
+    assert_eq!(folded(&["--view", "killers"]), ["main;fill;poke 900"]);
+    // Both, as pairs.
+    let lines = folded(&["--view", "pairs"]);
     assert!(lines.contains(&"main;init;KILLED_BY;main;fill;poke 800".to_string()), "{lines:?}");
     assert!(lines.contains(&"main;fill;poke;KILLED_BY;main;fill;poke 100".to_string()), "{lines:?}");
     assert_eq!(lines.len(), 2, "use-only pairs have no waste to draw");
 
     let svg = fx.dir.join("out.svg");
-    let _ = std::fs::remove_file(&svg);
+    for (view, has_relation) in [(None, false), (Some("killers"), false), (Some("pairs"), true)] {
+        let _ = std::fs::remove_file(&svg);
+        let mut args = vec!["report".as_ref(), path.as_os_str(), "--flamegraph".as_ref(), svg.as_os_str()];
+        if let Some(v) = view {
+            args.extend(["--view".as_ref(), std::ffi::OsStr::new(v)]);
+        }
+        let o = witch(args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let s = std::fs::read_to_string(&svg).unwrap();
+        assert!(s.starts_with("<?xml") && s.contains("<svg"));
+        assert!(s.contains("poke") && s.contains("waste fraction 75.0%"), "{view:?}");
+        assert_eq!(s.contains("KILLED_BY"), has_relation, "{view:?}");
+        assert_eq!(s.contains(">init<") || s.contains("init ("), view != Some("killers"), "{view:?}");
+        // The report is still printed.
+        assert!(stdout(&o).contains("Waste fraction"));
+    }
+}
+
+/// A profile whose contexts are 400 frames deep (an interpreter's): the
+/// built-in flame graph's first screen (the top 700 pixels, a laptop's
+/// browser window) holds the wasted accesses, the widest the heaviest.
+#[test]
+fn a_deep_flame_graph_shows_the_waste_on_its_first_screen() {
+    let fx = fixture();
+    let mut p = profile(fx, 0, BASE);
+    // Put 400 frames (main's call of init, over and over) under every context.
+    for t in &mut p.threads {
+        let base = t.nodes.len() as u32;
+        let mut chain: Vec<Node> =
+            (0..400).map(|i| Node { parent: if i == 0 { 0 } else { base + i - 1 }, pc: fx.main_init, samples: 0 }).collect();
+        let deepest = base + 399;
+        for n in t.nodes.iter_mut().skip(1) {
+            if n.parent == 0 {
+                n.parent = deepest;
+            }
+        }
+        t.nodes.append(&mut chain);
+    }
+    let path = save(&p, "deep.witch");
+    let svg = fx.dir.join("deep.svg");
     let o = witch(["report".as_ref(), path.as_os_str(), "--flamegraph".as_ref(), svg.as_os_str()]);
     assert!(o.status.success(), "{}", stderr(&o));
     let s = std::fs::read_to_string(&svg).unwrap();
-    assert!(s.starts_with("<?xml") && s.contains("<svg"));
-    assert!(s.contains("init") && s.contains("KILLED_BY"));
-    // The report is still printed.
-    assert!(stdout(&o).contains("Waste fraction"));
+    // Every frame is a <g> with a <title>name (value ...)</title> and a <rect ... y="..." width="...">.
+    let mut first_screen: Vec<(String, f64, f64)> = Vec::new();
+    for g in s.split("<g>").skip(1) {
+        let title = g.split("<title>").nth(1).and_then(|t| t.split(" (").next()).unwrap_or("").to_string();
+        let attr = |name: &str| -> Option<f64> {
+            let rest = g.split(&format!(" {name}=\"")).nth(1)?;
+            rest.split('"').next()?.trim_end_matches('%').parse().ok()
+        };
+        if let (Some(y), Some(w)) = (attr("y"), attr("width")) {
+            if y < 700.0 && title != "all" {
+                first_screen.push((title, y, w));
+            }
+        }
+    }
+    // The row under "all": the dead stores' functions, the heaviest widest.
+    let top = first_screen.iter().map(|f| f.1).fold(f64::INFINITY, f64::min);
+    let mut row: Vec<&(String, f64, f64)> = first_screen.iter().filter(|f| f.1 == top).collect();
+    row.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let names: Vec<&str> = row.iter().map(|f| f.0.as_str()).collect();
+    assert_eq!(names, ["init", "poke"], "the first screen's top row: {first_screen:?}");
+    let first_screen: Vec<(String, f64)> = first_screen.into_iter().map(|f| (f.0, f.2)).collect();
+    assert!(first_screen.iter().any(|(t, _)| t == "poke"), "{first_screen:?}");
 }
 
 /// Module paths are the profile writer's choice: a FIFO there must not hang
@@ -364,7 +457,8 @@ fn pairs_resting_on_few_traps_are_marked() {
     let fx = fixture();
     let path = save(&few_traps(profile(fx, 0, BASE), 3), "few.witch");
     let t = stdout(&witch(["report".as_ref(), path.as_os_str()]));
-    assert!(t.contains("few traps: uncertain") && t.contains("~ fewer than 10 traps"), "{t}");
+    let w = words(&t);
+    assert!(w.contains("few traps: uncertain") && w.contains("~ fewer than 10 traps"), "{t}");
     let v: Value = serde_json::from_str(&stdout(&witch(["report".as_ref(), path.as_os_str(), "--json".as_ref()]))).unwrap();
     assert_eq!(v["pairs"][0]["few_traps"], true);
     let path = save(&profile(fx, 0, BASE), "many.witch");
@@ -522,4 +616,83 @@ fn report_gate_diff_on_a_fifo_without_a_writer_end() {
     writer.join().unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stdout(&o).starts_with("witch dead: "), "{}", stdout(&o));
+}
+
+/// A program started through a wrapper (`env`, a version manager's shim):
+/// the run's profile holds the wrapper first, without samples, then the
+/// program. Every output tells the program's story: the text's header,
+/// pprof's file (its first mapping) and duration, the flame graph's waste
+/// fraction; the processes without findings are listed once by name.
+#[test]
+fn a_wrapper_started_program_is_one_story() {
+    let fx = fixture();
+    let program = profile(fx, 0, BASE);
+    let mut wrapper = skeleton(
+        Craft::Dead,
+        "/usr/bin/env",
+        vec![Module { path: "/usr/bin/env".into(), build_id: None, start: 0x1000, end: 0x2000, bias: 0 }],
+        vec![],
+    );
+    wrapper.pid = 10;
+    wrapper.duration_ns = 2_230_000;
+    let mut shells = Vec::new();
+    for i in 0..3 {
+        let mut s = skeleton(Craft::Dead, "/bin/sh", vec![], vec![]);
+        s.pid = 20 + i;
+        shells.push(s);
+    }
+    let mut run = wrapper;
+    run.processes.push(program);
+    run.processes.extend(shells);
+    let path = save(&run, "wrapper.witch");
+    let pb = fx.dir.join("wrapper.pb.gz");
+    let svg = fx.dir.join("wrapper.svg");
+    let o = witch(["report".as_ref(), path.as_os_str(), "--pprof".as_ref(), pb.as_os_str(), "--flamegraph".as_ref(), svg.as_os_str()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    let all = words(&text);
+    let head = all.split("Waste fraction").next().unwrap();
+    assert!(head.starts_with(&format!("witch dead: {} (pid 4242", fx.bin.display())), "{text}");
+    assert!(head.contains("1.50 s") && head.contains("5 processes, 1 with findings"), "{head}");
+    assert!(text.contains("Waste fraction: 75.0%"), "{text}");
+    assert!(all.contains("4 without findings: env 10, sh ×3"), "{text}");
+    assert!(!text.contains("no samples were taken"), "the program took samples:\n{text}");
+    let s = std::fs::read_to_string(&svg).unwrap();
+    assert!(s.contains("waste fraction 75.0%") && s.contains(&fx.bin.display().to_string()), "the SVG's title and fraction");
+    // pprof: the program's mapping first (viewers name the profile after
+    // it), its duration, and the waste it shows is the report's.
+    use flate2::read::GzDecoder;
+    use prost::Message;
+    use std::io::Read;
+    let mut raw = Vec::new();
+    GzDecoder::new(std::fs::File::open(&pb).unwrap()).read_to_end(&mut raw).unwrap();
+    let p = witchd::render::pprof::Profile::decode(raw.as_slice()).unwrap();
+    let first = &p.string_table[p.mapping[0].filename as usize];
+    assert_eq!(first, &fx.bin.display().to_string());
+    assert_eq!(p.duration_nanos, 1_500_000_000);
+    let waste: i64 = p.sample.iter().map(|s| s.value[0]).sum();
+    assert_eq!(waste, 900);
+}
+
+/// pprof's values are integers: a profile of many small estimates (each
+/// under a byte) totals what the report says, not each one rounded up.
+#[test]
+fn pprof_totals_agree_with_the_report() {
+    let fx = fixture();
+    let small = Bytes { init_fill: (0.6, 0.6), fill_fill: 0.6, fill_sum_use: 0.6, sum_init: 0.6 };
+    let path = save(&profile(fx, 0, small), "small.witch");
+    let pb = fx.dir.join("small.pb.gz");
+    let o = witch(["report".as_ref(), path.as_os_str(), "--pprof".as_ref(), pb.as_os_str(), "--json".as_ref()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let want = v["waste"].as_f64().unwrap();
+    use flate2::read::GzDecoder;
+    use prost::Message;
+    use std::io::Read;
+    let mut raw = Vec::new();
+    GzDecoder::new(std::fs::File::open(&pb).unwrap()).read_to_end(&mut raw).unwrap();
+    let p = witchd::render::pprof::Profile::decode(raw.as_slice()).unwrap();
+    let waste: i64 = p.sample.iter().map(|s| s.value[0]).sum();
+    assert_eq!(waste, want.round() as i64, "pprof's total waste vs the report's {want}");
+    assert_eq!(p.string_table[p.sample_type[0].unit as usize], "byte·ns");
 }

@@ -228,7 +228,7 @@ fn silent_crafts_word_pairs_and_split_approximate_waste() {
         assert_eq!(v["waste"], 900.0);
         assert_eq!(v["approx_waste"], 100.0);
         assert_eq!(v["pairs"][0]["approx_waste"], 100.0);
-        let o = witch(["report".as_ref(), path.as_os_str(), "--folded".as_ref()]);
+        let o = witch(["report".as_ref(), path.as_os_str(), "--folded".as_ref(), "--view".as_ref(), "pairs".as_ref()]);
         assert!(stdout(&o).contains(&format!("main;init;{rel};main;fill;poke 800")), "{}", stdout(&o));
     }
 }

@@ -50,6 +50,9 @@ pub struct Interner {
     frame_ids: HashMap<Frame, FrameId>,
     /// Each frame's key, as an id.
     frame_key: Vec<u32>,
+    /// Each frame's identity as a site of the summary, as an id: its key
+    /// where it has a source line, else its function and module.
+    site_key: Vec<u32>,
     key_ids: HashMap<String, u32>,
     ctx: Trie,
     key_ctx: Trie,
@@ -69,6 +72,7 @@ impl Interner {
             frames: Vec::new(),
             frame_ids: HashMap::new(),
             frame_key: Vec::new(),
+            site_key: Vec::new(),
             key_ids: HashMap::new(),
             ctx: Trie::new(),
             key_ctx: Trie::new(),
@@ -82,10 +86,18 @@ impl Interner {
         }
         let n = self.key_ids.len() as u32;
         let key = *self.key_ids.entry(f.key()).or_insert(n);
+        let site = match f.line {
+            Some(_) => key,
+            None => {
+                let n = self.key_ids.len() as u32;
+                *self.key_ids.entry(format!("{}\0{}", f.function, crate::symbolize::module_name(&f.module))).or_insert(n)
+            }
+        };
         let id = self.frames.len() as FrameId;
         self.frames.push(f.clone());
         self.frame_ids.insert(f, id);
         self.frame_key.push(key);
+        self.site_key.push(site);
         id
     }
 
@@ -96,6 +108,13 @@ impl Interner {
     /// A frame's identity across builds ([`Frame::key`]), as an id.
     pub fn frame_key(&self, id: FrameId) -> u32 {
         self.frame_key[id as usize]
+    }
+
+    /// A frame's identity as a site of the summary: its source line where
+    /// it has one, else its function in its module (every instruction of a
+    /// function without line info is one site).
+    pub fn site_key(&self, id: FrameId) -> u32 {
+        self.site_key[id as usize]
     }
 
     /// The context with `frame` innermost, called from `outer`.

@@ -356,12 +356,33 @@ fn wilson(p: f64, n: f64) -> (f64, f64) {
     ((centre - half).max(0.0), (centre + half).min(1.0))
 }
 
-/// The difference new − base of two independent estimates, with its 95%
-/// interval; exact when both are.
+/// The difference new − base of two independent estimates of fractions,
+/// with its 95% interval; exact when both are.
+///
+/// A difference of two fractions lies within ±1, and its interval must
+/// too: the symmetric d ± 1.96·√(se_b² + se_n²) went past it (a change of
+/// −84.6 points read −166.6 to −2.5 where one side rested on a few
+/// clusters). Clamping that interval to ±1 would keep a bound that means
+/// nothing and still ignore that each side's own interval is lopsided near
+/// 0 and 1. So the interval is Newcombe's hybrid ("square-and-add", the
+/// MOVER method): it recovers the variance at each bound from the two
+/// estimates' own intervals,
+///
+///   lo = d − √((n − l_n)² + (u_b − b)²),   hi = d + √((u_n − n)² + (b − l_b)²)
+///
+/// ("Interval estimation for the difference between independent
+/// proportions: comparison of eleven methods", Newcombe, Statistics in
+/// Medicine 1998). Since √(x² + y²) ≤ x + y, lo ≥ l_n − u_b ≥ −1 and
+/// hi ≤ u_n − l_b ≤ 1: within the bounds by construction, as each side's
+/// interval is within [0, 1]. Where both intervals are symmetric (far from
+/// 0 and 1) it is the usual d ± 1.96·√(se_b² + se_n²).
 pub fn difference(base: &Estimate, new: &Estimate) -> Estimate {
     let d = new.value - base.value;
     let se = (base.se.powi(2) + new.se.powi(2)).sqrt();
-    Estimate { value: d, se, lo: d - Z95 * se, hi: d + Z95 * se, exact: base.exact && new.exact }
+    let lo = d - ((new.value - new.lo).powi(2) + (base.hi - base.value).powi(2)).sqrt();
+    let hi = d + ((new.hi - new.value).powi(2) + (base.value - base.lo).powi(2)).sqrt();
+    // Rounding only: the bounds are within ±1 by construction.
+    Estimate { value: d, se, lo: lo.max(-1.0).min(d), hi: hi.min(1.0).max(d), exact: base.exact && new.exact }
 }
 
 #[cfg(test)]
@@ -596,6 +617,35 @@ mod tests {
         let mid = sums(&[1.0, 3.0].repeat(40), &[2.0; 30]);
         let raw = ratio(mid.waste, mid.waste_sq, mid.r#use, mid.use_sq);
         assert_eq!(mid.fraction(), raw);
+    }
+
+    /// A large change resting on few clusters: the interval of the
+    /// difference stays within ±100 points, as each side's does within
+    /// [0, 1]; far from the bounds it is the usual normal one.
+    #[test]
+    fn a_difference_of_fractions_stays_within_its_bounds() {
+        // 95% → 10%, each side from three clusters (t at 2 degrees of freedom).
+        let side = |w: f64, u: f64| {
+            let c: Vec<(f64, f64)> = vec![(w, u), (w * 1.3, u * 0.5), (w * 0.6, u * 1.6)];
+            let cs: Vec<&[(f64, f64)]> = c.iter().map(std::slice::from_ref).collect();
+            clustered(&cs).fraction()
+        };
+        let (base, new) = (side(19.0, 1.0), side(1.0, 9.0));
+        assert!(base.lo >= 0.0 && base.hi <= 1.0 && new.lo >= 0.0 && new.hi <= 1.0);
+        let wald = Z95 * (base.se().powi(2) + new.se().powi(2)).sqrt();
+        let d = difference(&base, &new);
+        assert!(d.value - wald < -1.0, "the normal interval would pass −100 points: {d:?}");
+        assert!(d.lo >= -1.0 && d.hi <= 1.0 && d.lo <= d.value && d.value <= d.hi, "{d:?}");
+        assert!(d.lo >= new.lo - base.hi - 1e-12 && d.hi <= new.hi - base.lo + 1e-12, "{d:?}");
+        // Symmetric intervals far from 0 and 1: the normal interval.
+        let (a, b) = (sums(&[1.0; 300], &[1.0; 300]).fraction(), sums(&[1.0; 200], &[1.0; 400]).fraction());
+        let d = difference(&a, &b);
+        let h = Z95 * (a.se().powi(2) + b.se().powi(2)).sqrt();
+        assert!((d.lo - (d.value - h)).abs() < 1e-9 && (d.hi - (d.value + h)).abs() < 1e-9, "{d:?}");
+        // All of it to none of it: −100 points at most.
+        let (all, none) = (sums(&[1.0; 3], &[]).fraction(), sums(&[], &[1.0; 3]).fraction());
+        let d = difference(&all, &none);
+        assert!(d.value == -1.0 && d.lo == -1.0 && d.hi > -1.0 && d.hi < 0.0, "{d:?}");
     }
 
     #[test]

@@ -142,9 +142,23 @@ impl<'p> Analysis<'p> {
         self.sym.borrow_mut().file_offset(m)
     }
 
-    /// The first process: the one a single-process profile describes.
+    /// The process a run is named after: the one with the most samples
+    /// (the first of equals; the only one of a single-process profile). A
+    /// program started through a wrapper (`env`, a version manager's shim,
+    /// a shell script) is the program, not the wrapper, in every output.
     pub fn main(&self) -> &Process<'p> {
-        &self.procs[0]
+        &self.procs[self.main_index()]
+    }
+
+    /// The index of [`Analysis::main`] in `procs`.
+    pub fn main_index(&self) -> usize {
+        let mut best = 0;
+        for (i, p) in self.procs.iter().enumerate() {
+            if p.counters.samples > self.procs[best].counters.samples {
+                best = i;
+            }
+        }
+        best
     }
 
     /// Sums over every process.

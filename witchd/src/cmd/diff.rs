@@ -258,7 +258,10 @@ fn text(d: &DiffJson, new: &Profile, top: usize) -> String {
             _ => "",
         };
         let noise = if c.beyond_noise { " " } else { "~" };
-        let first = |f: &JsonContext| f.names.frames(f.ctx).next().map_or("(no context)".to_string(), |f| f.display());
+        // Each side by its site, as the report's summary names it.
+        let first = |f: &JsonContext| {
+            crate::analysis::summary::site(f.names, f.ctx).map_or("(no context)".to_string(), |s| crate::render::text::site_of(f.names, &s))
+        };
         o += &format!(
             "  {:>6}  {:>6}  {:>8}{noise} {}{tag}\n                            {} {}\n",
             pct(c.base_share),

@@ -59,13 +59,13 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<i32> {
         crate::say!("witch: wrote pprof profile {}", out.display());
     }
     if let Some(out) = &a.flamegraph {
-        let mut r = flame::FlameGraph::default();
+        let mut r = flame::FlameGraph::new(a.view);
         r.record(&run)?;
         render::write_file(&mut r, out)?;
         crate::say!("witch: wrote flame graph {}", out.display());
     }
     let mut main: Box<dyn Recorder> = if a.folded {
-        Box::new(flame::Folded::default())
+        Box::new(flame::Folded::new(a.view))
     } else {
         recorder(if a.json { Format::Json } else { Format::Text }, a.top, a.pairs)
     };

@@ -154,9 +154,25 @@ struct Builder {
     /// By process (index in the analysis) and runtime address.
     locations: HashMap<(usize, u64), u64>,
     relations: HashMap<&'static str, u64>,
+    /// Per sample type (waste, use): the exact sum so far, and the integers
+    /// given out for it (see [`Builder::rounded`]).
+    sums: [f64; 2],
+    given: [i64; 2],
 }
 
 impl Builder {
+    /// A sample's value as an integer, pprof's only kind: the running sum
+    /// rounded, less what was given out before. Every total (and every
+    /// prefix of the samples) is then the exact total rounded, as the
+    /// report shows it: rounding each sample alone read 557 bytes for a
+    /// profile of 4.87, its many small figures each rounded up.
+    fn rounded(&mut self, kind: usize, v: f64) -> i64 {
+        self.sums[kind] += v;
+        let r = self.sums[kind].round() as i64 - self.given[kind];
+        self.given[kind] += r;
+        r
+    }
+
     fn s(&mut self, s: &str) -> i64 {
         if let Some(&i) = self.strings.get(s) {
             return i;
@@ -252,6 +268,8 @@ pub fn build(run: &Analysis, leaf: Leaf) -> Profile {
         functions: HashMap::new(),
         locations: HashMap::new(),
         relations: HashMap::new(),
+        sums: [0.0; 2],
+        given: [0; 2],
     };
     let p = run.main().profile;
     let unit = b.s(p.value_unit().label());
@@ -266,8 +284,11 @@ pub fn build(run: &Analysis, leaf: Leaf) -> Profile {
     let comment = format!("witch {} {} (pid {})", p.craft.name(), p.program, p.pid);
     let c = b.s(&comment);
     b.out.comment.push(c);
-    for (i, proc) in run.procs.iter().enumerate() {
-        process(&mut b, run, i, proc, leaf);
+    // The main process first: viewers name a profile after its first mapping.
+    let first = run.main_index();
+    let order = std::iter::once(first).chain((0..run.procs.len()).filter(|&i| i != first));
+    for i in order {
+        process(&mut b, run, i, &run.procs[i], leaf);
     }
     b.out
 }
@@ -304,8 +325,8 @@ fn process(b: &mut Builder, run: &Analysis, pi: usize, proc: &Process, leaf: Lea
             };
             let watch = locs(b, pair.watch);
             let trap = locs(b, pair.trap);
-            let w = (pair.waste + pair.approx_waste).round() as i64;
-            let u = pair.r#use.round() as i64;
+            let w = b.rounded(0, pair.waste + pair.approx_waste);
+            let u = b.rounded(1, pair.r#use);
             for (used, value) in [(false, [w, 0]), (true, [0, u])] {
                 if value == [0, 0] {
                     continue;

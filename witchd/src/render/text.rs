@@ -4,7 +4,7 @@
 //! For a run of several processes, the processes with findings come next,
 //! heaviest first. Every figure that is an estimate carries its 95% interval.
 
-use super::units::{duration, human, interval, pct, printable, uncertainty};
+use super::units::{amount, duration, interval, pct, printable, uncertainty};
 use super::Recorder;
 use crate::analysis::interval::{Sums, FEW_JUDGED};
 use crate::analysis::summary::{self, Site};
@@ -17,25 +17,14 @@ const TEXT_DEPTH: usize = 12;
 /// Pairs shown in full.
 pub const PAIRS_SHOWN: usize = 3;
 
-/// Outermost frames every context of a thread shares, left out of the text.
-const START_UP: [&str; 10] = [
-    "_start",
-    "__libc_start_main",
-    "__libc_start_main_impl",
-    "__libc_start_call_main",
-    "__libc_start_main_alias_2",
-    "start_thread",
-    "clone",
-    "clone3",
-    "__clone",
-    "__clone3",
-];
+// Outermost frames every context of a thread shares, left out of the text.
+use crate::analysis::summary::START_UP;
 
 pub struct Text<'a> {
     /// Summary lines shown (0 = all).
     top: usize,
     pairs: usize,
-    width: Option<usize>,
+    width: usize,
     run: Option<&'a Analysis<'a>>,
 }
 
@@ -65,61 +54,98 @@ impl<'a> Recorder<'a> for Text<'a> {
     }
 }
 
-/// The terminal's width; None (no truncation) unless both stdout and stderr are
-/// terminals, since the caller may print the report on either and a file must stay whole.
-fn terminal_width() -> Option<usize> {
+/// Columns the report is fitted to when it goes to no terminal (a file, a
+/// pipe, a CI log), and the least a terminal is taken to have.
+pub const COLUMNS: usize = 80;
+
+/// The width of the terminal the report is shown on (stderr's, else
+/// stdout's, else `COLUMNS` of the environment), or [`COLUMNS`] when
+/// neither is a terminal.
+fn terminal_width() -> usize {
     use std::io::IsTerminal;
-    if !std::io::stdout().is_terminal() || !std::io::stderr().is_terminal() {
-        return None;
+    for (fd, term) in [(2, std::io::stderr().is_terminal()), (1, std::io::stdout().is_terminal())] {
+        if !term {
+            continue;
+        }
+        // SAFETY: TIOCGWINSZ only fills the winsize we pass.
+        let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+        // SAFETY: as above, on one of our standard descriptors.
+        if unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) } == 0 && ws.ws_col >= 40 {
+            return ws.ws_col as usize;
+        }
+        return std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok()).filter(|&c| c >= 40).unwrap_or(COLUMNS);
     }
-    // SAFETY: TIOCGWINSZ only fills the winsize we pass.
-    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
-    let ok = unsafe { libc::ioctl(2, libc::TIOCGWINSZ, &mut ws) } == 0;
-    if ok && ws.ws_col >= 40 {
-        return Some(ws.ws_col as usize);
-    }
-    std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok()).filter(|&c| c >= 40).or(Some(80))
+    COLUMNS
 }
 
-fn clip(s: &str, width: Option<usize>) -> String {
-    match width {
-        Some(w) if s.chars().count() > w => {
-            let mut t: String = s.chars().take(w.saturating_sub(1)).collect();
-            t.push('…');
-            t
-        }
-        _ => s.to_string(),
+/// A line fitted to `width` columns: broken at spaces, each continuation
+/// indented four columns past the line's own indent. Nothing is cut: a
+/// word longer than the width (a C++ name) keeps a line of its own.
+fn fit(s: &str, width: usize) -> Vec<String> {
+    if s.chars().count() <= width {
+        return vec![s.to_string()];
     }
+    let indent = s.chars().take_while(|&c| c == ' ').count();
+    let cont = " ".repeat((indent + 4).min(width / 2));
+    let mut out: Vec<String> = Vec::new();
+    let mut cur = " ".repeat(indent);
+    let mut cur_len = indent;
+    let mut fresh = true;
+    for word in s[indent..].split(' ') {
+        let n = word.chars().count();
+        if !fresh && cur_len + 1 + n > width {
+            out.push(std::mem::replace(&mut cur, cont.clone()));
+            cur_len = cont.len();
+            fresh = true;
+        }
+        if !fresh {
+            cur.push(' ');
+            cur_len += 1;
+        }
+        cur.push_str(word);
+        cur_len += n;
+        fresh = false;
+    }
+    out.push(cur);
+    out
 }
 
 struct Page<'w> {
-    width: Option<usize>,
+    width: usize,
     out: &'w mut dyn Write,
 }
 
 impl Page<'_> {
     /// One line; whatever came from the profile is shown with its control characters escaped.
     fn line(&mut self, s: String) -> std::io::Result<()> {
-        writeln!(self.out, "{}", clip(&printable(&s), self.width))
+        for l in fit(&printable(&s), self.width) {
+            writeln!(self.out, "{}", l.trim_end())?;
+        }
+        Ok(())
     }
 
     fn blank(&mut self) -> std::io::Result<()> {
         writeln!(self.out)
     }
 
+    /// Findings first (what ran, the waste fraction, the summary, the
+    /// processes, the heaviest pairs), then how they were observed: the
+    /// sampler, the burst engine, what it cost, and the notes.
     fn run(&mut self, run: &Analysis, top: usize, pairs: usize) -> anyhow::Result<()> {
-        let main = run.main();
-        let p = main.profile;
-        let w = analysis::words(p.craft);
-        let c = run.counters();
-        let total = run.total();
-        let unit = p.value_unit().label();
+        self.header(run)?;
+        self.findings(run, top, pairs)?;
+        self.blank()?;
+        self.engine(run)
+    }
+
+    /// One line: the program, how it ended, how long, how many threads and processes.
+    fn header(&mut self, run: &Analysis) -> anyhow::Result<()> {
+        let p = run.main().profile;
         let threads: usize = run.procs.iter().map(|x| analysis::threads(x.profile)).sum();
         let with = run.procs.iter().filter(|x| x.total.waste > 0.0).count();
-
         let procs = if run.procs.len() > 1 { format!(", {} processes, {with} with findings", run.procs.len()) } else { String::new() };
         self.line(format!(
-            "witch {}: {} (pid {}, ended by {}), run time {}, {threads} thread{}{procs}",
+            "witch {}: {} (pid {}, ended by {}), {}, {threads} thread{}{procs}",
             p.craft.name(),
             crate::symbolize::short_path(&p.program),
             p.pid,
@@ -127,6 +153,16 @@ impl Page<'_> {
             duration(p.duration_ns),
             if threads == 1 { "" } else { "s" }
         ))?;
+        Ok(())
+    }
+
+    /// How the run was observed: sampler, burst engine, cost, notes.
+    fn engine(&mut self, run: &Analysis) -> anyhow::Result<()> {
+        let main = run.main();
+        let p = main.profile;
+        let w = analysis::words(p.craft);
+        let c = run.counters();
+        self.line("How it was observed:".into())?;
         if p.sampler.kind.is_exhaustive() {
             self.line(format!(
                 "  sampler   none: exact, every instruction single-stepped and every {} judged (figures are counts)",
@@ -144,54 +180,18 @@ impl Page<'_> {
             ))?;
         }
         if p.sampler.burst_steps > 0 {
-            let budget = match p.sampler.overhead_percent {
-                Some(b) if b > 0.0 => format!(", {b}% overhead budget"),
-                Some(_) => ", no overhead budget".into(),
-                None => String::new(),
-            };
-            let mean = if c.bursts > 0 { format!(": {:.1} steps per burst", c.steps as f64 / c.bursts as f64) } else { String::new() };
-            let ticks = if c.ticks_skipped > 0 {
-                format!(", begun at {} of {} ticks (the budget's choice)", c.bursts, c.bursts + c.ticks_skipped)
-            } else {
-                String::new()
-            };
-            if p.sampler.window_instructions > 0 && c.windows > 0 {
-                // Windows run from the code cache: how long they were, and
-                // how many picks each stepped.
-                let mean_len = c.window_instructions as f64 / c.windows as f64;
-                let stepped = c.bursts.saturating_sub(c.windows);
-                let fallback =
-                    if stepped > 0 { format!("; {stepped} single-step bursts where the cache could not run") } else { String::new() };
-                self.line(format!(
-                    "  bursts    count-proportional: windows from the code cache of at most {} instructions (mean {:.0}, {}–{}; {:.0} accesses of the craft's kind each), {:.1} picks each{budget}{ticks}{fallback}",
-                    p.sampler.window_instructions,
-                    mean_len,
-                    c.window_shortest,
-                    c.window_longest,
-                    c.window_accesses as f64 / c.windows as f64,
-                    c.window_picks as f64 / c.windows as f64,
-                ))?;
-            } else {
-                self.line(format!(
-                    "  bursts    count-proportional: single steps of at most {} instructions, {} picked per burst{budget}{mean}{ticks}",
-                    p.sampler.burst_steps,
-                    p.sampler.burst_picks.max(1),
-                ))?;
+            for l in burst_engine(p, &c) {
+                self.line(l)?;
             }
         }
         let cost = if c.engine_ns > 0 {
             // Where it went, when the profile says (builds before these
-            // counters wrote none).
-            // Each step is timed by its burst: what one cost here.
+            // counters wrote none). Each step is timed by its burst: what
+            // one cost here.
             let per_step = if c.steps > 0 { format!(" of {:.1} µs", c.step_ns as f64 / c.steps as f64 / 1e3) } else { String::new() };
-            let per_instruction = if c.window_instructions > 0 {
-                format!(" ({:.1} ns an instruction)", c.cache_ns as f64 / c.window_instructions as f64)
-            } else {
-                String::new()
-            };
             let parts: Vec<String> = [
                 (c.tick_ns, "ticks", String::new()),
-                (c.cache_ns, "windows in the code cache", per_instruction),
+                (c.cache_ns, "windows in the code cache", String::new()),
                 (c.exit_ns, "its exits", String::new()),
                 (c.step_ns, "single steps", per_step),
                 (c.trap_ns, "traps", String::new()),
@@ -213,13 +213,21 @@ impl Page<'_> {
         for n in notes(p, &main.counters) {
             self.line(format!("  note: {n}"))?;
         }
-        self.blank()?;
+        Ok(())
+    }
 
+    /// The waste fraction and the findings behind it.
+    fn findings(&mut self, run: &Analysis, top: usize, pairs: usize) -> anyhow::Result<()> {
+        let main = run.main();
+        let p = main.profile;
+        let w = analysis::words(p.craft);
+        let c = run.counters();
+        let total = run.total();
         let (approx, used) = (run.procs.iter().map(|x| x.totals().1).sum::<f64>(), total.r#use);
         if total.waste + used <= 0.0 {
             // Nothing was judged: no fraction to print, not 0%.
             self.line(format!(
-                "Waste fraction: unknown: no sampled {} was judged ({} samples, {} traps; the notes above say why)",
+                "Waste fraction: unknown: no sampled {} was judged ({} samples, {} traps; the notes below say why)",
                 w.access, c.samples, c.traps
             ))?;
             self.blank()?;
@@ -227,7 +235,7 @@ impl Page<'_> {
             return Ok(());
         }
         let frac = total.fraction();
-        self.line(format!("Waste fraction: {} of observed {} bytes are {} ({})", pct(frac.value), w.access, w.waste, uncertainty(&frac)))?;
+        self.line(format!("Waste fraction: {} of {} bytes are {} ({})", pct(frac.value), w.access, w.waste, uncertainty(&frac)))?;
         if c.traps < FEW_JUDGED && !total.exhaustive {
             self.line(format!(
                 "  from only {} judged sample{}: too few to rely on (a longer run, or a smaller -p, gives more)",
@@ -241,12 +249,18 @@ impl Page<'_> {
             format!(" (floating point equal within {})", pct(p.fp_precision))
         };
         let all = total.waste + used;
+        let kind = if total.exhaustive { "counted" } else { "estimated" };
+        self.line(format!(
+            "  waste {}, use {} ({kind} {}, 1 KiB = 1024 B)",
+            amount(total.waste, p.value_unit()),
+            amount(used, p.value_unit()),
+            p.value_unit().label(),
+        ))?;
         self.line(format!(
             "  exact {}, approximate {}{fp}",
             pct(analysis::ratio(total.waste - approx, all)),
             pct(analysis::ratio(approx, all))
         ))?;
-        self.line(format!("  waste {} {unit}, use {} {unit}", human(total.waste), human(used)))?;
 
         self.blank()?;
         if total.waste <= 0.0 {
@@ -278,21 +292,23 @@ impl Page<'_> {
             let share = l.sums.share_of(total);
             let few = if l.sums.few() { "~" } else { " " };
             let ci = if total.exhaustive { String::new() } else { format!("{:<12}  ", interval(share.lo, share.hi)) };
+            let bare = Site { via: None, ..l.site };
             self.line(format!(
                 "  {:>6}  {ci}{:>6}  {:>5}{few} {}",
                 pct(share.value),
                 pct(l.sums.fraction().value),
                 l.sums.traps,
-                site(run, &l.site)
+                site(run, &bare)
             ))?;
-            let key = run.names.frame_key(l.site.frame);
+            let key = run.names.site_key(l.site.frame);
+            let same = if run.names.get(l.site.frame).line.is_some() { "the same line" } else { "the same function" };
             let mut partners: Vec<String> = l
                 .partners
                 .iter()
                 .filter(|p| p.1 > 0.0)
                 .take(2)
                 .map(|(s, wst, _)| {
-                    let at = if run.names.frame_key(s.frame) == key { "the same line".to_string() } else { site(run, s) };
+                    let at = if run.names.site_key(s.frame) == key { same.to_string() } else { site(run, &Site { via: None, ..*s }) };
                     format!("{at} {}", pct(wst / l.sums.waste))
                 })
                 .collect();
@@ -300,11 +316,22 @@ impl Page<'_> {
             if more > 0 {
                 partners.push(format!("{more} more"));
             }
-            let indent = if total.exhaustive { 27 } else { 41 };
-            self.line(format!("{:indent$}{partner} {}", "", partners.join(", ")))?;
+            // The runtime function it went through, and its partners, below it.
+            let via = l.site.via.map_or(String::new(), |v| format!("in {}; ", run.names.get(v).function));
+            self.line(format!("     {via}{partner} {}", partners.join(", ")))?;
         }
         if lines.iter().take(n).any(|l| l.sums.few()) {
             self.line(format!("  ~ fewer than {} traps: an uncertain figure", crate::analysis::interval::FEW_TRAPS))?;
+        }
+        let lineless = modules_without_lines(
+            run,
+            lines.iter().take(n).flat_map(|l| std::iter::once(&l.site).chain(l.partners.iter().take(2).map(|p| &p.0))),
+        );
+        if !lineless.is_empty() {
+            self.line(format!(
+                "  no source lines in {}: their functions are shown; their debug info (built with -g, or the distribution's debug package) would give lines",
+                lineless.join(", ")
+            ))?;
         }
         self.blank()?;
         Ok(())
@@ -331,14 +358,22 @@ impl Page<'_> {
                 duration(p.duration_ns)
             ))?;
         }
-        let without: Vec<String> = run
-            .procs
-            .iter()
-            .filter(|x| x.total.waste <= 0.0)
-            .map(|x| format!("{} {}", crate::symbolize::module_name(&x.profile.program), x.profile.pid))
-            .collect();
+        // The rest by program: "sh 4242", or "python3 ×62" for many of one.
+        let mut without: Vec<(&str, Vec<u32>)> = Vec::new();
+        for x in run.procs.iter().filter(|x| x.total.waste <= 0.0) {
+            let name = crate::symbolize::module_name(&x.profile.program);
+            match without.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, pids)) => pids.push(x.profile.pid),
+                None => without.push((name, vec![x.profile.pid])),
+            }
+        }
         if !without.is_empty() {
-            self.line(format!("  {} without findings: {}", without.len(), without.join(", ")))?;
+            let n: usize = without.iter().map(|(_, p)| p.len()).sum();
+            let list: Vec<String> = without
+                .iter()
+                .map(|(name, pids)| if pids.len() == 1 { format!("{name} {}", pids[0]) } else { format!("{name} ×{}", pids.len()) })
+                .collect();
+            self.line(format!("  {n} without findings: {}", list.join(", ")))?;
         }
         self.blank()?;
         Ok(())
@@ -348,16 +383,14 @@ impl Page<'_> {
     fn pairs(&mut self, run: &Analysis, total: &Sums, lines: &[summary::Line], top: usize) -> anyhow::Result<()> {
         let n = if top == 0 { lines.len() } else { top.min(lines.len()) };
         let w = analysis::words(run.main().profile.craft);
-        let unit = run.main().profile.value_unit().label();
-        let keys: Vec<u32> = lines.iter().take(n).map(|l| run.names.frame_key(l.site.frame)).collect();
+        let keys: Vec<u32> = lines.iter().take(n).map(|l| run.names.site_key(l.site.frame)).collect();
         // Each line's pairs, heaviest first: the first is shown, the others counted.
         let mut shown: Vec<Option<(usize, &analysis::SymPair)>> = vec![None; n];
         let mut others = vec![0usize; n];
         for (pi, x) in run.procs.iter().enumerate() {
-            let own = summary::own_modules(x.profile);
             for sp in x.pairs.iter().filter(|sp| sp.waste() > 0.0) {
-                let Some(s) = summary::site(&run.names, sp.watch, &own) else { continue };
-                let Some(i) = keys.iter().position(|&k| k == run.names.frame_key(s.frame)) else { continue };
+                let Some(s) = summary::site(&run.names, sp.watch) else { continue };
+                let Some(i) = keys.iter().position(|&k| k == run.names.site_key(s.frame)) else { continue };
                 match shown[i] {
                     Some((_, best)) if best.waste() >= sp.waste() => others[i] += 1,
                     Some(_) => {
@@ -369,10 +402,7 @@ impl Page<'_> {
             }
         }
         let total_pairs: usize = run.procs.iter().map(|x| x.pairs.iter().filter(|sp| sp.waste() > 0.0).count()).sum();
-        self.line(format!(
-            "Top {n} of {total_pairs} pairs by {} bytes: the heaviest of each line above (start-up frames left out):",
-            w.waste
-        ))?;
+        self.line(format!("Top {n} of {total_pairs} pairs, the heaviest of each line above ({} = waste/(waste+use)):", w.waste))?;
         for (i, (pi, sp)) in shown.iter().flatten().enumerate() {
             self.blank()?;
             let share = sp.sums.share_of(total);
@@ -389,13 +419,13 @@ impl Page<'_> {
                 k => format!("; {k} more pairs at this line"),
             };
             self.line(format!(
-                "#{:<3} {} of all waste ({})   {} {} (waste/(waste+use))   {} {unit}, {} traps{few}{proc}{more}",
+                "#{:<3} {} of all waste ({}), {} {}, {}, {} traps{few}{proc}{more}",
                 i + 1,
                 pct(share.value),
                 if share.is_exact() { "exact".into() } else { interval(share.lo, share.hi) },
                 pct(f.value),
                 w.waste,
-                human(sp.waste()),
+                amount(sp.waste(), run.main().profile.value_unit()),
                 sp.traps()
             ))?;
             for (label, ctx) in [(w.watch, sp.watch), (w.trap, sp.trap)] {
@@ -420,16 +450,101 @@ impl Page<'_> {
     }
 }
 
-/// A site as a table cell: `file:line function`, and the library function it went through.
-fn site(run: &Analysis, s: &Site) -> String {
-    let f = run.names.get(s.frame);
+/// The modules, by file name, of the sites given that have no source line.
+fn modules_without_lines<'s>(run: &Analysis, sites: impl Iterator<Item = &'s Site>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for s in sites {
+        let f = run.names.get(s.frame);
+        let m = crate::symbolize::module_name(&f.module).to_string();
+        if f.line.is_none() && !out.contains(&m) {
+            out.push(m);
+        }
+    }
+    out
+}
+
+/// A site as a table cell: `file:line function`, or `function (module)`
+/// where it has no line, and the runtime function it went through.
+pub fn site(run: &Analysis, s: &Site) -> String {
+    site_of(&run.names, s)
+}
+
+/// [`site`] over the interned frames alone.
+pub fn site_of(names: &crate::analysis::context::Interner, s: &Site) -> String {
+    let f = names.get(s.frame);
     let file = f.file.as_deref().map(|x| x.rsplit('/').next().unwrap_or(x));
     let mut out = match (file, f.line) {
         (Some(file), Some(line)) => format!("{file}:{line} {}", f.function),
-        _ => f.display(),
+        _ if f.function.contains("+0x") => f.function.clone(),
+        _ => format!("{} ({})", f.function, crate::symbolize::module_name(&f.module)),
     };
     if let Some(v) = s.via {
-        out.push_str(&format!(" [{}]", run.names.get(v).function));
+        out.push_str(&format!(" [{}]", names.get(v).function));
+    }
+    out
+}
+
+/// The burst engine that ran, how long its bursts were, and what an
+/// instruction cost in it.
+fn burst_engine(p: &Profile, c: &Counters) -> Vec<String> {
+    let budget = match p.sampler.overhead_percent {
+        Some(b) if b > 0.0 => format!("{b}% overhead budget"),
+        Some(_) => "no overhead budget".into(),
+        None => "no budget recorded".into(),
+    };
+    let ticks = if c.ticks_skipped > 0 {
+        format!(", begun at {} of {} ticks (the budget's choice)", c.bursts, c.bursts + c.ticks_skipped)
+    } else {
+        String::new()
+    };
+    let mut out = Vec::new();
+    if p.sampler.window_instructions > 0 && c.windows > 0 {
+        // Windows run from the code cache: how long they were, and what an
+        // instruction run there cost all told (the program's own work in
+        // the cache, the exits to witch, the translation of blocks).
+        let n = c.windows as f64;
+        let stepped = c.bursts.saturating_sub(c.windows);
+        let fallback = if stepped > 0 { format!(", {stepped} bursts single-stepped where the cache could not run") } else { String::new() };
+        out.push(format!(
+            "  bursts    code cache (WITCH_WINDOW=0 selects single-step): {} windows of at most {} instructions, {budget}{ticks}{fallback}",
+            c.windows, p.sampler.window_instructions
+        ));
+        out.push(format!(
+            "            a window: {:.0} instructions (mean; {}–{}), {:.1} {}s, {:.1} picked; {} cut short",
+            c.window_instructions as f64 / n,
+            c.window_shortest,
+            c.window_longest,
+            c.window_accesses as f64 / n,
+            analysis::words(p.craft).access,
+            c.window_picks as f64 / n,
+            c.windows_cut
+        ));
+        if c.window_instructions > 0 && c.cache_ns + c.exit_ns > 0 {
+            let each = |ns: u64| ns as f64 / c.window_instructions as f64;
+            out.push(format!(
+                "            an instruction in a window cost {:.0} ns of CPU all told: {:.0} ns running in the cache (the program's own work included), {:.0} ns at exits; {} blocks translated, {} flushes",
+                each(c.cache_ns + c.exit_ns),
+                each(c.cache_ns),
+                each(c.exit_ns),
+                c.cache_blocks,
+                c.cache_flushes
+            ));
+        }
+    } else {
+        let mean =
+            if c.bursts > 0 { format!(", {:.1} instructions per burst (mean)", c.steps as f64 / c.bursts as f64) } else { String::new() };
+        let each = if c.steps > 0 {
+            format!("; an instruction cost {:.1} µs of CPU (a single step's round trip)", c.step_ns as f64 / c.steps as f64 / 1e3)
+        } else {
+            String::new()
+        };
+        let why = if p.sampler.window_instructions > 0 { "the code cache ran no window" } else { "the code cache is off" };
+        out.push(format!(
+            "  bursts    single-step ({why}): {} bursts of at most {} instructions, {} picked per burst, {budget}{mean}{ticks}{each}",
+            c.bursts,
+            p.sampler.burst_steps,
+            p.sampler.burst_picks.max(1)
+        ));
     }
     out
 }

@@ -1,22 +1,33 @@
 //! Numbers as people read them: magnitudes, durations, percentages.
+//!
+//! One convention for amounts of bytes everywhere witch shows them (the
+//! report, the daemon's status, its configuration): binary prefixes, named
+//! as IEC names them (1 KiB = 1024 B, MiB, GiB), which is also what pprof
+//! scales bytes by, so a pprof viewer and the report show the same numbers.
+//! Waste and use are estimates from samples: the report says so once, by
+//! their line ("estimated bytes").
 
-/// Compact magnitude: 950, 12.3K, 4.56M, 7.89G, ...
-pub fn human(v: f64) -> String {
-    let units = ["", "K", "M", "G", "T", "P", "E"];
-    let mut v = v;
+/// An amount in a profile's unit with a binary prefix: `950 B`, `12.1 KiB`,
+/// `4.35 MiB`; byte·ns as `12.1 Ki byte·ns`.
+pub fn amount(v: f64, unit: witchcraft::profile::ValueUnit) -> String {
+    const PREFIXES: [&str; 7] = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    let mut x = v;
     let mut i = 0;
-    while v.abs() >= 1000.0 && i + 1 < units.len() {
-        v /= 1000.0;
+    while x.abs() >= 1024.0 && i + 1 < PREFIXES.len() {
+        x /= 1024.0;
         i += 1;
     }
-    if i == 0 {
-        format!("{v:.0}")
-    } else if v.abs() >= 100.0 {
-        format!("{v:.0}{}", units[i])
-    } else if v.abs() >= 10.0 {
-        format!("{v:.1}{}", units[i])
+    let n = if i == 0 || x.abs() >= 100.0 {
+        format!("{x:.0}")
+    } else if x.abs() >= 10.0 {
+        format!("{x:.1}")
     } else {
-        format!("{v:.2}{}", units[i])
+        format!("{x:.2}")
+    };
+    match unit {
+        witchcraft::profile::ValueUnit::Bytes => format!("{n} {}B", PREFIXES[i]),
+        witchcraft::profile::ValueUnit::ByteNs if i == 0 => format!("{n} byte·ns"),
+        witchcraft::profile::ValueUnit::ByteNs => format!("{n} {} byte·ns", PREFIXES[i]),
     }
 }
 
@@ -35,16 +46,9 @@ pub fn pct(f: f64) -> String {
     format!("{:.1}%", f * 100.0)
 }
 
-/// Bytes in the largest binary unit that keeps them above 1.
+/// Bytes in the largest binary unit that keeps them above 1 (bytesize's IEC form).
 pub fn size(b: u64) -> String {
-    let mut v = b as f64;
-    for unit in ["B", "KiB", "MiB", "GiB"] {
-        if v < 1024.0 || unit == "GiB" {
-            return if unit == "B" { format!("{b} B") } else { format!("{v:.1} {unit}") };
-        }
-        v /= 1024.0;
-    }
-    unreachable!()
+    bytesize::ByteSize::b(b).display().iec().to_string()
 }
 
 #[cfg(test)]
@@ -53,16 +57,21 @@ mod tests {
 
     #[test]
     fn formats() {
-        assert_eq!(human(950.0), "950");
-        assert_eq!(human(12_345.0), "12.3K");
-        assert_eq!(human(4_560_000.0), "4.56M");
+        use witchcraft::profile::ValueUnit::{ByteNs, Bytes};
+        assert_eq!(amount(950.0, Bytes), "950 B");
+        assert_eq!(amount(1023.4, Bytes), "1023 B");
+        assert_eq!(amount(12_390.0, Bytes), "12.1 KiB");
+        assert_eq!(amount(4_560_000.0, Bytes), "4.35 MiB");
+        assert_eq!(amount(150.0 * 1024.0, Bytes), "150 KiB");
+        assert_eq!(amount(12_390.0, ByteNs), "12.1 Ki byte·ns");
+        assert_eq!(amount(4.87, ByteNs), "5 byte·ns");
         assert_eq!(pct(0.3421), "34.2%");
         assert_eq!(duration(1_520_000_000), "1.52 s");
         assert_eq!(duration(3_000_000), "3.0 ms");
         assert_eq!(size(512), "512 B");
         assert_eq!(size(20 * 1024), "20.0 KiB");
         assert_eq!(size(256 << 20), "256.0 MiB");
-        assert_eq!(size(5 << 40), "5120.0 GiB");
+        assert_eq!(size(5 << 40), "5.0 TiB");
     }
 }
 

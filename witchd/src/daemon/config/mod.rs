@@ -552,6 +552,10 @@ period = 1000000
         assert_eq!(parse_size("65536"), Ok(65536));
         assert_eq!(parse_size("64KiB"), Ok(65536));
         assert_eq!(parse_size("1.5 MiB"), Ok(1572864));
+        // Prefixes as their names say: 500KB is 500,000 bytes, not 512,000.
+        assert_eq!(parse_size("500KB"), Ok(500_000));
+        assert_eq!(parse_size("500KiB"), Ok(512_000));
+        assert_eq!(parse_size("1G"), Ok(1_000_000_000));
         assert!(parse_size("lots").is_err());
         assert!(parse_size("0").is_err());
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));

@@ -8,22 +8,14 @@ use witchcraft::replacement::Policy;
 
 pub use crate::cli::parse_duration;
 
-/// A size in bytes: an integer, or a string with a unit ("64MiB", "500KB", "1G"; K/M/G are 1024-based).
+/// A size in bytes: an integer, or a string with a unit, its prefix as
+/// its name says (bytesize's parser): "64KiB" and "1.5 MiB" are powers of
+/// 1024, "500KB" and "1G" powers of 1000.
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        _ => return Err(format!("{s:?} is not a size (try 65536, \"64KiB\", \"256MiB\", \"1GiB\")")),
-    };
-    match num.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok((v * mult as f64) as u64),
-        _ => Err(format!("{s:?} is not a size (try 65536, \"64KiB\", \"256MiB\", \"1GiB\")")),
+    let err = || format!("{s:?} is not a size (try 65536, \"64KiB\", \"256MiB\", \"1GiB\"; kB, MB and GB are powers of 1000)");
+    match s.trim().parse::<bytesize::ByteSize>() {
+        Ok(v) if v.as_u64() > 0 => Ok(v.as_u64()),
+        _ => Err(err()),
     }
 }
 
