@@ -217,7 +217,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "N")]
     pub top: Option<usize>,
 
-    /// Pairs the text report shows in full (0 = all)
+    /// Pairs the text report shows in full, the heaviest of each summary line (0 = every pair)
     #[arg(long, value_name = "N", default_value_t = crate::render::text::PAIRS_SHOWN)]
     pub pairs: usize,
 
@@ -301,7 +301,7 @@ pub struct ReportArgs {
     #[arg(long, value_name = "N")]
     pub top: Option<usize>,
 
-    /// Pairs the text report shows in full (0 = all)
+    /// Pairs the text report shows in full, the heaviest of each summary line (0 = every pair)
     #[arg(long, value_name = "N", default_value_t = crate::render::text::PAIRS_SHOWN)]
     pub pairs: usize,
 }
