@@ -124,6 +124,36 @@ fn statically_linked_program_is_refused() {
     );
 }
 
+/// A mistyped option before the program is refused in one line with witch's
+/// usage status (125), not taken as the program's name ("program not found",
+/// 127); after the program, and after `--`, options are the program's own.
+#[test]
+fn a_mistyped_option_before_the_program_is_refused() {
+    let dir = Scratch::new("mistyped");
+    let prog = Program::build("exit_status", dir.path());
+    for (opts, similar) in [(&["--perid", "1ms"][..], Some("--period")), (&["-x"][..], None), (&["--pairz", "3"][..], Some("--pairs"))] {
+        let mut args: Vec<std::ffi::OsString> = vec!["dead".into()];
+        args.extend(opts.iter().map(Into::into));
+        args.push(prog.exe.clone().into());
+        let run = witch_raw(&args);
+        let line = assert_one_line_error(&run, &format!("{opts:?}"));
+        assert_eq!(run.code(), Some(125), "{opts:?}: {}", run.describe());
+        assert!(line.contains(&format!("unknown option {}", opts[0])), "{opts:?}: {line}");
+        assert!(similar.is_none_or(|s| line.contains(s)), "{opts:?}: the error does not suggest {similar:?}: {line}");
+        assert!(!line.contains("not found"), "{opts:?}: {line}");
+    }
+    let echo = which("echo").expect("echo");
+    let out = dir.join("echo.json");
+    for dashes in [&[][..], &["--"][..]] {
+        let mut args: Vec<std::ffi::OsString> = vec!["dead".into(), "-q".into(), "-o".into(), out.clone().into()];
+        args.extend(dashes.iter().map(Into::into));
+        args.extend([echo.clone().into(), "--perid".into(), "-x".into()]);
+        let run = witch_raw(&args);
+        assert_eq!(run.code(), Some(0), "{}", run.describe());
+        assert_eq!(run.stdout_str(), "--perid -x\n", "{}", run.describe());
+    }
+}
+
 #[test]
 fn unknown_event_is_an_error() {
     let dir = Scratch::new("bogus-event");

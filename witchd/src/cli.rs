@@ -259,7 +259,10 @@ pub struct RunArgs {
 
     /// The program to run and its arguments
     // Not `required` in clap so that `-e list` needs no program; main.rs checks it.
-    #[arg(value_name = "PROGRAM", trailing_var_arg = true, allow_hyphen_values = true, num_args = 1..)]
+    // Everything after the program is its own (trailing_var_arg); before it, an
+    // unknown option is an error, not a program's name (a program whose name
+    // starts with '-' comes after `--`).
+    #[arg(value_name = "PROGRAM", trailing_var_arg = true, num_args = 1..)]
     pub command: Vec<OsString>,
 }
 
@@ -505,6 +508,11 @@ mod tests {
         let Command::SilentLoad(a) = c.command else { panic!() };
         assert_eq!(a.replacement, Policy::EmptyOnly);
         assert_eq!(a.command, vec![OsString::from("-weird")]);
+        // Before the program, an unknown option is an error, not the program's name.
+        for typo in [&["--perid", "1ms"][..], &["-x"], &["--pairz", "3"]] {
+            let argv = [&["witch", "dead"][..], typo, &["./a"]].concat();
+            assert_eq!(Cli::try_parse_from(argv).unwrap_err().kind(), clap::error::ErrorKind::UnknownArgument, "{typo:?}");
+        }
         assert!(Cli::try_parse_from(["witch", "dead", "--debug-registers", "5", "./a"]).is_err());
         assert!(Cli::try_parse_from(["witch", "gate", "p.json"]).is_err());
         assert!(Cli::try_parse_from(["witch", "gate", "--baseline", "b", "p.json"]).is_err());
