@@ -48,7 +48,7 @@ Examples:
   witch dead ./app
   witch dead -p 20000 --top 5 -- ./app --input big.txt
   witch dead -q -o app.witch ./app                   (profile only, no report)
-  witch dead --format json ./app > report.json
+  witch dead --json ./app > report.json
   witch dead -e list                                 (sampling events this machine offers)
 
 Each pair reads \"dead store at C1, killed by C2\": the store in context C1 was overwritten by
@@ -221,9 +221,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = crate::render::text::PAIRS_SHOWN)]
     pub pairs: usize,
 
-    /// Report format: text on stderr, or JSON alone on stdout (the program's own stdout then goes to stderr)
-    #[arg(long, value_enum, default_value_t = Format::Text)]
-    pub format: Format,
+    /// Print the report as JSON, alone on stdout (the program's own stdout then goes to stderr),
+    /// instead of text on stderr
+    #[arg(long)]
+    pub json: bool,
+
+    /// The old spelling of --json (`--format json`), kept working
+    #[arg(long, value_enum, hide = true)]
+    pub format: Option<Format>,
 
     /// Where to write the profile [default: a name made of craft, program and pid]
     #[arg(short = 'o', long, value_name = "FILE")]
@@ -280,6 +285,10 @@ pub struct ReportArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// `--format json`, the runs' old spelling of --json, kept working
+    #[arg(long, value_enum, hide = true)]
+    pub format: Option<Format>,
+
     /// Also write a gzipped pprof profile (sample types waste and use, in the profile's unit)
     #[arg(long, value_name = "OUT.pb.gz")]
     pub pprof: Option<PathBuf>,
@@ -320,6 +329,9 @@ pub struct DiffArgs {
     /// Print one JSON object instead of text
     #[arg(long)]
     pub json: bool,
+    /// `--format json`, the runs' old spelling of --json, kept working
+    #[arg(long, value_enum, hide = true)]
+    pub format: Option<Format>,
     /// Number of changed pairs to show (0 = all)
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,
@@ -355,6 +367,37 @@ pub struct DoctorArgs {
     /// Print the checks as JSON
     #[arg(long)]
     pub json: bool,
+    /// `--format json`, the runs' old spelling of --json, kept working
+    #[arg(long, value_enum, hide = true)]
+    pub format: Option<Format>,
+}
+
+/// `--json` is the one spelling of JSON output in every command; `--format
+/// json` (the runs' first spelling) still works, hidden. `--json` wins.
+fn format_of(json: bool, format: Option<Format>) -> Format {
+    if json {
+        Format::Json
+    } else {
+        format.unwrap_or(Format::Text)
+    }
+}
+
+impl ReportArgs {
+    pub fn format(&self) -> Format {
+        format_of(self.json, self.format)
+    }
+}
+
+impl DiffArgs {
+    pub fn format(&self) -> Format {
+        format_of(self.json, self.format)
+    }
+}
+
+impl DoctorArgs {
+    pub fn format(&self) -> Format {
+        format_of(self.json, self.format)
+    }
 }
 
 fn parse_precision(s: &str) -> Result<f64, String> {
@@ -404,6 +447,11 @@ pub enum Period {
 }
 
 impl RunArgs {
+    /// The report's format: `--json` (or the old `--format json`), else text.
+    pub fn format(&self) -> Format {
+        format_of(self.json, self.format)
+    }
+
     /// The period (`-p` or `-F`) as the engine takes it (a count; ns for time)
     /// and whether it was given as a time.
     pub fn period(&self) -> (Option<u64>, bool) {

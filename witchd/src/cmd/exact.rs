@@ -3,6 +3,7 @@
 
 use super::output::Output;
 use crate::cli::RunArgs;
+use crate::render::Format;
 use anyhow::Result;
 use std::ffi::OsString;
 use std::path::Path;
@@ -20,7 +21,10 @@ pub fn run(craft: Craft, a: &RunArgs, prog: &Path, program: &OsString, out: &Out
     let path = out.path(craft, prog, pid);
     out.save(&run.profile, &path)?;
     if !a.quiet {
-        crate::say_raw!("{}", super::report::render(&run.profile, a.top, a.pairs, a.format)?);
+        match a.format() {
+            Format::Text => crate::say_raw!("{}", super::report::render(&run.profile, a.top, a.pairs, Format::Text, None)?),
+            Format::Json => crate::print(&super::report::render(&run.profile, a.top, a.pairs, Format::Json, Some(path.as_path()))?)?,
+        }
         crate::say!("witch: {} instructions single-stepped; profile written to {}", run.instructions, path.display());
     }
     Ok(super::launch::pass_through(run.code, run.signal))

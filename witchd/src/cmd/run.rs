@@ -192,7 +192,7 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     }
     settings.exe_names = a.exe.clone();
     cmd.env("LD_PRELOAD", preload).envs(settings.to_pairs());
-    if a.format == Format::Json && !a.quiet {
+    if a.format() == Format::Json && !a.quiet {
         // The JSON report has stdout to itself; the program's stdout goes to stderr.
         match std::io::stderr().as_fd().try_clone_to_owned() {
             Ok(fd) => {
@@ -211,7 +211,7 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     };
     let pid = child.id();
     launch::forward_signals(pid);
-    let progress = (!a.quiet && a.format == Format::Text).then(|| launch::Progress::start(&parts.dir)).flatten();
+    let progress = (!a.quiet && a.format() == Format::Text).then(|| launch::Progress::start(&parts.dir)).flatten();
     let ended = launch::wait(pid)?;
     drop(progress);
 
@@ -324,22 +324,22 @@ fn why_no_profile(prog: &Path, ended: &launch::Ended, parts: &Path) -> String {
 /// --json-out; `saved`: where the profile was written (None: it was not).
 fn report(run: &witchcraft::profile::Profile, a: &RunArgs, saved: Option<&Path>) -> Result<()> {
     if let Some(j) = &a.json_out {
-        let json = super::report::render(run, a.top, a.pairs, Format::Json)?;
+        let json = super::report::render(run, a.top, a.pairs, Format::Json, saved)?;
         crate::write::bytes(j, json.as_bytes())?;
     }
     if a.quiet {
         return Ok(());
     }
-    match a.format {
+    match a.format() {
         Format::Text => {
-            crate::say_raw!("{}", super::report::render(run, a.top, a.pairs, Format::Text)?);
+            crate::say_raw!("{}", super::report::render(run, a.top, a.pairs, Format::Text, None)?);
             if let Some(path) = saved {
                 let n = run.processes.len() + 1;
                 let what = if n > 1 { format!("profile of {n} processes") } else { "profile".into() };
                 crate::say!("witch: {what} written to {}", path.display());
             }
         }
-        Format::Json => crate::print(&super::report::render(run, a.top, a.pairs, Format::Json)?)?,
+        Format::Json => crate::print(&super::report::render(run, a.top, a.pairs, Format::Json, saved)?)?,
     }
     Ok(())
 }
