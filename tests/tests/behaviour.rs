@@ -154,6 +154,29 @@ fn a_mistyped_option_before_the_program_is_refused() {
     }
 }
 
+/// A set-user-ID program run by another user is refused before it runs
+/// (status 126, as for a static program), naming the bit: the loader would
+/// ignore the agent, and --exact's tracing would drop the bit.
+#[test]
+fn a_set_user_id_program_is_refused_up_front() {
+    let dir = Scratch::new("setuid");
+    let Some(nobody) = Nobody::setup(&dir) else {
+        eprintln!("[witch-tests] skipping: a set-user-ID program needs root to make and setpriv to run as another user");
+        return;
+    };
+    let prog = Program::build("exit_status", dir.path());
+    chmod(dir.path(), 0o755);
+    chmod(&prog.exe, 0o4755);
+    for exact in [false, true] {
+        let opts: &[&str] = if exact { &["-q", "--exact"] } else { &["-q"] };
+        let run = WitchCmd::new("dead").nobody(&nobody).args(opts).out(Path::new("/dev/null")).run(&prog.exe, &["main"]);
+        let line = assert_one_line_error(&run, "set-user-ID program");
+        assert_eq!(run.code(), Some(126), "exact {exact}: {}", run.describe());
+        assert!(line.contains("set-user-ID"), "exact {exact}: the error does not name the bit: {line}");
+        assert!(!run.stdout_str().contains("exit_status"), "the program ran: {}", run.describe());
+    }
+}
+
 #[test]
 fn unknown_event_is_an_error() {
     let dir = Scratch::new("bogus-event");

@@ -143,6 +143,12 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     if let Some(j) = &a.json_out {
         Output::check(Some(j))?.probe()?;
     }
+    // A set-user-ID program run as someone else: the loader would ignore the
+    // agent, and under --exact's ptrace the kernel would run it without the
+    // bit, so neither profiles the program as it runs. Said before it runs.
+    if let Some(why) = secure_execution(&prog) {
+        return Err(exit::cannot_run(why));
+    }
     if a.exact {
         return super::exact::run(craft, a, &prog, program, &out);
     }
@@ -269,6 +275,11 @@ fn check_descriptors() -> Result<()> {
 fn secure_execution(prog: &Path) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(prog).ok()?;
+    // The kernel ignores the bits on a script (its interpreter runs, as the user).
+    let mut head = [0u8; 2];
+    if std::fs::File::open(prog).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head)).is_ok() && &head == b"#!" {
+        return None;
+    }
     // SAFETY: plain getters.
     let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let what = if m.mode() & libc::S_ISUID != 0 && m.uid() != euid {
@@ -281,7 +292,7 @@ fn secure_execution(prog: &Path) -> Option<String> {
         return None;
     };
     Some(format!(
-        "{} is {what}, so the dynamic loader ignores LD_PRELOAD in it (secure-execution mode) and the agent never loaded; run it as the user it runs as, or profile a copy without the bit",
+        "{} is {what}, so the dynamic loader would ignore witch's agent in it (secure-execution mode ignores LD_PRELOAD), and --exact's tracing would run it without its privileges; run witch as the user it runs as, or profile a copy without the bit",
         prog.display()
     ))
 }
