@@ -107,6 +107,15 @@ fn non_executable_file_is_an_error() {
 }
 
 #[test]
+fn a_directory_is_not_a_program() {
+    let dir = Scratch::new("dir-as-program");
+    let run = witch_dead(&dir, &[], dir.path());
+    let line = assert_one_line_error(&run, "a directory as the program");
+    assert_eq!(run.code(), Some(126), "{}", run.describe());
+    assert!(line.contains("is a directory"), "{line}");
+}
+
+#[test]
 fn statically_linked_program_is_refused() {
     let dir = Scratch::new("static");
     let prog = match Program::build_with("exit_status", dir.path(), "exit_status_static", &["-static"]) {

@@ -144,10 +144,11 @@ different builds or address layouts compare.")]
 Examples:
   witch gate --max-waste 20% app.witch
   witch gate --baseline main.witch --max-increase 2pp app.witch
-  witch gate --max-waste 20 --junit witch.xml app.witch
+  witch gate --max-waste 20% --junit witch.xml app.witch
 
-Bounds: --max-waste takes percent (\"20%\" or \"20\" both mean 20 percent); --max-increase
-takes percentage points of waste fraction (\"2pp\" or \"2\"). At least one bound is required.
+Bounds: --max-waste takes percent (\"20%\" or \"20\" both mean 20 percent; a bare number below 1,
+such as \"0.2\", is refused as ambiguous: write 20% or 0.2%); --max-increase takes percentage
+points of waste fraction (\"2pp\" or \"2\"). At least one bound is required.
 Exit status: 0 pass, 1 fail, 2 usage or input error.")]
     Gate(GateArgs),
 
@@ -344,7 +345,8 @@ pub struct GateArgs {
     #[arg(value_name = "PROFILE")]
     pub profile: PathBuf,
 
-    /// Fail when the waste fraction is above this many percent ("20%" or "20")
+    /// Fail when the waste fraction is above this many percent ("20%" or "20"; "0.2" is refused
+    /// as ambiguous)
     #[arg(long, value_name = "PERCENT", value_parser = parse_percent)]
     pub max_waste: Option<f64>,
 
@@ -408,14 +410,20 @@ fn parse_precision(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
-/// Percent of waste: "20%" and "20" both mean 20 percent, so a bare number is never a
-/// fraction (that ambiguity would silently turn 0.2 into 20%).
+/// Percent of waste: "20%" and "20" both mean 20 percent. A bare number
+/// between 0 and 1 ("0.2") is refused: the JSON's fractions run from 0 to 1,
+/// so it may mean 20% as well as 0.2%, and either reading taken silently
+/// would make a gate 100 times too strict or too lax. The hint gives both.
 pub fn parse_percent(s: &str) -> Result<f64, String> {
     let t = s.trim();
+    let sign = t.ends_with('%');
     let t = t.strip_suffix('%').unwrap_or(t).trim();
     let v: f64 = t.parse().map_err(|_| format!("`{s}` is not a percentage (e.g. 20%)"))?;
     if !(0.0..=100.0).contains(&v) {
         return Err(format!("`{s}` is not between 0% and 100%"));
+    }
+    if !sign && v > 0.0 && v < 1.0 {
+        return Err(format!("`{s}` is ambiguous: write {}% for a waste fraction of {t}, or {t}% for {t} percent", (v * 1e8).round() / 1e6));
     }
     Ok(v)
 }
@@ -532,7 +540,11 @@ mod tests {
     fn bounds_parse() {
         assert_eq!(parse_percent("20%").unwrap(), 20.0);
         assert_eq!(parse_percent("20").unwrap(), 20.0);
-        assert_eq!(parse_percent("0.5").unwrap(), 0.5);
+        assert_eq!(parse_percent("0.5%").unwrap(), 0.5);
+        assert_eq!(parse_percent("1.5").unwrap(), 1.5);
+        assert_eq!(parse_percent("0").unwrap(), 0.0);
+        let e = parse_percent("0.2").unwrap_err();
+        assert!(e.contains("20%") && e.contains("0.2%"), "{e}");
         assert!(parse_percent("120%").is_err());
         assert!(parse_percent("x").is_err());
         assert_eq!(parse_points("2pp").unwrap(), 2.0);

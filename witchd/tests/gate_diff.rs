@@ -342,3 +342,20 @@ fn every_json_witch_writes_is_read_back_or_named() {
     }
 }
 
+/// `--max-waste`: "20%" and "20" are 20 percent; a bare number below 1 is
+/// refused as ambiguous (a fraction of 0 to 1, as the JSON's, or percent?),
+/// with both readings in the hint.
+#[test]
+fn max_waste_refuses_the_ambiguous_bare_fraction() {
+    let fx = fixture();
+    let p = save(&profile(fx, 0, BASE), "max-waste-forms.witch");
+    let p = p.as_os_str();
+    for (bound, want) in [("80%", 0), ("80", 0), ("70%", 1), ("70", 1), ("0.5%", 1)] {
+        let o = witch(["gate".as_ref(), "--max-waste".as_ref(), bound.as_ref(), p]);
+        assert_eq!(code(&o), want, "--max-waste {bound}: {}", stderr(&o));
+    }
+    let o = witch(["gate".as_ref(), "--max-waste".as_ref(), "0.2".as_ref(), p]);
+    let err = stderr(&o);
+    assert_eq!(code(&o), 2, "{err}");
+    assert!(err.contains("ambiguous") && err.contains("20%") && err.contains("0.2%"), "{err}");
+}

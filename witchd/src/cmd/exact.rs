@@ -16,7 +16,17 @@ pub fn run(craft: Craft, a: &RunArgs, prog: &Path, program: &OsString, out: &Out
     }
     let exact = witchcraft::exact::Exact::new(craft, a.fp_precision);
     let env: Vec<(String, String)> = crate::agent::tunables().map(|t| ("GLIBC_TUNABLES".to_string(), t)).into_iter().collect();
-    let run = exact.run(prog, &a.command[1..], program, &env).map_err(|e| anyhow::anyhow!("cannot trace {}: {e}", prog.display()))?;
+    // On a terminal, a line that says it is alive: an exact run takes long.
+    let stepped = exact.stepped();
+    let progress = (!a.quiet).then(|| {
+        super::launch::Progress::every_second(1.0, move |secs| {
+            let n = stepped.load(std::sync::atomic::Ordering::Relaxed);
+            format!("witch: exact, {n} instructions single-stepped in {secs:.0} s")
+        })
+    });
+    let run = exact.run(prog, &a.command[1..], program, &env).map_err(|e| anyhow::anyhow!("cannot trace {}: {e}", prog.display()));
+    drop(progress);
+    let run = run?;
     let pid = run.profile.pid;
     let path = out.path(craft, prog, pid);
     out.save(&run.profile, &path)?;

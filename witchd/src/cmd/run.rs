@@ -35,6 +35,13 @@ fn resolve(program: &OsString) -> Result<PathBuf> {
             if m.is_file() && m.permissions().mode() & 0o111 != 0 {
                 return Ok(c.clone());
             }
+            if m.is_dir() {
+                // A shell passes over a directory in PATH; named as the program, it is the error.
+                if candidates.len() == 1 {
+                    return Err(exit::cannot_run(format!("{} is a directory, not a program", c.display())));
+                }
+                continue;
+            }
             if m.is_file() && c == candidates.last().unwrap_or(c) || candidates.len() == 1 {
                 return Err(exit::cannot_run(format!("{} is not executable", c.display())));
             }
