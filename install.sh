@@ -62,6 +62,10 @@ for tool in install objcopy; do
 done
 
 if [ $build = 1 ]; then
+  if ! command -v cargo >/dev/null; then
+    echo "install.sh: cargo is not on PATH: install Rust (rustup, or apt-get install cargo), or build as the user who has it (\`cargo build --release --workspace\`) and install that with \`./install.sh --no-build\`" >&2
+    exit 2
+  fi
   cargo build --release -p witchd -p witch-agent
 fi
 for f in witch witchd libwitch_agent.so; do
@@ -107,7 +111,14 @@ for b in witch witchd; do
 done
 
 install -d "$root/lib/systemd/system" "$root/share/doc/witch/docs"
-sed -e "s|@BINDIR@|$prefix/bin|g" -e "s|@SYSCONFDIR@|$sysconfdir|g" dist/witchd.service > "$root/lib/systemd/system/witchd.service"
+# systemd finds the unit, and man the pages it names, only under /usr and
+# /usr/local; elsewhere the unit names its documents by file.
+case "$prefix" in
+  /usr|/usr/local) documentation="man:witchd(8) man:witch(1)" ;;
+  *) documentation="file:$prefix/share/man/man8/witchd.8 file:$prefix/share/doc/witch/README.md" ;;
+esac
+sed -e "s|@BINDIR@|$prefix/bin|g" -e "s|@SYSCONFDIR@|$sysconfdir|g" -e "s|@DOCUMENTATION@|$documentation|g" \
+  dist/witchd.service > "$root/lib/systemd/system/witchd.service"
 chmod 0644 "$root/lib/systemd/system/witchd.service"
 install -m 0644 dist/witchd.toml README.md "$root/share/doc/witch/"
 install -m 0644 docs/*.md "$root/share/doc/witch/docs/"
@@ -120,4 +131,16 @@ fi
 
 echo "installed witch, witchd and the agent into $root"
 echo "  try: $prefix/bin/witch doctor"
-echo "  daemon: edit $sysconfdir/witchd.toml, then systemctl daemon-reload && systemctl enable --now witchd"
+# The daemon: through systemd only where it looks for units (and runs).
+if [ -z "$destdir" ]; then
+  case "$prefix" in
+    /usr|/usr/local)
+      if [ -d /run/systemd/system ]; then
+        echo "  daemon: edit $sysconfdir/witchd.toml, then systemctl daemon-reload && systemctl enable --now witchd"
+      else
+        echo "  daemon: edit $sysconfdir/witchd.toml, then run $prefix/bin/witchd --config $sysconfdir/witchd.toml (systemd is not running here)"
+      fi ;;
+    *)
+      echo "  daemon: edit $sysconfdir/witchd.toml, then run $prefix/bin/witchd --config $sysconfdir/witchd.toml (systemd does not look for units under $prefix; root may add it with systemctl link $prefix/lib/systemd/system/witchd.service)" ;;
+  esac
+fi

@@ -107,6 +107,15 @@ fn non_executable_file_is_an_error() {
 }
 
 #[test]
+fn a_directory_is_not_a_program() {
+    let dir = Scratch::new("dir-as-program");
+    let run = witch_dead(&dir, &[], dir.path());
+    let line = assert_one_line_error(&run, "a directory as the program");
+    assert_eq!(run.code(), Some(126), "{}", run.describe());
+    assert!(line.contains("is a directory"), "{line}");
+}
+
+#[test]
 fn statically_linked_program_is_refused() {
     let dir = Scratch::new("static");
     let prog = match Program::build_with("exit_status", dir.path(), "exit_status_static", &["-static"]) {
@@ -122,6 +131,59 @@ fn statically_linked_program_is_refused() {
         line.to_lowercase().contains("static") && line.contains("--exact"),
         "the error should say the program is static and point to --exact: {line:?}"
     );
+}
+
+/// A mistyped option before the program is refused in one line with witch's
+/// usage status (125), not taken as the program's name ("program not found",
+/// 127); after the program, and after `--`, options are the program's own.
+#[test]
+fn a_mistyped_option_before_the_program_is_refused() {
+    let dir = Scratch::new("mistyped");
+    let prog = Program::build("exit_status", dir.path());
+    for (opts, similar) in [(&["--perid", "1ms"][..], Some("--period")), (&["-x"][..], None), (&["--pairz", "3"][..], Some("--pairs"))] {
+        let mut args: Vec<std::ffi::OsString> = vec!["dead".into()];
+        args.extend(opts.iter().map(Into::into));
+        args.push(prog.exe.clone().into());
+        let run = witch_raw(&args);
+        let line = assert_one_line_error(&run, &format!("{opts:?}"));
+        assert_eq!(run.code(), Some(125), "{opts:?}: {}", run.describe());
+        assert!(line.contains(&format!("unknown option {}", opts[0])), "{opts:?}: {line}");
+        assert!(similar.is_none_or(|s| line.contains(s)), "{opts:?}: the error does not suggest {similar:?}: {line}");
+        assert!(!line.contains("not found"), "{opts:?}: {line}");
+    }
+    let echo = which("echo").expect("echo");
+    let out = dir.join("echo.json");
+    for dashes in [&[][..], &["--"][..]] {
+        let mut args: Vec<std::ffi::OsString> = vec!["dead".into(), "-q".into(), "-o".into(), out.clone().into()];
+        args.extend(dashes.iter().map(Into::into));
+        args.extend([echo.clone().into(), "--perid".into(), "-x".into()]);
+        let run = witch_raw(&args);
+        assert_eq!(run.code(), Some(0), "{}", run.describe());
+        assert_eq!(run.stdout_str(), "--perid -x\n", "{}", run.describe());
+    }
+}
+
+/// A set-user-ID program run by another user is refused before it runs
+/// (status 126, as for a static program), naming the bit: the loader would
+/// ignore the agent, and --exact's tracing would drop the bit.
+#[test]
+fn a_set_user_id_program_is_refused_up_front() {
+    let dir = Scratch::new("setuid");
+    let Some(nobody) = Nobody::setup(&dir) else {
+        eprintln!("[witch-tests] skipping: a set-user-ID program needs root to make and setpriv to run as another user");
+        return;
+    };
+    let prog = Program::build("exit_status", dir.path());
+    chmod(dir.path(), 0o755);
+    chmod(&prog.exe, 0o4755);
+    for exact in [false, true] {
+        let opts: &[&str] = if exact { &["-q", "--exact"] } else { &["-q"] };
+        let run = WitchCmd::new("dead").nobody(&nobody).args(opts).out(Path::new("/dev/null")).run(&prog.exe, &["main"]);
+        let line = assert_one_line_error(&run, "set-user-ID program");
+        assert_eq!(run.code(), Some(126), "exact {exact}: {}", run.describe());
+        assert!(line.contains("set-user-ID"), "exact {exact}: the error does not name the bit: {line}");
+        assert!(!run.stdout_str().contains("exit_status"), "the program ran: {}", run.describe());
+    }
 }
 
 #[test]

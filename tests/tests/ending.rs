@@ -29,9 +29,9 @@ fn a_report_counts_every_thread_not_only_those_with_samples() {
 
 /// A run that left no profile was always asked "did it clear LD_PRELOAD?",
 /// whatever happened. witch now says what did: the program died of a
-/// signal the agent does not write at (SIGUSR1); the loader ignored the
-/// agent (a set-user-ID program); the descriptor limit was too low (witch
-/// says so before running the program).
+/// signal the agent does not write at (SIGUSR1); the descriptor limit was
+/// too low, or the loader would ignore the agent (a set-user-ID program):
+/// witch says so before running the program.
 #[test]
 fn a_run_without_a_profile_says_why() {
     let dir = Scratch::new("no-profile");
@@ -73,9 +73,11 @@ fn a_run_without_a_profile_says_why() {
     std::os::unix::fs::chown(&suid, Some(NOBODY), None).unwrap();
     chmod(&suid, 0o4755);
     chmod(dir.path(), 0o755);
+    // Said before the program runs, with the status of a program that cannot be profiled.
     let run = WitchCmd::new("dead").out(&out).run(&suid, &[&libc::SIGTERM.to_string()]);
     let said = last_line(&run);
-    assert!(said.contains("is set-user-ID (to uid 65534), so the dynamic loader ignores LD_PRELOAD in it"), "{said}");
+    assert_eq!(run.code(), Some(126), "{}", run.describe());
+    assert!(said.contains("is set-user-ID (to uid 65534), so the dynamic loader would ignore witch's agent in it"), "{said}");
 }
 
 /// A target stopped (SIGSTOP) when its session ends: its agent's thread is

@@ -148,3 +148,30 @@ fn exact_figures_are_counts_without_intervals() {
     let d = diff.stdout_str();
     assert!(d.contains("exact counts: no change"), "{d}");
 }
+
+/// `--exact` says on a terminal that it is alive (it runs thousands of times
+/// slower), and writes no such line where stderr is no terminal.
+#[test]
+fn exact_shows_progress_on_a_terminal_only() {
+    let dir = Scratch::new("exact-progress");
+    let prog = Program::build("half_dead", dir.path());
+    let out = dir.join("exact.json");
+    let args = |w: &mut std::process::Command| {
+        w.arg(witch_bin()).args(["dead", "--exact", "-o"]).arg(&out).arg(&prog.exe).args(["1000", "5"]);
+    };
+    // Under a pseudo-terminal (python3's pty.spawn copies it all to stdout).
+    let mut c = std::process::Command::new("python3");
+    c.args(["-c", "import pty, sys; sys.exit(pty.spawn(sys.argv[1:]) >> 8)"]);
+    args(&mut c);
+    let tty = run_cmd(c, Some(b""));
+    assert_eq!(tty.code(), Some(0), "{}", tty.describe());
+    let said = tty.stdout_str();
+    assert!(said.contains("instructions single-stepped in"), "no progress line on a terminal:\n{}", tty.describe());
+    // Piped: the report, and no progress line.
+    let mut c = std::process::Command::new("env");
+    args(&mut c);
+    let piped = run_cmd(c, None);
+    assert_eq!(piped.code(), Some(0), "{}", piped.describe());
+    let err = piped.stderr_str();
+    assert!(!err.contains("single-stepped in") && !err.contains('\r'), "a progress line without a terminal:\n{err}");
+}

@@ -180,11 +180,26 @@ pub struct Exact {
     threads: HashMap<i32, ThreadShadow>,
     pending: HashMap<i32, Pending>,
     instructions: u64,
+    /// `instructions`, for a progress line read by another thread.
+    stepped: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Exact {
     pub fn new(craft: Craft, precision: f64) -> Self {
-        Exact { craft, precision, an: Analyzer::new(), threads: HashMap::new(), pending: HashMap::new(), instructions: 0 }
+        Exact {
+            craft,
+            precision,
+            an: Analyzer::new(),
+            threads: HashMap::new(),
+            pending: HashMap::new(),
+            instructions: 0,
+            stepped: Default::default(),
+        }
+    }
+
+    /// The count of instructions single-stepped so far, as the run goes on.
+    pub fn stepped(&self) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+        self.stepped.clone()
     }
 
     /// Before a thread steps: decode the instruction at its PC.
@@ -230,6 +245,7 @@ impl Exact {
         let tid = pid.as_raw();
         let Some(p) = self.pending.remove(&tid) else { return };
         self.instructions += 1;
+        self.stepped.store(self.instructions, std::sync::atomic::Ordering::Relaxed);
         let craft = self.craft;
         let precision = self.precision;
         let t = self.threads.entry(tid).or_insert_with(ThreadShadow::new);

@@ -48,7 +48,7 @@ Examples:
   witch dead ./app
   witch dead -p 20000 --top 5 -- ./app --input big.txt
   witch dead -q -o app.witch ./app                   (profile only, no report)
-  witch dead --format json ./app > report.json
+  witch dead --json ./app > report.json
   witch dead -e list                                 (sampling events this machine offers)
 
 Each pair reads \"dead store at C1, killed by C2\": the store in context C1 was overwritten by
@@ -144,10 +144,11 @@ different builds or address layouts compare.")]
 Examples:
   witch gate --max-waste 20% app.witch
   witch gate --baseline main.witch --max-increase 2pp app.witch
-  witch gate --max-waste 20 --junit witch.xml app.witch
+  witch gate --max-waste 20% --junit witch.xml app.witch
 
-Bounds: --max-waste takes percent (\"20%\" or \"20\" both mean 20 percent); --max-increase
-takes percentage points of waste fraction (\"2pp\" or \"2\"). At least one bound is required.
+Bounds: --max-waste takes percent (\"20%\" or \"20\" both mean 20 percent; a bare number below 1,
+such as \"0.2\", is refused as ambiguous: write 20% or 0.2%); --max-increase takes percentage
+points of waste fraction (\"2pp\" or \"2\"). At least one bound is required.
 Exit status: 0 pass, 1 fail, 2 usage or input error.")]
     Gate(GateArgs),
 
@@ -217,13 +218,18 @@ pub struct RunArgs {
     #[arg(long, value_name = "N")]
     pub top: Option<usize>,
 
-    /// Pairs the text report shows in full (0 = all)
+    /// Pairs the text report shows in full, the heaviest of each summary line (0 = every pair)
     #[arg(long, value_name = "N", default_value_t = crate::render::text::PAIRS_SHOWN)]
     pub pairs: usize,
 
-    /// Report format: text on stderr, or JSON alone on stdout (the program's own stdout then goes to stderr)
-    #[arg(long, value_enum, default_value_t = Format::Text)]
-    pub format: Format,
+    /// Print the report as JSON, alone on stdout (the program's own stdout then goes to stderr),
+    /// instead of text on stderr
+    #[arg(long)]
+    pub json: bool,
+
+    /// The old spelling of --json (`--format json`), kept working
+    #[arg(long, value_enum, hide = true)]
+    pub format: Option<Format>,
 
     /// Where to write the profile [default: a name made of craft, program and pid]
     #[arg(short = 'o', long, value_name = "FILE")]
@@ -259,7 +265,10 @@ pub struct RunArgs {
 
     /// The program to run and its arguments
     // Not `required` in clap so that `-e list` needs no program; main.rs checks it.
-    #[arg(value_name = "PROGRAM", trailing_var_arg = true, allow_hyphen_values = true, num_args = 1..)]
+    // Everything after the program is its own (trailing_var_arg); before it, an
+    // unknown option is an error, not a program's name (a program whose name
+    // starts with '-' comes after `--`).
+    #[arg(value_name = "PROGRAM", trailing_var_arg = true, num_args = 1..)]
     pub command: Vec<OsString>,
 }
 
@@ -276,6 +285,10 @@ pub struct ReportArgs {
     /// Print the report as one JSON object instead of text
     #[arg(long)]
     pub json: bool,
+
+    /// `--format json`, the runs' old spelling of --json, kept working
+    #[arg(long, value_enum, hide = true)]
+    pub format: Option<Format>,
 
     /// Also write a gzipped pprof profile (sample types waste and use, in the profile's unit)
     #[arg(long, value_name = "OUT.pb.gz")]
@@ -301,7 +314,7 @@ pub struct ReportArgs {
     #[arg(long, value_name = "N")]
     pub top: Option<usize>,
 
-    /// Pairs the text report shows in full (0 = all)
+    /// Pairs the text report shows in full, the heaviest of each summary line (0 = every pair)
     #[arg(long, value_name = "N", default_value_t = crate::render::text::PAIRS_SHOWN)]
     pub pairs: usize,
 }
@@ -317,6 +330,9 @@ pub struct DiffArgs {
     /// Print one JSON object instead of text
     #[arg(long)]
     pub json: bool,
+    /// `--format json`, the runs' old spelling of --json, kept working
+    #[arg(long, value_enum, hide = true)]
+    pub format: Option<Format>,
     /// Number of changed pairs to show (0 = all)
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,
@@ -329,7 +345,8 @@ pub struct GateArgs {
     #[arg(value_name = "PROFILE")]
     pub profile: PathBuf,
 
-    /// Fail when the waste fraction is above this many percent ("20%" or "20")
+    /// Fail when the waste fraction is above this many percent ("20%" or "20"; "0.2" is refused
+    /// as ambiguous)
     #[arg(long, value_name = "PERCENT", value_parser = parse_percent)]
     pub max_waste: Option<f64>,
 
@@ -352,6 +369,37 @@ pub struct DoctorArgs {
     /// Print the checks as JSON
     #[arg(long)]
     pub json: bool,
+    /// `--format json`, the runs' old spelling of --json, kept working
+    #[arg(long, value_enum, hide = true)]
+    pub format: Option<Format>,
+}
+
+/// `--json` is the one spelling of JSON output in every command; `--format
+/// json` (the runs' first spelling) still works, hidden. `--json` wins.
+fn format_of(json: bool, format: Option<Format>) -> Format {
+    if json {
+        Format::Json
+    } else {
+        format.unwrap_or(Format::Text)
+    }
+}
+
+impl ReportArgs {
+    pub fn format(&self) -> Format {
+        format_of(self.json, self.format)
+    }
+}
+
+impl DiffArgs {
+    pub fn format(&self) -> Format {
+        format_of(self.json, self.format)
+    }
+}
+
+impl DoctorArgs {
+    pub fn format(&self) -> Format {
+        format_of(self.json, self.format)
+    }
 }
 
 fn parse_precision(s: &str) -> Result<f64, String> {
@@ -362,14 +410,20 @@ fn parse_precision(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
-/// Percent of waste: "20%" and "20" both mean 20 percent, so a bare number is never a
-/// fraction (that ambiguity would silently turn 0.2 into 20%).
+/// Percent of waste: "20%" and "20" both mean 20 percent. A bare number
+/// between 0 and 1 ("0.2") is refused: the JSON's fractions run from 0 to 1,
+/// so it may mean 20% as well as 0.2%, and either reading taken silently
+/// would make a gate 100 times too strict or too lax. The hint gives both.
 pub fn parse_percent(s: &str) -> Result<f64, String> {
     let t = s.trim();
+    let sign = t.ends_with('%');
     let t = t.strip_suffix('%').unwrap_or(t).trim();
     let v: f64 = t.parse().map_err(|_| format!("`{s}` is not a percentage (e.g. 20%)"))?;
     if !(0.0..=100.0).contains(&v) {
         return Err(format!("`{s}` is not between 0% and 100%"));
+    }
+    if !sign && v > 0.0 && v < 1.0 {
+        return Err(format!("`{s}` is ambiguous: write {}% for a waste fraction of {t}, or {t}% for {t} percent", (v * 1e8).round() / 1e6));
     }
     Ok(v)
 }
@@ -401,6 +455,11 @@ pub enum Period {
 }
 
 impl RunArgs {
+    /// The report's format: `--json` (or the old `--format json`), else text.
+    pub fn format(&self) -> Format {
+        format_of(self.json, self.format)
+    }
+
     /// The period (`-p` or `-F`) as the engine takes it (a count; ns for time)
     /// and whether it was given as a time.
     pub fn period(&self) -> (Option<u64>, bool) {
@@ -481,7 +540,11 @@ mod tests {
     fn bounds_parse() {
         assert_eq!(parse_percent("20%").unwrap(), 20.0);
         assert_eq!(parse_percent("20").unwrap(), 20.0);
-        assert_eq!(parse_percent("0.5").unwrap(), 0.5);
+        assert_eq!(parse_percent("0.5%").unwrap(), 0.5);
+        assert_eq!(parse_percent("1.5").unwrap(), 1.5);
+        assert_eq!(parse_percent("0").unwrap(), 0.0);
+        let e = parse_percent("0.2").unwrap_err();
+        assert!(e.contains("20%") && e.contains("0.2%"), "{e}");
         assert!(parse_percent("120%").is_err());
         assert!(parse_percent("x").is_err());
         assert_eq!(parse_points("2pp").unwrap(), 2.0);
@@ -505,6 +568,11 @@ mod tests {
         let Command::SilentLoad(a) = c.command else { panic!() };
         assert_eq!(a.replacement, Policy::EmptyOnly);
         assert_eq!(a.command, vec![OsString::from("-weird")]);
+        // Before the program, an unknown option is an error, not the program's name.
+        for typo in [&["--perid", "1ms"][..], &["-x"], &["--pairz", "3"]] {
+            let argv = [&["witch", "dead"][..], typo, &["./a"]].concat();
+            assert_eq!(Cli::try_parse_from(argv).unwrap_err().kind(), clap::error::ErrorKind::UnknownArgument, "{typo:?}");
+        }
         assert!(Cli::try_parse_from(["witch", "dead", "--debug-registers", "5", "./a"]).is_err());
         assert!(Cli::try_parse_from(["witch", "gate", "p.json"]).is_err());
         assert!(Cli::try_parse_from(["witch", "gate", "--baseline", "b", "p.json"]).is_err());

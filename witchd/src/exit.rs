@@ -5,9 +5,10 @@
 //! failures take the codes `env` and `timeout` use, which a program rarely
 //! returns:
 //! - 125: witch itself failed (a usage error, an unusable `-o`, a set-up failure);
-//! - 126: the program was found but cannot be profiled (not executable,
-//!   statically linked, not x86-64, or witch runs under a seccomp filter
-//!   the program would inherit);
+//! - 126: the program was found but cannot be profiled (not executable, a
+//!   directory, statically linked, not x86-64, set-user-ID or set-group-ID
+//!   to another user, or witch runs under a seccomp filter the program would
+//!   inherit);
 //! - 127: the program was not found.
 //!
 //! Every other command (`report`, `diff`, `gate`, `doctor`, `daemon`, and a

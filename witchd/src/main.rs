@@ -24,7 +24,12 @@ fn main() {
         Ok(c) => c,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version: exit 0
         Err(e) => {
-            let _ = e.print();
+            match unknown_option(&e, &args) {
+                Some(line) => witchd::say!("{line}"),
+                None => {
+                    let _ = e.print();
+                }
+            }
             std::process::exit(failed);
         }
     };
@@ -36,6 +41,43 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// An unknown option as one line: which command refused it, the option it
+/// may have meant, and, for a craft, where the program's own options go
+/// (after the program: `witch dead ./app --its-flag`). clap's own message
+/// (five lines, with a tip to pass it after `--`, which would make it the
+/// program's name) is kept for every other error.
+fn unknown_option(e: &clap::Error, args: &[String]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else { return None };
+    // The command the option was given to: the subcommands named before it.
+    let mut cmd = Cli::command();
+    let mut name = vec!["witch".to_string()];
+    for a in args.iter().skip(1) {
+        match cmd.find_subcommand(a) {
+            Some(sub) => {
+                name.push(sub.get_name().to_string());
+                cmd = sub.clone();
+            }
+            None if a.starts_with('-') => {}
+            None => break,
+        }
+    }
+    let name = name.join(" ");
+    let similar = match e.get(ContextKind::SuggestedArg) {
+        Some(ContextValue::String(s)) => format!(" (did you mean {s}?)"),
+        _ => String::new(),
+    };
+    let craft = ["dead", "silent-store", "silent-load"].iter().any(|c| name == format!("witch {c}"));
+    Some(if craft {
+        format!("{name}: unknown option {arg}{similar}; witch's options go before the program, the program's own after it: {name} [OPTIONS] PROGRAM [ARGS]...")
+    } else {
+        format!("{name}: unknown option {arg}{similar} (see `{name} --help`)")
+    })
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<i32> {

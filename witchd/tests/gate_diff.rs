@@ -274,3 +274,88 @@ fn the_interval_of_a_change_stays_within_100_points() {
     let x = std::fs::read_to_string(&junit).unwrap();
     assert!(pp(&x.replace("&gt;", ">")).iter().all(|x| x.abs() <= 100.0), "{x}");
 }
+
+/// One spelling of JSON output, `--json`, in every command (the old
+/// `--format json` kept working); and every JSON witch writes is read back by
+/// `report`, `diff` and `gate`, or named by them in one line with the file to
+/// give instead.
+#[test]
+fn every_json_witch_writes_is_read_back_or_named() {
+    let fx = fixture();
+    let dir = scratch("json-readback");
+    let prof = save_in(&dir, &profile(fx, 0, BASE), "p.json");
+    let json = |args: &[&std::ffi::OsStr], name: &str| -> std::path::PathBuf {
+        let o = witch(args);
+        assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
+        serde_json::from_str::<serde_json::Value>(&stdout(&o)).unwrap_or_else(|e| panic!("{args:?}: not JSON: {e}"));
+        let f = dir.join(name);
+        std::fs::write(&f, &o.stdout).unwrap();
+        f
+    };
+    let p = prof.as_os_str();
+    let report = json(&["report".as_ref(), p, "--json".as_ref()], "report.json");
+    let old = json(&["report".as_ref(), p, "--format".as_ref(), "json".as_ref()], "report-old.json");
+    assert_eq!(std::fs::read(&report).unwrap(), std::fs::read(&old).unwrap(), "--format json and --json differ");
+    let diff = json(&["diff".as_ref(), p, p, "--json".as_ref()], "diff.json");
+    json(&["diff".as_ref(), p, p, "--format".as_ref(), "json".as_ref()], "diff-old.json");
+    let doctor = json(&["doctor".as_ref(), "--json".as_ref()], "doctor.json");
+    let pprof = dir.join("p.pb.gz");
+    let svg = dir.join("p.svg");
+    let o = witch(["report".as_ref(), p, "--pprof".as_ref(), pprof.as_os_str(), "--flamegraph".as_ref(), svg.as_os_str()]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(v["profile"], prof.display().to_string(), "the JSON report does not name its profile");
+
+    // The profile itself is read by all three.
+    for args in [vec!["report".as_ref(), p], vec!["diff".as_ref(), p, p], vec!["gate".as_ref(), "--max-waste".as_ref(), "100%".as_ref(), p]]
+    {
+        let o = witch(&args);
+        assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
+    }
+    // Everything else is named, with what to give instead.
+    for (file, what, instead) in [
+        (&report, "JSON report", prof.display().to_string()),
+        (&diff, "witch diff", prof.display().to_string()),
+        (&doctor, "witch doctor", String::new()),
+        (&pprof, "pprof", "go tool pprof".to_string()),
+        (&svg, "flame graph", String::new()),
+    ] {
+        let f = file.as_os_str();
+        for args in [
+            vec!["report".as_ref(), f],
+            vec!["diff".as_ref(), p, f],
+            vec!["diff".as_ref(), f, p],
+            vec!["gate".as_ref(), "--max-waste".as_ref(), "20%".as_ref(), f],
+            vec!["gate".as_ref(), "--max-increase".as_ref(), "2".as_ref(), "--baseline".as_ref(), f, p],
+        ] {
+            let o = witch(&args);
+            let err = stderr(&o);
+            assert_eq!(code(&o), 2, "{args:?}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: not one line: {err}");
+            assert!(
+                err.contains(what) && err.contains(&instead),
+                "{args:?}: does not say what {} is ({what}) and to give {instead}: {err}",
+                file.display()
+            );
+            assert!(!err.contains("invalid type"), "{args:?}: serde's message: {err}");
+        }
+    }
+}
+
+/// `--max-waste`: "20%" and "20" are 20 percent; a bare number below 1 is
+/// refused as ambiguous (a fraction of 0 to 1, as the JSON's, or percent?),
+/// with both readings in the hint.
+#[test]
+fn max_waste_refuses_the_ambiguous_bare_fraction() {
+    let fx = fixture();
+    let p = save(&profile(fx, 0, BASE), "max-waste-forms.witch");
+    let p = p.as_os_str();
+    for (bound, want) in [("80%", 0), ("80", 0), ("70%", 1), ("70", 1), ("0.5%", 1)] {
+        let o = witch(["gate".as_ref(), "--max-waste".as_ref(), bound.as_ref(), p]);
+        assert_eq!(code(&o), want, "--max-waste {bound}: {}", stderr(&o));
+    }
+    let o = witch(["gate".as_ref(), "--max-waste".as_ref(), "0.2".as_ref(), p]);
+    let err = stderr(&o);
+    assert_eq!(code(&o), 2, "{err}");
+    assert!(err.contains("ambiguous") && err.contains("20%") && err.contains("0.2%"), "{err}");
+}

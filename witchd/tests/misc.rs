@@ -18,18 +18,9 @@ fn every_help_shows_an_example() {
         assert!(t.contains("Examples:") && t.contains("witch "), "{sub} help:\n{t}");
     }
     let t = stdout(&witch(["dead", "--help"]));
-    for opt in [
-        "--event",
-        "--period",
-        "--debug-registers",
-        "--replacement",
-        "--fp-precision",
-        "--top",
-        "--format",
-        "--output",
-        "--quiet",
-        "--exact",
-    ] {
+    for opt in
+        ["--event", "--period", "--debug-registers", "--replacement", "--fp-precision", "--top", "--json", "--output", "--quiet", "--exact"]
+    {
         assert!(t.contains(opt), "dead help lacks {opt}");
     }
 }

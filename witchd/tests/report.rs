@@ -133,6 +133,30 @@ fn text_report_reads_top_down() {
     assert!(words(&t).contains("waste 900 byte·ns, use 300 byte·ns (estimated byte·ns, 1 KiB = 1024 B)"), "{t}");
 }
 
+/// `--pairs 0` shows every pair with waste, not only the heaviest of each
+/// summary line; `--pairs N` the heaviest of the first N lines.
+#[test]
+fn pairs_zero_shows_every_pair() {
+    let fx = fixture();
+    let mut p = profile(fx, 0, BASE);
+    // A second killer of init's store: two pairs at init's line, three in all.
+    p.threads[0].pairs.push(Pair { watch: 2, trap: 2, waste: 50.0, traps: 3000, ..Default::default() });
+    let path = save(&p, "pairs-all.witch");
+    let count = |t: &str| t.lines().filter(|l| l.starts_with('#') && l.contains("of all waste")).count();
+    let o = witch(["report".as_ref(), path.as_os_str(), "--pairs".as_ref(), "0".as_ref()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let t = stdout(&o);
+    assert_eq!(count(&t), 3, "--pairs 0 does not show all three pairs:\n{t}");
+    assert!(t.contains("All 3 pairs"), "{t}");
+    let o = witch(["report".as_ref(), path.as_os_str(), "--pairs".as_ref(), "2".as_ref()]);
+    let t = stdout(&o);
+    assert_eq!(count(&t), 2, "--pairs 2 shows the heaviest of each of the two lines:\n{t}");
+    let flat = t.split_whitespace().collect::<Vec<_>>().join(" "); // lines wrap to the width
+    assert!(flat.contains("Top 2 of 3 pairs") && flat.contains("1 more pairs at this line"), "{t}");
+    let o = witch(["report".as_ref(), path.as_os_str(), "--pairs".as_ref(), "1".as_ref()]);
+    assert_eq!(count(&stdout(&o)), 1, "{}", stdout(&o));
+}
+
 #[test]
 fn missing_module_file_degrades_to_module_offset() {
     let fx = fixture();

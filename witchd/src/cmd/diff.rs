@@ -155,7 +155,7 @@ pub fn run(a: &DiffArgs) -> anyhow::Result<i32> {
         beyond_noise: change.lo > 0.0 || change.hi < 0.0,
         pairs: changes,
     };
-    let out = if a.json { serde_json::to_string_pretty(&d)? + "\n" } else { text(&d, &new, a.top) };
+    let out = if a.format() == crate::render::Format::Json { serde_json::to_string_pretty(&d)? + "\n" } else { text(&d, &new, a.top) };
     crate::print(&out)?;
     Ok(0)
 }

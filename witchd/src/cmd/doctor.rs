@@ -121,7 +121,7 @@ pub fn run(a: &DoctorArgs) -> anyhow::Result<i32> {
     // The code cache's line right after the software sampler's.
     let at = cs.iter().position(|c| c.name == CHECK_STEP).map_or(cs.len(), |i| i + 1);
     cs.insert(at, cache_check());
-    let out = if a.json {
+    let out = if a.format() == crate::render::Format::Json {
         #[derive(serde::Serialize)]
         struct J<'a> {
             name: &'a str,

@@ -135,12 +135,29 @@ impl Progress {
     /// process makes its profile file when the process starts and fills it
     /// when it ends, so the parts directory tells how many there are.
     pub fn start(parts: &std::path::Path) -> Option<Progress> {
+        let dir = parts.to_path_buf();
+        Self::every_second(2.0, move |secs| {
+            let (mut all, mut done) = (0, 0);
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                if e.path().extension().is_some_and(|x| x == "json") {
+                    all += 1;
+                    done += usize::from(e.metadata().is_ok_and(|m| m.len() > 0));
+                }
+            }
+            let procs = if all > 1 { format!(", {all} processes ({done} done)") } else { String::new() };
+            format!("witch: profiling, {secs:.0} s{procs}")
+        })
+    }
+
+    /// The line `line(seconds)` on a terminal's stderr, from `after` seconds
+    /// on, renewed every second; nothing when stderr is no terminal.
+    pub fn every_second(after: f64, line: impl Fn(f64) -> String + Send + 'static) -> Option<Progress> {
         use std::io::{IsTerminal, Write};
         if !std::io::stderr().is_terminal() {
             return None;
         }
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (s, dir) = (stop.clone(), parts.to_path_buf());
+        let s = stop.clone();
         let thread = std::thread::Builder::new()
             .name("witch-progress".into())
             .spawn(move || {
@@ -149,18 +166,10 @@ impl Progress {
                 while !s.load(Ordering::Relaxed) {
                     std::thread::sleep(std::time::Duration::from_millis(200));
                     let secs = t0.elapsed().as_secs_f64();
-                    if secs < 2.0 || !((secs * 5.0) as u64).is_multiple_of(5) {
+                    if secs < after || !((secs * 5.0) as u64).is_multiple_of(5) {
                         continue;
                     }
-                    let (mut all, mut done) = (0, 0);
-                    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                        if e.path().extension().is_some_and(|x| x == "json") {
-                            all += 1;
-                            done += usize::from(e.metadata().is_ok_and(|m| m.len() > 0));
-                        }
-                    }
-                    let procs = if all > 1 { format!(", {all} processes ({done} done)") } else { String::new() };
-                    let _ = write!(std::io::stderr(), "\r\x1b[Kwitch: profiling, {secs:.0} s{procs}");
+                    let _ = write!(std::io::stderr(), "\r\x1b[K{}", line(secs));
                     shown = true;
                 }
                 if shown {

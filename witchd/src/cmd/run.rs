@@ -35,6 +35,13 @@ fn resolve(program: &OsString) -> Result<PathBuf> {
             if m.is_file() && m.permissions().mode() & 0o111 != 0 {
                 return Ok(c.clone());
             }
+            if m.is_dir() {
+                // A shell passes over a directory in PATH; named as the program, it is the error.
+                if candidates.len() == 1 {
+                    return Err(exit::cannot_run(format!("{} is a directory, not a program", c.display())));
+                }
+                continue;
+            }
             if m.is_file() && c == candidates.last().unwrap_or(c) || candidates.len() == 1 {
                 return Err(exit::cannot_run(format!("{} is not executable", c.display())));
             }
@@ -143,6 +150,12 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     if let Some(j) = &a.json_out {
         Output::check(Some(j))?.probe()?;
     }
+    // A set-user-ID program run as someone else: the loader would ignore the
+    // agent, and under --exact's ptrace the kernel would run it without the
+    // bit, so neither profiles the program as it runs. Said before it runs.
+    if let Some(why) = secure_execution(&prog) {
+        return Err(exit::cannot_run(why));
+    }
     if a.exact {
         return super::exact::run(craft, a, &prog, program, &out);
     }
@@ -192,7 +205,7 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     }
     settings.exe_names = a.exe.clone();
     cmd.env("LD_PRELOAD", preload).envs(settings.to_pairs());
-    if a.format == Format::Json && !a.quiet {
+    if a.format() == Format::Json && !a.quiet {
         // The JSON report has stdout to itself; the program's stdout goes to stderr.
         match std::io::stderr().as_fd().try_clone_to_owned() {
             Ok(fd) => {
@@ -211,7 +224,7 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     };
     let pid = child.id();
     launch::forward_signals(pid);
-    let progress = (!a.quiet && a.format == Format::Text).then(|| launch::Progress::start(&parts.dir)).flatten();
+    let progress = (!a.quiet && a.format() == Format::Text).then(|| launch::Progress::start(&parts.dir)).flatten();
     let ended = launch::wait(pid)?;
     drop(progress);
 
@@ -269,6 +282,11 @@ fn check_descriptors() -> Result<()> {
 fn secure_execution(prog: &Path) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(prog).ok()?;
+    // The kernel ignores the bits on a script (its interpreter runs, as the user).
+    let mut head = [0u8; 2];
+    if std::fs::File::open(prog).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head)).is_ok() && &head == b"#!" {
+        return None;
+    }
     // SAFETY: plain getters.
     let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let what = if m.mode() & libc::S_ISUID != 0 && m.uid() != euid {
@@ -281,7 +299,7 @@ fn secure_execution(prog: &Path) -> Option<String> {
         return None;
     };
     Some(format!(
-        "{} is {what}, so the dynamic loader ignores LD_PRELOAD in it (secure-execution mode) and the agent never loaded; run it as the user it runs as, or profile a copy without the bit",
+        "{} is {what}, so the dynamic loader would ignore witch's agent in it (secure-execution mode ignores LD_PRELOAD), and --exact's tracing would run it without its privileges; run witch as the user it runs as, or profile a copy without the bit",
         prog.display()
     ))
 }
@@ -324,22 +342,22 @@ fn why_no_profile(prog: &Path, ended: &launch::Ended, parts: &Path) -> String {
 /// --json-out; `saved`: where the profile was written (None: it was not).
 fn report(run: &witchcraft::profile::Profile, a: &RunArgs, saved: Option<&Path>) -> Result<()> {
     if let Some(j) = &a.json_out {
-        let json = super::report::render(run, a.top, a.pairs, Format::Json)?;
+        let json = super::report::render(run, a.top, a.pairs, Format::Json, saved)?;
         crate::write::bytes(j, json.as_bytes())?;
     }
     if a.quiet {
         return Ok(());
     }
-    match a.format {
+    match a.format() {
         Format::Text => {
-            crate::say_raw!("{}", super::report::render(run, a.top, a.pairs, Format::Text)?);
+            crate::say_raw!("{}", super::report::render(run, a.top, a.pairs, Format::Text, None)?);
             if let Some(path) = saved {
                 let n = run.processes.len() + 1;
                 let what = if n > 1 { format!("profile of {n} processes") } else { "profile".into() };
                 crate::say!("witch: {what} written to {}", path.display());
             }
         }
-        Format::Json => crate::print(&super::report::render(run, a.top, a.pairs, Format::Json)?)?,
+        Format::Json => crate::print(&super::report::render(run, a.top, a.pairs, Format::Json, saved)?)?,
     }
     Ok(())
 }

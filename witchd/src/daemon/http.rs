@@ -354,20 +354,38 @@ async fn profiles(State(d): State<Arc<Daemon>>, peer: Option<Extension<Peer>>) -
     }
 }
 
+/// `/pprof/latest`'s parameters, as given: checked here, so that a bad one
+/// gets a line that names it, not the framework's deserialization error,
+/// and a misspelt one is refused rather than ignored.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct LatestQuery {
-    pid: Option<u32>,
+    pid: Option<String>,
     craft: Option<String>,
     exe: Option<String>,
 }
 
-async fn latest(State(d): State<Arc<Daemon>>, peer: Option<Extension<Peer>>, Query(q): Query<LatestQuery>) -> Response {
+const LATEST_TAKES: &str = "/pprof/latest takes pid=PID (a process id), craft=dead|silent-store|silent-load and exe=NAME, all optional";
+
+async fn latest(
+    State(d): State<Arc<Daemon>>,
+    peer: Option<Extension<Peer>>,
+    q: Result<Query<LatestQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
     let access = d.cfg.http_profiles;
     if let Some(r) = not_served(access) {
         return r;
     }
+    let Ok(Query(q)) = q else {
+        return (StatusCode::BAD_REQUEST, format!("a parameter witchd does not know: {LATEST_TAKES}\n")).into_response();
+    };
+    let pid = match q.pid.as_deref().map(|p| (p, p.trim().parse::<u32>())) {
+        None => None,
+        Some((_, Ok(p))) if p > 0 => Some(p),
+        Some((p, _)) => return (StatusCode::BAD_REQUEST, format!("pid={p:?} is not a process id: {LATEST_TAKES}\n")).into_response(),
+    };
     let craft = match q.craft.as_deref().map(|c| (c, Craft::parse(c))) {
-        Some((c, None)) => return (StatusCode::BAD_REQUEST, format!("unknown craft {c:?}\n")).into_response(),
+        Some((c, None)) => return (StatusCode::BAD_REQUEST, format!("unknown craft {c:?}: {LATEST_TAKES}\n")).into_response(),
         Some((_, c)) => c,
         None => None,
     };
@@ -376,7 +394,7 @@ async fn latest(State(d): State<Arc<Daemon>>, peer: Option<Extension<Peer>>, Que
         .store
         .lock()
         .unwrap()
-        .latest(q.pid, craft, q.exe.as_deref(), |m| peer.is_some_and(|p| p.may_read(access, m.owner)))
+        .latest(pid, craft, q.exe.as_deref(), |m| peer.is_some_and(|p| p.may_read(access, m.owner)))
         .map(|m| m.id.clone());
     match id {
         Some(id) => pprof(d, id).await,

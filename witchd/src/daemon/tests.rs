@@ -238,6 +238,13 @@ pid = {}
     assert_eq!(http_get(&addr, "/pprof/latest?pid=1&craft=dead").0, 404);
     assert_eq!(http_get(&addr, "/pprof/nope").0, 404);
     assert_eq!(http_get(&addr, "/pprof/latest?craft=bogus").0, 400);
+    // A bad or misspelt parameter: a line that names it, not the framework's error.
+    for (q, want) in [("pid=abc", "pid=\"abc\" is not a process id"), ("pid=-1", "is not a process id"), ("pdi=5", "does not know")] {
+        let (code, body) = http_get(&addr, &format!("/pprof/latest?{q}"));
+        let body = String::from_utf8_lossy(&body);
+        assert_eq!(code, 400, "{q}: {body}");
+        assert!(body.contains(want) && body.contains("pid=PID") && !body.contains("deserialize"), "{q}: {body}");
+    }
 
     stop_tx.send(()).unwrap();
     daemon.join().unwrap().unwrap();

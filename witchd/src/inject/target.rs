@@ -363,6 +363,16 @@ pub fn not_permitted(pid: i32) -> anyhow::Error {
     if let Some(s) = yama.filter(|&s| s > 0) {
         why.push_str(&format!(" (kernel.yama.ptrace_scope = {s}{})", if s == 1 { ": only descendants may be traced" } else { "" }));
     }
+    if me == 0 {
+        // Root was refused: advising root would send the user in a circle.
+        let tracer = Status::read(Of::Process(pid)).ok().and_then(|s| s.tracer_pid).filter(|&t| t != 0);
+        let what = match tracer {
+            Some(t) => format!("pid {pid} is being traced already, by pid {t} (a debugger, or another profiler)"),
+            None if yama == Some(3) => "kernel.yama.ptrace_scope = 3 forbids ptrace to everyone until reboot".into(),
+            None => "a security module (SELinux, AppArmor), a sandbox or container that withholds CAP_SYS_PTRACE, or the kernel's own protection of the process refuses it".into(),
+        };
+        return anyhow!("not permitted to attach to pid {pid}, even as root: ptrace of pid {pid} is refused; {what}");
+    }
     anyhow!("not permitted to attach to pid {pid}: {why}; run witch as the process's user with ptrace allowed, or as root (CAP_SYS_PTRACE)")
 }
 
@@ -376,6 +386,17 @@ pub fn alive(pid: i32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Root refused is not told to run as root; a user is.
+    #[test]
+    fn a_refusal_advises_what_the_caller_can_do() {
+        let e = not_permitted(std::process::id() as i32).to_string();
+        if is_root() {
+            assert!(e.contains("even as root") && !e.contains("or as root"), "{e}");
+        } else {
+            assert!(e.contains("or as root"), "{e}");
+        }
+    }
 
     #[test]
     fn our_own_dlopen_is_found_in_our_libc() {

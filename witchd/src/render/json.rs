@@ -20,12 +20,21 @@ pub struct Json<'a> {
     /// Lines and pairs kept (0 = all).
     top: usize,
     run: Option<&'a Analysis<'a>>,
+    /// The profile file this report is of, where there is one.
+    profile: Option<String>,
 }
 
 impl Json<'_> {
     /// `top` = lines and pairs kept (0 = all).
     pub fn new(top: usize) -> Self {
-        Json { top, run: None }
+        Json { top, run: None, profile: None }
+    }
+
+    /// Names the profile file the report is of (so that a reader given the
+    /// report where it wants the profile can say which file to give).
+    pub fn profile(mut self, path: Option<&std::path::Path>) -> Self {
+        self.profile = path.map(|p| p.display().to_string());
+        self
     }
 }
 
@@ -38,7 +47,8 @@ impl<'a> Recorder<'a> for Json<'a> {
     /// Serialized straight into `out`, so the output is never held whole.
     fn write(&mut self, out: &mut dyn Write) -> anyhow::Result<()> {
         let Some(run) = self.run else { return Ok(()) };
-        let report = report(run, self.top);
+        let mut report = report(run, self.top);
+        report.profile = self.profile.as_deref();
         let mut w = std::io::BufWriter::new(out);
         serde_json::to_writer_pretty(&mut w, &report)?;
         w.write_all(b"\n")?;
@@ -62,6 +72,7 @@ fn report<'a>(run: &'a Analysis<'a>, top: usize) -> JsonReport<'a> {
     let approx: f64 = run.procs.iter().map(|x| x.totals().1).sum();
     JsonReport {
         schema: REPORT_SCHEMA,
+        profile: None,
         craft: p.craft.name(),
         program: &p.program,
         args: &p.args,
@@ -310,6 +321,9 @@ struct JsonSampler<'a> {
 #[derive(Serialize)]
 struct JsonReport<'a> {
     schema: u32,
+    /// The profile file the report is of (absent when it was not written).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    profile: Option<&'a str>,
     craft: &'static str,
     /// The run's first process.
     program: &'a str,

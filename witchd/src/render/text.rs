@@ -379,42 +379,57 @@ impl Page<'_> {
         Ok(())
     }
 
-    /// The heaviest pair of each of the top lines in full, start-up frames left out.
+    /// The heaviest pair of each of the top lines in full, start-up frames
+    /// left out; `top` 0: every pair with waste, heaviest first.
     fn pairs(&mut self, run: &Analysis, total: &Sums, lines: &[summary::Line], top: usize) -> anyhow::Result<()> {
-        let n = if top == 0 { lines.len() } else { top.min(lines.len()) };
         let w = analysis::words(run.main().profile.craft);
-        let keys: Vec<u32> = lines.iter().take(n).map(|l| run.names.site_key(l.site.frame)).collect();
-        // Each line's pairs, heaviest first: the first is shown, the others counted.
-        let mut shown: Vec<Option<(usize, &analysis::SymPair)>> = vec![None; n];
-        let mut others = vec![0usize; n];
-        for (pi, x) in run.procs.iter().enumerate() {
-            for sp in x.pairs.iter().filter(|sp| sp.waste() > 0.0) {
-                let Some(s) = summary::site(&run.names, sp.watch) else { continue };
-                let Some(i) = keys.iter().position(|&k| k == run.names.site_key(s.frame)) else { continue };
-                match shown[i] {
-                    Some((_, best)) if best.waste() >= sp.waste() => others[i] += 1,
-                    Some(_) => {
-                        others[i] += 1;
-                        shown[i] = Some((pi, sp));
+        let total_pairs: usize = run.procs.iter().map(|x| x.pairs.iter().filter(|sp| sp.waste() > 0.0).count()).sum();
+        // (process, pair, other pairs at its line), in the order shown.
+        let shown: Vec<(usize, &analysis::SymPair, usize)> = if top == 0 {
+            let mut all: Vec<(usize, &analysis::SymPair, usize)> = run
+                .procs
+                .iter()
+                .enumerate()
+                .flat_map(|(pi, x)| x.pairs.iter().filter(|sp| sp.waste() > 0.0).map(move |sp| (pi, sp, 0)))
+                .collect();
+            all.sort_by(|a, b| b.1.waste().total_cmp(&a.1.waste()));
+            self.line(format!("All {total_pairs} pairs, heaviest first ({} = waste/(waste+use)):", w.waste))?;
+            all
+        } else {
+            let n = top.min(lines.len());
+            let keys: Vec<u32> = lines.iter().take(n).map(|l| run.names.site_key(l.site.frame)).collect();
+            // Each line's pairs, heaviest first: the first is shown, the others counted.
+            let mut best: Vec<Option<(usize, &analysis::SymPair)>> = vec![None; n];
+            let mut others = vec![0usize; n];
+            for (pi, x) in run.procs.iter().enumerate() {
+                for sp in x.pairs.iter().filter(|sp| sp.waste() > 0.0) {
+                    let Some(s) = summary::site(&run.names, sp.watch) else { continue };
+                    let Some(i) = keys.iter().position(|&k| k == run.names.site_key(s.frame)) else { continue };
+                    match best[i] {
+                        Some((_, b)) if b.waste() >= sp.waste() => others[i] += 1,
+                        Some(_) => {
+                            others[i] += 1;
+                            best[i] = Some((pi, sp));
+                        }
+                        None => best[i] = Some((pi, sp)),
                     }
-                    None => shown[i] = Some((pi, sp)),
                 }
             }
-        }
-        let total_pairs: usize = run.procs.iter().map(|x| x.pairs.iter().filter(|sp| sp.waste() > 0.0).count()).sum();
-        self.line(format!("Top {n} of {total_pairs} pairs, the heaviest of each line above ({} = waste/(waste+use)):", w.waste))?;
-        for (i, (pi, sp)) in shown.iter().flatten().enumerate() {
+            self.line(format!("Top {n} of {total_pairs} pairs, the heaviest of each line above ({} = waste/(waste+use)):", w.waste))?;
+            best.into_iter().zip(others).filter_map(|(b, k)| b.map(|(pi, sp)| (pi, sp, k))).collect()
+        };
+        for (i, &(pi, sp, others)) in shown.iter().enumerate() {
             self.blank()?;
             let share = sp.sums.share_of(total);
             let f = sp.sums.fraction();
             let few = if sp.sums.few() { " (few traps: uncertain)" } else { "" };
             let proc = if run.procs.len() > 1 {
-                let p = run.procs[*pi].profile;
+                let p = run.procs[pi].profile;
                 format!(", pid {} {}", p.pid, crate::symbolize::module_name(&p.program))
             } else {
                 String::new()
             };
-            let more = match others[i] {
+            let more = match others {
                 0 => String::new(),
                 k => format!("; {k} more pairs at this line"),
             };

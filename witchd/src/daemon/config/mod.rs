@@ -132,6 +132,49 @@ impl Watch {
     }
 }
 
+/// One key of the file, as witchd(8) lists it.
+pub struct Key {
+    /// "" (top level), "store", "defaults", or "watch" (only in `[[watch]]`).
+    pub section: &'static str,
+    pub name: &'static str,
+    /// A value as written in the file (TOML); tests parse each.
+    pub example: &'static str,
+    /// What it sets, and its default.
+    pub meaning: &'static str,
+}
+
+/// Every key the file takes, for the manual page (a test checks that each
+/// parses, and that the example configuration uses no other).
+pub const KEYS: &[Key] = &[
+    Key { section: "", name: "socket", example: "\"/run/witchd.sock\"", meaning: "The Unix socket `witch daemon` connects to. Default: /run/witchd.sock for root, else $XDG_RUNTIME_DIR/witchd.sock ($WITCHD_SOCKET overrides both)." },
+    Key { section: "", name: "socket_mode", example: "0o600", meaning: "Permission bits of the socket; 0o666 lets every user connect, and each request is still checked against the caller's user. Default: 0o600." },
+    Key { section: "", name: "http", example: "\"127.0.0.1:9465\"", meaning: "Address and port of the HTTP listener (pprof profiles, Prometheus /metrics), or \"off\". Default: 127.0.0.1:9465." },
+    Key { section: "", name: "http_profiles", example: "\"owner\"", meaning: "Which stored profiles HTTP serves: \"owner\" (each user their own processes', root all), \"all\" or \"none\" (/metrics only). Default: \"owner\"." },
+    Key { section: "", name: "http_hosts", example: "[\"witch.example.org\"]", meaning: "Host names HTTP answers (the Host: header) besides localhost and IP addresses. Default: none." },
+    Key { section: "", name: "scan_every", example: "\"5s\"", meaning: "How often /proc is scanned for targets appearing and going away. Default: 5s." },
+    Key { section: "", name: "max_sessions", example: "4", meaning: "Sessions running at once, over all targets. Default: 4." },
+    Key { section: "", name: "max_user_sessions", example: "2", meaning: "`witch daemon profile` requests one user may have running or queued. Default: 2." },
+    Key { section: "", name: "max_targets", example: "256", meaning: "Targets tracked at once; more matching processes are ignored (and logged). Default: 256." },
+    Key { section: "", name: "detach_timeout", example: "\"10s\"", meaning: "How long a detach waits for the agent's profile. Default: 10s." },
+    Key { section: "", name: "max_request_duration", example: "\"10m\"", meaning: "The longest session `witch daemon profile` may ask for. Default: 10m." },
+    Key { section: "store", name: "dir", example: "\"/var/lib/witchd\"", meaning: "Where profiles are kept. Default: /var/lib/witchd for root, else $XDG_STATE_HOME/witchd or ~/.local/state/witchd." },
+    Key { section: "store", name: "max_bytes", example: "\"256MiB\"", meaning: "The store's size limit; the oldest profiles go first. Default: 256MiB." },
+    Key { section: "store", name: "max_profiles", example: "1000", meaning: "Profiles kept at most. Default: 1000." },
+    Key { section: "store", name: "max_age", example: "\"7d\"", meaning: "Profiles older than this are removed. Default: 7d." },
+    Key { section: "defaults", name: "crafts", example: "[\"dead\", \"silent-store\"]", meaning: "The crafts sessions run, taking turns (dead, silent-store, silent-load). Default: [\"dead\"]." },
+    Key { section: "defaults", name: "every", example: "\"5m\"", meaning: "A session per target this often. Default: 5m." },
+    Key { section: "defaults", name: "duration", example: "\"10s\"", meaning: "How long each session lasts (at most every). Default: 10s." },
+    Key { section: "defaults", name: "period", example: "5000003", meaning: "Sampling period, as witch's -p (a count in the event's units). Default: the engine's." },
+    Key { section: "defaults", name: "event", example: "\"cpu-timer\"", meaning: "Sampling event, as witch's -e. Default: the engine's choice." },
+    Key { section: "defaults", name: "debug_registers", example: "4", meaning: "Debug registers to use, 1 to 4. Default: all free." },
+    Key { section: "defaults", name: "replacement", example: "\"reservoir\"", meaning: "Which watchpoint a new sample replaces, as witch's --replacement. Default: reservoir." },
+    Key { section: "defaults", name: "fp_precision", example: "0.01", meaning: "Relative precision within which floating-point values count as equal, as witch's --fp-precision. Default: 0.01." },
+    Key { section: "defaults", name: "overhead", example: "3", meaning: "The software sampler's overhead budget, percent of the program's CPU time, as witch's --overhead. Default: 3." },
+    Key { section: "watch", name: "pid", example: "1234", meaning: "Select this process." },
+    Key { section: "watch", name: "exe", example: "\"nginx\"", meaning: "Select processes running this executable: the file name of /proc/PID/exe, or a full path." },
+    Key { section: "watch", name: "cgroup", example: "\"/system.slice/db.service\"", meaning: "Select processes in this cgroup or below it." },
+];
+
 // ---------------------------------------------------------------------------
 // The file as written
 // ---------------------------------------------------------------------------
@@ -429,6 +472,31 @@ fn check_profiling(p: &Profiling, what: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each key witchd(8) lists parses with its example, in its section; the
+    /// example configuration uses no key the page does not list.
+    #[test]
+    fn the_manual_lists_every_key() {
+        for k in KEYS {
+            let text = match k.section {
+                "" => format!("{} = {}\n", k.name, k.example),
+                "watch" => format!("[[watch]]\n{} = {}\n", k.name, k.example),
+                s => format!("[{s}]\n{} = {}\n", k.name, k.example),
+            };
+            Config::parse(&text, "t").unwrap_or_else(|e| panic!("{text}: {e}"));
+            if k.section == "defaults" {
+                Config::parse(&format!("[[watch]]\nexe = \"x\"\n{} = {}\n", k.name, k.example), "t").unwrap();
+            }
+        }
+        let example = include_str!("../../../../dist/witchd.toml");
+        for l in example.lines() {
+            let l = l.trim_start_matches(['#', ' ']);
+            let Some((key, _)) = l.split_once(" = ") else { continue };
+            if key.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+                assert!(KEYS.iter().any(|k| k.name == key), "dist/witchd.toml uses {key}, which witchd(8) does not list");
+            }
+        }
+    }
 
     #[test]
     fn a_file_that_is_no_text_is_refused_at_once() {
