@@ -179,7 +179,8 @@ impl SamplerKind {
             }
             Err(why) => {
                 let (kind, period) = software(notes);
-                notes.push(format!("no PMU: using {} sampling ({why})", kind.event_name()));
+                // The profile's sampler names what samples instead.
+                notes.push(why);
                 (kind, period)
             }
         }

@@ -521,7 +521,7 @@ fn burst_engine(p: &Profile, c: &Counters) -> Vec<String> {
         let stepped = c.bursts.saturating_sub(c.windows);
         let fallback = if stepped > 0 { format!(", {stepped} bursts single-stepped where the cache could not run") } else { String::new() };
         out.push(format!(
-            "  bursts    code cache (WITCH_WINDOW=0 selects single-step): {} windows of at most {} instructions, {budget}{ticks}{fallback}",
+            "  bursts    code cache: {} windows of at most {} instructions, {budget}{ticks}{fallback}",
             c.windows, p.sampler.window_instructions
         ));
         out.push(format!(
