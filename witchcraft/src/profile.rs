@@ -496,6 +496,96 @@ pub struct Thread {
     pub clusters: Clustered,
 }
 
+/// How profiling of a process ended. In a profile it is one word (and a
+/// number for a signal), as it always was; readers match on the enum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EndedBy {
+    /// The process exited.
+    Exit,
+    /// The process was killed by this signal.
+    Signal(i32),
+    /// The process replaced its program; what the old image gathered is
+    /// this profile.
+    Exec,
+    /// An attached session ended as the controller asked (or its
+    /// controller went away).
+    Detach,
+    /// A debugger took the process during an attached session, and the
+    /// agent left the debug registers and signals to it.
+    Traced,
+    /// The program installed a seccomp filter, and the agent left first.
+    Sandbox,
+}
+
+impl EndedBy {
+    /// Whether the process runs on after this end (the agent left it, or
+    /// an exec gave it a new program): a detach, a debugger, a sandbox or
+    /// an exec; an exit or a fatal signal ends it.
+    pub fn process_runs_on(self) -> bool {
+        !matches!(self, EndedBy::Exit | EndedBy::Signal(_))
+    }
+
+    /// Whether the agent ended an attached session by itself rather than
+    /// as the controller asked.
+    pub fn agent_left(self) -> bool {
+        matches!(self, EndedBy::Traced | EndedBy::Sandbox)
+    }
+}
+
+impl std::fmt::Display for EndedBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EndedBy::Exit => f.write_str("exit"),
+            EndedBy::Signal(n) => write!(f, "signal {n}"),
+            EndedBy::Exec => f.write_str("exec"),
+            EndedBy::Detach => f.write_str("detach"),
+            EndedBy::Traced => f.write_str("traced"),
+            EndedBy::Sandbox => f.write_str("sandbox"),
+        }
+    }
+}
+
+impl std::str::FromStr for EndedBy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<EndedBy, String> {
+        Ok(match s {
+            "exit" => EndedBy::Exit,
+            "exec" => EndedBy::Exec,
+            "detach" => EndedBy::Detach,
+            "traced" => EndedBy::Traced,
+            "sandbox" => EndedBy::Sandbox,
+            _ => match s.strip_prefix("signal ").map(str::parse::<i32>) {
+                Some(Ok(n)) if (1..=64).contains(&n) => EndedBy::Signal(n),
+                _ => return Err(format!("unknown end of profiling {s:?}")),
+            },
+        })
+    }
+}
+
+impl Serialize for EndedBy {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for EndedBy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<EndedBy, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// The kernel round trips an agent measured at its start, in nanoseconds.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Default)]
+pub struct RoundTrips {
+    /// A watchpoint trap: debug exception, signal delivery, `sigreturn`.
+    pub trap_ns: u64,
+    /// A signal to the thread itself and back.
+    pub signal_ns: u64,
+    /// One single step (trap flag) and back.
+    pub step_ns: u64,
+}
+
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct Profile {
     pub schema: u32,
@@ -514,11 +604,18 @@ pub struct Profile {
     /// Relative precision for floating-point equality (0 = exact only).
     pub fp_precision: f64,
     pub kernel: String,
-    /// How profiling ended: the process's "exit", "exec" or "signal N";
-    /// "detach" (an attached session's end); "traced" (a debugger took the
-    /// process, and the agent left); "sandbox" (the program installed a
-    /// seccomp filter, and the agent left first).
-    pub ended_by: String,
+    /// How profiling ended (written as "exit", "signal N", "exec",
+    /// "detach", "traced" or "sandbox").
+    pub ended_by: EndedBy,
+    /// The exec function whose call ended profiling (`ended_by` exec), when
+    /// the agent saw the call itself: "execve", "execlp", "fexecve", ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec_call: Option<String>,
+    /// The kernel round trips the agent measured at its start (what its
+    /// overhead accounting charges a trap, a signal and a single step);
+    /// None in exact runs and in profiles written before this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round_trips: Option<RoundTrips>,
     /// Human-readable notes, e.g. fallbacks taken.
     pub notes: Vec<String>,
     pub counters: Counters,
@@ -766,7 +863,9 @@ mod tests {
             debug_registers: 4,
             fp_precision: 0.01,
             kernel: "6".into(),
-            ended_by: "exit".into(),
+            ended_by: EndedBy::Exit,
+            exec_call: None,
+            round_trips: None,
             notes: vec![],
             counters: Counters::default(),
             modules: vec![],
@@ -783,6 +882,21 @@ mod tests {
             }],
             processes: vec![],
         }
+    }
+
+    #[test]
+    fn ended_by_is_one_word_as_before() {
+        let all = [EndedBy::Exit, EndedBy::Signal(6), EndedBy::Exec, EndedBy::Detach, EndedBy::Traced, EndedBy::Sandbox];
+        for e in all {
+            let json = serde_json::to_string(&e).unwrap();
+            assert_eq!(serde_json::from_str::<EndedBy>(&json).unwrap(), e, "{json}");
+        }
+        assert_eq!(serde_json::to_string(&EndedBy::Signal(9)).unwrap(), r#""signal 9""#);
+        for bad in [r#""crashed""#, r#""signal""#, r#""signal 0""#, r#""signal -3""#, "7"] {
+            assert!(serde_json::from_str::<EndedBy>(bad).is_err(), "{bad}");
+        }
+        assert!(EndedBy::Exec.process_runs_on() && !EndedBy::Signal(9).process_runs_on());
+        assert!(EndedBy::Sandbox.agent_left() && !EndedBy::Detach.agent_left());
     }
 
     #[test]

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use witchcraft::config::Config;
 use witchcraft::engine::ThreadState;
 use witchcraft::modules;
+use witchcraft::profile::EndedBy;
 use witchcraft::session::{AttachCode, Message, AGENT_THREAD, SETTINGS_WAIT};
 use witchcraft::sys::perf::{self, Attr, BpType};
 use witchcraft::sys::siginfo::sampler_signal;
@@ -61,11 +62,11 @@ pub enum Leave {
 }
 
 impl Leave {
-    /// The profile's `ended_by`.
-    fn ended_by(self) -> &'static str {
+    /// The profile's `ended_by`, and the exec call that ended it.
+    fn ended_by(self) -> (EndedBy, Option<&'static str>) {
         match self {
-            Leave::Sandbox(_) => "sandbox",
-            Leave::Exec(_) => "exec",
+            Leave::Sandbox(_) => (EndedBy::Sandbox, None),
+            Leave::Exec(call) => (EndedBy::Exec, Some(call)),
         }
     }
 
@@ -371,7 +372,7 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
     // How the profile says the session ended: "detach" when the controller
     // ended it, or why the agent ended it by itself (the controller sees
     // `Detached` come unasked, and stops waiting).
-    let mut ended_by = "detach";
+    let mut ended_by = (EndedBy::Detach, None);
     loop {
         match chan.recv(POLL) {
             Received::Message(Message::Detach) | Received::Closed => break,
@@ -394,7 +395,7 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
             AGENT.note(format!(
                 "a debugger (pid {tracer}) attached during the session: it ended there, leaving the debug registers and signals to it"
             ));
-            ended_by = "traced";
+            ended_by = (EndedBy::Traced, None);
             break;
         }
         set_up_new(me, &mut known, &mut why);
@@ -455,7 +456,7 @@ pub fn leave(why: Leave) {
 
 extern "C" fn at_exit() {
     if AGENT.mode() == Mode::Attached {
-        AGENT.finish("exit");
+        AGENT.finish(EndedBy::Exit);
     }
 }
 
@@ -533,7 +534,7 @@ fn set_up_new(me: i32, known: &mut HashSet<i32>, why: &mut Option<String>) -> us
 
 /// Undo the session (see the module comment); `deliver`: send its profile,
 /// ended by that (its `ended_by`).
-fn teardown(deliver: Option<&str>) {
+fn teardown(deliver: Option<(EndedBy, Option<&str>)>) {
     // Threads with a stack installed keep sampling, to give it back.
     let holding = |s: &threads::Slot| s.lent() && s.phase() != Phase::Gone;
     AGENT.quiesce(holding);
@@ -565,8 +566,8 @@ fn teardown(deliver: Option<&str>) {
             "{parked} thread(s) stayed idle through the session's end: the alternate signal stack lent to them stays until a later session takes it back"
         ));
     }
-    if let Some(ended_by) = deliver.filter(|_| AGENT.claim_finish()) {
-        if let Err(e) = AGENT.deliver(&AGENT.profile(ended_by)) {
+    if let Some((ended_by, exec_call)) = deliver.filter(|_| AGENT.claim_finish()) {
+        if let Err(e) = AGENT.deliver(&AGENT.profile(ended_by, exec_call)) {
             AGENT.note(format!("cannot send the profile: {e}"));
         }
     }

@@ -23,6 +23,7 @@ use crate::state::{Mode, AGENT};
 use crate::threads::{self, Phase, Prior, Slot};
 use std::sync::atomic::{AtomicPtr, Ordering};
 use witchcraft::engine::{self, Place};
+use witchcraft::profile::EndedBy;
 use witchcraft::sys::siginfo::{self, sampler_signal};
 use witchcraft::sys::task;
 
@@ -520,8 +521,7 @@ pub extern "C" fn on_fatal(sig: libc::c_int, _info: *mut libc::siginfo_t, uc: *m
 fn write_crash_profile(sig: i32) {
     alloc::enter_crash_mode();
     AGENT.quiesce(|_| false);
-    let name = format!("signal {sig}");
-    if let Err(e) = AGENT.deliver(&AGENT.profile(&name)) {
+    if let Err(e) = AGENT.deliver(&AGENT.profile(EndedBy::Signal(sig), None)) {
         crate::state::say(&format!("witch: agent: cannot write the profile: {e}\n"));
     }
 }

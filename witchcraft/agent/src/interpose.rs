@@ -25,6 +25,7 @@ use crate::program::PROGRAM;
 use crate::state::{Mode, AGENT};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use witchcraft::modules;
+use witchcraft::profile::EndedBy;
 use witchcraft::sys::siginfo::sampler_signal;
 
 /// The next definition of `name` after ours.
@@ -125,10 +126,10 @@ pub unsafe extern "C" fn pthread_create(
 
 /// Before the image is replaced, write what it gathered. If exec fails the
 /// process goes on and so does profiling.
-fn around_exec(call: impl FnOnce() -> libc::c_int) -> libc::c_int {
+fn around_exec(name: &str, call: impl FnOnce() -> libc::c_int) -> libc::c_int {
     let ours = preloaded() && AGENT.owner_is_me();
     if ours {
-        AGENT.finish("exec");
+        AGENT.finish_with(EndedBy::Exec, Some(name));
     }
     let r = call();
     // SAFETY: this thread's errno.
@@ -157,7 +158,7 @@ macro_rules! exec_wrapper {
             // SAFETY: the C library's function has this signature.
             let real = unsafe { std::mem::transmute::<*mut libc::c_void, $ty>(next(name, &REAL)) };
             // SAFETY: the caller's arguments, passed on.
-            around_exec(|| unsafe { real($($arg),*) })
+            around_exec(stringify!($name), || unsafe { real($($arg),*) })
         }
     };
 }
@@ -256,7 +257,7 @@ fn exit_now(name: &std::ffi::CStr, cache: &AtomicPtr<libc::c_void>, status: libc
     // A vfork child (posix_spawn's, on failure) shares our memory: `finish`
     // leaves the state alone unless this process owns it.
     if preloaded() {
-        AGENT.finish("exit");
+        AGENT.finish(EndedBy::Exit);
     }
     // SAFETY: the C library's exit function has this signature and does not return.
     unsafe { std::mem::transmute::<*mut libc::c_void, ExitFn>(next(name, cache))(status) }

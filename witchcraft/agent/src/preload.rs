@@ -20,6 +20,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use witchcraft::config::Config;
 use witchcraft::engine::{thread::thread_stack, Place, ThreadState};
+use witchcraft::profile::EndedBy;
 use witchcraft::sys::fd;
 use witchcraft::sys::procfs::{Of, Status};
 
@@ -151,7 +152,7 @@ fn write_untraced_profile(cfg: Config, why: &str) {
     let sink = create_output(&out_dir);
     if AGENT.begin(engine, Mode::Preloaded, sink).is_ok() {
         AGENT.note(untraced_note(why));
-        AGENT.finish("exit");
+        AGENT.finish(EndedBy::Exit);
         // SAFETY: no handler was installed nor thread set up: nothing reads the engine.
         unsafe { AGENT.end() };
     }
@@ -161,7 +162,7 @@ fn write_untraced_profile(cfg: Config, why: &str) {
 /// registers back, and write what it gathered so far.
 pub fn leave_to_debugger(why: &str) {
     AGENT.note(untraced_note(why));
-    AGENT.finish("traced");
+    AGENT.finish(EndedBy::Traced);
     for ts in AGENT.threads.states() {
         // SAFETY: quiesced by `finish`: no handler uses the events any more.
         unsafe { (*ts).stop() };
@@ -184,7 +185,7 @@ pub fn leave_to_sandbox(how: &'static str) {
     AGENT.note(format!(
         "profiling stopped {after:.3} s in: the program put itself in a seccomp sandbox ({how}), whose filter may kill it for a system call the agent makes; what came after, and any process it starts, is not profiled"
     ));
-    AGENT.finish("sandbox");
+    AGENT.finish(EndedBy::Sandbox);
     for ts in AGENT.threads.states() {
         // SAFETY: quiesced by `finish`: no handler uses the events any more.
         unsafe { (*ts).stop() };
@@ -402,5 +403,5 @@ extern "C" fn after_fork_child() {
 }
 
 extern "C" fn at_exit() {
-    AGENT.finish("exit");
+    AGENT.finish(EndedBy::Exit);
 }

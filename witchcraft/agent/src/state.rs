@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, 
 use std::sync::Mutex;
 use witchcraft::engine::Engine;
 use witchcraft::modules;
-use witchcraft::profile::{self, Profile};
+use witchcraft::profile::{self, EndedBy, Profile};
 use witchcraft::sys::{fd, task};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -323,18 +323,24 @@ impl Agent {
     }
 
     /// Stop sampling and deliver this process's profile, once.
-    pub fn finish(&self, ended_by: &str) {
+    pub fn finish(&self, ended_by: EndedBy) {
+        self.finish_with(ended_by, None);
+    }
+
+    /// [`finish`](Self::finish), for an end the agent saw a call make
+    /// (`exec_call`: the exec function the program called).
+    pub fn finish_with(&self, ended_by: EndedBy, exec_call: Option<&str>) {
         if !self.claim_finish() {
             return;
         }
         self.quiesce(|_| false);
-        if let Err(e) = self.deliver(&self.profile(ended_by)) {
+        if let Err(e) = self.deliver(&self.profile(ended_by, exec_call)) {
             say(&format!("witch: agent: cannot write the profile: {e}\n"));
         }
     }
 
     /// The profile of what the threads gathered so far.
-    pub fn profile(&self, ended_by: &str) -> Profile {
+    pub fn profile(&self, ended_by: EndedBy, exec_call: Option<&str>) -> Profile {
         let engine = self.engine().expect("profiling");
         // Code mapped since the last refresh was seen by a handler (not in
         // a crash handler: reading the maps takes a lock the crash may hold).
@@ -383,7 +389,14 @@ impl Agent {
             debug_registers: if used > 0 { used as u32 } else { engine.config.debug_registers as u32 },
             fp_precision: engine.config.fp_precision,
             kernel: kernel_release(),
-            ended_by: ended_by.into(),
+            ended_by,
+            exec_call: exec_call.map(Into::into),
+            // None where nothing was measured (a process not profiled).
+            round_trips: (engine.trap_cost_ns > 0).then_some(profile::RoundTrips {
+                trap_ns: engine.trap_cost_ns,
+                signal_ns: engine.signal_cost_ns,
+                step_ns: engine.step_cost_ns,
+            }),
             notes: self.notes(),
             counters,
             modules: modules::current_profile(!alloc::in_crash_mode()),

@@ -22,7 +22,7 @@ use crate::inject::{self, Exec, Why};
 use anyhow::{bail, Result};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use witchcraft::profile::Craft;
+use witchcraft::profile::{Craft, EndedBy};
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
@@ -98,7 +98,7 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
     // process has its new image by witch's next poll, which then finds that
     // rather than the agent's end. The line is the same either way, from
     // the profile.
-    let exec_seen = profile.ended_by == "exec";
+    let exec_seen = profile.ended_by == EndedBy::Exec;
     if exec && !exec_seen && !a.quiet {
         crate::say!(
             "witch: pid {pid} ({name}) replaced its program (exec{}) after its agent had sent the profile: that profile is kept",
@@ -109,7 +109,9 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
     output::save(&profile, &out)?;
     let of = a.duration.map_or(String::new(), |d| format!(" of the {:.1} s asked", d.as_secs_f64()));
     if exec_seen && !ended.target_exited {
-        let did = exec_call(&profile.notes)
+        let did = profile
+            .exec_call
+            .as_deref()
             .map_or_else(|| "replaced its program (exec)".into(), |f| format!("called {f} to replace its program"));
         crate::say!(
             "witch: pid {pid} ({name}) {did} after {:.1} s{of}: its agent ended the session first and sent its profile, which is written; the process runs on",
@@ -133,44 +135,13 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
 /// Why the agent ended a session by itself, as its profile says: the note
 /// that says so, else its `ended_by`. (An agent of an earlier witch, still
 /// loaded in the process, says "detach" for a debugger too.) Not for an
-/// exec, which has a line of its own ([`exec_call`]).
+/// exec, which has a line of its own (from the profile's `exec_call`).
 fn early_end_reason(p: &witchcraft::profile::Profile) -> String {
     let said = |what: &str| p.notes.iter().rev().find(|n| n.contains(what)).cloned();
-    match p.ended_by.as_str() {
-        "traced" => said("a debugger (").unwrap_or_else(|| "a debugger attached to the process".into()),
-        "sandbox" => said("seccomp sandbox").unwrap_or_else(|| "the process put itself in a seccomp sandbox".into()),
-        "detach" => said("a debugger (").unwrap_or_else(|| "its profile gives no reason".into()),
+    match p.ended_by {
+        EndedBy::Traced => said("a debugger (").unwrap_or_else(|| "a debugger attached to the process".into()),
+        EndedBy::Sandbox => said("seccomp sandbox").unwrap_or_else(|| "the process put itself in a seccomp sandbox".into()),
+        EndedBy::Detach => said("a debugger (").unwrap_or_else(|| "its profile gives no reason".into()),
         other => format!("its profile says it ended by {other}"),
-    }
-}
-
-/// The exec function whose call ended a session (`ended_by: "exec"`), as
-/// the agent's note among its profile's `notes` names it: "... as the
-/// process called execl to replace its program: ...".
-fn exec_call(notes: &[String]) -> Option<String> {
-    notes.iter().rev().find_map(|n| {
-        let (before, _) = n.split_once(" to replace its program")?;
-        let (_, call) = before.rsplit_once(" called ")?;
-        let plain = !call.is_empty() && call.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-        plain.then(|| call.to_string())
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_exec_call_is_read_from_the_agents_note() {
-        let mut notes = vec![];
-        assert_eq!(exec_call(&notes), None);
-        notes.push("measured round trips: watchpoint trap 14.9 µs".to_string());
-        notes.push(
-            "the session ended 0.712 s in, as the process called execlp to replace its program: this profile is of the program before"
-                .into(),
-        );
-        assert_eq!(exec_call(&notes).as_deref(), Some("execlp"));
-        let notes = ["the process called some thing to replace its program".to_string()];
-        assert_eq!(exec_call(&notes), None);
     }
 }

@@ -155,27 +155,17 @@ impl Exposition {
 /// CPU time the engine cost the target during one session: the engine's own
 /// `engine_ns` (handler time plus the calibrated kernel round trips) when
 /// the profile has it. Older profiles lack it; for them, an estimate from the
-/// agent's start-up measurement of a trap and a signal round trip (a note in
-/// every profile) times the traps and interrupts counted. The fallback costs
-/// are this repository's measurements in a VM.
+/// round trips the agent measured at its start (`round_trips`) times the
+/// traps and interrupts counted, or, in profiles older still, from this
+/// repository's measurements in a VM.
 pub fn overhead_ns(p: &witchcraft::profile::Profile) -> u64 {
     let c = crate::analysis::counters(p);
     if c.engine_ns > 0 {
         return c.engine_ns;
     }
-    let (mut trap_us, mut signal_us) = (19.0, 5.4);
-    for n in &p.notes {
-        if let Some(rest) = n.strip_prefix("measured round trips: watchpoint trap ") {
-            let mut it = rest.split(" µs, signal ");
-            if let (Some(t), Some(s)) = (it.next(), it.next()) {
-                if let (Ok(t), Ok(s)) = (t.trim().parse::<f64>(), s.trim_end_matches(" µs").trim().parse::<f64>()) {
-                    (trap_us, signal_us) = (t, s);
-                }
-            }
-        }
-    }
+    let (trap_ns, signal_ns) = p.round_trips.map_or((19_000.0, 5_400.0), |r| (r.trap_ns as f64, r.signal_ns as f64));
     let traps = c.traps + c.self_traps + c.ignored_traps;
-    (traps as f64 * trap_us * 1e3 + c.interrupts as f64 * signal_us * 1e3) as u64
+    (traps as f64 * trap_ns + c.interrupts as f64 * signal_ns) as u64
 }
 
 /// The whole /metrics page. Per-target series exist while the target is
@@ -297,10 +287,15 @@ mod tests {
     #[test]
     fn overhead_prefers_the_engines_own_figure() {
         let mut p = crate::daemon::store::tests_support::profile(1, 0, 0);
-        p.notes = vec!["measured round trips: watchpoint trap 10.0 µs, signal 2.0 µs".into()];
         p.counters.interrupts = 100;
         p.counters.traps = 7;
+        // Neither engine_ns nor round trips: the repository's VM figures.
+        assert_eq!(overhead_ns(&p), 7 * 19_000 + 100 * 5_400);
+        // A note is prose, not data: it changes nothing.
+        p.notes = vec!["measured round trips: watchpoint trap 10.0 µs, signal 2.0 µs".into()];
+        assert_eq!(overhead_ns(&p), 7 * 19_000 + 100 * 5_400);
         // No engine_ns (an older profile): traps x trap + interrupts x signal.
+        p.round_trips = Some(witchcraft::profile::RoundTrips { trap_ns: 10_000, signal_ns: 2_000, step_ns: 12_000 });
         assert_eq!(overhead_ns(&p), 7 * 10_000 + 100 * 2_000);
         p.counters.engine_ns = 123_456;
         assert_eq!(overhead_ns(&p), 123_456);

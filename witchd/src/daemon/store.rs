@@ -33,7 +33,7 @@ pub struct Meta {
     pub waste_fraction: f64,
     pub samples: u64,
     pub traps: u64,
-    pub ended_by: String,
+    pub ended_by: witchcraft::profile::EndedBy,
     /// The target exited during the session: this is its last profile.
     pub target_exited: bool,
     /// uid and gid whose callers may read it (see procfs::may_access); None: root only.
@@ -59,7 +59,7 @@ impl Meta {
             waste_fraction: p.waste_fraction(),
             samples: c.samples,
             traps: c.traps,
-            ended_by: p.ended_by.clone(),
+            ended_by: p.ended_by,
             target_exited,
             owner,
             origin: origin.into(),
@@ -219,12 +219,7 @@ impl Store {
             _ => {
                 let p = Profile::from_bytes(&self.read_file(&Self::profile_name(id))?).map_err(|e| anyhow::anyhow!("{e}"))?;
                 // Who may read it is not in the profile: root only.
-                // An attached session ends by a detach, or by the agent
-                // itself when a debugger takes the process ("traced"), it
-                // enters a seccomp sandbox ("sandbox") or replaces its
-                // program through a call the agent takes ("exec"); the
-                // process lives on after any of these.
-                let exited = !matches!(p.ended_by.as_str(), "detach" | "traced" | "sandbox" | "exec");
+                let exited = !p.ended_by.process_runs_on();
                 let mut m = Meta::new(&p, None, exited, "reindex");
                 m.id = id.into();
                 m.bytes = bytes;
@@ -343,7 +338,7 @@ impl Store {
 /// A small synthetic profile, for tests here and in the daemon's.
 #[cfg(test)]
 pub mod tests_support {
-    use witchcraft::profile::{Counters, Craft, Pair, PeriodUnit, Profile, Sampler, SamplerKind, Thread};
+    use witchcraft::profile::{Counters, Craft, EndedBy, Pair, PeriodUnit, Profile, Sampler, SamplerKind, Thread};
 
     pub fn profile(pid: u32, start_ms: u64, pad: usize) -> Profile {
         Profile {
@@ -367,7 +362,9 @@ pub mod tests_support {
             debug_registers: 4,
             fp_precision: 0.01,
             kernel: "test".into(),
-            ended_by: "detach".into(),
+            ended_by: EndedBy::Detach,
+            exec_call: None,
+            round_trips: None,
             notes: vec![],
             counters: Counters { samples: 10, traps: 7, ..Default::default() },
             modules: vec![],
@@ -389,6 +386,7 @@ mod tests {
     use super::*;
     use std::path::{Path, PathBuf};
     use std::time::Duration;
+    use witchcraft::profile::EndedBy;
 
     fn cfg(dir: &Path, max_bytes: u64, max_profiles: usize) -> StoreConfig {
         StoreConfig { dir: dir.into(), max_bytes, max_profiles, max_age: Duration::from_secs(3600) }
@@ -429,12 +427,20 @@ mod tests {
         let d = tmpdir("reindex-ended");
         let (mut s, _) = Store::open(&cfg(&d, 1 << 20, 10)).unwrap();
         let mut ids = Vec::new();
-        for (i, how) in ["detach", "traced", "sandbox", "exec", "exit", "signal 9"].iter().enumerate() {
+        let ends = [
+            (EndedBy::Detach, false),
+            (EndedBy::Traced, false),
+            (EndedBy::Sandbox, false),
+            (EndedBy::Exec, false),
+            (EndedBy::Exit, true),
+            (EndedBy::Signal(9), true),
+        ];
+        for (i, (how, exited)) in ends.into_iter().enumerate() {
             let mut p = profile(10 + i as u32, 2000, 0);
-            p.ended_by = how.to_string();
+            p.ended_by = how;
             let m = s.put(&p, Meta::new(&p, None, false, "schedule")).unwrap();
             std::fs::remove_file(d.join(format!("{}.meta.json", m.id))).unwrap();
-            ids.push((m.id, !matches!(*how, "detach" | "traced" | "sandbox" | "exec")));
+            ids.push((m.id, exited));
         }
         drop(s);
         let (s, _) = Store::open(&cfg(&d, 1 << 20, 10)).unwrap();

@@ -590,7 +590,7 @@ pub fn notes(p: &Profile, c: &Counters) -> Vec<String> {
         ));
     } else if c.samples == 0 && c.interrupts == 0 && c.threads_failed > 0 {
         // The set-up failure's own note says why.
-    } else if c.samples == 0 && matches!(p.ended_by.as_str(), "sandbox" | "traced") {
+    } else if c.samples == 0 && p.ended_by.agent_left() {
         // Profiling stopped early; its own note says why.
     } else if c.samples == 0 {
         // One short run, or many short threads: either way few periods ran.
