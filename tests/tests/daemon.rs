@@ -598,6 +598,14 @@ crafts = ["silent-store"]
     let mut d2 = Witchd::start(&config2, &dir.join("witchd2.log"));
     wait_for(Duration::from_secs(20), || socket.exists() && client(&witch, &[], &socket, &["status"]).status.success(), || d2.log());
     assert_eq!(std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777, 0o600);
+    // The socket was bound in a private directory and renamed into place:
+    // nothing of that is left beside it.
+    let beside: Vec<_> = std::fs::read_dir(socket.parent().unwrap())
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|n| n.ends_with(".bind"))
+        .collect();
+    assert!(beside.is_empty(), "{beside:?}");
     let list = json(&client(&witch, &[], &socket, &["list", "--json"]));
     let mut after: Vec<String> = list.as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap().to_string()).collect();
     after.sort();

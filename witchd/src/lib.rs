@@ -9,6 +9,7 @@
 //! - [`render`]: every output format, behind one `Recorder` trait;
 //! - [`daemon`]: the witchd daemon;
 //! - [`write`]: the one writer of files, made safe where others may write.
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod agent;
 pub mod analysis;

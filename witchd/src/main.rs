@@ -1,4 +1,5 @@
 //! `witch`: run a program under the Witch engine, and read, compare and gate its profiles.
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 use clap::{CommandFactory, Parser};
 use witchcraft::profile::Craft;

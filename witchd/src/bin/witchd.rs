@@ -2,6 +2,7 @@
 //!
 //! The work is in the library (`witchd::daemon`); this is its command line
 //! (declared in `witchd::daemon::args`).
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 use clap::Parser;
 use witchd::daemon::{self, args::Args, config::Config};

@@ -44,6 +44,7 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
     let out = Output::check(a.output.as_deref())?;
     out.probe()?;
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: `interrupted` only stores to an atomic: async-signal-safe.
         unsafe { libc::signal(sig, interrupted as *const () as libc::sighandler_t) };
     }
     let session = inject::attach(pid, &opts).map_err(|e| match e.downcast::<Exec>() {

@@ -88,10 +88,13 @@ pub fn wait(pid: u32) -> std::io::Result<Ended> {
 fn resume(pid: libc::pid_t, sig: libc::c_int) {
     // SAFETY: siginfo_t is plain data; PTRACE_GETSIGINFO fills it or fails.
     let mut si: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `si` is a valid siginfo_t for the kernel to fill; `pid` is our
+    // stopped tracee.
     let signal_stop = unsafe { libc::ptrace(libc::PTRACE_GETSIGINFO, pid, 0, &mut si as *mut libc::siginfo_t) } == 0;
     // The kernel's post-exec SIGTRAP reads as sent by the tracee to itself.
     // SAFETY: si_pid is valid for SI_USER signals, the only ones it is read for.
     let exec_trap = sig == libc::SIGTRAP && si.si_code == libc::SI_USER && {
+        // SAFETY: SI_USER: the kernel filled the sender's pid.
         let from = unsafe { si.si_pid() };
         from == 0 || from == pid
     };

@@ -14,7 +14,8 @@ use super::scheduler::{options, State};
 use super::session::{self, Plan};
 use super::{say, Daemon};
 use anyhow::{bail, Context, Result};
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,8 +80,11 @@ impl Caller {
 }
 
 /// Binds the socket: a stale one (nobody answering) is replaced, a live one
-/// means another witchd, which is an error. Created owner-only, then opened
-/// up to `socket_mode`, so it is never briefly wider than asked.
+/// means another witchd, which is an error. The socket is bound inside a
+/// fresh owner-only directory beside the path, given `socket_mode` there,
+/// and renamed into place, so it is never reachable with wider permissions
+/// than asked, and the process-wide umask (shared by every thread of the
+/// daemon) is never changed.
 pub fn bind(cfg: &Config) -> Result<UnixListener> {
     let path = &cfg.socket;
     if let Ok(m) = std::fs::symlink_metadata(path) {
@@ -92,13 +96,23 @@ pub fn bind(cfg: &Config) -> Result<UnixListener> {
         }
         std::fs::remove_file(path).with_context(|| format!("cannot remove stale socket {}", path.display()))?;
     }
-    let old = unsafe { libc::umask(0o177) };
-    let l = UnixListener::bind(path);
-    unsafe { libc::umask(old) };
-    let l = l.with_context(|| format!("cannot listen on {}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(cfg.socket_mode))
-        .with_context(|| format!("cannot chmod {}", path.display()))?;
-    Ok(l)
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().with_context(|| format!("{} names no socket file", path.display()))?;
+    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let private = parent.join(format!(".{}.{}.{nonce}.bind", name.to_string_lossy(), std::process::id()));
+    std::fs::DirBuilder::new().mode(0o700).create(&private).with_context(|| format!("cannot create {}", private.display()))?;
+    let inner = private.join("s");
+    let bound = UnixListener::bind(&inner).with_context(|| format!("cannot listen on {}", path.display())).and_then(|l| {
+        std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(cfg.socket_mode))
+            .with_context(|| format!("cannot chmod {}", path.display()))?;
+        std::fs::rename(&inner, path).with_context(|| format!("cannot listen on {}", path.display()))?;
+        Ok(l)
+    });
+    let _ = std::fs::remove_dir_all(&private);
+    bound
 }
 
 /// Accepts connections until shutdown.

@@ -426,6 +426,8 @@ async fn pprof(d: Arc<Daemon>, id: String) -> Response {
         let gz = crate::render::pprof::gzipped(&p);
         // Symbolizing parsed every module's debug info into many small
         // allocations, now free: give the pages back rather than keep the peak.
+        // SAFETY: malloc_trim only returns free pages to the kernel; it takes
+        // the allocator's own locks and has no preconditions.
         unsafe { libc::malloc_trim(0) };
         gz
     })

@@ -277,6 +277,8 @@ pub fn run(cfg: Config) -> Result<()> {
 /// with pprof exports). Two arenas and a fixed threshold keep it near its
 /// working set.
 fn tame_malloc() {
+    // SAFETY: mallopt sets allocator parameters under the allocator's own
+    // lock; these two only change future arena and mmap choices.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
         libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);

@@ -128,6 +128,7 @@ mod tests {
         let me = Proc::read(std::process::id() as i32).expect("own /proc entry");
         assert!(me.start_time > 0);
         assert!(!me.exe.is_empty());
+        // SAFETY: getuid and getgid cannot fail and have no preconditions.
         let (u, g) = unsafe { (libc::getuid(), libc::getgid()) };
         assert_eq!(me.uids[0], u);
         assert_eq!(me.owner(), Some((u, g)));

@@ -131,7 +131,7 @@ impl Store {
         // descriptor every file is then made relative to.)
         let fd = crate::write::Dir::open(dir).with_context(|| format!("cannot open store directory {}", dir.display()))?;
         let owner = fd.owner().with_context(|| format!("cannot read store directory {}", dir.display()))?;
-        let me = unsafe { libc::geteuid() };
+        let me = nix::unistd::geteuid().as_raw();
         if owner != me {
             bail!(
                 "store directory {} belongs to uid {owner}, not to witchd's uid {me}; give witchd a directory of its own ([store] dir)",
@@ -407,11 +407,12 @@ mod tests {
     fn another_users_store_directory_is_refused() {
         let d = tmpdir("foreign");
         std::fs::create_dir_all(&d).unwrap();
-        if unsafe { libc::geteuid() } != 0 {
+        if !nix::unistd::geteuid().is_root() {
             eprintln!("not root: cannot give the directory away; skipping");
             return;
         }
         let c = std::ffi::CString::new(d.to_str().unwrap()).unwrap();
+        // SAFETY: `c` is a NUL-terminated path.
         assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
         let e = Store::open(&cfg(&d, 1 << 20, 10)).err().expect("refused");
         assert!(format!("{e:#}").contains("belongs to uid 65534"), "{e:#}");

@@ -42,6 +42,7 @@ struct FakeSession {
 
 impl Attacher for Arc<Fake> {
     fn attach(&self, pid: i32, opts: &Options) -> anyhow::Result<Box<dyn Attached>> {
+        // SAFETY: kill with signal 0 only checks that the pid exists.
         if unsafe { libc::kill(pid, 0) } != 0 {
             anyhow::bail!("no such process");
         }
@@ -323,6 +324,7 @@ fn pprof_export_of_a_profile_naming_a_fifo_or_dev_zero_answers() {
     let dir = tmpdir("fifo-module");
     let fifo = dir.join("libevil.so");
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: `c` is a NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     let store_cfg =
         super::config::StoreConfig { dir: dir.join("store"), max_bytes: 1 << 20, max_profiles: 10, max_age: Duration::from_secs(3600) };
@@ -366,7 +368,7 @@ fn pprof_export_of_a_profile_naming_a_fifo_or_dev_zero_answers() {
 /// everyone else; they were enough to make it answer "busy" to all.
 #[test]
 fn idle_connections_of_one_user_do_not_shut_out_the_others() {
-    if unsafe { libc::geteuid() } != 0 {
+    if !nix::unistd::geteuid().is_root() {
         eprintln!("not root: cannot connect as another user; skipping");
         return;
     }
@@ -388,6 +390,7 @@ fn idle_connections_of_one_user_do_not_shut_out_the_others() {
     // SAFETY: the child only makes system calls (async-signal-safe) before it is killed.
     let child = unsafe { libc::fork() };
     if child == 0 {
+        // SAFETY: in the forked child, which only calls async-signal-safe functions before exiting.
         unsafe {
             libc::setgroups(0, std::ptr::null());
             libc::setgid(65534);
@@ -407,6 +410,7 @@ fn idle_connections_of_one_user_do_not_shut_out_the_others() {
     }
     std::thread::sleep(Duration::from_millis(500));
     let r = d.call(&Request::Status);
+    // SAFETY: plain system calls on our own pid and descriptors.
     unsafe {
         libc::kill(child, libc::SIGKILL);
         libc::waitpid(child, std::ptr::null_mut(), 0);
@@ -563,6 +567,7 @@ fn as_nobody(f: impl FnOnce() -> i32) -> libc::pid_t {
     // SAFETY: the child only makes system calls before it exits.
     let child = unsafe { libc::fork() };
     if child == 0 {
+        // SAFETY: in the forked child, which only calls async-signal-safe functions before exiting.
         unsafe {
             if libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
                 libc::_exit(99);
@@ -597,9 +602,11 @@ fn http_get_as_nobody(addr: &str, path: &str) -> (u16, Vec<u8>) {
     let sa = sockaddr(addr);
     let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").into_bytes();
     let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors.
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
     let mut buf = vec![0u8; 1 << 16];
     let (b, len) = (buf.as_mut_ptr(), buf.len());
+    // SAFETY: the child only makes system calls on memory it owns.
     let child = as_nobody(|| unsafe {
         libc::close(fds[0]);
         let fd = raw_connect(&sa);
@@ -614,10 +621,13 @@ fn http_get_as_nobody(addr: &str, path: &str) -> (u16, Vec<u8>) {
             libc::write(fds[1], b.cast(), n as usize);
         }
     });
+    // SAFETY: our write end, closed once.
     unsafe { libc::close(fds[1]) };
     let mut got = Vec::new();
+    // SAFETY: the read end is ours alone, owned by the File from here.
     unsafe { std::fs::File::from_raw_fd(fds[0]) }.read_to_end(&mut got).unwrap();
     let mut st = 0;
+    // SAFETY: `st` is a valid status word for our own child.
     unsafe { libc::waitpid(child, &mut st, 0) };
     assert!(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0, "nobody's request failed ({st:#x})");
     let end = got.windows(4).position(|w| w == b"\r\n\r\n").expect("an HTTP answer");
@@ -642,9 +652,10 @@ fn http_get_host(addr: &str, path: &str, host: &str) -> u16 {
 #[test]
 fn http_survives_idle_connections_from_one_user() {
     let (dir, d, addr) = http_daemon("http-idle", "");
-    if unsafe { libc::geteuid() } == 0 {
+    if nix::unistd::geteuid().is_root() {
         // nobody opens 70 connections, sends nothing, and opens them again as they close.
         let sa = sockaddr(&addr);
+        // SAFETY: the child only makes system calls on memory it owns.
         let crowd = as_nobody(|| unsafe {
             let mut fds = [-1i32; 70];
             loop {
@@ -663,6 +674,7 @@ fn http_survives_idle_connections_from_one_user() {
         std::thread::sleep(Duration::from_millis(1500));
         let a2 = addr.clone();
         let got = within(Duration::from_secs(3), move || (0..3).map(|_| http_get(&a2, "/metrics").0).collect::<Vec<_>>());
+        // SAFETY: plain system calls on our own children.
         unsafe {
             libc::kill(crowd, libc::SIGKILL);
             libc::waitpid(crowd, std::ptr::null_mut(), 0);
@@ -710,7 +722,7 @@ fn http_answers_only_requests_for_this_host() {
 /// serves none.
 #[test]
 fn http_serves_profiles_only_as_configured() {
-    if unsafe { libc::geteuid() } != 0 {
+    if !nix::unistd::geteuid().is_root() {
         eprintln!("not root: cannot connect as another user; skipping");
         return;
     }

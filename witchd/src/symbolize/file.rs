@@ -69,6 +69,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let fifo = dir.join("fifo");
         let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: `c` is a NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         let t = Instant::now();
         let e = read_regular(&fifo).unwrap_err();

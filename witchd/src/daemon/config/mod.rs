@@ -296,7 +296,7 @@ pub fn default_socket() -> PathBuf {
     if let Some(p) = std::env::var_os("WITCHD_SOCKET") {
         return PathBuf::from(p);
     }
-    let uid = unsafe { libc::geteuid() };
+    let uid = nix::unistd::geteuid().as_raw();
     if uid == 0 {
         return PathBuf::from("/run/witchd.sock");
     }
@@ -307,7 +307,7 @@ pub fn default_socket() -> PathBuf {
 }
 
 fn default_store_dir() -> PathBuf {
-    if unsafe { libc::geteuid() } == 0 {
+    if nix::unistd::geteuid().is_root() {
         return PathBuf::from("/var/lib/witchd");
     }
     if let Some(d) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
@@ -315,7 +315,7 @@ fn default_store_dir() -> PathBuf {
     }
     match std::env::var_os("HOME") {
         Some(h) => PathBuf::from(h).join(".local/state/witchd"),
-        None => PathBuf::from(format!("/tmp/witchd-{}-store", unsafe { libc::geteuid() })),
+        None => PathBuf::from(format!("/tmp/witchd-{}-store", nix::unistd::geteuid())),
     }
 }
 
