@@ -12,19 +12,17 @@ use crate::replacement::Policy;
 use std::path::PathBuf;
 
 /// Default software period: 5 ms of thread CPU time (≈200 samples/s/thread,
-/// hpcrun's usual rate). In this VM a timer sample costs ≈30–40 µs and a
-/// trap ≈15 µs (`cargo bench -p witch-benches`), so sample + self-trap +
-/// trap stay under 2% of the period.
+/// hpcrun's usual rate). A timer sample and a trap cost tens of µs at
+/// most (`cargo bench -p witch-benches`; docs/OVERHEAD.md), so sample +
+/// self-trap + trap stay a small share of the period.
 pub const DEFAULT_SOFTWARE_PERIOD_NS: u64 = 5_000_000;
 /// Instructions a single-step burst of the software sampler takes by
 /// default. Every burst takes this many (unless the code ends it early), and
-/// the overhead budget decides which ticks begin one: in a VM where a step
-/// costs 12 µs, about every other tick at the default period and budget.
-/// Bursts of 4 to 9 steps at every tick (the budget's choice before) start
-/// where the time goes and see little else: on the real programs of
-/// docs/ACCURACY.md they read 2.6 points higher on average, with 5 of 18
-/// cases within 3 points against 10 of 18 at 24 steps; 16 and 32 steps did
-/// worse than 24 (32: fewer bursts, a larger spread).
+/// the overhead budget decides which ticks begin one (in a VM, one tick in
+/// a few at the default period and budget). Short bursts at every tick
+/// start where the time goes and see little else, and 16 and 32 steps did
+/// worse than 24 on the real programs (docs/ACCURACY.md, "A burst at
+/// every tick").
 pub const DEFAULT_BURST_STEPS: u32 = 24;
 /// Default accesses picked per burst. A burst of 24 steps judges many of
 /// its picks itself (their next access comes within it), so more picks than
@@ -54,19 +52,19 @@ pub const COUNT_EVENTS: [&str; 2] = ["sw-stores", "sw-loads"];
 /// The counters' default period, in accesses: the PMU's.
 pub const DEFAULT_COUNT_PERIOD: u64 = DEFAULT_PMU_PERIOD;
 
-/// The counters' shortest period: each pick costs a few signal round trips
-/// (about 60 µs here), so at 100,003 accesses (some 30-100 µs of native
-/// time) the program runs a few times slower; shorter would be worse.
+/// The counters' shortest period: each pick costs a few signal round trips,
+/// about what 100,003 accesses take natively, so at that period the
+/// program runs a few times slower; shorter would be worse.
 pub const MIN_COUNT_PERIOD: u64 = MIN_PMU_PERIOD;
 
 /// Instructions a whole-run window runs before the engine looks at the
 /// program's pending signals (which wait while it runs in the cache):
-/// about half a millisecond in the cache here.
+/// short enough that a signal waits little.
 pub const COUNT_WINDOW_INSTRUCTIONS: u32 = 1 << 20;
 /// Shortest software sampling period (ns of thread CPU time). A perf
 /// software clock signals each period with a queued real-time signal; when
 /// periods end faster than the handler and the signal's round trip take
-/// (several µs here, tens with traps and unwinding), the queue grows until
+/// (several µs, tens with traps and unwinding), the queue grows until
 /// the kernel falls back to SIGIO, which kills the program (measured: every
 /// period up to 10 µs did; 50 µs held). 100 µs leaves a margin of ten.
 pub const MIN_SOFTWARE_PERIOD_NS: u64 = 100_000;
@@ -84,7 +82,7 @@ pub const DEFAULT_PMU_PERIOD: u64 = 5_000_003;
 /// a cycle, so at 4 GHz samples stay at least 25 µs (10 µs) apart: at or
 /// under perf's default kernel limit, `perf_event_max_sample_rate` =
 /// 100,000 samples/s. A safety floor, not a cheap period: a sample with its
-/// trap costs about 22 µs here (docs/OVERHEAD.md), so near the floor the
+/// trap costs tens of µs (docs/OVERHEAD.md), so near the floor the
 /// engine can take most of a store-bound program's time.
 pub const MIN_PMU_PERIOD: u64 = 100_003;
 /// Default relative precision at which two floating-point values are equal.

@@ -79,9 +79,9 @@ fn kind_name(k: pmu::AccessKind) -> &'static str {
 }
 
 /// GLIBC_TUNABLES for a profiled program. Any armed data breakpoint turns
-/// off x86 fast-string operation, so `rep stosb`/`rep movsb` run ~50x
-/// slower while a watchpoint is armed (measured here: a 128 KiB memset,
-/// 1.0 µs → 47 µs). Ask glibc's memset/memcpy to use their vector loops
+/// off x86 fast-string operation, so `rep stosb`/`rep movsb` run many times
+/// slower while a watchpoint is armed (docs/DESIGN.md, "Fast strings").
+/// Ask glibc's memset/memcpy to use their vector loops
 /// instead; opt out with WITCH_KEEP_REP_STRINGS=1. `--exact` runs the
 /// program with them too, so both modes judge the same instructions.
 pub fn tunables() -> Option<String> {

@@ -76,10 +76,10 @@ pub fn calibrate(sigtrap: bool) -> Costs {
     // A signal round trip without an exception (delivery and sigreturn),
     // then single steps: the sampler's signal sets the trap flag, and each
     // step of a busy loop is one SIGTRAP with TRAP_TRACE. Each is the
-    // least of a few rounds: a round that the machine slowed down (seen
-    // once: single steps at 30.6 µs instead of 12-15, which made every
-    // step's accounted cost twice its own and the program's time between
-    // samples vanish) only adds to what one costs. The step's is only the
+    // least of a few rounds: a round that the machine slowed down (once
+    // twice the real cost, which made every step's accounted cost twice its
+    // own and the program's time between samples vanish) only adds to what
+    // one costs. The step's is only the
     // first estimate: each burst then times its own steps.
     const ROUNDS: usize = 4;
     let rounds: [(u64, Option<u64>); ROUNDS] = std::array::from_fn(|_| {

@@ -1,8 +1,7 @@
 //! How long a burst may be: the overhead budget.
 //!
-//! A single step costs a signal round trip (about 12 µs in the VM this was
-//! built on, a few µs on bare metal), so a burst's length decides the
-//! engine's cost. The user names a budget, a share of the program's CPU
+//! A single step costs a signal round trip (docs/OVERHEAD.md), so a
+//! burst's length decides the engine's cost. The user names a budget, a share of the program's CPU
 //! time (3% by default); each thread keeps an account of it, a token
 //! bucket measured in ns: every tick credits the budget's share of the
 //! program time since the previous tick, and debits everything the engine
@@ -38,13 +37,14 @@ pub const MIN_STEPS: u32 = 4;
 /// short run gets samples enough to say something. Each thread repays what
 /// it drew with half of what it earns afterwards, so over a run of more
 /// than about 0.35 s of CPU time the engine's share is still the budget;
-/// a shorter run pays at most the 5 ms. (10 ms, tried first, left runs of
-/// half a second at 3.3-3.6%: docs/OVERHEAD.md.) Only for bursts of one
-/// length at ticks the budget chooses (the default): with a burst at every
-/// tick (`-p`) a short run has its samples anyway, and a loan would only
-/// lengthen its first bursts, which their weight (accesses times time)
-/// would then count too heavily (a plugin loaded and run first took up to
-/// 28% of the waste of a test where it does a tenth of the work).
+/// a shorter run pays at most the 5 ms. (A longer loan left half-second
+/// runs over the budget: docs/OVERHEAD.md, "Alternatives".) Only for
+/// bursts of one length at ticks the budget chooses (the default): with a
+/// burst at every tick (`-p`) a short run has its samples anyway, and a
+/// loan would only lengthen its first bursts, which their weight
+/// (accesses times time) would then count too heavily (a plugin loaded and
+/// run first took up to 28% of the waste of a test where it does a tenth
+/// of the work).
 pub const HEAD_START_NS: i64 = 5_000_000;
 
 /// The process-wide head start ([`HEAD_START_NS`]), shared by its threads'

@@ -361,8 +361,10 @@ impl ThreadState {
             // accesses after every such instruction in the sample thousands
             // of times more often than they run.
             // The program's CPU time since the last tick still earns the
-            // budget its share (in a VM, zstd spends a third of its time
-            // in `cpuid` exits; without this its engine share was 1.8%).
+            // budget its share: a program that asks the CPU's features
+            // often can spend much of its time in `cpuid` exits, and would
+            // otherwise get fewer bursts than the budget pays for
+            // (docs/ACCURACY.md, "The budget at ticks that begin no burst").
             Some(Foreign::Hypervisor) => {
                 self.record.counters.ticks_after_exits += 1;
                 self.earn_without_burst(engine, weight);
@@ -491,9 +493,9 @@ impl ThreadState {
         // Each of these instructions is two bytes long, so it can only have
         // run just before if the two bytes before the PC spell it. Most
         // ticks stop here: finding the instruction that ends at the PC
-        // decodes its whole function when that is not cached (about 30 µs
-        // a tick on SQLite, whose interpreter loop is one large function),
-        // which every tick paid, bursts or not.
+        // decodes its whole function when that is not cached (dear where
+        // an interpreter's loop is one large function: docs/OVERHEAD.md,
+        // "What a tick costs"), which every tick would pay, bursts or not.
         let mut buf = [0u8; 16];
         let before = crate::x86::precise_pc::code_at(map, regs.rip.wrapping_sub(2), &mut buf)?;
         let foreign = foreign_time(before)?;

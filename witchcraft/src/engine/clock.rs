@@ -26,9 +26,9 @@
 //! the handler that ends a burst reads the clock once, and the CPU time
 //! since the handler before its first step, less the step handlers' own,
 //! is what its steps' round trips cost. The burst's account is corrected
-//! to that, so a start-up calibration taken in a slow moment (a step once
-//! measured at 30.6 µs, twice its cost) skews neither the program's time
-//! nor the budget for long.
+//! to that, so a start-up calibration taken in a slow moment (one can read
+//! twice a step's cost) skews neither the program's time nor the budget
+//! for long.
 
 use crate::x86::decode::Regs;
 
@@ -173,9 +173,9 @@ impl Clock {
     /// A watchpoint trap. The time before it is the program's, unless the
     /// trap is the sampled instruction's own access (`self_trap`): then it
     /// is exactly one return plus one trap's way in, which teaches the trap
-    /// cost. The start-up calibration alone is not enough: it varies 17-27
-    /// µs between runs in this VM, more in a busy one, and dense trapping
-    /// code's weight follows it. Steps are clamped, so a preempted gap moves
+    /// cost. The start-up calibration alone is not enough: it varies from
+    /// run to run, more on a busy machine, and dense trapping code's weight
+    /// follows it. Steps are clamped, so a preempted gap moves
     /// it little.
     pub fn trap(&mut self, self_trap: bool) {
         if !self_trap {

@@ -14,8 +14,8 @@ use crate::x86::decode::{self, Access, Regs};
 use crate::x86::precise_pc;
 
 /// How many instructions back from the interrupted PC to look for the
-/// access the time belongs to (measured skid here: 1 for stores, 2 for
-/// loads whose consumer stalls).
+/// access the time belongs to (a timer's skid is usually 1 instruction for
+/// stores, 2 for loads whose consumer stalls: docs/DESIGN.md).
 const SKID: usize = 3;
 
 impl ThreadState {

@@ -14,7 +14,8 @@ use crate::x86::precise_pc;
 
 /// Ignored traps a watchpoint may take before it is given up. LoadCraft
 /// ignores stores; a location stored to often and loaded rarely would
-/// otherwise trap (~15 µs each here) on every store until its next load.
+/// otherwise trap (a kernel round trip each; docs/OVERHEAD.md) on every
+/// store until its next load.
 pub(crate) const MAX_IGNORED: u32 = 32;
 
 impl ThreadState {

@@ -4,8 +4,8 @@
 //! Why not perf's `task-clock`: its hrtimer adds a timer interrupt of its
 //! own at every period, which in a VM costs a timer exit and a re-arm on top
 //! of the signal. A CPU-time timer is checked at the scheduler tick that runs
-//! anyway. Measured here (4 ms period, interleaved busy loops): 45–62 µs of
-//! CPU per `task-clock` sample, 9–19 µs per CPU-timer sample. The price is
+//! anyway, and costs several times less CPU a sample (`benches/sampler_cost.c`;
+//! the numbers in docs/OVERHEAD.md). The price is
 //! resolution: the timer fires at tick boundaries (4 ms at HZ=250), so it
 //! only serves periods of a tick or more; shorter periods use `task-clock`.
 //!

@@ -1,10 +1,10 @@
 //! The debug registers, as perf breakpoint events.
 //!
 //! Each of a thread's breakpoints stays open for the thread's lifetime.
-//! Arming re-targets it with one `PERF_EVENT_IOC_MODIFY_ATTRIBUTES` ioctl
-//! (0.7 µs here for a disabled one, 2.9 µs for an enabled one, against
-//! 6.4 µs for close+reopen, which is the fallback: `cargo bench -p
-//! witch-benches`); disarming disables it.
+//! Arming re-targets it with one `PERF_EVENT_IOC_MODIFY_ATTRIBUTES` ioctl,
+//! several times cheaper than close and reopen, which is the fallback
+//! (`cargo bench -p witch-benches`; docs/OVERHEAD.md); disarming disables
+//! it.
 
 use super::perf::{self, Attr, BpType};
 use super::siginfo;
@@ -199,8 +199,9 @@ pub fn watch_range(addr: u64, len: u32) -> (u64, u64) {
 /// at `p + 4·n`, as a JSON parser's structural index does) used to be
 /// watched at its first 4 bytes every time, so whatever became of its
 /// first element (read back) stood for all sixteen (mostly overwritten by
-/// the next such store): simdjson's dead fraction there read 10% where
-/// every access's count says 78%.
+/// the next such store): simdjson's dead fraction there read a fraction
+/// of what every access's count says (docs/ACCURACY.md, "Which bytes a
+/// watchpoint covers").
 pub fn watch_piece(addr: u64, len: u32, pick: u64) -> (u64, u64) {
     let len = u64::from(len.max(1));
     let x = addr + pick % len;

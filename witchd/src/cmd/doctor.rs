@@ -10,8 +10,8 @@ use witchcraft::profile::{Counters, Craft};
 /// The doctor's line about the code cache's cost.
 pub const CHECK_CACHE: &str = "code cache";
 
-/// Iterations of the shell loop the code cache is measured on: about 0.6 s
-/// of CPU time natively here (ticks every 5 ms: tens of windows).
+/// Iterations of the shell loop the code cache is measured on: well under
+/// a second of CPU time natively (ticks every 5 ms: tens of windows).
 const LOOP_ITERATIONS: u32 = 300_000;
 
 /// What the code cache costs here, measured the way a profiled run

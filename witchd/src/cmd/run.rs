@@ -57,8 +57,8 @@ const HEAD_BYTES: u64 = 64 << 10;
 
 /// A preload needs a dynamically linked program; say so for static ones.
 fn check_dynamic(prog: &Path) -> Result<()> {
-    // The headers are at the start: reading a large program whole (SQLite
-    // with debug info) cost 0.5% of a one-second run.
+    // The headers are at the start: reading a large program whole (with
+    // its debug info) costs a visible share of a short run.
     let mut data = Vec::new();
     let read = std::fs::File::open(prog).and_then(|f| {
         use std::io::Read;
