@@ -72,6 +72,11 @@ fn render(cmd: &Command) -> String {
 /// is killed if the run exceeds the timeout.
 pub fn run_cmd(mut cmd: Command, stdin: Option<&[u8]>) -> Run {
     let cmdline = render(&cmd);
+    // Hermetic: a developer's login shell may set DEBUGINFOD_URLS (Debian's
+    // libdebuginfod-common does), and reports would then ask the network.
+    if !cmd.get_envs().any(|(k, _)| k == "DEBUGINFOD_URLS") {
+        cmd.env_remove("DEBUGINFOD_URLS");
+    }
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     cmd.process_group(0);
     let start = Instant::now();

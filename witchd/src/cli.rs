@@ -126,7 +126,11 @@ JSON keeps every line and pair unless --top is given; totals always cover everyt
 Debug info is found as gdb finds it: by build-id (ROOT/.build-id/xx/rest.debug) under
 $WITCH_DEBUG_DIRS (colon-separated) and /usr/lib/debug, then by the binary's .gnu_debuglink
 (beside it, in .debug/ beside it, under ROOT/<its directory>), then in the binary itself;
-without any, frames read `module+0xoffset`.")]
+where none has DWARF and $DEBUGINFOD_URLS is set (space-separated), from those debuginfod
+servers by build-id, into elfutils' cache ($DEBUGINFOD_CACHE_PATH, else
+~/.cache/debuginfod_client; misses kept 10 minutes), each server given $DEBUGINFOD_TIMEOUT
+seconds (90) and at most $DEBUGINFOD_MAXSIZE bytes; a note says what came from it or failed.
+Without any, frames read `module+0xoffset`.")]
     Report(ReportArgs),
 
     /// Compare two profiles of the same program, pair by pair (matched by source location)

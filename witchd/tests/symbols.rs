@@ -76,7 +76,7 @@ fn cpp_profile(c: &Cpp, path: &Path) -> witchcraft::profile::Profile {
 
 fn report_json(profile: &Path, debug_dirs: Option<&Path>) -> Value {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_witch"));
-    cmd.arg("report").arg(profile).arg("--json");
+    cmd.arg("report").arg(profile).arg("--json").env_remove("DEBUGINFOD_URLS");
     match debug_dirs {
         Some(d) => cmd.env("WITCH_DEBUG_DIRS", d),
         None => cmd.env_remove("WITCH_DEBUG_DIRS"),

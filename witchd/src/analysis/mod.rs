@@ -179,6 +179,12 @@ impl<'p> Analysis<'p> {
         c
     }
 
+    /// What the reader should know about where symbols came from (one line
+    /// when debuginfod was used or failed; none otherwise).
+    pub fn symbol_notes(&self) -> Vec<String> {
+        self.sym.borrow().debuginfod_note().into_iter().collect()
+    }
+
     /// Frames of a context, innermost first.
     pub fn frames(&self, ctx: CtxId) -> impl Iterator<Item = &crate::symbolize::Frame> + '_ {
         self.names.frames(ctx)

@@ -202,13 +202,17 @@ fn files(name: &str) -> Vec<(&'static str, &'static str)> {
         "/usr/lib/debug/.build-id/",
         "Debug info found by build-id (more directories in $WITCH_DEBUG_DIRS, colon-separated); then by the binary's .gnu_debuglink.",
     );
+    let debuginfod = (
+        "~/.cache/debuginfod_client/",
+        "Debug files fetched from the debuginfod servers in $DEBUGINFOD_URLS, when it is set; elfutils' cache, shared with gdb and perf ($DEBUGINFOD_CACHE_PATH, else $XDG_CACHE_HOME/debuginfod_client).",
+    );
     let socket = (
         "/run/witchd.sock",
         "witchd's socket when it runs as root; $XDG_RUNTIME_DIR/witchd.sock for a user's witchd ($WITCHD_SOCKET overrides).",
     );
     match name {
-        "witch" | "witch-dead" | "witch-silent-store" | "witch-silent-load" => vec![profile, parts, agent, debug],
-        "witch-report" | "witch-diff" | "witch-gate" => vec![debug],
+        "witch" | "witch-dead" | "witch-silent-store" | "witch-silent-load" => vec![profile, parts, agent, debug, debuginfod],
+        "witch-report" | "witch-diff" | "witch-gate" => vec![debug, debuginfod],
         n if n.starts_with("witch-daemon") => vec![socket],
         "witchd" => vec![
             ("/etc/witchd.toml", "The configuration, by default (PREFIX/etc/witchd.toml for an install outside /usr and /usr/local)."),

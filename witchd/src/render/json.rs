@@ -94,7 +94,7 @@ fn report<'a>(run: &'a Analysis<'a>, top: usize) -> JsonReport<'a> {
         duration_ns: p.duration_ns,
         threads: run.procs.iter().map(|x| crate::analysis::threads(x.profile)).sum(),
         pair_count,
-        notes: super::text::notes(p, &main.counters),
+        notes: super::text::notes(p, &main.counters).into_iter().chain(run.symbol_notes()).collect(),
         counters: c,
         lines: Lines { run, lines, total },
         pairs: Pairs { run, pairs, total },

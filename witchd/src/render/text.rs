@@ -210,7 +210,7 @@ impl Page<'_> {
         } else {
             self.line(format!("  observed  {} samples, {} traps, {} imprecise PCs{cost}", c.samples, c.traps, c.imprecise))?;
         }
-        for n in notes(p, &main.counters) {
+        for n in notes(p, &main.counters).into_iter().chain(run.symbol_notes()) {
             self.line(format!("  note: {n}"))?;
         }
         Ok(())

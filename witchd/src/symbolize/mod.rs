@@ -5,7 +5,9 @@
 //! debug file by build-id under a debug root (`.build-id/xx/rest.debug`, verified),
 //! then by the binary's `.gnu_debuglink`, then the binary itself at its recorded path
 //! (used only if its build-id agrees); DWARF compressed by dwz is completed from the
-//! `.gnu_debugaltlink` file. Anything missing degrades — to the ELF symbol, then to
+//! `.gnu_debugaltlink` file. Where none of these has DWARF and `DEBUGINFOD_URLS` is set,
+//! the debug file (and a dwz supplement) is fetched by build-id from those debuginfod
+//! servers into elfutils' cache, shared with gdb and perf ([`debuginfod`]). Anything missing degrades — to the ELF symbol, then to
 //! `module+0xoffset` — and is never an error: a report with fewer names beats no report.
 //!
 //! Every file is read through [`file::read_regular`]: its path came from the profile,
@@ -19,6 +21,7 @@
 //! here over addr2line's `Context`, gimli and object, with every byte coming from a
 //! checked, bounded read.
 
+pub mod debuginfod;
 pub mod elf;
 pub mod file;
 
@@ -172,6 +175,8 @@ impl<'a> Modules<'a> {
 pub struct Symbolizer {
     debug_roots: Vec<PathBuf>,
     loaded: HashMap<(String, Option<String>), Option<Debug>>,
+    /// Off (None) unless `DEBUGINFOD_URLS` names a server.
+    debuginfod: Option<debuginfod::Client>,
 }
 
 impl Default for Symbolizer {
@@ -181,20 +186,32 @@ impl Default for Symbolizer {
 }
 
 impl Symbolizer {
-    /// Debug roots: `$WITCH_DEBUG_DIRS` (colon-separated), then /usr/lib/debug.
+    /// Debug roots: `$WITCH_DEBUG_DIRS` (colon-separated), then /usr/lib/debug;
+    /// debuginfod servers: `$DEBUGINFOD_URLS` ([`debuginfod`]).
     pub fn new() -> Symbolizer {
         let mut roots: Vec<PathBuf> = std::env::var_os("WITCH_DEBUG_DIRS")
             .map(|v| std::env::split_paths(&v).filter(|p| !p.as_os_str().is_empty()).collect())
             .unwrap_or_default();
         roots.push(PathBuf::from("/usr/lib/debug"));
-        Symbolizer { debug_roots: roots, loaded: HashMap::new() }
+        Symbolizer { debug_roots: roots, loaded: HashMap::new(), debuginfod: debuginfod::Client::from_env() }
+    }
+
+    /// One line for a report when debuginfod was used: how many modules' debug
+    /// info came from it, and what failed; None when it was off or not needed.
+    pub fn debuginfod_note(&self) -> Option<String> {
+        self.debuginfod.as_ref()?.note()
+    }
+
+    /// Where debug info came from over debuginfod; None when it is off.
+    pub fn debuginfod_outcome(&self) -> Option<&debuginfod::Outcome> {
+        self.debuginfod.as_ref().map(|c| &c.outcome)
     }
 
     /// The offset in its file at which a module's mapping starts (pprof mappings
     /// want it); None without the binary.
     pub fn file_offset(&mut self, m: &Module) -> Option<u64> {
-        let roots = &self.debug_roots;
-        let d = self.loaded.entry((m.path.clone(), m.build_id.clone())).or_insert_with(|| load(m, roots)).as_ref()?;
+        let (roots, dfd) = (&self.debug_roots, &mut self.debuginfod);
+        let d = self.loaded.entry((m.path.clone(), m.build_id.clone())).or_insert_with(|| load(m, roots, dfd.as_mut())).as_ref()?;
         d.bin.as_ref()?.file_offset(m.start.wrapping_sub(m.bias))
     }
 
@@ -212,8 +229,8 @@ impl Symbolizer {
         };
         let vaddr = addr.wrapping_sub(m.bias);
         let key = (m.path.clone(), m.build_id.clone());
-        let roots = &self.debug_roots;
-        match self.loaded.entry(key).or_insert_with(|| load(m, roots)) {
+        let (roots, dfd) = (&self.debug_roots, &mut self.debuginfod);
+        match self.loaded.entry(key).or_insert_with(|| load(m, roots, dfd.as_mut())) {
             Some(d) => d.frames(m, vaddr),
             None => vec![Frame {
                 function: format!("{}+{:#x}", module_name(&m.path), vaddr),
@@ -238,7 +255,7 @@ pub fn file_build_id(path: &Path) -> Option<String> {
 }
 
 /// Finds and loads one module's debug info and symbols; None when no usable file exists.
-fn load(m: &Module, roots: &[PathBuf]) -> Option<Debug> {
+fn load(m: &Module, roots: &[PathBuf], mut dfd: Option<&mut debuginfod::Client>) -> Option<Debug> {
     if m.path.starts_with('[') || m.path.is_empty() {
         return None; // [vdso], [anon]: no file to read
     }
@@ -256,6 +273,15 @@ fn load(m: &Module, roots: &[PathBuf]) -> Option<Debug> {
             debug = debuglink(path, &name, roots);
         }
     }
+    // Nothing on disk has DWARF: ask the debuginfod servers, by build-id.
+    if debug.as_ref().is_none_or(|(_, e)| !e.has_dwarf) && !bin.as_ref().is_some_and(|b| b.has_dwarf) {
+        let id = want.clone().or_else(|| bin.as_ref().and_then(|b| b.build_id.clone()));
+        if let (Some(id), Some(c)) = (id, dfd.as_deref_mut()) {
+            if let Some(found) = c.debuginfo(&id) {
+                debug = Some(found);
+            }
+        }
+    }
     if debug.is_none() && bin.is_none() {
         return None;
     }
@@ -263,7 +289,7 @@ fn load(m: &Module, roots: &[PathBuf]) -> Option<Debug> {
         Some((p, e)) => (p.as_path(), e),
         None => (path, bin.as_ref().expect("one of them")),
     };
-    let dwarf = dwarf_elf.has_dwarf.then(|| context(dwarf_path, dwarf_elf, roots)).flatten();
+    let dwarf = dwarf_elf.has_dwarf.then(|| context(dwarf_path, dwarf_elf, roots, dfd)).flatten();
     let symbols = match &debug {
         Some((_, e)) if !e.symbols.is_empty() => e.symbols.clone(),
         _ => bin.as_ref().map(|b| b.symbols.clone()).unwrap_or_default(),
@@ -300,12 +326,16 @@ fn debuglink(path: &Path, name: &str, roots: &[PathBuf]) -> Option<(PathBuf, Elf
 }
 
 /// The DWARF context of a file, completed from its `.gnu_debugaltlink`
-/// supplement (dwz) when that is found with the right build-id.
-fn context(path: &Path, e: &Elf, roots: &[PathBuf]) -> Option<addr2line::Context<elf::Reader>> {
+/// supplement (dwz) when that is found with the right build-id (on disk, or
+/// from debuginfod, which serves supplements by their build-id too).
+fn context(path: &Path, e: &Elf, roots: &[PathBuf], dfd: Option<&mut debuginfod::Client>) -> Option<addr2line::Context<elf::Reader>> {
     let mut dwarf = e.dwarf()?;
     if let Some((name, id)) = &e.altlink {
         let named = if Path::new(name).is_absolute() { PathBuf::from(name) } else { path.parent()?.join(name) };
-        let sup = read_elf(&named).filter(|s| s.build_id.as_deref() == Some(id)).or_else(|| by_build_id(id, roots).map(|(_, s)| s));
+        let sup = read_elf(&named)
+            .filter(|s| s.build_id.as_deref() == Some(id))
+            .or_else(|| by_build_id(id, roots).map(|(_, s)| s))
+            .or_else(|| dfd?.debuginfo(id).map(|(_, s)| s));
         if let Some(sup) = sup.and_then(|s| s.dwarf()) {
             dwarf.sup = Some(std::sync::Arc::new(sup));
         }

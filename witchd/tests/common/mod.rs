@@ -314,7 +314,8 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
-    Command::new(env!("CARGO_BIN_EXE_witch")).args(args).output().unwrap()
+    // Hermetic: no debuginfod lookups from a developer's environment.
+    Command::new(env!("CARGO_BIN_EXE_witch")).args(args).env_remove("DEBUGINFOD_URLS").output().unwrap()
 }
 
 pub fn sh_out(cmd: &mut Command) -> String {
