@@ -12,8 +12,10 @@
 //! (one ptrace stop per instruction): a reference, not the product.
 
 mod judge;
+mod replay;
 
 pub use judge::{Observed, ThreadShadow, WIDE};
+pub use replay::Replay;
 
 use crate::profile::{self, Craft, Profile};
 use crate::sys::mem;
