@@ -3,24 +3,22 @@
 //! crafts sample (the exhaustive tools' metrics), and written in the same
 //! profile format so `report`, `diff` and `gate` work on it.
 //!
-//! - dead: byte-level, as DeadSpy: a stored byte whose next access (by the
-//!   same thread) is a store is dead, one whose next access is a load is used;
-//! - silent-store: instruction-level, as RedSpy: a store that leaves the bytes
-//!   the previous store to them left (floats within the precision) is silent;
-//! - silent-load: as LoadSpy: a load that reads what the previous load of the
-//!   same bytes read is redundant, whatever stores came between.
+//! The definitions, the shadow memory and the shadow call stack are the
+//! judge's ([`judge`]), which the code-cache exact mode shares.
 //!
 //! Like the crafts, judgements are per thread (debug registers are). The
 //! calling context of each access comes from a shadow call stack kept by
 //! watching `call` and `ret` execute, so no unwinding is needed. It is slow
 //! (one ptrace stop per instruction): a reference, not the product.
 
-use crate::context::{Tree, ROOT};
-use crate::craft::{compare, Verdict, Watched};
-use crate::pair::Pairs;
+mod judge;
+mod replay;
+
+pub use judge::{Observed, ThreadShadow, WIDE};
+pub use replay::Replay;
+
 use crate::profile::{self, Craft, Profile};
 use crate::sys::mem;
-use crate::x86::decode::Float;
 use crate::x86::decode::{Access, Analyzer, Regs};
 use nix::sys::ptrace;
 use nix::sys::signal::Signal;
@@ -31,118 +29,8 @@ use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 
-const PAGE: u64 = 4096;
-/// Widest access (AVX-512): its bytes before and after are kept whole.
-const WIDE: usize = 64;
-
-/// The values comparisons are made in: a float access's floats (compared
-/// within the precision), and otherwise each value the instruction moves (a
-/// scalar whole, a vector's elements). A value is silent (or redundant) only
-/// if all of its bytes are; each of its bytes is then credited, waste or use,
-/// to the pair of that byte's own previous access and this one, as DeadSpy
-/// credits dead bytes. A sampling craft estimates the same through its
-/// monitored element (Witch §4.6.4).
-fn element_size(a: &Access) -> usize {
-    match a.float {
-        Float::F32 => 4,
-        Float::F64 => 8,
-        Float::No => a.element_len().clamp(1, 8) as usize,
-    }
-}
-
-/// Judge element `[off, off+el)` of access `a`: `then` held the bytes it is
-/// compared with, `now` the bytes now (both indexed from `a.addr`).
-fn judge_element(a: &Access, off: usize, el: usize, then: &[u8; WIDE], now: &[u8; WIDE], precision: f64) -> Verdict {
-    let e = Access { addr: a.addr + off as u64, len: el as u32, ..*a };
-    let mut w = Watched::with_piece(e, (e.addr, el as u64));
-    w.value_len = el;
-    w.value[..el].copy_from_slice(&then[off..off + el]);
-    compare(&w, &e, &now[off..off + el], precision)
-}
-
-/// Bytes `[off, off+n)` compared exactly: waste if all are unchanged.
-fn judge_bytes(off: usize, n: usize, then: &[u8; WIDE], now: &[u8; WIDE]) -> Verdict {
-    if then[off..off + n] == now[off..off + n] {
-        Verdict::Waste { bytes: n as u64, approx: false }
-    } else {
-        Verdict::Use { bytes: n as u64 }
-    }
-}
-
-/// The same verdict for `n` bytes.
-fn with_bytes(v: Verdict, n: usize) -> Verdict {
-    match v {
-        Verdict::Waste { approx, .. } => Verdict::Waste { bytes: n as u64, approx },
-        Verdict::Use { .. } => Verdict::Use { bytes: n as u64 },
-        Verdict::Ignore => Verdict::Ignore,
-    }
-}
-
-/// Runs of equal contexts: (start, length, context).
-fn runs(ctxs: &[u32]) -> impl Iterator<Item = (usize, usize, u32)> + '_ {
-    let mut i = 0;
-    std::iter::from_fn(move || {
-        let start = i;
-        let c = *ctxs.get(i)?;
-        while i < ctxs.len() && ctxs[i] == c {
-            i += 1;
-        }
-        Some((start, i - start, c))
-    })
-}
-
-/// What the shadow memory remembers about one byte.
-#[derive(Clone, Copy, Default)]
-struct Byte {
-    /// Context node of the last store to it (0: none yet).
-    store_ctx: u32,
-    /// That store has not been followed by any access yet (dead craft).
-    pending: bool,
-    /// Context node of the last load of it (0: none yet).
-    load_ctx: u32,
-    /// The byte that load read.
-    loaded: u8,
-}
-
-/// Per-thread state: shadow memory, shadow call stack, tree and pairs.
-struct ThreadShadow {
-    pages: HashMap<u64, Box<[Byte; PAGE as usize]>>,
-    /// Tree node of the current frame (the chain of call sites).
-    frame: u32,
-    /// Return addresses of the shadow stack, innermost last.
-    returns: Vec<u64>,
-    tree: Tree,
-    pairs: Pairs,
-    counters: profile::Counters,
-}
-
-impl ThreadShadow {
-    fn new() -> Self {
-        ThreadShadow {
-            pages: HashMap::new(),
-            frame: ROOT,
-            returns: Vec::new(),
-            tree: Tree::with_capacity(1 << 20),
-            pairs: Pairs::with_capacity(1 << 16),
-            counters: Default::default(),
-        }
-    }
-    fn byte(&mut self, a: u64) -> &mut Byte {
-        let page = self.pages.entry(a / PAGE).or_insert_with(|| Box::new([Byte::default(); PAGE as usize]));
-        &mut page[(a % PAGE) as usize]
-    }
-    fn add(&mut self, watch: u32, trap: u32, v: Verdict) {
-        // A reference must not lose pairs (large programs have millions).
-        self.pairs.grow_when_full();
-        if let Some(p) = self.pairs.get(watch, trap) {
-            p.credit(v, 1.0);
-        }
-    }
-}
-
 /// One instruction about to run: its accesses and the bytes before it ran.
 struct Pending {
-    ip: u64,
     ctx: u32,
     accesses: [Access; crate::x86::decode::MAX_ACCESSES],
     n: usize,
@@ -219,11 +107,8 @@ impl Exact {
             let mut dec = iced_x86::Decoder::with_ip(64, &code[..n], regs.rip, iced_x86::DecoderOptions::NONE);
             dec.decode().mnemonic()
         };
-        let t = self.threads.entry(tid).or_insert_with(ThreadShadow::new);
-        t.tree.grow_when_full();
-        let ctx = t.tree.child(t.frame, regs.rip);
+        let ctx = self.threads.entry(tid).or_default().context(regs.rip);
         let mut p = Pending {
-            ip: regs.rip,
             ctx,
             accesses: d.accesses,
             n: d.n,
@@ -246,122 +131,24 @@ impl Exact {
         let Some(p) = self.pending.remove(&tid) else { return };
         self.instructions += 1;
         self.stepped.store(self.instructions, std::sync::atomic::Ordering::Relaxed);
-        let craft = self.craft;
-        let precision = self.precision;
-        let t = self.threads.entry(tid).or_insert_with(ThreadShadow::new);
-        // Loads first: in a read-modify-write the read comes first.
-        for pass in [true, false] {
-            for i in 0..p.n {
-                let a = p.accesses[i];
-                if (pass && !a.read) || (!pass && !a.write) {
-                    continue;
-                }
+        let mut seen = [Observed::new(Access::default()); crate::x86::decode::MAX_ACCESSES];
+        for (o, (a, before)) in seen.iter_mut().zip(p.accesses.iter().zip(&p.before)).take(p.n) {
+            *o = Observed { access: *a, before: *before, after: [0; WIDE] };
+            if a.write && self.craft == Craft::SilentStore {
                 let len = (a.len as usize).min(WIDE);
-                let mut after = [0u8; WIDE];
-                if !pass {
-                    mem::read(pid.as_raw(), a.addr, &mut after[..len]);
-                }
-                match (craft, pass) {
-                    (Craft::Dead, true) => {
-                        for b in 0..a.len as u64 {
-                            let s = t.byte(a.addr + b);
-                            if s.pending {
-                                s.pending = false;
-                                let w = s.store_ctx;
-                                t.add(w, p.ctx, Verdict::Use { bytes: 1 });
-                            }
-                        }
-                    }
-                    (Craft::Dead, false) => {
-                        for b in 0..a.len as u64 {
-                            let s = t.byte(a.addr + b);
-                            let prev = (s.pending, s.store_ctx);
-                            s.pending = true;
-                            s.store_ctx = p.ctx;
-                            if prev.0 {
-                                t.add(prev.1, p.ctx, Verdict::Waste { bytes: 1, approx: false });
-                            }
-                        }
-                        t.counters.samples += 1;
-                    }
-                    (Craft::SilentStore, false) => {
-                        // Each value: silent if the store left it as it was.
-                        // Its bytes are credited to their previous stores,
-                        // each run of bytes one store left judged by
-                        // itself: the question is whether this store
-                        // changed what that store wrote.
-                        let el = element_size(&a);
-                        for off in (0..len).step_by(el) {
-                            let el = el.min(len - off);
-                            let mut prevs = [0u32; 8];
-                            for (b, prev) in prevs.iter_mut().enumerate().take(el) {
-                                *prev = std::mem::replace(&mut t.byte(a.addr + (off + b) as u64).store_ctx, p.ctx);
-                            }
-                            for (start, n, prev) in runs(&prevs[..el]) {
-                                if prev == 0 {
-                                    continue;
-                                }
-                                let v = if n == el {
-                                    judge_element(&a, off, el, &p.before[i], &after, precision)
-                                } else {
-                                    judge_bytes(off + start, n, &p.before[i], &after)
-                                };
-                                t.add(prev, p.ctx, with_bytes(v, n));
-                            }
-                        }
-                        t.counters.samples += 1;
-                    }
-                    (Craft::SilentLoad, true) => {
-                        // Each value: redundant if it reads what the previous
-                        // load of it read, whatever stores came between; its
-                        // bytes credited to their previous loads, as above.
-                        let el = element_size(&a);
-                        for off in (0..len).step_by(el) {
-                            let el = el.min(len - off);
-                            let mut last = [0u8; WIDE];
-                            let mut prevs = [0u32; 8];
-                            for (b, prev) in prevs.iter_mut().enumerate().take(el) {
-                                let s = t.byte(a.addr + (off + b) as u64);
-                                last[off + b] = s.loaded;
-                                *prev = s.load_ctx;
-                                s.loaded = p.before[i][off + b];
-                                s.load_ctx = p.ctx;
-                            }
-                            for (start, n, prev) in runs(&prevs[..el]) {
-                                if prev == 0 {
-                                    continue;
-                                }
-                                let v = if n == el {
-                                    judge_element(&a, off, el, &last, &p.before[i], precision)
-                                } else {
-                                    judge_bytes(off + start, n, &last, &p.before[i])
-                                };
-                                t.add(prev, p.ctx, with_bytes(v, n));
-                            }
-                        }
-                        t.counters.samples += 1;
-                    }
-                    _ => {}
-                }
+                mem::read(tid, a.addr, &mut o.after[..len]);
             }
         }
+        let t = self.threads.entry(tid).or_default();
+        t.judge(self.craft, self.precision, p.ctx, &seen[..p.n]);
         // Shadow call stack.
         if p.is_call {
-            t.returns.push(p.next_ip);
-            t.tree.grow_when_full();
-            t.frame = t.tree.child(t.frame, p.next_ip - 1);
+            t.call(p.next_ip);
         } else if p.is_ret {
             if let Some(r) = regs_of(pid).map(|r| r.rip) {
-                // Pop to the matching frame (longjmp-like exits pop several).
-                while let Some(top) = t.returns.pop() {
-                    t.frame = t.tree.nodes()[t.frame as usize].parent;
-                    if top == r {
-                        break;
-                    }
-                }
+                t.ret(r);
             }
         }
-        let _ = p.ip;
     }
 
     /// Run `program` to completion, single-stepping every thread.

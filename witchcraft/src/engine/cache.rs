@@ -70,6 +70,13 @@ pub struct Data {
     pub rep_len: u64,
     /// After the part: step the next element as a pick (1), or go on (0).
     pub rep_pick: u64,
+    /// Recording copies: where the next access record goes, two spill
+    /// slots, and the thread's FS and GS bases.
+    pub rec_ptr: u64,
+    pub save_rec_a: u64,
+    pub save_rec_b: u64,
+    pub fs_base: u64,
+    pub gs_base: u64,
 }
 
 #[repr(C)]
@@ -309,6 +316,11 @@ impl CodeCache {
             target: f(std::mem::offset_of!(Data, target)),
             jump: f(std::mem::offset_of!(Data, jump)),
             table: f(std::mem::offset_of!(Data, table)),
+            rec_ptr: f(std::mem::offset_of!(Data, rec_ptr)),
+            save_rec_a: f(std::mem::offset_of!(Data, save_rec_a)),
+            save_rec_b: f(std::mem::offset_of!(Data, save_rec_b)),
+            fs_base: f(std::mem::offset_of!(Data, fs_base)),
+            gs_base: f(std::mem::offset_of!(Data, gs_base)),
         }
     }
 

@@ -5,4 +5,5 @@
 pub mod decode;
 pub mod lbr;
 pub mod precise_pc;
+pub mod record;
 pub mod translate;

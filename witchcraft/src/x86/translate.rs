@@ -45,8 +45,12 @@
 //! ([`Point`]). Nothing here allocates: output goes into memory the cache
 //! reserved, and the decoder's and encoder's buffers are reused.
 
-use super::decode::{Access, Analyzer, Regs};
-use iced_x86::{ConditionCode, Decoder, DecoderOptions, Encoder, FlowControl, Instruction, Mnemonic, OpKind, Register};
+use super::decode::{Access, Analyzer, Float, Regs};
+use super::record;
+use iced_x86::{
+    Code, ConditionCode, Decoder, DecoderOptions, Encoder, FlowControl, Instruction, InstructionInfoFactory, InstructionInfoOptions,
+    MemoryOperand, MemorySize, Mnemonic, OpAccess, OpKind, Register,
+};
 
 /// Most instructions in one block (a longer straight run is continued in
 /// the next block).
@@ -82,6 +86,14 @@ pub struct Slots {
     pub jump: u64,
     /// The address of the dispatch table (a slot holding a pointer).
     pub table: u64,
+    /// Recording copies ([`Counted::Records`]): the slot holding where the
+    /// next access record goes, two spill slots, and the thread's FS and GS
+    /// bases (for operands with a segment override).
+    pub rec_ptr: u64,
+    pub save_rec_a: u64,
+    pub save_rec_b: u64,
+    pub fs_base: u64,
+    pub gs_base: u64,
 }
 
 /// Which accesses the copies count (the craft's kind).
@@ -89,6 +101,14 @@ pub struct Slots {
 pub enum Counted {
     Stores,
     Loads,
+    /// Recording copies (the exact mode): before every memory access,
+    /// loads and stores, implicit ones included, a copy writes an access
+    /// record ([`super::record`]) where the record slot points, and the
+    /// countdown counts records, so that it stops exactly before the
+    /// instruction whose records would not fit (an [`Exit::Pick`]). A `rep`
+    /// string instruction with elements to run always leaves for the
+    /// engine ([`Exit::BigRep`]), which records it whole.
+    Records,
 }
 
 impl Counted {
@@ -96,6 +116,7 @@ impl Counted {
         match self {
             Counted::Stores => a.write,
             Counted::Loads => a.read,
+            Counted::Records => a.read || a.write,
         }
     }
 }
@@ -264,6 +285,24 @@ enum Class {
     Native,
 }
 
+/// One memory access of an instruction, as its operand computes it (for
+/// recording copies).
+#[derive(Clone, Copy, Debug, Default)]
+struct MemRef {
+    base: Register,
+    index: Register,
+    scale: u32,
+    /// The displacement, or with neither base nor index, the address.
+    disp: u64,
+    /// FS or GS (their bases are added), else None.
+    segment: Register,
+    /// The access (its address left 0).
+    access: Access,
+}
+
+/// Most accesses one instruction records.
+const MAX_REFS: usize = 4;
+
 #[derive(Clone, Copy, Debug, Default)]
 struct Insn {
     ip: u64,
@@ -277,6 +316,9 @@ struct Insn {
     bytes: [u8; 16],
     /// Offset of a RIP-relative displacement within the bytes (0: none).
     disp_off: u8,
+    /// Recording copies: the accesses it records.
+    refs: [MemRef; MAX_REFS],
+    nrefs: u8,
 }
 
 /// Arithmetic flags (OF SF ZF AF CF PF) in iced's RflagsBits.
@@ -286,6 +328,7 @@ const ARITH: u32 = 0x01 | 0x02 | 0x04 | 0x08 | 0x10 | 0x20;
 pub struct Translator {
     insns: [Insn; MAX_INSNS],
     analyzer: Analyzer,
+    factory: InstructionInfoFactory,
     encoder: Encoder,
     /// Filled by a translation when asked: the points of the copy.
     points: [(u64, u64, Point); 4 * MAX_INSNS],
@@ -306,6 +349,12 @@ impl Translator {
         Translator {
             insns: [Insn::default(); MAX_INSNS],
             analyzer: Analyzer::new(),
+            factory: {
+                let mut f = InstructionInfoFactory::new();
+                // Touched once so later calls reuse the vectors' capacity.
+                let _ = f.info_options(&Instruction::default(), InstructionInfoOptions::NO_REGISTER_USAGE);
+                f
+            },
             encoder,
             points: [(0, 0, Point::default()); 4 * MAX_INSNS],
             npoints: 0,
@@ -342,7 +391,7 @@ impl Translator {
             return Err(Error::Unreadable);
         }
         let mut e = Emitter { buf: out, base: req.at, pos: 0, full: false, slots: env.slots };
-        let mut ctx = Ctx { host, points: req.points, dispatch: env.dispatch };
+        let mut ctx = Ctx { host, points: req.points, dispatch: env.dispatch, record: env.counted == Counted::Records };
         let block = if self.insns[0].class == Class::Rep {
             self.emit_rep(&mut e, &mut ctx)
         } else {
@@ -398,6 +447,16 @@ impl Translator {
                         if insn.instr.is_string_instruction() && d.n == 0 {
                             insn.class = Class::Native;
                         }
+                        if counted == Counted::Records && insn.class != Class::Native {
+                            match self.refs(&instr) {
+                                Some((refs, n)) => {
+                                    insn.refs = refs;
+                                    insn.nrefs = n as u8;
+                                    insn.counted = n as u32;
+                                }
+                                None => insn.class = Class::Native,
+                            }
+                        }
                     }
                     _ => insn.class = Class::Native,
                 }
@@ -414,6 +473,128 @@ impl Translator {
             pc += insn.len as u64;
         }
         n
+    }
+
+    /// The memory accesses of `instr` as a recording copy computes their
+    /// addresses (implicit ones included: the decoder lists `push`, `call`,
+    /// `ret` and string operands), or None if one cannot be computed with a
+    /// `lea` (a vector index, an unknown size, an 8- or 16-bit register).
+    fn refs(&mut self, instr: &Instruction) -> Option<([MemRef; MAX_REFS], usize)> {
+        let mut refs = [MemRef::default(); MAX_REFS];
+        let mut n = 0;
+        let info = self.factory.info_options(instr, InstructionInfoOptions::NO_REGISTER_USAGE);
+        for m in info.used_memory() {
+            let (read, write) = match m.access() {
+                OpAccess::Read | OpAccess::CondRead => (true, false),
+                OpAccess::Write | OpAccess::CondWrite => (false, true),
+                OpAccess::ReadWrite | OpAccess::ReadCondWrite => (true, true),
+                _ => continue,
+            };
+            let size = match m.memory_size().size() {
+                0 if instr.is_string_instruction() => instr.memory_size().size(),
+                s => s,
+            } as u32;
+            let reg_ok = |r: Register| r == Register::None || r.is_gpr64() || r.is_gpr32();
+            if n == MAX_REFS || size == 0 || m.vsib_size() != 0 || !reg_ok(m.base()) || !reg_ok(m.index()) {
+                return None;
+            }
+            let segment = match m.segment() {
+                Register::FS | Register::GS => m.segment(),
+                _ => Register::None,
+            };
+            let el = m.memory_size().element_size() as u32;
+            let float = match m.memory_size().element_type() {
+                MemorySize::Float32 => Float::F32,
+                MemorySize::Float64 => Float::F64,
+                _ => Float::No,
+            };
+            let elem = if el > 0 && el < size { el as u8 } else { 0 };
+            refs[n] = MemRef {
+                base: m.base(),
+                index: m.index(),
+                scale: m.scale(),
+                disp: m.displacement(),
+                segment,
+                access: Access { addr: 0, len: size, read, write, float, elem },
+            };
+            n += 1;
+        }
+        Some((refs, n))
+    }
+
+    /// A recording copy's records for instruction `x`, before it runs:
+    /// each access's address (a `lea` of its operand, into a spare
+    /// register), its native PC, its info word and, for `call` and `ret`,
+    /// the return address and the return target. Registers and flags are
+    /// as the program left them afterwards (`lea` and `mov` leave the flags).
+    fn emit_records(&mut self, e: &mut Emitter, x: &Insn) {
+        if x.nrefs == 0 {
+            return;
+        }
+        let (ra, rb) = spare_pair(&x.instr);
+        let (na, nb) = (gpr_number(ra), gpr_number(rb));
+        let s = e.slots;
+        e.mov_slot_reg(s.save_rec_a, na);
+        e.mov_slot_reg(s.save_rec_b, nb);
+        let mn = x.instr.mnemonic();
+        let call = matches!(x.class, Class::Call | Class::CallIndirect);
+        let ret = x.class == Class::Ret && mn == Mnemonic::Ret;
+        for k in 0..x.nrefs as usize {
+            let m = x.refs[k];
+            // The address, into ra.
+            if m.base == Register::None && m.index == Register::None {
+                e.mov_reg_imm64(na, m.disp);
+            } else {
+                let scale = if m.index == Register::None { 1 } else { m.scale };
+                let displ_size = if m.disp == 0 { 0 } else { 1 };
+                let op = MemoryOperand::new(m.base, m.index, scale, m.disp as i64, displ_size, false, Register::None);
+                match Instruction::with2(Code::Lea_r64_m, ra, op) {
+                    Ok(lea) if e.encode(&mut self.encoder, &lea) => {}
+                    _ => {
+                        e.full = true;
+                        return;
+                    }
+                }
+            }
+            if m.segment != Register::None {
+                let slot = if m.segment == Register::FS { s.fs_base } else { s.gs_base };
+                e.mov_reg_slot(nb, slot);
+                self.enc(e, Instruction::with2(Code::Lea_r64_m, ra, MemoryOperand::with_base_index(ra, rb)));
+            }
+            e.mov_reg_slot(nb, s.rec_ptr);
+            self.enc(e, Instruction::with2(Code::Mov_rm64_r64, MemoryOperand::with_base(rb), ra));
+            e.mov_reg_imm64(na, x.ip);
+            self.enc(e, Instruction::with2(Code::Mov_rm64_r64, MemoryOperand::with_base_displ(rb, 8), ra));
+            let mut info = record::info(&m.access);
+            if k + 1 < x.nrefs as usize {
+                info |= record::MORE;
+            }
+            let stack = m.base == Register::RSP;
+            if call && stack && m.access.write {
+                info |= record::CALL;
+                e.mov_reg_imm64(na, x.ip + x.len as u64);
+                self.enc(e, Instruction::with2(Code::Mov_rm64_r64, MemoryOperand::with_base_displ(rb, 24), ra));
+            } else if ret && stack && m.access.read {
+                info |= record::RET;
+                self.enc(e, Instruction::with2(Code::Mov_r64_rm64, ra, MemoryOperand::with_base(Register::RSP)));
+                self.enc(e, Instruction::with2(Code::Mov_rm64_r64, MemoryOperand::with_base_displ(rb, 24), ra));
+            }
+            e.mov_reg_imm64(na, info);
+            self.enc(e, Instruction::with2(Code::Mov_rm64_r64, MemoryOperand::with_base_displ(rb, 16), ra));
+            self.enc(e, Instruction::with2(Code::Lea_r64_m, rb, MemoryOperand::with_base_displ(rb, record::RECORD_BYTES as i64)));
+            e.mov_slot_reg(s.rec_ptr, nb);
+        }
+        e.mov_reg_slot(nb, s.save_rec_b);
+        e.mov_reg_slot(na, s.save_rec_a);
+    }
+
+    /// Encode an instruction made here (never expected to fail; a failure
+    /// makes the block unusable, as a full cache does).
+    fn enc(&mut self, e: &mut Emitter, ins: Result<Instruction, iced_x86::IcedError>) {
+        match ins {
+            Ok(i) if e.encode(&mut self.encoder, &i) => {}
+            _ => e.full = true,
+        }
     }
 
     fn emit_block(&mut self, e: &mut Emitter, ctx: &mut Ctx, n: usize, variant: Variant) -> Result<Block, Error> {
@@ -543,6 +724,9 @@ impl Translator {
         let x = self.insns[i];
         let next = x.ip + x.len as u64;
         let last = i + 1 == copied;
+        if ctx.record {
+            self.emit_records(e, &x);
+        }
         match x.class {
             Class::Plain => {
                 self.copy_plain(e, ctx, &x);
@@ -749,8 +933,11 @@ impl Translator {
         let next = x.ip + x.len as u64;
         e.save_flags();
         // cmp rcx, MAX_REP_ELEMENTS; ja long: the engine runs it in parts.
+        // A recording copy leaves for the engine whenever there are
+        // elements to run: the engine records the string whole.
+        let most = if ctx.record { 0 } else { MAX_REP_ELEMENTS as i32 };
         e.bytes(&[0x48, 0x81, 0xF9]);
-        e.bytes(&(MAX_REP_ELEMENTS as i32).to_le_bytes());
+        e.bytes(&most.to_le_bytes());
         let long = e.jcc_fwd(0x7);
         // The window's instructions: one, and one per REP_PER_INSTRUCTION elements.
         e.charge_rep(true);
@@ -803,7 +990,7 @@ impl Translator {
             return Err(Error::Unreadable);
         }
         let mut e = Emitter { buf: out, base: at, pos: 0, full: false, slots: *slots };
-        let mut ctx = Ctx { host, points: false, dispatch: 0 };
+        let mut ctx = Ctx { host, points: false, dispatch: 0, record: false };
         e.bytes(&bytes[..instr.len()]);
         e.exit(&mut ctx, Exit::RepDone)?;
         if e.full {
@@ -849,6 +1036,8 @@ struct Ctx<'a> {
     host: &'a mut dyn Host,
     points: bool,
     dispatch: u64,
+    /// Recording copies ([`Counted::Records`]).
+    record: bool,
 }
 
 /// The dispatch stub, at `at`: the native target of an indirect branch
@@ -1023,6 +1212,27 @@ fn spare_register(i: &Instruction) -> Register {
         .into_iter()
         .find(|r| used & (1 << gpr_number(*r)) == 0)
         .unwrap_or(Register::R11)
+}
+
+/// Two registers among r8-r15 that the instruction does not name.
+fn spare_pair(i: &Instruction) -> (Register, Register) {
+    let a = spare_register(i);
+    let mut used = 1u16 << gpr_number(a);
+    for k in 0..i.op_count() {
+        if i.op_kind(k) == OpKind::Register && i.op_register(k).full_register().is_gpr64() {
+            used |= 1 << gpr_number(i.op_register(k).full_register());
+        }
+    }
+    for r in [i.memory_base(), i.memory_index()] {
+        if r.full_register().is_gpr64() {
+            used |= 1 << gpr_number(r.full_register());
+        }
+    }
+    let b = [Register::R11, Register::R10, Register::R9, Register::R8, Register::R15, Register::R14, Register::R13, Register::R12]
+        .into_iter()
+        .find(|r| used & (1 << gpr_number(*r)) == 0)
+        .unwrap_or(Register::R10);
+    (a, b)
 }
 
 /// Bytes of an exit stub: `int3` and a 17-byte record.
@@ -1265,6 +1475,11 @@ mod tests {
             target: d + 48,
             jump: d + 56,
             table: d + 64,
+            rec_ptr: d + 72,
+            save_rec_a: d + 80,
+            save_rec_b: d + 88,
+            fs_base: d + 96,
+            gs_base: d + 104,
         }
     }
 
@@ -1456,6 +1671,131 @@ mod tests {
         let picks: Vec<u64> =
             exits(&out).iter().filter_map(|(_, e)| if let Exit::Pick { native } = e { Some(*native) } else { None }).collect();
         assert_eq!(picks, vec![NATIVE, NATIVE + 4]);
+    }
+
+    /// A recording copy, run: every access it makes (explicit, implicit,
+    /// segment-relative, RIP-relative) is recorded before it happens, with
+    /// its address, PC and kind, and the program's registers come out as
+    /// natively.
+    #[test]
+    fn a_recording_copy_records_every_access_and_keeps_the_registers() {
+        const MAP: usize = 1 << 16;
+        // SAFETY: a new private anonymous mapping, checked for failure.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                MAP,
+                libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        let base = base as u64;
+        let (data, table, stub, copy, native, buf) = (base, base + 0x1000, base + 0x2000, base + 0x3000, base + 0x6000, base + 0x8000);
+        let code: [u8; 26] = [
+            0x89, 0x07, // mov [rdi], eax
+            0x53, // push rbx
+            0x5B, // pop rbx
+            0x48, 0x8B, 0x44, 0xCE, 0x10, // mov rax, [rsi+rcx*8+16]
+            0x64, 0x48, 0x8B, 0x14, 0x25, 0x10, 0x00, 0x00, 0x00, // mov rdx, fs:[0x10]
+            0x4C, 0x8B, 0x05, 0x00, 0x01, 0x00, 0x00, // mov r8, [rip+0x100]
+            0xC3, // ret
+        ];
+        // SAFETY: all of these lie inside the mapping made above.
+        let mem = unsafe { std::slice::from_raw_parts_mut(base as *mut u8, MAP) };
+        let off = |a: u64| (a - base) as usize;
+        mem[off(native)..off(native) + code.len()].copy_from_slice(&code);
+        let slots = Slots {
+            countdown: data,
+            instr_left: data + 8,
+            save_rax: data + 16,
+            save_rcx: data + 24,
+            save_scratch: data + 32,
+            save_flags: data + 40,
+            target: data + 48,
+            jump: data + 56,
+            table: data + 64,
+            rec_ptr: data + 72,
+            save_rec_a: data + 80,
+            save_rec_b: data + 88,
+            fs_base: data + 96,
+            gs_base: data + 104,
+        };
+        let put = |mem: &mut [u8], a: u64, v: u64| mem[off(a)..off(a) + 8].copy_from_slice(&v.to_le_bytes());
+        let get = |mem: &[u8], a: u64| u64::from_le_bytes(mem[off(a)..off(a) + 8].try_into().unwrap());
+        let fs_base: u64;
+        // SAFETY: glibc's thread control block starts with its own address.
+        unsafe { std::arch::asm!("mov {}, fs:[0]", out(reg) fs_base) };
+        put(mem, slots.countdown, 1000);
+        put(mem, slots.instr_left, 1000);
+        put(mem, slots.table, table);
+        put(mem, slots.rec_ptr, buf);
+        put(mem, slots.fs_base, fs_base);
+        // One dispatch entry: the `ret` goes back to the caller's address.
+        let n = emit_dispatch(&slots, 1, stub, &mut mem[off(stub)..off(stub) + 512]).unwrap();
+        assert!(n < 512);
+        let mut t = Translator::new();
+        let mut host = Code { base: native, bytes: code.to_vec() };
+        let env = Env { slots, counted: Counted::Records, dispatch: stub };
+        let req = Request { native, variant: Variant::Fast, at: copy, points: false };
+        let b = t.translate(&mut host, &env, req, &mut mem[off(copy)..off(copy) + MAX_BLOCK_BYTES]).unwrap();
+        assert_eq!((b.insns, b.counted), (7, 7), "seven accesses in seven instructions");
+        let src = [10u64, 11, 12, 13, 14];
+        let mut dst = [0u32; 2];
+        let (rax, r10, r11): (u64, u64, u64);
+        // SAFETY: the copy runs the code above: it writes dst[0], reads
+        // src[3], the TCB and its own mapping, pushes and pops rbx, and
+        // returns here through the dispatch stub (one entry, made the
+        // return address); every register it changes is an output.
+        unsafe {
+            std::arch::asm!(
+                "lea rax, [rip + 2f]",
+                "mov [{tab}], rax",
+                "mov [{tab} + 8], rax",
+                "mov eax, 7",
+                "call {copy}",
+                "2:",
+                tab = in(reg) table,
+                copy = in(reg) copy,
+                in("rdi") dst.as_mut_ptr(),
+                in("rsi") src.as_ptr(),
+                in("rcx") 1u64,
+                out("rax") rax,
+                inout("r10") 0x1010u64 => r10,
+                inout("r11") 0x1111u64 => r11,
+                clobber_abi("C"),
+            );
+        }
+        assert_eq!((dst[0], rax, r10, r11), (7, 13, 0x1010, 0x1111), "the program's results and registers");
+        let end = get(mem, slots.rec_ptr);
+        let recs: Vec<record::Record> = record::Record::parse(&mem[off(buf)..off(end)]).collect();
+        assert_eq!(recs.len(), 7, "{recs:x?}");
+        let kinds: Vec<(u64, u32, bool, bool)> =
+            recs.iter().map(|r| (r.pc - native, r.access().len, r.access().read, r.access().write)).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (0, 4, false, true),
+                (2, 8, false, true),
+                (3, 8, true, false),
+                (4, 8, true, false),
+                (9, 8, true, false),
+                (18, 8, true, false),
+                (25, 8, true, false)
+            ]
+        );
+        assert_eq!(recs[0].addr, dst.as_ptr() as u64);
+        assert_eq!(recs[1].addr, recs[2].addr, "push and pop: the same stack slot");
+        assert_eq!(recs[3].addr, &src[3] as *const u64 as u64);
+        assert_eq!(recs[4].addr, fs_base + 0x10);
+        assert_eq!(recs[5].addr, native + 25 + 0x100);
+        assert!(recs[6].is(record::RET) && !recs[6].is(record::MORE));
+        assert_eq!(recs[6].extra, get(mem, table), "a ret's record carries its target");
+        assert_eq!(recs[6].addr, recs[1].addr + 8, "the return address is above where rbx was pushed");
+        // SAFETY: the mapping made above, no longer used.
+        unsafe { libc::munmap(base as *mut libc::c_void, MAP) };
     }
 
     #[test]

@@ -1,0 +1,183 @@
+//! Judging recorded accesses: the code-cache exact mode's side of the
+//! judge. Recording copies (and the engine, for what runs outside the
+//! cache) write access records ([`crate::x86::record`]) per thread, in the
+//! order the thread made them; this turns each thread's stream back into
+//! instructions (the records of one instruction are grouped by their
+//! [`MORE`] flags), judges them with the same [`ThreadShadow`] the
+//! single-stepping mode uses, and follows calls and returns for the shadow
+//! call stack. A `rep` string record stands for its elements, judged one
+//! by one as single steps see them (a `movs` reads an element, then writes
+//! one).
+//!
+//! Records carry addresses only, so this judges the dead craft; the value
+//! crafts need the bytes each access read and left, which the records do
+//! not carry yet.
+
+use super::judge::{Observed, ThreadShadow};
+use crate::profile::Craft;
+use crate::x86::decode::{Access, MAX_ACCESSES};
+use crate::x86::record::{Record, CALL, DOWN, MORE, NONE, REP, RET};
+use std::collections::HashMap;
+
+/// One instruction's records, gathered until its last.
+#[derive(Default)]
+struct Group {
+    records: [Record; MAX_ACCESSES],
+    n: usize,
+}
+
+/// Per thread: its shadow, and an instruction whose records are not all in.
+#[derive(Default)]
+struct Stream {
+    shadow: ThreadShadow,
+    group: Group,
+}
+
+pub struct Replay {
+    craft: Craft,
+    threads: HashMap<i32, Stream>,
+    /// Instructions judged (a `rep` string's elements each count).
+    pub instructions: u64,
+}
+
+impl Replay {
+    /// A replay for `craft`; None for the value crafts (records carry no
+    /// values yet).
+    pub fn new(craft: Craft) -> Option<Replay> {
+        (craft == Craft::Dead).then(|| Replay { craft, threads: HashMap::new(), instructions: 0 })
+    }
+
+    /// Judge thread `tid`'s next records, in the order it made them.
+    pub fn feed(&mut self, tid: i32, records: impl IntoIterator<Item = Record>) {
+        let craft = self.craft;
+        let s = self.threads.entry(tid).or_default();
+        for r in records {
+            let g = &mut s.group;
+            if g.n == MAX_ACCESSES || (g.n > 0 && g.records[0].pc != r.pc) {
+                // A group cut short (never expected): judge what came.
+                self.instructions += instruction(craft, &mut s.shadow, &g.records[..g.n]);
+                g.n = 0;
+            }
+            g.records[g.n] = r;
+            g.n += 1;
+            if !r.is(MORE) {
+                self.instructions += instruction(craft, &mut s.shadow, &g.records[..g.n]);
+                g.n = 0;
+            }
+        }
+    }
+
+    /// The threads' shadows, once every record is in.
+    pub fn into_threads(self) -> impl Iterator<Item = (i32, ThreadShadow)> {
+        self.threads.into_iter().map(|(tid, s)| (tid, s.shadow))
+    }
+}
+
+/// Judge one instruction's records; returns the instructions it stands for.
+fn instruction(craft: Craft, t: &mut ThreadShadow, recs: &[Record]) -> u64 {
+    let Some(first) = recs.first() else { return 0 };
+    let ctx = t.context(first.pc);
+    let mut seen = [Observed::new(Access::default()); MAX_ACCESSES];
+    let mut n = 0;
+    if first.is(REP) {
+        // Element by element, every record's element i together.
+        let count = first.extra;
+        for i in 0..count {
+            n = 0;
+            for r in recs.iter().filter(|r| !r.is(NONE)) {
+                let mut a = r.access();
+                let step = i * a.len as u64;
+                a.addr = if r.is(DOWN) { r.addr.wrapping_sub(step) } else { r.addr.wrapping_add(step) };
+                seen[n] = Observed::new(a);
+                n += 1;
+            }
+            t.judge(craft, 0.0, ctx, &seen[..n]);
+        }
+        return count.max(1);
+    }
+    for r in recs.iter().filter(|r| !r.is(NONE)) {
+        seen[n] = Observed::new(r.access());
+        n += 1;
+    }
+    if n > 0 {
+        t.judge(craft, 0.0, ctx, &seen[..n]);
+    }
+    for r in recs {
+        if r.is(CALL) {
+            t.call(r.extra);
+        } else if r.is(RET) {
+            t.ret(r.extra);
+        }
+    }
+    1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::x86::record::info;
+
+    fn rec(pc: u64, addr: u64, len: u32, read: bool, write: bool) -> Record {
+        Record { addr, pc, info: info(&Access { addr, len, read, write, ..Default::default() }), extra: 0 }
+    }
+
+    /// (watch pc, trap pc) → (waste, use), over every thread.
+    fn pairs(r: Replay) -> Vec<((u64, u64), (f64, f64))> {
+        let mut v = Vec::new();
+        for (_, t) in r.into_threads() {
+            let pc = |n: u32| t.tree.nodes()[n as usize].pc;
+            v.extend(t.pairs.iter().map(|p| ((pc(p.watch), pc(p.trap)), (p.waste, p.used))));
+        }
+        v.sort_by_key(|a| a.0);
+        v
+    }
+
+    #[test]
+    fn records_are_judged_as_the_steps_would_be() {
+        let mut r = Replay::new(Craft::Dead).unwrap();
+        // Two threads interleaved: each judged by itself.
+        r.feed(1, [rec(0x10, 0x1000, 8, false, true)]);
+        r.feed(2, [rec(0x10, 0x1000, 8, false, true)]);
+        r.feed(1, [rec(0x20, 0x1000, 8, false, true)]);
+        r.feed(2, [rec(0x30, 0x1000, 4, true, false)]);
+        assert_eq!(pairs(r), vec![((0x10, 0x20), (8.0, 0.0)), ((0x10, 0x30), (0.0, 4.0))]);
+    }
+
+    #[test]
+    fn a_rep_string_is_judged_element_by_element() {
+        let mut r = Replay::new(Craft::Dead).unwrap();
+        // rep movsq of 3 elements from 0x2000 to 0x2008 (overlapping:
+        // each element read was written by the element before).
+        let mut src = rec(0x40, 0x2000, 8, true, false);
+        let mut dst = rec(0x40, 0x2008, 8, false, true);
+        src.info |= REP | MORE;
+        dst.info |= REP;
+        src.extra = 3;
+        dst.extra = 3;
+        r.feed(1, [rec(0x30, 0x2000, 8, false, true), src, dst]);
+        assert_eq!(r.instructions, 4);
+        // 0x2000 stored by 0x30 and read by the first element; 0x2008 and
+        // 0x2010 stored by the rep and read by its next element.
+        assert_eq!(pairs(r), vec![((0x30, 0x40), (0.0, 8.0)), ((0x40, 0x40), (0.0, 16.0))]);
+    }
+
+    #[test]
+    fn calls_and_returns_give_contexts() {
+        let mut r = Replay::new(Craft::Dead).unwrap();
+        let mut call = rec(0x10, 0x7ff8, 8, false, true);
+        call.info |= CALL;
+        call.extra = 0x15;
+        let mut ret = rec(0x100, 0x7ff8, 8, true, false);
+        ret.info |= RET;
+        ret.extra = 0x15;
+        r.feed(1, [call, rec(0x90, 0x3000, 8, false, true), ret, rec(0x18, 0x3000, 8, false, true)]);
+        let (_, t) = r.into_threads().next().unwrap();
+        let p = t.pairs.iter().find(|p| p.waste > 0.0).unwrap();
+        let n = t.tree.nodes();
+        // The killed store ran in the callee: its node's parent is the call site.
+        assert_eq!(n[p.watch as usize].pc, 0x90);
+        assert_eq!(n[n[p.watch as usize].parent as usize].pc, 0x14);
+        // The killer ran after the return, in the caller's frame (the root).
+        assert_eq!(n[p.trap as usize].parent, crate::context::ROOT);
+    }
+}
