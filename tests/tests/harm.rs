@@ -230,3 +230,120 @@ fn sigaction_reads_back_what_the_program_set() {
     let run = WitchCmd::new("dead").arg("-q").out(&dir.join("readback.json")).run(&prog.exe, &[]);
     assert_same_behaviour(&native, &run);
 }
+
+/// Item: a thread busy when a session ended (spinning, or blocked in a
+/// system call it entered after the session had lent it witch's alternate
+/// signal stack) kept that stack installed after the detach. After each
+/// attach, every thread's `sigaltstack` is exactly what the program set
+/// (its own, or none), and a signal it raises at itself runs there; before
+/// any attach, after the first, the second and the tenth. The two "block"
+/// threads are busy when each session starts and blocked in `read` when it
+/// ends; one thread is blocked throughout; two spin throughout.
+#[test]
+fn every_thread_has_its_own_alternate_stack_after_a_detach() {
+    use witch_tests::attach::*;
+    let dir = Scratch::new("altstack-detach");
+    let prog = Program::build("altstack_detach", dir.path());
+    let mut target = Target::start(&prog.exe, &[] as &[&str], &[]);
+    target.wait_ready(6, None);
+    target.send(b"r\n");
+    let pid = target.pid();
+    let agent_runs = || thread_names(pid).iter().any(|n| n == "witch-agent");
+    let rounds = 10;
+    for round in 1..=rounds {
+        target.send(b"g\n");
+        let out = dir.join(&format!("session-{round}.json"));
+        let session = std::thread::spawn(move || {
+            attach_cmd(&witch_bin(), &[], "dead", pid, &["--duration", "200ms", "-q", "-o", out.to_str().unwrap()])
+        });
+        // The busy threads are set up (and sample) while the session runs;
+        // then they block, and the session ends with them blocked.
+        assert!(eventually(std::time::Duration::from_secs(10), agent_runs), "session {round} did not start");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        target.send(b"b\n");
+        let run = session.join().expect("the attach thread");
+        assert!(target.alive(), "session {round} killed the program:\n{}", run.describe());
+        assert_eq!(run.code(), Some(0), "session {round} failed:\n{}", run.describe());
+        // Profiled meanwhile: the busy threads' samples.
+        let samples = raw_profile(&dir.join(&format!("session-{round}.json")))["counters"]["samples"].as_u64().unwrap_or(0);
+        assert!(samples > 0, "session {round} took no sample");
+        target.send(b"r\n");
+    }
+    let end = target.finish();
+    assert_eq!(end.code(), Some(3), "stderr: {}", end.stderr);
+    let wrong: Vec<&str> = end.stdout.lines().filter(|l| l.contains("WRONG")).collect();
+    assert!(wrong.is_empty(), "after a detach, threads' alternate stacks are not the program's:\n{}", end.stdout);
+    assert_eq!(end.stdout.lines().filter(|l| l.ends_with("altstack ok signal ok")).count(), 5 * (rounds + 1), "{}", end.stdout);
+}
+
+/// Item: only about 255 threads were profiled: witch keeps its descriptors
+/// in the top 1,024 numbers below the program's limit (at most 4,096), one
+/// per debug register and thread. The range now grows upwards once full,
+/// as far as the limit allows: under a limit of 8,192 every one of 1,000
+/// threads is profiled. Under 1,024 (512 numbers, room for 128 threads) the
+/// profile says how many were profiled and why not the others.
+#[test]
+fn threads_past_the_256th_are_profiled_and_a_limit_is_said() {
+    let mut hard = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: fills the plain struct.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut hard) };
+    if hard.rlim_max < 8192 {
+        eprintln!("skipped: the hard descriptor limit is {}", hard.rlim_max);
+        return;
+    }
+    let dir = Scratch::new("fd-threads");
+    let prog = Program::build("many_threads", dir.path());
+    let args = ["1000", "100"];
+    for limit in [8192, 1024] {
+        let wrapper = ["bash".to_string(), "-c".into(), format!("ulimit -Sn {limit} && exec \"$@\""), "sh".into()];
+        let out = dir.join(&format!("limit-{limit}.json"));
+        let run = WitchCmd::new("dead").wrapper(&wrapper).arg("-q").out(&out).run(&prog.exe, &args);
+        assert_eq!(run.code(), Some(3), "{}", run.describe());
+        let p = raw_profile(&out);
+        let (threads, failed) = (p["counters"]["threads"].as_u64().unwrap_or(0), p["counters"]["threads_failed"].as_u64().unwrap_or(0));
+        eprintln!("ulimit -n {limit}: profiled {} of {threads} threads", threads - failed);
+        assert_eq!(threads, 1001, "every thread is counted: {}", p["counters"]);
+        if limit == 8192 {
+            assert_eq!(failed, 0, "threads went unprofiled: {}", p["notes"]);
+        } else {
+            assert!(failed > 0 && failed < threads, "{failed} of {threads} unprofiled under ulimit -n 1024");
+            let notes = p["notes"].to_string();
+            assert!(notes.contains("witch keeps its 512 in numbers 512 to 1023"), "the notes do not say why: {notes}");
+            let text = witch_raw(&["report".as_ref(), out.as_os_str()]).stdout_str().replace("\n     ", "");
+            assert!(text.contains(&format!("profiled {} of 1001 threads", threads - failed)), "{text}");
+        }
+    }
+}
+
+/// Item: the code cache's mapping (1.3 MiB a thread, made at the thread's
+/// first window) was not counted in witch's quarter of a limited address
+/// space: under `ulimit -v 1000000` with 64 threads on 8 MiB stacks, witch
+/// took 302 MiB more than the program alone, past its share of 244 MiB. Now
+/// what witch takes for threads (beyond what it takes with one thread)
+/// stays within its share, and the program keeps the rest.
+#[test]
+fn code_caches_count_in_witchs_share_of_a_limited_address_space() {
+    let dir = Scratch::new("ulimit-v-cache");
+    let prog = Program::build("many_threads", dir.path());
+    let limit_kib = 1_000_000u64;
+    let limit = ["bash".to_string(), "-c".into(), format!("ulimit -v {limit_kib} && exec \"$@\""), "sh".into()];
+    let peak_vm = |threads: &str, witch: bool| {
+        let args = [threads, "20000", "8192"];
+        let run = if witch {
+            WitchCmd::new("dead").wrapper(&limit).arg("-q").out(&dir.join(&format!("{threads}.json"))).run(&prog.exe, &args)
+        } else {
+            let mut c = std::process::Command::new(&limit[0]);
+            c.args(&limit[1..]).arg(&prog.exe).args(args);
+            run_cmd(c, None)
+        };
+        assert_eq!(run.code(), Some(3), "{}", run.describe());
+        stat(&run, "peak_vm_kib")
+    };
+    let base = peak_vm("1", true).saturating_sub(peak_vm("1", false));
+    let many = peak_vm("64", true).saturating_sub(peak_vm("64", false));
+    eprintln!("witch's address space: {base} KiB with one thread, {many} KiB with 64; its share for threads {} KiB", limit_kib / 4);
+    assert!(
+        many.saturating_sub(base) <= limit_kib / 4,
+        "witch took {many} KiB of a {limit_kib} KiB address space ({base} KiB with one thread), past its quarter"
+    );
+}

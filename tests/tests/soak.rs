@@ -148,10 +148,11 @@ fn attaching_does_not_interrupt_blocking_calls() {
     }
 }
 
-/// A thread busy when a session begins and idle when it ends keeps the
-/// alternate stack it was lent (it never ran to give it back), and the stack
-/// must stay mapped: the thread's next signal, with SA_ONSTACK, runs there.
-/// A session that finds it idle throughout must not take the stack away.
+/// A thread busy when a session begins and idle when it ends: its next
+/// signal, with SA_ONSTACK and no stack of its own, runs as without witch
+/// (once, witch's stack was left installed there and freed). Also after a
+/// session that finds it idle throughout. (`harm.rs` checks each thread's
+/// `sigaltstack` itself.)
 #[test]
 fn a_thread_idle_at_detach_keeps_its_lent_stack_until_it_runs() {
     let dir = Scratch::new("idle-thread");

@@ -6,26 +6,23 @@
 //! - a control thread sets up the threads that exist, and those created
 //!   later, by polling `/proc/self/task`: it opens each thread's events
 //!   itself (the kernel allows it within a process) and starts its sampler.
-//!   A thread takes its alternate signal stack at its first sample (the
-//!   alternate stack is per thread and only the thread can change it, see
-//!   `handlers.rs`), so a thread blocked in a system call is never
-//!   interrupted: it is set up when it next runs;
+//!   A thread is set up at its first sample, so a thread blocked in a
+//!   system call is never interrupted: it is set up when it next runs. No
+//!   thread's alternate signal stack is changed (`handlers.rs`);
 //! - the session ends when the controller says so or goes away (its end of
 //!   the socket closes), when the process exits, or by the agent's own
 //!   choice when a debugger holds the process (then the profile's
 //!   `ended_by` says "traced", a note says why, and the controller sees
 //!   `Detached` come unasked). The agent then closes
-//!   every watchpoint, lets each thread give its alternate stack back at its
-//!   next sample, closes the samplers, sends the profile, gives the program
-//!   back its signal handlers and frees what the session allocated. A thread
-//!   that stayed idle keeps the stack lent to it (the memory stays mapped);
-//!   the next session takes it back. The library stays loaded, so
-//!   attaching again reuses it.
+//!   every watchpoint and sampler, sends the profile, gives the program
+//!   back its signal handlers and frees what the session allocated, each
+//!   thread's handler stack once no handler is on it. The library stays
+//!   loaded, so attaching again reuses it.
 
 use crate::channel::{Channel, Received};
 use crate::handlers;
 use crate::state::{now_ns, Mode, Sink, AGENT};
-use crate::threads::{self, Phase, Prior};
+use crate::threads::{self, Phase};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Mutex;
@@ -102,10 +99,6 @@ const POLL: Duration = Duration::from_millis(50);
 /// brief injected call (refused, since this session runs) holds it for
 /// milliseconds, a debugger for as long as it debugs.
 const TRACED_POLLS: u32 = 5;
-/// How long threads get to give their alternate stack back at detach.
-const LEAVE_WAIT: Duration = Duration::from_millis(300);
-/// The sampler's period while threads leave (the sooner the better).
-const LEAVE_PERIOD_NS: u64 = 1_000_000;
 /// How long a thread that ends the session ([`leave`]) waits for it to end
 /// (the control thread's poll, the threads' leave, the profile sent).
 const LEAVE_CALL_WAIT: Duration = Duration::from_secs(3);
@@ -192,7 +185,7 @@ fn start(controller: i32) -> AttachCode {
     // SAFETY: valid sigset pointers; this thread's mask is put back below.
     unsafe {
         libc::sigfillset(&mut theirs_blocked);
-        for sig in [libc::SIGTRAP, sampler_signal(), handlers::control_signal()] {
+        for sig in [libc::SIGTRAP, sampler_signal()] {
             libc::sigdelset(&mut theirs_blocked, sig);
         }
         libc::pthread_sigmask(libc::SIG_SETMASK, &theirs_blocked, &mut mine);
@@ -335,10 +328,6 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
         // stosb/movsb`, which run far slower while a watchpoint is armed.
         AGENT.note("attached: large memset/memcpy may run slower while watchpoints are armed (fast strings off)");
     }
-    let parked = AGENT.threads.reap_parked();
-    if parked > 0 {
-        AGENT.note(format!("{parked} thread(s) still hold the alternate signal stack an earlier session lent them (they stayed idle): it is theirs again for this session"));
-    }
     // Loads and unloads are only seen after the fact (nothing is
     // interposed): handlers read no module's memory in place.
     modules::set_checked_reads(true);
@@ -423,9 +412,7 @@ fn leaving() -> Option<Leave> {
 /// once the control thread has exited: a seccomp filter (which may go on
 /// every thread: `SECCOMP_FILTER_FLAG_TSYNC`) finds no thread of the
 /// agent's making a system call, and an exec finds the profile sent. This
-/// thread spins meanwhile: its sampler counts CPU time, and a sample is how
-/// it gives back the alternate signal stack the session lent it. Entering a
-/// sandbox, the agent's handlers make no system call afterwards
+/// thread spins meanwhile. Entering a sandbox, the agent's handlers make no system call afterwards
 /// (`Agent::sandboxed`). Nothing happens without a session in this process
 /// (a fork child inherits the flag, not the session; a vfork child has a
 /// pid of its own). Not for handlers. The session is over even if the call
@@ -487,39 +474,28 @@ fn set_up_new(me: i32, known: &mut HashSet<i32>, why: &mut Option<String>) -> us
     threads::snapshot_mappings();
     let mut n = 0;
     for tid in fresh {
-        let (alt, lent, prior) = match AGENT.threads.unpark(tid) {
-            Some((alt, prior)) => (alt, true, prior),
-            None => match threads::map_stack() {
-                Some(alt) => (alt, false, Prior::NONE),
-                None => {
-                    AGENT.threads.failed.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-            },
+        // Attached as preloaded: witch's share of a limited address space.
+        if !crate::preload::room_for_a_thread() {
+            continue;
+        }
+        let Some(alt) = threads::map_stack() else {
+            AGENT.threads.not_set_up();
+            continue;
         };
         let mut ts = ThreadState::new(engine);
         if let Err(e) = ts.open_events(engine, tid) {
             ts.stop();
-            if lent {
-                // Still installed on the thread: keep it parked for it.
-                AGENT.threads.repark(tid, alt, prior);
-            } else {
-                threads::unmap_stack(alt);
-            }
+            threads::unmap_stack(alt);
             // A thread that ended meanwhile is not a failure.
             if std::path::Path::new(&format!("/proc/self/task/{tid}")).exists() {
-                AGENT.threads.failed.fetch_add(1, Ordering::Relaxed);
+                AGENT.threads.not_set_up();
                 AGENT.note(e.clone());
                 *why = Some(e);
             }
             continue;
         }
-        let Some(slot) = AGENT.threads.add(tid, ts, alt, lent, prior, Phase::New) else {
-            if lent {
-                AGENT.threads.repark(tid, alt, prior);
-            } else {
-                threads::unmap_stack(alt);
-            }
+        let Some(slot) = AGENT.threads.add(tid, ts, alt, false, threads::Prior::NONE, Phase::New) else {
+            threads::unmap_stack(alt);
             continue;
         };
         // SAFETY: just added; the thread's handlers only read it once its sampler runs.
@@ -535,36 +511,14 @@ fn set_up_new(me: i32, known: &mut HashSet<i32>, why: &mut Option<String>) -> us
 /// Undo the session (see the module comment); `deliver`: send its profile,
 /// ended by that (its `ended_by`).
 fn teardown(deliver: Option<(EndedBy, Option<&str>)>) {
-    // Threads with a stack installed keep sampling, to give it back.
-    let holding = |s: &threads::Slot| s.lent() && s.phase() != Phase::Gone;
-    AGENT.quiesce(holding);
+    AGENT.quiesce(|_| false);
     for s in AGENT.threads.slots() {
-        // SAFETY: handlers are quiesced: they no longer touch the watchpoints.
+        // SAFETY: handlers are quiesced: they no longer touch the watchpoints
+        // or the sampler.
         if let Some(ts) = unsafe { s.state().as_mut() } {
             ts.watch.close();
-            if holding(s) {
-                ts.sampler.resume_soon(LEAVE_PERIOD_NS);
-            }
-        }
-    }
-    let until = Instant::now() + LEAVE_WAIT;
-    while Instant::now() < until && AGENT.threads.slots().iter().any(holding) {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    let mut parked = 0;
-    for s in AGENT.threads.slots() {
-        // SAFETY: as above; samplers are only touched here and by the thread's own leave.
-        if let Some(ts) = unsafe { s.state().as_mut() } {
             ts.stop();
         }
-        if holding(s) && AGENT.threads.park(s) {
-            parked += 1;
-        }
-    }
-    if parked > 0 {
-        AGENT.note(format!(
-            "{parked} thread(s) stayed idle through the session's end: the alternate signal stack lent to them stays until a later session takes it back"
-        ));
     }
     if let Some((ended_by, exec_call)) = deliver.filter(|_| AGENT.claim_finish()) {
         if let Err(e) = AGENT.deliver(&AGENT.profile(ended_by, exec_call)) {
@@ -582,8 +536,7 @@ fn teardown(deliver: Option<(EndedBy, Option<&str>)>) {
         keep.push(libc::SIGTRAP);
     }
     handlers::restore_attached(&keep);
-    // A stack still installed that could not be parked stays mapped (leaked).
-    AGENT.threads.clear(holding);
+    AGENT.threads.clear();
     if keep.is_empty() {
         std::thread::sleep(Duration::from_millis(5));
         // SAFETY: every thread has left its handlers (quiesced, samplers
@@ -597,7 +550,7 @@ fn teardown(deliver: Option<(EndedBy, Option<&str>)>) {
 
 /// Which of the agent's signals are pending in any thread of the process.
 fn pending_signals() -> Vec<i32> {
-    let ours = [libc::SIGTRAP, sampler_signal(), handlers::control_signal()];
+    let ours = [libc::SIGTRAP, sampler_signal()];
     let mut mask = 0u64;
     for tid in procfs::tasks(None) {
         let Ok(s) = procfs::Status::read(procfs::Of::OwnTask(tid)) else { continue };

@@ -1,20 +1,19 @@
 //! The agent's signal handlers, and installing and removing them.
 //!
-//! - [`on_signal`] takes SIGTRAP and the sampler's signal, on the thread's
-//!   alternate stack: the engine's samples and watchpoint traps (see
-//!   `witchcraft::engine::classify`). Anything else goes to the handler the
-//!   program chose ([`crate::program`]), or its default.
-//! - [`on_control`] (attached only) takes the control signal, on the
-//!   thread's own stack: a thread sends it to itself, from a sample, to take
-//!   its alternate stack when a session starts and give it back when the
-//!   session ends. Only a thread that is running sends it, so no thread
-//!   blocked in a system call is ever interrupted by the agent.
+//! - [`on_signal`] takes SIGTRAP and the sampler's signal: the engine's
+//!   samples and watchpoint traps (see `witchcraft::engine::classify`), its
+//!   work on the thread's handler stack ([`handler_stack`]). Anything else
+//!   goes to the handler the program chose ([`crate::program`]), or its
+//!   default.
 //! - [`on_fatal`] (preloaded only) replaces the default action of fatal
 //!   signals: write the profile, then die the way the program would have.
 //!
-//! An alternate stack changed inside a handler is undone by `sigreturn`,
-//! which restores the one saved in the signal frame: so adopting and
-//! leaving set the frame's `uc_stack`, and the kernel installs it on return.
+//! Attached, a thread's alternate signal stack is never changed: only the
+//! thread itself can change it, and a thread blocked in a system call when
+//! the session ends could not be made to put its own back without cutting
+//! its call short. The handler stack is used by switching to it
+//! ([`handler_stack::run`]); the kernel's frame goes where the program's
+//! own signals go. A thread is set up at its first sample ([`adopt`]).
 
 use crate::alloc;
 use crate::handler_stack;
@@ -37,12 +36,6 @@ pub const FATAL: [i32; 8] =
 /// Faults a copy in the code cache may raise as the native instruction
 /// would: the program's handlers for them run behind [`on_fault`].
 pub const FAULTS: [i32; 4] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL];
-
-/// The attached agent's control signal. Above the sampler's signal, so a
-/// thread handles any pending sample (and SIGTRAP) before it.
-pub fn control_signal() -> i32 {
-    libc::SIGRTMIN() + 8
-}
 
 type SigactionFn = unsafe extern "C" fn(libc::c_int, *const libc::sigaction, *mut libc::sigaction) -> libc::c_int;
 
@@ -171,18 +164,16 @@ pub fn guard_existing() {
 /// mask as natively); then the program's handler runs as it would have.
 pub extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     let ucp = uc as *mut libc::ucontext_t;
-    if let (Some(engine), Some(slot)) = (AGENT.engine(), AGENT.current()) {
+    let slot = AGENT.current();
+    if let (Some(engine), Some(slot), Some(entered)) = (AGENT.engine(), slot, slot.and_then(Slot::enter)) {
         // SAFETY: the slot's state is this thread's (see `dispatch`).
         if let Some(ts) = unsafe { slot.state().as_mut() } {
             if ts.window.active() {
                 // On the handler stack: the program's own fault handler may
                 // run on a small alternate stack of its own.
                 // SAFETY: `uc` is the kernel's context for this signal.
-                let mut leave = || slot.engine_handler(|| unsafe { ts.leave_cache_at_fault(engine, ucp) });
-                let left = match slot.alt_stack() {
-                    (0, _) => leave(),
-                    stack => handler_stack::run(stack, ucp, leave),
-                };
+                let leave = || slot.engine_handler(|| unsafe { ts.leave_cache_at_fault(engine, ucp) });
+                let left = handler_stack::run(entered.stack, ucp, leave);
                 if left {
                     let sa = PROGRAM.action(sig);
                     // SAFETY: `ucp` is the kernel's context; its mask is now the program's.
@@ -232,15 +223,12 @@ pub fn give_back_fatal_hooks() {
     }
 }
 
-/// An attached agent's handlers: samples and traps, and the control
-/// signal, which runs on the thread's own stack (it changes the alternate
-/// one). No fatal-signal hooks: `sigaction` is not interposed, so the
-/// program would see them.
+/// An attached agent's handlers: samples and traps. No fatal-signal hooks:
+/// `sigaction` is not interposed, so the program would see them.
 pub fn install_attached() {
     let sa = action(on_signal, true);
     take(libc::SIGTRAP, &sa);
     take(sampler_signal(), &sa);
-    take(control_signal(), &action(on_control, false));
 }
 
 /// Give the program back its handlers (attached, after a session), unless
@@ -248,7 +236,7 @@ pub fn install_attached() {
 /// `keep` keep our handler (one may still be pending): it passes anything
 /// to the program's choice.
 pub fn restore_attached(keep: &[i32]) {
-    for sig in [libc::SIGTRAP, sampler_signal(), control_signal()] {
+    for sig in [libc::SIGTRAP, sampler_signal()] {
         if keep.contains(&sig) {
             continue;
         }
@@ -256,8 +244,7 @@ pub fn restore_attached(keep: &[i32]) {
         let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
         // SAFETY: queries the current disposition.
         unsafe { real_sigaction()(sig, std::ptr::null(), &mut cur) };
-        let ours = cur.sa_sigaction == on_signal as *const () as usize || cur.sa_sigaction == on_control as *const () as usize;
-        if ours {
+        if cur.sa_sigaction == on_signal as *const () as usize {
             let program = PROGRAM.action(sig);
             // SAFETY: reinstalls the program's recorded disposition.
             unsafe { real_sigaction()(sig, &program, std::ptr::null_mut()) };
@@ -290,10 +277,10 @@ pub extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *m
             crate::calibrate::on_signal(sig, info, uc)
         } else {
             let slot = AGENT.current();
-            match slot.map(Slot::alt_stack) {
-                Some(stack) if stack.0 != 0 => handler_stack::run(stack, uc, || dispatch(sig, info, uc, slot)),
+            match slot.and_then(Slot::enter) {
+                Some(entered) => handler_stack::run(entered.stack, uc, || dispatch(sig, info, uc, slot)),
                 // No handler stack, so no engine state: only whether it is ours.
-                _ => stateless(sig, info),
+                None => stateless(sig, info),
             }
         };
         if !ours {
@@ -339,12 +326,10 @@ fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t, slo
     }
     if AGENT.mode() == Mode::Attached {
         match (slot.phase(), AGENT.stopping()) {
-            // Running, so not blocked in a call: take the stack now.
-            (Phase::New, false) if event == engine::Event::Sample => return request_control(slot, uc),
-            // The session is ending: give the stack back (also one an
-            // earlier session left installed).
-            (Phase::Adopted, true) => return request_control(slot, uc),
-            (Phase::New, true) if slot.lent() => return request_control(slot, uc),
+            (Phase::New, false) if event == engine::Event::Sample => {
+                adopt(slot, ts, uc);
+                return true;
+            }
             (Phase::Adopted, false) => {}
             _ => return true,
         }
@@ -375,75 +360,21 @@ fn drop_burst(ts: &mut engine::ThreadState, uc: *mut libc::ucontext_t) {
     ts.burst.reset();
 }
 
-/// Ask this thread to run [`on_control`] when this handler returns (the
-/// control signal is blocked until then), unless the interrupted code
-/// blocks it.
-fn request_control(slot: &Slot, uc: *mut libc::ucontext_t) -> bool {
-    // SAFETY: `uc` is the kernel's context: its signal mask is the interrupted code's.
-    if unsafe { libc::sigismember(&(*uc).uc_sigmask, control_signal()) } == 1 {
-        return true; // try again at a later sample
-    }
-    if !slot.request.swap(true, Ordering::AcqRel) {
-        task::tgkill(task::gettid(), control_signal());
-    }
-    true
-}
-
-pub extern "C" fn on_control(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
-    keeping_errno(|| {
-        // Ours only if this thread asked for it (a tgkill from this process).
-        // SAFETY: `info` is the kernel's siginfo for this signal.
-        let from_us = unsafe { (*info).si_code == libc::SI_TKILL && (*info).si_pid() == libc::getpid() };
-        let slot = AGENT.threads.find(task::gettid());
-        match slot {
-            Some(s) if from_us && s.request.swap(false, Ordering::AcqRel) => control(s, uc as *mut libc::ucontext_t),
-            _ => chain(sig, info, uc),
-        }
-    });
-}
-
-/// Take the alternate stack (a new thread) or give it back (leaving).
-fn control(slot: &Slot, uc: *mut libc::ucontext_t) {
-    // SAFETY: `uc` is the kernel's context; this handler runs on the
-    // interrupted code's stack, and sigreturn installs `uc_stack`.
-    let (sp, saved) = unsafe { ((*uc).uc_mcontext.gregs[libc::REG_RSP as usize] as u64, &mut (*uc).uc_stack) };
-    let current = Prior::from_stack(saved);
-    // The interrupted code runs on an alternate stack (a handler of the
-    // program's): the kernel refuses to change stacks there. Later.
-    if current != Prior::NONE && current.sp <= sp && sp < current.sp + current.size {
+/// Set up an attached thread at its first sample (it runs, so it is not
+/// blocked in a call): where its stack is, from the interrupted stack
+/// pointer, and its segment bases. Its alternate signal stack stays the
+/// program's (see the module comment). Async-signal-safe.
+fn adopt(slot: &Slot, ts: &mut engine::ThreadState, uc: *mut libc::ucontext_t) {
+    // SAFETY: `uc` is the kernel's context for this signal; only read.
+    let (sp, own) = unsafe { ((*uc).uc_mcontext.gregs[libc::REG_RSP as usize] as u64, Prior::from_stack(&(*uc).uc_stack)) };
+    // The interrupted code runs on the program's alternate stack (in a
+    // handler of its own): the thread's stack is found at a later sample.
+    if own != Prior::NONE && own.sp <= sp && sp < own.sp + own.size {
         return;
     }
-    let (lo, _) = slot.alt_stack();
-    match slot.phase() {
-        Phase::New if !AGENT.stopping() && lo != 0 => {
-            // A stack parked for this thread by an earlier session is still
-            // installed: the program's own stack is the one parked with it.
-            if current.sp != lo {
-                slot.set_prior(current);
-            }
-            *saved = slot.alt_stack_t();
-            // SAFETY: the state is this thread's (see `dispatch`).
-            if let Some(ts) = unsafe { slot.state().as_mut() } {
-                ts.place = Place::here(threads::stack_of(sp), slot.alt_stack());
-                ts.tid = task::gettid();
-            }
-            slot.set_lent(true);
-            slot.set_phase(Phase::Adopted);
-        }
-        Phase::Adopted | Phase::New if AGENT.stopping() && slot.lent() => {
-            // Unless the program installed a stack of its own meanwhile: its choice stands.
-            if current.sp == lo {
-                *saved = slot.prior().to_stack();
-            }
-            // SAFETY: as above.
-            if let Some(ts) = unsafe { slot.state().as_mut() } {
-                ts.pause_sampler();
-            }
-            slot.set_lent(false);
-            slot.set_phase(Phase::Left);
-        }
-        _ => {}
-    }
+    ts.place = Place::here(threads::stack_of(sp), slot.alt_stack());
+    ts.tid = task::gettid();
+    slot.set_phase(Phase::Adopted);
 }
 
 /// Give a signal that isn't ours to the program's handler, or its default.

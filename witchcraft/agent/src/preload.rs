@@ -226,24 +226,17 @@ pub fn prepare_thread() -> Option<&'static threads::Slot> {
     // Code mapped since the last refresh (a `dlopen` that went straight
     // to the C library, or the C library's own loads) was seen by a handler.
     crate::interpose::keep_map_current(false);
-    let per_thread = (threads::HANDLER_STACK + ThreadState::reserved_bytes_each()) as u64;
-    if (AGENT.threads.with_state() as u64 + 1) * per_thread > address_space_cap() {
-        AGENT.threads.failed.fetch_add(1, Ordering::Relaxed);
-        AGENT.note(format!(
-            "threads past {} were not profiled: witch takes at most {} MiB of address space for threads, a quarter of the program's limit (RLIMIT_AS)",
-            address_space_cap() / per_thread,
-            address_space_cap() >> 20
-        ));
+    if !room_for_a_thread() {
         return None;
     }
     let Some(alt) = threads::map_stack() else {
-        AGENT.threads.failed.fetch_add(1, Ordering::Relaxed);
+        AGENT.threads.not_set_up();
         AGENT.note("a thread was not profiled: no address space for its handler stack");
         return None;
     };
     let Some(state) = ThreadState::try_new(engine) else {
         threads::unmap_stack(alt);
-        AGENT.threads.failed.fetch_add(1, Ordering::Relaxed);
+        AGENT.threads.not_set_up();
         AGENT.note("a thread was not profiled: no address space for its tables");
         return None;
     };
@@ -261,7 +254,24 @@ pub fn unprepare_thread(slot: &threads::Slot) {
     slot.set_phase(Phase::Gone);
 }
 
-/// Witch's address space for the threads' handler stacks and tables: a
+/// Is there room in witch's address space for threads
+/// ([`address_space_cap`]) for one more: its handler stack, its tables
+/// and its code cache? If not, it is counted as not set up, with a note.
+pub fn room_for_a_thread() -> bool {
+    let per_thread = (threads::HANDLER_STACK + ThreadState::reserved_bytes_each()) as u64;
+    if (AGENT.threads.with_state() as u64 + 1) * per_thread <= address_space_cap() {
+        return true;
+    }
+    AGENT.threads.not_set_up();
+    AGENT.note(format!(
+        "threads past {} were not profiled: witch takes at most {} MiB of address space for threads, a quarter of the program's limit (RLIMIT_AS)",
+        address_space_cap() / per_thread,
+        address_space_cap() >> 20
+    ));
+    false
+}
+
+/// Witch's address space for the threads' handler stacks, tables and code caches: a
 /// quarter of the program's `RLIMIT_AS` when it has one (`ulimit -v`),
 /// so that the program keeps the rest; without a limit, what the thread
 /// table holds ([`threads::MAX_THREADS`]).

@@ -143,7 +143,7 @@ impl Agent {
         if !self.engine.load(Ordering::Acquire).is_null() {
             return Err(b);
         }
-        self.threads.clear(|_| false);
+        self.threads.clear();
         self.stopping.store(false, Ordering::Release);
         self.finished.store(false, Ordering::Release);
         self.owner.store(std::process::id(), Ordering::Relaxed);

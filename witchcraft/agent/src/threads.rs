@@ -1,12 +1,14 @@
 //! The thread table: every thread the agent profiles, its engine state,
-//! its alternate signal stack, and (attached) where it is in its session.
+//! its handler stack, and (attached) where it is in its session.
 //!
-//! The table owns each thread's alternate signal stack: it maps it, and
-//! unmaps it only once no thread can be on it. A stack lent to a thread
-//! stays mapped for as long as it may be installed there: when a session
-//! ends while a thread could not take its own stack back (it was blocked
-//! the whole time), the stack is kept, parked, for that thread, and the
-//! next session reuses it (see `attach.rs`).
+//! The table owns each thread's handler stack: it maps it, and unmaps it
+//! only once no handler can be on it. A preloaded thread installs it as
+//! its alternate signal stack at its start; an attached session never
+//! changes a thread's alternate stack (`handlers.rs`), so none is left
+//! installed when the session ends. A handler announces itself on its
+//! slot ([`Slot::enter`]) before it reads the slot's state or stack, and
+//! [`ThreadTable::clear`] takes both out of the table, then waits until no
+//! handler is announced, before it frees them.
 //!
 //! Signal handlers find their thread here without locks or allocation:
 //! slots are appended, or taken over from a thread that ended, and are
@@ -21,7 +23,7 @@
 //! of every state (quiesce, the profile) run after it.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use witchcraft::engine::ThreadState;
 use witchcraft::profile;
 
@@ -39,8 +41,6 @@ pub const MAX_THREADS: usize = 8192;
 /// address space, not memory. A guard page below it turns an overflow into
 /// a fault rather than a write into whatever is mapped there.
 pub const HANDLER_STACK: usize = 256 * 1024;
-/// Threads whose stack may stay lent past a session.
-const MAX_PARKED: usize = 1024;
 
 /// Where a thread is in an attached session. A preloaded thread is
 /// `Adopted` from its start.
@@ -49,15 +49,10 @@ const MAX_PARKED: usize = 1024;
 pub enum Phase {
     /// Its events are open; it takes its alternate stack at its next sample.
     New = 0,
-    /// It runs on its alternate stack and samples.
+    /// It was set up at a sample, and samples.
     Adopted = 1,
-    /// It gave its alternate stack back (detach).
-    Left = 2,
     /// It ended; its events are closed, its data kept.
-    Gone = 3,
-    /// The session ended before it could give its stack back (it was idle
-    /// throughout); the stack stays lent to it.
-    Parked = 4,
+    Gone = 2,
 }
 
 impl Phase {
@@ -65,9 +60,7 @@ impl Phase {
         match v {
             0 => Phase::New,
             1 => Phase::Adopted,
-            2 => Phase::Left,
-            3 => Phase::Gone,
-            _ => Phase::Parked,
+            _ => Phase::Gone,
         }
     }
 }
@@ -101,15 +94,14 @@ pub struct Slot {
     state: AtomicPtr<ThreadState>,
     tid: AtomicI32,
     phase: AtomicU8,
-    /// Set just before the control signal is sent to the thread, so that
-    /// the program's own use of that signal still reaches its handler.
-    pub request: AtomicBool,
-    /// The alternate stack for the thread (0: none).
+    /// The handler stack for the thread (0: none).
     alt: AtomicU64,
-    /// That stack is installed on the thread (it took it, or an earlier
-    /// session left it there): it must stay mapped until the thread gives
-    /// it back or ends.
+    /// That stack is installed as the thread's alternate signal stack (a
+    /// preloaded thread, from its start until it ends).
     lent: AtomicBool,
+    /// Handlers of the thread between [`Slot::enter`] and leaving (a
+    /// fault inside witch's work nests).
+    users: AtomicU32,
     prior_sp: AtomicU64,
     prior_size: AtomicU64,
     prior_flags: AtomicI32,
@@ -129,9 +121,9 @@ impl Slot {
             state: AtomicPtr::new(std::ptr::null_mut()),
             tid: AtomicI32::new(0),
             phase: AtomicU8::new(Phase::New as u8),
-            request: AtomicBool::new(false),
             alt: AtomicU64::new(0),
             lent: AtomicBool::new(false),
+            users: AtomicU32::new(0),
             prior_sp: AtomicU64::new(0),
             prior_size: AtomicU64::new(0),
             prior_flags: AtomicI32::new(libc::SS_DISABLE),
@@ -157,6 +149,22 @@ impl Slot {
     /// What [`Slot::set_start`] left.
     pub fn start(&self) -> (usize, usize, usize) {
         (self.start.load(Ordering::Acquire), self.arg.load(Ordering::Acquire), self.stack_size.load(Ordering::Acquire))
+    }
+
+    /// A handler of this slot's thread is about to use its state and
+    /// handler stack: None if the slot has no stack (any more). Until the
+    /// guard is dropped, [`ThreadTable::clear`] frees neither.
+    /// Async-signal-safe.
+    pub fn enter(&self) -> Option<Entered<'_>> {
+        // SeqCst, with `clear`'s: either it sees this announcement, or this
+        // sees the stack (and state) taken out.
+        self.users.fetch_add(1, Ordering::SeqCst);
+        let alt = self.alt.load(Ordering::SeqCst);
+        if alt == 0 || self.state.load(Ordering::SeqCst).is_null() {
+            self.users.fetch_sub(1, Ordering::Release);
+            return None;
+        }
+        Some(Entered { slot: self, stack: (alt, alt + HANDLER_STACK as u64) })
     }
 
     /// Run the engine's handler code `f` (on this slot's thread), announced
@@ -217,24 +225,16 @@ impl Slot {
     }
 }
 
-/// A stack left lent to a thread when its session ended.
-struct Parked {
-    tid: AtomicI32,
-    /// The thread's start time (clock ticks since boot): a tid reused by a
-    /// new thread is not the thread the stack was lent to.
-    start: AtomicU64,
-    alt: AtomicU64,
-    prior: [AtomicU64; 3],
+/// A handler announced on its slot ([`Slot::enter`]), with the slot's
+/// handler stack.
+pub struct Entered<'a> {
+    slot: &'a Slot,
+    pub stack: (u64, u64),
 }
 
-impl Parked {
-    const fn new() -> Parked {
-        Parked {
-            tid: AtomicI32::new(0),
-            start: AtomicU64::new(0),
-            alt: AtomicU64::new(0),
-            prior: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
-        }
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        self.slot.users.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -243,9 +243,9 @@ pub struct ThreadTable {
     len: AtomicUsize,
     /// Threads that could not be set up (table full, events refused).
     pub failed: AtomicU64,
-    /// Threads set up since the table was emptied, ended ones included.
+    /// Threads set up since the table was emptied, ended ones and those
+    /// that could not be set up (`failed`) included.
     pub added: AtomicU64,
-    parked: [Parked; MAX_PARKED],
     /// Held while a slot is taken over or `retired` is touched: a spin
     /// lock, which a fork child can let go of (the holder may not exist
     /// there). Never taken in a handler, but the crash handler's profile
@@ -276,7 +276,6 @@ impl ThreadTable {
             len: AtomicUsize::new(0),
             failed: AtomicU64::new(0),
             added: AtomicU64::new(0),
-            parked: [const { Parked::new() }; MAX_PARKED],
             lock: AtomicBool::new(false),
             frozen: AtomicBool::new(false),
             retired: UnsafeCell::new(Vec::new()),
@@ -306,6 +305,13 @@ impl ThreadTable {
 
     pub fn thaw(&self) {
         self.frozen.store(false, Ordering::Release);
+    }
+
+    /// A thread could not be set up before it had a slot: counted as
+    /// seen ([`ThreadTable::added`]) and failed.
+    pub fn not_set_up(&self) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+        self.added.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The profiles of the ended threads whose slots were taken over.
@@ -374,7 +380,7 @@ impl ThreadTable {
         let i = self.len.fetch_add(1, Ordering::AcqRel);
         if i >= MAX_THREADS {
             self.len.store(MAX_THREADS, Ordering::Release);
-            self.failed.fetch_add(1, Ordering::Relaxed);
+            self.not_set_up();
             return None;
         }
         let s = &self.slots[i];
@@ -388,7 +394,6 @@ impl ThreadTable {
         s.alt.store(alt, Ordering::Release);
         s.set_lent(lent);
         s.set_prior(prior);
-        s.request.store(false, Ordering::Release);
         s.epoch.store(0, Ordering::SeqCst);
         s.set_phase(phase);
         s.state.store(Box::into_raw(state), Ordering::Release);
@@ -426,25 +431,36 @@ impl ThreadTable {
         }
     }
 
-    /// Empty the table: free every engine state, and unmap every stack
-    /// except those `keep_stack` says a thread may still have installed
-    /// (they are leaked). Not for handlers; no handler may be using the
-    /// states.
-    pub fn clear(&self, keep_stack: impl Fn(&Slot) -> bool) {
-        for s in self.slots() {
-            let p = s.state.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    /// Empty the table: free every engine state and unmap every handler
+    /// stack, once no handler is on them (a thread still in a handler a
+    /// second later keeps its state and stack: they are leaked). Not for
+    /// handlers.
+    pub fn clear(&self) {
+        let taken: Vec<(&Slot, *mut ThreadState, u64)> = self
+            .slots()
+            .iter()
+            .map(|s| (s, s.state.swap(std::ptr::null_mut(), Ordering::SeqCst), s.alt.swap(0, Ordering::SeqCst)))
+            .collect();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        for (s, p, alt) in taken {
+            while s.users.load(Ordering::SeqCst) != 0 && std::time::Instant::now() < until {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+            if s.users.load(Ordering::SeqCst) != 0 {
+                continue;
+            }
             // SAFETY: `p` is null or made by `add` with Box::into_raw; only
             // the window's atomic flag is read.
             let in_window = unsafe { p.as_ref() }.is_some_and(|t| t.window.busy.load(Ordering::Acquire));
             if !p.is_null() && !in_window {
-                // SAFETY: made by `add` with Box::into_raw, and taken out of the table above.
+                // SAFETY: made by `add` with Box::into_raw, taken out of the
+                // table above, and no handler has it.
                 drop(unsafe { Box::from_raw(p) });
             }
             // A thread still in a burst window (stopped there, say) runs in
-            // its state's code cache: that state is leaked, not freed.
-            let keep = keep_stack(s);
-            let alt = s.alt.swap(0, Ordering::AcqRel);
-            if alt != 0 && !keep {
+            // its state's code cache: that state is leaked, not freed. The
+            // window runs on the program's stack, not the handler stack.
+            if alt != 0 {
                 unmap_stack(alt);
             }
         }
@@ -473,82 +489,6 @@ impl ThreadTable {
         unsafe { std::mem::forget(std::mem::take(&mut *self.retired.get())) };
         self.thaw();
     }
-
-    /// Keep `slot`'s stack lent to its thread past the session. False if
-    /// there is no room to remember it (the stack then stays mapped, leaked).
-    pub fn park(&self, slot: &Slot) -> bool {
-        let alt = slot.alt.swap(0, Ordering::AcqRel);
-        slot.set_lent(false);
-        slot.set_phase(Phase::Parked);
-        self.repark(slot.tid(), alt, slot.prior())
-    }
-
-    /// Remember stack `alt`, installed on thread `tid` (whose own stack was
-    /// `prior`), past the session. False if there is no room (the stack
-    /// then stays mapped, leaked).
-    pub fn repark(&self, tid: i32, alt: u64, prior: Prior) -> bool {
-        if alt == 0 {
-            return true;
-        }
-        let start = thread_start_time(tid);
-        for p in &self.parked {
-            if p.alt.compare_exchange(0, alt, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                p.tid.store(tid, Ordering::Release);
-                p.start.store(start, Ordering::Release);
-                p.prior[0].store(prior.sp, Ordering::Release);
-                p.prior[1].store(prior.size, Ordering::Release);
-                p.prior[2].store(prior.flags as u32 as u64, Ordering::Release);
-                return true;
-            }
-        }
-        false
-    }
-
-    /// The stack parked for thread `tid`, if it is still the same thread:
-    /// (stack, its previous stack). The entry is taken.
-    pub fn unpark(&self, tid: i32) -> Option<(u64, Prior)> {
-        for p in &self.parked {
-            if p.alt.load(Ordering::Acquire) != 0 && p.tid.load(Ordering::Acquire) == tid {
-                if p.start.load(Ordering::Acquire) != thread_start_time(tid) {
-                    continue; // a new thread with the old one's id: `reap_parked` frees it
-                }
-                let prior = Prior {
-                    sp: p.prior[0].load(Ordering::Acquire),
-                    size: p.prior[1].load(Ordering::Acquire),
-                    flags: p.prior[2].load(Ordering::Acquire) as u32 as i32,
-                };
-                return Some((p.alt.swap(0, Ordering::AcqRel), prior));
-            }
-        }
-        None
-    }
-
-    /// Unmap the parked stacks of threads that ended. Returns how many
-    /// stacks stay parked.
-    pub fn reap_parked(&self) -> usize {
-        let mut left = 0;
-        for p in &self.parked {
-            let alt = p.alt.load(Ordering::Acquire);
-            if alt == 0 {
-                continue;
-            }
-            let tid = p.tid.load(Ordering::Acquire);
-            if thread_start_time(tid) != p.start.load(Ordering::Acquire) {
-                // That thread is gone (its id is free or another's): nothing runs on the stack.
-                if p.alt.compare_exchange(alt, 0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                    unmap_stack(alt);
-                }
-            } else {
-                left += 1;
-            }
-        }
-        left
-    }
-}
-
-/// A thread's start time from /proc/self/task/TID/stat (0: no such thread).
-pub fn thread_start_time(tid: i32) -> u64 {
-    witchcraft::sys::procfs::Stat::read_own_task(tid).map_or(0, |s| s.start_time)
 }
 
 /// The guard page below each handler stack.

@@ -24,7 +24,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The most calling contexts one thread's tree holds (40 bytes each, with
 /// 8 bytes of index), and the most pairs of its table (120 bytes each,
-/// with 16 of index): with the precise-PC cache (192 KiB), 4.3 MiB of
+/// with 16 of index): with the precise-PC cache (192 KiB) and the code
+/// cache, mapped at the thread's first window (1.3 MiB), 5.6 MiB of
 /// address space a thread ([`ThreadState::reserved_bytes_each`]), of which
 /// only what the thread fills becomes memory. Past them, samples and traps
 /// are counted as overflow (`counters.tree_overflow`, `pair_overflow`).
@@ -140,7 +141,8 @@ impl ThreadState {
         self.record.tree.reserved_bytes() + self.record.pairs.reserved_bytes() + PrecisePcCache::RESERVED_BYTES
     }
 
-    /// What [`ThreadState::try_new`] reserves, in bytes.
+    /// What [`ThreadState::try_new`] reserves, and the code cache the
+    /// thread maps at its first window, in bytes.
     pub fn reserved_bytes_each() -> usize {
         let index = |cap: usize| crate::context::max_slots(cap) * std::mem::size_of::<u32>();
         TREE_NODES * std::mem::size_of::<crate::context::Node>()
@@ -148,6 +150,7 @@ impl ThreadState {
             + (PAIRS + 1) * std::mem::size_of::<crate::pair::PairEntry>()
             + index(PAIRS + 1)
             + PrecisePcCache::RESERVED_BYTES
+            + super::cache::CACHE_BYTES
     }
 
     fn with_tables(engine: &Engine, tree: Tree, pairs: Pairs, pc: PrecisePcCache) -> Box<ThreadState> {

@@ -195,9 +195,19 @@ fn why_no_watchpoint(e: i32) -> String {
     match e {
         libc::ENOSPC => "no free debug registers: a debugger or another tool may be using them".into(),
         libc::ESRCH => "the thread ended before it could be set up".into(),
-        libc::EMFILE | libc::ENFILE => {
-            "no file descriptor left for the thread's watchpoints (the program's RLIMIT_NOFILE is reached)".into()
-        }
+        libc::EMFILE | libc::ENFILE => match crate::sys::fd::reserved_grown() {
+            // One descriptor a debug register and thread (and one for a perf
+            // sampler), in the numbers witch keeps below the program's limit.
+            Some((floor, top)) => format!(
+                "no file descriptor left for more threads' watchpoints: witch keeps its {} in numbers {floor} to {} \
+                 (the top of the program's RLIMIT_NOFILE, at most {}), one per debug register and thread; \
+                 a higher `ulimit -n` profiles more threads",
+                top - floor,
+                top - 1,
+                crate::sys::fd::TOP_GROWN
+            ),
+            None => "no file descriptor left for the thread's watchpoints (the program's RLIMIT_NOFILE is reached)".into(),
+        },
         _ => format!("cannot open a watchpoint: {}", std::io::Error::from_raw_os_error(e)),
     }
 }

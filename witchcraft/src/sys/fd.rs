@@ -7,7 +7,11 @@
 //! has run (the agent calls it when it starts), every descriptor opened
 //! through [`place`] moves to the top of the range the program had then
 //! (at most up to [`TOP`]), close-on-exec, and one that cannot go there is
-//! refused rather than taken from the numbers below.
+//! refused rather than taken from the numbers below. When those numbers
+//! are all taken (four watchpoints a thread fill 1,024 numbers at 256
+//! threads), the range grows upwards, past [`TOP`], as far as the
+//! program's limit allows, up to [`TOP_GROWN`]: only a program with that
+//! many threads pays for the larger descriptor table.
 //!
 //! A program may also close descriptors it did not open (daemons close
 //! them all when they start) and reuse the numbers. [`close_perf`] closes a
@@ -25,13 +29,19 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 pub const TOP: i32 = 4096;
 /// How many numbers below the top are reserved (at most half the range).
 pub const SPAN: i32 = 1024;
+/// How far the range grows upwards once full (the program's limit
+/// allowing): room for about 3,300 threads' watchpoints, for a
+/// descriptor table of 128 KiB in the kernel.
+pub const TOP_GROWN: i32 = 16384;
 
 /// Lowest number [`place`] uses; -1: descriptors stay where the kernel puts them.
 static FLOOR: AtomicI32 = AtomicI32::new(-1);
 static CEILING: AtomicI32 = AtomicI32::new(-1);
+/// How far the range may grow (see the module comment).
+static GROWN: AtomicI32 = AtomicI32::new(-1);
 
 /// Perf event ids (plus one) by descriptor number, for [`close_perf`].
-const TRACKED: usize = TOP as usize;
+const TRACKED: usize = TOP_GROWN as usize;
 static IDS: [AtomicU64; TRACKED] = [const { AtomicU64::new(0) }; TRACKED];
 
 /// Reserve the top of the descriptor range the process has now; returns
@@ -42,6 +52,7 @@ pub fn reserve_top() -> (i32, i32) {
     unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
     let ceiling = (r.rlim_cur.min(TOP as u64)) as i32;
     let floor = ceiling - SPAN.min(ceiling / 2);
+    GROWN.store((r.rlim_cur.min(TOP_GROWN as u64)) as i32, Ordering::Release);
     FLOOR.store(floor, Ordering::Release);
     CEILING.store(ceiling, Ordering::Release);
     (floor, ceiling)
@@ -53,6 +64,11 @@ pub fn reserved() -> Option<(i32, i32)> {
     (f >= 0).then(|| (f, CEILING.load(Ordering::Acquire)))
 }
 
+/// The reserved range as far as it may grow, if any: `[floor, top)`.
+pub fn reserved_grown() -> Option<(i32, i32)> {
+    reserved().map(|(f, c)| (f, GROWN.load(Ordering::Acquire).max(c)))
+}
+
 /// Move `fd` into the reserved range, close-on-exec. Returns the new
 /// number, or the errno (and `fd` is closed) if the range is full or the
 /// program's limit no longer reaches it. Without a reserved range, `fd`.
@@ -60,7 +76,7 @@ pub fn place(fd: i32) -> Result<i32, i32> {
     if fd < 0 {
         return Err(libc::EBADF);
     }
-    let Some((floor, ceiling)) = reserved() else { return Ok(fd) };
+    let Some((floor, ceiling)) = reserved_grown() else { return Ok(fd) };
     if (floor..ceiling).contains(&fd) {
         return Ok(fd);
     }

@@ -633,7 +633,9 @@ pub fn notes(p: &Profile, c: &Counters) -> Vec<String> {
         v.push(format!("tables overflowed ({} contexts, {} pairs lost): figures are partial", c.tree_overflow, c.pair_overflow));
     }
     if c.threads_failed > 0 {
-        v.push(format!("{} threads could not be profiled", c.threads_failed));
+        // `threads` counts every thread the agent tried to set up.
+        let all = c.threads.max(c.threads_failed);
+        v.push(format!("profiled {} of {all} threads: the notes say why not the others", all - c.threads_failed));
     }
     v
 }
