@@ -170,7 +170,24 @@ impl Pairs {
     }
 }
 
-/// One thread's tree and pairs in the profile's form.
+/// One entry in the profile's form.
+pub fn to_profile(p: &PairEntry) -> crate::profile::Pair {
+    crate::profile::Pair {
+        watch: p.watch,
+        trap: p.trap,
+        waste: p.waste,
+        approx_waste: p.approx_waste,
+        r#use: p.used,
+        waste_sq: p.waste_sq,
+        approx_waste_sq: p.approx_waste_sq,
+        use_sq: p.used_sq,
+        traps: p.traps,
+        cluster: p.cluster.sums,
+    }
+}
+
+/// One thread's tree and pairs in the profile's form (its data objects,
+/// where it keeps them, are added by the caller).
 pub fn thread_profile(
     tid: u32,
     tree: &crate::context::Tree,
@@ -184,23 +201,10 @@ pub fn thread_profile(
     profile::Thread {
         tid,
         nodes: tree.nodes().iter().map(|n| profile::Node { parent: n.parent, pc: n.pc, samples: n.samples }).collect(),
-        pairs: pairs
-            .iter()
-            .map(|p| profile::Pair {
-                watch: p.watch,
-                trap: p.trap,
-                waste: p.waste,
-                approx_waste: p.approx_waste,
-                r#use: p.used,
-                waste_sq: p.waste_sq,
-                approx_waste_sq: p.approx_waste_sq,
-                use_sq: p.used_sq,
-                traps: p.traps,
-                cluster: p.cluster.sums,
-            })
-            .collect(),
+        pairs: pairs.iter().map(to_profile).collect(),
         counters,
         clusters,
+        objects: Vec::new(),
     }
 }
 

@@ -327,6 +327,10 @@ pub struct Counters {
     /// two windows that let the program's waiting signals in.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub window_bridges: u64,
+    /// Credits that went to their pair but found no room in the thread's
+    /// table of data objects (`Thread::objects`): their object is unknown.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub object_overflow: u64,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -391,6 +395,7 @@ impl Counters {
         self.cache_exits += o.cache_exits;
         self.cache_lookups += o.cache_lookups;
         self.window_bridges += o.window_bridges;
+        self.object_overflow += o.object_overflow;
     }
 }
 
@@ -484,6 +489,30 @@ impl Clustered {
     }
 }
 
+/// The data object a judged access touched, as the engine saw it (see
+/// `witchcraft::objects`); a report resolves `Address` offline.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum DataRef {
+    /// An address outside the thread's stack and every tracked heap block:
+    /// a static object if a module's data segment holds it, else unknown.
+    Address { addr: u64 },
+    /// The thread's own stack.
+    Stack,
+    /// A heap block the agent tracked: its start and size, and the calling
+    /// context of its allocation (lookup addresses, innermost first), which
+    /// names the object.
+    Heap { addr: u64, size: u64, site: Vec<u64> },
+}
+
+/// A pair's credits to one data object: ⟨C_watch, C_trap, object⟩.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ObjectPair {
+    #[serde(flatten)]
+    pub pair: Pair,
+    pub object: DataRef,
+}
+
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 pub struct Thread {
     pub tid: u32,
@@ -494,6 +523,12 @@ pub struct Thread {
     /// whole run's interval comes from these.
     #[serde(default, skip_serializing_if = "Clustered::is_empty")]
     pub clusters: Clustered,
+    /// The same credits as `pairs`, split by the data object each judged
+    /// access touched; empty in profiles from before objects were kept
+    /// (and in exact runs). Credits the table had no room for are in
+    /// `pairs` only (`counters.object_overflow`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<ObjectPair>,
 }
 
 /// How profiling of a process ended. In a profile it is one word (and a
@@ -733,12 +768,13 @@ impl Profile {
         }
         for t in p.all().flat_map(|q| &q.threads) {
             let n = t.nodes.len() as u32;
-            if t.nodes.iter().any(|x| x.parent >= n) || t.pairs.iter().any(|x| x.watch >= n || x.trap >= n) {
+            let pairs = || t.pairs.iter().chain(t.objects.iter().map(|o| &o.pair));
+            if t.nodes.iter().any(|x| x.parent >= n) || pairs().any(|x| x.watch >= n || x.trap >= n) {
                 return Err(LoadError::Corrupt(format!("thread {}: node index out of range", t.tid)));
             }
             // Amounts are sums of credits: never negative, never NaN or infinite.
             let bad = |v: f64| !(v.is_finite() && v >= 0.0);
-            if let Some(x) = t.pairs.iter().find(|x| {
+            if let Some(x) = pairs().find(|x| {
                 [x.waste, x.approx_waste, x.r#use, x.waste_sq, x.approx_waste_sq, x.use_sq].into_iter().any(bad) || !x.cluster.finite()
             }) {
                 return Err(LoadError::Corrupt(format!("thread {}: a pair with waste {} and use {}", t.tid, x.waste, x.r#use)));
@@ -879,6 +915,10 @@ mod tests {
                 pairs: vec![Pair { watch: 2, trap: 1, waste: 30.0, approx_waste: 10.0, r#use: 60.0, traps: 3, ..Default::default() }],
                 counters: Counters::default(),
                 clusters: Clustered { clusters: 2, waste_sq: 1600.0, use_sq: 3600.0, waste_use: 0.0 },
+                objects: vec![ObjectPair {
+                    pair: Pair { watch: 2, trap: 1, waste: 30.0, traps: 1, ..Default::default() },
+                    object: DataRef::Address { addr: 0x4000 },
+                }],
             }],
             processes: vec![],
         }
@@ -951,6 +991,16 @@ mod tests {
         p.threads[0].pairs[0].trap = 7;
         let s = serde_json::to_vec(&p).unwrap();
         assert!(matches!(Profile::from_bytes(&s), Err(LoadError::Corrupt(_))));
+        // An object entry is checked like a pair.
+        let mut p = sample();
+        p.threads[0].objects[0].pair.trap = 7;
+        assert!(matches!(Profile::from_bytes(&serde_json::to_vec(&p).unwrap()), Err(LoadError::Corrupt(_))));
+        let mut p = sample();
+        p.threads[0].objects[0].pair.waste = f64::NAN;
+        assert!(matches!(Profile::from_bytes(&serde_json::to_vec(&p).unwrap()), Err(LoadError::Corrupt(_))));
+        let mut v = serde_json::to_value(sample()).unwrap();
+        v["threads"][0]["objects"][0]["object"] = serde_json::json!({"kind": "moon"});
+        assert!(matches!(Profile::from_bytes(v.to_string().as_bytes()), Err(LoadError::Corrupt(_))));
         let mut p = sample();
         p.threads[0].pairs[0].waste = -5.0;
         assert!(matches!(Profile::from_bytes(&serde_json::to_vec(&p).unwrap()), Err(LoadError::Corrupt(_))));
@@ -992,6 +1042,12 @@ mod tests {
         let mut p = sample();
         p.sampler.weight_unit = Some(ValueUnit::ByteNs);
         assert_eq!(serde_json::to_value(&p).unwrap()["sampler"]["weight_unit"], "byte·ns");
+        // Profiles from before data objects load without them; the entries
+        // are written flat, the object beside the pair's fields.
+        assert_eq!(v["threads"][0]["objects"][0]["object"], serde_json::json!({"kind": "address", "addr": 0x4000}));
+        assert_eq!(v["threads"][0]["objects"][0]["watch"], 2);
+        v["threads"][0].as_object_mut().unwrap().remove("objects");
+        assert!(Profile::from_bytes(v.to_string().as_bytes()).unwrap().threads[0].objects.is_empty());
         v["sampler"]["kind"] = "sundial".into();
         assert!(matches!(Profile::from_bytes(v.to_string().as_bytes()), Err(LoadError::Corrupt(_))));
     }

@@ -226,6 +226,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = crate::render::text::PAIRS_SHOWN)]
     pub pairs: usize,
 
+    /// Also show the data objects with the most waste (static arrays, heap blocks by allocation
+    /// site, the stack), and each shown pair's object
+    #[arg(long)]
+    pub objects: bool,
+
     /// Print the report as JSON, alone on stdout (the program's own stdout then goes to stderr),
     /// instead of text on stderr
     #[arg(long)]
@@ -321,6 +326,11 @@ pub struct ReportArgs {
     /// Pairs the text report shows in full, the heaviest of each summary line (0 = every pair)
     #[arg(long, value_name = "N", default_value_t = crate::render::text::PAIRS_SHOWN)]
     pub pairs: usize,
+
+    /// Also show the data objects with the most waste (static arrays, heap blocks by allocation
+    /// site, the stack), and each shown pair's object
+    #[arg(long)]
+    pub objects: bool,
 }
 
 #[derive(Args, Debug)]

@@ -69,6 +69,7 @@ fn cpp_profile(c: &Cpp, path: &Path) -> witchcraft::profile::Profile {
         pairs: vec![Pair { watch: 1, trap: 2, waste: 0.0, approx_waste: 0.0, r#use: 64.0, traps: 1, ..Default::default() }],
         counters: Counters::default(),
         clusters: Default::default(),
+        objects: Vec::new(),
     };
     let m = Module { path: path.display().to_string(), build_id: Some(c.build_id.clone()), start: 0x400000, end: 0x405000, bias: 0 };
     skeleton(Craft::Dead, &c.bin.display().to_string(), vec![m], vec![t])
@@ -259,6 +260,7 @@ fn rust_names_are_demangled_in_a_pie() {
         pairs: vec![Pair { watch: 1, trap: 1, waste: 8.0, approx_waste: 0.0, r#use: 0.0, traps: 1, ..Default::default() }],
         counters: Counters::default(),
         clusters: Default::default(),
+        objects: Vec::new(),
     };
     let m = Module { path: bin.display().to_string(), build_id: None, start: bias, end: bias + 0x1000_0000, bias };
     let p = skeleton(Craft::Dead, &bin.display().to_string(), vec![m], vec![t]);

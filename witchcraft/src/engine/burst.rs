@@ -650,7 +650,7 @@ impl ThreadState {
                 }
                 continue;
             }
-            self.attribute(engine, s.ctx, x.trap_ctx, verdict, false);
+            self.attribute(engine, s.ctx, x.trap_ctx, verdict, false, s.addr);
             self.free(i);
         }
     }
@@ -748,7 +748,7 @@ impl ThreadState {
             return;
         }
         if let Some((v, trap_ctx)) = c.verdict {
-            self.attribute(engine, c.ctx, trap_ctx, v, true);
+            self.attribute(engine, c.ctx, trap_ctx, v, true, c.waddr);
             return;
         }
         let Some(i) = self.claim_slot() else { return };

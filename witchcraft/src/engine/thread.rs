@@ -14,6 +14,7 @@ use super::watch::Watchpoints;
 use super::window::Window;
 use super::{Engine, Event};
 use crate::context::Tree;
+use crate::objects::{Objects, OBJECT_ENTRIES};
 use crate::pair::{ClusterSums, Pairs};
 use crate::profile::{self, Counters};
 use crate::sys::task;
@@ -36,6 +37,8 @@ pub const PAIRS: usize = 1 << 13;
 pub struct Record {
     pub tree: Tree,
     pub pairs: Pairs,
+    /// The same credits by data object.
+    pub objects: Objects,
     pub counters: Counters,
     /// Samples in a row that went unmonitored.
     pub blind: u64,
@@ -124,21 +127,26 @@ impl ThreadState {
     pub fn try_new(engine: &Engine) -> Option<Box<ThreadState>> {
         let tree = Tree::try_with_capacity(TREE_NODES)?;
         let pairs = Pairs::try_with_capacity(PAIRS)?;
+        let objects = Objects::try_with_capacity(OBJECT_ENTRIES)?;
         let pc = PrecisePcCache::try_new()?;
-        Some(Self::with_tables(engine, tree, pairs, pc))
+        Some(Self::with_tables(engine, tree, pairs, objects, pc))
     }
 
     /// As [`ThreadState::try_new`], but without the address space for its
     /// tables it still makes a state, whose tables hold one context and one
     /// pair (the rest counted as overflow).
     pub fn new(engine: &Engine) -> Box<ThreadState> {
-        Self::try_new(engine)
-            .unwrap_or_else(|| Self::with_tables(engine, Tree::with_capacity(1), Pairs::with_capacity(1), PrecisePcCache::default()))
+        Self::try_new(engine).unwrap_or_else(|| {
+            Self::with_tables(engine, Tree::with_capacity(1), Pairs::with_capacity(1), Objects::none(), PrecisePcCache::default())
+        })
     }
 
     /// The address space the state's tables reserve, in bytes.
     pub fn reserved_bytes(&self) -> usize {
-        self.record.tree.reserved_bytes() + self.record.pairs.reserved_bytes() + PrecisePcCache::RESERVED_BYTES
+        self.record.tree.reserved_bytes()
+            + self.record.pairs.reserved_bytes()
+            + self.record.objects.reserved_bytes()
+            + PrecisePcCache::RESERVED_BYTES
     }
 
     /// What [`ThreadState::try_new`] reserves, and the code cache the
@@ -149,11 +157,12 @@ impl ThreadState {
             + index(TREE_NODES)
             + (PAIRS + 1) * std::mem::size_of::<crate::pair::PairEntry>()
             + index(PAIRS + 1)
+            + Objects::reserved_bytes_for(OBJECT_ENTRIES)
             + PrecisePcCache::RESERVED_BYTES
             + super::cache::CACHE_BYTES
     }
 
-    fn with_tables(engine: &Engine, tree: Tree, pairs: Pairs, pc: PrecisePcCache) -> Box<ThreadState> {
+    fn with_tables(engine: &Engine, tree: Tree, pairs: Pairs, objects: Objects, pc: PrecisePcCache) -> Box<ThreadState> {
         // Each state its own stream of draws, also when one thread makes
         // them all (with a fixed seed too).
         static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -168,7 +177,7 @@ impl ThreadState {
             clock: Clock::new(engine.trap_cost_ns, engine.step_cost_ns),
             burst: Burst::new(seed, engine),
             window: Window::new(seed),
-            record: Record { tree, pairs, counters: Counters::default(), blind: 0, cluster: 0, clusters: ClusterSums::default() },
+            record: Record { tree, pairs, objects, counters: Counters::default(), blind: 0, cluster: 0, clusters: ClusterSums::default() },
             scratch: Scratch { analyzer: Analyzer::new(), unwind: unwind::new_cache(), pc, frames: Box::new([0; MAX_FRAMES]) },
             place: Place::default(),
         })
@@ -228,6 +237,7 @@ impl ThreadState {
         self.watch.reset();
         self.record.tree.clear();
         self.record.pairs.clear();
+        self.record.objects.clear();
         self.record.counters = Counters::default();
         self.record.blind = 0;
         self.record.clusters = ClusterSums::default();
@@ -362,6 +372,10 @@ impl ThreadState {
         counters.cache_exits = self.window.cache.stats.exits;
         counters.cache_lookups = self.window.cache.stats.lookups;
         counters.window_bridges = w.bridges;
-        crate::pair::thread_profile(self.tid as u32, &self.record.tree, &self.record.pairs, self.record.clusters.sums, counters)
+        counters.object_overflow = self.record.objects.overflow;
+        let mut t =
+            crate::pair::thread_profile(self.tid as u32, &self.record.tree, &self.record.pairs, self.record.clusters.sums, counters);
+        t.objects = self.record.objects.to_profile();
+        t
     }
 }

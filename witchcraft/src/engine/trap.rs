@@ -6,6 +6,7 @@ use super::thread::ThreadState;
 use super::Engine;
 use crate::craft::{Verdict, SNAPSHOT};
 use crate::modules;
+use crate::objects::Object;
 use crate::sys::perf::BpType;
 use crate::sys::{mem, siginfo};
 use crate::unwind;
@@ -111,7 +112,7 @@ impl ThreadState {
         }
         let n = unwind::walk(map, &mut self.scratch.unwind, &regs, pc, self.place.stack, &mut self.scratch.frames);
         let trap_ctx = self.record.tree.insert(&self.scratch.frames[..n]);
-        self.attribute(engine, s.ctx, trap_ctx, verdict, false);
+        self.attribute(engine, s.ctx, trap_ctx, verdict, false, s.addr);
         self.free(i);
     }
 
@@ -140,7 +141,10 @@ impl ThreadState {
     /// comes sooner (a store overwritten by the next instruction rather
     /// than read a few later) was over-counted: 78% dead where each
     /// access's count says 75% (`tests/programs/vector_index.c`).
-    pub(crate) fn attribute(&mut self, engine: &Engine, watch_ctx: u32, trap_ctx: u32, verdict: Verdict, unarmed: bool) {
+    ///
+    /// `addr`: the watched address; the credit goes to its data object too
+    /// ([`crate::objects`]).
+    pub(crate) fn attribute(&mut self, engine: &Engine, watch_ctx: u32, trap_ctx: u32, verdict: Verdict, unarmed: bool, addr: u64) {
         let rec = &mut self.record;
         rec.counters.traps += 1;
         let delta = rec.tree.node(watch_ctx).claim(unarmed);
@@ -149,6 +153,8 @@ impl ThreadState {
             let (waste, used) = p.credit(verdict, scale);
             p.cluster.add(rec.cluster, waste, used);
             rec.clusters.add(rec.cluster, waste, used);
+            let object = Object::of(addr, self.place.stack);
+            rec.objects.credit(watch_ctx, trap_ctx, &object, verdict, scale, rec.cluster);
         }
     }
 

@@ -7,6 +7,7 @@
 
 pub mod context;
 pub mod interval;
+pub mod objects;
 pub mod pairs;
 pub mod summary;
 
@@ -94,12 +95,25 @@ pub struct Process<'p> {
     pub counters: Counters,
     /// Frames of each lookup address seen (for outputs that keep addresses).
     addrs: HashMap<u64, Box<[FrameId]>>,
+    /// The data objects its judged accesses touched (in order of first
+    /// sight; [`objects::merged`] sorts a run's); empty for profiles
+    /// without objects.
+    pub objects: Vec<objects::Object>,
+    /// Per thread, per raw object entry: its index in `objects` (None when
+    /// its pair was not kept).
+    raw_objects: Vec<Vec<Option<usize>>>,
 }
 
 impl Process<'_> {
     /// (waste incl. approximate, approximate part, use).
     pub fn totals(&self) -> (f64, f64, f64) {
         self.profile.totals()
+    }
+
+    /// The object of a thread's raw object entry (`Thread::objects`).
+    pub fn object_of(&self, thread: usize, entry: usize) -> Option<&objects::Object> {
+        let i = (*self.raw_objects.get(thread)?.get(entry)?)?;
+        self.objects.get(i)
     }
 
     /// The frame ids at one lookup address, innermost first (empty if never seen).

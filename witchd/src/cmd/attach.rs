@@ -127,7 +127,7 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
     }
     if !a.quiet {
         // The target's output isn't ours here, so the report goes to stdout.
-        crate::print(&super::report::render(&profile, a.top, a.pairs, a.format(), Some(out.as_path()))?)?;
+        crate::print(&super::report::render(&profile, a.top, a.pairs, a.objects, a.format(), Some(out.as_path()))?)?;
         crate::say!("witch: detached; profile written to {}", out.display());
     }
     Ok(0)

@@ -220,7 +220,7 @@ fn write_profile(body: &[u8], out: &Output, meta: Option<&Meta>) -> Result<Profi
         crate::say!("witch daemon: wrote {what} {}{}", f.display(), meta.map_or(String::new(), |m| format!(" ({})", m.id)));
     }
     if out.report {
-        crate::print(&super::report::render(&p, None, crate::render::text::PAIRS_SHOWN, crate::render::Format::Text, None)?)?;
+        crate::print(&super::report::render(&p, None, crate::render::text::PAIRS_SHOWN, false, crate::render::Format::Text, None)?)?;
     }
     Ok(p)
 }

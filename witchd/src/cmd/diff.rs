@@ -66,6 +66,63 @@ struct DiffJson<'a> {
     change_exact: bool,
     beyond_noise: bool,
     pairs: Vec<PairChange<'a>>,
+    /// Data objects matched by key (static objects by module and symbol,
+    /// heap objects by allocation context); empty unless both profiles keep
+    /// objects.
+    objects: Vec<ObjectChange>,
+}
+
+#[derive(Serialize)]
+struct ObjectChange {
+    /// "both", "new" or "vanished", as for pairs.
+    status: &'static str,
+    key: String,
+    name: String,
+    base_share: f64,
+    base_share_ci: [f64; 2],
+    new_share: f64,
+    new_share_ci: [f64; 2],
+    share_change: f64,
+    share_change_ci: [f64; 2],
+    beyond_noise: bool,
+}
+
+/// The objects of two runs, matched by key, by size of change.
+fn object_changes(an: &Analysis, b: Range<usize>, n: Range<usize>, bt: &Sums, nt: &Sums) -> Vec<ObjectChange> {
+    use crate::analysis::objects;
+    if !objects::kept_in(&an.procs[b.clone()]) || !objects::kept_in(&an.procs[n.clone()]) {
+        return Vec::new();
+    }
+    let (bo, no) = (objects::merged_of(&an.procs[b]), objects::merged_of(&an.procs[n]));
+    let zero = Estimate::default();
+    let change = |status, bs: Option<&objects::Object>, ns: Option<&objects::Object>| {
+        let o = ns.or(bs).expect("one side");
+        let (x, y) = (bs.map_or(zero, |x| x.sums.share_of(bt)), ns.map_or(zero, |x| x.sums.share_of(nt)));
+        let d = interval::difference(&x, &y);
+        ObjectChange {
+            status,
+            key: o.key.clone(),
+            name: o.name.clone(),
+            base_share: x.value,
+            base_share_ci: ci(&x),
+            new_share: y.value,
+            new_share_ci: ci(&y),
+            share_change: d.value,
+            share_change_ci: [d.lo, d.hi],
+            beyond_noise: d.lo > 0.0 || d.hi < 0.0,
+        }
+    };
+    let mut out: Vec<ObjectChange> = Vec::new();
+    for (o, _) in &no {
+        let base = bo.iter().find(|(x, _)| x.key == o.key).map(|(x, _)| x);
+        out.push(change(if base.is_some() { "both" } else { "new" }, base, Some(o)));
+    }
+    for (o, _) in bo.iter().filter(|(x, _)| !no.iter().any(|(y, _)| y.key == x.key)) {
+        out.push(change("vanished", Some(o), None));
+    }
+    out.retain(|c| c.base_share > 0.0 || c.new_share > 0.0);
+    out.sort_by(|x, y| y.share_change.abs().total_cmp(&x.share_change.abs()).then(y.new_share.total_cmp(&x.new_share)));
+    out
 }
 
 /// A pair's identity across profiles: its two contexts by frame identity.
@@ -144,6 +201,7 @@ pub fn run(a: &DiffArgs) -> anyhow::Result<i32> {
     changes.retain(|c| c.base_waste > 0.0 || c.new_waste > 0.0);
     changes.sort_by(|x, y| y.share_change.abs().total_cmp(&x.share_change.abs()).then(y.new_share.total_cmp(&x.new_share)));
     let change = interval::difference(&bt.fraction(), &nt.fraction());
+    let objects = object_changes(&an, b.clone(), n.clone(), &bt, &nt);
     let d = DiffJson {
         schema: crate::render::json::REPORT_SCHEMA,
         craft: new.craft.name(),
@@ -154,6 +212,7 @@ pub fn run(a: &DiffArgs) -> anyhow::Result<i32> {
         change_exact: change.is_exact(),
         beyond_noise: change.lo > 0.0 || change.hi < 0.0,
         pairs: changes,
+        objects,
     };
     let out = if a.format() == crate::render::Format::Json { serde_json::to_string_pretty(&d)? + "\n" } else { text(&d, &new, a.top) };
     crate::print(&out)?;
@@ -274,5 +333,25 @@ fn text(d: &DiffJson, new: &Profile, top: usize) -> String {
     }
     let count = |s: &str| d.pairs.iter().filter(|c| c.status == s).count();
     o += &format!("\n{} pairs in both, {} new, {} vanished\n", count("both"), count("new"), count("vanished"));
+    if !d.objects.is_empty() {
+        let n = if top == 0 { d.objects.len() } else { top.min(d.objects.len()) };
+        o += &format!("\nShare of waste, top {n} of {} data objects by change (~: within the noise):\n", d.objects.len());
+        o += "    base     new   change\n";
+        for c in d.objects.iter().take(n) {
+            let tag = match c.status {
+                "new" => " [new]",
+                "vanished" => " [vanished]",
+                _ => "",
+            };
+            let noise = if c.beyond_noise { " " } else { "~" };
+            o += &format!(
+                "  {:>6}  {:>6}  {:>8}{noise} {}{tag}\n",
+                pct(c.base_share),
+                pct(c.new_share),
+                pp(c.share_change),
+                printable(&c.name)
+            );
+        }
+    }
     o
 }

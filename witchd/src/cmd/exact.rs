@@ -32,8 +32,10 @@ pub fn run(craft: Craft, a: &RunArgs, prog: &Path, program: &OsString, out: &Out
     out.save(&run.profile, &path)?;
     if !a.quiet {
         match a.format() {
-            Format::Text => crate::say_raw!("{}", super::report::render(&run.profile, a.top, a.pairs, Format::Text, None)?),
-            Format::Json => crate::print(&super::report::render(&run.profile, a.top, a.pairs, Format::Json, Some(path.as_path()))?)?,
+            Format::Text => crate::say_raw!("{}", super::report::render(&run.profile, a.top, a.pairs, a.objects, Format::Text, None)?),
+            Format::Json => {
+                crate::print(&super::report::render(&run.profile, a.top, a.pairs, a.objects, Format::Json, Some(path.as_path()))?)?
+            }
         }
         crate::say!("witch: {} instructions single-stepped; profile written to {}", run.instructions, path.display());
     }

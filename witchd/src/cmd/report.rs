@@ -14,16 +14,17 @@ pub const TOP_LINES: usize = 10;
 /// A run's report as text or JSON. `top`: summary lines (and, for JSON, pairs)
 /// kept, None for the default (10 lines in text, everything in JSON); `pairs`:
 /// pairs the text shows in full; `file`: the profile's file, which JSON names.
-pub fn render(p: &Profile, top: Option<usize>, pairs: usize, format: Format, file: Option<&Path>) -> anyhow::Result<String> {
+/// `objects`: the text shows the data objects with the most waste.
+pub fn render(p: &Profile, top: Option<usize>, pairs: usize, objects: bool, format: Format, file: Option<&Path>) -> anyhow::Result<String> {
     let run = Analysis::of(p);
-    let mut r = recorder(format, top, pairs, file);
+    let mut r = recorder(format, top, pairs, objects, file);
     let out = render::render(&mut *r, &run)?;
     Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
-fn recorder<'a>(format: Format, top: Option<usize>, pairs: usize, file: Option<&Path>) -> Box<dyn Recorder<'a> + 'a> {
+fn recorder<'a>(format: Format, top: Option<usize>, pairs: usize, objects: bool, file: Option<&Path>) -> Box<dyn Recorder<'a> + 'a> {
     match format {
-        Format::Text => Box::new(text::Text::new(top.unwrap_or(TOP_LINES)).pairs(pairs)),
+        Format::Text => Box::new(text::Text::new(top.unwrap_or(TOP_LINES)).pairs(pairs).objects(objects)),
         Format::Json => Box::new(render::json::Json::new(top.unwrap_or(0)).profile(file)),
     }
 }
@@ -137,7 +138,7 @@ pub fn run(a: &ReportArgs) -> anyhow::Result<i32> {
     let mut main: Box<dyn Recorder> = if a.folded {
         Box::new(flame::Folded::new(a.view))
     } else {
-        recorder(a.format(), a.top, a.pairs, Some(a.save.as_deref().unwrap_or(&a.file)))
+        recorder(a.format(), a.top, a.pairs, a.objects, Some(a.save.as_deref().unwrap_or(&a.file)))
     };
     main.record(&run)?;
     crate::print_with(|w| main.write(w))?;

@@ -342,7 +342,7 @@ fn why_no_profile(prog: &Path, ended: &launch::Ended, parts: &Path) -> String {
 /// --json-out; `saved`: where the profile was written (None: it was not).
 fn report(run: &witchcraft::profile::Profile, a: &RunArgs, saved: Option<&Path>) -> Result<()> {
     if let Some(j) = &a.json_out {
-        let json = super::report::render(run, a.top, a.pairs, Format::Json, saved)?;
+        let json = super::report::render(run, a.top, a.pairs, a.objects, Format::Json, saved)?;
         crate::write::bytes(j, json.as_bytes())?;
     }
     if a.quiet {
@@ -350,14 +350,14 @@ fn report(run: &witchcraft::profile::Profile, a: &RunArgs, saved: Option<&Path>)
     }
     match a.format() {
         Format::Text => {
-            crate::say_raw!("{}", super::report::render(run, a.top, a.pairs, Format::Text, None)?);
+            crate::say_raw!("{}", super::report::render(run, a.top, a.pairs, a.objects, Format::Text, None)?);
             if let Some(path) = saved {
                 let n = run.processes.len() + 1;
                 let what = if n > 1 { format!("profile of {n} processes") } else { "profile".into() };
                 crate::say!("witch: {what} written to {}", path.display());
             }
         }
-        Format::Json => crate::print(&super::report::render(run, a.top, a.pairs, Format::Json, saved)?)?,
+        Format::Json => crate::print(&super::report::render(run, a.top, a.pairs, a.objects, Format::Json, saved)?)?,
     }
     Ok(())
 }

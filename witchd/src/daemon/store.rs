@@ -374,6 +374,7 @@ pub mod tests_support {
                 pairs: vec![Pair { waste: 3.0, r#use: 1.0, ..Default::default() }],
                 counters: Counters::default(),
                 clusters: Default::default(),
+                objects: Vec::new(),
             }],
             processes: vec![],
         }

@@ -14,6 +14,7 @@ use std::io::Write;
 /// Version of the JSON report's own shape (not of the profile file): bump on any
 /// change a reader of the stable fields would notice.
 /// 2: unit-neutral `waste`/`use` with `unit`, intervals, `lines`, `processes`, `pid` per pair.
+/// (Added since, without a bump: `objects`, and each pair's `object`.)
 pub const REPORT_SCHEMA: u32 = 2;
 
 pub struct Json<'a> {
@@ -98,6 +99,28 @@ fn report<'a>(run: &'a Analysis<'a>, top: usize) -> JsonReport<'a> {
         counters: c,
         lines: Lines { run, lines, total },
         pairs: Pairs { run, pairs, total },
+        objects: crate::analysis::objects::merged(run)
+            .into_iter()
+            .map(|(o, pids)| {
+                let (share, f) = (o.sums.share_of(&total), o.sums.fraction());
+                JsonObject {
+                    key: o.key,
+                    kind: o.kind.name(),
+                    name: o.name,
+                    size: o.size,
+                    site: o.site.iter().map(|&f| run.names.get(f).clone()).collect(),
+                    pids,
+                    waste: o.sums.waste,
+                    r#use: o.sums.r#use,
+                    share: share.value,
+                    share_ci: ci(&share),
+                    fraction: f.value,
+                    fraction_ci: ci(&f),
+                    traps: o.sums.traps,
+                    few_traps: o.sums.few(),
+                }
+            })
+            .collect(),
         processes: run.procs.iter().map(|x| JsonProcess::new(x, &total)).collect(),
     }
 }
@@ -148,6 +171,10 @@ pub struct JsonPair<'a> {
     pub few_traps: bool,
     pub watch: JsonContext<'a>,
     pub trap: JsonContext<'a>,
+    /// The data object holding most of its waste (its `key` in `objects`);
+    /// absent when the profile keeps no objects.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub object: Option<&'a str>,
 }
 
 impl<'a> JsonPair<'a> {
@@ -166,6 +193,7 @@ impl<'a> JsonPair<'a> {
             few_traps: sp.sums.few(),
             watch: JsonContext { names, ctx: sp.watch },
             trap: JsonContext { names, ctx: sp.trap },
+            object: None,
         }
     }
 }
@@ -180,7 +208,10 @@ impl Serialize for Pairs<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut seq = s.serialize_seq(Some(self.pairs.len()))?;
         for (pi, sp) in &self.pairs {
-            seq.serialize_element(&JsonPair::new(&self.run.names, self.run.procs[*pi].profile.pid, sp, &self.total))?;
+            let x = &self.run.procs[*pi];
+            let mut p = JsonPair::new(&self.run.names, x.profile.pid, sp, &self.total);
+            p.object = sp.object().map(|o| x.objects[o].key.as_str());
+            seq.serialize_element(&p)?;
         }
         seq.end()
     }
@@ -310,6 +341,34 @@ impl<'a> JsonProcess<'a> {
     }
 }
 
+/// A data object and every credit that touched it.
+#[derive(Serialize)]
+struct JsonObject {
+    /// What identifies it (pairs name their object by it): `static:MODULE:SYMBOL`,
+    /// `heap:FRAMES`, `stack`, `unknown`.
+    key: String,
+    /// "static", "heap", "stack" or "unknown".
+    kind: &'static str,
+    name: String,
+    /// Bytes: the symbol's size, or the largest block allocated at the site.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    size: Option<u64>,
+    /// A heap object's allocation context, innermost first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    site: Vec<crate::symbolize::Frame>,
+    pids: Vec<u32>,
+    waste: f64,
+    r#use: f64,
+    /// Of all waste in the run, with its 95% interval.
+    share: f64,
+    share_ci: [f64; 2],
+    /// Waste / (waste + use) within the object.
+    fraction: f64,
+    fraction_ci: [f64; 2],
+    traps: u64,
+    few_traps: bool,
+}
+
 #[derive(Serialize)]
 struct JsonSampler<'a> {
     event: &'a str,
@@ -349,5 +408,8 @@ struct JsonReport<'a> {
     /// The program's own source lines, by waste.
     lines: Lines<'a>,
     pairs: Pairs<'a>,
+    /// Data objects by waste, merged over processes (empty for profiles
+    /// that keep none).
+    objects: Vec<JsonObject>,
     processes: Vec<JsonProcess<'a>>,
 }

@@ -318,15 +318,36 @@ fn process(b: &mut Builder, run: &Analysis, pi: usize, proc: &Process, leaf: Lea
     let pid_key = b.s("pid");
     let modules = Modules::new(&p.modules);
     let mapping_of = |a: u64| modules.index(a).map_or(0, |i| first_mapping + i as u64 + 1);
-    for t in &p.threads {
+    let object_key = b.s("object");
+    for (ti, t) in p.threads.iter().enumerate() {
+        // Each pair's credits by data object, labelled with the object's
+        // name (`-tagfocus object=...`); what no object holds (the object
+        // table was full, or the profile keeps none) goes unlabelled.
+        let mut parts: Vec<(&witchcraft::profile::Pair, f64, f64, Option<&str>)> = Vec::new();
+        let mut held: std::collections::HashMap<(u32, u32), (f64, f64)> = std::collections::HashMap::new();
+        for (oi, o) in t.objects.iter().enumerate() {
+            let Some(obj) = proc.object_of(ti, oi) else { continue };
+            let h = held.entry((o.pair.watch, o.pair.trap)).or_default();
+            h.0 += o.pair.waste + o.pair.approx_waste;
+            h.1 += o.pair.r#use;
+            parts.push((&o.pair, o.pair.waste + o.pair.approx_waste, o.pair.r#use, Some(obj.name.as_str())));
+        }
         for pair in &t.pairs {
+            let (hw, hu) = held.get(&(pair.watch, pair.trap)).copied().unwrap_or_default();
+            let rest = |all: f64, part: f64| if all - part <= 1e-9 * all { 0.0 } else { all - part };
+            parts.push((pair, rest(pair.waste + pair.approx_waste, hw), rest(pair.r#use, hu), None));
+        }
+        for (pair, waste, used, object) in parts {
             let locs = |b: &mut Builder, node: u32| -> Vec<u64> {
                 WitchProfile::context(t, node).into_iter().map(|a| b.location(run, pi, a, proc.frames_at(a), mapping_of(a))).collect()
             };
+            if waste == 0.0 && used == 0.0 {
+                continue;
+            }
             let watch = locs(b, pair.watch);
             let trap = locs(b, pair.trap);
-            let w = b.rounded(0, pair.waste + pair.approx_waste);
-            let u = b.rounded(1, pair.r#use);
+            let w = b.rounded(0, waste);
+            let u = b.rounded(1, used);
             for (used, value) in [(false, [w, 0]), (true, [0, u])] {
                 if value == [0, 0] {
                     continue;
@@ -341,6 +362,9 @@ fn process(b: &mut Builder, run: &Analysis, pi: usize, proc: &Process, leaf: Lea
                 let mut label = vec![Label { key: thread_key, str: 0, num: t.tid as i64, num_unit: 0 }];
                 if run.procs.len() > 1 {
                     label.push(Label { key: pid_key, str: 0, num: p.pid as i64, num_unit: 0 });
+                }
+                if let Some(name) = object {
+                    label.push(Label { key: object_key, str: b.s(name), num: 0, num_unit: 0 });
                 }
                 b.out.sample.push(Sample { location_id: ids, value: value.to_vec(), label });
             }

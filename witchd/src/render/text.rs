@@ -24,6 +24,8 @@ pub struct Text<'a> {
     /// Summary lines shown (0 = all).
     top: usize,
     pairs: usize,
+    /// Show the data objects with the most waste.
+    objects: bool,
     width: usize,
     run: Option<&'a Analysis<'a>>,
 }
@@ -31,7 +33,13 @@ pub struct Text<'a> {
 impl Text<'_> {
     /// `top` = lines of the summary shown (0 = all).
     pub fn new(top: usize) -> Self {
-        Text { top, pairs: PAIRS_SHOWN, width: terminal_width(), run: None }
+        Text { top, pairs: PAIRS_SHOWN, objects: false, width: terminal_width(), run: None }
+    }
+
+    /// Show the data objects with the most waste, and each pair's object.
+    pub fn objects(mut self, on: bool) -> Self {
+        self.objects = on;
+        self
     }
 
     /// How many pairs are shown in full (0 = all).
@@ -49,7 +57,7 @@ impl<'a> Recorder<'a> for Text<'a> {
 
     fn write(&mut self, out: &mut dyn Write) -> anyhow::Result<()> {
         let Some(run) = self.run else { return Ok(()) };
-        let mut page = Page { width: self.width, out };
+        let mut page = Page { width: self.width, out, objects: self.objects };
         page.run(run, self.top, self.pairs)
     }
 }
@@ -113,6 +121,8 @@ fn fit(s: &str, width: usize) -> Vec<String> {
 struct Page<'w> {
     width: usize,
     out: &'w mut dyn Write,
+    /// Show the data objects (`Text::objects`).
+    objects: bool,
 }
 
 impl Page<'_> {
@@ -269,6 +279,9 @@ impl Page<'_> {
         }
         let lines: Vec<_> = summary::lines(run).into_iter().filter(|l| l.sums.waste > 0.0).collect();
         self.lines(run, &total, &lines, top)?;
+        if self.objects {
+            self.objects(run, &total, top)?;
+        }
         if run.procs.len() > 1 {
             self.processes(run, &total)?;
         }
@@ -332,6 +345,59 @@ impl Page<'_> {
                 "  no source lines in {}: their functions are shown; their debug info (built with -g, or the distribution's debug package) would give lines",
                 lineless.join(", ")
             ))?;
+        }
+        self.blank()?;
+        Ok(())
+    }
+
+    /// The data objects with the most waste: each one's share of all waste
+    /// and its interval, and the craft's fraction within it.
+    fn objects(&mut self, run: &Analysis, total: &Sums, top: usize) -> anyhow::Result<()> {
+        use crate::analysis::objects::{self, Kind};
+        let w = analysis::words(run.main().profile.craft);
+        if !objects::kept(run) {
+            self.line("Objects: this profile keeps no data objects (an exact run, or a profile from an older witch).".into())?;
+            self.blank()?;
+            return Ok(());
+        }
+        let all: Vec<_> = objects::merged(run).into_iter().filter(|(o, _)| o.sums.waste > 0.0).collect();
+        let n = if top == 0 { all.len() } else { top.min(all.len()) };
+        let of = if n < all.len() { format!(" (top {n} of {}; --top N for more)", all.len()) } else { String::new() };
+        self.line(format!("Objects with the most waste, by share of all waste{of}:"))?;
+        let head = if total.exhaustive { "" } else { "95% interval  " };
+        self.line(format!("   share  {head}{:>6}  traps  object", w.waste))?;
+        for (o, pids) in all.iter().take(n) {
+            let share = o.sums.share_of(total);
+            let few = if o.sums.few() { "~" } else { " " };
+            let ci = if total.exhaustive { String::new() } else { format!("{:<12}  ", interval(share.lo, share.hi)) };
+            let size = o.size.map_or(String::new(), |b| format!(", {}", super::units::size(b)));
+            let kind = match o.kind {
+                Kind::Static => "static ",
+                Kind::Heap | Kind::Stack | Kind::Unknown => "",
+            };
+            let procs = if run.procs.len() > 1 {
+                format!(", pid {}", pids.iter().map(u32::to_string).collect::<Vec<_>>().join(" "))
+            } else {
+                String::new()
+            };
+            self.line(format!(
+                "  {:>6}  {ci}{:>6}  {:>5}{few} {kind}{}{size}{procs}",
+                pct(share.value),
+                pct(o.sums.fraction().value),
+                o.sums.traps,
+                o.name
+            ))?;
+        }
+        let named: f64 = all.iter().map(|(o, _)| o.sums.waste).sum();
+        let lost: u64 = run.procs.iter().map(|x| x.counters.object_overflow).sum();
+        if lost > 0 && total.waste > named {
+            self.line(format!(
+                "  {} of the waste has no object: {lost} credits found the thread's object table full",
+                pct(analysis::ratio(total.waste - named, total.waste))
+            ))?;
+        }
+        if all.iter().take(n).any(|(o, _)| o.sums.few()) {
+            self.line(format!("  ~ fewer than {} traps: an uncertain figure", crate::analysis::interval::FEW_TRAPS))?;
         }
         self.blank()?;
         Ok(())
@@ -443,6 +509,19 @@ impl Page<'_> {
                 amount(sp.waste(), run.main().profile.value_unit()),
                 sp.traps()
             ))?;
+            if self.objects {
+                if let Some(o) = sp.object() {
+                    let x = &run.procs[pi];
+                    let on = &x.objects[o];
+                    let part = sp.objects.iter().find(|c| c.0 == o).map_or(0.0, |c| c.1.waste);
+                    let most = if part < sp.waste() * 0.999 {
+                        format!(" ({} of its waste)", pct(analysis::ratio(part, sp.waste())))
+                    } else {
+                        String::new()
+                    };
+                    self.line(format!("     on {}{most}", on.name))?;
+                }
+            }
             for (label, ctx) in [(w.watch, sp.watch), (w.trap, sp.trap)] {
                 self.line(format!("     {label}"))?;
                 let mut frames: Vec<_> = run.frames(ctx).collect();

@@ -44,6 +44,9 @@ pub struct Elf {
     pub segments: Vec<(u64, u64, u64)>,
     /// Sorted (address, size, demangled name) of functions, from .symtab or .dynsym.
     pub symbols: Vec<(u64, u64, String)>,
+    /// Sorted (address, size, demangled name) of data objects (.data, .bss,
+    /// .rodata), from .symtab or .dynsym.
+    pub data_symbols: Vec<(u64, u64, String)>,
     pub has_dwarf: bool,
 }
 
@@ -59,10 +62,11 @@ impl Elf {
         let debuglink = obj.gnu_debuglink().ok().flatten().and_then(|(n, _)| std::str::from_utf8(n).ok().map(str::to_string));
         let altlink = obj.gnu_debugaltlink().ok().flatten().and_then(|(n, id)| Some((std::str::from_utf8(n).ok()?.to_string(), hex(id))));
         let segments = obj.segments().map(|s| (s.address(), s.size(), s.file_range().0)).collect();
-        let symbols = read_symbols(&obj);
+        let symbols = read_symbols(&obj, object::SymbolKind::Text);
+        let data_symbols = read_symbols(&obj, object::SymbolKind::Data);
         let has_dwarf = obj.section_by_name(".debug_info").is_some_and(|s| s.size() > 0);
         drop(obj);
-        Some(Elf { data, build_id, debuglink, altlink, segments, symbols, has_dwarf })
+        Some(Elf { data, build_id, debuglink, altlink, segments, symbols, data_symbols, has_dwarf })
     }
 
     /// The file offset a file virtual address is loaded from (pprof mappings want it).
@@ -94,12 +98,12 @@ impl Elf {
     }
 }
 
-fn read_symbols(obj: &object::File) -> Vec<(u64, u64, String)> {
+fn read_symbols(obj: &object::File, kind: object::SymbolKind) -> Vec<(u64, u64, String)> {
     let table = obj.symbol_table().or_else(|| obj.dynamic_symbol_table());
     let Some(table) = table else { return Vec::new() };
     let mut v: Vec<(u64, u64, String)> = table
         .symbols()
-        .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0 && s.is_definition())
+        .filter(|s| s.kind() == kind && s.address() != 0 && s.is_definition())
         .filter_map(|s| {
             let n = s.name().ok()?;
             let n = addr2line::demangle_auto(n.into(), None).into_owned();

@@ -90,6 +90,24 @@ struct Debug {
     symbols: Vec<(u64, u64, String)>,
     /// The binary's segments, for file offsets; None without the binary.
     bin: Option<Elf>,
+    /// Data symbols and the loadable segments they live in (file virtual
+    /// addresses), for static objects ([`Symbolizer::data_object`]).
+    data: Vec<(u64, u64, String)>,
+    segments: Vec<(u64, u64)>,
+}
+
+/// A static object: the data symbol holding an address, in its module.
+#[derive(Serialize, Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DataSymbol {
+    /// The symbol's name; None when the module's segment holds the address
+    /// but no symbol does (or the module has no symbol table).
+    pub name: Option<String>,
+    /// The module's path as recorded in the profile.
+    pub module: String,
+    /// The symbol's file virtual address and size (the address's own, size
+    /// 0, without a symbol).
+    pub offset: u64,
+    pub size: u64,
 }
 
 impl Debug {
@@ -132,6 +150,16 @@ impl Debug {
             }
         }
         out
+    }
+
+    /// The data symbol holding `vaddr`, if a loadable segment does.
+    fn data_symbol(&self, vaddr: u64) -> Option<Option<(u64, u64, &str)>> {
+        if !self.segments.iter().any(|&(a, size)| a <= vaddr && vaddr < a.saturating_add(size)) {
+            return None;
+        }
+        let i = self.data.partition_point(|s| s.0 <= vaddr);
+        let found = i.checked_sub(1).and_then(|i| self.data.get(i)).filter(|(a, size, _)| vaddr < a + (*size).max(1));
+        Some(found.map(|(a, size, name)| (*a, *size, name.as_str())))
     }
 
     fn symbol(&self, vaddr: u64) -> Option<&str> {
@@ -215,6 +243,32 @@ impl Symbolizer {
         d.bin.as_ref()?.file_offset(m.start.wrapping_sub(m.bias))
     }
 
+    /// The static object holding a data address of a process: the module
+    /// whose loadable segment (`.data`, `.bss`, `.rodata`, ...) holds it at
+    /// that module's load bias, and the data symbol there. None when no
+    /// module's file (that could be read) does: the heap, an anonymous
+    /// mapping, another thread's stack.
+    pub fn data_object(&mut self, modules: &[Module], addr: u64) -> Option<DataSymbol> {
+        let mut seen: Vec<(&str, u64)> = Vec::new();
+        for m in modules {
+            if seen.contains(&(m.path.as_str(), m.bias)) {
+                continue;
+            }
+            seen.push((m.path.as_str(), m.bias));
+            let vaddr = addr.wrapping_sub(m.bias);
+            let roots = &self.debug_roots;
+            let Some(d) = self.loaded.entry((m.path.clone(), m.build_id.clone())).or_insert_with(|| load(m, roots)) else { continue };
+            if let Some(sym) = d.data_symbol(vaddr) {
+                let (name, offset, size) = match sym {
+                    Some((a, size, name)) => (Some(name.to_string()), a, size),
+                    None => (None, vaddr, 0),
+                };
+                return Some(DataSymbol { name, module: m.path.clone(), offset, size });
+            }
+        }
+        None
+    }
+
     /// The frames at one lookup address of a process, innermost (most deeply inlined) first. Never empty.
     pub fn frames(&mut self, modules: &Modules, addr: u64) -> Vec<Frame> {
         let Some(m) = modules.find(addr) else {
@@ -294,9 +348,15 @@ fn load(m: &Module, roots: &[PathBuf], mut dfd: Option<&mut debuginfod::Client>)
         Some((_, e)) if !e.symbols.is_empty() => e.symbols.clone(),
         _ => bin.as_ref().map(|b| b.symbols.clone()).unwrap_or_default(),
     };
+    let data = match &debug {
+        Some((_, e)) if !e.data_symbols.is_empty() => e.data_symbols.clone(),
+        _ => bin.as_ref().map(|b| b.data_symbols.clone()).unwrap_or_default(),
+    };
+    let segments =
+        bin.as_ref().or(debug.as_ref().map(|d| &d.1)).map(|e| e.segments.iter().map(|s| (s.0, s.1)).collect()).unwrap_or_default();
     // Keep the binary's segments only; its bytes are not needed any more.
-    let bin = bin.map(|b| Elf { data: Default::default(), symbols: Vec::new(), ..b });
-    Some(Debug { dwarf, symbols, bin })
+    let bin = bin.map(|b| Elf { data: Default::default(), symbols: Vec::new(), data_symbols: Vec::new(), ..b });
+    Some(Debug { dwarf, symbols, bin, data, segments })
 }
 
 /// `ROOT/.build-id/xx/rest.debug` whose build-id is `id`.

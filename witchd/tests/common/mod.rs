@@ -227,6 +227,7 @@ pub fn profile(fx: &Fixture, shift: u64, b: Bytes) -> Profile {
         pairs: vec![pair(2, 4, b.init_fill.0, 0.0), pair(4, 4, b.fill_fill, 0.0), pair(4, 6, 0.0, b.fill_sum_use)],
         counters: Counters { samples: 40, traps: 30, imprecise: 1, ..Default::default() },
         clusters: Default::default(),
+        objects: Vec::new(),
     };
     if b.sum_init > 0.0 {
         t1.pairs.push(pair(6, 2, b.sum_init, 0.0));
@@ -244,6 +245,7 @@ pub fn profile(fx: &Fixture, shift: u64, b: Bytes) -> Profile {
         pairs: vec![pair(4, 2, b.init_fill.1, 0.0)],
         counters: Counters { samples: 10, traps: 5, ..Default::default() },
         clusters: Default::default(),
+        objects: Vec::new(),
     };
     let module = Module {
         path: fx.bin.display().to_string(),
@@ -417,6 +419,7 @@ pub fn big_profile(fx: &Fixture, threads: usize, nodes: usize, pairs: usize) -> 
             pairs: ps,
             counters: Counters { samples: 1, traps: 1, ..Default::default() },
             clusters: Default::default(),
+            objects: Vec::new(),
         });
     }
     let module =
