@@ -256,8 +256,10 @@ impl Symbolizer {
             }
             seen.push((m.path.as_str(), m.bias));
             let vaddr = addr.wrapping_sub(m.bias);
-            let roots = &self.debug_roots;
-            let Some(d) = self.loaded.entry((m.path.clone(), m.build_id.clone())).or_insert_with(|| load(m, roots)) else { continue };
+            let (roots, dfd) = (&self.debug_roots, &mut self.debuginfod);
+            let Some(d) = self.loaded.entry((m.path.clone(), m.build_id.clone())).or_insert_with(|| load(m, roots, dfd.as_mut())) else {
+                continue;
+            };
             if let Some(sym) = d.data_symbol(vaddr) {
                 let (name, offset, size) = match sym {
                     Some((a, size, name)) => (Some(name.to_string()), a, size),
