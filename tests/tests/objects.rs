@@ -7,7 +7,7 @@ use witch_tests::attach::attach_cmd;
 use witch_tests::*;
 
 /// The report's object whose key or name satisfies `is`.
-fn object<'a>(rep: &'a Report, is: impl Fn(&Value) -> bool) -> Option<&'a Value> {
+fn object(rep: &Report, is: impl Fn(&Value) -> bool) -> Option<&Value> {
     rep.json["objects"].as_array()?.iter().find(|o| is(o))
 }
 
