@@ -335,7 +335,8 @@ fn witchd_watches_two_programs_and_leaves_them_as_they_were() {
 
     let socket = dir.join("witchd.sock");
     let store = dir.join("store");
-    let max_bytes: u64 = 16 * 1024;
+    // A handful of profiles (one is 30-45 KiB with its data objects).
+    let max_bytes: u64 = 128 * 1024;
     let config = dir.join("witchd.toml");
     std::fs::write(
         &config,
@@ -349,7 +350,7 @@ detach_timeout = "10s"
 
 [store]
 dir = "{store}"
-max_bytes = "16KiB"   # a handful of profiles: eviction must happen
+max_bytes = "128KiB"  # a handful of profiles: eviction must happen
 
 [defaults]
 every = "2s"
@@ -592,7 +593,7 @@ crafts = ["silent-store"]
     let config2 = dir.join("witchd2.toml");
     std::fs::write(
         &config2,
-        format!("socket = \"{}\"\nhttp = \"off\"\n[store]\ndir = \"{}\"\nmax_bytes = \"16KiB\"\n", socket.display(), store.display()),
+        format!("socket = \"{}\"\nhttp = \"off\"\n[store]\ndir = \"{}\"\nmax_bytes = \"128KiB\"\n", socket.display(), store.display()),
     )
     .unwrap();
     let mut d2 = Witchd::start(&config2, &dir.join("witchd2.log"));
