@@ -138,8 +138,13 @@ fn lines_come_from_the_server_then_from_its_cache() {
     let env = [("DEBUGINFOD_URLS", url.as_str()), ("DEBUGINFOD_CACHE_PATH", cache_s), ("DEBUGINFOD_TIMEOUT", "5")];
     let (r, v) = report_env(&s, &env);
     assert!(has_program_lines(&v), "no lines with the server up\n{}", r.describe());
-    let top = &v["pairs"][0];
-    assert!(side_at(top, "watch", "dead_loop.c", w) && side_at(top, "trap", "dead_loop.c", k), "top pair not <@w, @k>:\n{top}");
+    // <@w, @k> and <@k, @w> are worth the same (each loop's stores are killed
+    // by the other's), so either may rank first.
+    let top2: Vec<&Value> = v["pairs"].as_array().unwrap().iter().take(2).collect();
+    assert!(
+        top2.iter().any(|p| side_at(p, "watch", "dead_loop.c", w) && side_at(p, "trap", "dead_loop.c", k)),
+        "<@w, @k> not among the top two pairs:\n{top2:?}"
+    );
     assert!(notes(&v).contains("debug info of 1 module came from debuginfod (1 downloaded"), "{}", notes(&v));
     let asked = server.requests();
     assert!(asked.contains(&format!("200 /buildid/{}/debuginfo", s.build_id)), "{asked:?}");
