@@ -25,10 +25,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The most calling contexts one thread's tree holds (40 bytes each, with
 /// 8 bytes of index), and the most pairs of its table (120 bytes each,
-/// with 16 of index): with the precise-PC cache (192 KiB) and the code
-/// cache, mapped at the thread's first window (1.3 MiB), 5.6 MiB of
-/// address space a thread ([`ThreadState::reserved_bytes_each`]), of which
-/// only what the thread fills becomes memory. Past them, samples and traps
+/// with 16 of index). With the data-object table, the precise-PC cache and
+/// the code cache (mapped at the thread's first window), they make the
+/// address space a thread reserves, [`ThreadState::reserved_bytes_each`]
+/// (docs/OVERHEAD.md gives the figure), of which only what the thread fills
+/// becomes memory. Past them, samples and traps
 /// are counted as overflow (`counters.tree_overflow`, `pair_overflow`).
 pub const TREE_NODES: usize = 1 << 16;
 pub const PAIRS: usize = 1 << 13;
