@@ -290,10 +290,14 @@ pub extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *m
 }
 
 /// Is this signal witch's, for a thread without engine state (one that
-/// ended, or was never set up)? Then it is dropped, not passed on.
+/// ended, or was never set up, or whose session ended while the signal
+/// was queued or this handler was stopped before it found its state)? Then
+/// it is dropped, not passed on: its tag, or witch's descriptor range,
+/// says it is ours, with or without an engine (which the session's end
+/// may have let go meanwhile).
 fn stateless(sig: i32, info: *mut libc::siginfo_t) -> bool {
     // SAFETY: `info` is the kernel's siginfo for this signal.
-    AGENT.engine().is_some() && unsafe { engine::classify(sig, info, None) }.is_some()
+    unsafe { engine::classify(sig, info, None) }.is_some()
 }
 
 /// Handle our samples and traps (on the thread's handler stack, `slot`'s);

@@ -99,6 +99,11 @@ pub enum Event {
     Step,
     /// A copy in this thread's code cache left through an exit (`int3`).
     CacheExit,
+    /// Ours, from a sampler or watchpoint no longer armed on this thread
+    /// (closed, or the session ended, while its signal was queued or its
+    /// handler was interrupted, by a stop say): dropped. The program's
+    /// default action for the signal would kill it.
+    Stale,
 }
 
 /// Is signal `sig` one of ours, and which? `thread` is the receiving
@@ -114,21 +119,62 @@ pub unsafe fn classify(sig: i32, info: *const libc::siginfo_t, thread: Option<&T
             let low = data & !siginfo::TAG_MASK;
             Some(if low == siginfo::TAG_SAMPLER { Event::Sample } else { Event::Trap { slot: low as usize, flags } })
         }
+        // The tag says it is ours, with or without a state to take it.
         Origin::Timer { value } if sig == siginfo::sampler_signal() && value == siginfo::TAG | siginfo::TAG_SAMPLER => {
-            thread.map(|_| Event::Sample)
+            Some(if thread.is_some() { Event::Sample } else { Event::Stale })
         }
         Origin::Fd(fd) if sig == siginfo::sampler_signal() => {
-            let t = thread?;
-            if t.sampler.fd() == Some(fd) {
-                Some(Event::Sample)
-            } else {
-                t.watch.slot_of_fd(fd).map(|slot| Event::Trap { slot, flags: 0 })
-            }
+            let armed = thread.and_then(|t| {
+                if t.sampler.fd() == Some(fd) {
+                    Some(Event::Sample)
+                } else {
+                    t.watch.slot_of_fd(fd).map(|slot| Event::Trap { slot, flags: 0 })
+                }
+            });
+            // An fd in witch's own descriptor range was one of witch's.
+            armed.or_else(|| crate::sys::fd::is_reserved(fd).then_some(Event::Stale))
         }
         // A whole-run bridge's step is an exit from the cache's point of view.
         Origin::Step if thread.is_some_and(|t| t.window.phase == window::Phase::Bridge) => Some(Event::CacheExit),
         Origin::Step => thread.filter(|t| t.burst.active).map(|_| Event::Step),
         Origin::Breakpoint => thread.filter(|t| t.window.active()).map(|_| Event::CacheExit),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(code: i32, at24: u64) -> libc::siginfo_t {
+        // SAFETY: siginfo_t is plain data.
+        let mut i: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        i.si_code = code;
+        // SAFETY: inside the 128-byte siginfo (si_value of a timer).
+        unsafe { std::ptr::write_unaligned((&mut i as *mut libc::siginfo_t as *mut u8).add(24) as *mut u64, at24) };
+        i
+    }
+
+    /// A tagged sampler signal that finds no state (the session ended while
+    /// it was queued, or while the thread was stopped in the handler before
+    /// it found its state) is still ours: passed on, the program's default
+    /// action would kill it.
+    #[test]
+    fn a_tagged_signal_without_a_state_is_ours_and_dropped() {
+        let timer = info(libc::SI_TIMER, siginfo::TAG | siginfo::TAG_SAMPLER);
+        // SAFETY: a whole siginfo_t.
+        assert_eq!(unsafe { classify(siginfo::sampler_signal(), &timer, None) }, Some(Event::Stale));
+        // Another timer's signal on the same number is the program's.
+        let theirs = info(libc::SI_TIMER, 7);
+        // SAFETY: as above.
+        assert_eq!(unsafe { classify(siginfo::sampler_signal(), &theirs, None) }, None);
+        let perf = {
+            let mut i = info(siginfo::TRAP_PERF, 0);
+            // SAFETY: si_perf_data at 24.
+            unsafe { std::ptr::write_unaligned((&mut i as *mut libc::siginfo_t as *mut u8).add(24) as *mut u64, siginfo::slot_tag(2)) };
+            i
+        };
+        // SAFETY: as above.
+        assert_eq!(unsafe { classify(libc::SIGTRAP, &perf, None) }, Some(Event::Trap { slot: 2, flags: 0 }));
     }
 }

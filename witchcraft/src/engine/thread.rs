@@ -270,7 +270,7 @@ impl ThreadState {
     /// # Safety
     /// `uc` must be the context the kernel passed to the signal handler.
     pub unsafe fn handle(&mut self, engine: &Engine, event: Event, uc: *mut libc::ucontext_t) {
-        if !self.active.load(Ordering::Acquire) {
+        if !self.active.load(Ordering::Acquire) || event == Event::Stale {
             return;
         }
         self.in_handler.store(true, Ordering::Release);
@@ -348,7 +348,7 @@ impl ThreadState {
                 self.record.counters.exit_ns += cost;
                 cost
             }
-            Event::Step => unreachable!("handled above"),
+            Event::Step | Event::Stale => unreachable!("handled above"),
         };
         // SAFETY: forwarded from the caller.
         let rip = unsafe { (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] as u64 };

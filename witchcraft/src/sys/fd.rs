@@ -69,6 +69,12 @@ pub fn reserved_grown() -> Option<(i32, i32)> {
     reserved().map(|(f, c)| (f, GROWN.load(Ordering::Acquire).max(c)))
 }
 
+/// Is `fd` in the reserved range (as far as it may grow), so witch's?
+/// Async-signal-safe.
+pub fn is_reserved(fd: i32) -> bool {
+    reserved_grown().is_some_and(|(lo, hi)| (lo..hi).contains(&fd))
+}
+
 /// Move `fd` into the reserved range, close-on-exec. Returns the new
 /// number, or the errno (and `fd` is closed) if the range is full or the
 /// program's limit no longer reaches it. Without a reserved range, `fd`.
