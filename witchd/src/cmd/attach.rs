@@ -18,7 +18,7 @@
 use super::output::{self, Output};
 use crate::cli::RunArgs;
 use crate::exit;
-use crate::inject::{self, Exec, Why};
+use crate::inject::{self, End, Exec, Why};
 use anyhow::{bail, Result};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,7 +61,6 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
         }
     }
     let start = std::time::Instant::now();
-    let image = session.image();
     let mut poll = inject::Poll::default();
     let why = loop {
         if INTERRUPTED.load(Ordering::Relaxed) || a.duration.is_some_and(|d| start.elapsed() >= d) {
@@ -72,17 +71,13 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
-    // (A target that exited is told by the detach.)
-    let (exec, agent_ended) = (why == Some(Why::Exec), why == Some(Why::AgentEnded));
+    let agent_ended = why == Some(Why::AgentEnded);
     let took = start.elapsed();
-    let ended = session.detach(std::time::Duration::from_secs(30))?;
-    if ended.target_exited && !a.quiet {
-        crate::say!("witch: pid {pid} exited during the session");
-    }
-    let exec = exec || (ended.profile.is_none() && !ended.target_exited && inject::replaced(pid, image));
+    // How it ended, by the rule witchd follows too (inject::end).
     let now = || comm().filter(|c| *c != name).map_or(String::new(), |c| format!(", now {c}"));
-    let Some(profile) = ended.profile else {
-        if exec {
+    let (profile, target_exited, exec) = match inject::end(Box::new(session), why, std::time::Duration::from_secs(30)) {
+        End::Profiled { profile, target_exited, exec } => (profile, target_exited, exec),
+        End::Replaced => {
             return Err(exit::Status {
                 code: exit::TARGET_EXEC,
                 msg: format!(
@@ -93,8 +88,12 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
             }
             .into());
         }
-        bail!("pid {pid} left no profile: its agent ended without one during the session (was the process killed?)");
+        End::Exited => bail!("pid {pid} ({name}) exited during the session before its agent could send the profile (was it killed?)"),
+        End::Failed(e) => return Err(e),
     };
+    if target_exited && !a.quiet {
+        crate::say!("witch: pid {pid} exited during the session");
+    }
     // A session the agent ended at an exec it saw coming: as a rule the
     // process has its new image by witch's next poll, which then finds that
     // rather than the agent's end. The line is the same either way, from
@@ -109,7 +108,7 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
     let out = out.path(craft, Path::new(&name), pid as u32);
     output::save(&profile, &out)?;
     let of = a.duration.map_or(String::new(), |d| format!(" of the {:.1} s asked", d.as_secs_f64()));
-    if exec_seen && !ended.target_exited {
+    if exec_seen && !target_exited {
         let did = profile
             .exec_call
             .as_deref()
@@ -118,7 +117,7 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
             "witch: pid {pid} ({name}) {did} after {:.1} s{of}: its agent ended the session first and sent its profile, which is written; the process runs on",
             profile.duration_ns as f64 / 1e9
         );
-    } else if agent_ended && !ended.target_exited {
+    } else if agent_ended && !target_exited {
         crate::say!(
             "witch: the agent in pid {pid} ({name}) ended the session by itself after {:.1} s{of}: {}; its profile is written, and the process runs on",
             took.as_secs_f64(),

@@ -14,7 +14,7 @@ use super::metrics::{overhead_ns, ErrorKind, Outcome};
 use super::procfs::{Image, Proc};
 use super::store::Meta;
 use super::{say, Claim, Daemon};
-use crate::inject::{self, Ended, Options, Why};
+use crate::inject::{self, Attached, End, Options};
 use anyhow::Result;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,28 +26,11 @@ pub trait Attacher: Send + Sync + 'static {
     fn attach(&self, pid: i32, opts: &Options) -> Result<Box<dyn Attached>>;
 }
 
-/// A session running inside a target: what a poll asks of it
-/// ([`inject::Watched`]), and its end.
-pub trait Attached: inject::Watched + Send {
-    /// The image the agent was loaded into, as the attach found it.
-    fn image(&self) -> Option<Image>;
-    fn detach(self: Box<Self>, timeout: Duration) -> Result<Ended>;
-}
-
 pub struct RealAttacher;
 
 impl Attacher for RealAttacher {
     fn attach(&self, pid: i32, opts: &Options) -> Result<Box<dyn Attached>> {
         Ok(Box::new(inject::attach(pid, opts)?))
-    }
-}
-
-impl Attached for inject::Session {
-    fn image(&self) -> Option<Image> {
-        inject::Session::image(self)
-    }
-    fn detach(self: Box<Self>, timeout: Duration) -> Result<Ended> {
-        inject::Session::detach(*self, timeout)
     }
 }
 
@@ -166,10 +149,6 @@ pub async fn run(d: Arc<Daemon>, claim: Claim, plan: Plan) -> Done {
         }
     };
 
-    // The image the agent is in, as the attach found it (an exec before
-    // the attach, which then found the new program, is not one during the
-    // session).
-    let image = session.image();
     // Profile for `duration`, unless shutdown comes first or the session
     // should end now (see inject::poll): the target goes or replaces its
     // program, or the agent ends the session by itself (a debugger took the
@@ -189,29 +168,14 @@ pub async fn run(d: Arc<Daemon>, claim: Claim, plan: Plan) -> Done {
             break;
         }
     }
-    let (died, exec) = (why == Some(Why::Exited), why == Some(Why::Exec));
-    // An exec that kept the image's layout (address randomization off)
-    // shows as the agent missing. The poll reads the maps (long to read)
-    // only once the agent's socket closed, and the session may have ended
-    // (its time up, shutdown) before a poll saw that: read them now.
-    let agent_left = !died && session.agent_gone();
-
-    // A dead target has written its profile already, or never will; an
-    // agent that went with an exec never will.
-    let gone = died || exec || agent_left;
-    let timeout = if gone { d.cfg.detach_timeout.min(Duration::from_secs(2)) } else { d.cfg.detach_timeout };
-    let detached = tokio::task::spawn_blocking(move || session.detach(timeout)).await;
-    // No profile, the process there: did it exec?
-    let was_exec = || exec || agent_left || Image::changed(pid, image);
-    let ended = match detached {
-        Ok(Ok(e)) => e,
-        Ok(Err(e)) => {
-            if died || !same_process(&plan.target) {
-                return exited(&d, &plan.target, craft, "during the session");
-            }
-            if was_exec() {
-                return replaced(&d, &plan.target, craft, "during the session");
-            }
+    // How it ended, by the rule `witch --pid` follows too (inject::end).
+    let timeout = d.cfg.detach_timeout;
+    let ended = tokio::task::spawn_blocking(move || inject::end(session, why, timeout)).await;
+    let (profile, target_exited) = match ended {
+        Ok(End::Profiled { profile, target_exited, .. }) => (profile, target_exited),
+        Ok(End::Exited) => return exited(&d, &plan.target, craft, "during the session"),
+        Ok(End::Replaced) => return replaced(&d, &plan.target, craft, "during the session"),
+        Ok(End::Failed(e)) => {
             d.counters.error(ErrorKind::Detach);
             d.counters.session(Outcome::Failed);
             return done(Outcome::Failed, None, None, Some(format!("cannot detach from {who}: {e:#}")));
@@ -221,19 +185,6 @@ pub async fn run(d: Arc<Daemon>, claim: Claim, plan: Plan) -> Done {
             d.counters.session(Outcome::Failed);
             return done(Outcome::Failed, None, None, Some(format!("detach from {who} panicked: {e}")));
         }
-    };
-    let target_exited = ended.target_exited || died;
-
-    let Some(profile) = ended.profile else {
-        if target_exited || !same_process(&plan.target) {
-            return exited(&d, &plan.target, craft, "during the session");
-        }
-        if was_exec() {
-            return replaced(&d, &plan.target, craft, "during the session");
-        }
-        d.counters.error(ErrorKind::Detach);
-        d.counters.session(Outcome::Failed);
-        return done(Outcome::Failed, None, None, Some(format!("{who} detached without a profile")));
     };
 
     let c = crate::analysis::counters(&profile);

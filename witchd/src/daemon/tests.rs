@@ -5,9 +5,9 @@
 
 use super::config::Config;
 use super::proto::Request;
-use super::session::{Attached, Attacher};
+use super::session::Attacher;
 use super::*;
-use crate::inject::{Ended, Options, Watched};
+use crate::inject::{Attached, Ended, Options, Watched};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
@@ -81,8 +81,14 @@ impl Watched for FakeSession {
 }
 
 impl Attached for FakeSession {
+    fn pid(&self) -> i32 {
+        self.pid
+    }
     fn image(&self) -> Option<procfs::Image> {
         self.image
+    }
+    fn start_time(&self) -> Option<u64> {
+        None
     }
     fn detach(self: Box<Self>, _timeout: Duration) -> anyhow::Result<Ended> {
         *self.fake.open.lock().unwrap().get_mut(&self.pid).unwrap() -= 1;

@@ -17,6 +17,7 @@
 //! from an exit, for `witch --pid` and witchd alike.
 
 pub mod channel;
+pub mod end;
 pub mod loader;
 pub mod poll;
 pub mod ptrace;
@@ -33,6 +34,7 @@ use witchcraft::profile::{Craft, Profile};
 use witchcraft::session::{AttachCode, Message, ATTACH_SYMBOL, NO_ANSWER};
 use witchcraft::sys::procfs::{self, Image, Of, Status};
 
+pub use end::{end, Attached, End};
 pub use poll::{Poll, Watched, Why};
 pub use target::alive;
 
@@ -76,6 +78,8 @@ pub struct Session {
     chan: Channel,
     /// The process's image as the attach found it: the one the agent is in.
     image: Option<Image>,
+    /// The process's start time as the attach found it (its identity, with the pid).
+    start: Option<u64>,
 }
 
 /// The agent's file name, as a process maps it.
@@ -87,14 +91,6 @@ pub const AGENT_FILE: &str = "libwitch_agent.so";
 /// exiting one has let its memory go, and maps nothing).
 pub fn agent_gone(pid: i32) -> bool {
     procfs::read_maps(Some(pid)).is_ok_and(|maps| !maps.is_empty() && !maps.iter().any(|m| m.file_name() == Some(AGENT_FILE)))
-}
-
-/// Has process `pid`, still running, replaced the program whose image was
-/// `image` (exec)? Its layout changed, or (an exec that kept the layout,
-/// address randomization off) the agent that was loaded is gone. Reads the
-/// maps: for when a session ended without a profile, not for polling.
-pub fn replaced(pid: i32, image: Option<Image>) -> bool {
-    alive(pid) && (Image::changed(pid, image) || agent_gone(pid))
 }
 
 /// An error: the process replaced its program (exec) while witch was
@@ -345,7 +341,9 @@ fn attach_in(pid: i32, image: Option<Image>, opts: &Options) -> Result<Session> 
     loop {
         let left = until.saturating_duration_since(Instant::now());
         match chan.recv(left.min(STOP_CHECK)) {
-            Some(Event::Message(Message::Ready { .. })) => return Ok(Session { pid, chan, image }),
+            Some(Event::Message(Message::Ready { .. })) => {
+                return Ok(Session { pid, chan, image, start: procfs::Stat::read(pid).map(|s| s.start_time) })
+            }
             Some(Event::Message(Message::Error(e))) => bail!("cannot profile pid {pid}: {}", e.trim()),
             Some(Event::Message(_)) => {}
             Some(Event::Closed(why)) => {
@@ -363,12 +361,22 @@ fn attach_in(pid: i32, image: Option<Image>, opts: &Options) -> Result<Session> 
     }
 }
 
-impl Session {
-    /// The image the agent was loaded into.
-    pub fn image(&self) -> Option<Image> {
+impl Attached for Session {
+    fn pid(&self) -> i32 {
+        self.pid
+    }
+    fn image(&self) -> Option<Image> {
         self.image
     }
+    fn start_time(&self) -> Option<u64> {
+        self.start
+    }
+    fn detach(self: Box<Self>, timeout: Duration) -> Result<Ended> {
+        Session::detach(*self, timeout)
+    }
+}
 
+impl Session {
     /// Ask the agent to stop and wait (at most `timeout`) for its profile.
     pub fn detach(self, timeout: Duration) -> Result<Ended> {
         let _ = self.chan.send(&Message::Detach);
