@@ -131,7 +131,7 @@ fn graph(mods: &BTreeMap<String, String>, prefixes: &[&str]) -> Edges {
                 continue;
             }
             let to = if mods.contains_key(h) && h != "root" { h.to_string() } else { "root".to_string() };
-            if &to != name && !(to == "root" && !mods.contains_key("root")) {
+            if &to != name && mods.contains_key(&to) {
                 edges.entry(name.clone()).or_default().entry(to).or_default().insert(h.to_string());
             }
         }

@@ -294,10 +294,9 @@ const PR_SECCOMP_MODES: [libc::c_ulong; 2] = [1, 2];
 fn entering_sandbox(how: &'static str) {
     if preloaded() && AGENT.owner_is_me() {
         keeping_errno(|| leave::leave_to_sandbox(how));
-    } else if AGENT.mode() == Mode::Attached {
-        if keeping_errno(|| SESSION.leave(Leave::Sandbox(how))) {
-            AGENT.set_sandboxed();
-        }
+    } else if AGENT.mode() == Mode::Attached && keeping_errno(|| SESSION.leave(Leave::Sandbox(how))) {
+        // For good: the agent's handlers make no system call from here on.
+        AGENT.set_sandboxed();
     }
 }
 
