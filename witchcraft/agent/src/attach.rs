@@ -19,13 +19,13 @@
 //!   thread's handler stack once no handler is on it. The library stays
 //!   loaded, so attaching again reuses it.
 
+use crate::attach_state::SESSION;
 use crate::channel::{Channel, Received};
 use crate::handlers;
 use crate::state::{now_ns, Mode, Sink, AGENT};
 use crate::threads::{self, Phase};
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use witchcraft::config::Config;
 use witchcraft::engine::ThreadState;
@@ -35,59 +35,6 @@ use witchcraft::session::{AttachCode, Message, AGENT_THREAD, SETTINGS_WAIT};
 use witchcraft::sys::perf::{self, Attr, BpType};
 use witchcraft::sys::siginfo::sampler_signal;
 use witchcraft::sys::{fd, procfs, task};
-
-/// A session runs (from `witch_session_start` to the control thread's end).
-static SESSION: AtomicBool = AtomicBool::new(false);
-/// The process the session runs in (a fork child inherits `SESSION` set,
-/// but not the control thread).
-static SESSION_PID: AtomicI32 = AtomicI32::new(0);
-/// The control thread's tid while it runs (0: none).
-static CONTROL_TID: AtomicI32 = AtomicI32::new(0);
-/// A thread of the program is about to do what ends the session now (see
-/// [`leave`]).
-static LEAVING: Mutex<Option<Leave>> = Mutex::new(None);
-
-/// What a thread of the program is about to do that ends the session.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Leave {
-    /// Enter a seccomp sandbox, this way: its filter may kill the process
-    /// for a system call the agent makes.
-    Sandbox(&'static str),
-    /// Replace its program (an exec): the agent, and what it gathered, go
-    /// with the old image.
-    Exec(&'static str),
-}
-
-impl Leave {
-    /// The profile's `ended_by`, and the exec call that ended it.
-    fn ended_by(self) -> (EndedBy, Option<&'static str>) {
-        match self {
-            Leave::Sandbox(_) => (EndedBy::Sandbox, None),
-            Leave::Exec(call) => (EndedBy::Exec, Some(call)),
-        }
-    }
-
-    /// The profile's note, `after` seconds into the session (None: before
-    /// it began, so there is no profile).
-    fn note(self, after: Option<f64>) -> String {
-        let ended = match after {
-            Some(s) => format!("the session ended {s:.3} s in"),
-            None => "the session did not start".to_string(),
-        };
-        match (self, after) {
-            (Leave::Sandbox(how), _) => format!(
-                "{ended}: the program put itself in a seccomp sandbox ({how}), whose filter may kill it for a system call the agent makes; the process runs on"
-            ),
-            (Leave::Exec(how), Some(_)) => {
-                format!("{ended}, as the process called {how} to replace its program: this profile is of the program before")
-            }
-            (Leave::Exec(how), None) => format!("{ended}: the process called {how} to replace its program"),
-        }
-    }
-}
-/// Sends on the session socket come from the control thread and, at exit,
-/// from the exiting thread: one message at a time.
-static SENDING: Mutex<()> = Mutex::new(());
 
 /// How often the control thread looks whether a controller that has not
 /// sent the settings yet is still alive.
@@ -99,9 +46,6 @@ const POLL: Duration = Duration::from_millis(50);
 /// brief injected call (refused, since this session runs) holds it for
 /// milliseconds, a debugger for as long as it debugs.
 const TRACED_POLLS: u32 = 5;
-/// How long a thread that ends the session ([`leave`]) waits for it to end
-/// (the control thread's poll, the threads' leave, the profile sent).
-const LEAVE_CALL_WAIT: Duration = Duration::from_secs(3);
 
 /// Called in the target (by the controller, through ptrace), with the
 /// controller's pid in `out[0]` (-1: unknown). Checks a session can run,
@@ -123,7 +67,7 @@ pub unsafe extern "C" fn witch_session_start(out: *mut libc::c_int) {
     // SAFETY: the caller's pointer to two ints, checked non-null above.
     unsafe {
         if code == AttachCode::Ok {
-            *out = CONTROLLER_END.load(Ordering::Acquire);
+            *out = SESSION.controller_end();
         }
         *out.add(1) = code as i32;
     }
@@ -133,20 +77,15 @@ fn attach_code(controller: i32) -> AttachCode {
     if AGENT.mode() == Mode::Preloaded {
         return AttachCode::Preloaded;
     }
-    if SESSION.swap(true, Ordering::AcqRel) {
+    if !SESSION.begin() {
         return AttachCode::Busy;
     }
-    SESSION_PID.store(std::process::id() as i32, Ordering::Release);
-    // An exec that failed after it ended an earlier session ends no other.
-    *LEAVING.lock().unwrap_or_else(|e| e.into_inner()) = None;
     let code = start(controller);
     if code != AttachCode::Ok {
-        SESSION.store(false, Ordering::Release);
+        SESSION.end();
     }
     code
 }
-
-static CONTROLLER_END: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 
 fn start(controller: i32) -> AttachCode {
     // A debugger (or another tool) holding every debug register is worth
@@ -173,7 +112,7 @@ fn start(controller: i32) -> AttachCode {
         watch.into_iter().for_each(Controller::close);
         return AttachCode::NoChannel;
     };
-    CONTROLLER_END.store(theirs, Ordering::Release);
+    SESSION.set_controller_end(theirs);
     // The control thread takes none of the program's signals: one sent to
     // the process would otherwise be delivered there whenever the program's
     // own threads are busy, and run the program's handler on a thread it
@@ -200,33 +139,6 @@ fn start(controller: i32) -> AttachCode {
             watch.into_iter().for_each(Controller::close);
             AttachCode::NoThread
         }
-    }
-}
-
-/// Send `m` on the session socket `fd` (any thread but a handler; the
-/// caller checked `fd` still is the socket).
-fn send(fd: i32, m: &Message) -> bool {
-    let _one = SENDING.lock();
-    let bytes = m.encode();
-    let mut done = 0;
-    while done < bytes.len() {
-        // SAFETY: the slice is valid for its length; MSG_NOSIGNAL: no SIGPIPE for the program.
-        let n = unsafe { libc::send(fd, bytes[done..].as_ptr() as *const libc::c_void, bytes.len() - done, libc::MSG_NOSIGNAL) };
-        if n > 0 {
-            done += n as usize;
-        } else if !(n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)) {
-            return false;
-        }
-    }
-    true
-}
-
-/// Deliver the session's profile (the process exits, or the session ends).
-pub fn send_profile(fd: i32, bytes: Vec<u8>) -> std::io::Result<()> {
-    if send(fd, &Message::Profile(bytes)) {
-        Ok(())
-    } else {
-        Err(std::io::Error::other("the controller is gone"))
     }
 }
 
@@ -290,16 +202,16 @@ fn settings(chan: &mut Channel, watch: Option<Controller>) -> Option<String> {
 }
 
 fn control(mut chan: Channel, theirs: i32, watch: Option<Controller>) {
-    CONTROL_TID.store(task::gettid(), Ordering::Release);
+    SESSION.set_control_thread();
     let settings = settings(&mut chan, watch);
     watch.into_iter().for_each(Controller::close);
     // The controller has its copy (or gave up): ours must go, so that its
     // going away reads as the end of the stream.
     fd::close(theirs);
-    CONTROLLER_END.store(-1, Ordering::Release);
+    SESSION.set_controller_end(-1);
     if let Some(text) = settings {
         let end = session(&mut chan, &text);
-        let _one = SENDING.lock();
+        let _one = SESSION.sending();
         match end {
             Ok(End::Detached) => {
                 chan.send(&Message::Detached);
@@ -312,13 +224,13 @@ fn control(mut chan: Channel, theirs: i32, watch: Option<Controller>) {
         }
     }
     drop(chan);
-    SESSION.store(false, Ordering::Release);
+    SESSION.end();
     // The thread's own exit follows (a thread entering a sandbox waits for it).
 }
 
 fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
     let cfg = Config::from_lines(text)?.ok_or("no WITCH_CRAFT in the settings")?;
-    if let Some(leave) = leaving() {
+    if let Some(leave) = SESSION.leaving() {
         return Err(leave.note(None));
     }
     AGENT.clear_notes();
@@ -331,7 +243,8 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
     // Loads and unloads are only seen after the fact (nothing is
     // interposed): handlers read no module's memory in place.
     modules::set_checked_reads(true);
-    let engine = crate::setup::make_engine(cfg, handlers::install_attached, false);
+    let (engine, notes) = crate::setup::make_engine(cfg, handlers::install_attached, false);
+    notes.into_iter().for_each(|n| AGENT.note(n));
     if AGENT.begin(engine, Mode::Attached, Sink::Session(chan.fd())).is_err() {
         handlers::restore_attached(&[]);
         return Err("another session is running".into());
@@ -339,12 +252,8 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
     // Before any thread is set up: the program's calls that put it in a
     // sandbox go through the agent (`imports.rs`).
     crate::imports::hook();
-    static AT_EXIT: std::sync::Once = std::sync::Once::new();
     // At exit, the session's profile goes out as a preloaded agent's is written.
-    // SAFETY: registers a plain extern "C" function.
-    AT_EXIT.call_once(|| unsafe {
-        libc::atexit(at_exit);
-    });
+    SESSION.at_exit(at_exit);
     let me = task::gettid();
     let mut known = HashSet::new();
     let mut why = None;
@@ -354,7 +263,7 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
         return Err(why.unwrap_or_else(|| "no thread of the process could be set up".into()));
     }
     if !chan.controller_gone() {
-        let _one = SENDING.lock();
+        let _one = SESSION.sending();
         chan.send(&Message::Ready { threads: set_up as u32 });
     }
     let mut traced_polls = 0;
@@ -370,7 +279,7 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
         if AGENT.finished() {
             return Ok(End::Exiting); // at_exit delivered the profile
         }
-        if let Some(leave) = leaving() {
+        if let Some(leave) = SESSION.leaving() {
             AGENT.note(leave.note(Some((now_ns().saturating_sub(AGENT.start_ns())) as f64 / 1e9)));
             ended_by = leave.ended_by();
             break;
@@ -395,50 +304,10 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
         }
         // Code mapped or unmapped since (dlopen, dlclose: the attached
         // agent interposes nothing, so it looks every POLL).
-        crate::interpose::keep_map_current(false);
+        crate::loading::keep_map_current(false);
     }
     teardown(Some(ended_by));
     Ok(End::Detached)
-}
-
-/// What a thread of the program is about to do that ends the session.
-fn leaving() -> Option<Leave> {
-    *LEAVING.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The calling thread of the program is about to do what ends the session
-/// (`why`): end it here, as a detach the agent chose (`ended_by` "sandbox"
-/// or "exec", a note, the profile sent, handlers given back), and return
-/// once the control thread has exited: a seccomp filter (which may go on
-/// every thread: `SECCOMP_FILTER_FLAG_TSYNC`) finds no thread of the
-/// agent's making a system call, and an exec finds the profile sent. This
-/// thread spins meanwhile. Entering a sandbox, the agent's handlers make no system call afterwards
-/// (`Agent::sandboxed`). Nothing happens without a session in this process
-/// (a fork child inherits the flag, not the session; a vfork child has a
-/// pid of its own). Not for handlers. The session is over even if the call
-/// then fails.
-pub fn leave(why: Leave) {
-    if !SESSION.load(Ordering::Acquire) || SESSION_PID.load(Ordering::Acquire) != std::process::id() as i32 {
-        return;
-    }
-    let control = CONTROL_TID.load(Ordering::Acquire);
-    if control == task::gettid() {
-        return;
-    }
-    *LEAVING.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
-    let until = Instant::now() + LEAVE_CALL_WAIT;
-    let mut spins = 0u32;
-    while Instant::now() < until {
-        std::hint::spin_loop();
-        spins = spins.wrapping_add(1);
-        // Whether the control thread is still there: a system call, now and then.
-        if spins.is_multiple_of(4096) && !(SESSION.load(Ordering::Acquire) || control != 0 && task::tgkill(control, 0)) {
-            break;
-        }
-    }
-    if let Leave::Sandbox(_) = why {
-        AGENT.set_sandboxed();
-    }
 }
 
 extern "C" fn at_exit() {
@@ -471,11 +340,11 @@ fn set_up_new(me: i32, known: &mut HashSet<i32>, why: &mut Option<String>) -> us
     if fresh.is_empty() {
         return 0;
     }
-    threads::snapshot_mappings();
+    crate::mappings::snapshot_mappings();
     let mut n = 0;
     for tid in fresh {
         // Attached as preloaded: witch's share of a limited address space.
-        if !crate::preload::room_for_a_thread() {
+        if !crate::thread_life::room_for_a_thread() {
             continue;
         }
         let Some(alt) = threads::map_stack() else {
@@ -557,20 +426,4 @@ fn pending_signals() -> Vec<i32> {
         mask |= s.pending.unwrap_or(0) | s.shared_pending.unwrap_or(0);
     }
     ours.into_iter().filter(|&s| mask & (1u64 << (s - 1)) != 0).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Leave;
-
-    /// A leave that comes before the session began says so, instead of
-    /// "ended 0.000 s in" (and promises no profile).
-    #[test]
-    fn a_leave_before_the_session_says_it_did_not_start() {
-        let before = Leave::Exec("execve").note(None);
-        assert_eq!(before, "the session did not start: the process called execve to replace its program");
-        let during = Leave::Exec("execl").note(Some(0.712));
-        assert!(during.starts_with("the session ended 0.712 s in, as the process called execl"), "{during}");
-        assert!(Leave::Sandbox("prctl").note(None).starts_with("the session did not start: the program put itself in a seccomp sandbox"));
-    }
 }

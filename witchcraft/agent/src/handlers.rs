@@ -19,8 +19,9 @@ use crate::alloc;
 use crate::handler_stack;
 use crate::program::PROGRAM;
 use crate::state::{Mode, AGENT};
-use crate::threads::{self, Phase, Prior, Slot};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use crate::symbols::real_sigaction;
+use crate::threads::{Phase, Prior, Slot};
+use std::sync::atomic::Ordering;
 use witchcraft::engine::{self, Place};
 use witchcraft::profile::EndedBy;
 use witchcraft::sys::siginfo::{self, sampler_signal};
@@ -36,20 +37,6 @@ pub const FATAL: [i32; 8] =
 /// Faults a copy in the code cache may raise as the native instruction
 /// would: the program's handlers for them run behind [`on_fault`].
 pub const FAULTS: [i32; 4] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL];
-
-type SigactionFn = unsafe extern "C" fn(libc::c_int, *const libc::sigaction, *mut libc::sigaction) -> libc::c_int;
-
-/// The C library's `sigaction` (ours interposes it, preloaded).
-pub fn real_sigaction() -> SigactionFn {
-    static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
-    let mut f = REAL.load(Ordering::Relaxed);
-    if f.is_null() {
-        f = crate::interpose::next_symbol(c"sigaction");
-        REAL.store(f, Ordering::Relaxed);
-    }
-    // SAFETY: the next `sigaction` in link order has this signature.
-    unsafe { std::mem::transmute::<*mut libc::c_void, SigactionFn>(f) }
-}
 
 fn action(h: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void), onstack: bool) -> libc::sigaction {
     // SAFETY: sigaction is plain data; all-zero is a valid start.
@@ -376,7 +363,7 @@ fn adopt(slot: &Slot, ts: &mut engine::ThreadState, uc: *mut libc::ucontext_t) {
     if own != Prior::NONE && own.sp <= sp && sp < own.sp + own.size {
         return;
     }
-    ts.place = Place::here(threads::stack_of(sp), slot.alt_stack());
+    ts.place = Place::here(crate::mappings::stack_of(sp), slot.alt_stack());
     ts.tid = task::gettid();
     slot.set_phase(Phase::Adopted);
 }

@@ -33,7 +33,7 @@ static HOOKED_AT: AtomicU64 = AtomicU64::new(0);
 /// last call, at the agent's definitions. The control thread's (it allocates and opens
 /// files); cheap when nothing was loaded.
 pub fn hook() {
-    let (adds, _) = crate::interpose::link_counts();
+    let (adds, _) = crate::loading::link_counts();
     if HOOKED_AT.swap(adds, Ordering::AcqRel) == adds {
         return;
     }

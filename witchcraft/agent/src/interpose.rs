@@ -1,64 +1,44 @@
 //! The C library functions a preloaded agent interposes (an attached one is
 //! loaded with `RTLD_LOCAL` and interposes nothing):
 //!
-//! - `pthread_create`: every new thread is set up before it runs;
+//! - `pthread_create`: every new thread is set up before it runs
+//!   ([`crate::thread_life`]);
 //! - the exec family, `fexecve` too (`execl*` in `exec_variadic.c`): the
 //!   profile is written before the image is replaced, and profiling goes on
 //!   if exec fails;
 //! - `_exit`, `_Exit`: the profile is written (exit's atexit handlers,
 //!   which write it otherwise, are skipped);
-//! - `sigaction`, `signal`: the signals the agent owns keep its handler,
-//!   while the program's choice is remembered and reported back;
-//! - `sigprocmask`, `pthread_sigmask`: the program may block anything but
-//!   the agent's samples and traps;
 //! - `ptrace`: a process that asks to be traced (`PTRACE_TRACEME`) leaves
 //!   its debug registers and signals to its debugger;
-//! - `dlopen`, `dlmopen`, `dlclose`, `dlsym`: the module map follows what
-//!   is loaded and unloaded (see [`dlclose`], [`route_open`], [`route_sym`]);
 //! - `prctl` and `syscall`, for `PR_SET_SECCOMP` and `SYS_seccomp`: a
 //!   process that puts itself in a seccomp sandbox is left before the
-//!   filter goes in (`preload::leave_to_sandbox`; an attached agent gets
+//!   filter goes in (`leave::leave_to_sandbox`; an attached agent gets
 //!   these two, and the `exec` calls and `fexecve`, through the program's
-//!   import tables, `imports.rs`, and ends its session, `attach::leave`).
+//!   import tables, `imports.rs`, and ends its session, `Session::leave`).
+//!
+//! The others have modules of their own: `sigaction`, `signal`,
+//! `sigprocmask` and `pthread_sigmask` ([`crate::dispositions`]); `dlopen`,
+//! `dlmopen`, `dlclose` and `dlsym` ([`crate::loading`]).
 
-use crate::program::PROGRAM;
-use crate::state::{Mode, AGENT};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
-use witchcraft::modules;
+use crate::attach_state::{Leave, SESSION};
+use crate::leave;
+use crate::state::{preloaded, Mode, AGENT};
+use crate::symbols::{keeping_errno, next};
+use crate::thread_life;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use witchcraft::profile::EndedBy;
-use witchcraft::sys::siginfo::sampler_signal;
-
-/// The next definition of `name` after ours.
-pub fn next_symbol(name: &std::ffi::CStr) -> *mut libc::c_void {
-    // SAFETY: dlsym with a NUL-terminated name.
-    unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) }
-}
-
-/// The next `name`, looked up once.
-fn next(name: &std::ffi::CStr, cache: &AtomicPtr<libc::c_void>) -> *mut libc::c_void {
-    let mut f = cache.load(Ordering::Relaxed);
-    if f.is_null() {
-        f = next_symbol(name);
-        cache.store(f, Ordering::Relaxed);
-    }
-    f
-}
-
-fn preloaded() -> bool {
-    AGENT.mode() == Mode::Preloaded && AGENT.engine().is_some()
-}
 
 type StartFn = extern "C" fn(*mut libc::c_void) -> *mut libc::c_void;
 type PthreadCreate = unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartFn, *mut libc::c_void) -> libc::c_int;
 
 /// A new thread's start: it takes its slot, prepared by its creator, and
 /// runs the program's start routine. Nothing here allocates (see
-/// `preload::prepare_thread`).
+/// `thread_life::prepare_thread`).
 extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
     // SAFETY: `pthread_create` below passes a slot of the static table.
     let slot = unsafe { &*(p as *const crate::threads::Slot) };
     let (start, arg, stack) = slot.start();
-    crate::preload::adopt_thread(slot, crate::preload::created_thread_stack(stack));
+    thread_life::adopt_thread(slot, thread_life::created_thread_stack(stack));
     // SAFETY: the program's start routine, left in the slot by `pthread_create`.
     let start = unsafe { std::mem::transmute::<usize, StartFn>(start) };
     // Not a tail call: this frame stays below the program's start routine,
@@ -110,7 +90,7 @@ pub unsafe extern "C" fn pthread_create(
     static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
     // SAFETY: the C library's pthread_create has this signature.
     let real = unsafe { std::mem::transmute::<*mut libc::c_void, PthreadCreate>(next(c"pthread_create", &REAL)) };
-    let slot = if preloaded() { crate::preload::prepare_thread() } else { None };
+    let slot = if preloaded() { thread_life::prepare_thread() } else { None };
     let Some(slot) = slot else {
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real(thread, attr, start, arg) };
@@ -119,7 +99,7 @@ pub unsafe extern "C" fn pthread_create(
     // SAFETY: as above, the thread starting in the trampoline with its slot.
     let r = unsafe { real(thread, attr, trampoline, slot as *const crate::threads::Slot as *mut libc::c_void) };
     if r != 0 {
-        crate::preload::unprepare_thread(slot);
+        thread_life::unprepare_thread(slot);
     }
     r
 }
@@ -179,7 +159,7 @@ static REAL_EXEC: [AtomicPtr<libc::c_void>; 5] = [const { AtomicPtr::new(std::pt
 macro_rules! attached_exec {
     ($name:ident, $index:expr, $sym:literal, $ty:ty, $($arg:ident : $t:ty),*) => {
         #[doc = concat!("The program's `", $sym, "` through its import tables, attached (`imports.rs`): the")]
-        /// session ends first and sends its profile ([`crate::attach::leave`]),
+        /// session ends first and sends its profile ([`Session::leave`](crate::attach_state::Session::leave)),
         /// then the call goes on to the definition the program's own calls
         /// bind to.
         ///
@@ -187,7 +167,7 @@ macro_rules! attached_exec {
         /// As the C library's function of the same name; only installed once
         /// `resolve_for_attached` found it.
         pub(crate) unsafe extern "C" fn $name($($arg: $t),*) -> libc::c_int {
-            keeping_errno(|| crate::attach::leave(crate::attach::Leave::Exec($sym)));
+            keeping_errno(|| SESSION.leave(Leave::Exec($sym)));
             // SAFETY: the program's own function of this name, with this signature.
             let real = unsafe { std::mem::transmute::<*mut libc::c_void, $ty>(REAL_EXEC[$index].load(Ordering::Acquire)) };
             // SAFETY: the caller's arguments, passed on.
@@ -214,7 +194,7 @@ extern "C" {
 
 /// What the attached twins of `execl`, `execlp` and `execle` (`which` 0, 1,
 /// 2, as `exec_variadic.c` numbers them) do with the argv they built: the
-/// session ends first and sends its profile ([`crate::attach::leave`]),
+/// session ends first and sends its profile ([`Session::leave`](crate::attach_state::Session::leave)),
 /// then the exec goes on as the C library's `execl` (`execve` with
 /// `environ`), `execlp` (`execvp`: the path search) or `execle` (`execve`
 /// with the caller's `envp`) does it, through the `execve` or `execvp` the
@@ -237,7 +217,7 @@ unsafe extern "C" fn witch_attached_exec_argv(
         1 => "execlp",
         _ => "execle",
     };
-    keeping_errno(|| crate::attach::leave(crate::attach::Leave::Exec(name)));
+    keeping_errno(|| SESSION.leave(Leave::Exec(name)));
     if which == 1 {
         // SAFETY: the program's own execvp, with this signature.
         let real = unsafe { std::mem::transmute::<*mut libc::c_void, Execv>(REAL_EXEC[3].load(Ordering::Acquire)) };
@@ -296,7 +276,7 @@ type PtraceFn = unsafe extern "C" fn(libc::c_int, libc::pid_t, *mut libc::c_void
 pub unsafe extern "C" fn ptrace(req: libc::c_int, pid: libc::pid_t, addr: *mut libc::c_void, data: *mut libc::c_void) -> libc::c_long {
     static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
     if req == libc::PTRACE_TRACEME as libc::c_int && preloaded() && AGENT.owner_is_me() {
-        crate::preload::leave_to_debugger("it asked to be traced (PTRACE_TRACEME)");
+        leave::leave_to_debugger("it asked to be traced (PTRACE_TRACEME)");
     }
     // SAFETY: the C library's ptrace reads these four arguments.
     unsafe { std::mem::transmute::<*mut libc::c_void, PtraceFn>(next(c"ptrace", &REAL))(req, pid, addr, data) }
@@ -313,9 +293,10 @@ const PR_SECCOMP_MODES: [libc::c_ulong; 2] = [1, 2];
 /// program's calls here).
 fn entering_sandbox(how: &'static str) {
     if preloaded() && AGENT.owner_is_me() {
-        keeping_errno(|| crate::preload::leave_to_sandbox(how));
-    } else if AGENT.mode() == Mode::Attached {
-        keeping_errno(|| crate::attach::leave(crate::attach::Leave::Sandbox(how)));
+        keeping_errno(|| leave::leave_to_sandbox(how));
+    } else if AGENT.mode() == Mode::Attached && keeping_errno(|| SESSION.leave(Leave::Sandbox(how))) {
+        // For good: the agent's handlers make no system call from here on.
+        AGENT.set_sandboxed();
     }
 }
 
@@ -491,572 +472,4 @@ pub(crate) unsafe extern "C" fn attached_syscall(
     before_syscall(nr, a1);
     // SAFETY: the program's own `syscall`, with the arguments it was given.
     unsafe { std::mem::transmute::<*mut libc::c_void, SyscallFn>(REAL_SYSCALL.load(Ordering::Acquire))(nr, a1, a2, a3, a4, a5, a6) }
-}
-
-type SigactionFn = unsafe extern "C" fn(libc::c_int, *const libc::sigaction, *mut libc::sigaction) -> libc::c_int;
-
-/// `sigaction` as the program sees it: the signals the agent owns keep its
-/// handler while the program's choice is remembered and reported back
-/// (with `SA_RESTORER`, as the C library's own call leaves it). A handler
-/// that runs on an alternate stack (`SA_ONSTACK`) gets witch's signals
-/// added to its mask, unseen by the program.
-///
-/// # Safety
-/// As the C library's `sigaction`.
-#[no_mangle]
-pub unsafe extern "C" fn sigaction(sig: libc::c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> libc::c_int {
-    let real: SigactionFn = crate::handlers::real_sigaction();
-    if PROGRAM.owned(sig) {
-        if !old.is_null() {
-            // SAFETY: the caller's pointer to a sigaction to fill.
-            unsafe { *old = PROGRAM.action(sig) };
-        }
-        if !act.is_null() {
-            // SAFETY: the caller's pointer to a sigaction to read.
-            let mut sa = unsafe { *act };
-            // As the kernel would keep it from the C library's call: with
-            // the C library's signal return (`SA_RESTORER`), which ours,
-            // installed through the same C library, has.
-            // SAFETY: sigaction is plain data; queries our disposition.
-            let mut ours: libc::sigaction = unsafe { std::mem::zeroed() };
-            // SAFETY: as above.
-            if unsafe { real(sig, std::ptr::null(), &mut ours) } == 0 && ours.sa_flags & SA_RESTORER != 0 {
-                sa.sa_flags |= SA_RESTORER;
-                sa.sa_restorer = ours.sa_restorer;
-            }
-            PROGRAM.set_action(sig, &sa);
-        }
-        return 0;
-    }
-    if crate::handlers::FAULTS.contains(&sig) && crate::state::AGENT.mode() == crate::state::Mode::Preloaded {
-        // A fault handler of the program's runs behind the agent's guard,
-        // which the program never sees.
-        let guarded = PROGRAM.guarded(sig);
-        let hooked = PROGRAM.fatal_hook(sig);
-        if !old.is_null() {
-            // SAFETY: the caller's pointer to a sigaction to fill.
-            unsafe {
-                if guarded {
-                    *old = PROGRAM.action(sig);
-                } else if real(sig, std::ptr::null(), old) == 0 && hooked {
-                    (*old).sa_sigaction = libc::SIG_DFL;
-                    (*old).sa_flags = 0;
-                }
-            }
-        }
-        if act.is_null() {
-            return 0;
-        }
-        PROGRAM.set_fatal_hook(sig, false);
-        // SAFETY: the caller's pointer to a sigaction to read.
-        return crate::handlers::guard(sig, unsafe { &*act });
-    }
-    // A handler on the program's own alternate stack: witch's signals wait
-    // until it returns. That stack is sized for the program's signals one
-    // at a time (each handler blocks its own); a sample or trap taken
-    // inside the handler would put a second kernel frame (3 to 12 KB) on it.
-    // SAFETY: the caller's pointer, null or a sigaction to read.
-    let onstack = unsafe { act.as_ref() }
-        .filter(|a| a.sa_flags & libc::SA_ONSTACK != 0 && a.sa_sigaction != libc::SIG_DFL && a.sa_sigaction != libc::SIG_IGN);
-    let mut added = 0u64;
-    let mut copy = onstack.copied();
-    let act = match copy.as_mut() {
-        Some(copy) => {
-            for s in [libc::SIGTRAP, sampler_signal()] {
-                // SAFETY: valid set and signal numbers.
-                if unsafe { libc::sigismember(&copy.sa_mask, s) } == 0 {
-                    // SAFETY: as above.
-                    unsafe { libc::sigaddset(&mut copy.sa_mask, s) };
-                    added |= 1 << (s - 1);
-                }
-            }
-            copy as *const libc::sigaction
-        }
-        None => act,
-    };
-    let before = PROGRAM.added_mask(sig);
-    let hooked = PROGRAM.fatal_hook(sig);
-    // SAFETY: the caller's arguments (the action perhaps with witch's signals added), passed on.
-    let r = unsafe { real(sig, act, old) };
-    if r != 0 {
-        return r;
-    }
-    if !old.is_null() {
-        // SAFETY: the caller's sigaction, filled by the call.
-        let old = unsafe { &mut *old };
-        if hooked {
-            // Our fatal-signal hook is invisible: the program sees SIG_DFL.
-            // SAFETY: all zero is SIG_DFL with no flags and an empty mask.
-            *old = unsafe { std::mem::zeroed() };
-        } else {
-            // What the program set, without what the agent added to it.
-            for s in [libc::SIGTRAP, sampler_signal()] {
-                if before & (1 << (s - 1)) != 0 {
-                    // SAFETY: a valid set and signal number.
-                    unsafe { libc::sigdelset(&mut old.sa_mask, s) };
-                }
-            }
-        }
-    }
-    if !act.is_null() {
-        PROGRAM.set_added_mask(sig, added);
-        if hooked {
-            PROGRAM.set_fatal_hook(sig, false);
-        }
-    }
-    0
-}
-
-/// The flag the C library's `sigaction` adds for its signal return.
-const SA_RESTORER: libc::c_int = 0x0400_0000;
-
-/// # Safety
-/// As the C library's `signal`.
-#[no_mangle]
-pub unsafe extern "C" fn signal(sig: libc::c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    // SAFETY: sigaction is plain data.
-    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
-    sa.sa_sigaction = handler;
-    sa.sa_flags = libc::SA_RESTART;
-    // SAFETY: as above.
-    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointers to plain structs.
-    if unsafe { sigaction(sig, &sa, &mut old) } != 0 {
-        return libc::SIG_ERR;
-    }
-    old.sa_sigaction
-}
-
-type MaskFn = unsafe extern "C" fn(libc::c_int, *const libc::sigset_t, *mut libc::sigset_t) -> libc::c_int;
-
-/// `set` without the signals the agent owns, if it names any (else `set`
-/// itself). The program may block anything but the samples and traps: a
-/// thread that blocks every signal (a common way to leave them all to one
-/// thread) would otherwise never be sampled, and its traps would arrive
-/// late. Its masks are otherwise kept, and glibc's own masking is untouched.
-///
-/// # Safety
-/// `set` is null or a valid sigset.
-unsafe fn without_ours(how: libc::c_int, set: *const libc::sigset_t, copy: &mut libc::sigset_t) -> *const libc::sigset_t {
-    if set.is_null() || how == libc::SIG_UNBLOCK {
-        return set;
-    }
-    let ours = [libc::SIGTRAP, sampler_signal()];
-    // SAFETY: `set` is a valid sigset (the caller's promise).
-    let named = |sig: i32| unsafe { libc::sigismember(set, sig) } == 1;
-    if !ours.iter().any(|&sig| PROGRAM.owned(sig) && named(sig)) {
-        return set;
-    }
-    // SAFETY: as above.
-    *copy = unsafe { *set };
-    for sig in ours.into_iter().filter(|&sig| PROGRAM.owned(sig)) {
-        // SAFETY: `copy` is a valid sigset.
-        unsafe { libc::sigdelset(copy, sig) };
-    }
-    copy
-}
-
-/// # Safety
-/// As the C library's `pthread_sigmask`.
-#[no_mangle]
-pub unsafe extern "C" fn pthread_sigmask(how: libc::c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> libc::c_int {
-    static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
-    // SAFETY: sigset_t is plain data.
-    let mut copy: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: the C library's function has this signature; the arguments are the caller's.
-    unsafe {
-        std::mem::transmute::<*mut libc::c_void, MaskFn>(next(c"pthread_sigmask", &REAL))(how, without_ours(how, set, &mut copy), old)
-    }
-}
-
-/// # Safety
-/// As the C library's `sigprocmask`.
-#[no_mangle]
-pub unsafe extern "C" fn sigprocmask(how: libc::c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> libc::c_int {
-    static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
-    // SAFETY: sigset_t is plain data.
-    let mut copy: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as in `pthread_sigmask`.
-    unsafe { std::mem::transmute::<*mut libc::c_void, MaskFn>(next(c"sigprocmask", &REAL))(how, without_ours(how, set, &mut copy), old) }
-}
-
-// Dynamic loading. The module map (witchcraft::modules) is read in place
-// by the handlers: it must describe what is mapped, and never a module
-// after it is unloaded.
-
-/// Is this process being profiled by this (preloaded) agent right now?
-fn tracking() -> bool {
-    preloaded() && AGENT.owner_is_me() && !AGENT.stopping() && !AGENT.finished()
-}
-
-/// The dynamic linker's counts of objects loaded and unloaded so far.
-pub(crate) fn link_counts() -> (u64, u64) {
-    extern "C" fn first(info: *mut libc::dl_phdr_info, size: usize, out: *mut libc::c_void) -> libc::c_int {
-        let end = std::mem::offset_of!(libc::dl_phdr_info, dlpi_subs) + std::mem::size_of::<u64>();
-        if size >= end {
-            // SAFETY: the C library passes a valid entry of `size` bytes,
-            // and `out` is the pair below.
-            unsafe { *(out as *mut (u64, u64)) = ((*info).dlpi_adds, (*info).dlpi_subs) };
-        }
-        1 // the counts are the same in every entry
-    }
-    let mut counts = (0u64, 0u64);
-    // SAFETY: a callback that only reads the entry it is given.
-    unsafe { libc::dl_iterate_phdr(Some(first), &mut counts as *mut (u64, u64) as *mut libc::c_void) };
-    counts
-}
-
-/// The counts when the map was last rebuilt here.
-static SEEN: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
-
-/// Rebuild the map if something was loaded or unloaded since it was built
-/// here, or a handler met code outside it; then free the maps no handler
-/// can still be reading. Not for handlers.
-pub fn keep_map_current(force: bool) {
-    // Reading the maps may look a symbol up (the standard library's weak
-    // symbols, through `dlsym`), which comes back here.
-    if BUSY.with(|b| b.replace(true)) {
-        return;
-    }
-    rebuild_if_changed(force);
-    BUSY.with(|b| b.set(false));
-}
-
-thread_local! {
-    /// This thread is keeping the map (a `dlsym` or `dlclose` from a
-    /// signal handler of the program that interrupted it must not start
-    /// again: the map's locks are held).
-    static BUSY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-fn rebuild_if_changed(force: bool) {
-    let (adds, subs) = link_counts();
-    let changed = adds != SEEN[0].load(Ordering::Relaxed) || subs != SEEN[1].load(Ordering::Relaxed);
-    if force || changed || modules::STALE.swap(false, Ordering::AcqRel) {
-        SEEN[0].store(adds, Ordering::Relaxed);
-        SEEN[1].store(subs, Ordering::Relaxed);
-        modules::refresh();
-    }
-    modules::reclaim_retired(|| AGENT.threads.grace());
-}
-
-/// `f` with the caller's errno kept.
-fn keeping_errno<R>(f: impl FnOnce() -> R) -> R {
-    // SAFETY: this thread's errno.
-    let e = unsafe { *libc::__errno_location() };
-    let r = f();
-    // SAFETY: as above.
-    unsafe { *libc::__errno_location() = e };
-    r
-}
-
-type DlopenFn = unsafe extern "C-unwind" fn(*const libc::c_char, libc::c_int) -> *mut libc::c_void;
-type DlmopenFn = unsafe extern "C-unwind" fn(libc::c_long, *const libc::c_char, libc::c_int) -> *mut libc::c_void;
-type DlcloseFn = unsafe extern "C-unwind" fn(*mut libc::c_void) -> libc::c_int;
-
-static REAL_DLOPEN: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
-static REAL_DLMOPEN: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
-
-// `dlopen` and `dlmopen` go through these stubs: they ask `route_open`
-// (with the arguments and the caller's return address) where to go, and
-// jump there with the caller's arguments, stack and return address
-// untouched. The C library finds the object that called `dlopen` from that
-// return address: `$ORIGIN`, and the RPATH and RUNPATH that a bare file
-// name is searched along, are that object's, and so is the namespace the
-// library loads into. Going straight to the C library keeps all of that;
-// going through a wrapper that calls it would make the agent the caller.
-std::arch::global_asm!(
-    // The arguments' registers saved around the call that chooses where to
-    // go (16-byte aligned at the call; 40 bytes, so the caller's return
-    // address is then at [rsp + 40]), then put back, and on to it.
-    ".macro witch_save_args",
-    "push rdi",
-    "push rsi",
-    "push rdx",
-    "push rcx",
-    "sub rsp, 8",
-    ".endm",
-    ".macro witch_restore_args_and_go",
-    "add rsp, 8",
-    "pop rcx",
-    "pop rdx",
-    "pop rsi",
-    "pop rdi",
-    "jmp rax",
-    ".endm",
-    ".globl dlopen",
-    ".type dlopen,@function",
-    "dlopen:",
-    "endbr64",
-    "witch_save_args",
-    "mov rdx, rdi",       // the file name
-    "xor edi, edi",       // 0: dlopen
-    "mov rcx, [rsp + 40]", // the caller's return address
-    "call {route}",
-    "witch_restore_args_and_go",
-    ".size dlopen, .-dlopen",
-    ".globl dlmopen",
-    ".type dlmopen,@function",
-    "dlmopen:",
-    "endbr64",
-    "witch_save_args",
-    "mov rdx, rsi",       // the file name
-    "mov edi, 1",         // 1: dlmopen
-    "mov rcx, [rsp + 40]", // the caller's return address
-    "call {route}",
-    "witch_restore_args_and_go",
-    ".size dlmopen, .-dlmopen",
-    ".globl dlsym",
-    ".type dlsym,@function",
-    "dlsym:",
-    "endbr64",
-    "witch_save_args",
-    "call {route_sym}",
-    "witch_restore_args_and_go",
-    ".size dlsym, .-dlsym",
-    route = sym route_open,
-    route_sym = sym route_sym,
-);
-
-/// The C library's `dlsym` (looked up by version: looking it up by name
-/// would come back here).
-fn real_dlsym() -> *const libc::c_void {
-    static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
-    let mut f = REAL.load(Ordering::Relaxed);
-    if f.is_null() {
-        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
-            // SAFETY: dlvsym with NUL-terminated names.
-            f = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
-            if !f.is_null() {
-                break;
-            }
-        }
-        REAL.store(f, Ordering::Relaxed);
-    }
-    f
-}
-
-/// `dlsym` goes straight to the C library (its caller decides what
-/// `RTLD_NEXT` and `RTLD_DEFAULT` find), after bringing the map up to date:
-/// a program looks up what it loaded before it runs it, so a library that
-/// `dlopen` could not be followed into (see [`route_open`]) is in the map
-/// before its code runs.
-extern "C" fn route_sym() -> *const libc::c_void {
-    // Two loads when nothing is pending: programs may call dlsym often.
-    if (UNFOLLOWED.load(Ordering::Relaxed) || modules::STALE.load(Ordering::Relaxed)) && tracking() {
-        UNFOLLOWED.store(false, Ordering::Relaxed);
-        keeping_errno(|| keep_map_current(false));
-    }
-    real_dlsym()
-}
-
-/// A `dlopen` went straight to the C library: what it loaded is not in the
-/// map yet.
-static UNFOLLOWED: AtomicBool = AtomicBool::new(false);
-
-/// Where `dlopen` (`which` 0) or `dlmopen` (1) of `file`, called from
-/// `caller`, goes: to [`open_and_refresh`] (or its `dlmopen` twin) when
-/// the C library would load the same thing for the agent as for the
-/// caller, so the map can be rebuilt once it returns; otherwise straight
-/// to the C library, and what it loads enters the map at the next rebuild
-/// (the next `dlopen`, `dlclose` or thread start, or when the profile is
-/// written).
-extern "C" fn route_open(which: usize, _: usize, file: *const libc::c_char, caller: *const libc::c_void) -> *const libc::c_void {
-    let real = if which == 0 { next(c"dlopen", &REAL_DLOPEN) } else { next(c"dlmopen", &REAL_DLMOPEN) };
-    if !tracking() {
-        return real;
-    }
-    keeping_errno(|| {
-        keep_map_current(false);
-        // SAFETY: `file` is the caller's argument: null or a C string.
-        if unsafe { same_for_any_caller(file, caller, which == 0) } {
-            if which == 0 {
-                open_and_refresh as *const libc::c_void
-            } else {
-                mopen_and_refresh as *const libc::c_void
-            }
-        } else {
-            UNFOLLOWED.store(true, Ordering::Relaxed);
-            real
-        }
-    })
-}
-
-unsafe extern "C-unwind" fn open_and_refresh(file: *const libc::c_char, mode: libc::c_int) -> *mut libc::c_void {
-    // SAFETY: the C library's dlopen has this signature; the arguments are the caller's.
-    let h = unsafe { std::mem::transmute::<*mut libc::c_void, DlopenFn>(next(c"dlopen", &REAL_DLOPEN))(file, mode) };
-    if !h.is_null() && tracking() {
-        keeping_errno(|| keep_map_current(false));
-    }
-    h
-}
-
-unsafe extern "C-unwind" fn mopen_and_refresh(lmid: libc::c_long, file: *const libc::c_char, mode: libc::c_int) -> *mut libc::c_void {
-    // SAFETY: the C library's dlmopen has this signature; the arguments are the caller's.
-    let h = unsafe { std::mem::transmute::<*mut libc::c_void, DlmopenFn>(next(c"dlmopen", &REAL_DLMOPEN))(lmid, file, mode) };
-    if !h.is_null() && tracking() {
-        keeping_errno(|| keep_map_current(false));
-    }
-    h
-}
-
-const DT_NULL: i64 = 0;
-const DT_RPATH: i64 = 15;
-const DT_RUNPATH: i64 = 29;
-const DT_FLAGS_1: i64 = 0x6fff_fffb;
-const DF_1_NODEFLIB: u64 = 0x800;
-const RTLD_DL_LINKMAP: libc::c_int = 2;
-
-#[repr(C)]
-struct Elf64Dyn {
-    tag: i64,
-    val: u64,
-}
-
-/// What a loaded object's dynamic section says about library search.
-#[derive(Default, Clone, Copy)]
-struct SearchTags {
-    rpath: bool,
-    runpath: bool,
-    nodeflib: bool,
-}
-
-struct Objects {
-    caller: u64,
-    /// The caller's object's tags (the main program's if no object holds
-    /// the caller's address, as the C library then assumes).
-    caller_tags: Option<SearchTags>,
-    main_tags: SearchTags,
-    /// An object other than the main program has a DT_RPATH.
-    other_rpath: bool,
-    first: bool,
-}
-
-/// Read the tags of every loaded object.
-fn scan_objects(caller: u64) -> Objects {
-    extern "C" fn each(info: *mut libc::dl_phdr_info, _: usize, data: *mut libc::c_void) -> libc::c_int {
-        // SAFETY: the C library's entry, and our `Objects`.
-        let (info, o) = unsafe { (&*info, &mut *(data as *mut Objects)) };
-        let mut tags = SearchTags::default();
-        let mut holds_caller = false;
-        for i in 0..info.dlpi_phnum as usize {
-            // SAFETY: `dlpi_phnum` program headers at `dlpi_phdr`.
-            let ph = unsafe { &*info.dlpi_phdr.add(i) };
-            let start = info.dlpi_addr.wrapping_add(ph.p_vaddr);
-            if ph.p_type == libc::PT_LOAD && o.caller >= start && o.caller < start.wrapping_add(ph.p_memsz) {
-                holds_caller = true;
-            }
-            if ph.p_type == libc::PT_DYNAMIC {
-                let mut d = start as *const Elf64Dyn;
-                // SAFETY: the object's dynamic section, mapped while it is
-                // loaded (and the C library holds it loaded during the
-                // iteration), ends with DT_NULL.
-                unsafe {
-                    while (*d).tag != DT_NULL {
-                        match (*d).tag {
-                            DT_RPATH => tags.rpath = true,
-                            DT_RUNPATH => tags.runpath = true,
-                            DT_FLAGS_1 => tags.nodeflib = (*d).val & DF_1_NODEFLIB != 0,
-                            _ => {}
-                        }
-                        d = d.add(1);
-                    }
-                }
-            }
-        }
-        if o.first {
-            o.main_tags = tags;
-        } else if tags.rpath {
-            o.other_rpath = true;
-        }
-        if holds_caller && o.caller_tags.is_none() {
-            o.caller_tags = Some(tags);
-        }
-        o.first = false;
-        0
-    }
-    let mut o = Objects { caller, caller_tags: None, main_tags: SearchTags::default(), other_rpath: false, first: true };
-    // SAFETY: a callback that reads the entries it is given.
-    unsafe { libc::dl_iterate_phdr(Some(each), &mut o as *mut Objects as *mut libc::c_void) };
-    o
-}
-
-/// Would the C library load the same object for `file` whether the agent
-/// or `caller` asks (`in_callers_namespace`: `dlopen`, which loads into its
-/// caller's namespace)?
-///
-/// # Safety
-/// `file` is null or a C string.
-unsafe fn same_for_any_caller(file: *const libc::c_char, caller: *const libc::c_void, in_callers_namespace: bool) -> bool {
-    if in_callers_namespace {
-        // SAFETY: Dl_info is plain data (pointers may be null).
-        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-        let mut map: *mut libc::c_void = std::ptr::null_mut();
-        // SAFETY: plain out-parameters; the link map is a handle `dlinfo` takes.
-        let ns = unsafe {
-            if libc::dladdr1(caller, &mut info, &mut map, RTLD_DL_LINKMAP) != 0 && !map.is_null() {
-                let mut lmid: libc::c_long = libc::LM_ID_BASE;
-                libc::dlinfo(map, libc::RTLD_DI_LMID, &mut lmid as *mut libc::c_long as *mut libc::c_void);
-                lmid
-            } else {
-                libc::LM_ID_BASE
-            }
-        };
-        if ns != libc::LM_ID_BASE {
-            return false; // the agent is in the base namespace
-        }
-    }
-    if file.is_null() {
-        return true; // the main program
-    }
-    // SAFETY: the caller's promise.
-    let name = unsafe { std::ffi::CStr::from_ptr(file) }.to_bytes();
-    if name.contains(&b'$') {
-        return false; // `$ORIGIN` and the like are the caller's
-    }
-    if name.contains(&b'/') {
-        return true; // a path: no search
-    }
-    // A bare name is searched for along the RPATH of the caller and of the
-    // objects that loaded it (unless the caller has a RUNPATH), then the
-    // main program's RPATH, LD_LIBRARY_PATH, the caller's RUNPATH, the cache
-    // and the default directories (unless the caller says NODEFLIB). The
-    // agent has none of these tags and was loaded by the main program: the
-    // search is the same when the caller has no RUNPATH or NODEFLIB and no
-    // object but the main program has an RPATH.
-    let o = scan_objects(caller as u64);
-    let tags = o.caller_tags.unwrap_or(o.main_tags);
-    !tags.runpath && !tags.nodeflib && !o.other_rpath
-}
-
-/// Unload as the C library does, and keep the module map from describing
-/// what it unmaps: the map loses its transient modules first (those loaded
-/// after the agent started, which this call may unload), every handler
-/// that may still read the previous map is waited for, and once the call
-/// returns the map is rebuilt. `dlclose` does not depend on its caller.
-///
-/// # Safety
-/// As the C library's `dlclose`.
-#[no_mangle]
-pub unsafe extern "C-unwind" fn dlclose(handle: *mut libc::c_void) -> libc::c_int {
-    static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
-    // SAFETY: the C library's dlclose has this signature.
-    let real = unsafe { std::mem::transmute::<*mut libc::c_void, DlcloseFn>(next(c"dlclose", &REAL)) };
-    if !tracking() || BUSY.with(|b| b.get()) {
-        // SAFETY: the caller's argument, passed on.
-        return unsafe { real(handle) };
-    }
-    keeping_errno(|| {
-        BUSY.with(|b| b.set(true));
-        modules::begin_unload();
-        AGENT.threads.grace();
-    });
-    // SAFETY: as above.
-    let r = unsafe { real(handle) };
-    keeping_errno(|| {
-        modules::end_unload();
-        BUSY.with(|b| b.set(false));
-        keep_map_current(true);
-    });
-    r
 }

@@ -2,7 +2,6 @@
 //! handlers and calibrate, before the first thread is set up.
 
 use crate::calibrate;
-use crate::state::AGENT;
 use witchcraft::config::{
     Config, COUNT_EVENTS, COUNT_WINDOW_INSTRUCTIONS, DEFAULT_BURST_PICKS, DEFAULT_BURST_PICK_BYTES, DEFAULT_BURST_STEPS,
     DEFAULT_COUNT_PERIOD, DEFAULT_OVERHEAD_PERCENT, DEFAULT_SOFTWARE_PERIOD_NS, DEFAULT_WINDOW_INSTRUCTIONS, DEFAULT_WINDOW_PICKS,
@@ -17,31 +16,30 @@ use witchcraft::sys::watchpoint::KernelCaps;
 
 /// The engine for `cfg`, with `install` putting the handlers in place;
 /// `guarded`: the program's fault handlers run behind the agent's guard
-/// (preloaded), so burst windows may run whatever handlers it has. Notes
-/// go to the profile.
-pub fn make_engine(cfg: Config, install: fn(), guarded: bool) -> Engine {
+/// (preloaded), so burst windows may run whatever handlers it has. With
+/// the notes for the profile, in the order they were made.
+pub fn make_engine(cfg: Config, install: fn(), guarded: bool) -> (Engine, Vec<String>) {
     let own = own_code_range();
     modules::set_own_address(own.0);
     modules::refresh();
     let mut notes = Vec::new();
     let (sampler, period) = SamplerKind::choose(&cfg, &mut notes);
-    notes.into_iter().for_each(|n| AGENT.note(n));
     let sigtrap = !cfg.no_sigtrap && witchcraft::probe::sigtrap_supported();
     if !sigtrap {
-        AGENT.note("sigtrap unavailable (Linux < 5.13?): traps use F_SETSIG with a real-time signal");
+        notes.push("sigtrap unavailable (Linux < 5.13?): traps use F_SETSIG with a real-time signal".into());
     }
     let modify = !cfg.no_modify && witchcraft::probe::modify_attributes_supported();
     if !modify {
-        AGENT.note("PERF_EVENT_IOC_MODIFY_ATTRIBUTES unavailable: watchpoints re-armed by close+reopen");
+        notes.push("PERF_EVENT_IOC_MODIFY_ATTRIBUTES unavailable: watchpoints re-armed by close+reopen".into());
     }
     let in_place = modify && KernelCaps::read().modify_in_place;
     if in_place {
-        AGENT.note("kernel re-arms enabled watchpoints in place (witch's kernel patch): freed watchpoints park enabled");
+        notes.push("kernel re-arms enabled watchpoints in place (witch's kernel patch): freed watchpoints park enabled".into());
     }
     let craft = witchcraft::craft::for_kind(cfg.craft, cfg.fp_precision);
     install();
     let costs = calibrate::calibrate(sigtrap);
-    AGENT.note(format!(
+    notes.push(format!(
         "measured round trips: watchpoint trap {:.1} µs, signal {:.1} µs, single step {:.1} µs",
         costs.trap_ns as f64 / 1e3,
         costs.signal_ns as f64 / 1e3,
@@ -54,7 +52,7 @@ pub fn make_engine(cfg: Config, install: fn(), guarded: bool) -> Engine {
     let count = cfg.event.as_deref().filter(|e| COUNT_EVENTS.contains(e)).map(|_| {
         let n = cfg.period.unwrap_or(DEFAULT_COUNT_PERIOD);
         if n < MIN_COUNT_PERIOD {
-            AGENT.note(format!("a period of {n} accesses would slow the program many times over: raised to {MIN_COUNT_PERIOD}"));
+            notes.push(format!("a period of {n} accesses would slow the program many times over: raised to {MIN_COUNT_PERIOD}"));
         }
         n.max(MIN_COUNT_PERIOD)
     });
@@ -87,7 +85,7 @@ pub fn make_engine(cfg: Config, install: fn(), guarded: bool) -> Engine {
             },
         }),
     };
-    Engine {
+    let engine = Engine {
         config: cfg,
         craft,
         sampler,
@@ -103,7 +101,8 @@ pub fn make_engine(cfg: Config, install: fn(), guarded: bool) -> Engine {
         burst,
         head_start: HeadStart::new(HEAD_START_NS),
         windows_allowed: std::sync::atomic::AtomicBool::new(guarded || crate::handlers::faults_without_handlers()),
-    }
+    };
+    (engine, notes)
 }
 
 /// An engine that will not run: for the profile of a process that is not

@@ -7,6 +7,7 @@
 //! child), and the stop-and-wait that ends profiling is [`Agent::quiesce`].
 
 use crate::alloc;
+use crate::attach_state::SESSION;
 use crate::threads::{Slot, ThreadTable};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -66,6 +67,11 @@ pub struct Agent {
 }
 
 pub static AGENT: Agent = Agent::new();
+
+/// Is this a preloaded agent, profiling (or done with it)?
+pub fn preloaded() -> bool {
+    AGENT.mode() == Mode::Preloaded && AGENT.engine().is_some()
+}
 
 thread_local! {
     /// A preloaded thread's slot (never touched attached: a dlopen'ed
@@ -254,6 +260,14 @@ impl Agent {
         MINE.with(|m| m.set(slot.map_or(std::ptr::null(), |s| s as *const Slot)));
     }
 
+    /// Wait for the handlers running on other threads to return
+    /// ([`ThreadTable::grace`]), noting any thread that stays in one.
+    pub fn grace(&self) {
+        for n in self.threads.grace() {
+            self.note(n);
+        }
+    }
+
     /// Stop every thread's sampling and wait (briefly) for handlers that
     /// are running to finish: the one stop-and-wait of the agent.
     /// `keep_sampling` says which slots keep their sampler (an attached
@@ -415,7 +429,7 @@ impl Agent {
                 Err(std::io::Error::other("the program closed the session's socket (and may have reused the number)"))
             }
             Sink::File(fd) => write_file(fd, &bytes),
-            Sink::Session(fd) => crate::attach::send_profile(fd, bytes),
+            Sink::Session(fd) => SESSION.send_profile(fd, bytes),
         }
     }
 }

@@ -32,24 +32,19 @@
 //! program blocks SIGTRAP, or already single-steps itself.
 
 use super::budget::Budget;
+use super::pick::{reservoirs_taking, Candidate};
+pub use super::pick::{BurstWeight, MAX_PICKS};
+use super::stepping::{foreign_time, refusal, set_trap_flag, trapping, Foreign, Intercept, Refusal};
 use super::thread::ThreadState;
 use super::watch::MAX_SLOTS;
 use super::Engine;
 use crate::craft::{Verdict, Watched, SNAPSHOT};
 use crate::modules::ProcessMap;
 use crate::sys::mem;
-use crate::sys::perf::{self, BpType};
+use crate::sys::perf;
 use crate::unwind;
-use crate::x86::decode::{Access, Decoded, Regs};
+use crate::x86::decode::{Access, Regs};
 use rand::{rngs::SmallRng, RngExt, SeedableRng};
-
-/// Most accesses a burst picks (more than the debug registers: a long
-/// burst judges many of its picks itself, when their next access comes
-/// within it).
-pub const MAX_PICKS: usize = 8;
-
-/// The trap flag in EFLAGS.
-const TF: i64 = 0x100;
 
 /// How bursts are sized (process-wide).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -77,78 +72,6 @@ pub struct BurstSettings {
     /// Run bursts as windows from the code cache (see [`super::window`]);
     /// None: single steps.
     pub window: Option<super::window::WindowSettings>,
-}
-
-/// What a burst's pick stands for: the program time of its tick, in
-/// periods, times a count of the burst's accesses.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum BurstWeight {
-    /// K, the accesses the burst stepped through (over the picks). Right
-    /// when every burst steps as many instructions.
-    #[default]
-    Accesses,
-    /// K/L, accesses per instruction stepped (times the most steps a burst
-    /// takes, to keep the scale of [`BurstWeight::Accesses`]): right when
-    /// the budget or the code (a `syscall` ends a burst) makes bursts
-    /// differ in length, since a burst twice as long does not stand for
-    /// twice the program's time.
-    PerStep,
-    /// Experimental: 1 (each burst alike).
-    PerBurst,
-}
-
-impl BurstWeight {
-    pub fn parse(v: &str) -> Option<BurstWeight> {
-        match v {
-            "accesses" | "access" => Some(BurstWeight::Accesses),
-            "step" | "per-step" => Some(BurstWeight::PerStep),
-            "one" => Some(BurstWeight::PerBurst),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            BurstWeight::Accesses => "accesses",
-            BurstWeight::PerStep => "step",
-            BurstWeight::PerBurst => "one",
-        }
-    }
-}
-
-/// The picked access and what became of it.
-#[derive(Clone, Copy, Debug, Default)]
-struct Candidate {
-    /// Which of the burst's accesses it is (1 for the first).
-    id: u64,
-    /// Its bytes.
-    len: u64,
-    /// C_watch
-    ctx: u32,
-    /// The watched piece (as a debug register would watch it).
-    waddr: u64,
-    wlen: u64,
-    watched: Watched,
-    /// Its bytes are read after its instruction ran (a store's value).
-    snapshot_after: bool,
-    /// Its next access, to be judged after that instruction ran.
-    trap_after: Option<(Access, u32)>,
-    /// Judged within the burst: the verdict and C_trap.
-    verdict: Option<(Verdict, u32)>,
-    /// Accesses the craft ignored (LoadCraft: stores).
-    ignored: u32,
-    /// Given up (too many ignored accesses).
-    dropped: bool,
-}
-
-/// An access to bytes an armed debug register watches, made by the
-/// instruction about to run; the register was disabled before it ran.
-#[derive(Clone, Copy, Debug, Default)]
-struct Intercept {
-    access: Access,
-    trap_ctx: u32,
-    /// Judged before the instruction ran (no value needed after it).
-    verdict: Option<Verdict>,
 }
 
 /// One thread's burst state.
@@ -217,97 +140,6 @@ impl Burst {
         self.picks = [None; MAX_PICKS];
         self.intercepts = [None; MAX_SLOTS];
     }
-}
-
-/// Whose time a tick landed after, when not the program's.
-enum Foreign {
-    Hypervisor,
-    Kernel,
-}
-
-/// Why a tick did not begin a burst.
-enum Refusal {
-    /// SIGTRAP is blocked where the program resumes: a step would kill it.
-    Blocked,
-    /// The program single-steps itself.
-    Stepping,
-}
-
-/// # Safety
-/// `uc` must be the context the kernel passed to the signal handler.
-unsafe fn refusal(uc: *const libc::ucontext_t) -> Option<Refusal> {
-    // SAFETY: forwarded from the caller; sigismember only reads the set.
-    unsafe {
-        if libc::sigismember(&(*uc).uc_sigmask, libc::SIGTRAP) == 1 {
-            return Some(Refusal::Blocked);
-        }
-        if (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] & TF != 0 {
-            return Some(Refusal::Stepping);
-        }
-    }
-    None
-}
-
-/// Whose time an instruction starting with `code` leaves behind it, when
-/// not the program's: `cpuid` exits to the hypervisor in a virtual
-/// machine; `syscall`, `sysenter` and `int 0x80` enter the kernel.
-fn foreign_time(code: &[u8]) -> Option<Foreign> {
-    match code {
-        [0x0f, 0xa2, ..] => Some(Foreign::Hypervisor),
-        [0x0f, 0x05, ..] | [0x0f, 0x34, ..] | [0xcd, 0x80, ..] => Some(Foreign::Kernel),
-        _ => None,
-    }
-}
-
-/// # Safety
-/// `uc` must be the context the kernel passed to the signal handler.
-unsafe fn set_trap_flag(uc: *mut libc::ucontext_t, on: bool) {
-    // SAFETY: forwarded from the caller.
-    let efl = unsafe { &mut (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] };
-    if on {
-        *efl |= TF;
-    } else {
-        *efl &= !TF;
-    }
-}
-
-/// Which of the `m` reservoirs take the access just counted, the `seen`th
-/// of the burst, of `len` bytes (`bytes`: the bytes counted so far, its
-/// own included). By access: one reservoir of `m` without replacement, so
-/// each of the K accesses ends in it with probability m/K. By bytes: `m`
-/// reservoirs of one, each ending with an access with probability its
-/// bytes over the burst's B (two may hold the same access).
-fn reservoirs_taking(rng: &mut SmallRng, by_bytes: bool, m: u64, seen: u64, bytes: u64, len: u64) -> [bool; MAX_PICKS] {
-    let mut slots = [false; MAX_PICKS];
-    if by_bytes {
-        for slot in slots.iter_mut().take(m as usize) {
-            *slot = rng.random_range(0..bytes) < len;
-        }
-    } else {
-        let k = if seen <= m { seen - 1 } else { rng.random_range(0..seen) };
-        if k < m {
-            slots[k as usize] = true;
-        }
-    }
-    slots
-}
-
-/// Does access `a` make a debug register of type `ty` on [addr, addr+len) fire?
-fn fires(ty: BpType, a: &Access, addr: u64, len: u64) -> bool {
-    a.overlap(addr, len) > 0 && (ty == BpType::RW || a.write)
-}
-
-/// The access of `d` that a debug register on [addr, addr+len) would see
-/// first: a load before a store in the same instruction (`add [m], r`).
-fn trapping(d: &Decoded, ty: BpType, addr: u64, len: u64) -> Option<Access> {
-    let mut best: Option<Access> = None;
-    for a in d.accesses().iter().filter(|a| fires(ty, a, addr, len)) {
-        match best {
-            Some(b) if b.read => {}
-            _ => best = Some(*a),
-        }
-    }
-    best
 }
 
 /// A verdict that needs the bytes after the instruction ran: a store's,
@@ -753,68 +585,5 @@ impl ThreadState {
         }
         let Some(i) = self.claim_slot() else { return };
         self.arm_slot(i, c.waddr, c.wlen, c.ctx, c.watched, None);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn foreign_time_is_read_from_the_two_bytes_of_the_instruction() {
-        assert!(matches!(foreign_time(&[0x0f, 0xa2, 0x48]), Some(Foreign::Hypervisor)));
-        for code in [[0x0f, 0x05], [0x0f, 0x34], [0xcd, 0x80]] {
-            assert!(matches!(foreign_time(&code), Some(Foreign::Kernel)), "{code:x?}");
-        }
-        // `int 3`, `ud2`, a lone byte, and `cpuid`'s bytes the other way round.
-        for code in [&[0xcd, 0x03][..], &[0x0f, 0x0b], &[0x0f], &[0xa2, 0x0f]] {
-            assert!(foreign_time(code).is_none(), "{code:x?}");
-        }
-    }
-
-    /// Run the reservoirs over one burst's accesses of `lens` bytes, many
-    /// times: how often each access ends in reservoir 0, and in any.
-    fn ends(by_bytes: bool, m: u64, lens: &[u64], trials: u32) -> (Vec<f64>, Vec<f64>) {
-        let mut rng = SmallRng::seed_from_u64(7);
-        let (mut first, mut any) = (vec![0.0; lens.len()], vec![0.0; lens.len()]);
-        for _ in 0..trials {
-            let mut held = [usize::MAX; MAX_PICKS];
-            let mut bytes = 0;
-            for (i, &len) in lens.iter().enumerate() {
-                bytes += len;
-                for (k, on) in reservoirs_taking(&mut rng, by_bytes, m, i as u64 + 1, bytes, len).into_iter().enumerate() {
-                    if on {
-                        held[k] = i;
-                    }
-                }
-            }
-            first[held[0]] += 1.0 / trials as f64;
-            for (i, p) in any.iter_mut().enumerate() {
-                if held[..m as usize].contains(&i) {
-                    *p += 1.0 / trials as f64;
-                }
-            }
-        }
-        (first, any)
-    }
-
-    #[test]
-    fn by_bytes_each_reservoir_holds_an_access_in_proportion_to_its_bytes() {
-        let lens = [1, 8, 1, 32, 4, 8, 1, 9];
-        let total: u64 = lens.iter().sum();
-        let (first, _) = ends(true, 2, &lens, 200_000);
-        for (i, &len) in lens.iter().enumerate() {
-            let want = len as f64 / total as f64;
-            assert!((first[i] - want).abs() < 0.005, "access {i}: {} vs {want}", first[i]);
-        }
-    }
-
-    #[test]
-    fn by_access_each_access_ends_in_the_reservoir_alike() {
-        let lens = [1, 8, 1, 32, 4, 8, 1, 9];
-        let (_, any) = ends(false, 2, &lens, 200_000);
-        for (i, p) in any.iter().enumerate() {
-            assert!((p - 2.0 / 8.0).abs() < 0.005, "access {i}: {p}");
-        }
     }
 }

@@ -1,0 +1,333 @@
+//! The agent's modules, and the engine's, stand on one-way floors: no
+//! module reaches (through `use crate::x`, `use super::x` or a path such as
+//! `crate::x::f` in code) a module that reaches back to it, directly or
+//! around a circle. A circle means no module of it can be read, tested or
+//! changed without all the others.
+//!
+//! The graph is read from the sources (comments and `#[cfg(test)]` modules
+//! left out): a module is a file; the crate root (`lib.rs`, `mod.rs`) is a
+//! module too, reached by the paths to its own items, but declaring a child
+//! (`mod x;`) is not a use of it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Every file of `dir` (not recursive) as (module name, source); the
+/// root file is named `root`.
+fn modules(dir: &Path, root_file: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let p = e.expect("a directory entry").path();
+        if p.extension().is_none_or(|x| x != "rs") {
+            continue;
+        }
+        let stem = p.file_stem().expect("a file name").to_string_lossy().into_owned();
+        let name = if p.file_name().is_some_and(|f| f == root_file) { "root".to_string() } else { stem };
+        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        out.insert(name, code_only(&text));
+    }
+    out
+}
+
+/// `text` without comments and without `#[cfg(test)] mod ... { ... }`.
+fn code_only(text: &str) -> String {
+    let mut s = String::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("#[cfg(test)]") && lines.peek().is_some_and(|l| l.trim_start().starts_with("mod ")) {
+            // Skip the test module: to the line its braces close on.
+            let mut depth = 0i64;
+            for l in lines.by_ref() {
+                depth += l.matches('{').count() as i64 - l.matches('}').count() as i64;
+                if depth <= 0 && l.contains('}') {
+                    break;
+                }
+            }
+            continue;
+        }
+        let code = match line.find("//") {
+            Some(i) => &line[..i],
+            None => line,
+        };
+        s.push_str(code);
+        s.push('\n');
+    }
+    s
+}
+
+fn ident_at(s: &str) -> &str {
+    let end = s.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(s.len());
+    &s[..end]
+}
+
+/// The first names of the paths in a `{a, b::c, self}` group starting
+/// at `s` (just after its `{`).
+fn group_heads(s: &str) -> Vec<&str> {
+    let mut depth = 0;
+    let mut heads = Vec::new();
+    let mut at_start = true;
+    for (i, c) in s.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => at_start = true,
+            c if c.is_whitespace() => {}
+            _ if at_start && depth == 0 => {
+                heads.push(ident_at(&s[i..]));
+                at_start = false;
+            }
+            _ => {}
+        }
+    }
+    heads
+}
+
+/// The names that follow each `prefix` in `code` (a group counts each of
+/// its paths' first names), where `prefix` starts a path (not inside a
+/// longer one, as `x::crate::`).
+fn heads_after<'a>(code: &'a str, prefix: &str) -> Vec<&'a str> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(i) = code[from..].find(prefix) {
+        let at = from + i;
+        from = at + prefix.len();
+        let before = code[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+            continue;
+        }
+        let rest = &code[from..];
+        if let Some(group) = rest.strip_prefix('{') {
+            out.extend(group_heads(group));
+        } else {
+            out.push(ident_at(rest));
+        }
+    }
+    out
+}
+
+/// Module `from` uses module `to`, because of `why` (the path's head).
+type Edges = BTreeMap<String, BTreeMap<String, BTreeSet<String>>>;
+
+/// The uses between the modules of one directory: `prefixes` are the paths
+/// that name the directory's own module from inside its files (`crate::`
+/// for a crate root; `crate::engine::` and `super::` for a module dir).
+fn graph(mods: &BTreeMap<String, String>, prefixes: &[&str]) -> Edges {
+    let mut edges = Edges::new();
+    for (name, code) in mods {
+        let mut heads: Vec<&str> = prefixes.iter().flat_map(|p| heads_after(code, p)).collect();
+        if name == "root" {
+            // The root names its children directly (`pub use burst::X`),
+            // or through `self::`.
+            heads.extend(heads_after(code, "self::"));
+            for child in mods.keys() {
+                let pat = format!("{child}::");
+                heads.extend(heads_after(code, &pat).into_iter().map(|_| child.as_str()));
+            }
+        }
+        for h in heads {
+            if h.is_empty() || h == "self" {
+                continue;
+            }
+            let to = if mods.contains_key(h) && h != "root" { h.to_string() } else { "root".to_string() };
+            if &to != name && mods.contains_key(&to) {
+                edges.entry(name.clone()).or_default().entry(to).or_default().insert(h.to_string());
+            }
+        }
+    }
+    edges
+}
+
+/// The circles of `edges`: its strongly connected components of more than
+/// one module (Tarjan's algorithm).
+fn circles(edges: &Edges, nodes: &BTreeSet<String>) -> Vec<Vec<String>> {
+    struct T<'a> {
+        edges: &'a Edges,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on: BTreeSet<&'a str>,
+        out: Vec<Vec<String>>,
+    }
+    fn visit<'a>(t: &mut T<'a>, v: &'a str) {
+        let i = t.index.len();
+        t.index.insert(v, i);
+        t.low.insert(v, i);
+        t.stack.push(v);
+        t.on.insert(v);
+        let next: Vec<&'a str> = t.edges.get(v).map(|m| m.keys().map(|k| k.as_str()).collect()).unwrap_or_default();
+        for w in next {
+            if !t.index.contains_key(w) {
+                visit(t, w);
+                let lw = t.low[w];
+                let lv = t.low.get_mut(v).expect("visited");
+                *lv = (*lv).min(lw);
+            } else if t.on.contains(w) {
+                let iw = t.index[w];
+                let lv = t.low.get_mut(v).expect("visited");
+                *lv = (*lv).min(iw);
+            }
+        }
+        if t.low[v] == t.index[v] {
+            let mut c = Vec::new();
+            while let Some(w) = t.stack.pop() {
+                t.on.remove(w);
+                c.push(w.to_string());
+                if w == v {
+                    break;
+                }
+            }
+            if c.len() > 1 {
+                c.sort();
+                t.out.push(c);
+            }
+        }
+    }
+    let mut t = T { edges, index: BTreeMap::new(), low: BTreeMap::new(), stack: Vec::new(), on: BTreeSet::new(), out: Vec::new() };
+    for n in nodes {
+        if !t.index.contains_key(n.as_str()) {
+            visit(&mut t, n);
+        }
+    }
+    t.out
+}
+
+/// A shortest circle through `start` inside `scc`, as `a -> b -> a`, with
+/// what each step uses.
+fn one_circle(edges: &Edges, scc: &[String], start: &str) -> String {
+    let mut prev: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut queue = std::collections::VecDeque::from([start]);
+    let mut end = None;
+    'bfs: while let Some(v) = queue.pop_front() {
+        for w in edges.get(v).into_iter().flat_map(|m| m.keys()) {
+            if !scc.contains(w) {
+                continue;
+            }
+            if w == start {
+                end = Some(v);
+                break 'bfs;
+            }
+            if !prev.contains_key(w.as_str()) {
+                prev.insert(w, v);
+                queue.push_back(w);
+            }
+        }
+    }
+    let mut path = vec![start.to_string()];
+    let mut v = end.expect("a circle through a module of a component");
+    while v != start {
+        path.push(v.to_string());
+        v = prev[v];
+    }
+    path[1..].reverse();
+    path.push(start.to_string());
+    path.windows(2)
+        .map(|w| {
+            let why: Vec<&str> = edges[&w[0]][&w[1]].iter().map(|s| s.as_str()).collect();
+            format!("{} -> {} (uses {})", w[0], w[1], why.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("\n    ")
+}
+
+/// Each circle: its modules, one shortest way around it, and every use
+/// between its modules (any of which, removed, may break it).
+fn describe(edges: &Edges, found: &[Vec<String>]) -> String {
+    found
+        .iter()
+        .map(|c| {
+            let inside: Vec<String> = c
+                .iter()
+                .flat_map(|a| edges.get(a).into_iter().flatten().filter(|(b, _)| c.contains(b)).map(move |(b, why)| (a, b, why)))
+                .map(|(a, b, why)| format!("{a} -> {b} ({})", why.iter().cloned().collect::<Vec<_>>().join(", ")))
+                .collect();
+            format!(
+                "circle of {} modules: {}\n  one way around:\n    {}\n  every use inside it:\n    {}",
+                c.len(),
+                c.join(", "),
+                one_circle(edges, c, &c[0]),
+                inside.join("\n    ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn check(dir: &str, root_file: &str, prefixes: &[&str]) -> (Edges, Vec<Vec<String>>) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir);
+    let mods = modules(&dir, root_file);
+    assert!(mods.len() > 3, "no modules read in {}", dir.display());
+    let edges = graph(&mods, prefixes);
+    let nodes: BTreeSet<String> = mods.keys().cloned().collect();
+    let found = circles(&edges, &nodes);
+    (edges, found)
+}
+
+#[test]
+fn the_agent_has_no_import_circle() {
+    let (edges, found) = check("witchcraft/agent/src", "lib.rs", &["crate::"]);
+    assert!(found.is_empty(), "import circles in the agent:\n{}", describe(&edges, &found));
+    // The two modes are the top floor: nothing below calls up into them.
+    let up: Vec<String> = edges
+        .iter()
+        .flat_map(|(from, to)| to.keys().filter(|t| ["attach", "preload"].contains(&t.as_str())).map(move |t| format!("{from} -> {t}")))
+        .collect();
+    assert!(up.is_empty(), "calls up into the modes: {up:?}");
+}
+
+/// Each file of the agent does one job, short enough to read whole.
+#[test]
+fn no_agent_file_is_over_600_lines() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../witchcraft/agent/src");
+    let long: Vec<String> = std::fs::read_dir(&dir)
+        .expect("the agent's sources")
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .map(|p| (std::fs::read_to_string(&p).expect("a source file").lines().count(), p))
+        .filter(|(n, _)| *n > 600)
+        .map(|(n, p)| format!("{}: {n} lines", p.display()))
+        .collect();
+    assert!(long.is_empty(), "{long:?}");
+}
+
+/// The engine's per-thread sampling state (`ThreadState`) has its methods
+/// spread over `thread`, `sample`, `burst`, `trap` and `window`, which call
+/// each other, and the engine's root (`Engine`) holds the burst and sampler
+/// settings that those modules read it for: today one circle of these
+/// eight. Until a bookkeeping core that those paths call down into breaks
+/// it, no other module may join that circle, and no new circle may form.
+const ENGINE_CIRCLE_TODAY: [&str; 8] = ["burst", "root", "sample", "sampler", "thread", "trap", "watch", "window"];
+
+#[test]
+fn the_engine_has_no_import_circle_but_the_known_one() {
+    let (edges, found) = check("witchcraft/src/engine", "mod.rs", &["crate::engine::", "super::"]);
+    let new: Vec<Vec<String>> = found.iter().filter(|c| c.iter().any(|m| !ENGINE_CIRCLE_TODAY.contains(&m.as_str()))).cloned().collect();
+    assert!(new.is_empty(), "new import circles in the engine:\n{}", describe(&edges, &new));
+    if !found.is_empty() {
+        eprintln!("the engine's known circle, still there:\n{}", describe(&edges, &found));
+    }
+}
+
+/// The reader itself: a circle made of a grouped `use`, a path in code and
+/// a parent's re-export is found; comments and test modules are not read.
+#[test]
+fn the_reader_finds_a_circle_and_skips_comments_and_tests() {
+    let mods: BTreeMap<String, String> = [
+        ("root", "pub mod a;\npub mod b;\npub use a::Thing;\n"),
+        ("a", "use super::{b::f, Other};\n// crate::engine::c::g\nfn x() { }\n#[cfg(test)]\nmod tests {\n    use super::super::c;\n    fn t() { if true { } }\n}\nfn y() {}\n"),
+        ("b", "fn f() { crate::engine::c::g() }\n"),
+        ("c", "/// [`crate::engine::a`]\nfn g() {}\n"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), code_only(v)))
+    .collect();
+    assert!(mods["a"].contains("fn y"), "code after a test module is read: {}", mods["a"]);
+    let edges = graph(&mods, &["crate::engine::", "super::"]);
+    let nodes: BTreeSet<String> = mods.keys().cloned().collect();
+    let found = circles(&edges, &nodes);
+    assert_eq!(found, vec![vec!["a".to_string(), "root".to_string()]], "{edges:?}");
+    assert!(edges["a"].contains_key("b") && edges["b"].contains_key("c"), "{edges:?}");
+    assert!(!edges.contains_key("c"), "a comment read as a use: {edges:?}");
+    assert!(describe(&edges, &found).contains("a -> root (uses Other)"), "{}", describe(&edges, &found));
+}

@@ -1,0 +1,198 @@
+//! The program's calls that choose its signal handlers and masks
+//! (`sigaction`, `signal`, `sigprocmask`, `pthread_sigmask`), interposed
+//! (preloaded): the signals the agent owns keep its handler while the
+//! program's choice is remembered and reported back ([`crate::program`]),
+//! and the program may block anything but the agent's samples and traps.
+
+use crate::program::PROGRAM;
+use crate::state::{Mode, AGENT};
+use crate::symbols::next;
+use std::sync::atomic::AtomicPtr;
+use witchcraft::sys::siginfo::sampler_signal;
+
+type SigactionFn = unsafe extern "C" fn(libc::c_int, *const libc::sigaction, *mut libc::sigaction) -> libc::c_int;
+
+/// `sigaction` as the program sees it: the signals the agent owns keep its
+/// handler while the program's choice is remembered and reported back
+/// (with `SA_RESTORER`, as the C library's own call leaves it). A handler
+/// that runs on an alternate stack (`SA_ONSTACK`) gets witch's signals
+/// added to its mask, unseen by the program.
+///
+/// # Safety
+/// As the C library's `sigaction`.
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(sig: libc::c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> libc::c_int {
+    let real: SigactionFn = crate::symbols::real_sigaction();
+    if PROGRAM.owned(sig) {
+        if !old.is_null() {
+            // SAFETY: the caller's pointer to a sigaction to fill.
+            unsafe { *old = PROGRAM.action(sig) };
+        }
+        if !act.is_null() {
+            // SAFETY: the caller's pointer to a sigaction to read.
+            let mut sa = unsafe { *act };
+            // As the kernel would keep it from the C library's call: with
+            // the C library's signal return (`SA_RESTORER`), which ours,
+            // installed through the same C library, has.
+            // SAFETY: sigaction is plain data; queries our disposition.
+            let mut ours: libc::sigaction = unsafe { std::mem::zeroed() };
+            // SAFETY: as above.
+            if unsafe { real(sig, std::ptr::null(), &mut ours) } == 0 && ours.sa_flags & SA_RESTORER != 0 {
+                sa.sa_flags |= SA_RESTORER;
+                sa.sa_restorer = ours.sa_restorer;
+            }
+            PROGRAM.set_action(sig, &sa);
+        }
+        return 0;
+    }
+    if crate::handlers::FAULTS.contains(&sig) && AGENT.mode() == Mode::Preloaded {
+        // A fault handler of the program's runs behind the agent's guard,
+        // which the program never sees.
+        let guarded = PROGRAM.guarded(sig);
+        let hooked = PROGRAM.fatal_hook(sig);
+        if !old.is_null() {
+            // SAFETY: the caller's pointer to a sigaction to fill.
+            unsafe {
+                if guarded {
+                    *old = PROGRAM.action(sig);
+                } else if real(sig, std::ptr::null(), old) == 0 && hooked {
+                    (*old).sa_sigaction = libc::SIG_DFL;
+                    (*old).sa_flags = 0;
+                }
+            }
+        }
+        if act.is_null() {
+            return 0;
+        }
+        PROGRAM.set_fatal_hook(sig, false);
+        // SAFETY: the caller's pointer to a sigaction to read.
+        return crate::handlers::guard(sig, unsafe { &*act });
+    }
+    // A handler on the program's own alternate stack: witch's signals wait
+    // until it returns. That stack is sized for the program's signals one
+    // at a time (each handler blocks its own); a sample or trap taken
+    // inside the handler would put a second kernel frame (3 to 12 KB) on it.
+    // SAFETY: the caller's pointer, null or a sigaction to read.
+    let onstack = unsafe { act.as_ref() }
+        .filter(|a| a.sa_flags & libc::SA_ONSTACK != 0 && a.sa_sigaction != libc::SIG_DFL && a.sa_sigaction != libc::SIG_IGN);
+    let mut added = 0u64;
+    let mut copy = onstack.copied();
+    let act = match copy.as_mut() {
+        Some(copy) => {
+            for s in [libc::SIGTRAP, sampler_signal()] {
+                // SAFETY: valid set and signal numbers.
+                if unsafe { libc::sigismember(&copy.sa_mask, s) } == 0 {
+                    // SAFETY: as above.
+                    unsafe { libc::sigaddset(&mut copy.sa_mask, s) };
+                    added |= 1 << (s - 1);
+                }
+            }
+            copy as *const libc::sigaction
+        }
+        None => act,
+    };
+    let before = PROGRAM.added_mask(sig);
+    let hooked = PROGRAM.fatal_hook(sig);
+    // SAFETY: the caller's arguments (the action perhaps with witch's signals added), passed on.
+    let r = unsafe { real(sig, act, old) };
+    if r != 0 {
+        return r;
+    }
+    if !old.is_null() {
+        // SAFETY: the caller's sigaction, filled by the call.
+        let old = unsafe { &mut *old };
+        if hooked {
+            // Our fatal-signal hook is invisible: the program sees SIG_DFL.
+            // SAFETY: all zero is SIG_DFL with no flags and an empty mask.
+            *old = unsafe { std::mem::zeroed() };
+        } else {
+            // What the program set, without what the agent added to it.
+            for s in [libc::SIGTRAP, sampler_signal()] {
+                if before & (1 << (s - 1)) != 0 {
+                    // SAFETY: a valid set and signal number.
+                    unsafe { libc::sigdelset(&mut old.sa_mask, s) };
+                }
+            }
+        }
+    }
+    if !act.is_null() {
+        PROGRAM.set_added_mask(sig, added);
+        if hooked {
+            PROGRAM.set_fatal_hook(sig, false);
+        }
+    }
+    0
+}
+
+/// The flag the C library's `sigaction` adds for its signal return.
+const SA_RESTORER: libc::c_int = 0x0400_0000;
+
+/// # Safety
+/// As the C library's `signal`.
+#[no_mangle]
+pub unsafe extern "C" fn signal(sig: libc::c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    // SAFETY: sigaction is plain data.
+    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+    sa.sa_sigaction = handler;
+    sa.sa_flags = libc::SA_RESTART;
+    // SAFETY: as above.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to plain structs.
+    if unsafe { sigaction(sig, &sa, &mut old) } != 0 {
+        return libc::SIG_ERR;
+    }
+    old.sa_sigaction
+}
+
+type MaskFn = unsafe extern "C" fn(libc::c_int, *const libc::sigset_t, *mut libc::sigset_t) -> libc::c_int;
+
+/// `set` without the signals the agent owns, if it names any (else `set`
+/// itself). The program may block anything but the samples and traps: a
+/// thread that blocks every signal (a common way to leave them all to one
+/// thread) would otherwise never be sampled, and its traps would arrive
+/// late. Its masks are otherwise kept, and glibc's own masking is untouched.
+///
+/// # Safety
+/// `set` is null or a valid sigset.
+unsafe fn without_ours(how: libc::c_int, set: *const libc::sigset_t, copy: &mut libc::sigset_t) -> *const libc::sigset_t {
+    if set.is_null() || how == libc::SIG_UNBLOCK {
+        return set;
+    }
+    let ours = [libc::SIGTRAP, sampler_signal()];
+    // SAFETY: `set` is a valid sigset (the caller's promise).
+    let named = |sig: i32| unsafe { libc::sigismember(set, sig) } == 1;
+    if !ours.iter().any(|&sig| PROGRAM.owned(sig) && named(sig)) {
+        return set;
+    }
+    // SAFETY: as above.
+    *copy = unsafe { *set };
+    for sig in ours.into_iter().filter(|&sig| PROGRAM.owned(sig)) {
+        // SAFETY: `copy` is a valid sigset.
+        unsafe { libc::sigdelset(copy, sig) };
+    }
+    copy
+}
+
+/// # Safety
+/// As the C library's `pthread_sigmask`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_sigmask(how: libc::c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> libc::c_int {
+    static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
+    // SAFETY: sigset_t is plain data.
+    let mut copy: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the C library's function has this signature; the arguments are the caller's.
+    unsafe {
+        std::mem::transmute::<*mut libc::c_void, MaskFn>(next(c"pthread_sigmask", &REAL))(how, without_ours(how, set, &mut copy), old)
+    }
+}
+
+/// # Safety
+/// As the C library's `sigprocmask`.
+#[no_mangle]
+pub unsafe extern "C" fn sigprocmask(how: libc::c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> libc::c_int {
+    static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
+    // SAFETY: sigset_t is plain data.
+    let mut copy: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as in `pthread_sigmask`.
+    unsafe { std::mem::transmute::<*mut libc::c_void, MaskFn>(next(c"sigprocmask", &REAL))(how, without_ours(how, set, &mut copy), old) }
+}
