@@ -76,7 +76,7 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
     // How it ended, by the rule witchd follows too (inject::end).
     let now = || comm().filter(|c| *c != name).map_or(String::new(), |c| format!(", now {c}"));
     let (profile, target_exited, exec) = match inject::end(Box::new(session), why, std::time::Duration::from_secs(30)) {
-        End::Profiled { profile, target_exited, exec } => (profile, target_exited, exec),
+        End::Profiled { profile, target_exited, exec } => (*profile, target_exited, exec),
         End::Replaced => {
             return Err(exit::Status {
                 code: exit::TARGET_EXEC,

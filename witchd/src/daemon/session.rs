@@ -172,7 +172,7 @@ pub async fn run(d: Arc<Daemon>, claim: Claim, plan: Plan) -> Done {
     let timeout = d.cfg.detach_timeout;
     let ended = tokio::task::spawn_blocking(move || inject::end(session, why, timeout)).await;
     let (profile, target_exited) = match ended {
-        Ok(End::Profiled { profile, target_exited, .. }) => (profile, target_exited),
+        Ok(End::Profiled { profile, target_exited, .. }) => (*profile, target_exited),
         Ok(End::Exited) => return exited(&d, &plan.target, craft, "during the session"),
         Ok(End::Replaced) => return replaced(&d, &plan.target, craft, "during the session"),
         Ok(End::Failed(e)) => {

@@ -43,7 +43,7 @@ pub trait Attached: Watched + Send {
 pub enum End {
     /// The agent's profile.
     Profiled {
-        profile: Profile,
+        profile: Box<Profile>,
         /// The target exited during the session: this is its last profile.
         target_exited: bool,
         /// The process replaced its program (exec) during the session.
@@ -101,7 +101,7 @@ pub fn end(session: Box<dyn Attached>, why: Option<Why>, timeout: Duration) -> E
         }
         Ok(Ended { profile: Some(profile), target_exited }) => {
             let target_exited = died || target_exited;
-            End::Profiled { profile, target_exited, exec: !target_exited && replaced() }
+            End::Profiled { profile: Box::new(profile), target_exited, exec: !target_exited && replaced() }
         }
     }
 }
