@@ -149,15 +149,15 @@ fn exact_figures_are_counts_without_intervals() {
     assert!(d.contains("exact counts: no change"), "{d}");
 }
 
-/// `--exact` says on a terminal that it is alive (it runs thousands of times
-/// slower), and writes no such line where stderr is no terminal.
+/// `--exact=step` says on a terminal that it is alive (it runs thousands of
+/// times slower), and writes no such line where stderr is no terminal.
 #[test]
 fn exact_shows_progress_on_a_terminal_only() {
     let dir = Scratch::new("exact-progress");
     let prog = Program::build("half_dead", dir.path());
     let out = dir.join("exact.json");
     let args = |w: &mut std::process::Command| {
-        w.arg(witch_bin()).args(["dead", "--exact", "-o"]).arg(&out).arg(&prog.exe).args(["1000", "5"]);
+        w.arg(witch_bin()).args(["dead", "--exact=step", "-o"]).arg(&out).arg(&prog.exe).args(["1000", "5"]);
     };
     // Under a pseudo-terminal (python3's pty.spawn copies it all to stdout).
     let mut c = std::process::Command::new("python3");

@@ -259,7 +259,8 @@ impl ThreadState {
             .map(|i| (i.flow_control(), i.mnemonic()));
         let (transfer, falls_through) = match flow {
             Some((_, iced_x86::Mnemonic::Syscall)) => (Transfer::None, true),
-            Some((iced_x86::FlowControl::Call | iced_x86::FlowControl::IndirectCall, _)) => (Transfer::Call(d.next_ip()), true),
+            // (no frame: the callee runs natively, unrecorded)
+            Some((iced_x86::FlowControl::Call | iced_x86::FlowControl::IndirectCall, _)) => (Transfer::None, true),
             _ => (Transfer::None, !d.branch),
         };
         // Accesses the decoder cannot place (`xsave`'s) are left out as

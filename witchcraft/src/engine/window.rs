@@ -698,6 +698,20 @@ impl ThreadState {
         if crate::sys::mem::read_own(sp, &mut ret) {
             let ret = u64::from_le_bytes(ret);
             if self.translatable(engine, map, ret) {
+                // What runs natively until then is not recorded but its
+                // return, which reads the return address: credited to the
+                // code it returns from, and its frame ends at once for the
+                // shadow call stack.
+                let load = crate::x86::decode::Access { addr: sp, len: 8, read: true, ..Default::default() };
+                let r = crate::x86::record::Record {
+                    addr: sp,
+                    pc: native,
+                    info: crate::x86::record::info(&load) | crate::x86::record::RET,
+                    extra: ret,
+                };
+                if let Some(rec) = &mut self.window.rec {
+                    rec.push(&[r]);
+                }
                 return self.resume_after(engine, ret);
             }
         }

@@ -95,7 +95,7 @@ fn check_dynamic(prog: &Path) -> Result<()> {
     let phdrs = elf.program_headers(endian, &*data).map_err(|e| exit::cannot_run(format!("{}: {e}", prog.display())))?;
     if !phdrs.iter().any(|p| p.p_type(endian) == object::elf::PT_INTERP) {
         return Err(exit::cannot_run(format!(
-            "{} is statically linked, so the agent can't be preloaded into it; profile it with --exact, or link it dynamically",
+            "{} is statically linked, so the agent can't be preloaded into it; profile it with --exact=step, or link it dynamically",
             prog.display()
         )));
     }
@@ -161,6 +161,10 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
         Some(ExactMode::Step) => return super::exact::run(craft, a, &prog, program, &out),
         Some(ExactMode::Cache) if craft != Craft::Dead => {
             crate::say!("witch: --exact=cache judges the dead craft only so far (its records carry no values yet); running --exact=step");
+            return super::exact::run(craft, a, &prog, program, &out);
+        }
+        Some(ExactMode::Cache) if check_dynamic(&prog).is_err() => {
+            crate::say!("witch: {} is statically linked, so the agent can't be preloaded into it; running --exact=step", prog.display());
             return super::exact::run(craft, a, &prog, program, &out);
         }
         Some(ExactMode::Cache) => {}
