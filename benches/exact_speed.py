@@ -77,7 +77,7 @@ def main():
                     out = os.path.join(d, f"{mode}{r}.json")
                     t, _ = timed([WITCH, "dead", "-q", "-o", out] + opts + ["--"] + cmd, env, a.timeout)
                     rows[mode].append(None if t is None else t / tn)
-                    if mode == "cache":
+                    if mode == "cache" and t is not None:
                         n = note(out, "exact from the code cache:")
                         rec = n.split(":", 1)[1].split(";")[0].strip() if n else ""
 
