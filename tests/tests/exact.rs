@@ -149,15 +149,15 @@ fn exact_figures_are_counts_without_intervals() {
     assert!(d.contains("exact counts: no change"), "{d}");
 }
 
-/// `--exact` says on a terminal that it is alive (it runs thousands of times
-/// slower), and writes no such line where stderr is no terminal.
+/// `--exact=step` says on a terminal that it is alive (it runs thousands of
+/// times slower), and writes no such line where stderr is no terminal.
 #[test]
 fn exact_shows_progress_on_a_terminal_only() {
     let dir = Scratch::new("exact-progress");
     let prog = Program::build("half_dead", dir.path());
     let out = dir.join("exact.json");
     let args = |w: &mut std::process::Command| {
-        w.arg(witch_bin()).args(["dead", "--exact", "-o"]).arg(&out).arg(&prog.exe).args(["1000", "5"]);
+        w.arg(witch_bin()).args(["dead", "--exact=step", "-o"]).arg(&out).arg(&prog.exe).args(["1000", "5"]);
     };
     // Under a pseudo-terminal (python3's pty.spawn copies it all to stdout).
     let mut c = std::process::Command::new("python3");
@@ -174,4 +174,64 @@ fn exact_shows_progress_on_a_terminal_only() {
     assert_eq!(piped.code(), Some(0), "{}", piped.describe());
     let err = piped.stderr_str();
     assert!(!err.contains("single-stepped in") && !err.contains('\r'), "a progress line without a terminal:\n{err}");
+}
+
+/// Every pair of `profile` whose two leaf frames are in `exe`, by the two
+/// leaves' offsets in it: (waste, use) bytes, summed over threads and over
+/// the callers above the leaves (a worker's contexts begin at its start
+/// routine in the code-cache mode, at the C library's thread start in the
+/// single-stepping one).
+fn pairs_in(profile: &std::path::Path, exe: &str) -> std::collections::BTreeMap<(u64, u64), (f64, f64)> {
+    let p = raw_profile(profile);
+    let m = p["modules"]
+        .as_array()
+        .and_then(|ms| ms.iter().find(|m| m["path"].as_str().is_some_and(|s| s.ends_with(exe))))
+        .unwrap_or_else(|| panic!("no module {exe} in {}", profile.display()));
+    let (start, end) = (m["start"].as_u64().unwrap(), m["end"].as_u64().unwrap());
+    let mut out = std::collections::BTreeMap::new();
+    for t in p["threads"].as_array().into_iter().flatten() {
+        let nodes = t["nodes"].as_array().unwrap();
+        let pc = |n: &serde_json::Value| nodes[n.as_u64().unwrap() as usize]["pc"].as_u64().unwrap();
+        for pr in t["pairs"].as_array().into_iter().flatten() {
+            let (w, k) = (pc(&pr["watch"]), pc(&pr["trap"]));
+            if (start..end).contains(&w) && (start..end).contains(&k) {
+                let e = out.entry((w - start, k - start)).or_insert((0.0, 0.0));
+                e.0 += pr["waste"].as_f64().unwrap();
+                e.1 += pr["use"].as_f64().unwrap();
+            }
+        }
+    }
+    out
+}
+
+/// `--exact=cache` (the program run from the code cache, every access
+/// recorded) and `--exact=step` (single-stepped under ptrace) judge the
+/// same accesses: on a program with threads, a `rep stosq` string and a
+/// system call between its loops, every pair inside the program has the
+/// same waste and use bytes in both, and the program runs unharmed.
+#[test]
+fn cache_and_step_give_the_same_bytes_per_pair() {
+    let dir = Scratch::new("exact-agree");
+    let prog = Program::build("exact_agree", dir.path());
+    let f = &prog.file;
+    let native = prog.run_native(&["16", "3"]);
+    let (cache, step) = (dir.join("cache.json"), dir.join("step.json"));
+    let run = WitchCmd::new("dead").args(&["--exact", "-q"]).out(&cache).run(&prog.exe, &["16", "3"]);
+    assert_same_behaviour(&native, &run);
+    let run = WitchCmd::new("dead").args(&["--exact=step", "-q"]).out(&step).run(&prog.exe, &["16", "3"]);
+    assert_same_behaviour(&native, &run);
+    assert_eq!(raw_profile(&cache)["sampler"]["event"], "code-cache");
+    let exe = prog.exe.file_name().unwrap().to_string_lossy().into_owned();
+    let (c, s) = (pairs_in(&cache, &exe), pairs_in(&step, &exe));
+    assert!(c.len() >= 6, "the program's pairs: {c:?}");
+    assert_eq!(c, s, "pairs inside the program, code cache (left) and single steps (right)");
+    // The known answers, from the code-cache profile.
+    let rep = report_all(&cache);
+    let (stos, over, read) = (prog.line("@stos"), prog.line("@over"), prog.line("@read"));
+    let (tw, tk, tread) = (prog.line("@tw"), prog.line("@tk"), prog.line("@tread"));
+    assert_eq!(rep.pair(f, stos, over).waste, 3.0 * 16.0 * 8.0, "rep stosq's bytes, overwritten\n{}", rep.dump());
+    assert_eq!(rep.pair(f, over, read).r#use, 3.0 * 16.0 * 8.0, "\n{}", rep.dump());
+    assert_eq!(rep.pair(f, tw, tk).waste, 2.0 * 3.0 * 16.0 * 8.0, "\n{}", rep.dump());
+    assert_eq!(rep.pair(f, tk, tw).waste, 2.0 * 2.0 * 16.0 * 8.0, "\n{}", rep.dump());
+    assert_eq!(rep.pair(f, tk, tread).r#use, 2.0 * 16.0 * 8.0, "\n{}", rep.dump());
 }

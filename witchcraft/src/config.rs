@@ -133,6 +133,7 @@ pub mod keys {
     pub const OVERHEAD: &str = "WITCH_OVERHEAD";
     pub const ONLY_PID: &str = "WITCH_ONLY_PID";
     pub const EXE: &str = "WITCH_EXE";
+    pub const RECORD_FD: &str = "WITCH_RECORD_FD";
 }
 
 #[derive(Clone, Debug)]
@@ -184,6 +185,11 @@ pub struct Config {
     pub only_pid: Option<u32>,
     /// Profile only processes running one of these executables (file names); empty: all.
     pub exe_names: Vec<String>,
+    /// The exact mode from the code cache (`witch CRAFT --exact`): the
+    /// whole program runs from the cache in recording copies, and every
+    /// access record goes, a buffer at a time, to this descriptor (a
+    /// datagram socket witch reads; see `exact::stream`).
+    pub record_fd: Option<i32>,
 }
 
 impl Config {
@@ -213,6 +219,7 @@ impl Config {
             overhead_percent: None,
             only_pid: None,
             exe_names: Vec::new(),
+            record_fd: None,
         }
     }
 
@@ -306,6 +313,9 @@ impl Config {
         if !self.exe_names.is_empty() {
             v.push((keys::EXE, self.exe_names.join(":")));
         }
+        if let Some(fd) = self.record_fd {
+            v.push((keys::RECORD_FD, fd.to_string()));
+        }
         v
     }
 
@@ -372,6 +382,7 @@ impl Config {
                 .transpose()?,
             only_pid: num(keys::ONLY_PID)?.map(|p| p as u32),
             exe_names: get(keys::EXE).map(|v| v.split(':').filter(|n| !n.is_empty()).map(str::to_string).collect()).unwrap_or_default(),
+            record_fd: num(keys::RECORD_FD)?.map(|fd| fd.min(i32::MAX as u64) as i32),
         }))
     }
 }

@@ -13,6 +13,7 @@
 
 mod judge;
 mod replay;
+pub mod stream;
 
 pub use judge::{Observed, ThreadShadow, WIDE};
 pub use replay::Replay;
@@ -50,6 +51,39 @@ fn regs_of(pid: Pid) -> Option<Regs> {
         gs_base: r.gs_base,
         df: r.eflags & (1 << 10) != 0,
     })
+}
+
+/// The profile's threads made from judged shadows (by thread id), and
+/// their counters summed.
+pub fn thread_profiles<'a>(shadows: impl Iterator<Item = (i32, &'a ThreadShadow)>) -> (Vec<profile::Thread>, profile::Counters) {
+    let mut counters = profile::Counters::default();
+    let mut threads: Vec<profile::Thread> = shadows
+        .map(|(tid, t)| {
+            let mut c = t.counters.clone();
+            c.traps = t.pairs.iter().map(|p| p.traps).sum();
+            let th = crate::pair::thread_profile(tid as u32, &t.tree, &t.pairs, Default::default(), c);
+            counters.add(&th.counters);
+            th
+        })
+        .collect();
+    threads.sort_by_key(|t| t.tid);
+    (threads, counters)
+}
+
+/// An exact profile's sampler: every access, observed by `how`.
+pub fn exact_sampler(how: &str) -> profile::Sampler {
+    profile::Sampler {
+        kind: profile::SamplerKind::Exact,
+        event: how.into(),
+        period: 1,
+        unit: profile::PeriodUnit::Accesses,
+        weight_unit: Some(profile::ValueUnit::Bytes),
+        burst_steps: 0,
+        burst_picks: 0,
+        window_instructions: 0,
+        window_picks: 0.0,
+        overhead_percent: None,
+    }
 }
 
 /// The outcome of an exact run.
@@ -241,19 +275,7 @@ impl Exact {
         code: Option<i32>,
         signal: Option<i32>,
     ) -> Profile {
-        let mut counters = profile::Counters::default();
-        let mut threads: Vec<profile::Thread> = self
-            .threads
-            .iter()
-            .map(|(&tid, t)| {
-                let mut c = t.counters.clone();
-                c.traps = t.pairs.iter().map(|p| p.traps).sum();
-                let th = crate::pair::thread_profile(tid as u32, &t.tree, &t.pairs, Default::default(), c);
-                counters.add(&th.counters);
-                th
-            })
-            .collect();
-        threads.sort_by_key(|t| t.tid);
+        let (threads, mut counters) = thread_profiles(self.threads.iter().map(|(&tid, t)| (tid, t)));
         counters.interrupts = self.instructions;
         // SAFETY: utsname is arrays of c_char; all zeroes is valid.
         let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
@@ -277,18 +299,7 @@ impl Exact {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |now| now.saturating_sub(d).as_nanos() as u64),
             duration_ns: d.as_nanos() as u64,
-            sampler: profile::Sampler {
-                kind: profile::SamplerKind::Exact,
-                event: "single-step".into(),
-                period: 1,
-                unit: profile::PeriodUnit::Accesses,
-                weight_unit: Some(profile::ValueUnit::Bytes),
-                burst_steps: 0,
-                burst_picks: 0,
-                window_instructions: 0,
-                window_picks: 0.0,
-                overhead_percent: None,
-            },
+            sampler: exact_sampler("single-step"),
             replacement: "none".into(),
             debug_registers: 0,
             fp_precision: self.precision,

@@ -8,6 +8,15 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use witchcraft::replacement::Policy;
 
+/// How `--exact` observes every access.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExactMode {
+    /// From the code cache: recording copies of the program's code
+    Cache,
+    /// Single steps under ptrace
+    Step,
+}
+
 const TOP_AFTER_HELP: &str = "\
 Examples:
   witch dead ./app                      find dead stores in ./app, print the top pairs
@@ -260,9 +269,12 @@ pub struct RunArgs {
     #[arg(short = 'q', long)]
     pub quiet: bool,
 
-    /// Reference mode: observe every access exactly (slow)
-    #[arg(long, conflicts_with = "pid")]
-    pub exact: bool,
+    /// Reference mode: judge every access exactly. `cache` (the default)
+    /// runs the program from witch's code cache, recording every access
+    /// (tens of times slower); `step` single-steps it under ptrace
+    /// (thousands of times slower; the cross-check)
+    #[arg(long, value_name = "HOW", num_args = 0..=1, default_missing_value = "cache", require_equals = true, conflicts_with = "pid")]
+    pub exact: Option<ExactMode>,
 
     /// Attach to this running process instead of starting a program
     #[arg(long, value_name = "PID", conflicts_with = "command")]

@@ -49,12 +49,17 @@ pub fn make_engine(cfg: Config, install: fn(), guarded: bool) -> (Engine, Vec<St
     // sized to the overhead budget (WITCH_BURST=0: the time-proportional
     // look-around instead). A PMU counts accesses itself.
     // The software access counters: the whole run in the code cache.
-    let count = cfg.event.as_deref().filter(|e| COUNT_EVENTS.contains(e)).map(|_| {
-        let n = cfg.period.unwrap_or(DEFAULT_COUNT_PERIOD);
-        if n < MIN_COUNT_PERIOD {
-            notes.push(format!("a period of {n} accesses would slow the program many times over: raised to {MIN_COUNT_PERIOD}"));
-        }
-        n.max(MIN_COUNT_PERIOD)
+    // The exact mode records every access: windows for the whole run,
+    // which never pick.
+    let recording = cfg.record_fd.map(|_| u64::MAX >> 1);
+    let count = recording.or_else(|| {
+        cfg.event.as_deref().filter(|e| COUNT_EVENTS.contains(e)).map(|_| {
+            let n = cfg.period.unwrap_or(DEFAULT_COUNT_PERIOD);
+            if n < MIN_COUNT_PERIOD {
+                notes.push(format!("a period of {n} accesses would slow the program many times over: raised to {MIN_COUNT_PERIOD}"));
+            }
+            n.max(MIN_COUNT_PERIOD)
+        })
     });
     let burst = match (&sampler, cfg.burst_steps) {
         (SamplerKind::Pmu(_), _) => None,

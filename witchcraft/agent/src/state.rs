@@ -348,6 +348,25 @@ impl Agent {
             return;
         }
         self.quiesce(|_| false);
+        if self.engine().is_some_and(|e| e.config.record_fd.is_some()) {
+            // The exact mode: every thread's last records, before the
+            // profile (witch judges them all before it reads it).
+            let (mut records, mut gaps, mut resumes, mut first) = (0, 0, 0, 0);
+            for ts in self.threads.states() {
+                // SAFETY: the table's states, quiesced above.
+                let w = unsafe { &mut (*ts).window };
+                w.records_send();
+                if let Some(r) = &w.rec {
+                    (records, gaps, resumes) = (records + r.stats.records, gaps + r.stats.gaps, resumes + r.stats.resumes);
+                    if first == 0 {
+                        first = r.stats.first_gap;
+                    }
+                }
+            }
+            self.note(format!(
+                "exact from the code cache: {records} access records; {gaps} times the thread ran natively unrecorded until the next tick (the first at {first:#x}), {resumes} resumptions after native code"
+            ));
+        }
         if let Err(e) = self.deliver(&self.profile(ended_by, exec_call)) {
             say(&format!("witch: agent: cannot write the profile: {e}\n"));
         }

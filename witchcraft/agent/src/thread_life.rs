@@ -11,6 +11,21 @@ use witchcraft::engine::{thread::thread_stack, Place, ThreadState};
 /// The key whose destructor runs at each thread's exit.
 pub static KEY: AtomicU32 = AtomicU32::new(u32::MAX);
 
+/// The exact mode: the calling thread's recording begins when it runs
+/// `pc` (the program's entry point, a thread's start routine).
+pub fn record_from(pc: u64) {
+    let Some(engine) = AGENT.engine() else { return };
+    if engine.config.record_fd.is_none() || pc == 0 {
+        return;
+    }
+    let Some(slot) = AGENT.current() else { return };
+    // SAFETY: this thread's own state; its handlers leave the breakpoint
+    // alone until it fires.
+    if let Some(ts) = unsafe { slot.state().as_mut() } {
+        ts.resume_after(engine, pc);
+    }
+}
+
 /// Set up the calling thread (the first one, or a fork child's). Not for
 /// signal handlers.
 pub fn start_thread() {

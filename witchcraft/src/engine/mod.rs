@@ -14,6 +14,7 @@ pub mod cache;
 pub mod calibrate;
 pub mod clock;
 mod pick;
+pub mod recording;
 pub mod sample;
 pub mod sampler;
 mod stepping;
@@ -101,6 +102,9 @@ pub enum Event {
     Step,
     /// A copy in this thread's code cache left through an exit (`int3`).
     CacheExit,
+    /// The exact mode's instruction breakpoint: the thread got back to
+    /// code to record (after a system call, at its start).
+    Resume,
     /// Ours, from a sampler or watchpoint no longer armed on this thread
     /// (closed, or the session ended, while its signal was queued or its
     /// handler was interrupted, by a stop say): dropped. The program's
@@ -119,7 +123,11 @@ pub unsafe fn classify(sig: i32, info: *const libc::siginfo_t, thread: Option<&T
     match unsafe { siginfo::origin(sig, info) } {
         Origin::Perf { data, flags } if data & siginfo::TAG_MASK == siginfo::TAG => {
             let low = data & !siginfo::TAG_MASK;
-            Some(if low == siginfo::TAG_SAMPLER { Event::Sample } else { Event::Trap { slot: low as usize, flags } })
+            Some(match low {
+                siginfo::TAG_SAMPLER => Event::Sample,
+                siginfo::TAG_RESUME => Event::Resume,
+                _ => Event::Trap { slot: low as usize, flags },
+            })
         }
         // The tag says it is ours, with or without a state to take it.
         Origin::Timer { value } if sig == siginfo::sampler_signal() && value == siginfo::TAG | siginfo::TAG_SAMPLER => {

@@ -177,7 +177,7 @@ impl ThreadState {
             watch: Watchpoints::new(engine, seed),
             clock: Clock::new(engine.trap_cost_ns, engine.step_cost_ns),
             burst: Burst::new(seed, engine),
-            window: Window::new(seed),
+            window: Window::new(seed, engine.config.record_fd),
             record: Record { tree, pairs, objects, counters: Counters::default(), blind: 0, cluster: 0, clusters: ClusterSums::default() },
             scratch: Scratch { analyzer: Analyzer::new(), unwind: unwind::new_cache(), pc, frames: Box::new([0; MAX_FRAMES]) },
             place: Place::default(),
@@ -199,6 +199,9 @@ impl ThreadState {
         let target = if tid == 0 { task::gettid() } else { tid };
         self.tid = target;
         self.watch.open(engine, target, tid)?;
+        if let Some(r) = &mut self.window.rec {
+            r.open_resume(engine, target, tid);
+        }
         self.sampler = Sampler::open(&engine.sampler, engine.period, target, tid)?;
         Ok(())
     }
@@ -226,6 +229,11 @@ impl ThreadState {
     /// Stop sampling and release the kernel resources (thread exit, exec, detach).
     pub fn stop(&mut self) {
         self.active.store(false, Ordering::Release);
+        // The exact mode: the thread's last records go before it does.
+        self.window.records_send();
+        if let Some(r) = &mut self.window.rec {
+            r.close();
+        }
         self.sampler.pause();
         self.watch.close();
         self.sampler.close();
@@ -245,6 +253,9 @@ impl ThreadState {
         self.clock.reset();
         self.burst.reset();
         self.window.reset();
+        if let Some(r) = &mut self.window.rec {
+            r.close();
+        }
         self.active.store(false, Ordering::Release);
     }
 
@@ -343,6 +354,15 @@ impl ThreadState {
                     Some(map) => unsafe { self.on_cache_exit(engine, map, uc) },
                     // SAFETY: forwarded from the caller.
                     None => unsafe { self.leave_cache(uc) },
+                }
+                let cost = self.clock.leave(true, engine.signal_cost_ns, entry, task::thread_cpu_ns());
+                self.record.counters.exit_ns += cost;
+                cost
+            }
+            Event::Resume => {
+                if let Some(map) = crate::modules::current() {
+                    // SAFETY: forwarded from the caller.
+                    unsafe { self.on_resume(engine, map, uc) };
                 }
                 let cost = self.clock.leave(true, engine.signal_cost_ns, entry, task::thread_cpu_ns());
                 self.record.counters.exit_ns += cost;

@@ -138,6 +138,8 @@ pub struct Window {
     /// later trap), learned from windows: 0 before the first.
     unit_ns: f64,
     pub stats: WindowStats,
+    /// The exact mode's recording (None: windows count or pick).
+    pub rec: Option<super::recording::Recorder>,
 }
 
 /// The profile's account of the windows.
@@ -157,7 +159,7 @@ pub struct WindowStats {
 }
 
 impl Window {
-    pub fn new(seed: u64) -> Window {
+    pub fn new(seed: u64, record_fd: Option<i32>) -> Window {
         Window {
             cache: CodeCache::new(),
             phase: Phase::Native,
@@ -177,6 +179,47 @@ impl Window {
             last_start: None,
             unit_ns: 0.0,
             stats: WindowStats::default(),
+            rec: record_fd.map(super::recording::Recorder::new),
+        }
+    }
+
+    /// Recording: the copies' record slot and countdown, after the engine
+    /// wrote records or sent the buffer. The countdown stops a copy before
+    /// an instruction whose records would not fit (it stops when the
+    /// countdown, less the instruction's records, is 0 or less).
+    fn records_in(&mut self) {
+        if let Some(r) = &self.rec {
+            let (ptr, room) = (r.next_ptr(), r.room() as i64 + 1);
+            let d = self.cache.data();
+            d.rec_ptr = ptr;
+            d.countdown = room;
+            self.drawn = room;
+        }
+    }
+
+    pub(super) fn records_in_pub(&mut self) {
+        self.records_in();
+    }
+
+    /// Recording: take in the records the copies wrote.
+    fn records_out(&mut self) {
+        if self.rec.is_some() && self.cache.has_mapping() {
+            let ptr = self.cache.data().rec_ptr;
+            if let Some(r) = &mut self.rec {
+                r.wrote_to(ptr);
+            }
+        }
+    }
+
+    /// Recording: send what the buffer holds (the thread ends, or the
+    /// process). Async-signal-safe.
+    pub fn records_send(&mut self) {
+        self.records_out();
+        if let Some(r) = &mut self.rec {
+            r.send();
+        }
+        if self.rec.is_some() && self.cache.has_mapping() {
+            self.records_in();
         }
     }
 
@@ -208,6 +251,12 @@ impl Window {
         self.phase = Phase::Native;
         self.busy.store(false, std::sync::atomic::Ordering::Release);
         self.cache.flush();
+        if let Some(r) = &mut self.rec {
+            r.clear();
+        }
+        if self.rec.is_some() && self.cache.has_mapping() {
+            self.records_in();
+        }
     }
 
     /// The countdown to the next pick: geometric on 1, 2, ... with `p`.
@@ -236,7 +285,9 @@ fn window_mask() -> u64 {
 }
 
 fn counted(engine: &Engine) -> Counted {
-    if engine.craft.samples(&crate::x86::decode::Access { write: true, ..Default::default() }) {
+    if engine.config.record_fd.is_some() {
+        Counted::Records
+    } else if engine.craft.samples(&crate::x86::decode::Access { write: true, ..Default::default() }) {
         Counted::Stores
     } else {
         Counted::Loads
@@ -302,6 +353,11 @@ impl ThreadState {
         let data = w.cache.data();
         data.countdown = d;
         data.instr_left = settings.instructions as i64;
+        if w.rec.is_some() {
+            data.fs_base = self.place.fs_base;
+            data.gs_base = self.place.gs_base;
+            w.records_in();
+        }
         // SAFETY: forwarded from the caller.
         unsafe {
             w.saved_mask = siginfo::frame_mask(uc);
@@ -340,6 +396,7 @@ impl ThreadState {
         let kind = counted(engine);
         let own = engine.own_code;
         self.window.take_counted();
+        self.window.records_out();
         let go = |ts: &mut ThreadState, native: u64, variant: Variant| -> Option<u64> {
             let flushes = ts.window.cache.stats.flushes;
             let c = ts.window.cache.get(map, own, kind, native, variant).ok()?;
@@ -350,7 +407,7 @@ impl ThreadState {
             Exit::Link { native, patch } | Exit::Slow { native, patch } => {
                 let variant = if matches!(exit, Exit::Slow { .. }) { Variant::Slow } else { Variant::Fast };
                 if !self.translatable(engine, map, native) {
-                    return self.end_window(uc, native, true);
+                    return self.leave_for(engine, map, uc, native);
                 }
                 match go(self, native, variant) {
                     Some(c) => {
@@ -365,13 +422,17 @@ impl ThreadState {
                     None => self.end_window(uc, native, true),
                 }
             }
+            Exit::Native { native } if self.window.rec.is_some() => {
+                // SAFETY: forwarded from the caller.
+                unsafe { self.record_native(engine, map, native, uc) };
+            }
             Exit::Native { native } => self.end_window(uc, native, true),
             // SAFETY: forwarded from the caller.
             Exit::End { native } => unsafe { self.window_done(engine, map, uc, native) },
             Exit::Lookup => {
                 let native = self.window.cache.data().target;
                 if !self.translatable(engine, map, native) {
-                    return self.end_window(uc, native, true);
+                    return self.leave_for(engine, map, uc, native);
                 }
                 match go(self, native, Variant::Fast) {
                     Some(c) => {
@@ -381,6 +442,21 @@ impl ThreadState {
                     }
                     None => self.end_window(uc, native, true),
                 }
+            }
+            Exit::Pick { native } if self.window.rec.is_some() => {
+                // The buffer is full: send it, and go on where the copy stopped.
+                if let Some(r) = &mut self.window.rec {
+                    r.send();
+                }
+                self.window.records_in();
+                match go(self, native, Variant::Fast) {
+                    Some(c) => g[libc::REG_RIP as usize] = (c & !(1 << 63)) as i64,
+                    None => self.end_window(uc, native, true),
+                }
+            }
+            Exit::BigRep { native } if self.window.rec.is_some() => {
+                // SAFETY: forwarded from the caller.
+                unsafe { self.record_rep(map, own, native, uc) };
             }
             Exit::Pick { native } => {
                 let r = self.window.cache.data().countdown.max(1);
@@ -453,7 +529,15 @@ impl ThreadState {
     ///
     /// # Safety
     /// `uc` must be the context the kernel passed to the signal handler.
-    unsafe fn rep_part(&mut self, map: &ProcessMap, own: (u64, u64), native: u64, elements: u64, pick: bool, uc: *mut libc::ucontext_t) {
+    pub(super) unsafe fn rep_part(
+        &mut self,
+        map: &ProcessMap,
+        own: (u64, u64),
+        native: u64,
+        elements: u64,
+        pick: bool,
+        uc: *mut libc::ucontext_t,
+    ) {
         // SAFETY: forwarded from the caller.
         let g = unsafe { gregs(uc) };
         let rcx = g[libc::REG_RCX as usize] as u64;
@@ -597,6 +681,41 @@ impl ThreadState {
         let plan = Plan { weight: 1.0, settings, picks: 0 };
         // SAFETY: forwarded from the caller.
         unsafe { self.begin_window(engine, map, regs, plan, uc) }
+    }
+
+    /// The cache does not run `native` (the agent's own code, code outside
+    /// the modules): the window ends there. Recording resumes at the
+    /// return address on top of the stack, where a call into such code (a
+    /// function the agent interposes) comes back.
+    fn leave_for(&mut self, engine: &Engine, map: &ProcessMap, uc: *mut libc::ucontext_t, native: u64) {
+        self.end_window(uc, native, true);
+        if self.window.rec.is_none() {
+            return;
+        }
+        // SAFETY: `uc` is the kernel's context (every caller's contract).
+        let sp = unsafe { gregs(uc)[libc::REG_RSP as usize] as u64 };
+        let mut ret = [0u8; 8];
+        if crate::sys::mem::read_own(sp, &mut ret) {
+            let ret = u64::from_le_bytes(ret);
+            if self.translatable(engine, map, ret) {
+                // What runs natively until then is not recorded but its
+                // return, which reads the return address: credited to the
+                // code it returns from, and its frame ends at once for the
+                // shadow call stack.
+                let load = crate::x86::decode::Access { addr: sp, len: 8, read: true, ..Default::default() };
+                let r = crate::x86::record::Record {
+                    addr: sp,
+                    pc: native,
+                    info: crate::x86::record::info(&load) | crate::x86::record::RET,
+                    extra: ret,
+                };
+                if let Some(rec) = &mut self.window.rec {
+                    rec.push(&[r]);
+                }
+                return self.resume_after(engine, ret);
+            }
+        }
+        self.note_gap_at(native);
     }
 
     fn translatable(&self, engine: &Engine, map: &ProcessMap, pc: u64) -> bool {

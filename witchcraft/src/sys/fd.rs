@@ -161,6 +161,70 @@ pub fn close(fd: i32) {
     }
 }
 
+/// A connected pair of `SOCK_SEQPACKET` sockets (datagrams kept whole and
+/// in order), close-on-exec.
+pub fn seqpacket_pair() -> std::io::Result<(i32, i32)> {
+    let mut sv = [-1i32; 2];
+    // SAFETY: `sv` has room for the two descriptors.
+    if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, sv.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((sv[0], sv[1]))
+}
+
+/// Keep `fd` open across exec (clear its close-on-exec flag).
+pub fn inherit(fd: i32) -> bool {
+    // SAFETY: fcntl on a descriptor number; fails harmlessly if it is not open.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, 0) == 0 }
+}
+
+/// Send `data` as one datagram, waiting while the reader is behind.
+/// Async-signal-safe. False if the socket is gone.
+pub fn send_datagram(fd: i32, data: &[u8]) -> bool {
+    loop {
+        // SAFETY: `data` is readable for its length.
+        let r = unsafe { libc::send(fd, data.as_ptr() as *const libc::c_void, data.len(), libc::MSG_NOSIGNAL) };
+        if r >= 0 {
+            return true;
+        }
+        // SAFETY: reads this thread's errno.
+        if unsafe { *libc::__errno_location() } != libc::EINTR {
+            return false;
+        }
+    }
+}
+
+/// Receive one datagram into `buf`, waiting at most `timeout_ms` for one
+/// (-1: until one comes). Ok(None): none came in time; Ok(Some(0)): the
+/// other end is closed and nothing is left.
+pub fn recv_datagram(fd: i32, buf: &mut [u8], timeout_ms: i32) -> std::io::Result<Option<usize>> {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    loop {
+        // SAFETY: one pollfd.
+        let r = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if r == 0 {
+            return Ok(None);
+        }
+        // SAFETY: `buf` is writable for its length.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            match e.kind() {
+                std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock => continue,
+                _ => return Err(e),
+            }
+        }
+        return Ok(Some(n as usize));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,6 +12,8 @@ pub enum BpType {
     W,
     /// Trap on read or write (x86 has no read-only data breakpoint).
     RW,
+    /// Trap before executing the instruction at the address.
+    X,
 }
 
 /// A `perf_event_attr` built by named steps, so call sites say what they
@@ -61,18 +63,21 @@ impl Attr {
     }
 
     /// A data breakpoint on `[addr, addr+len)`, enabled, user mode only,
-    /// firing on every access.
+    /// firing on every access; with [`BpType::X`], an instruction
+    /// breakpoint at `addr` (any alignment; `len` is the kernel's, a long).
     pub fn breakpoint(addr: u64, len: u64, ty: BpType) -> Result<Attr, AttrError> {
-        if !matches!(len, 1 | 2 | 4 | 8) {
+        let (addr, len) = if ty == BpType::X { (addr, 8) } else { (addr, len) };
+        if ty != BpType::X && !matches!(len, 1 | 2 | 4 | 8) {
             return Err(AttrError::Length(len));
         }
-        if !addr.is_multiple_of(len) {
+        if ty != BpType::X && !addr.is_multiple_of(len) {
             return Err(AttrError::Alignment { addr, len });
         }
         let mut a = Self::base(sys::bindings::PERF_TYPE_BREAKPOINT);
         a.0.bp_type = match ty {
             BpType::W => sys::bindings::HW_BREAKPOINT_W,
             BpType::RW => sys::bindings::HW_BREAKPOINT_RW,
+            BpType::X => sys::bindings::HW_BREAKPOINT_X,
         };
         a.0.__bindgen_anon_3.bp_addr = addr;
         a.0.__bindgen_anon_4.bp_len = len;

@@ -40,6 +40,8 @@ pub const TAG: u64 = 0x5749_5443_0000_0000;
 pub const TAG_MASK: u64 = 0xffff_ffff_0000_0000;
 /// Tag low bits naming the sampler (watchpoint slots use 0..N).
 pub const TAG_SAMPLER: u64 = 0xff;
+/// The exact mode's instruction breakpoint, where recording resumes.
+pub const TAG_RESUME: u64 = 0xfe;
 
 /// The tag of watchpoint slot `i`.
 pub fn slot_tag(i: usize) -> u64 {

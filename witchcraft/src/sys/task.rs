@@ -78,3 +78,10 @@ pub fn ns_per_cycle(span_ns: u64) -> f64 {
         0.0
     }
 }
+
+/// The calling process's id (a system call: async-signal-safe, and right
+/// in a fork child).
+pub fn getpid() -> i32 {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() }
+}

@@ -41,3 +41,103 @@ pub fn run(craft: Craft, a: &RunArgs, prog: &Path, program: &OsString, out: &Out
     }
     Ok(super::launch::pass_through(run.code, run.signal))
 }
+
+/// `--exact=cache`: the program runs under the agent in its recording
+/// mode and sends every access record here; a reader thread judges them as
+/// they come (the shadow memory lives in witch, not in the program).
+pub struct Recording {
+    theirs: i32,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    reader: std::thread::JoinHandle<Judge>,
+}
+
+/// What the reader judged, to go into the profile.
+pub struct Judged {
+    judge: Judge,
+}
+
+use witchcraft::exact::stream::{Judge, MAX_DATAGRAM};
+use witchcraft::sys::fd as fds;
+
+impl Recording {
+    pub fn start(craft: Craft) -> Result<Recording> {
+        let mut judge = Judge::new(craft).ok_or_else(|| anyhow::anyhow!("--exact=cache cannot judge {} yet", craft.name()))?;
+        let (ours, theirs) = fds::seqpacket_pair().map_err(|e| anyhow::anyhow!("cannot make the record socket: {e}"))?;
+        // The program's end: out of the program's descriptor range, and
+        // kept across its exec.
+        fds::reserve_top();
+        let theirs = fds::place(theirs).map_err(|e| anyhow::anyhow!("cannot place the record socket (errno {e})"))?;
+        fds::inherit(theirs);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = stop.clone();
+        let reader = std::thread::Builder::new()
+            .name("witch-judge".into())
+            .spawn(move || {
+                let mut buf = vec![0u8; MAX_DATAGRAM];
+                loop {
+                    match fds::recv_datagram(ours, &mut buf, 100) {
+                        Ok(Some(0)) | Err(_) => break,
+                        Ok(Some(n)) => judge.take(&buf[..n]),
+                        // Nothing for a while: done once the program is.
+                        Ok(None) if stopping.load(std::sync::atomic::Ordering::Acquire) => break,
+                        Ok(None) => {}
+                    }
+                }
+                fds::close(ours);
+                judge
+            })
+            .map_err(|e| anyhow::anyhow!("cannot start the judging thread: {e}"))?;
+        Ok(Recording { theirs, stop, reader })
+    }
+
+    /// The descriptor the program sends on.
+    pub fn program_fd(&self) -> i32 {
+        self.theirs
+    }
+
+    /// The program has its copy of the descriptor: witch's goes, so the
+    /// reader sees the end when every process of the program has ended.
+    pub fn spawned(&mut self) {
+        fds::close(self.theirs);
+    }
+
+    /// The program ended: judge what is left and stop.
+    pub fn finish(self) -> Judged {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        let judge = self.reader.join().unwrap_or_else(|_| Judge::new(Craft::Dead).expect("the dead craft is judged"));
+        Judged { judge }
+    }
+}
+
+impl Judged {
+    /// Put the judged pairs into the profile (and each process's of it):
+    /// its threads are the judge's, its sampler says every access was
+    /// judged, so `report`, `diff` and `gate` treat it as a count.
+    pub fn apply(self, run: &mut witchcraft::profile::Profile) {
+        let malformed = self.judge.malformed;
+        let mut by_pid: std::collections::HashMap<u32, (u64, Vec<witchcraft::profile::Thread>, witchcraft::profile::Counters)> = self
+            .judge
+            .into_processes()
+            .map(|(pid, n, shadows)| {
+                let (threads, counters) = witchcraft::exact::thread_profiles(shadows.iter().map(|(t, s)| (*t, s)));
+                (pid as u32, (n, threads, counters))
+            })
+            .collect();
+        let mut one = |p: &mut witchcraft::profile::Profile| {
+            let (n, threads, mut counters) = by_pid.remove(&p.pid).unwrap_or_default();
+            counters.interrupts = n;
+            counters.threads = p.counters.threads;
+            p.threads = threads;
+            p.counters = counters;
+            p.sampler = witchcraft::exact::exact_sampler("code-cache");
+            p.notes.push(format!("exact from the code cache: {n} instructions judged"));
+            if malformed > 0 {
+                p.notes.push(format!("{malformed} record datagrams were malformed (a witch bug)"));
+            }
+        };
+        one(run);
+        for p in &mut run.processes {
+            one(p);
+        }
+    }
+}

@@ -4,7 +4,7 @@
 
 use super::launch;
 use super::output::{self, Output};
-use crate::cli::RunArgs;
+use crate::cli::{ExactMode, RunArgs};
 use crate::exit;
 use crate::render::Format;
 use anyhow::{bail, Result};
@@ -95,7 +95,7 @@ fn check_dynamic(prog: &Path) -> Result<()> {
     let phdrs = elf.program_headers(endian, &*data).map_err(|e| exit::cannot_run(format!("{}: {e}", prog.display())))?;
     if !phdrs.iter().any(|p| p.p_type(endian) == object::elf::PT_INTERP) {
         return Err(exit::cannot_run(format!(
-            "{} is statically linked, so the agent can't be preloaded into it; profile it with --exact, or link it dynamically",
+            "{} is statically linked, so the agent can't be preloaded into it; profile it with --exact=step, or link it dynamically",
             prog.display()
         )));
     }
@@ -156,8 +156,19 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     if let Some(why) = secure_execution(&prog) {
         return Err(exit::cannot_run(why));
     }
-    if a.exact {
-        return super::exact::run(craft, a, &prog, program, &out);
+    let mut recording = None;
+    match a.exact {
+        Some(ExactMode::Step) => return super::exact::run(craft, a, &prog, program, &out),
+        Some(ExactMode::Cache) if craft != Craft::Dead => {
+            crate::say!("witch: --exact=cache judges the dead craft only so far (its records carry no values yet); running --exact=step");
+            return super::exact::run(craft, a, &prog, program, &out);
+        }
+        Some(ExactMode::Cache) if check_dynamic(&prog).is_err() => {
+            crate::say!("witch: {} is statically linked, so the agent can't be preloaded into it; running --exact=step", prog.display());
+            return super::exact::run(craft, a, &prog, program, &out);
+        }
+        Some(ExactMode::Cache) => {}
+        None => {}
     }
     check_dynamic(&prog)?;
     if let Some(mode @ 1..) = Status::read(Of::ThisThread).ok().and_then(|s| s.seccomp) {
@@ -166,7 +177,12 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
         )));
     }
     let (period, timed) = a.period();
-    let (sampler, event) = crate::agent::sampler_env(craft, a.event.as_deref(), timed)?;
+    let (sampler, event) = if a.exact.is_some() {
+        // Recording runs from the code cache as whole-run counting does.
+        (witchcraft::config::SamplerChoice::Software, Some("sw-stores".to_string()))
+    } else {
+        crate::agent::sampler_env(craft, a.event.as_deref(), timed)?
+    };
     let free = witchcraft::probe::debug_registers();
     if free == 0 {
         bail!("no free debug registers on this thread (is a debugger attached?); witch needs at least one");
@@ -204,6 +220,17 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
         settings.only_pid = Some(0); // the first process the agent loads into
     }
     settings.exe_names = a.exe.clone();
+    if a.exact.is_some() {
+        let r = super::exact::Recording::start(craft)?;
+        settings.record_fd = Some(r.program_fd());
+        // The program's breakpoint for resuming after native code; no
+        // watchpoints.
+        settings.debug_registers = 1;
+        if !a.quiet {
+            crate::say!("witch: exact mode from the code cache; expect the program to run tens of times slower");
+        }
+        recording = Some(r);
+    }
     cmd.env("LD_PRELOAD", preload).envs(settings.to_pairs());
     if a.format() == Format::Json && !a.quiet {
         // The JSON report has stdout to itself; the program's stdout goes to stderr.
@@ -223,13 +250,23 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
         }
     };
     let pid = child.id();
+    if let Some(r) = &mut recording {
+        r.spawned();
+    }
     launch::forward_signals(pid);
     let progress = (!a.quiet && a.format() == Format::Text).then(|| launch::Progress::start(&parts.dir)).flatten();
     let ended = launch::wait(pid)?;
     drop(progress);
 
     let path = out.path(craft, &prog, pid);
-    match output::merge(parts.collect(), Some(pid)) {
+    let mut merged = output::merge(parts.collect(), Some(pid));
+    if let Some(r) = recording {
+        let judged = r.finish();
+        if let Some(run) = &mut merged {
+            judged.apply(run);
+        }
+    }
+    match merged {
         None => {
             let why = why_no_profile(&prog, &ended, &parts.dir);
             parts.remove();

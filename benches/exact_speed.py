@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""The exact modes' slowdown: native, `--exact=cache` (the code cache,
+every access recorded and judged), `--exact=step` (single steps under
+ptrace) and witch's sampled default, side by side, for the dead craft.
+
+The ptrace mode is thousands of times slower, so it runs on the small
+input only (half_dead's known answer at a small size); the code-cache mode
+and the default also run the bench set's programs at their real sizes.
+Each run is capped (--timeout seconds); a capped run shows as "> T".
+
+    python3 benches/exact_speed.py                 # half_dead small, and the ci set
+    python3 benches/exact_speed.py --set none      # the small input only
+    python3 benches/exact_speed.py --reps 3 --timeout 600
+
+Needs `cargo build --release --workspace` first.
+"""
+import argparse, json, os, statistics, subprocess, sys, tempfile, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WITCH = os.path.join(ROOT, "target", "release", "witch")
+OUT = os.path.join(ROOT, "target", "bench")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import workloads  # noqa: E402
+from overhead import TUNABLES  # noqa: E402  (what witch gives the programs it runs)
+
+
+def timed(cmd, env, timeout):
+    t = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, timeout=timeout)
+        return time.perf_counter() - t, p.returncode
+    except subprocess.TimeoutExpired:
+        return None, None
+
+
+def note(path, prefix):
+    try:
+        p = json.load(open(path))
+    except (OSError, ValueError):
+        return ""
+    return next((n for n in p.get("notes", []) if n.startswith(prefix)), "")
+
+
+def small_program():
+    exe = os.path.join(OUT, "half_dead")
+    src = os.path.join(ROOT, "tests", "programs", "half_dead.c")
+    subprocess.run(["cc", "-O2", "-g", "-o", exe, src], check=True)
+    return {"half_dead 256 4 (small)": [exe, "256", "4"], "half_dead 262144 20": [exe, "262144", "20"]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--set", default="ci", help="workload set at real sizes (ci, real, more, bench; none: the small input only)")
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds a run may take")
+    a = ap.parse_args()
+    os.makedirs(OUT, exist_ok=True)
+    progs = small_program()
+    if a.set != "none":
+        progs.update(workloads.build(OUT, a.set))
+    env = dict(os.environ, GLIBC_TUNABLES=TUNABLES)
+    print(f"dead craft, {a.reps} round(s), median wall-time ratios to the native run of the same round; runs capped at {a.timeout:.0f} s.\n")
+    print("| program | native s | exact=cache x | exact=step x | default x | cache records |")
+    print("|---|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as d:
+        for name, cmd in progs.items():
+            small = "(small)" in name
+            rows = {"cache": [], "step": [], "default": []}
+            tns = []
+            rec = ""
+            for r in range(a.reps):
+                tn, _ = timed(cmd, env, a.timeout)
+                tns.append(tn)
+                for mode, opts in (("cache", ["--exact"]), ("step", ["--exact=step"]), ("default", [])):
+                    if mode == "step" and not small:
+                        continue
+                    out = os.path.join(d, f"{mode}{r}.json")
+                    t, _ = timed([WITCH, "dead", "-q", "-o", out] + opts + ["--"] + cmd, env, a.timeout)
+                    rows[mode].append(None if t is None else t / tn)
+                    if mode == "cache" and t is not None:
+                        n = note(out, "exact from the code cache:")
+                        rec = n.split(":", 1)[1].split(";")[0].strip() if n else ""
+
+            def cell(v):
+                if not v:
+                    return "-"
+                if any(x is None for x in v):
+                    return f"> {a.timeout / statistics.median(tns):.0f}"
+                return f"{statistics.median(v):.1f}"
+
+            print(f"| {name} | {statistics.median(tns):.3f} | {cell(rows['cache'])} | {cell(rows['step'])} "
+                  f"| {cell(rows['default'])} | {rec} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

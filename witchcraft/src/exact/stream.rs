@@ -1,0 +1,111 @@
+//! The record stream of the code-cache exact mode: each thread of the
+//! profiled program sends its access records ([`crate::x86::record`]) a
+//! buffer at a time, as datagrams on one `SOCK_SEQPACKET` socket
+//! (`engine::recording`); witch reads them and judges each (process,
+//! thread)'s records in the order that thread sent them.
+//!
+//! A datagram is a 16-byte header, then whole records:
+//!
+//! ```text
+//!   0  pid      u32  the sending process
+//!   4  tid      u32  the sending thread
+//!   8  records  u32  records that follow
+//!  12  zero     u32
+//! ```
+
+use super::replay::Replay;
+use super::ThreadShadow;
+use crate::profile::Craft;
+use crate::x86::record::{Record, RECORD_BYTES};
+use std::collections::HashMap;
+
+pub const HEADER_BYTES: usize = 16;
+/// The longest datagram a sender makes.
+pub const MAX_DATAGRAM: usize = 65536;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub pid: i32,
+    pub tid: i32,
+    pub records: u32,
+}
+
+impl Header {
+    pub fn to_words(self) -> [u64; 2] {
+        [(self.pid as u32 as u64) | (self.tid as u32 as u64) << 32, self.records as u64]
+    }
+
+    pub fn parse(b: &[u8]) -> Option<Header> {
+        let w = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or_default());
+        (b.len() >= HEADER_BYTES).then(|| Header { pid: w(0) as i32, tid: w(4) as i32, records: w(8) })
+    }
+}
+
+/// Send one datagram (a header and its records). Async-signal-safe.
+pub fn send(fd: i32, data: &[u8]) -> bool {
+    crate::sys::fd::send_datagram(fd, data)
+}
+
+/// Witch's side: every process's replay.
+pub struct Judge {
+    craft: Craft,
+    processes: HashMap<i32, Replay>,
+    /// Datagrams that were not whole records (never expected).
+    pub malformed: u64,
+    pub records: u64,
+}
+
+impl Judge {
+    pub fn new(craft: Craft) -> Option<Judge> {
+        Replay::new(craft)?;
+        Some(Judge { craft, processes: HashMap::new(), malformed: 0, records: 0 })
+    }
+
+    /// Judge one datagram.
+    pub fn take(&mut self, d: &[u8]) {
+        let Some(h) = Header::parse(d) else {
+            self.malformed += 1;
+            return;
+        };
+        let body = &d[HEADER_BYTES..];
+        if body.len() != h.records as usize * RECORD_BYTES {
+            self.malformed += 1;
+        }
+        if !self.processes.contains_key(&h.pid) {
+            let Some(r) = Replay::new(self.craft) else { return };
+            self.processes.insert(h.pid, r);
+        }
+        let Some(r) = self.processes.get_mut(&h.pid) else { return };
+        let recs = Record::parse(body);
+        self.records += body.len() as u64 / RECORD_BYTES as u64;
+        r.feed(h.tid, recs);
+    }
+
+    /// Instructions judged in process `pid`.
+    pub fn instructions(&self, pid: i32) -> u64 {
+        self.processes.get(&pid).map_or(0, |r| r.instructions)
+    }
+
+    /// The processes seen, and each one's threads' shadows.
+    pub fn into_processes(self) -> impl Iterator<Item = (i32, u64, Vec<(i32, ThreadShadow)>)> {
+        self.processes.into_iter().map(|(pid, r)| {
+            let n = r.instructions;
+            (pid, n, r.into_threads().collect())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_header_survives_its_words() {
+        let h = Header { pid: 4242, tid: 4343, records: 7 };
+        let mut b = Vec::new();
+        for w in h.to_words() {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        assert_eq!(Header::parse(&b), Some(h));
+    }
+}
