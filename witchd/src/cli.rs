@@ -206,6 +206,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "PCT", value_parser = parse_overhead)]
     pub overhead: Option<f64>,
 
+    /// Heap blocks (malloc, calloc, realloc, aligned allocations, anonymous mmap) of at least
+    /// this many bytes are tracked as data objects, named by their allocation site ("64k", "1M";
+    /// 0 or "off": none) [default: 4096]
+    #[arg(long, value_name = "BYTES", value_parser = parse_heap_threshold)]
+    pub heap_threshold: Option<u64>,
+
     /// Debug registers to use for watchpoints (1-4) [default: all free]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4))]
     pub debug_registers: Option<u32>,
@@ -459,6 +465,11 @@ pub fn parse_points(s: &str) -> Result<f64, String> {
 /// `--overhead`: a percentage from 0 to 100 ("3", "3%", "0.5").
 pub fn parse_overhead(s: &str) -> Result<f64, String> {
     witchcraft::config::parse_percent(s).ok_or_else(|| format!("{s:?}: give a percentage from 0 to 100, such as 3 or 0.5%"))
+}
+
+/// `--heap-threshold`: a size in bytes ("4096", "64k", "1M"), or "off".
+pub fn parse_heap_threshold(s: &str) -> Result<u64, String> {
+    witchcraft::config::parse_bytes(s).ok_or_else(|| format!("{s:?}: give a size in bytes, such as 4096, 64k or 1M, or off"))
 }
 
 /// A sampling period as given: a count in the event's units, or a time.

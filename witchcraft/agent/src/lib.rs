@@ -18,6 +18,7 @@ mod calibrate;
 mod channel;
 mod handler_stack;
 mod handlers;
+mod heap;
 mod imports;
 pub mod interpose;
 pub mod preload;
