@@ -379,6 +379,12 @@ pub struct GateArgs {
     #[arg(long, value_name = "POINTS", value_parser = parse_points, requires = "baseline")]
     pub max_increase: Option<f64>,
 
+    /// Fail when the stored (or loaded) bytes of a data object are more than PERCENT wasted:
+    /// NAME is a static object's symbol (`table`), a heap object's allocation site
+    /// (`app.c:38`), `stack`, or an object's name or key as the report prints it (repeatable)
+    #[arg(long, value_name = "NAME=PERCENT", value_parser = parse_object_bound)]
+    pub max_object_waste: Vec<(String, f64)>,
+
     /// Write a JUnit XML report (one test case per bound) for CI systems
     #[arg(long, value_name = "OUT.xml")]
     pub junit: Option<PathBuf>,
@@ -446,6 +452,15 @@ pub fn parse_percent(s: &str) -> Result<f64, String> {
         return Err(format!("`{s}` is ambiguous: write {}% for a waste fraction of {t}, or {t}% for {t} percent", (v * 1e8).round() / 1e6));
     }
     Ok(v)
+}
+
+/// `--max-object-waste NAME=PERCENT`.
+pub fn parse_object_bound(s: &str) -> Result<(String, f64), String> {
+    let (name, pct) = s.rsplit_once('=').ok_or_else(|| format!("`{s}`: give NAME=PERCENT, such as table=20%"))?;
+    if name.trim().is_empty() {
+        return Err(format!("`{s}`: the object's name is empty"));
+    }
+    Ok((name.trim().to_string(), parse_percent(pct)?))
 }
 
 /// Percentage points: "2pp" or "2". "2%" is refused: it could mean a relative increase.
