@@ -45,7 +45,7 @@ static void *churn(void *arg) {
             if (x & 0x100) {
                 /* Grow or shrink in place or by moving. */
                 size_t n = (x >> 20) % 3 && size[i] < 60000 ? size[i] * 3 + 1 : size[i] / 2 + 1;
-                unsigned char *q = realloc(slot[i], n);
+                unsigned char *q = x & 0x200 ? realloc(slot[i], n) : reallocarray(slot[i], 1, n);
                 if (!q) return (void *)1;
                 bad += !check(q, n < size[i] ? n : size[i], v);
                 slot[i] = q, size[i] = n;

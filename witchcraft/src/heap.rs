@@ -101,7 +101,6 @@ pub struct Table {
     /// Bit `l`: some block of level `l` was ever inserted.
     levels: AtomicU64,
     overflow: AtomicU64,
-    live: AtomicU64,
 }
 
 impl Table {
@@ -111,7 +110,7 @@ impl Table {
         let cap = cap.next_power_of_two().max(PROBES);
         let words = Reserved::new(cap * WORDS)?;
         let filter = Reserved::new(FILTER)?;
-        Some(Table { words, filter, cap, levels: AtomicU64::new(0), overflow: AtomicU64::new(0), live: AtomicU64::new(0) })
+        Some(Table { words, filter, cap, levels: AtomicU64::new(0), overflow: AtomicU64::new(0) })
     }
 
     fn word(&self, slot: usize, w: usize) -> &AtomicU64 {
@@ -131,9 +130,10 @@ impl Table {
         self.overflow.load(Ordering::Relaxed)
     }
 
-    /// Blocks in the table now.
+    /// Blocks in the table now (a scan of every entry: not for handlers,
+    /// nor for the allocation functions).
     pub fn live(&self) -> u64 {
-        self.live.load(Ordering::Relaxed)
+        (0..self.cap).filter(|&s| self.read(s).is_some_and(|(t, b)| t != 0 && b.start != 0)).count() as u64
     }
 
     /// Take slot `s` if it is free (never used, or a tombstone): its tag,
@@ -160,7 +160,11 @@ impl Table {
         for i in 0..PROBES {
             let s = (h + i) & mask;
             let Some(odd) = self.claim_free(s) else { continue };
-            self.levels.fetch_or(1 << l, Ordering::Relaxed);
+            // A read first: the bit is nearly always set already, and an
+            // atomic update of a line every thread shares costs.
+            if self.levels.load(Ordering::Relaxed) & (1 << l) == 0 {
+                self.levels.fetch_or(1 << l, Ordering::Relaxed);
+            }
             self.counter(b.start).fetch_add(1, Ordering::Relaxed);
             self.word(s, 2).store(b.size, Ordering::Relaxed);
             self.word(s, 3).store(b.hash, Ordering::Relaxed);
@@ -169,7 +173,6 @@ impl Table {
             }
             self.word(s, 1).store(b.start, Ordering::Relaxed);
             self.word(s, 0).store(odd + 1, Ordering::Release);
-            self.live.fetch_add(1, Ordering::Relaxed);
             return true;
         }
         self.overflow.fetch_add(1, Ordering::Relaxed);
@@ -264,7 +267,6 @@ impl Table {
                 self.word(s, 1).store(0, Ordering::Relaxed);
                 self.word(s, 0).store(t + 2, Ordering::Release);
                 self.counter(start).fetch_sub(1, Ordering::Relaxed);
-                self.live.fetch_sub(1, Ordering::Relaxed);
                 return Some(b);
             }
         }

@@ -299,6 +299,9 @@ fn control(mut chan: Channel, theirs: i32, watch: Option<Controller>) {
     CONTROLLER_END.store(-1, Ordering::Release);
     if let Some(text) = settings {
         let end = session(&mut chan, &text);
+        // No new heap blocks are recorded between sessions (frees still
+        // take theirs out).
+        witchcraft::heap::stop();
         let _one = SENDING.lock();
         match end {
             Ok(End::Detached) => {

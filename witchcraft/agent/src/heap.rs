@@ -1,5 +1,5 @@
 //! Heap blocks as data objects: the allocation functions (`malloc`,
-//! `calloc`, `realloc`, `free`, `aligned_alloc`, `memalign`,
+//! `calloc`, `realloc`, `reallocarray`, `free`, `aligned_alloc`, `memalign`,
 //! `posix_memalign`, and `mmap`/`munmap` of anonymous memory) keep the
 //! engine's table of blocks ([`witchcraft::heap`]) for the handlers to name
 //! the object of a watched address.
@@ -50,8 +50,7 @@ const POSIX_MEMALIGN: usize = 6;
 const MMAP: usize = 7;
 const MUNMAP: usize = 8;
 
-const NAMES: [&CStr; 9] =
-    [c"malloc", c"calloc", c"realloc", c"free", c"aligned_alloc", c"memalign", c"posix_memalign", c"mmap", c"munmap"];
+const NAMES: [&CStr; 9] = [c"malloc", c"calloc", c"realloc", c"free", c"aligned_alloc", c"memalign", c"posix_memalign", c"mmap", c"munmap"];
 
 /// The definitions the entries call on to.
 static REAL: [AtomicPtr<c_void>; 9] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 9];
@@ -147,6 +146,7 @@ extern "C" {
     fn witch_attached_malloc(n: usize) -> *mut c_void;
     fn witch_attached_calloc(n: usize, m: usize) -> *mut c_void;
     fn witch_attached_realloc(p: *mut c_void, n: usize) -> *mut c_void;
+    fn witch_attached_reallocarray(p: *mut c_void, n: usize, m: usize) -> *mut c_void;
     fn witch_attached_free(p: *mut c_void);
     fn witch_attached_aligned_alloc(a: usize, n: usize) -> *mut c_void;
     fn witch_attached_memalign(a: usize, n: usize) -> *mut c_void;
@@ -157,16 +157,18 @@ extern "C" {
 }
 
 /// The imports an attached agent takes for heap tracking (names and the
-/// hidden entries), once [`resolve_for_attached`] found where they go;
-/// none while tracking is off.
+/// hidden entries), once [`resolve_for_attached`] found where they go.
+/// Taken whatever the threshold (a later session may track), for good, as
+/// the others.
 pub(crate) fn attached_imports() -> Vec<(&'static CStr, *const c_void)> {
-    if heap::threshold() == u64::MAX || !resolve_for_attached() {
+    if !resolve_for_attached() {
         return Vec::new();
     }
     vec![
         (c"malloc", witch_attached_malloc as *const c_void),
         (c"calloc", witch_attached_calloc as *const c_void),
         (c"realloc", witch_attached_realloc as *const c_void),
+        (c"reallocarray", witch_attached_reallocarray as *const c_void),
         (c"free", witch_attached_free as *const c_void),
         (c"aligned_alloc", witch_attached_aligned_alloc as *const c_void),
         (c"memalign", witch_attached_memalign as *const c_void),
@@ -291,6 +293,25 @@ pub unsafe extern "C" fn witch_heap_realloc(p: *mut c_void, n: usize, ret: *mut 
         track(q, n, ret);
     }
     q
+}
+
+/// `reallocarray` from `ret`: `realloc` of `n * m` bytes, ENOMEM on
+/// overflow (the C library's own calls its internal `realloc`, which would
+/// leave a tracked block behind).
+///
+/// # Safety
+/// As the C library's `reallocarray`.
+#[no_mangle]
+pub unsafe extern "C" fn witch_heap_reallocarray(p: *mut c_void, n: usize, m: usize, ret: *mut c_void) -> *mut c_void {
+    match n.checked_mul(m) {
+        // SAFETY: as `realloc`, with the caller's block.
+        Some(b) => unsafe { witch_heap_realloc(p, b, ret) },
+        None => {
+            // SAFETY: this thread's errno.
+            unsafe { *libc::__errno_location() = libc::ENOMEM };
+            std::ptr::null_mut()
+        }
+    }
 }
 
 /// `free`: the block is forgotten first.

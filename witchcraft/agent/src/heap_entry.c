@@ -13,6 +13,7 @@
 void *witch_heap_malloc(size_t n, void *ret);
 void *witch_heap_calloc(size_t n, size_t m, void *ret);
 void *witch_heap_realloc(void *p, size_t n, void *ret);
+void *witch_heap_reallocarray(void *p, size_t n, size_t m, void *ret);
 void witch_heap_free(void *p);
 void *witch_heap_memalign(int which, size_t align, size_t n, void *ret);
 int witch_heap_posix_memalign(void **out, size_t align, size_t n, void *ret);
@@ -25,6 +26,7 @@ int witch_heap_munmap(void *addr, size_t len);
     VIS void *PFX##malloc(size_t n) { return witch_heap_malloc(n, RET); }                                   \
     VIS void *PFX##calloc(size_t n, size_t m) { return witch_heap_calloc(n, m, RET); }                      \
     VIS void *PFX##realloc(void *p, size_t n) { return witch_heap_realloc(p, n, RET); }                     \
+    VIS void *PFX##reallocarray(void *p, size_t n, size_t m) { return witch_heap_reallocarray(p, n, m, RET); } \
     VIS void PFX##free(void *p) { witch_heap_free(p); }                                                     \
     VIS void *PFX##aligned_alloc(size_t a, size_t n) { return witch_heap_memalign(0, a, n, RET); }          \
     VIS void *PFX##memalign(size_t a, size_t n) { return witch_heap_memalign(1, a, n, RET); }               \
