@@ -282,7 +282,7 @@ static THRESHOLD: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// The default threshold, in bytes: blocks of a page or more (see the data
 /// objects document for the measurement behind it).
-pub const DEFAULT_THRESHOLD: u64 = 4096;
+pub const DEFAULT_THRESHOLD: u64 = 64 * 1024;
 
 /// Track blocks of `threshold` bytes or more from now on (0: none). False
 /// if the table's memory could not be had (then nothing is tracked). Not

@@ -208,7 +208,7 @@ pub struct RunArgs {
 
     /// Heap blocks (malloc, calloc, realloc, aligned allocations, anonymous mmap) of at least
     /// this many bytes are tracked as data objects, named by their allocation site ("64k", "1M";
-    /// 0 or "off": none) [default: 4096]
+    /// 0 or "off": none) [default: 64k]
     #[arg(long, value_name = "BYTES", value_parser = parse_heap_threshold)]
     pub heap_threshold: Option<u64>,
 
