@@ -359,7 +359,7 @@ pub struct DiffArgs {
 }
 
 #[derive(Args, Debug)]
-#[command(group(clap::ArgGroup::new("bound").required(true).multiple(true).args(["max_waste", "max_increase"])))]
+#[command(group(clap::ArgGroup::new("bound").required(true).multiple(true).args(["max_waste", "max_increase", "max_object_waste"])))]
 pub struct GateArgs {
     /// The profile to check
     #[arg(value_name = "PROFILE")]

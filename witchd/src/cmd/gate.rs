@@ -143,7 +143,11 @@ fn answers_to(o: &crate::analysis::objects::Object, name: &str) -> bool {
     if o.name == name || o.key == name || o.name.strip_prefix(name).is_some_and(|rest| rest.starts_with(" (")) {
         return true;
     }
-    // "heap from main (src/app.c:38)"
+    // "heap from main (src/app.c:38)": a heap object by its allocation site
+    // (a static object's parentheses name its module, not a site).
+    if o.kind != crate::analysis::objects::Kind::Heap {
+        return false;
+    }
     let site = o.name.strip_suffix(')').and_then(|n| n.rsplit_once('(')).map(|(_, s)| s);
     site.is_some_and(|s| s == name || s.strip_suffix(name).is_some_and(|d| d.ends_with('/')))
 }
