@@ -40,6 +40,9 @@ GROUND_TRUTH = {
     # 80% of its stored bytes dead, most by memset: what a memset-heavy
     # program pays (--plain-native: against glibc's own rep stosb).
     "memset_dead": ("tests/programs/memset_dead.c", ["100000"]),
+    # Millions of malloc/free: what heap tracking costs (compare with
+    # --witch-env WITCH_HEAP_THRESHOLD=off; docs/OBJECTS.md).
+    "alloc_heavy": ("benches/alloc_heavy.c", []),
 }
 CRAFTS = ["dead", "silent-store", "silent-load"]
 

@@ -10,6 +10,9 @@
  * within `table` and within the wasted buffer, 50% of the stored bytes are
  * dead.
  *
+ * The buffers are allocated again every 4 reps, each time at the same
+ * line (@wasted_alloc, @used_alloc): one heap object each.
+ *
  * Usage: objects_known [reps]   prints a checksum, exits 3.
  */
 #include <stdio.h>
@@ -23,12 +26,19 @@ static volatile long nxt[M];
 
 int main(int argc, char **argv) {
     long reps = argc > 1 ? atol(argv[1]) : 300;
-    volatile long *wasted = malloc(N * sizeof(long)); /* @wasted_alloc */
-    volatile long *used = malloc(N * sizeof(long));   /* @used_alloc */
-    if (!wasted || !used) return 1;
+    volatile long *wasted = NULL, *used = NULL;
     for (long i = 0; i < M; i++) nxt[i] = (i + 1) & (M - 1);
     long c = 0, sum = 0;
     for (long rep = 0; rep < reps; rep++) {
+        if (rep % 4 == 0) {
+            /* New buffers now and then, so that a session attached while
+             * the program runs sees them allocated. */
+            free((void *)wasted);
+            free((void *)used);
+            wasted = malloc(N * sizeof(long)); /* @wasted_alloc */
+            used = malloc(N * sizeof(long));   /* @used_alloc */
+            if (!wasted || !used) return 1;
+        }
         for (long i = 0; i < N; i++) table[i] = c = nxt[c];  /* @table_dead */
         for (long i = 0; i < N; i++) table[i] = c = nxt[c];  /* @table_kill */
         for (long i = 0; i < N; i++) wasted[i] = c = nxt[c]; /* @wasted_dead */

@@ -1,6 +1,7 @@
 //! Data objects end to end: the waste of a known-answer program lands on the
 //! right objects (tests/programs/objects_known.c: a static array and a heap
-//! buffer each hold half of the waste; a second heap buffer holds none).
+//! buffer each hold half of the waste; a second heap buffer holds none),
+//! launched and through `--pid`.
 
 use serde_json::Value;
 use witch_tests::attach::attach_cmd;
@@ -15,30 +16,78 @@ fn num(v: &Value, k: &str) -> f64 {
     v[k].as_f64().unwrap_or(f64::NAN)
 }
 
+/// The heap object allocated at `marker`'s line of the program.
+fn heap_at<'r>(rep: &'r Report, prog: &Program, marker: &str) -> Option<&'r Value> {
+    let line = prog.line(marker);
+    object(rep, |o| {
+        o["kind"] == "heap" && o["site"].as_array().and_then(|s| s.first()).is_some_and(|f| f["line"] == line && f["function"] == "main")
+    })
+}
+
+/// `table` and the @wasted_alloc buffer hold half of the waste each (within
+/// 5 points), the @used_alloc buffer none (it is tracked: its use is seen).
+fn check_the_three_objects(rep: &Report, prog: &Program) {
+    let table = object(rep, |o| o["kind"] == "static" && o["name"].as_str().is_some_and(|n| n.starts_with("table ")))
+        .unwrap_or_else(|| panic!("no static object `table`\n{}", rep.dump()));
+    let share = num(table, "share");
+    assert!((share - 0.5).abs() <= 0.05, "table's share of the waste {share:.3}, want 0.50 ± 0.05\n{table:#}");
+    let wasted = heap_at(rep, prog, "@wasted_alloc").unwrap_or_else(|| panic!("no heap object from @wasted_alloc\n{}", rep.dump()));
+    let share = num(wasted, "share");
+    assert!((share - 0.5).abs() <= 0.05, "the wasted buffer's share {share:.3}, want 0.50 ± 0.05\n{wasted:#}");
+    assert_eq!(wasted["size"], (1u64 << 16) * 8, "{wasted:#}");
+    let line = prog.line("@wasted_alloc");
+    assert!(wasted["name"].as_str().is_some_and(|n| n.contains(&format!("objects_known.c:{line}"))), "{wasted:#}");
+    let used = heap_at(rep, prog, "@used_alloc").unwrap_or_else(|| panic!("no heap object from @used_alloc\n{}", rep.dump()));
+    assert_eq!(num(used, "waste"), 0.0, "the used buffer has waste\n{used:#}");
+    assert!(num(used, "use") > 0.0, "{used:#}");
+    let unknown = object(rep, |o| o["kind"] == "unknown").map_or(0.0, |o| num(o, "share"));
+    assert!(unknown <= 0.05, "{unknown:.3} of the waste on no object\n{}", rep.dump());
+}
+
 #[test]
-fn static_array_gets_its_share_of_the_waste() {
+fn static_array_and_heap_buffer_get_their_shares_of_the_waste() {
     let dir = Scratch::new("objects-static");
     let prog = Program::build("objects_known", dir.path());
     let (_, rep) = craft_run("dead", &prog, &dir, "objects", &["300"], &["-p", "50000"]);
-    let table = object(&rep, |o| o["kind"] == "static" && o["name"].as_str().is_some_and(|n| n.starts_with("table ")))
-        .unwrap_or_else(|| panic!("no static object `table`\n{}", rep.dump()));
-    // Half of all waste, by construction; half of its stored bytes are dead.
+    check_the_three_objects(&rep, &prog);
+    let table = object(&rep, |o| o["kind"] == "static" && o["name"].as_str().is_some_and(|n| n.starts_with("table "))).unwrap();
+    // Half of its stored bytes are dead.
     let (share, frac) = (num(table, "share"), num(table, "fraction"));
-    assert!((share - 0.5).abs() <= 0.05, "table's share of the waste {share:.3}, want 0.50 ± 0.05\n{table:#}");
     assert!((frac - 0.5).abs() <= 0.08, "table's own dead fraction {frac:.3}, want 0.50 ± 0.08\n{table:#}");
     assert_eq!(table["size"], (1u64 << 16) * 8, "{table:#}");
     let ci = table["share_ci"].as_array().unwrap();
     assert!(ci[0].as_f64().unwrap() <= share && share <= ci[1].as_f64().unwrap(), "{table:#}");
-    // Each pair names its object: the pair at the table's dead line is on it.
+    // Each pair names its object: the pair at the table's dead line is on
+    // it, the one at the wasted buffer's on that.
     let f = &prog.file;
     let line = prog.line("@table_dead");
     let p = rep.first_pair(f, line, prog.line("@table_kill")).unwrap_or_else(|| panic!("no pair at {f}:{line}\n{}", rep.dump()));
     assert_eq!(p["object"], table["key"], "{p:#}");
+    let line = prog.line("@wasted_dead");
+    let p = rep.first_pair(f, line, prog.line("@wasted_kill")).unwrap_or_else(|| panic!("no pair at {f}:{line}\n{}", rep.dump()));
+    assert_eq!(p["object"], heap_at(&rep, &prog, "@wasted_alloc").unwrap()["key"], "{p:#}");
+    // The gate by object: `table` (half its bytes dead) fails a 20% bound,
+    // the used buffer (none dead) passes a 5% one, and a name that is no
+    // object of the profile is an error.
+    let profile = dir.join("objects.json");
+    let gate = |bound: String| {
+        use std::ffi::OsStr;
+        witch_raw(&[OsStr::new("gate"), OsStr::new("--max-object-waste"), OsStr::new(&bound), profile.as_os_str()])
+    };
+    let g = gate("table=20%".into());
+    assert_eq!(g.code(), Some(1), "{}", g.describe());
+    assert!(g.stdout_str().contains("FAIL") && g.stdout_str().contains("table (objects_known)"), "{}", g.describe());
+    assert!(g.stderr_str().contains("witch gate: object "), "the gate names the objects with the most waste\n{}", g.describe());
+    let g = gate(format!("objects_known.c:{}=5%", prog.line("@used_alloc")));
+    assert_eq!(g.code(), Some(0), "{}", g.describe());
+    let g = gate("no_such_array=5%".into());
+    assert_eq!(g.code(), Some(2), "{}", g.describe());
 }
 
-/// The same through `--pid`: an attached session finds the static array.
+/// The same through `--pid`: the buffers are allocated again every few reps,
+/// so an attached session sees them allocated.
 #[test]
-fn attached_session_finds_the_static_array() {
+fn attached_session_finds_the_static_array_and_the_heap_buffers() {
     let dir = Scratch::new("objects-attach");
     let prog = Program::build("objects_known", dir.path());
     let mut child = std::process::Command::new(&prog.exe)
@@ -54,8 +103,5 @@ fn attached_session_finds_the_static_array() {
     assert_eq!(run.code(), Some(0), "attach failed:\n{}", run.describe());
     let rep = report(&out);
     rep.assert_samples(50.0);
-    let table = object(&rep, |o| o["kind"] == "static" && o["name"].as_str().is_some_and(|n| n.starts_with("table ")))
-        .unwrap_or_else(|| panic!("no static object `table`\n{}", rep.dump()));
-    let share = num(table, "share");
-    assert!((share - 0.5).abs() <= 0.05, "table's share of the waste {share:.3}, want 0.50 ± 0.05\n{table:#}");
+    check_the_three_objects(&rep, &prog);
 }

@@ -134,6 +134,7 @@ pub mod keys {
     pub const ONLY_PID: &str = "WITCH_ONLY_PID";
     pub const EXE: &str = "WITCH_EXE";
     pub const RECORD_FD: &str = "WITCH_RECORD_FD";
+    pub const HEAP_THRESHOLD: &str = "WITCH_HEAP_THRESHOLD";
 }
 
 #[derive(Clone, Debug)]
@@ -190,6 +191,9 @@ pub struct Config {
     /// access record goes, a buffer at a time, to this descriptor (a
     /// datagram socket witch reads; see `exact::stream`).
     pub record_fd: Option<i32>,
+    /// Heap blocks of at least this many bytes are tracked as data objects
+    /// (0: none); None: [`crate::heap::DEFAULT_THRESHOLD`].
+    pub heap_threshold: Option<u64>,
 }
 
 impl Config {
@@ -220,6 +224,7 @@ impl Config {
             only_pid: None,
             exe_names: Vec::new(),
             record_fd: None,
+            heap_threshold: None,
         }
     }
 
@@ -316,6 +321,9 @@ impl Config {
         if let Some(fd) = self.record_fd {
             v.push((keys::RECORD_FD, fd.to_string()));
         }
+        if let Some(n) = self.heap_threshold {
+            v.push((keys::HEAP_THRESHOLD, n.to_string()));
+        }
         v
     }
 
@@ -383,6 +391,9 @@ impl Config {
             only_pid: num(keys::ONLY_PID)?.map(|p| p as u32),
             exe_names: get(keys::EXE).map(|v| v.split(':').filter(|n| !n.is_empty()).map(str::to_string).collect()).unwrap_or_default(),
             record_fd: num(keys::RECORD_FD)?.map(|fd| fd.min(i32::MAX as u64) as i32),
+            heap_threshold: get(keys::HEAP_THRESHOLD)
+                .map(|v| parse_bytes(&v).ok_or(format!("{}: not a size in bytes or \"off\": {v:?}", keys::HEAP_THRESHOLD)))
+                .transpose()?,
         }))
     }
 }
@@ -394,6 +405,27 @@ fn pick_by_bytes(v: &str) -> Option<bool> {
         "access" | "accesses" => Some(false),
         _ => None,
     }
+}
+
+/// A size in bytes ("4096", "4k", "1M", "1GiB"), or "off" (0).
+pub fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.trim().to_ascii_lowercase();
+    if s == "off" {
+        return Some(0);
+    }
+    let s = s.trim_end_matches("ib").trim_end_matches('b');
+    let (num, unit) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => (&s[..i], s[i..].trim()),
+        None => (s, ""),
+    };
+    let shift = match unit {
+        "" => 0,
+        "k" => 10,
+        "m" => 20,
+        "g" => 30,
+        _ => return None,
+    };
+    num.parse::<u64>().ok()?.checked_mul(1 << shift)
 }
 
 /// Picks per window: a finite number from 0.01 to 64.
@@ -424,6 +456,19 @@ mod tests {
         assert_eq!(c.out_dir, PathBuf::from("/x"));
         assert!(Config::from_lines("WITCH_PERIOD=5\n").unwrap().is_none());
         assert!(Config::from_lines("WITCH_CRAFT=dead\nWITCH_PERIOD=abc\n").is_err());
+        assert!(Config::from_lines("WITCH_CRAFT=dead\nWITCH_HEAP_THRESHOLD=lots\n").is_err());
+        let off = Config::from_lines("WITCH_CRAFT=dead\nWITCH_HEAP_THRESHOLD=off\n").unwrap().unwrap();
+        assert_eq!(off.heap_threshold, Some(0));
+    }
+
+    #[test]
+    fn sizes_in_bytes() {
+        for (s, n) in [("4096", 4096), ("4k", 4096), ("4KiB", 4096), ("1M", 1 << 20), ("2g", 2 << 30), ("off", 0), ("0", 0)] {
+            assert_eq!(parse_bytes(s), Some(n), "{s}");
+        }
+        for s in ["", "k", "-1", "4x", "1.5k", "99999999999999999999"] {
+            assert_eq!(parse_bytes(s), None, "{s}");
+        }
     }
 
     #[test]
@@ -448,6 +493,7 @@ mod tests {
         c.window_picks = Some(1.5);
         c.only_pid = Some(4242);
         c.exe_names = vec!["app".into(), "helper".into()];
+        c.heap_threshold = Some(65536);
         let back = Config::from_lines(&c.to_lines()).unwrap().unwrap();
         assert_eq!(format!("{back:?}"), format!("{c:?}"));
         let map: std::collections::HashMap<_, _> = c.to_pairs().into_iter().collect();

@@ -14,6 +14,7 @@ pub mod context;
 pub mod craft;
 pub mod engine;
 pub mod exact;
+pub mod heap;
 pub mod modules;
 pub mod objects;
 pub mod pair;

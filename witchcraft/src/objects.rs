@@ -65,7 +65,16 @@ impl Object {
         if addr >= stack.0 && addr < stack.1 {
             return Object { kind: Kind::Stack, ..Default::default() };
         }
+        if let Some(b) = crate::heap::find(addr) {
+            return Object::heap(&b);
+        }
         Object { kind: Kind::Address, key: addr >> 6, addr, ..Default::default() }
+    }
+
+    /// The object of a tracked heap block: every block allocated from one
+    /// calling context is one object.
+    pub fn heap(b: &crate::heap::Block) -> Object {
+        Object { kind: Kind::Heap, key: b.hash, addr: b.start, size: b.size, site: b.site }
     }
 
     fn hash(&self, watch: u32, trap: u32) -> u64 {

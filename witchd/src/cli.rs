@@ -215,6 +215,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "PCT", value_parser = parse_overhead)]
     pub overhead: Option<f64>,
 
+    /// Heap blocks (malloc, calloc, realloc, aligned allocations, anonymous mmap) of at least
+    /// this many bytes are tracked as data objects, named by their allocation site ("64k", "1M";
+    /// 0 or "off": none) [default: 64k]
+    #[arg(long, value_name = "BYTES", value_parser = parse_heap_threshold)]
+    pub heap_threshold: Option<u64>,
+
     /// Debug registers to use for watchpoints (1-4) [default: all free]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4))]
     pub debug_registers: Option<u32>,
@@ -365,7 +371,7 @@ pub struct DiffArgs {
 }
 
 #[derive(Args, Debug)]
-#[command(group(clap::ArgGroup::new("bound").required(true).multiple(true).args(["max_waste", "max_increase"])))]
+#[command(group(clap::ArgGroup::new("bound").required(true).multiple(true).args(["max_waste", "max_increase", "max_object_waste"])))]
 pub struct GateArgs {
     /// The profile to check
     #[arg(value_name = "PROFILE")]
@@ -384,6 +390,12 @@ pub struct GateArgs {
     /// --baseline ("2pp" or "2")
     #[arg(long, value_name = "POINTS", value_parser = parse_points, requires = "baseline")]
     pub max_increase: Option<f64>,
+
+    /// Fail when the stored (or loaded) bytes of a data object are more than PERCENT wasted:
+    /// NAME is a static object's symbol (`table`), a heap object's allocation site
+    /// (`app.c:38`), `stack`, or an object's name or key as the report prints it (repeatable)
+    #[arg(long, value_name = "NAME=PERCENT", value_parser = parse_object_bound)]
+    pub max_object_waste: Vec<(String, f64)>,
 
     /// Write a JUnit XML report (one test case per bound) for CI systems
     #[arg(long, value_name = "OUT.xml")]
@@ -454,6 +466,15 @@ pub fn parse_percent(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+/// `--max-object-waste NAME=PERCENT`.
+pub fn parse_object_bound(s: &str) -> Result<(String, f64), String> {
+    let (name, pct) = s.rsplit_once('=').ok_or_else(|| format!("`{s}`: give NAME=PERCENT, such as table=20%"))?;
+    if name.trim().is_empty() {
+        return Err(format!("`{s}`: the object's name is empty"));
+    }
+    Ok((name.trim().to_string(), parse_percent(pct)?))
+}
+
 /// Percentage points: "2pp" or "2". "2%" is refused: it could mean a relative increase.
 pub fn parse_points(s: &str) -> Result<f64, String> {
     let t = s.trim();
@@ -471,6 +492,11 @@ pub fn parse_points(s: &str) -> Result<f64, String> {
 /// `--overhead`: a percentage from 0 to 100 ("3", "3%", "0.5").
 pub fn parse_overhead(s: &str) -> Result<f64, String> {
     witchcraft::config::parse_percent(s).ok_or_else(|| format!("{s:?}: give a percentage from 0 to 100, such as 3 or 0.5%"))
+}
+
+/// `--heap-threshold`: a size in bytes ("4096", "64k", "1M"), or "off".
+pub fn parse_heap_threshold(s: &str) -> Result<u64, String> {
+    witchcraft::config::parse_bytes(s).ok_or_else(|| format!("{s:?}: give a size in bytes, such as 4096, 64k or 1M, or off"))
 }
 
 /// A sampling period as given: a count in the event's units, or a time.

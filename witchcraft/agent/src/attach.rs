@@ -211,6 +211,9 @@ fn control(mut chan: Channel, theirs: i32, watch: Option<Controller>) {
     SESSION.set_controller_end(-1);
     if let Some(text) = settings {
         let end = session(&mut chan, &text);
+        // No new heap blocks are recorded between sessions (frees still
+        // take theirs out).
+        witchcraft::heap::stop();
         let _one = SESSION.sending();
         match end {
             Ok(End::Detached) => {

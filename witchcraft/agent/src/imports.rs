@@ -66,7 +66,8 @@ pub fn hook() {
 
 /// Rewrite `module`'s entries for the imports the agent takes, for good.
 fn take(module: &plthook::ObjectFile) {
-    for (name, f, _) in crate::interpose::attached_imports() {
+    let heap = crate::heap::attached_imports().into_iter().map(|(name, f)| (name, f, None));
+    for (name, f, _) in crate::interpose::attached_imports().into_iter().chain(heap) {
         let Ok(name) = name.to_str() else { continue };
         // SAFETY: `f` is the agent's definition, with the C library's
         // signature; the agent stays loaded.

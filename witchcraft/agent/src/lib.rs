@@ -29,6 +29,7 @@ mod channel;
 pub mod dispositions;
 mod handler_stack;
 mod handlers;
+mod heap;
 mod imports;
 pub mod interpose;
 mod leave;

@@ -21,6 +21,7 @@ use witchcraft::sys::watchpoint::KernelCaps;
 pub fn make_engine(cfg: Config, install: fn(), guarded: bool) -> (Engine, Vec<String>) {
     let own = own_code_range();
     modules::set_own_address(own.0);
+    crate::heap::start(cfg.heap_threshold, own);
     modules::refresh();
     let mut notes = Vec::new();
     let (sampler, period) = SamplerKind::choose(&cfg, &mut notes);

@@ -40,6 +40,7 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
         replacement: a.replacement,
         fp_precision: a.fp_precision,
         overhead_percent: a.overhead,
+        heap_threshold: a.heap_threshold,
     };
     let out = Output::check(a.output.as_deref())?;
     out.probe()?;

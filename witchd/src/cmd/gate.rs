@@ -4,6 +4,10 @@
 //! the whole 95% interval of the fraction (for --max-waste), or of its
 //! increase over the baseline (for --max-increase), is above the bound. When
 //! the interval straddles the bound the gate cannot tell, says so, and passes.
+//!
+//! By data object too: `--max-object-waste NAME=PERCENT` bounds the share
+//! of an object's own bytes that are wasted (its interval as the report
+//! gives it), and the objects with the most waste are named on stderr.
 
 use crate::analysis::{self as model, interval};
 use crate::cli::GateArgs;
@@ -100,8 +104,9 @@ pub fn run(a: &GateArgs) -> anyhow::Result<i32> {
             ),
         });
     }
+    let objects = objects(&p, a, &mut checks)?;
     if checks.is_empty() {
-        anyhow::bail!("give a bound: --max-waste PERCENT, or --baseline BASE with --max-increase POINTS");
+        anyhow::bail!("give a bound: --max-waste PERCENT, --max-object-waste NAME=PERCENT, or --baseline BASE with --max-increase POINTS");
     }
     let fail = checks.iter().any(|c| c.verdict == Verdict::Fail);
     let unsure = checks.iter().any(|c| c.verdict == Verdict::CannotTell);
@@ -122,10 +127,86 @@ pub fn run(a: &GateArgs) -> anyhow::Result<i32> {
         crate::write::bytes(path, xml.as_bytes())?;
     }
     crate::print(&verdict)?;
+    for line in objects {
+        crate::say!("{line}");
+    }
     if unsure && !fail {
         crate::say!("witch gate: the bound lies within the 95% interval: more samples (a longer run, or a smaller -p) would tell");
     }
     Ok(if fail { crate::exit::GATE_FAILED } else { 0 })
+}
+
+/// Does the object answer to `name`: its name or key as printed, a static
+/// object's symbol, or a heap object's allocation site (`file.c:LINE`, with
+/// or without its directories)?
+fn answers_to(o: &crate::analysis::objects::Object, name: &str) -> bool {
+    if o.name == name || o.key == name || o.name.strip_prefix(name).is_some_and(|rest| rest.starts_with(" (")) {
+        return true;
+    }
+    // "heap from main (src/app.c:38)": a heap object by its allocation site
+    // (a static object's parentheses name its module, not a site).
+    if o.kind != crate::analysis::objects::Kind::Heap {
+        return false;
+    }
+    let site = o.name.strip_suffix(')').and_then(|n| n.rsplit_once('(')).map(|(_, s)| s);
+    site.is_some_and(|s| s == name || s.strip_suffix(name).is_some_and(|d| d.ends_with('/')))
+}
+
+/// The per-object bounds as checks, and the lines that name the three
+/// objects with the most waste (for stderr; none when the profile keeps no
+/// objects). An object bound that names no object of the profile is an
+/// error (a misspelt name would pass forever).
+fn objects(p: &witchcraft::profile::Profile, a: &GateArgs, checks: &mut Vec<Check>) -> anyhow::Result<Vec<String>> {
+    use crate::analysis::objects;
+    let run = model::Analysis::of(p);
+    if !objects::kept(&run) {
+        if a.max_object_waste.is_empty() {
+            return Ok(Vec::new());
+        }
+        anyhow::bail!("{}: the profile keeps no data objects (an exact run, or one from before objects were kept)", a.profile.display());
+    }
+    let all = objects::merged(&run);
+    let total = run.total();
+    let pc = |x: f64| x * 100.0;
+    for (name, max) in &a.max_object_waste {
+        let found: Vec<_> = all.iter().map(|(o, _)| o).filter(|o| answers_to(o, name)).collect();
+        if found.is_empty() {
+            let names: Vec<&str> = all.iter().take(8).map(|(o, _)| o.name.as_str()).collect();
+            anyhow::bail!("no data object `{name}` in {} (its objects: {})", a.profile.display(), names.join("; "));
+        }
+        for o in found {
+            let f = o.sums.fraction();
+            let v = verdict(pc(f.lo), pc(f.hi), *max);
+            checks.push(Check {
+                name: format!("max-object-waste {} {max:.1}%", o.name),
+                verdict: v,
+                detail: format!(
+                    "{}: waste {:.1}% of its bytes ({}) {} max {max:.1}%",
+                    printable(&o.name),
+                    pc(f.value),
+                    crate::render::units::uncertainty(&f),
+                    word(v, "<=", ">")
+                ),
+            });
+        }
+    }
+    let lines = all
+        .iter()
+        .filter(|(o, _)| o.sums.waste > 0.0)
+        .take(3)
+        .map(|(o, _)| {
+            let s = o.sums.share_of(&total);
+            format!(
+                "witch gate: object {}: {:.1}% of all waste (95% interval {:.1}–{:.1}%), {:.1}% of its bytes wasted",
+                printable(&o.name),
+                pc(s.value),
+                pc(s.lo),
+                pc(s.hi),
+                pc(o.sums.fraction().value)
+            )
+        })
+        .collect();
+    Ok(lines)
 }
 
 fn esc(s: &str) -> String {
@@ -190,6 +271,32 @@ mod tests {
         assert!(x.contains("witch.dead../a&amp;b"));
         assert_eq!(x.matches("<failure").count(), 1);
         assert_eq!(x.matches("<skipped").count(), 1);
+    }
+
+    #[test]
+    fn objects_answer_to_their_symbol_site_name_or_key() {
+        use crate::analysis::objects::{Kind, Object};
+        let o = |kind, name: &str, key: &str| Object {
+            kind,
+            name: name.into(),
+            key: key.into(),
+            size: None,
+            site: Vec::new(),
+            sums: Default::default(),
+        };
+        let table = o(Kind::Static, "table (app)", "static:app:table");
+        for n in ["table", "table (app)", "static:app:table"] {
+            assert!(answers_to(&table, n), "{n}");
+        }
+        assert!(!answers_to(&table, "tab") && !answers_to(&table, "app"));
+        let heap = o(Kind::Heap, "heap from main (src/app.c:38)", "heap:main@src/app.c:38");
+        for n in ["app.c:38", "src/app.c:38", "heap from main (src/app.c:38)"] {
+            assert!(answers_to(&heap, n), "{n}");
+        }
+        for n in ["p.c:38", "app.c:3", "main"] {
+            assert!(!answers_to(&heap, n), "{n}");
+        }
+        assert!(answers_to(&o(Kind::Stack, "stack", "stack"), "stack"));
     }
 
     #[test]

@@ -214,6 +214,7 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     settings.replacement = a.replacement;
     settings.fp_precision = a.fp_precision;
     settings.overhead_percent = a.overhead;
+    settings.heap_threshold = a.heap_threshold;
     settings.debug_registers = a.debug_registers.unwrap_or(free.min(4) as u32) as usize;
     settings.out_dir = parts.dir.clone();
     if a.no_children {

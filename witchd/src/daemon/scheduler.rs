@@ -262,6 +262,7 @@ pub fn options(p: &Profiling, craft: Craft) -> Options {
         replacement: p.replacement,
         fp_precision: p.fp_precision,
         overhead_percent: p.overhead_percent,
+        heap_threshold: None,
     }
 }
 

@@ -52,6 +52,8 @@ pub struct Options {
     pub fp_precision: f64,
     /// The bursts' overhead budget in percent; None: the default.
     pub overhead_percent: Option<f64>,
+    /// Heap blocks of at least this many bytes are data objects (0: none); None: the default.
+    pub heap_threshold: Option<u64>,
 }
 
 impl Options {
@@ -65,6 +67,7 @@ impl Options {
         c.replacement = self.replacement;
         c.fp_precision = self.fp_precision;
         c.overhead_percent = self.overhead_percent.or(c.overhead_percent);
+        c.heap_threshold = self.heap_threshold;
         let free = witchcraft::probe::debug_registers().clamp(1, 4) as u32;
         c.debug_registers = self.debug_registers.unwrap_or(free).clamp(1, 4) as usize;
         Ok(c)

@@ -1,0 +1,142 @@
+/* Allocation tracking must not change the program: threads allocating and
+ * freeing concurrently (blocks above and below any threshold, every
+ * allocation function), realloc that moves a block, malloc_usable_size,
+ * anonymous mmap/munmap, and a fork whose child allocates too. Every block
+ * is filled and checked, so a block handed out twice, or a realloc that
+ * lost its contents, changes the output.
+ *
+ * Usage: heap_churn [rounds]   prints one line per part, exits 5.
+ */
+#define _GNU_SOURCE
+#include <malloc.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define THREADS 4
+#define SLOTS 64
+
+static long rounds = 5000;
+
+static void fill(unsigned char *p, size_t n, unsigned char v) { memset(p, v, n); }
+
+static int check(const unsigned char *p, size_t n, unsigned char v) {
+    for (size_t i = 0; i < n; i += 61)
+        if (p[i] != v) return 0;
+    return n == 0 || p[n - 1] == v;
+}
+
+static void *churn(void *arg) {
+    uintptr_t id = (uintptr_t)arg;
+    unsigned char *slot[SLOTS] = {0};
+    size_t size[SLOTS] = {0};
+    unsigned long x = 88172645463325252UL ^ id, bad = 0, sum = 0;
+    for (long r = 0; r < rounds; r++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int i = x % SLOTS;
+        unsigned char v = (unsigned char)(id * 64 + i);
+        if (slot[i]) {
+            bad += !check(slot[i], size[i], v);
+            if (x & 0x100) {
+                /* Grow or shrink in place or by moving. */
+                size_t n = (x >> 20) % 3 && size[i] < 60000 ? size[i] * 3 + 1 : size[i] / 2 + 1;
+                unsigned char *q = x & 0x200 ? realloc(slot[i], n) : reallocarray(slot[i], 1, n);
+                if (!q) return (void *)1;
+                bad += !check(q, n < size[i] ? n : size[i], v);
+                slot[i] = q, size[i] = n;
+                fill(q, n, v);
+                continue;
+            }
+            free(slot[i]);
+            slot[i] = NULL;
+            continue;
+        }
+        size_t n = (x >> 8) % 4 == 0 ? 4096 + (x >> 12) % 70000 : 16 + (x >> 12) % 3000;
+        switch ((x >> 32) % 4) {
+        case 0: slot[i] = malloc(n); break;
+        case 1: slot[i] = calloc(1, n); bad += slot[i] && !check(slot[i], n, 0); break;
+        case 2: slot[i] = aligned_alloc(64, (n + 63) & ~(size_t)63); n = (n + 63) & ~(size_t)63; break;
+        default: {
+            void *p = NULL;
+            slot[i] = posix_memalign(&p, 4096, n) == 0 ? p : NULL;
+        }
+        }
+        if (!slot[i]) return (void *)1;
+        bad += malloc_usable_size(slot[i]) < n;
+        size[i] = n;
+        fill(slot[i], n, v);
+        sum += n;
+    }
+    for (int i = 0; i < SLOTS; i++) {
+        bad += slot[i] && !check(slot[i], size[i], (unsigned char)(id * 64 + i));
+        free(slot[i]);
+    }
+    return (void *)(uintptr_t)(bad ? 2 : 0);
+}
+
+/* A block that must move: grown from small until its address changes. */
+static int realloc_moves(void) {
+    unsigned char *p = malloc(8192), *first = p;
+    int moved = 0;
+    fill(p, 8192, 7);
+    size_t n = 8192;
+    unsigned char *blocker = malloc(8192); /* right after p, most likely */
+    for (int k = 0; k < 12 && p; k++) {
+        size_t m = n * 2;
+        unsigned char *q = realloc(p, m);
+        if (!q) return -1;
+        if (!check(q, n, 7)) return -1;
+        moved |= q != first;
+        fill(q, m, 7);
+        p = q, n = m;
+    }
+    free(blocker);
+    free(p);
+    return moved;
+}
+
+static int mappings(void) {
+    int ok = 1;
+    for (int k = 0; k < 50; k++) {
+        size_t n = (size_t)(k + 1) * 65536;
+        unsigned char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return 0;
+        fill(p, n, 9);
+        ok &= check(p, n, 9);
+        ok &= munmap(p, n) == 0;
+    }
+    return ok;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) rounds = atol(argv[1]);
+    pthread_t t[THREADS];
+    for (uintptr_t i = 0; i < THREADS; i++)
+        if (pthread_create(&t[i], NULL, churn, (void *)i)) return 1;
+    int moved = realloc_moves();
+    pid_t child = fork();
+    if (child == 0) {
+        /* The child frees what the parent allocated before the fork, and
+         * allocates its own. */
+        int r = realloc_moves() >= 0 && mappings();
+        _exit(r ? 11 : 12);
+    }
+    long threads_bad = 0;
+    for (int i = 0; i < THREADS; i++) {
+        void *r;
+        pthread_join(t[i], &r);
+        threads_bad += (long)(uintptr_t)r;
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    printf("threads: %s\n", threads_bad ? "BAD" : "ok");
+    printf("realloc: %s\n", moved > 0 ? "moved, contents kept" : moved == 0 ? "never moved" : "BAD");
+    printf("mmap: %s\n", mappings() ? "ok" : "BAD");
+    printf("fork: child exited %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return 5;
+}

@@ -1,0 +1,61 @@
+//! Heap tracking leaves the program as it was: threads allocating and
+//! freeing concurrently with every allocation function, `realloc` that
+//! moves, `malloc_usable_size`, anonymous `mmap`, `fork`
+//! (tests/programs/heap_churn.c), and a program with its own `malloc` in
+//! the executable (own_malloc.c): the same output and exit status as
+//! natively, at the default threshold and at one that tracks nearly every
+//! block, launched and attached.
+
+use witch_tests::attach::attach_cmd;
+use witch_tests::*;
+
+fn same_under_witch(name: &str, args: &[&str], thresholds: &[&str]) {
+    let dir = Scratch::new(&format!("heap-{name}"));
+    let prog = Program::build(name, dir.path());
+    let native = prog.run_native(args);
+    assert!(native.code().is_some_and(|c| c >= 5), "native run:\n{}", native.describe());
+    assert!(!native.stdout_str().contains("BAD") && !native.stdout_str().contains("NOT"), "native run:\n{}", native.describe());
+    for th in thresholds {
+        let out = dir.join(&format!("{name}-{th}.json"));
+        let run = WitchCmd::new("dead").args(&["-p", "100000", "-q", "--heap-threshold", th]).out(&out).run(&prog.exe, args);
+        assert_same_behaviour(&native, &run);
+        assert!(out.is_file(), "no profile at {}\n{}", out.display(), run.describe());
+    }
+}
+
+#[test]
+fn threads_realloc_mmap_and_fork_behave_as_without_witch() {
+    // 64 bytes: nearly every block of the program is tracked.
+    same_under_witch("heap_churn", &[], &["4096", "64"]);
+}
+
+#[test]
+fn a_program_with_its_own_malloc_is_left_unharmed() {
+    same_under_witch("own_malloc", &[], &["4096", "16"]);
+}
+
+#[test]
+fn an_attached_session_tracks_without_harm() {
+    let dir = Scratch::new("heap-attach");
+    let prog = Program::build("heap_churn", dir.path());
+    let native = prog.run_native(&[]);
+    let child = std::process::Command::new(&prog.exe)
+        .arg("150000")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", prog.exe.display()));
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let out = dir.join("attached.json");
+    let run = attach_cmd(
+        &witch_bin(),
+        &[],
+        "dead",
+        child.id(),
+        &["--duration", "1s", "-p", "100000", "-q", "--heap-threshold", "64", "-o", out.to_str().unwrap()],
+    );
+    let done = child.wait_with_output().unwrap();
+    assert_eq!(run.code(), Some(0), "attach failed:\n{}", run.describe());
+    assert_eq!(done.status.code(), native.code(), "the attached program's exit status");
+    assert_eq!(String::from_utf8_lossy(&done.stdout), native.stdout_str(), "the attached program's output");
+    assert!(out.is_file(), "no profile at {}", out.display());
+}

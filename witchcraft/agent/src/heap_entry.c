@@ -1,0 +1,48 @@
+/* The allocation functions' entries: each passes its return address (the
+ * caller's call site, which names the block's allocation) to the agent's
+ * Rust side (heap.rs). Stable Rust has no way to read a function's return
+ * address; C has __builtin_return_address.
+ *
+ * Preloaded, the exported definitions interpose the C library's. Attached
+ * (nothing is interposed), the program's import-table entries for these
+ * functions are pointed at the hidden twins (imports.rs): hidden so that
+ * their address is the agent's own, as in exec_variadic.c. */
+#include <stddef.h>
+#include <sys/types.h>
+
+void *witch_heap_malloc(size_t n, void *ret);
+void *witch_heap_calloc(size_t n, size_t m, void *ret);
+void *witch_heap_realloc(void *p, size_t n, void *ret);
+void *witch_heap_reallocarray(void *p, size_t n, size_t m, void *ret);
+void witch_heap_free(void *p);
+void *witch_heap_memalign(int which, size_t align, size_t n, void *ret);
+int witch_heap_posix_memalign(void **out, size_t align, size_t n, void *ret);
+void *witch_heap_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off, void *ret);
+int witch_heap_munmap(void *addr, size_t len);
+
+#define RET __builtin_return_address(0)
+
+#define ENTRIES(VIS, PFX)                                                                                   \
+    VIS void *PFX##malloc(size_t n) { return witch_heap_malloc(n, RET); }                                   \
+    VIS void *PFX##calloc(size_t n, size_t m) { return witch_heap_calloc(n, m, RET); }                      \
+    VIS void *PFX##realloc(void *p, size_t n) { return witch_heap_realloc(p, n, RET); }                     \
+    VIS void *PFX##reallocarray(void *p, size_t n, size_t m) { return witch_heap_reallocarray(p, n, m, RET); } \
+    VIS void PFX##free(void *p) { witch_heap_free(p); }                                                     \
+    VIS void *PFX##aligned_alloc(size_t a, size_t n) { return witch_heap_memalign(0, a, n, RET); }          \
+    VIS void *PFX##memalign(size_t a, size_t n) { return witch_heap_memalign(1, a, n, RET); }               \
+    VIS int PFX##posix_memalign(void **out, size_t a, size_t n) {                                           \
+        return witch_heap_posix_memalign(out, a, n, RET);                                                   \
+    }                                                                                                       \
+    VIS void *PFX##mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {                   \
+        return witch_heap_mmap(addr, len, prot, flags, fd, off, RET);                                       \
+    }                                                                                                       \
+    VIS void *PFX##mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) {                 \
+        return witch_heap_mmap(addr, len, prot, flags, fd, off, RET);                                       \
+    }                                                                                                       \
+    VIS int PFX##munmap(void *addr, size_t len) { return witch_heap_munmap(addr, len); }
+
+#define EXPORTED __attribute__((visibility("default")))
+#define HIDDEN __attribute__((visibility("hidden")))
+
+ENTRIES(EXPORTED, )
+ENTRIES(HIDDEN, witch_attached_)

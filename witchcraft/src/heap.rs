@@ -1,0 +1,447 @@
+//! Heap blocks the program holds, by address range: the table the agent's
+//! allocation functions (`malloc`, `free`, anonymous `mmap`, ...) keep and
+//! the signal handler reads to name the data object of a watched address
+//! ([`crate::objects`]).
+//!
+//! Lock-free and allocation-free. The table is a fixed array of entries in
+//! reserved memory ([`Reserved`]), open-addressed. A block of `size` bytes
+//! has a *level* `l`, the least with `2^l >= size`, so it starts in granule
+//! `start >> l` and ends in that granule or the next one; its entry goes at
+//! the first free slot of a short run ([`PROBES`]) from the slot that
+//! `(l, start >> l)` hashes to. A lookup of an address `a` tries, for each
+//! level in use (a bit mask), the runs of granules `a >> l` and
+//! `(a >> l) - 1`: a few dozen slot reads at most, no matter how many blocks
+//! are live. Removal (by start: `free` knows no size) tries the levels in use
+//! the same way, after a small counting filter of starts said the address
+//! may be tracked at all, so that the `free` of an untracked block costs one
+//! read.
+//!
+//! Every entry has a sequence number (`tag`): 0 never used (ends a run), odd
+//! while a writer owns it, even when stable. A writer takes an entry by
+//! moving its tag from even to odd with a compare-and-swap (so two writers,
+//! on any threads, never write one entry), writes the fields, and publishes
+//! the next even number. A reader reads the tag, the fields, and the tag
+//! again, and takes the entry only if both tags are the same even number: it
+//! never sees half of one block and half of another (the seqlock of
+//! "Scalable Read-mostly Synchronization Using Passive Reader-Writer Locks"
+//! and of the Linux kernel). A reader never waits: an entry a writer owns
+//! (perhaps the very thread the handler interrupted) is skipped. A removed
+//! block leaves a tombstone (start 0) that the next insert in its run reuses;
+//! tags only grow, so a reader can't mistake a reused entry for the one it
+//! began reading.
+//!
+//! Bounded: [`CAPACITY`] entries; an insert that finds no free entry in its
+//! run is counted ([`Table::overflow`]) and the block stays unknown.
+
+use crate::objects::SITE_FRAMES;
+use crate::sys::mem::Reserved;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// Entries in the process's table (80 bytes each: 1.25 MiB of address
+/// space, of which only the pages written become memory).
+pub const CAPACITY: usize = 1 << 14;
+/// Slots an entry may sit from its home slot.
+pub const PROBES: usize = 8;
+/// Counters of the filter of starts (4 bytes each).
+const FILTER: usize = 1 << 14;
+/// The smallest level (16 bytes).
+const MIN_LEVEL: u32 = 4;
+/// Words of an entry: tag, start, size, hash, site.
+const WORDS: usize = 4 + SITE_FRAMES;
+
+/// A tracked block, as a reader found it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Block {
+    pub start: u64,
+    pub size: u64,
+    /// The hash of the allocation's calling context (what names the object).
+    pub hash: u64,
+    /// The allocation's calling context, innermost first, lookup addresses
+    /// (return addresses minus one), 0-padded.
+    pub site: [u64; SITE_FRAMES],
+}
+
+impl Block {
+    /// A block allocated from `site` (innermost first, 0-padded), its hash
+    /// made from the site.
+    pub fn new(start: u64, size: u64, site: [u64; SITE_FRAMES]) -> Block {
+        Block { start, size, hash: site_hash(&site), site }
+    }
+}
+
+/// The hash that keys a heap object: the allocation's calling context.
+pub fn site_hash(site: &[u64; SITE_FRAMES]) -> u64 {
+    let mut h = 0x9e37_79b9_7f4a_7c15u64;
+    for &pc in site {
+        h = (h ^ pc).wrapping_mul(0xff51_afd7_ed55_8ccd).rotate_left(29);
+    }
+    h | 1
+}
+
+fn level(size: u64) -> u32 {
+    (64 - size.max(1).saturating_sub(1).leading_zeros()).max(MIN_LEVEL)
+}
+
+fn mix(x: u64) -> u64 {
+    let x = (x ^ (x >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+    let x = (x ^ (x >> 33)).wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+fn home(level: u32, granule: u64) -> usize {
+    mix(granule.wrapping_mul(64) ^ level as u64) as usize
+}
+
+/// The address-range table (see the module comment).
+pub struct Table {
+    words: Reserved<u64>,
+    filter: Reserved<u32>,
+    cap: usize,
+    /// Bit `l`: some block of level `l` was ever inserted.
+    levels: AtomicU64,
+    overflow: AtomicU64,
+}
+
+impl Table {
+    /// A table of `cap` entries (a power of two), or None if its memory
+    /// can't be reserved. Not for signal handlers.
+    pub fn new(cap: usize) -> Option<Table> {
+        let cap = cap.next_power_of_two().max(PROBES);
+        let words = Reserved::new(cap * WORDS)?;
+        let filter = Reserved::new(FILTER)?;
+        Some(Table { words, filter, cap, levels: AtomicU64::new(0), overflow: AtomicU64::new(0) })
+    }
+
+    fn word(&self, slot: usize, w: usize) -> &AtomicU64 {
+        // SAFETY: in bounds (slot < cap, w < WORDS); AtomicU64 has u64's
+        // layout, and every access to the table's words is atomic.
+        unsafe { AtomicU64::from_ptr(self.words.as_ptr().add(slot * WORDS + w) as *mut u64) }
+    }
+
+    fn counter(&self, start: u64) -> &AtomicU32 {
+        let i = (mix(start >> 4) as usize) & (FILTER - 1);
+        // SAFETY: in bounds; AtomicU32 has u32's layout; accessed atomically only.
+        unsafe { AtomicU32::from_ptr(self.filter.as_ptr().add(i) as *mut u32) }
+    }
+
+    /// Blocks that found no free entry.
+    pub fn overflow(&self) -> u64 {
+        self.overflow.load(Ordering::Relaxed)
+    }
+
+    /// Blocks in the table now (a scan of every entry: not for handlers,
+    /// nor for the allocation functions).
+    pub fn live(&self) -> u64 {
+        (0..self.cap).filter(|&s| self.read(s).is_some_and(|(t, b)| t != 0 && b.start != 0)).count() as u64
+    }
+
+    /// Take slot `s` if it is free (never used, or a tombstone): its tag,
+    /// now odd, or None.
+    fn claim_free(&self, s: usize) -> Option<u64> {
+        let tag = self.word(s, 0);
+        let t = tag.load(Ordering::Acquire);
+        if t & 1 == 1 || (t != 0 && self.word(s, 1).load(Ordering::Relaxed) != 0) {
+            return None;
+        }
+        tag.compare_exchange(t, t + 1, Ordering::AcqRel, Ordering::Relaxed).ok()?;
+        // The fields' stores below must not be seen before the odd tag.
+        fence(Ordering::Release);
+        Some(t + 1)
+    }
+
+    /// Record `b`. Any thread, never a handler that may have interrupted a
+    /// writer of the same slot (handlers only read). False if no entry was
+    /// free (counted).
+    pub fn insert(&self, b: &Block) -> bool {
+        let l = level(b.size);
+        let h = home(l, b.start >> l);
+        let mask = self.cap - 1;
+        for i in 0..PROBES {
+            let s = (h + i) & mask;
+            let Some(odd) = self.claim_free(s) else { continue };
+            // A read first: the bit is nearly always set already, and an
+            // atomic update of a line every thread shares costs.
+            if self.levels.load(Ordering::Relaxed) & (1 << l) == 0 {
+                self.levels.fetch_or(1 << l, Ordering::Relaxed);
+            }
+            self.counter(b.start).fetch_add(1, Ordering::Relaxed);
+            self.word(s, 2).store(b.size, Ordering::Relaxed);
+            self.word(s, 3).store(b.hash, Ordering::Relaxed);
+            for (k, &pc) in b.site.iter().enumerate() {
+                self.word(s, 4 + k).store(pc, Ordering::Relaxed);
+            }
+            self.word(s, 1).store(b.start, Ordering::Relaxed);
+            self.word(s, 0).store(odd + 1, Ordering::Release);
+            return true;
+        }
+        self.overflow.fetch_add(1, Ordering::Relaxed);
+        false
+    }
+
+    /// Read slot `s` consistently: its tag and block (start 0: a
+    /// tombstone), or None if a writer owns it or wrote it meanwhile, or it
+    /// was never used (`Some((0, _))`).
+    fn read(&self, s: usize) -> Option<(u64, Block)> {
+        self.read_with(s, || {})
+    }
+
+    /// [`Table::read`], running `between` after the first field is read
+    /// (tests: a writer that comes in the middle of a read).
+    #[inline(always)]
+    fn read_with(&self, s: usize, between: impl FnOnce()) -> Option<(u64, Block)> {
+        let t1 = self.word(s, 0).load(Ordering::Acquire);
+        if t1 == 0 {
+            return Some((0, Block::default()));
+        }
+        if t1 & 1 == 1 {
+            return None;
+        }
+        let mut b = Block {
+            start: self.word(s, 1).load(Ordering::Relaxed),
+            size: {
+                between();
+                self.word(s, 2).load(Ordering::Relaxed)
+            },
+            hash: self.word(s, 3).load(Ordering::Relaxed),
+            site: [0; SITE_FRAMES],
+        };
+        for (k, pc) in b.site.iter_mut().enumerate() {
+            *pc = self.word(s, 4 + k).load(Ordering::Relaxed);
+        }
+        fence(Ordering::Acquire);
+        (self.word(s, 0).load(Ordering::Relaxed) == t1).then_some((t1, b))
+    }
+
+    /// The block holding `addr`, if one is tracked. Async-signal-safe: a
+    /// bounded number of plain reads, no waiting.
+    pub fn find(&self, addr: u64) -> Option<Block> {
+        let mut levels = self.levels.load(Ordering::Relaxed);
+        let mask = self.cap - 1;
+        while levels != 0 {
+            let l = levels.trailing_zeros();
+            levels &= levels - 1;
+            let g = addr >> l;
+            for granule in [g, g.wrapping_sub(1)] {
+                let h = home(l, granule);
+                for i in 0..PROBES {
+                    match self.read((h + i) & mask) {
+                        Some((0, _)) => break,
+                        Some((_, b)) if b.start != 0 && addr.wrapping_sub(b.start) < b.size => return Some(b),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Forget the block starting at `start`, returning it, if it is
+    /// tracked. Any thread, as [`Table::insert`]; one read when the filter
+    /// says no block starts there.
+    pub fn remove(&self, start: u64) -> Option<Block> {
+        if start == 0 || self.counter(start).load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let mut levels = self.levels.load(Ordering::Relaxed);
+        let mask = self.cap - 1;
+        while levels != 0 {
+            let l = levels.trailing_zeros();
+            levels &= levels - 1;
+            let h = home(l, start >> l);
+            for i in 0..PROBES {
+                let s = (h + i) & mask;
+                // Owned by another writer: not this block (only its own
+                // `free` removes it, and that is this call).
+                let Some((t, b)) = self.read(s) else { continue };
+                if t == 0 {
+                    break;
+                }
+                if b.start != start || level(b.size) != l {
+                    continue;
+                }
+                if self.word(s, 0).compare_exchange(t, t + 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+                    continue;
+                }
+                fence(Ordering::Release);
+                self.word(s, 1).store(0, Ordering::Relaxed);
+                self.word(s, 0).store(t + 2, Ordering::Release);
+                self.counter(start).fetch_sub(1, Ordering::Relaxed);
+                return Some(b);
+            }
+        }
+        None
+    }
+}
+
+/// The process's table: made by [`start`], read by the handlers through
+/// [`find`].
+static TABLE: OnceLock<Table> = OnceLock::new();
+/// Blocks of at least this many bytes are tracked (u64::MAX: none).
+static THRESHOLD: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// The default threshold, in bytes: blocks of a page or more (see the data
+/// objects document for the measurement behind it).
+pub const DEFAULT_THRESHOLD: u64 = 64 * 1024;
+
+/// Track blocks of `threshold` bytes or more from now on (0: none). False
+/// if the table's memory could not be had (then nothing is tracked). Not
+/// for signal handlers.
+pub fn start(threshold: u64) -> bool {
+    if threshold == 0 {
+        THRESHOLD.store(u64::MAX, Ordering::Release);
+        return true;
+    }
+    if TABLE.get().is_none() {
+        if let Some(t) = Table::new(CAPACITY) {
+            let _ = TABLE.set(t);
+        }
+    }
+    if TABLE.get().is_none() {
+        return false;
+    }
+    THRESHOLD.store(threshold, Ordering::Release);
+    true
+}
+
+/// Stop tracking new blocks (those tracked are still freed from the table).
+pub fn stop() {
+    THRESHOLD.store(u64::MAX, Ordering::Release);
+}
+
+/// The threshold now (u64::MAX: off).
+pub fn threshold() -> u64 {
+    THRESHOLD.load(Ordering::Relaxed)
+}
+
+/// The process's table, once [`start`] made it.
+pub fn table() -> Option<&'static Table> {
+    TABLE.get()
+}
+
+/// The tracked block holding `addr` (async-signal-safe).
+pub fn find(addr: u64) -> Option<Block> {
+    TABLE.get()?.find(addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    fn site(x: u64) -> [u64; SITE_FRAMES] {
+        [x; SITE_FRAMES]
+    }
+
+    #[test]
+    fn blocks_are_found_by_any_address_inside_and_removed_by_start() {
+        let t = Table::new(64).unwrap();
+        let a = Block::new(0x10_0000, 4096, site(1));
+        let b = Block::new(0x10_1000, 100_000, site(2));
+        let c = Block::new(0x7f00_0000_0000, 1 << 30, site(3));
+        for x in [&a, &b, &c] {
+            assert!(t.insert(x));
+        }
+        assert_eq!(t.find(0x10_0000), Some(a));
+        assert_eq!(t.find(0x10_0fff), Some(a));
+        assert_eq!(t.find(0x10_1000 + 99_999), Some(b));
+        assert_eq!(t.find(0x10_1000 + 100_000), None);
+        assert_eq!(t.find(0x7f00_0000_0000 + (1 << 29)), Some(c));
+        assert_eq!(t.find(0xfff), None);
+        assert_eq!(t.live(), 3);
+        assert_eq!(t.remove(0x10_0010), None, "only a block's start frees it");
+        assert_eq!(t.remove(0x10_0000), Some(a));
+        assert_eq!(t.find(0x10_0010), None);
+        assert_eq!(t.remove(0x10_0000), None);
+        // The tombstone is reused.
+        let d = Block::new(0x10_0000, 4000, site(4));
+        assert!(t.insert(&d));
+        assert_eq!(t.find(0x10_0f00), Some(d));
+        assert_eq!(t.live(), 3);
+        assert_ne!(site_hash(&site(1)), site_hash(&site(2)));
+    }
+
+    #[test]
+    fn a_full_run_is_counted_not_waited_on() {
+        let t = Table::new(PROBES).unwrap();
+        for i in 0..PROBES as u64 {
+            assert!(t.insert(&Block::new(0x1000 * (i + 1), 64, site(i))));
+        }
+        assert!(!t.insert(&Block::new(0x100_0000, 64, site(9))));
+        assert_eq!(t.overflow(), 1);
+        for i in 0..PROBES as u64 {
+            assert_eq!(t.find(0x1000 * (i + 1) + 8).map(|b| b.site[0]), Some(i));
+        }
+    }
+
+    /// A writer that removes a block and puts another in its entry while a
+    /// reader is between the block's start and its size: the reader must
+    /// not take the old start with the new size, hash and site.
+    #[test]
+    fn a_block_rewritten_during_a_read_is_not_taken() {
+        let t = Table::new(64).unwrap();
+        let (a, b) = (Block::new(0x4000, 128, site(1)), Block::new(0x4000, 120, site(2)));
+        assert!(t.insert(&a));
+        let s = (0..t.cap).find(|&s| t.read(s).is_some_and(|(tag, x)| tag != 0 && x == a)).unwrap();
+        let got = t.read_with(s, || {
+            assert_eq!(t.remove(0x4000), Some(a));
+            assert!(t.insert(&b));
+        });
+        assert_eq!(got, None, "a torn read");
+        assert_eq!(t.read(s).map(|(_, x)| x), Some(b));
+        // A writer that owns the entry (the thread a handler interrupted,
+        // say) makes the reader skip it, not wait.
+        t.word(s, 0).fetch_add(1, Ordering::AcqRel);
+        assert_eq!(t.find(0x4010), None);
+        t.word(s, 0).fetch_add(1, Ordering::AcqRel);
+        assert_eq!(t.find(0x4010), Some(b));
+    }
+
+    /// Two writers insert and remove blocks at two addresses over and
+    /// over, each block's fields all made of one number (start `X + k`,
+    /// size, hash and site from `k`), so that a reader pairing fields of two
+    /// different writes sees numbers that disagree: the torn read the tags
+    /// prevent (without the second tag check this fails in about one run
+    /// in three on two busy cores; the test below makes the race certain).
+    #[test]
+    fn a_reader_never_sees_half_of_one_block_and_half_of_another() {
+        const X: u64 = 1 << 32;
+        static STOP: AtomicBool = AtomicBool::new(false);
+        let t: &'static Table = Box::leak(Box::new(Table::new(64).unwrap()));
+        let block = |k: u64| Block { start: X + 128 * (k % 2), size: 100 + k % 16, hash: k, site: site(k) };
+        let writers: Vec<_> = (0..2u64)
+            .map(|w| {
+                std::thread::spawn(move || {
+                    let mut k = w;
+                    while !STOP.load(Ordering::Relaxed) {
+                        let b = block(k);
+                        if t.insert(&b) {
+                            t.remove(b.start);
+                        }
+                        k += 2;
+                    }
+                })
+            })
+            .collect();
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(400);
+        let (mut reads, mut found, mut torn) = (0u64, 0u64, None);
+        while std::time::Instant::now() < until && torn.is_none() {
+            for a in [X + 8, X + 136] {
+                if let Some(b) = t.find(a) {
+                    found += 1;
+                    let k = b.hash;
+                    if b != block(k) {
+                        torn = Some(b);
+                    }
+                }
+                reads += 1;
+            }
+        }
+        STOP.store(true, Ordering::Relaxed);
+        for w in writers {
+            w.join().unwrap();
+        }
+        assert_eq!(torn, None, "a torn block after {reads} reads");
+        assert!(found > 0, "the reader found no block in {reads} reads");
+    }
+}
