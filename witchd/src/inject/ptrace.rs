@@ -213,6 +213,7 @@ impl Tracee {
     pub fn stop_safely(target: &Target) -> Result<Tracee> {
         let pid = target.pid;
         let risky = target.risky_ranges();
+        let private_wait = target.private_lock_wait();
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut last_err = None;
         // The most stack a stopped thread had free, when none had enough.
@@ -251,12 +252,16 @@ impl Tracee {
                     Ok(t) => {
                         let in_syscall = t.saved.orig_rax as i64;
                         let rip = t.saved.rip;
+                        // Waiting for one of the C library's own locks, it may
+                        // hold another that the load needs: never then, not
+                        // even past the deadline (it waits only briefly).
+                        let in_private_wait = in_syscall == libc::SYS_futex && private_wait.is_some_and(|(a, b)| a <= rip && rip < b);
                         let safe = if in_syscall >= 0 {
                             BLOCKING_SYSCALLS.contains(&in_syscall)
                         } else {
                             !risky.iter().any(|&(a, b)| a <= rip && rip < b)
                         };
-                        if safe || any_ok {
+                        if (safe || any_ok) && !in_private_wait {
                             // Only on a C stack, and never on one too small
                             // for the calls: they would write past its end (a
                             // guard page: the program dies of SIGSEGV; else,

@@ -175,6 +175,19 @@ impl Target {
         found
     }
 
+    /// Where glibc waits for one of its own internal locks
+    /// (`__lll_lock_wait_private`: malloc's arenas, stdio's, `fork`'s): the
+    /// code range of that function in the target's C library, if found. A
+    /// thread blocked in `futex` from there may hold another of those locks
+    /// (`fork` takes every arena's in turn), which the agent's load (its
+    /// `malloc`) would then wait for forever.
+    pub fn private_lock_wait(&self) -> Option<(u64, u64)> {
+        let libc = self.object(is_c_library)?;
+        let data = read_object(self.pid, libc).ok()?;
+        let (at, size) = symbol_extent(&data, libc.start, "__lll_lock_wait_private")?;
+        (size > 0).then_some((at, at + size))
+    }
+
     /// glibc's loader lock in the target ([`LoaderLock`]), where its
     /// loader (`ld-linux*`, `ld-2.*`) and the lock are found.
     pub fn loader_lock(&self) -> Option<LoaderLock> {
@@ -407,6 +420,17 @@ mod tests {
         let libc = t.object(|f| f.starts_with("libc.so")).expect("libc is mapped").clone();
         let addr = t.symbol(&libc, "dlopen").unwrap().or(t.symbol(&libc, "__libc_dlopen_mode").unwrap());
         assert_eq!(addr, Some(libc::dlopen as *const () as u64));
+    }
+
+    /// Where glibc waits for its internal locks is found in our own C
+    /// library, inside its code (a thread blocked there is never used).
+    #[test]
+    fn the_c_librarys_private_lock_wait_is_found_in_our_libc() {
+        let maps = procfs::read_maps(None).unwrap();
+        let t = Target { pid: std::process::id() as i32, uid: 0, maps };
+        let (a, b) = t.private_lock_wait().expect("glibc exports __lll_lock_wait_private");
+        assert!(a < b && b - a < 4096, "{a:#x}..{b:#x}");
+        assert!(t.risky_ranges().iter().any(|&(s, e)| s <= a && b <= e), "not in the C library's code");
     }
 
     /// The loader lock is found in glibc's `_rtld_global` as this
