@@ -14,6 +14,7 @@ pub mod cache;
 pub mod calibrate;
 pub mod clock;
 mod pick;
+pub mod recorder;
 pub mod recording;
 pub mod sample;
 pub mod sampler;

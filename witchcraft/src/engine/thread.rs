@@ -200,7 +200,7 @@ impl ThreadState {
         self.tid = target;
         self.watch.open(engine, target, tid)?;
         if let Some(r) = &mut self.window.rec {
-            r.open_resume(engine, target, tid);
+            r.open_resume(engine.sigtrap, engine.modify, target, tid);
         }
         self.sampler = Sampler::open(&engine.sampler, engine.period, target, tid)?;
         Ok(())

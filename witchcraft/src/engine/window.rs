@@ -139,7 +139,7 @@ pub struct Window {
     unit_ns: f64,
     pub stats: WindowStats,
     /// The exact mode's recording (None: windows count or pick).
-    pub rec: Option<super::recording::Recorder>,
+    pub rec: Option<super::recorder::Recorder>,
 }
 
 /// The profile's account of the windows.
@@ -179,7 +179,7 @@ impl Window {
             last_start: None,
             unit_ns: 0.0,
             stats: WindowStats::default(),
-            rec: record_fd.map(super::recording::Recorder::new),
+            rec: record_fd.map(super::recorder::Recorder::new),
         }
     }
 

@@ -1,0 +1,186 @@
+//! The engine's recording mode: the exact mode from the code cache.
+//!
+//! With a record descriptor ([`crate::config::Config::record_fd`]) every
+//! window runs recording copies ([`crate::x86::translate::Counted::Records`]):
+//! before each memory access a copy writes an access record into this
+//! thread's buffer, and the countdown, set to the room left, stops the copy
+//! before an instruction whose records would not fit. The engine then sends
+//! the buffer whole, as one datagram ([`crate::exact::stream`]), to witch,
+//! which judges it ([`crate::exact::Replay`]): the shadow memory grows with
+//! the memory the program touches, so it lives in witch, not here, where
+//! signal handlers may not allocate. Sending is one `send` on a
+//! `SOCK_SEQPACKET` socket: async-signal-safe, atomic per datagram (threads
+//! never interleave inside one), and it blocks while witch is behind, which
+//! holds the thread, not the judge.
+//!
+//! Instructions the cache does not run are recorded by the engine from
+//! their decoded accesses ([`crate::x86::record::of_instruction`]): a
+//! `rep` string as ranges, a system call (no access), an instruction the
+//! translator cannot copy.
+
+use crate::exact::stream;
+use crate::sys::perf::BpType;
+use crate::sys::siginfo::{TAG, TAG_RESUME};
+use crate::sys::watchpoint::{Arming, Breakpoint};
+use crate::x86::record::{Record, RECORD_BYTES};
+
+/// Records a buffer holds: one datagram of 64 KiB with its header.
+pub const CAPACITY: usize = (65536 - stream::HEADER_BYTES) / RECORD_BYTES;
+
+/// What the profile says about recording.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RecordStats {
+    pub records: u64,
+    pub sends: u64,
+    /// Times the thread went on natively without being recorded (code the
+    /// cache does not run and the engine could not record): each a gap in
+    /// the exact account.
+    pub gaps: u64,
+    /// Where the first gap began (a native PC).
+    pub first_gap: u64,
+    /// Times recording resumed at a breakpoint after native code.
+    pub resumes: u64,
+}
+
+pub struct Recorder {
+    /// The datagram: header, then CAPACITY records. Allocated when the
+    /// thread's state is made, never in a handler.
+    buf: Box<[u64]>,
+    /// Records in the buffer.
+    pos: usize,
+    fd: i32,
+    /// Sending failed (witch went away): record no more.
+    pub failed: bool,
+    pub stats: RecordStats,
+    /// The instruction breakpoint where recording resumes after native
+    /// code, and how it is armed (None: it could not be opened).
+    resume: Breakpoint,
+    how: Option<Arming>,
+    armed: bool,
+}
+
+impl Recorder {
+    pub fn new(fd: i32) -> Recorder {
+        let words = (stream::HEADER_BYTES + CAPACITY * RECORD_BYTES) / 8;
+        Recorder {
+            buf: vec![0u64; words].into_boxed_slice(),
+            pos: 0,
+            fd,
+            failed: false,
+            stats: RecordStats::default(),
+            resume: Breakpoint::CLOSED,
+            how: None,
+            armed: false,
+        }
+    }
+
+    /// Open the resume breakpoint for thread `tid` (`open_tid` 0: the
+    /// calling thread), disabled. Outside signal handlers. Without
+    /// `sigtrap` (Linux < 5.13) there is none, and recording resumes at
+    /// the next tick.
+    pub fn open_resume(&mut self, sigtrap: bool, modify: bool, tid: i32, open_tid: i32) {
+        if !sigtrap {
+            return;
+        }
+        let how = Arming { ty: BpType::X, sigtrap: true, modify, in_place: false, tid, parking: Self::parking() };
+        if let Ok(bp) = Breakpoint::open_parked(&how, TAG | TAG_RESUME, open_tid) {
+            self.resume = bp;
+            self.how = Some(how);
+        }
+    }
+
+    /// Where the disabled breakpoint points: this function's code (the
+    /// agent's, which the program never runs).
+    fn parking() -> u64 {
+        Self::parking as *const () as u64
+    }
+
+    /// Resume recording when the thread is about to run `pc`.
+    /// Async-signal-safe. False if there is no breakpoint.
+    pub fn arm(&mut self, pc: u64) -> bool {
+        let Some(how) = self.how else { return false };
+        self.armed = self.resume.retarget(&how, TAG | TAG_RESUME, pc, 8);
+        self.armed
+    }
+
+    /// The breakpoint fired (or is no longer wanted).
+    pub fn disarm(&mut self) {
+        if self.armed {
+            self.resume.disable();
+            self.armed = false;
+        }
+    }
+
+    pub fn close(&mut self) {
+        self.resume.close();
+        self.how = None;
+        self.armed = false;
+    }
+
+    /// Where the first record goes.
+    fn start(&self) -> u64 {
+        self.buf.as_ptr() as u64 + stream::HEADER_BYTES as u64
+    }
+
+    /// Where the next record goes (for the copies' record slot).
+    pub fn next_ptr(&self) -> u64 {
+        self.start() + (self.pos * RECORD_BYTES) as u64
+    }
+
+    /// Records that still fit.
+    pub fn room(&self) -> usize {
+        CAPACITY - self.pos
+    }
+
+    /// The copies wrote records up to `ptr` (the record slot as they left it).
+    pub fn wrote_to(&mut self, ptr: u64) {
+        let start = self.start();
+        if ptr >= start && ptr <= start + (CAPACITY * RECORD_BYTES) as u64 {
+            let pos = ((ptr - start) as usize) / RECORD_BYTES;
+            self.stats.records += pos.saturating_sub(self.pos) as u64;
+            self.pos = pos;
+        }
+    }
+
+    /// Add records the engine made (for an instruction run outside the
+    /// cache), sending first if they do not fit. Async-signal-safe.
+    pub fn push(&mut self, recs: &[Record]) {
+        if self.room() < recs.len() {
+            self.send();
+        }
+        for r in recs.iter().take(self.room()) {
+            let at = (stream::HEADER_BYTES / 8) + self.pos * (RECORD_BYTES / 8);
+            self.buf[at..at + 4].copy_from_slice(&r.to_words());
+            self.pos += 1;
+            self.stats.records += 1;
+        }
+    }
+
+    /// Send the buffer's records (if any) and empty it. Async-signal-safe:
+    /// one `send`, retried if a signal interrupted it.
+    pub fn send(&mut self) {
+        if self.pos == 0 {
+            return;
+        }
+        let n = self.pos;
+        self.pos = 0;
+        if self.failed {
+            return;
+        }
+        let h = stream::Header { pid: crate::sys::task::getpid(), tid: crate::sys::task::gettid(), records: n as u32 };
+        self.buf[..stream::HEADER_BYTES / 8].copy_from_slice(&h.to_words());
+        let bytes = stream::HEADER_BYTES + n * RECORD_BYTES;
+        // SAFETY: the buffer holds `bytes` initialised bytes.
+        let data = unsafe { std::slice::from_raw_parts(self.buf.as_ptr() as *const u8, bytes) };
+        if !stream::send(self.fd, data) {
+            self.failed = true;
+        }
+        self.stats.sends += 1;
+    }
+
+    /// Forget the records (a fork child: they are the parent's).
+    pub fn clear(&mut self) {
+        self.pos = 0;
+        self.stats = RecordStats::default();
+    }
+}
