@@ -74,6 +74,15 @@ pub struct BurstSettings {
     pub window: Option<super::window::WindowSettings>,
 }
 
+impl BurstSettings {
+    /// Windows for the whole run that count every access (`-e sw-stores`,
+    /// `-e sw-loads`, and the exact mode's recording): a pick's weight is
+    /// the accesses it stands for, not a share of a tick's time.
+    pub fn counts_accesses(&self) -> bool {
+        self.window.is_some_and(|w| w.count.is_some())
+    }
+}
+
 /// One thread's burst state.
 pub struct Burst {
     pub active: bool,

@@ -71,13 +71,18 @@ pub struct Engine {
 impl Engine {
     /// What one unit of sample weight stands for, in the unit the pair
     /// totals are kept in: a PMU sample stands for `period` accesses (so
-    /// totals are bytes); a time-proportional software sample for `period`
-    /// ns of the program's time (byte·ns); a burst's weight already counts
-    /// the accesses it stepped (bytes).
+    /// totals are bytes), as does a pick of the whole-run access counters
+    /// (its weight counts the accesses it stands for: bytes). A software
+    /// sample at a tick stands for `period` ns of the program's time, and
+    /// a burst's or window's pick for the accesses of its burst or window
+    /// times the periods its tick stands for: byte·ns either way. Those
+    /// are not the program's bytes (a window of W instructions sees W of
+    /// the instructions its period ran, and without a PMU nothing counts
+    /// the others): only their ratios are meaningful.
     pub fn unit_scale(&self) -> f64 {
         match (&self.sampler, self.burst) {
             (SamplerKind::Pmu(_), _) => self.period as f64,
-            (_, Some(_)) => 1.0,
+            (_, Some(b)) if b.counts_accesses() => 1.0,
             _ => self.period as f64,
         }
     }

@@ -105,7 +105,11 @@ impl SamplerKind {
             SamplerKind::Pmu(_) => (Kind::Pmu, PeriodUnit::Stores),
             _ => (Kind::Software, PeriodUnit::Ns),
         };
-        let weight_unit = if kind == Kind::Software && burst_steps == 0 { ValueUnit::ByteNs } else { ValueUnit::Bytes };
+        // Bytes where samples count accesses (a PMU, the whole-run access
+        // counters); byte·ns where ticks of CPU time choose them (see
+        // `Engine::unit_scale`).
+        let counts = kind == Kind::Pmu || burst.is_some_and(|b| b.counts_accesses());
+        let weight_unit = if counts { ValueUnit::Bytes } else { ValueUnit::ByteNs };
         profile::Sampler {
             kind,
             event: self.event_name(),

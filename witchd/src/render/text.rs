@@ -260,12 +260,16 @@ impl Page<'_> {
         };
         let all = total.waste + used;
         let kind = if total.exhaustive { "counted" } else { "estimated" };
-        self.line(format!(
-            "  waste {}, use {} ({kind} {}, 1 KiB = 1024 B)",
-            amount(total.waste, p.value_unit()),
-            amount(used, p.value_unit()),
-            p.value_unit().label(),
-        ))?;
+        let what = match p.value_unit() {
+            witchcraft::profile::ValueUnit::Bytes => format!("{kind} bytes, 1 KiB = 1024 B"),
+            // Not bytes: the accesses the samples saw, weighted by the CPU
+            // time each stands for (see `Engine::unit_scale`).
+            witchcraft::profile::ValueUnit::ByteNs => {
+                let counter = if p.craft == witchcraft::profile::Craft::SilentLoad { "sw-loads" } else { "sw-stores" };
+                format!("time-weighted, to compare, not bytes: -e {counter} counts bytes")
+            }
+        };
+        self.line(format!("  waste {}, use {} ({what})", amount(total.waste, p.value_unit()), amount(used, p.value_unit()),))?;
         self.line(format!(
             "  exact {}, approximate {}{fp}",
             pct(analysis::ratio(total.waste - approx, all)),
