@@ -327,6 +327,15 @@ pub struct Counters {
     /// two windows that let the program's waiting signals in.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub window_bridges: u64,
+    /// Whole-run windows: times a thread came back into the cache at a
+    /// breakpoint after native code (a system call, a call into code the
+    /// cache does not run) instead of at the next tick.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub window_resumes: u64,
+    /// Whole-run windows: times a thread went on natively until the next
+    /// tick (no breakpoint could take it back), each a stretch uncounted.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub window_gaps: u64,
     /// Credits that went to their pair but found no room in the thread's
     /// table of data objects (`Thread::objects`): their object is unknown.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -395,6 +404,8 @@ impl Counters {
         self.cache_exits += o.cache_exits;
         self.cache_lookups += o.cache_lookups;
         self.window_bridges += o.window_bridges;
+        self.window_resumes += o.window_resumes;
+        self.window_gaps += o.window_gaps;
         self.object_overflow += o.object_overflow;
     }
 }

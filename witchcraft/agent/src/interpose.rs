@@ -39,7 +39,7 @@ extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
     let slot = unsafe { &*(p as *const crate::threads::Slot) };
     let (start, arg, stack) = slot.start();
     thread_life::adopt_thread(slot, thread_life::created_thread_stack(stack));
-    thread_life::record_from(start as u64);
+    thread_life::whole_run_from(start as u64);
     // SAFETY: the program's start routine, left in the slot by `pthread_create`.
     let start = unsafe { std::mem::transmute::<usize, StartFn>(start) };
     // Not a tail call: this frame stays below the program's start routine,

@@ -83,9 +83,10 @@ extern "C" fn init() {
         libc::atexit(at_exit);
     }
     thread_life::start_thread();
-    // The exact mode records the program from its entry point on.
+    // Whole-run windows (the exact mode, the access counters) run the
+    // program from its entry point on.
     // SAFETY: getauxval has no preconditions.
-    thread_life::record_from(unsafe { libc::getauxval(libc::AT_ENTRY) });
+    thread_life::whole_run_from(unsafe { libc::getauxval(libc::AT_ENTRY) });
 }
 
 /// A file for this process's profile, `OUT_DIR/PID-START.json`, out of the

@@ -11,11 +11,14 @@ use witchcraft::engine::{thread::thread_stack, Place, ThreadState};
 /// The key whose destructor runs at each thread's exit.
 pub static KEY: AtomicU32 = AtomicU32::new(u32::MAX);
 
-/// The exact mode: the calling thread's recording begins when it runs
-/// `pc` (the program's entry point, a thread's start routine).
-pub fn record_from(pc: u64) {
+/// Whole-run windows (the exact mode's recording, the access counters):
+/// the calling thread's first window begins when it runs `pc` (the
+/// program's entry point, a thread's start routine), not at its first
+/// tick, which comes after 5 ms of its CPU time (a short program's first
+/// tens of millions of accesses).
+pub fn whole_run_from(pc: u64) {
     let Some(engine) = AGENT.engine() else { return };
-    if engine.config.record_fd.is_none() || pc == 0 {
+    if !engine.burst.is_some_and(|b| b.counts_accesses()) || pc == 0 {
         return;
     }
     let Some(slot) = AGENT.current() else { return };

@@ -16,6 +16,7 @@ pub mod clock;
 mod pick;
 pub mod recorder;
 pub mod recording;
+pub mod resume;
 pub mod sample;
 pub mod sampler;
 mod stepping;

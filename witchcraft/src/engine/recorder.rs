@@ -19,9 +19,6 @@
 //! translator cannot copy.
 
 use crate::exact::stream;
-use crate::sys::perf::BpType;
-use crate::sys::siginfo::{TAG, TAG_RESUME};
-use crate::sys::watchpoint::{Arming, Breakpoint};
 use crate::x86::record::{Record, RECORD_BYTES};
 
 /// Records a buffer holds: one datagram of 64 KiB with its header.
@@ -52,69 +49,12 @@ pub struct Recorder {
     /// Sending failed (witch went away): record no more.
     pub failed: bool,
     pub stats: RecordStats,
-    /// The instruction breakpoint where recording resumes after native
-    /// code, and how it is armed (None: it could not be opened).
-    resume: Breakpoint,
-    how: Option<Arming>,
-    armed: bool,
 }
 
 impl Recorder {
     pub fn new(fd: i32) -> Recorder {
         let words = (stream::HEADER_BYTES + CAPACITY * RECORD_BYTES) / 8;
-        Recorder {
-            buf: vec![0u64; words].into_boxed_slice(),
-            pos: 0,
-            fd,
-            failed: false,
-            stats: RecordStats::default(),
-            resume: Breakpoint::CLOSED,
-            how: None,
-            armed: false,
-        }
-    }
-
-    /// Open the resume breakpoint for thread `tid` (`open_tid` 0: the
-    /// calling thread), disabled. Outside signal handlers. Without
-    /// `sigtrap` (Linux < 5.13) there is none, and recording resumes at
-    /// the next tick.
-    pub fn open_resume(&mut self, sigtrap: bool, modify: bool, tid: i32, open_tid: i32) {
-        if !sigtrap {
-            return;
-        }
-        let how = Arming { ty: BpType::X, sigtrap: true, modify, in_place: false, tid, parking: Self::parking() };
-        if let Ok(bp) = Breakpoint::open_parked(&how, TAG | TAG_RESUME, open_tid) {
-            self.resume = bp;
-            self.how = Some(how);
-        }
-    }
-
-    /// Where the disabled breakpoint points: this function's code (the
-    /// agent's, which the program never runs).
-    fn parking() -> u64 {
-        Self::parking as *const () as u64
-    }
-
-    /// Resume recording when the thread is about to run `pc`.
-    /// Async-signal-safe. False if there is no breakpoint.
-    pub fn arm(&mut self, pc: u64) -> bool {
-        let Some(how) = self.how else { return false };
-        self.armed = self.resume.retarget(&how, TAG | TAG_RESUME, pc, 8);
-        self.armed
-    }
-
-    /// The breakpoint fired (or is no longer wanted).
-    pub fn disarm(&mut self) {
-        if self.armed {
-            self.resume.disable();
-            self.armed = false;
-        }
-    }
-
-    pub fn close(&mut self) {
-        self.resume.close();
-        self.how = None;
-        self.armed = false;
+        Recorder { buf: vec![0u64; words].into_boxed_slice(), pos: 0, fd, failed: false, stats: RecordStats::default() }
     }
 
     /// Where the first record goes.

@@ -94,26 +94,25 @@ impl ThreadState {
         self.resume_after(engine, d.next_ip());
     }
 
-    /// Recording: go on natively, and back into the cache at `pc` when
-    /// the thread gets there (an instruction breakpoint). Where that
+    /// Whole-run windows: go on natively, and back into the cache at `pc`
+    /// when the thread gets there (an instruction breakpoint). Where that
     /// cannot be, the next tick takes the thread back: a gap.
     pub fn resume_after(&mut self, engine: &Engine, pc: u64) {
         let ok = crate::modules::current().is_some_and(|m| m.module(pc).is_some())
             && !(pc >= engine.own_code.0 && pc < engine.own_code.1)
-            && self.window.rec.as_mut().is_some_and(|r| r.arm(pc));
+            && self.window.resume.arm(pc);
         if !ok {
             self.note_gap_at(pc);
         }
     }
 
-    /// Recording: the resume breakpoint fired; the thread is at the
-    /// instruction it was set on: the cache takes it from here.
+    /// Whole-run windows: the resume breakpoint fired; the thread is at
+    /// the instruction it was set on: the cache takes it from here.
     ///
     /// # Safety
     /// `uc` must be the context the kernel passed to the signal handler.
     pub(crate) unsafe fn on_resume(&mut self, engine: &Engine, map: &ProcessMap, uc: *mut libc::ucontext_t) {
-        let Some(r) = &mut self.window.rec else { return };
-        r.disarm();
+        self.window.resume.disarm();
         if self.window.active() {
             return;
         }
@@ -126,6 +125,7 @@ impl ThreadState {
         let plan = super::window::Plan { weight: 1.0, settings, picks: 0 };
         // SAFETY: forwarded from the caller.
         if unsafe { self.begin_window(engine, map, &regs, plan, uc) } {
+            self.window.stats.resumes += 1;
             if let Some(r) = &mut self.window.rec {
                 r.stats.resumes += 1;
             }
@@ -135,6 +135,10 @@ impl ThreadState {
     }
 
     pub(crate) fn note_gap_at(&mut self, pc: u64) {
+        self.window.stats.gaps += 1;
+        if self.window.stats.first_gap == 0 {
+            self.window.stats.first_gap = pc;
+        }
         if let Some(r) = &mut self.window.rec {
             r.stats.gaps += 1;
             if r.stats.first_gap == 0 {

@@ -198,9 +198,13 @@ impl ThreadState {
     pub fn open_events(&mut self, engine: &Engine, tid: i32) -> Result<(), String> {
         let target = if tid == 0 { task::gettid() } else { tid };
         self.tid = target;
-        self.watch.open(engine, target, tid)?;
-        if let Some(r) = &mut self.window.rec {
-            r.open_resume(engine.sigtrap, engine.modify, target, tid);
+        // Whole-run windows (recording, counting) come back into the cache
+        // after native code at a breakpoint: it takes one debug register
+        // of those the watchpoints would (they keep at least one).
+        let whole_run = engine.burst.is_some_and(|b| b.counts_accesses());
+        self.watch.open(engine, target, tid, usize::from(whole_run))?;
+        if whole_run {
+            self.window.resume.open(engine.sigtrap, engine.modify, target, tid);
         }
         self.sampler = Sampler::open(&engine.sampler, engine.period, target, tid)?;
         Ok(())
@@ -231,9 +235,7 @@ impl ThreadState {
         self.active.store(false, Ordering::Release);
         // The exact mode: the thread's last records go before it does.
         self.window.records_send();
-        if let Some(r) = &mut self.window.rec {
-            r.close();
-        }
+        self.window.resume.close();
         self.sampler.pause();
         self.watch.close();
         self.sampler.close();
@@ -253,9 +255,7 @@ impl ThreadState {
         self.clock.reset();
         self.burst.reset();
         self.window.reset();
-        if let Some(r) = &mut self.window.rec {
-            r.close();
-        }
+        self.window.resume.close();
         self.active.store(false, Ordering::Release);
     }
 
@@ -393,6 +393,8 @@ impl ThreadState {
         counters.cache_exits = self.window.cache.stats.exits;
         counters.cache_lookups = self.window.cache.stats.lookups;
         counters.window_bridges = w.bridges;
+        counters.window_resumes = w.resumes;
+        counters.window_gaps = w.gaps;
         counters.object_overflow = self.record.objects.overflow;
         let mut t =
             crate::pair::thread_profile(self.tid as u32, &self.record.tree, &self.record.pairs, self.record.clusters.sums, counters);

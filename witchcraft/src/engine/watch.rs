@@ -82,8 +82,10 @@ impl Watchpoints {
     }
 
     /// Take up to the configured number of debug registers for thread `tid`
-    /// (`open_tid` 0 when it is the calling thread). At least one, or why not.
-    pub fn open(&mut self, engine: &Engine, tid: i32, open_tid: i32) -> Result<(), String> {
+    /// (`open_tid` 0 when it is the calling thread), leaving `spare` of them
+    /// for other uses while that leaves at least one. At least one, or why
+    /// not.
+    pub fn open(&mut self, engine: &Engine, tid: i32, open_tid: i32, spare: usize) -> Result<(), String> {
         let how = Arming {
             ty: engine.craft.watch(),
             sigtrap: engine.sigtrap,
@@ -94,6 +96,7 @@ impl Watchpoints {
         };
         self.arming = Some(how);
         let want = engine.config.debug_registers.min(MAX_SLOTS);
+        let want = want.saturating_sub(spare).max(1);
         self.n = 0;
         for i in 0..want {
             match Breakpoint::open_parked(&how, siginfo::slot_tag(i), open_tid) {

@@ -140,6 +140,8 @@ pub struct Window {
     pub stats: WindowStats,
     /// The exact mode's recording (None: windows count or pick).
     pub rec: Option<super::recorder::Recorder>,
+    /// Whole-run windows: back into the cache after native code.
+    pub resume: super::resume::Resume,
 }
 
 /// The profile's account of the windows.
@@ -156,6 +158,12 @@ pub struct WindowStats {
     pub longest: u64,
     /// Whole-run counting: crossings between windows to deliver signals.
     pub bridges: u64,
+    /// Whole-run windows: returns into the cache at the resume breakpoint.
+    pub resumes: u64,
+    /// Whole-run windows: times the thread went on natively until the
+    /// next tick (no breakpoint could take it back), and where first.
+    pub gaps: u64,
+    pub first_gap: u64,
 }
 
 impl Window {
@@ -180,7 +188,15 @@ impl Window {
             unit_ns: 0.0,
             stats: WindowStats::default(),
             rec: record_fd.map(super::recorder::Recorder::new),
+            resume: super::resume::Resume::default(),
         }
+    }
+
+    /// The window under way runs for the whole run (recording or counting
+    /// every access), so the thread comes back into the cache after native
+    /// code at the resume breakpoint.
+    pub fn whole_run(&self) -> bool {
+        self.settings.count.is_some()
     }
 
     /// Recording: the copies' record slot and countdown, after the engine
@@ -321,6 +337,8 @@ impl ThreadState {
         if !self.window.cache.ready(map) {
             return false;
         }
+        // A window begun otherwise (a tick) needs no breakpoint to come back.
+        self.window.resume.disarm();
         let kind = counted(engine);
         let Ok(entry) = self.window.cache.get(map, engine.own_code, kind, regs.rip, Variant::Fast) else { return false };
         let spent = self.record.counters.engine_ns;
@@ -422,7 +440,7 @@ impl ThreadState {
                     None => self.end_window(uc, native, true),
                 }
             }
-            Exit::Native { native } if self.window.rec.is_some() => {
+            Exit::Native { native } if self.window.whole_run() => {
                 // SAFETY: forwarded from the caller.
                 unsafe { self.record_native(engine, map, native, uc) };
             }
@@ -688,8 +706,9 @@ impl ThreadState {
     /// return address on top of the stack, where a call into such code (a
     /// function the agent interposes) comes back.
     fn leave_for(&mut self, engine: &Engine, map: &ProcessMap, uc: *mut libc::ucontext_t, native: u64) {
+        let whole_run = self.window.whole_run();
         self.end_window(uc, native, true);
-        if self.window.rec.is_none() {
+        if !whole_run {
             return;
         }
         // SAFETY: `uc` is the kernel's context (every caller's contract).

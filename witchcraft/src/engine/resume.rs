@@ -1,0 +1,75 @@
+//! The instruction breakpoint that takes a thread back into the code cache
+//! after native code: the whole-run windows (the exact mode's recording,
+//! the access counters `-e sw-stores`/`-e sw-loads`) leave the cache before
+//! a system call or a call into code it does not run (the agent's own
+//! interposers: `malloc` with heap objects on), and come back at the
+//! instruction after the system call or at the call's return address when
+//! the thread gets there, instead of at the next tick. One debug register,
+//! taken before the watchpoints' (which get the others).
+
+use crate::sys::perf::BpType;
+use crate::sys::siginfo::{TAG, TAG_RESUME};
+use crate::sys::watchpoint::{Arming, Breakpoint};
+
+/// A thread's resume breakpoint (closed: there is none, and the thread
+/// comes back at the next tick).
+pub struct Resume {
+    bp: Breakpoint,
+    how: Option<Arming>,
+    armed: bool,
+}
+
+impl Default for Resume {
+    fn default() -> Self {
+        Resume { bp: Breakpoint::CLOSED, how: None, armed: false }
+    }
+}
+
+impl Resume {
+    /// Open it for thread `tid` (`open_tid` 0: the calling thread),
+    /// disabled. Outside signal handlers. Without `sigtrap` (Linux < 5.13)
+    /// there is none.
+    pub fn open(&mut self, sigtrap: bool, modify: bool, tid: i32, open_tid: i32) {
+        if !sigtrap {
+            return;
+        }
+        let how = Arming { ty: BpType::X, sigtrap: true, modify, in_place: false, tid, parking: Self::parking() };
+        if let Ok(bp) = Breakpoint::open_parked(&how, TAG | TAG_RESUME, open_tid) {
+            self.bp = bp;
+            self.how = Some(how);
+        }
+    }
+
+    /// Where the disabled breakpoint points: this function's code (the
+    /// agent's, which the program never runs).
+    fn parking() -> u64 {
+        Self::parking as *const () as u64
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.how.is_some()
+    }
+
+    /// Fire when the thread is about to run `pc`. Async-signal-safe. False
+    /// if there is no breakpoint.
+    pub fn arm(&mut self, pc: u64) -> bool {
+        let Some(how) = self.how else { return false };
+        self.armed = self.bp.retarget(&how, TAG | TAG_RESUME, pc, 8);
+        self.armed
+    }
+
+    /// It fired, or is no longer wanted (a window began otherwise).
+    /// Async-signal-safe.
+    pub fn disarm(&mut self) {
+        if self.armed {
+            self.bp.disable();
+            self.armed = false;
+        }
+    }
+
+    pub fn close(&mut self) {
+        self.bp.close();
+        self.how = None;
+        self.armed = false;
+    }
+}
