@@ -6,8 +6,10 @@ For each workload and craft, runs the program natively, under witch at its
 defaults, and under witch with the software access counter, alternately
 (REPS rounds), and reports the median wall-time ratio of each mode to the
 native run of its round, the waste fraction each mode reports, and for the
-counter how much of the run its windows covered (instructions in windows)
-and how often a system call or code the cache does not run left a gap.
+counter how much of the run its windows covered (instructions in windows),
+how often a system call or code the cache does not run ended a window, how
+often a breakpoint took the thread back into the cache after it, and how
+often it ran natively until the next tick instead (a gap).
 
     python3 benches/count_mode.py                  # the ci workload set, 3 rounds
     python3 benches/count_mode.py --set real --reps 5
@@ -66,8 +68,8 @@ def main():
     progs = workloads.build(OUT, a.set)
     env = dict(os.environ, GLIBC_TUNABLES=TUNABLES)
     print(f"Period {a.period} accesses, {a.reps} rounds; wall-time ratios to the native run of the same round (median).\n")
-    print("| program | craft | default x | counter x | default waste % | counter waste % | counter windows | instructions in windows | gaps (windows cut) | picks |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| program | craft | default x | counter x | default waste % | counter waste % | counter windows | instructions in windows | windows cut | resumed at a breakpoint | gaps to the next tick | picks |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as d:
         for name, cmd in progs.items():
             for craft in a.crafts.split(","):
@@ -85,7 +87,8 @@ def main():
                 c = cs[-1]
                 print(f"| {name} | {craft} | {statistics.median(rd):.2f} | {statistics.median(rc):.2f} "
                       f"| {statistics.mean(fd):.1f} | {statistics.mean(fc):.1f} | {c.get('windows', 0)} "
-                      f"| {c.get('window_instructions', 0):,} | {c.get('windows_cut', 0)} | {c.get('window_picks', 0)} |",
+                      f"| {c.get('window_instructions', 0):,} | {c.get('windows_cut', 0)} | {c.get('window_resumes', 0)} "
+                      f"| {c.get('window_gaps', 0)} | {c.get('window_picks', 0)} |",
                       flush=True)
 
 

@@ -106,6 +106,24 @@ impl Target {
         matches!(self.child.as_mut().expect("target running").try_wait(), Ok(None)) && !is_zombie(self.pid())
     }
 
+    /// How the program ended, once it has (for a failure's message): its
+    /// wait status and what it wrote to stderr.
+    pub fn how_it_ended(&mut self) -> String {
+        use std::io::Read;
+        let Some(child) = self.child.as_mut() else { return "not started".into() };
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = e.read_to_string(&mut err);
+                }
+                format!("{status}; its stderr: {err:?}")
+            }
+            Ok(None) => "still running (a zombie?)".into(),
+            Err(e) => format!("cannot wait for it: {e}"),
+        }
+    }
+
     /// Close stdin and wait (at most 60 s) for the program to end.
     pub fn finish(mut self) -> Finished {
         let mut child = self.child.take().expect("target running");

@@ -59,3 +59,36 @@ fn an_attached_session_tracks_without_harm() {
     assert_eq!(String::from_utf8_lossy(&done.stdout), native.stdout_str(), "the attached program's output");
     assert!(out.is_file(), "no profile at {}", out.display());
 }
+
+/// A program linked without PIE that takes `malloc`'s, `free`'s,
+/// `syscall`'s and `execve`'s addresses (tests/programs/no_pie_pointers.c):
+/// there `dlsym(RTLD_DEFAULT)` gives the program's PLT entry, which jumps
+/// through the import entry the attached agent points at itself, and the
+/// agent's `malloc` called itself until the stack ran out (Debian's
+/// `/usr/bin/python3` died so at its first attach). Attached twice, it
+/// runs on and ends as natively.
+#[test]
+fn a_program_without_pie_that_takes_mallocs_address_survives_attaching() {
+    let dir = Scratch::new("heap-no-pie");
+    let prog = Program::build_with("no_pie_pointers", dir.path(), "no_pie_pointers", &["-no-pie", "-fno-pie"])
+        .unwrap_or_else(|e| panic!("build no_pie_pointers: {e}"));
+    let mut target = witch_tests::attach::Target::start(&prog.exe, &["0"], &[]);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    for i in 0..2 {
+        let out = dir.join(&format!("attached-{i}.json"));
+        let run = attach_cmd(
+            &witch_bin(),
+            &[],
+            "dead",
+            target.pid(),
+            &["--duration", "300ms", "-q", "--heap-threshold", "64", "-o", out.to_str().unwrap()],
+        );
+        if !target.alive() {
+            panic!("attach #{i} killed the program ({}):\n{}", target.how_it_ended(), run.describe());
+        }
+        assert_eq!(run.code(), Some(0), "attach #{i} failed:\n{}", run.describe());
+    }
+    let end = target.finish();
+    let native = prog.run_native(&[&end.rounds.to_string()]);
+    assert_eq!((end.code(), end.stdout.as_str()), (native.code(), native.stdout_str().as_ref()), "after two attaches\n{}", end.stderr);
+}

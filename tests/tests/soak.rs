@@ -20,7 +20,9 @@ fn soak(dir: &Scratch, name: &str, target: Target, native: impl Fn(u64) -> Run) 
         let craft = CRAFTS[i % CRAFTS.len()];
         let out = dir.join(&format!("{name}-{i}.json"));
         let run = attach_cmd(&witch_bin(), &[], craft, pid, &["--duration", "150ms", "-q", "-o", out.to_str().unwrap()]);
-        assert!(target.alive(), "{name}: attach #{i} ({craft}) killed the program:\n{}", run.describe());
+        if !target.alive() {
+            panic!("{name}: attach #{i} ({craft}) killed the program ({}):\n{}", target.how_it_ended(), run.describe());
+        }
         assert_eq!(run.code(), Some(0), "{name}: attach #{i} ({craft}) failed:\n{}", run.describe());
         assert_eq!(report(&out).craft(), craft, "{name}: attach #{i}");
         assert!(!agent_armed(pid), "{name}: attach #{i} left the agent's thread or events behind");

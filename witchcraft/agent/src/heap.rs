@@ -132,10 +132,7 @@ pub(crate) fn resolve_for_attached() -> bool {
     let mut all = true;
     for (name, real) in NAMES.iter().zip(&REAL) {
         if real.load(Ordering::Acquire).is_null() {
-            // SAFETY: dlsym with a NUL-terminated name. The attached agent
-            // is loaded RTLD_LOCAL, so this is never its own entry.
-            let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
-            real.store(f, Ordering::Release);
+            real.store(crate::symbols::global_definition(name), Ordering::Release);
         }
         all &= !real.load(Ordering::Acquire).is_null();
     }

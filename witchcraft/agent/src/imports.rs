@@ -23,7 +23,7 @@
 //! the program's own definitions straight on: those its global scope binds
 //! (an interposer it preloads, else the C library's).
 
-use std::ffi::{c_void, CStr};
+use std::ffi::CStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The loader's count of loads when the modules were last hooked (0: never).
@@ -44,8 +44,8 @@ pub fn hook() {
     if let Ok(program) = plthook::ObjectFile::open_main_program() {
         take(&program);
     }
-    let agent = own_name();
-    for name in libraries() {
+    let agent = crate::symbols::own_name();
+    for name in crate::symbols::libraries() {
         if Some(&name) == agent.as_ref() || skipped(&name) {
             continue;
         }
@@ -84,35 +84,6 @@ fn skipped(name: &CStr) -> bool {
     let bytes = name.to_bytes();
     let base = bytes.rsplit(|&b| b == b'/').next().unwrap_or(bytes);
     base.is_empty() || base.starts_with(b"libc.so") || base.starts_with(b"ld-linux") || base.starts_with(b"linux-vdso")
-}
-
-/// The agent's own module name, as the loader has it.
-fn own_name() -> Option<std::ffi::CString> {
-    // SAFETY: Dl_info is plain data; dladdr fills it for an address of ours.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: any address; the result is checked.
-    if unsafe { libc::dladdr(hook as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
-        return None;
-    }
-    // SAFETY: the loader's NUL-terminated name of the module.
-    Some(unsafe { CStr::from_ptr(info.dli_fname) }.to_owned())
-}
-
-/// The names of the loaded modules, as the loader has them.
-fn libraries() -> Vec<std::ffi::CString> {
-    extern "C" fn each(info: *mut libc::dl_phdr_info, _size: usize, out: *mut c_void) -> libc::c_int {
-        // SAFETY: the C library passes a valid entry, and `out` is the vector below.
-        let (info, out) = unsafe { (&*info, &mut *(out as *mut Vec<std::ffi::CString>)) };
-        if !info.dlpi_name.is_null() {
-            // SAFETY: the loader's NUL-terminated name of the module.
-            out.push(unsafe { CStr::from_ptr(info.dlpi_name) }.to_owned());
-        }
-        0
-    }
-    let mut names: Vec<std::ffi::CString> = Vec::new();
-    // SAFETY: a callback that copies each entry's name into `names`.
-    unsafe { libc::dl_iterate_phdr(Some(each), &mut names as *mut Vec<std::ffi::CString> as *mut c_void) };
-    names
 }
 
 #[cfg(test)]

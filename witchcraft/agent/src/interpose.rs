@@ -340,8 +340,10 @@ pub(crate) fn resolve_for_attached() -> bool {
     let mut all = true;
     for (name, _, cache) in imports {
         let Some(cache) = cache.filter(|c| c.load(Ordering::Acquire).is_null()) else { continue };
-        // SAFETY: dlsym with a NUL-terminated name.
-        let mut f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+        // (Not dlsym(RTLD_DEFAULT) alone: in a program linked without PIE
+        // that takes `execve`'s address, it is the program's PLT entry,
+        // which would call the agent's again.)
+        let mut f = crate::symbols::global_definition(name);
         if f.is_null() || ours(f) {
             // SAFETY: RTLD_NOLOAD finds the C library the process runs on
             // (a reference, given back below); dlsym with a NUL-terminated name.

@@ -1,8 +1,11 @@
 //! The definitions the agent's own functions call on to: the next
 //! definition of a C library function after the agent's (whose own
-//! interposes it, preloaded), looked up once, and a call made as the
-//! program's, with its `errno` kept.
+//! interposes it, preloaded), looked up once; attached, the definition the
+//! program's own calls bind to ([`global_definition`]); the loaded
+//! modules' names; and a call made as the program's, with its `errno`
+//! kept.
 
+use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// The next definition of `name` after ours.
@@ -43,4 +46,92 @@ pub fn real_sigaction() -> SigactionFn {
     }
     // SAFETY: the next `sigaction` in link order has this signature.
     unsafe { std::mem::transmute::<*mut libc::c_void, SigactionFn>(f) }
+}
+
+/// Where the program's own calls to `name` go: the global scope's
+/// definition. `dlsym(RTLD_DEFAULT)` gives it, except in a program linked
+/// without PIE that takes the function's address: there it gives the
+/// program's *canonical PLT entry* (its symbol undefined, its value the
+/// PLT stub, so that `&malloc` compares equal everywhere), which jumps
+/// through the program's own import entry, the one the agent points at
+/// itself: calling on to it called the agent again, without end (Debian's
+/// `/usr/bin/python3` died of a stack overflow at its first attach). Then
+/// the first definition among the modules loaded after the program, in
+/// load order (the global scope's order: a preloaded allocator before the
+/// C library). The attached agent is loaded RTLD_LOCAL and is skipped, so
+/// this is never its own entry.
+pub fn global_definition(name: &CStr) -> *mut c_void {
+    // SAFETY: dlsym with a NUL-terminated name.
+    let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    if f.is_null() || defines(f) {
+        return f;
+    }
+    let own = own_name();
+    for lib in libraries() {
+        if lib.as_bytes().is_empty() || Some(&lib) == own.as_ref() {
+            continue;
+        }
+        // SAFETY: a NUL-terminated name; RTLD_NOLOAD only finds a module
+        // already loaded (and takes a reference, given back below).
+        let handle = unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        if handle.is_null() {
+            continue;
+        }
+        // SAFETY: a handle dlopen just gave; a NUL-terminated name.
+        let g = unsafe { libc::dlsym(handle, name.as_ptr()) };
+        // SAFETY: the reference taken above.
+        unsafe { libc::dlclose(handle) };
+        if !g.is_null() && defines(g) {
+            return g;
+        }
+    }
+    std::ptr::null_mut()
+}
+
+/// `f` is the start of a symbol its module defines (not an undefined
+/// symbol's canonical PLT entry).
+fn defines(f: *mut c_void) -> bool {
+    const RTLD_DL_SYMENT: libc::c_int = 1;
+    const SHN_UNDEF: u16 = 0;
+    // SAFETY: Dl_info is plain data, filled by dladdr1.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let mut sym: *mut c_void = std::ptr::null_mut();
+    // SAFETY: any address; with RTLD_DL_SYMENT, `sym` receives a pointer
+    // to the matching symbol's entry in the module's symbol table.
+    let found = unsafe { libc::dladdr1(f, &mut info, &mut sym, RTLD_DL_SYMENT) } != 0;
+    if !found || sym.is_null() || info.dli_saddr != f {
+        return false;
+    }
+    // SAFETY: the loader's symbol table entry, mapped with its module.
+    let sym = unsafe { &*(sym as *const libc::Elf64_Sym) };
+    sym.st_shndx != SHN_UNDEF
+}
+
+/// The agent's own module name, as the loader has it.
+pub fn own_name() -> Option<std::ffi::CString> {
+    // SAFETY: Dl_info is plain data; dladdr fills it for an address of ours.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: any address; the result is checked.
+    if unsafe { libc::dladdr(own_name as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: the loader's NUL-terminated name of the module.
+    Some(unsafe { CStr::from_ptr(info.dli_fname) }.to_owned())
+}
+
+/// The names of the loaded modules, as the loader has them.
+pub fn libraries() -> Vec<std::ffi::CString> {
+    extern "C" fn each(info: *mut libc::dl_phdr_info, _size: usize, out: *mut c_void) -> libc::c_int {
+        // SAFETY: the C library passes a valid entry, and `out` is the vector below.
+        let (info, out) = unsafe { (&*info, &mut *(out as *mut Vec<std::ffi::CString>)) };
+        if !info.dlpi_name.is_null() {
+            // SAFETY: the loader's NUL-terminated name of the module.
+            out.push(unsafe { CStr::from_ptr(info.dlpi_name) }.to_owned());
+        }
+        0
+    }
+    let mut names: Vec<std::ffi::CString> = Vec::new();
+    // SAFETY: a callback that copies each entry's name into `names`.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut names as *mut Vec<std::ffi::CString> as *mut c_void) };
+    names
 }
