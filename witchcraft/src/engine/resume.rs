@@ -46,8 +46,9 @@ impl Resume {
         Self::parking as *const () as u64
     }
 
-    pub fn is_open(&self) -> bool {
-        self.how.is_some()
+    /// Set, waiting for the thread to get to its instruction.
+    pub fn is_armed(&self) -> bool {
+        self.armed
     }
 
     /// Fire when the thread is about to run `pc`. Async-signal-safe. False

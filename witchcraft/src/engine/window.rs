@@ -337,10 +337,12 @@ impl ThreadState {
         if !self.window.cache.ready(map) {
             return false;
         }
-        // A window begun otherwise (a tick) needs no breakpoint to come back.
-        self.window.resume.disarm();
         let kind = counted(engine);
         let Ok(entry) = self.window.cache.get(map, engine.own_code, kind, regs.rip, Variant::Fast) else { return false };
+        // Begun otherwise (a tick), the window needs no breakpoint to come
+        // back (only once it surely begins: a tick in code the cache does
+        // not run must leave the breakpoint set).
+        self.window.resume.disarm();
         let spent = self.record.counters.engine_ns;
         let w = &mut self.window;
         // Learn what a unit cost: the engine's time since the last window
@@ -695,6 +697,15 @@ impl ThreadState {
         }
         if self.window.active() {
             return false;
+        }
+        if self.window.resume.is_armed() {
+            // The thread is in code the cache does not run (a system call,
+            // an interposer and the C library function it calls on to),
+            // and the breakpoint takes it back where that returns: a
+            // window begun here (in `malloc`, called by the agent's
+            // `malloc`) would end at the return into the agent, with no
+            // way back but the next tick.
+            return true;
         }
         let plan = Plan { weight: 1.0, settings, picks: 0 };
         // SAFETY: forwarded from the caller.
