@@ -110,7 +110,7 @@ fn list_events(craft: Craft) {
     println!("  cpu-clock    software  ok     like task-clock, from the CPU clock");
     let counter = if craft == Craft::SilentLoad { "sw-loads " } else { "sw-stores" };
     println!(
-        "  {counter}    software  ok     every Nth {} on average, counted in the code cache for the whole run: no time bias, no skid; the program runs a few times slower (period in {}; default {})",
+        "  {counter}    software  ok     every Nth {} on average, counted in the code cache for the whole run: no time bias, no skid; the program runs 1.5 to 25 times slower (a trap at each system call and allocation) (period in {}; default {})",
         if craft == Craft::SilentLoad { "load" } else { "store" },
         if craft == Craft::SilentLoad { "loads" } else { "stores" },
         witchcraft::config::DEFAULT_COUNT_PERIOD
