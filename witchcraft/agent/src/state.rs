@@ -357,9 +357,10 @@ impl Agent {
                 let w = unsafe { &mut (*ts).window };
                 w.records_send();
                 if let Some(r) = &w.rec {
-                    (records, gaps, resumes) = (records + r.stats.records, gaps + r.stats.gaps, resumes + r.stats.resumes);
+                    records += r.stats.records;
+                    (gaps, resumes) = (gaps + w.stats.gaps, resumes + w.stats.resumes);
                     if first == 0 {
-                        first = r.stats.first_gap;
+                        first = w.stats.first_gap;
                     }
                 }
             }

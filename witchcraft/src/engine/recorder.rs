@@ -29,14 +29,6 @@ pub const CAPACITY: usize = (65536 - stream::HEADER_BYTES) / RECORD_BYTES;
 pub struct RecordStats {
     pub records: u64,
     pub sends: u64,
-    /// Times the thread went on natively without being recorded (code the
-    /// cache does not run and the engine could not record): each a gap in
-    /// the exact account.
-    pub gaps: u64,
-    /// Where the first gap began (a native PC).
-    pub first_gap: u64,
-    /// Times recording resumed at a breakpoint after native code.
-    pub resumes: u64,
 }
 
 pub struct Recorder {

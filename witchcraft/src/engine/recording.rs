@@ -126,9 +126,6 @@ impl ThreadState {
         // SAFETY: forwarded from the caller.
         if unsafe { self.begin_window(engine, map, &regs, plan, uc) } {
             self.window.stats.resumes += 1;
-            if let Some(r) = &mut self.window.rec {
-                r.stats.resumes += 1;
-            }
         } else {
             self.note_gap_at(regs.rip);
         }
@@ -138,12 +135,6 @@ impl ThreadState {
         self.window.stats.gaps += 1;
         if self.window.stats.first_gap == 0 {
             self.window.stats.first_gap = pc;
-        }
-        if let Some(r) = &mut self.window.rec {
-            r.stats.gaps += 1;
-            if r.stats.first_gap == 0 {
-                r.stats.first_gap = pc;
-            }
         }
     }
 }
