@@ -26,6 +26,21 @@ pub struct PairEntry {
 }
 
 impl PairEntry {
+    /// An exhaustive count: the verdict's bytes, each as if judged by
+    /// itself (as `bytes` credits of one byte with scale 1: sums, squares
+    /// and credits all grow by the byte count), in one step.
+    pub fn count_bytes(&mut self, verdict: Verdict) {
+        let (sum, sq, bytes) = match verdict {
+            Verdict::Waste { bytes, approx: false } => (&mut self.waste, &mut self.waste_sq, bytes),
+            Verdict::Waste { bytes, approx: true } => (&mut self.approx_waste, &mut self.approx_waste_sq, bytes),
+            Verdict::Use { bytes } => (&mut self.used, &mut self.used_sq, bytes),
+            Verdict::Ignore => return,
+        };
+        self.traps += bytes;
+        *sum += bytes as f64;
+        *sq += bytes as f64;
+    }
+
     /// One trap's verdict, credited with `scale` times its bytes; returns
     /// the credit as (waste, use).
     pub fn credit(&mut self, verdict: Verdict, scale: f64) -> (f64, f64) {
@@ -138,6 +153,18 @@ impl Pairs {
     }
 
     pub fn get(&mut self, watch: u32, trap: u32) -> Option<&mut PairEntry> {
+        let i = self.find(watch, trap)?;
+        Some(&mut self.entries[i])
+    }
+
+    /// Entry `i`, as [`Pairs::find`] gave it (entries never move or go
+    /// away until [`Pairs::clear`]).
+    pub fn at(&mut self, i: usize) -> &mut PairEntry {
+        &mut self.entries[i]
+    }
+
+    /// Where pair ⟨watch, trap⟩ is, created if needed; None when full.
+    pub fn find(&mut self, watch: u32, trap: u32) -> Option<usize> {
         if 2 * (self.len + 1) > self.slots && 2 * self.slots <= self.index.len() {
             self.slots *= 2;
             let entries = &self.entries[1..self.len];
@@ -156,10 +183,10 @@ impl Pairs {
                 self.index[h] = n as u32;
                 self.entries[n] = PairEntry { watch, trap, ..Default::default() };
                 self.len += 1;
-                return Some(&mut self.entries[n]);
+                return Some(n);
             }
             if self.entries[i].watch == watch && self.entries[i].trap == trap {
-                return Some(&mut self.entries[i]);
+                return Some(i);
             }
             h = (h + 1) & mask;
         }
@@ -221,6 +248,28 @@ mod tests {
         assert!(p.get(5, 5).is_none());
         let v: Vec<_> = p.iter().map(|e| (e.watch, e.trap, e.waste, e.used)).collect();
         assert_eq!(v, vec![(1, 2, 7.0, 0.0), (2, 1, 0.0, 1.0)]);
+    }
+
+    #[test]
+    fn a_count_of_bytes_is_that_many_one_byte_credits() {
+        let (mut one, mut each) = (PairEntry::default(), PairEntry::default());
+        for v in [Verdict::Waste { bytes: 5, approx: false }, Verdict::Use { bytes: 3 }, Verdict::Waste { bytes: 2, approx: true }] {
+            one.count_bytes(v);
+            let single = match v {
+                Verdict::Waste { approx, .. } => Verdict::Waste { bytes: 1, approx },
+                _ => Verdict::Use { bytes: 1 },
+            };
+            let n = match v {
+                Verdict::Waste { bytes, .. } | Verdict::Use { bytes } => bytes,
+                Verdict::Ignore => 0,
+            };
+            for _ in 0..n {
+                each.credit(single, 1.0);
+            }
+        }
+        let f = |p: &PairEntry| (p.waste, p.waste_sq, p.approx_waste, p.approx_waste_sq, p.used, p.used_sq, p.traps);
+        assert_eq!(f(&one), f(&each));
+        assert_eq!(one.traps, 10);
     }
 
     #[test]

@@ -128,11 +128,19 @@ impl std::hash::Hasher for PageHasher {
     }
 }
 
+type Page = [Byte; PAGE as usize];
+
+/// Pages the shadow keeps at hand: a direct-mapped table of recent page
+/// numbers, so a loop over a few arrays and its stack finds each page
+/// without hashing (one most-recent page was not enough: a store to an
+/// array and a push to the stack alternated between two).
+const RECENT: usize = 64;
+
 pub struct ThreadShadow {
-    pages: HashMap<u64, Box<[Byte; PAGE as usize]>, std::hash::BuildHasherDefault<PageHasher>>,
-    /// The page last looked up, and where its bytes are (boxed: they do
-    /// not move when the map grows).
-    last: (u64, *mut [Byte; PAGE as usize]),
+    pages: HashMap<u64, Box<Page>, std::hash::BuildHasherDefault<PageHasher>>,
+    /// Recently used pages: (page number, where its bytes are; boxed, so
+    /// they do not move when the map grows). `u64::MAX`: empty.
+    recent: [(u64, *mut Page); RECENT],
     /// Tree node of the current frame (the chain of call sites).
     frame: u32,
     /// Return addresses of the shadow stack, innermost last.
@@ -140,10 +148,22 @@ pub struct ThreadShadow {
     pub(crate) tree: Tree,
     pub(crate) pairs: Pairs,
     pub(crate) counters: profile::Counters,
+    /// Recent lookups of the tree ((frame, pc) → node) and of the pairs
+    /// ((watch, trap) → entry), direct-mapped: a hashed lookup in tables of
+    /// millions of entries missed the processor's caches twice a record.
+    recent_contexts: Box<[(u32, u64, u32); MEMO]>,
+    recent_pairs: Box<[(u32, u32, u32); MEMO]>,
 }
 
-// SAFETY: the raw pointer in `last` points into a page the shadow's own
-// map owns; it moves with the shadow and is never shared.
+const MEMO: usize = 4096;
+
+/// A memo slot for two keys.
+fn memo_slot(a: u32, b: u64) -> usize {
+    ((b ^ (a as u64).wrapping_mul(0x9E37_79B9)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize % MEMO
+}
+
+// SAFETY: the raw pointers in `recent` point into pages the shadow's own
+// map owns; they move with the shadow and are never shared.
 unsafe impl Send for ThreadShadow {}
 
 impl Default for ThreadShadow {
@@ -156,23 +176,90 @@ impl ThreadShadow {
     pub fn new() -> Self {
         ThreadShadow {
             pages: HashMap::default(),
-            last: (u64::MAX, std::ptr::null_mut()),
+            recent: [(u64::MAX, std::ptr::null_mut()); RECENT],
             frame: ROOT,
             returns: Vec::new(),
             tree: Tree::with_capacity(1 << 20),
             pairs: Pairs::with_capacity(1 << 16),
             counters: Default::default(),
+            recent_contexts: Box::new([(u32::MAX, 0, 0); MEMO]),
+            recent_pairs: Box::new([(u32::MAX, 0, 0); MEMO]),
         }
     }
 
-    fn byte(&mut self, a: u64) -> &mut Byte {
-        if self.last.0 != a / PAGE || self.last.1.is_null() {
-            let page = self.pages.entry(a / PAGE).or_insert_with(|| Box::new([Byte::default(); PAGE as usize]));
-            self.last = (a / PAGE, &mut **page as *mut [Byte; PAGE as usize]);
+    /// The shadow bytes of page number `n`.
+    #[inline]
+    fn page(&mut self, n: u64) -> *mut Page {
+        let slot = self.recent[n as usize % RECENT];
+        if slot.0 == n {
+            return slot.1;
         }
-        // SAFETY: `last.1` points into a boxed page the map owns; pages are
+        self.page_from_map(n)
+    }
+
+    /// A page not among the recent ones: from the map, made on first use.
+    /// Kept out of line: a page built in place takes a 48 KiB stack frame,
+    /// whose probing cost every lookup while it was inlined.
+    #[cold]
+    #[inline(never)]
+    fn page_from_map(&mut self, n: u64) -> *mut Page {
+        let page = self.pages.entry(n).or_insert_with(|| {
+            let zeroed: Box<[Byte]> = vec![Byte::default(); PAGE as usize].into_boxed_slice();
+            zeroed.try_into().unwrap_or_else(|_| unreachable!("a page's length"))
+        });
+        let p = &mut **page as *mut Page;
+        self.recent[n as usize % RECENT] = (n, p);
+        p
+    }
+
+    fn byte(&mut self, a: u64) -> &mut Byte {
+        let page = self.page(a / PAGE);
+        // SAFETY: `page` points into a boxed page the map owns; pages are
         // never removed, and the box keeps its address when the map grows.
-        unsafe { &mut (*self.last.1)[(a % PAGE) as usize] }
+        unsafe { &mut (*page)[(a % PAGE) as usize] }
+    }
+
+    /// The shadow bytes of `[addr, addr+len)`, a page's part at a time, each
+    /// part given to `f` (with the shadow, to credit pairs).
+    fn each_part(&mut self, addr: u64, len: u64, mut f: impl FnMut(&mut Self, &mut [Byte])) {
+        let end = addr.saturating_add(len);
+        let mut a = addr;
+        while a < end {
+            let (lo, hi) = ((a % PAGE) as usize, (PAGE as usize).min((a % PAGE + (end - a)) as usize));
+            let page = self.page(a / PAGE);
+            // SAFETY: `page` points into a boxed page the map owns (as in
+            // `byte`); `f` credits pairs and never touches the pages, so
+            // these bytes are borrowed once.
+            let part = unsafe { &mut (&mut *page)[lo..hi] };
+            f(self, part);
+            a += (hi - lo) as u64;
+        }
+    }
+
+    /// One count per run of bytes the same context stored.
+    fn count_runs(&mut self, ctx: u32, runs: &mut (u32, u64), prev: u32, waste: bool) {
+        if runs.0 != prev {
+            self.flush_run(ctx, *runs, waste);
+            *runs = (prev, 0);
+        }
+        runs.1 += 1;
+    }
+
+    fn flush_run(&mut self, ctx: u32, (prev, n): (u32, u64), waste: bool) {
+        if n == 0 {
+            return;
+        }
+        let slot = memo_slot(prev, ctx as u64);
+        let (w, t, i) = self.recent_pairs[slot];
+        let i = if (w, t) == (prev, ctx) {
+            i as usize
+        } else {
+            self.pairs.grow_when_full();
+            let Some(i) = self.pairs.find(prev, ctx) else { return };
+            self.recent_pairs[slot] = (prev, ctx, i as u32);
+            i
+        };
+        self.pairs.at(i).count_bytes(if waste { Verdict::Waste { bytes: n, approx: false } } else { Verdict::Use { bytes: n } });
     }
 
     fn add(&mut self, watch: u32, trap: u32, v: Verdict) {
@@ -186,8 +273,18 @@ impl ThreadShadow {
     /// The calling context of the instruction at `pc`: the current frame's
     /// chain of call sites, then `pc`.
     pub fn context(&mut self, pc: u64) -> u32 {
+        let slot = memo_slot(self.frame, pc);
+        let (frame, at, node) = self.recent_contexts[slot];
+        if (frame, at) == (self.frame, pc) {
+            return node;
+        }
         self.tree.grow_when_full();
-        self.tree.child(self.frame, pc)
+        let node = self.tree.child(self.frame, pc);
+        if node != self.frame {
+            // (A full tree answers with the frame itself: not remembered.)
+            self.recent_contexts[slot] = (self.frame, pc, node);
+        }
+        node
     }
 
     /// A `call` ran: its return address is `next`, so its call site (the
@@ -230,30 +327,54 @@ impl ThreadShadow {
         }
     }
 
-    /// Dead craft: `len` bytes at `addr` read.
+    /// Dead craft: `len` bytes at `addr` read. Each byte a store left
+    /// pending is used, credited to that store's pair; a run of bytes one
+    /// context stored is credited at once (as that many one-byte credits).
     pub fn dead_load(&mut self, ctx: u32, addr: u64, len: u64) {
-        for b in 0..len {
-            let s = self.byte(addr + b);
-            if s.pending {
-                s.pending = false;
-                let w = s.store_ctx;
-                self.add(w, ctx, Verdict::Use { bytes: 1 });
+        let mut run = (0, 0);
+        self.each_part(addr, len, |t, bytes| {
+            for s in bytes {
+                if s.pending {
+                    s.pending = false;
+                    t.count_runs(ctx, &mut run, s.store_ctx, false);
+                }
             }
-        }
+        });
+        self.flush_run(ctx, run, false);
     }
 
-    /// Dead craft: `len` bytes at `addr` written.
+    /// Dead craft: `len` bytes at `addr` written, by one store (a `rep`
+    /// string's elements are `elements` stores).
     pub fn dead_store(&mut self, ctx: u32, addr: u64, len: u64) {
-        for b in 0..len {
-            let s = self.byte(addr + b);
-            let prev = (s.pending, s.store_ctx);
-            s.pending = true;
-            s.store_ctx = ctx;
-            if prev.0 {
-                self.add(prev.1, ctx, Verdict::Waste { bytes: 1, approx: false });
+        self.dead_stores(ctx, addr, len, 1);
+    }
+
+    fn dead_stores(&mut self, ctx: u32, addr: u64, len: u64, elements: u64) {
+        let mut run = (0, 0);
+        self.each_part(addr, len, |t, bytes| {
+            for s in bytes {
+                if s.pending {
+                    t.count_runs(ctx, &mut run, s.store_ctx, true);
+                }
+                s.pending = true;
+                s.store_ctx = ctx;
             }
+        });
+        self.flush_run(ctx, run, true);
+        self.counters.samples += elements;
+    }
+
+    /// Dead craft: a `rep` string instruction's `elements` elements over
+    /// the ranges `reads` and `writes` (lowest address, bytes), none of
+    /// which overlaps another: its element order cannot change a verdict,
+    /// so every read is judged, then every write, a range at a time.
+    pub fn dead_string(&mut self, ctx: u32, reads: &[(u64, u64)], writes: &[(u64, u64)], elements: u64) {
+        for &(addr, len) in reads {
+            self.dead_load(ctx, addr, len);
         }
-        self.counters.samples += 1;
+        for &(addr, len) in writes {
+            self.dead_stores(ctx, addr, len, elements);
+        }
     }
 
     fn silent_store(&mut self, precision: f64, ctx: u32, o: &Observed) {

@@ -77,31 +77,24 @@ impl Replay {
 fn instruction(craft: Craft, t: &mut ThreadShadow, recs: &[Record]) -> u64 {
     let Some(first) = recs.first() else { return 0 };
     let ctx = t.context(first.pc);
-    let mut seen = [Observed::new(Access::default()); MAX_ACCESSES];
-    let mut n = 0;
     if first.is(REP) {
-        // Element by element, every record's element i together.
         let count = first.extra;
+        if craft == Craft::Dead && dead_string(t, ctx, recs, count) {
+            return count.max(1);
+        }
+        // Element by element, every record's element i together.
         for i in 0..count {
-            n = 0;
-            for r in recs.iter().filter(|r| !r.is(NONE)) {
+            let element = recs.iter().filter(|r| !r.is(NONE)).map(|r| {
                 let mut a = r.access();
                 let step = i * a.len as u64;
                 a.addr = if r.is(DOWN) { r.addr.wrapping_sub(step) } else { r.addr.wrapping_add(step) };
-                seen[n] = Observed::new(a);
-                n += 1;
-            }
-            t.judge(craft, 0.0, ctx, &seen[..n]);
+                a
+            });
+            judge(craft, t, ctx, element);
         }
         return count.max(1);
     }
-    for r in recs.iter().filter(|r| !r.is(NONE)) {
-        seen[n] = Observed::new(r.access());
-        n += 1;
-    }
-    if n > 0 {
-        t.judge(craft, 0.0, ctx, &seen[..n]);
-    }
+    judge(craft, t, ctx, recs.iter().filter(|r| !r.is(NONE)).map(|r| r.access()));
     for r in recs {
         if r.is(CALL) {
             t.call(r.extra);
@@ -110,6 +103,74 @@ fn instruction(craft: Craft, t: &mut ThreadShadow, recs: &[Record]) -> u64 {
         }
     }
     1
+}
+
+/// Judge one instruction's (or one string element's) accesses.
+fn judge(craft: Craft, t: &mut ThreadShadow, ctx: u32, accesses: impl Iterator<Item = Access> + Clone) {
+    if craft == Craft::Dead {
+        // Addresses are all the dead craft needs: no values to gather.
+        // Loads first (a read-modify-write reads before it writes).
+        for a in accesses.clone().filter(|a| a.read) {
+            t.dead_load(ctx, a.addr, a.len as u64);
+        }
+        for a in accesses.filter(|a| a.write) {
+            t.dead_store(ctx, a.addr, a.len as u64);
+        }
+        return;
+    }
+    let mut seen = [Observed::new(Access::default()); MAX_ACCESSES];
+    let mut n = 0;
+    for a in accesses.take(MAX_ACCESSES) {
+        seen[n] = Observed::new(a);
+        n += 1;
+    }
+    if n > 0 {
+        t.judge(craft, 0.0, ctx, &seen[..n]);
+    }
+}
+
+/// A `rep` string instruction's elements judged a range at a time, when no
+/// range it writes overlaps another it reads or writes (a `rep stos`, a
+/// `rep movs` between distinct buffers): then the order of its elements
+/// cannot change a dead verdict. False (nothing judged) otherwise, for the
+/// element-by-element path (an overlapping `memmove`-like copy).
+fn dead_string(t: &mut ThreadShadow, ctx: u32, recs: &[Record], count: u64) -> bool {
+    let mut ranges = [(0u64, 0u64, false); MAX_ACCESSES];
+    let mut n = 0;
+    for r in recs.iter().filter(|r| !r.is(NONE)).take(MAX_ACCESSES) {
+        let a = r.access();
+        let Some(bytes) = count.checked_mul(a.len as u64) else { return false };
+        let span = bytes.saturating_sub(a.len as u64);
+        let lo = if r.is(DOWN) { r.addr.checked_sub(span) } else { Some(r.addr) };
+        let Some(lo) = lo.filter(|lo| lo.checked_add(bytes).is_some()) else { return false };
+        if a.read && a.write {
+            return false;
+        }
+        ranges[n] = (lo, bytes, a.write);
+        n += 1;
+    }
+    let ranges = &ranges[..n];
+    for (i, x) in ranges.iter().enumerate() {
+        for y in &ranges[i + 1..] {
+            if (x.2 || y.2) && x.0 < y.0 + y.1 && y.0 < x.0 + x.1 {
+                return false;
+            }
+        }
+    }
+    let mut reads = [(0u64, 0u64); MAX_ACCESSES];
+    let mut writes = [(0u64, 0u64); MAX_ACCESSES];
+    let (mut nr, mut nw) = (0, 0);
+    for &(lo, bytes, write) in ranges {
+        if write {
+            writes[nw] = (lo, bytes);
+            nw += 1;
+        } else {
+            reads[nr] = (lo, bytes);
+            nr += 1;
+        }
+    }
+    t.dead_string(ctx, &reads[..nr], &writes[..nw], count);
+    true
 }
 
 #[cfg(test)]
@@ -159,6 +220,58 @@ mod tests {
         // 0x2000 stored by 0x30 and read by the first element; 0x2008 and
         // 0x2010 stored by the rep and read by its next element.
         assert_eq!(pairs(r), vec![((0x30, 0x40), (0.0, 8.0)), ((0x40, 0x40), (0.0, 16.0))]);
+    }
+
+    /// Every pair's figures, traps included, and the stores counted.
+    fn figures(r: Replay) -> (Vec<((u64, u64), [u64; 4])>, u64) {
+        let mut v = Vec::new();
+        let mut stores = 0;
+        for (_, t) in r.into_threads() {
+            let pc = |n: u32| t.tree.nodes()[n as usize].pc;
+            v.extend(t.pairs.iter().map(|p| ((pc(p.watch), pc(p.trap)), [p.waste as u64, p.used as u64, p.traps, p.waste_sq as u64])));
+            stores += t.counters.samples;
+        }
+        v.sort();
+        (v, stores)
+    }
+
+    #[test]
+    fn a_string_between_distinct_buffers_is_judged_as_its_elements_would_be() {
+        // Stores before it: 0x30 fills both buffers (partly: the last
+        // element's bytes are fresh), 0x50 reads part of what it leaves.
+        let setup = || vec![rec(0x30, 0x2000, 32, false, true), rec(0x31, 0x3000 - 40, 24, false, true)];
+        let after = || vec![rec(0x50, 0x3000 - 16, 8, true, false), rec(0x60, 0x3000 - 40, 40, false, true)];
+        for down in [false, true] {
+            // rep movsq of 5 elements from 0x2000.. to 0x3000-40..: the
+            // source and destination apart.
+            let (src0, dst0) = if down { (0x2000 + 32, 0x3000 - 8) } else { (0x2000, 0x3000 - 40) };
+            let mut src = rec(0x40, src0, 8, true, false);
+            let mut dst = rec(0x40, dst0, 8, false, true);
+            src.info |= REP | MORE;
+            dst.info |= REP;
+            if down {
+                src.info |= DOWN;
+                dst.info |= DOWN;
+            }
+            src.extra = 5;
+            dst.extra = 5;
+            let mut whole = Replay::new(Craft::Dead).unwrap();
+            whole.feed(1, setup().into_iter().chain([src, dst]).chain(after()));
+            // The same elements, one instruction each.
+            let mut each = Replay::new(Craft::Dead).unwrap();
+            let mut recs = setup();
+            for i in 0..5u64 {
+                let step = |a: u64| if down { a - 8 * i } else { a + 8 * i };
+                let mut s = rec(0x40, step(src0), 8, true, false);
+                s.info |= MORE;
+                recs.extend([s, rec(0x40, step(dst0), 8, false, true)]);
+            }
+            each.feed(1, recs.into_iter().chain(after()));
+            assert_eq!(whole.instructions, each.instructions, "down {down}");
+            let (w, e) = (figures(whole), figures(each));
+            assert!(w.0.iter().any(|p| p.1[0] > 0) && w.0.iter().any(|p| p.1[1] > 0), "both verdicts: {w:?}");
+            assert_eq!(w, e, "down {down}");
+        }
     }
 
     #[test]
