@@ -13,6 +13,7 @@
 
 mod judge;
 mod replay;
+mod shadow;
 pub mod stream;
 
 pub use judge::{Observed, ThreadShadow, WIDE};

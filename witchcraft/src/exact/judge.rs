@@ -12,14 +12,16 @@
 //! - silent-load: as LoadSpy: a load that reads what the previous load of the
 //!   same bytes read is redundant, whatever stores came between.
 
+use super::shadow::Shadow;
 use crate::context::{Tree, ROOT};
 use crate::craft::{compare, Verdict, Watched};
 use crate::pair::Pairs;
 use crate::profile::{self, Craft};
 use crate::x86::decode::{Access, Float};
-use std::collections::HashMap;
 
-const PAGE: u64 = 4096;
+/// The dead craft's mark of a byte whose store no access has followed.
+const PENDING: u32 = 1 << 31;
+
 /// Widest access (AVX-512): its bytes before and after are kept whole.
 pub const WIDE: usize = 64;
 
@@ -79,13 +81,12 @@ fn runs(ctxs: &[u32]) -> impl Iterator<Item = (usize, usize, u32)> + '_ {
     })
 }
 
-/// What the shadow memory remembers about one byte.
+/// What the value crafts' shadow remembers about one byte (the dead
+/// craft keeps a word of its own: [`PENDING`]).
 #[derive(Clone, Copy, Default)]
 struct Byte {
     /// Context node of the last store to it (0: none yet).
     store_ctx: u32,
-    /// That store has not been followed by any access yet (dead craft).
-    pending: bool,
     /// Context node of the last load of it (0: none yet).
     load_ctx: u32,
     /// The byte that load read.
@@ -110,37 +111,12 @@ impl Observed {
 }
 
 /// Per-thread state: shadow memory, shadow call stack, tree and pairs.
-/// Page numbers hash by one multiplication (SipHash took 40% of judging).
-#[derive(Default, Clone, Copy)]
-struct PageHasher(u64);
-
-impl std::hash::Hasher for PageHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (n ^ self.0).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(26);
-    }
-}
-
-type Page = [Byte; PAGE as usize];
-
-/// Pages the shadow keeps at hand: a direct-mapped table of recent page
-/// numbers, so a loop over a few arrays and its stack finds each page
-/// without hashing (one most-recent page was not enough: a store to an
-/// array and a push to the stack alternated between two).
-const RECENT: usize = 64;
-
 pub struct ThreadShadow {
-    pages: HashMap<u64, Box<Page>, std::hash::BuildHasherDefault<PageHasher>>,
-    /// Recently used pages: (page number, where its bytes are; boxed, so
-    /// they do not move when the map grows). `u64::MAX`: empty.
-    recent: [(u64, *mut Page); RECENT],
+    /// The value crafts' memory of each byte.
+    bytes: Shadow<Byte>,
+    /// The dead craft's: the context of the byte's last store, with
+    /// [`PENDING`] while no access has followed it.
+    dead: Shadow<u32>,
     /// Tree node of the current frame (the chain of call sites).
     frame: u32,
     /// Return addresses of the shadow stack, innermost last.
@@ -162,10 +138,6 @@ fn memo_slot(a: u32, b: u64) -> usize {
     ((b ^ (a as u64).wrapping_mul(0x9E37_79B9)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize % MEMO
 }
 
-// SAFETY: the raw pointers in `recent` point into pages the shadow's own
-// map owns; they move with the shadow and are never shared.
-unsafe impl Send for ThreadShadow {}
-
 impl Default for ThreadShadow {
     fn default() -> Self {
         Self::new()
@@ -175,8 +147,8 @@ impl Default for ThreadShadow {
 impl ThreadShadow {
     pub fn new() -> Self {
         ThreadShadow {
-            pages: HashMap::default(),
-            recent: [(u64::MAX, std::ptr::null_mut()); RECENT],
+            bytes: Shadow::default(),
+            dead: Shadow::default(),
             frame: ROOT,
             returns: Vec::new(),
             tree: Tree::with_capacity(1 << 20),
@@ -187,53 +159,8 @@ impl ThreadShadow {
         }
     }
 
-    /// The shadow bytes of page number `n`.
-    #[inline]
-    fn page(&mut self, n: u64) -> *mut Page {
-        let slot = self.recent[n as usize % RECENT];
-        if slot.0 == n {
-            return slot.1;
-        }
-        self.page_from_map(n)
-    }
-
-    /// A page not among the recent ones: from the map, made on first use.
-    /// Kept out of line: a page built in place takes a 48 KiB stack frame,
-    /// whose probing cost every lookup while it was inlined.
-    #[cold]
-    #[inline(never)]
-    fn page_from_map(&mut self, n: u64) -> *mut Page {
-        let page = self.pages.entry(n).or_insert_with(|| {
-            let zeroed: Box<[Byte]> = vec![Byte::default(); PAGE as usize].into_boxed_slice();
-            zeroed.try_into().unwrap_or_else(|_| unreachable!("a page's length"))
-        });
-        let p = &mut **page as *mut Page;
-        self.recent[n as usize % RECENT] = (n, p);
-        p
-    }
-
     fn byte(&mut self, a: u64) -> &mut Byte {
-        let page = self.page(a / PAGE);
-        // SAFETY: `page` points into a boxed page the map owns; pages are
-        // never removed, and the box keeps its address when the map grows.
-        unsafe { &mut (*page)[(a % PAGE) as usize] }
-    }
-
-    /// The shadow bytes of `[addr, addr+len)`, a page's part at a time, each
-    /// part given to `f` (with the shadow, to credit pairs).
-    fn each_part(&mut self, addr: u64, len: u64, mut f: impl FnMut(&mut Self, &mut [Byte])) {
-        let end = addr.saturating_add(len);
-        let mut a = addr;
-        while a < end {
-            let (lo, hi) = ((a % PAGE) as usize, (PAGE as usize).min((a % PAGE + (end - a)) as usize));
-            let page = self.page(a / PAGE);
-            // SAFETY: `page` points into a boxed page the map owns (as in
-            // `byte`); `f` credits pairs and never touches the pages, so
-            // these bytes are borrowed once.
-            let part = unsafe { &mut (&mut *page)[lo..hi] };
-            f(self, part);
-            a += (hi - lo) as u64;
-        }
+        self.bytes.byte(a)
     }
 
     /// One count per run of bytes the same context stored.
@@ -332,34 +259,45 @@ impl ThreadShadow {
     /// context stored is credited at once (as that many one-byte credits).
     pub fn dead_load(&mut self, ctx: u32, addr: u64, len: u64) {
         let mut run = (0, 0);
-        self.each_part(addr, len, |t, bytes| {
-            for s in bytes {
-                if s.pending {
-                    s.pending = false;
-                    t.count_runs(ctx, &mut run, s.store_ctx, false);
+        let end = addr.saturating_add(len);
+        let mut a = addr;
+        while a < end {
+            let part = self.dead.part(a, end);
+            // SAFETY: one part at a time, of the live shadow; crediting
+            // pairs (`count_runs`) does not touch the shadow.
+            for s in unsafe { Shadow::entries(part) } {
+                if *s & PENDING != 0 {
+                    *s &= !PENDING;
+                    self.count_runs(ctx, &mut run, *s, false);
                 }
             }
-        });
+            a += part.1 as u64;
+        }
         self.flush_run(ctx, run, false);
     }
 
-    /// Dead craft: `len` bytes at `addr` written, by one store (a `rep`
-    /// string's elements are `elements` stores).
+    /// Dead craft: `len` bytes at `addr` written, by one store.
     pub fn dead_store(&mut self, ctx: u32, addr: u64, len: u64) {
         self.dead_stores(ctx, addr, len, 1);
     }
 
+    /// `len` bytes at `addr` written by `elements` stores (a `rep` string's).
     fn dead_stores(&mut self, ctx: u32, addr: u64, len: u64, elements: u64) {
+        debug_assert!(ctx & PENDING == 0, "context ids fit in 31 bits");
         let mut run = (0, 0);
-        self.each_part(addr, len, |t, bytes| {
-            for s in bytes {
-                if s.pending {
-                    t.count_runs(ctx, &mut run, s.store_ctx, true);
+        let end = addr.saturating_add(len);
+        let mut a = addr;
+        while a < end {
+            let part = self.dead.part(a, end);
+            // SAFETY: as in `dead_load`.
+            for s in unsafe { Shadow::entries(part) } {
+                if *s & PENDING != 0 {
+                    self.count_runs(ctx, &mut run, *s & !PENDING, true);
                 }
-                s.pending = true;
-                s.store_ctx = ctx;
+                *s = ctx | PENDING;
             }
-        });
+            a += part.1 as u64;
+        }
         self.flush_run(ctx, run, true);
         self.counters.samples += elements;
     }

@@ -16,7 +16,7 @@
 use super::judge::{Observed, ThreadShadow};
 use crate::profile::Craft;
 use crate::x86::decode::{Access, MAX_ACCESSES};
-use crate::x86::record::{Record, CALL, DOWN, MORE, NONE, REP, RET};
+use crate::x86::record::{Record, CALL, DOWN, LEN_MASK, MORE, NONE, READ, REP, RET, WRITE};
 use std::collections::HashMap;
 
 /// One instruction's records, gathered until its last.
@@ -77,6 +77,17 @@ impl Replay {
 fn instruction(craft: Craft, t: &mut ThreadShadow, recs: &[Record]) -> u64 {
     let Some(first) = recs.first() else { return 0 };
     let ctx = t.context(first.pc);
+    if craft == Craft::Dead && recs.len() == 1 && first.info & (REP | CALL | RET | NONE) == 0 {
+        // Most instructions: one plain access (a read-modify-write reads first).
+        let len = first.info & LEN_MASK;
+        if first.info & READ != 0 {
+            t.dead_load(ctx, first.addr, len);
+        }
+        if first.info & WRITE != 0 {
+            t.dead_store(ctx, first.addr, len);
+        }
+        return 1;
+    }
     if first.is(REP) {
         let count = first.extra;
         if craft == Craft::Dead && dead_string(t, ctx, recs, count) {
