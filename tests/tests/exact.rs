@@ -1,5 +1,5 @@
 //! The exact reference mode (`--exact`) against known answers, and the
-//! sampled engine against it (issue 4's fast subset): on a ground-truth
+//! sampled engine against it (a fast subset of the accuracy bench): on a ground-truth
 //! program, the sampled dead fraction of its two store loops must come
 //! within 5 points of the exact one.
 
@@ -234,4 +234,34 @@ fn cache_and_step_give_the_same_bytes_per_pair() {
     assert_eq!(rep.pair(f, tw, tk).waste, 2.0 * 3.0 * 16.0 * 8.0, "\n{}", rep.dump());
     assert_eq!(rep.pair(f, tk, tw).waste, 2.0 * 2.0 * 16.0 * 8.0, "\n{}", rep.dump());
     assert_eq!(rep.pair(f, tk, tread).r#use, 2.0 * 16.0 * 8.0, "\n{}", rep.dump());
+}
+
+/// Calls into the vDSO (`clock_gettime`) between stores: the code cache
+/// does not run the vDSO, so recording leaves it there and comes back at
+/// the call's return address by an instruction breakpoint. Measured on
+/// this VM: the breakpoint, armed on the return address in libc, reports
+/// itself at once with the thread at the vDSO's entry (armed again there,
+/// it does so again), so recording takes a gap until the next tick and the
+/// rest of a short run goes uncounted (20,000 calls: a few hundred records
+/// of some 60,000). An instruction breakpoint armed the same way on the
+/// return from code written at run time works (one resumption a call).
+/// Kept runnable with `--ignored` until the vDSO is run from the cache or
+/// the early report is understood.
+#[test]
+#[ignore = "known gap: the way back from the vDSO is lost (see the comment)"]
+fn exact_mode_counts_every_store_around_vdso_calls() {
+    let dir = Scratch::new("exact-vdso");
+    let prog = Program::build("vdso_calls", dir.path());
+    let (store, read) = (prog.line("@store"), prog.line("@read"));
+    let n = 20_000.0;
+    let native = prog.run_native(&["20000"]);
+    let out = dir.join("exact.json");
+    let run = WitchCmd::new("dead").args(&["--exact", "-q"]).out(&out).run(&prog.exe, &["20000"]);
+    assert_same_behaviour(&native, &run);
+    let raw = raw_profile(&out);
+    assert_eq!(raw["counters"]["window_gaps"].as_u64(), Some(0), "recording lost the thread: {}", raw["notes"]);
+    let rep = report_all(&out);
+    let f = &prog.file;
+    assert_eq!(rep.pair(f, store, store).waste, (n - 64.0) * 8.0, "<{store},{store}> dead bytes\n{}", rep.dump());
+    assert_eq!(rep.pair(f, store, read).r#use, 64.0 * 8.0, "<{store},{read}> used bytes\n{}", rep.dump());
 }

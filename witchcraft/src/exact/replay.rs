@@ -233,8 +233,11 @@ mod tests {
         assert_eq!(pairs(r), vec![((0x30, 0x40), (0.0, 8.0)), ((0x40, 0x40), (0.0, 16.0))]);
     }
 
+    /// (watch pc, trap pc) → waste, use, traps, sum of squares of waste.
+    type Figures = Vec<((u64, u64), [u64; 4])>;
+
     /// Every pair's figures, traps included, and the stores counted.
-    fn figures(r: Replay) -> (Vec<((u64, u64), [u64; 4])>, u64) {
+    fn figures(r: Replay) -> (Figures, u64) {
         let mut v = Vec::new();
         let mut stores = 0;
         for (_, t) in r.into_threads() {
