@@ -33,7 +33,7 @@ static int check(const unsigned char *p, size_t n, unsigned char v) {
     return n == 0 || p[n - 1] == v;
 }
 
-static int mappings(void);
+static int mappings(int count);
 
 static void *churn(void *arg) {
     uintptr_t id = (uintptr_t)arg;
@@ -80,7 +80,7 @@ static void *churn(void *arg) {
         bad += slot[i] && !check(slot[i], size[i], (unsigned char)(id * 64 + i));
         free(slot[i]);
     }
-    bad += !mappings();
+    bad += !mappings(12);
     return (void *)(uintptr_t)(bad ? 2 : 0);
 }
 
@@ -107,10 +107,10 @@ static int realloc_moves(void) {
 
 /* Anonymous mappings made, grown, moved, shrunk and cut: each part keeps
  * its contents, and the calls that must fail fail with the same errno. */
-static int mappings(void) {
+static int mappings(int count) {
     int ok = 1;
     const size_t pg = 4096;
-    for (int k = 0; k < 50; k++) {
+    for (int k = 0; k < count; k++) {
         size_t n = (size_t)(k + 1) * 65536;
         unsigned char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) return 0;
@@ -164,7 +164,7 @@ int main(int argc, char **argv) {
     if (child == 0) {
         /* The child frees what the parent allocated before the fork, and
          * allocates its own. */
-        int r = realloc_moves() >= 0 && mappings();
+        int r = realloc_moves() >= 0 && mappings(50);
         _exit(r ? 11 : 12);
     }
     long threads_bad = 0;
@@ -177,7 +177,7 @@ int main(int argc, char **argv) {
     waitpid(child, &status, 0);
     printf("threads: %s\n", threads_bad ? "BAD" : "ok");
     printf("realloc: %s\n", moved > 0 ? "moved, contents kept" : moved == 0 ? "never moved" : "BAD");
-    printf("mmap: %s\n", mappings() ? "ok" : "BAD");
+    printf("mmap: %s\n", mappings(50) ? "ok" : "BAD");
     printf("fork: child exited %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     return 5;
 }
