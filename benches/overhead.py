@@ -13,6 +13,7 @@ setting the geometric mean with a bootstrap 95% interval, and the worst case.
     python3 benches/overhead.py --set ground-truth    # the test programs
     python3 benches/overhead.py --startup             # the fixed cost per process
     python3 benches/overhead.py --threads             # memory with many threads
+    python3 benches/overhead.py --set ci --heap       # what tracking heap objects costs
 
 Needs `cargo build --release --workspace` first. Workloads are compiled here
 with gcc -O2 -g into target/bench/.
@@ -152,17 +153,69 @@ def many_threads(reps):
         print(f"| {n} | {nr / 1024:.1f} | {wr / 1024:.1f} | {wr / nr:.2f} | {(wr - nr) / n:.0f} | {n - failed} | {nv / 1024:.0f} | {wv / 1024:.0f} |")
 
 
+def heap_cost(cmds, reps, craft, native_env, witch_env, thresholds):
+    """What tracking heap objects costs: per workload, REPS rounds of a
+    native run, `witch CRAFT` with heap tracking off and at each of
+    THRESHOLDS ('default': witch's own), all in a rotating order (so no
+    setting always runs first, after the build, or next to another's cache
+    state); the median over rounds of each setting's ratio to the round's
+    native run, of CPU time (user + system of the process tree: less
+    sensitive than wall time to what the shared machine's other work takes
+    away) and of wall time, and the ratio of peak RSS with tracking to
+    without. The CPU time with tracking over that without, round by round,
+    is the cost itself; its interval is a bootstrap of the median over
+    rounds."""
+    med = statistics.median
+    tracked = [(t, [] if t == "default" else ["--heap-threshold", t]) for t in thresholds]
+    settings = [("native", None), ("off", ["--heap-threshold", "off"])] + tracked
+    print(f"heap tracking's cost, `witch {craft}` at the default period, {reps} rounds of native, tracking off and "
+          f"tracking at {', '.join(thresholds)} (rotating order): median over rounds of the ratio to the round's "
+          "native run\n")
+    ts = [t for t, _ in tracked]
+    cols = (["workload", "native cpu s", "cpu × off"] + [f"cpu × {t}" for t in ts]
+            + [f"cpu {t} / off (95% interval)" for t in ts] + ["wall × off"] + [f"wall × {t}" for t in ts]
+            + [f"peak RSS {t} / off" for t in ts])
+    print("| " + " | ".join(cols) + " |")
+    print("|---|" + "---:|" * (len(cols) - 1))
+    for w, argv in cmds.items():
+        got = {k: [] for k, _ in settings}
+        for r in range(reps):
+            k0 = r % len(settings)
+            for k, opt in settings[k0:] + settings[:k0]:
+                if opt is None:
+                    got[k].append(run(argv, native_env))
+                else:
+                    prof = os.path.join(OUT, f"{w}-heap-{k}.json")
+                    got[k].append(run([WITCH, craft, "-q", "-o", prof] + opt + argv, witch_env))
+        ratio = lambda k, i: med(x[i] / n[i] for x, n in zip(got[k], got["native"]))  # noqa: E731
+        cells = [w, f"{med(x[1] for x in got['native']):.2f}", f"{ratio('off', 1):.3f}"]
+        cells += [f"{ratio(t, 1):.3f}" for t in ts]
+        for t in ts:
+            rel = [d[1] / o[1] for d, o in zip(got[t], got["off"])]
+            lo, hi = bootstrap_geomean([rel])
+            cells.append(f"{med(rel):.3f} ({lo:.3f}–{hi:.3f})")
+        cells += [f"{ratio('off', 0):.3f}"] + [f"{ratio(t, 0):.3f}" for t in ts]
+        cells += [f"{med(x[2] for x in got[t]) / med(x[2] for x in got['off']):.3f}" for t in ts]
+        print("| " + " | ".join(cells) + " |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--startup", action="store_true", help="only the fixed cost per process, on tiny runs")
     ap.add_argument("--threads", action="store_true", help="only memory with many threads")
+    ap.add_argument("--heap", action="store_true",
+                    help="only what heap tracking costs: native, tracking off, default threshold side by side "
+                         "(the first of --crafts, the default period)")
+    ap.add_argument("--heap-thresholds", default="default", metavar="LIST",
+                    help="with --heap: the thresholds to compare with tracking off (comma-separated; 'default' is "
+                         "witch's own, 4k, 64, ...)")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--periods", default="default,1000000,20000000",
                     help="comma-separated; 'default' = witch's own default; 'none' = a period longer than "
                          "any run, so no samples: the fixed cost alone (launcher, agent start-up, profile)")
     ap.add_argument("--crafts", default=",".join(CRAFTS))
-    ap.add_argument("--set", default="all", choices=["ci", "all", "ground-truth"],
-                    help="real workloads (benches/workloads.py: ci subset or all), or the ground-truth programs")
+    ap.add_argument("--set", default="all", choices=["ci", "real", "all", "ground-truth"],
+                    help="real workloads (benches/workloads.py: ci subset, real, or all), or the ground-truth programs")
     ap.add_argument("--only", default="", help="comma-separated workload names to keep")
     ap.add_argument("--plain-native", action="store_true", help="native runs without witch's GLIBC_TUNABLES")
     ap.add_argument("--witch-env", action="append", default=[], metavar="NAME=VALUE",
@@ -185,6 +238,8 @@ def main():
     if a.only:
         keep = set(a.only.split(","))
         cmds = {k: v for k, v in cmds.items() if k in keep}
+    if a.heap:
+        return heap_cost(cmds, a.reps, a.crafts.split(",")[0], native_env, witch_env, a.heap_thresholds.split(","))
     periods = a.periods.split(",")
     rows, by_setting = [], {}
     for w, argv in cmds.items():

@@ -1,13 +1,15 @@
 /* Allocation tracking must not change the program: threads allocating and
  * freeing concurrently (blocks above and below any threshold, every
  * allocation function), realloc that moves a block, malloc_usable_size,
- * anonymous mmap/munmap, and a fork whose child allocates too. Every block
+ * anonymous mmap/munmap/mremap (grown, moved, shrunk, cut, and calls
+ * that fail), in threads at once, and a fork whose child allocates too. Every block
  * is filled and checked, so a block handed out twice, or a realloc that
  * lost its contents, changes the output.
  *
  * Usage: heap_churn [rounds]   prints one line per part, exits 5.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -30,6 +32,8 @@ static int check(const unsigned char *p, size_t n, unsigned char v) {
         if (p[i] != v) return 0;
     return n == 0 || p[n - 1] == v;
 }
+
+static int mappings(int count);
 
 static void *churn(void *arg) {
     uintptr_t id = (uintptr_t)arg;
@@ -76,6 +80,7 @@ static void *churn(void *arg) {
         bad += slot[i] && !check(slot[i], size[i], (unsigned char)(id * 64 + i));
         free(slot[i]);
     }
+    bad += !mappings(12);
     return (void *)(uintptr_t)(bad ? 2 : 0);
 }
 
@@ -100,14 +105,50 @@ static int realloc_moves(void) {
     return moved;
 }
 
-static int mappings(void) {
+/* Anonymous mappings made, grown, moved, shrunk and cut: each part keeps
+ * its contents, and the calls that must fail fail with the same errno. */
+static int mappings(int count) {
     int ok = 1;
-    for (int k = 0; k < 50; k++) {
+    const size_t pg = 4096;
+    for (int k = 0; k < count; k++) {
         size_t n = (size_t)(k + 1) * 65536;
         unsigned char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) return 0;
         fill(p, n, 9);
         ok &= check(p, n, 9);
+        if (k % 2) {
+            /* Grown (perhaps moved), then shrunk in place. */
+            unsigned char *q = mremap(p, n, 2 * n, MREMAP_MAYMOVE);
+            if (q == MAP_FAILED) return 0;
+            ok &= check(q, n, 9) && check(q + n, n, 0);
+            p = mremap(q, 2 * n, n, 0);
+            ok &= p == q && check(p, n, 9);
+        }
+        if (k % 3 == 0) {
+            /* Moved to a place of a reservation's. */
+            unsigned char *r = mmap(NULL, 2 * n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (r == MAP_FAILED) return 0;
+            unsigned char *q = mremap(p, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, r + n);
+            ok &= q == r + n && check(q, n, 9);
+            ok &= munmap(r, n) == 0;
+            p = q;
+        }
+        /* Failures: an unaligned address, a fixed move that may not move. */
+        errno = 0;
+        ok &= munmap(p + 1, pg) == -1 && errno == EINVAL;
+        errno = 0;
+        ok &= mremap(p, n, n, MREMAP_FIXED, p + n) == MAP_FAILED && errno == EINVAL;
+        ok &= check(p, n, 9);
+        /* Cut: a page off the front and, when there are 3 pages left, the middle one. */
+        ok &= munmap(p, pg) == 0;
+        p += pg, n -= pg;
+        ok &= check(p, n, 9);
+        if (n >= 3 * pg) {
+            ok &= munmap(p + pg, pg) == 0;
+            ok &= check(p, pg, 9) && check(p + 2 * pg, n - 2 * pg, 9);
+            ok &= munmap(p, pg) == 0;
+            p += 2 * pg, n -= 2 * pg;
+        }
         ok &= munmap(p, n) == 0;
     }
     return ok;
@@ -123,7 +164,7 @@ int main(int argc, char **argv) {
     if (child == 0) {
         /* The child frees what the parent allocated before the fork, and
          * allocates its own. */
-        int r = realloc_moves() >= 0 && mappings();
+        int r = realloc_moves() >= 0 && mappings(50);
         _exit(r ? 11 : 12);
     }
     long threads_bad = 0;
@@ -136,7 +177,7 @@ int main(int argc, char **argv) {
     waitpid(child, &status, 0);
     printf("threads: %s\n", threads_bad ? "BAD" : "ok");
     printf("realloc: %s\n", moved > 0 ? "moved, contents kept" : moved == 0 ? "never moved" : "BAD");
-    printf("mmap: %s\n", mappings() ? "ok" : "BAD");
+    printf("mmap: %s\n", mappings(50) ? "ok" : "BAD");
     printf("fork: child exited %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     return 5;
 }

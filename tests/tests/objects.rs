@@ -106,6 +106,74 @@ fn attached_session_finds_the_static_array_and_the_heap_buffers() {
     check_the_three_objects(&rep, &prog);
 }
 
+/// The heap object allocated at `marker`'s line, in whatever function
+/// the call was inlined into.
+fn heap_from<'r>(rep: &'r Report, prog: &Program, marker: &str) -> Option<&'r Value> {
+    let line = prog.line(marker);
+    object(rep, |o| o["kind"] == "heap" && o["site"].as_array().and_then(|s| s.first()).is_some_and(|f| f["line"] == line))
+}
+
+/// tests/programs/heap_remap.c: the rest of a mapping that mremap grew and
+/// moved and munmap cut in half holds 2/3 of the waste, under its
+/// allocation's name (@map_a) and the size it has left; a mapping put
+/// where the first one was (@map_b) holds the other 1/3; the reservation
+/// the first was moved into (@reserve), and every range unmapped, none.
+/// (Before `mremap` was followed and `munmap` trimmed, A's rest went to
+/// the reservation and B's waste to A.)
+fn check_the_remapped_objects(rep: &Report, prog: &Program) {
+    let a = heap_from(rep, prog, "@map_a").unwrap_or_else(|| panic!("no heap object from @map_a\n{}", rep.dump()));
+    let share = num(a, "share");
+    assert!((share - 2.0 / 3.0).abs() <= 0.07, "the remapped mapping's share {share:.3}, want 0.67 ± 0.07\n{}", rep.dump());
+    assert_eq!(a["size"], 1u64 << 20, "what is left of it after the cut\n{a:#}");
+    let b = heap_from(rep, prog, "@map_b").unwrap_or_else(|| panic!("no heap object from @map_b\n{}", rep.dump()));
+    let share = num(b, "share");
+    assert!((share - 1.0 / 3.0).abs() <= 0.07, "the second mapping's share {share:.3}, want 0.33 ± 0.07\n{}", rep.dump());
+    for gone in ["@reserve", "@grow", "@move"] {
+        if let Some(o) = heap_from(rep, prog, gone) {
+            assert_eq!(num(o, "waste"), 0.0, "waste on the object from {gone}\n{}", rep.dump());
+        }
+    }
+    let unknown = object(rep, |o| o["kind"] == "unknown").map_or(0.0, |o| num(o, "share"));
+    assert!(unknown <= 0.05, "{unknown:.3} of the waste on no object\n{}", rep.dump());
+}
+
+#[test]
+fn a_mapping_moved_by_mremap_and_cut_by_munmap_keeps_its_waste() {
+    let dir = Scratch::new("objects-remap");
+    let prog = Program::build("heap_remap", dir.path());
+    let (_, rep) = craft_run("dead", &prog, &dir, "remap", &["200"], &["-p", "100000"]);
+    check_the_remapped_objects(&rep, &prog);
+    let f = &prog.file;
+    for (dead, kill, on) in [("@rest_dead1", "@rest_dead2", "@map_a"), ("@b_dead", "@b_kill", "@map_b")] {
+        let line = prog.line(dead);
+        let p = rep.first_pair(f, line, prog.line(kill)).unwrap_or_else(|| panic!("no pair at {f}:{line}\n{}", rep.dump()));
+        assert_eq!(p["object"], heap_from(&rep, &prog, on).unwrap()["key"], "{p:#}");
+    }
+}
+
+/// The same through `--pid` (the mappings are made again every 4 reps).
+#[test]
+fn attached_session_follows_mremap_and_munmap() {
+    let dir = Scratch::new("objects-remap-attach");
+    let prog = Program::build("heap_remap", dir.path());
+    let mut child = std::process::Command::new(&prog.exe)
+        .arg("1000000")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", prog.exe.display()));
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let out = dir.join("attached.json");
+    let run = attach_cmd(&witch_bin(), &[], "dead", child.id(), &["--duration", "1s", "-p", "100000", "-q", "-o", out.to_str().unwrap()]);
+    let alive = child.try_wait().ok().flatten().is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(alive, "the program ended during the session:\n{}", run.describe());
+    assert_eq!(run.code(), Some(0), "attach failed:\n{}", run.describe());
+    let rep = report(&out);
+    rep.assert_samples(50.0);
+    check_the_remapped_objects(&rep, &prog);
+}
+
 /// The same stores with a loop per store line (tests/programs/objects_loops.c):
 /// the exact answer is the same, so `table`'s own dead fraction is 50%. The
 /// time-driven software sampler lands its windows in the first store loop

@@ -1,6 +1,18 @@
 /// The allocation functions' entries (heap_entry.c, heap.rs).
-const HEAP: [&str; 11] =
-    ["malloc", "calloc", "realloc", "reallocarray", "free", "aligned_alloc", "memalign", "posix_memalign", "mmap", "mmap64", "munmap"];
+const HEAP: [&str; 12] = [
+    "malloc",
+    "calloc",
+    "realloc",
+    "reallocarray",
+    "free",
+    "aligned_alloc",
+    "memalign",
+    "posix_memalign",
+    "mmap",
+    "mmap64",
+    "munmap",
+    "mremap",
+];
 
 fn main() {
     println!("cargo:rerun-if-changed=src/exec_variadic.c");

@@ -100,6 +100,9 @@ pub struct Table {
     cap: usize,
     /// Bit `l`: some block of level `l` was ever inserted.
     levels: AtomicU64,
+    /// Bit `l`: some mapping ([`Table::insert_mapping`]) of level `l` was
+    /// ever inserted: the levels [`Table::trim`] looks at.
+    map_levels: AtomicU64,
     overflow: AtomicU64,
 }
 
@@ -110,7 +113,7 @@ impl Table {
         let cap = cap.next_power_of_two().max(PROBES);
         let words = Reserved::new(cap * WORDS)?;
         let filter = Reserved::new(FILTER)?;
-        Some(Table { words, filter, cap, levels: AtomicU64::new(0), overflow: AtomicU64::new(0) })
+        Some(Table { words, filter, cap, levels: AtomicU64::new(0), map_levels: AtomicU64::new(0), overflow: AtomicU64::new(0) })
     }
 
     fn word(&self, slot: usize, w: usize) -> &AtomicU64 {
@@ -148,6 +151,16 @@ impl Table {
         // The fields' stores below must not be seen before the odd tag.
         fence(Ordering::Release);
         Some(t + 1)
+    }
+
+    /// Record `b`, a mapping of the program's (`mmap`, `mremap`): a block
+    /// that [`Table::trim`] looks for.
+    pub fn insert_mapping(&self, b: &Block) -> bool {
+        let bit = 1 << level(b.size);
+        if self.map_levels.load(Ordering::Relaxed) & bit == 0 {
+            self.map_levels.fetch_or(bit, Ordering::Relaxed);
+        }
+        self.insert(b)
     }
 
     /// Record `b`. Any thread, never a handler that may have interrupted a
@@ -240,6 +253,11 @@ impl Table {
     /// tracked. Any thread, as [`Table::insert`]; one read when the filter
     /// says no block starts there.
     pub fn remove(&self, start: u64) -> Option<Block> {
+        self.remove_where(start, |_| true)
+    }
+
+    /// Forget the block starting at `start` that satisfies `is`.
+    fn remove_where(&self, start: u64, is: impl Fn(&Block) -> bool) -> Option<Block> {
         if start == 0 || self.counter(start).load(Ordering::Relaxed) == 0 {
             return None;
         }
@@ -257,20 +275,134 @@ impl Table {
                 if t == 0 {
                     break;
                 }
-                if b.start != start || level(b.size) != l {
+                if b.start != start || level(b.size) != l || !is(&b) {
                     continue;
                 }
                 if self.word(s, 0).compare_exchange(t, t + 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
                     continue;
                 }
                 fence(Ordering::Release);
-                self.word(s, 1).store(0, Ordering::Relaxed);
-                self.word(s, 0).store(t + 2, Ordering::Release);
-                self.counter(start).fetch_sub(1, Ordering::Relaxed);
+                self.clear(s, t + 2, start);
                 return Some(b);
             }
         }
         None
+    }
+
+    /// Make slot `s`, owned (odd tag), a tombstone with tag `even`; its
+    /// block started at `start`.
+    fn clear(&self, s: usize, even: u64, start: u64) {
+        self.word(s, 1).store(0, Ordering::Relaxed);
+        self.word(s, 0).store(even, Ordering::Release);
+        self.counter(start).fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Forget the bytes `lo..hi` of every tracked mapping: what `munmap`
+    /// gives back. A mapping wholly inside is removed; one that reaches out
+    /// of the range keeps the part or parts outside it as mappings of their
+    /// own, with its site (so the same object, each part its own start and
+    /// size). Blocks of `malloc`'s are not looked for (a program does not
+    /// unmap memory its allocator handed it), though one met on the way is
+    /// trimmed the same. The parts are in the table before the block leaves it, and
+    /// a reader skips the block's entry while it is rewritten: an address
+    /// outside the range is never found in no block meanwhile, except for
+    /// the moment between the entry's claim and the parts' insertion.
+    ///
+    /// The blocks taken out, as they were, go to `removed` as far as it
+    /// holds them (for [`Table::untrim`]); returns how many there were. Any
+    /// thread, as [`Table::insert`]. Cost: per level of mappings, the runs
+    /// of the granules that a mapping of that level touching the range may
+    /// start in (two when the range is smaller than the level's mappings;
+    /// a run nearly always ends at its first entry); when there are more of
+    /// these than half the table's entries, one pass over the table.
+    pub fn trim(&self, lo: u64, hi: u64, removed: &mut [Block]) -> usize {
+        let levels = self.map_levels.load(Ordering::Relaxed);
+        if lo >= hi || levels == 0 {
+            return 0;
+        }
+        let mut runs = 0u64;
+        let mut bits = levels;
+        while bits != 0 {
+            let l = bits.trailing_zeros();
+            bits &= bits - 1;
+            runs = runs.saturating_add(((hi - 1) >> l) - (lo >> l) + 2);
+        }
+        let mut n = 0;
+        let mut visit = |s: usize| -> bool {
+            match self.read(s) {
+                Some((0, _)) => false,
+                Some((t, b)) => {
+                    if b.start != 0 && b.start < hi && lo < b.start.saturating_add(b.size) && self.cut(s, t, &b, lo, hi) {
+                        if let Some(slot) = removed.get_mut(n) {
+                            *slot = b;
+                        }
+                        n += 1;
+                    }
+                    true
+                }
+                // Owned by a writer: a block being inserted (not yet
+                // ours to see) or removed by its own `free`.
+                None => true,
+            }
+        };
+        if runs.saturating_mul(2) >= self.cap as u64 {
+            for s in 0..self.cap {
+                visit(s);
+            }
+            return n;
+        }
+        let mask = self.cap - 1;
+        let mut bits = levels;
+        while bits != 0 {
+            let l = bits.trailing_zeros();
+            bits &= bits - 1;
+            let mut g = (lo >> l).saturating_sub(1);
+            while g <= (hi - 1) >> l {
+                let h = home(l, g);
+                for i in 0..PROBES {
+                    if !visit((h + i) & mask) {
+                        break;
+                    }
+                }
+                g += 1;
+            }
+        }
+        n
+    }
+
+    /// Take the block `b`, read from slot `s` with tag `t`, out of the
+    /// table, leaving its parts outside `lo..hi`. False if another writer
+    /// got to it first.
+    fn cut(&self, s: usize, t: u64, b: &Block, lo: u64, hi: u64) -> bool {
+        if self.word(s, 0).compare_exchange(t, t + 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+            return false;
+        }
+        fence(Ordering::Release);
+        let end = b.start.saturating_add(b.size);
+        if b.start < lo {
+            self.insert_mapping(&Block { start: b.start, size: lo - b.start, ..*b });
+        }
+        if end > hi {
+            self.insert_mapping(&Block { start: hi, size: end - hi, ..*b });
+        }
+        self.clear(s, t + 2, b.start);
+        true
+    }
+
+    /// Undo [`Table::trim`]`(lo, hi)` that took `removed` out (the call
+    /// it was for failed): their parts outside the range go, they come
+    /// back.
+    pub fn untrim(&self, lo: u64, hi: u64, removed: &[Block]) {
+        for b in removed {
+            let end = b.start.saturating_add(b.size);
+            if b.start < lo {
+                self.remove_where(b.start, |p| p.size == lo - b.start && p.hash == b.hash);
+            }
+            if end > hi {
+                self.remove_where(hi, |p| p.size == end - hi && p.hash == b.hash);
+            }
+            self.insert_mapping(b);
+        }
     }
 }
 
@@ -359,6 +491,71 @@ mod tests {
         assert_eq!(t.find(0x10_0f00), Some(d));
         assert_eq!(t.live(), 3);
         assert_ne!(site_hash(&site(1)), site_hash(&site(2)));
+    }
+
+    /// `munmap` of any range: blocks inside go, blocks reaching out keep
+    /// their parts outside under their site; a failed call puts them back.
+    #[test]
+    fn a_range_trims_the_blocks_it_covers_and_keeps_their_parts_outside() {
+        const M: u64 = 1 << 20;
+        let t = Table::new(64).unwrap();
+        let big = Block::new(0x4000_0000, 4 * M, site(1));
+        let small = Block::new(0x4000_0000 + 5 * M, 64 << 10, site(2));
+        let other = Block::new(0x5000_0000, M, site(3));
+        for b in [&big, &small, &other] {
+            assert!(t.insert_mapping(b));
+        }
+        let mut removed = [Block::default(); 4];
+        // Nothing there: nothing changes.
+        assert_eq!(t.trim(0x3000_0000, 0x3000_0000 + M, &mut removed), 0);
+        assert_eq!(t.live(), 3);
+        // The middle of `big` and all of `small`: `big` becomes two parts.
+        let (lo, hi) = (big.start + M, small.start + small.size + M);
+        assert_eq!(t.trim(lo, hi, &mut removed), 2);
+        let mut got = removed[..2].to_vec();
+        got.sort_by_key(|b| b.start);
+        assert_eq!(got, [big, small]);
+        assert_eq!(t.find(big.start + M - 1), Some(Block::new(big.start, M, site(1))), "the part before");
+        assert_eq!(t.find(big.start + M), None);
+        assert_eq!(t.find(small.start), None);
+        assert_eq!(t.find(other.start), Some(other));
+        assert_eq!(t.live(), 2);
+        // The second part of `big` (from `hi` on) is gone too: the range
+        // reached past `big`'s end.
+        assert!(hi > big.start + big.size);
+        // A failed `munmap`: as before.
+        t.untrim(lo, hi, &got);
+        assert_eq!(t.live(), 3);
+        assert_eq!(t.find(big.start + 2 * M), Some(big));
+        assert_eq!(t.find(small.start + 10), Some(small));
+        // A suffix of `big` and a prefix of `other`, then a hole in `big`.
+        assert_eq!(t.trim(big.start + 3 * M, other.start + 4096, &mut removed), 3);
+        assert_eq!(t.find(big.start + 3 * M - 1).map(|b| (b.start, b.size)), Some((big.start, 3 * M)));
+        assert_eq!(t.find(other.start + 4096), Some(Block::new(other.start + 4096, M - 4096, site(3))));
+        assert_eq!(t.find(other.start), None);
+        assert_eq!(t.trim(big.start + M, big.start + 2 * M, &mut removed[..1]), 1);
+        assert_eq!(t.find(big.start), Some(Block::new(big.start, M, site(1))));
+        assert_eq!(t.find(big.start + 2 * M).map(|b| (b.start, b.size, b.hash)), Some((big.start + 2 * M, M, big.hash)));
+        assert_eq!(t.find(big.start + M + 100), None);
+        // The parts are freed by their starts like any block.
+        assert!(t.remove(big.start).is_some() && t.remove(big.start + 2 * M).is_some());
+        assert_eq!(t.live(), 1);
+    }
+
+    /// A range too long to look at granule by granule (a 64 KiB block's
+    /// level, a range of a terabyte) is one pass over the table.
+    #[test]
+    fn a_huge_range_is_one_pass_over_the_table() {
+        let t = Table::new(64).unwrap();
+        let b = Block::new(0x7000_0000, 64 << 10, site(1));
+        assert!(t.insert_mapping(&b));
+        // A block of `malloc`'s at another level is not looked for.
+        let m = Block::new(0x9000_0000, 1 << 30, site(2));
+        assert!(t.insert(&m));
+        assert_eq!(t.trim(m.start, m.start + 4096, &mut []), 0);
+        assert_eq!(t.find(m.start), Some(m));
+        assert_eq!(t.trim(0x1000, 1 << 40, &mut []), 2, "a pass over the table meets both");
+        assert_eq!(t.live(), 0);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Heap blocks as data objects: the allocation functions (`malloc`,
 //! `calloc`, `realloc`, `reallocarray`, `free`, `aligned_alloc`, `memalign`,
-//! `posix_memalign`, and `mmap`/`munmap` of anonymous memory) keep the
+//! `posix_memalign`, and `mmap`/`munmap`/`mremap` of anonymous memory) keep the
 //! engine's table of blocks ([`witchcraft::heap`]) for the handlers to name
 //! the object of a watched address.
 //!
@@ -13,9 +13,14 @@
 //!   first, so small allocations cost one compare) and only those the
 //!   program asked for (not the agent's own, whose call sites are the
 //!   agent's code);
-//! - `free`, `realloc` and `munmap` forget the block *before* it is given
-//!   back (afterwards another thread may be handed the same address and
-//!   record it); a `realloc` that fails puts the old block back;
+//! - `free`, `realloc`, `munmap` and `mremap` forget the block *before*
+//!   it is given back (afterwards another thread may be handed the same
+//!   address and record it); a call that fails puts the old block back.
+//!   `munmap` forgets the bytes it unmaps, whatever blocks they are in:
+//!   a block partly unmapped keeps the rest under its site
+//!   ([`heap::Table::trim`]). `mremap` tracks the mapping at its new
+//!   place, at its new size, under the site of the block that held its
+//!   old address;
 //! - nothing here allocates, locks or touches thread-local storage: the
 //!   table is atomics over reserved memory, so concurrent threads, a
 //!   `fork` at any moment, and signal handlers reading meanwhile are safe.
@@ -49,11 +54,13 @@ const MEMALIGN: usize = 5;
 const POSIX_MEMALIGN: usize = 6;
 const MMAP: usize = 7;
 const MUNMAP: usize = 8;
+const MREMAP: usize = 9;
 
-const NAMES: [&CStr; 9] = [c"malloc", c"calloc", c"realloc", c"free", c"aligned_alloc", c"memalign", c"posix_memalign", c"mmap", c"munmap"];
+const NAMES: [&CStr; 10] =
+    [c"malloc", c"calloc", c"realloc", c"free", c"aligned_alloc", c"memalign", c"posix_memalign", c"mmap", c"munmap", c"mremap"];
 
 /// The definitions the entries call on to.
-static REAL: [AtomicPtr<c_void>; 9] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 9];
+static REAL: [AtomicPtr<c_void>; 10] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 10];
 /// Some thread is looking them up.
 static RESOLVING: AtomicBool = AtomicBool::new(false);
 
@@ -151,6 +158,7 @@ extern "C" {
     fn witch_attached_mmap(a: *mut c_void, n: usize, p: libc::c_int, f: libc::c_int, fd: libc::c_int, o: libc::off_t) -> *mut c_void;
     fn witch_attached_mmap64(a: *mut c_void, n: usize, p: libc::c_int, f: libc::c_int, fd: libc::c_int, o: libc::off_t) -> *mut c_void;
     fn witch_attached_munmap(a: *mut c_void, n: usize) -> libc::c_int;
+    fn witch_attached_mremap(a: *mut c_void, n: usize, m: usize, f: libc::c_int, ...) -> *mut c_void;
 }
 
 /// The imports an attached agent takes for heap tracking (names and the
@@ -173,6 +181,7 @@ pub(crate) fn attached_imports() -> Vec<(&'static CStr, *const c_void)> {
         (c"mmap", witch_attached_mmap as *const c_void),
         (c"mmap64", witch_attached_mmap64 as *const c_void),
         (c"munmap", witch_attached_munmap as *const c_void),
+        (c"mremap", witch_attached_mremap as *const c_void),
     ]
 }
 
@@ -187,8 +196,9 @@ pub(crate) fn start(threshold: Option<u64>, own: (u64, u64)) {
     }
 }
 
-/// Record a new block of the program's, allocated from `ret`.
-fn track(p: *mut c_void, n: usize, ret: *mut c_void) {
+/// Record a new block of the program's (a mapping: `mapped`), allocated
+/// from `ret`.
+fn track(p: *mut c_void, n: usize, ret: *mut c_void, mapped: bool) {
     let ret = ret as u64;
     if p.is_null() || (ret >= OWN[0].load(Ordering::Relaxed) && ret < OWN[1].load(Ordering::Relaxed)) {
         return;
@@ -197,7 +207,12 @@ fn track(p: *mut c_void, n: usize, ret: *mut c_void) {
     let mut site = [0u64; SITE_FRAMES];
     // A lookup address, like a context tree's: the call, not the return.
     site[0] = ret.saturating_sub(1);
-    table.insert(&Block::new(p as u64, n as u64, site));
+    let b = Block::new(p as u64, n as u64, site);
+    if mapped {
+        table.insert_mapping(&b);
+    } else {
+        table.insert(&b);
+    }
 }
 
 fn wanted(n: usize) -> bool {
@@ -216,6 +231,7 @@ type MemalignFn = unsafe extern "C" fn(usize, usize) -> *mut c_void;
 type PosixMemalignFn = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> libc::c_int;
 type MmapFn = unsafe extern "C" fn(*mut c_void, usize, libc::c_int, libc::c_int, libc::c_int, libc::off_t) -> *mut c_void;
 type MunmapFn = unsafe extern "C" fn(*mut c_void, usize) -> libc::c_int;
+type MremapFn = unsafe extern "C" fn(*mut c_void, usize, usize, libc::c_int, ...) -> *mut c_void;
 
 /// `malloc` from `ret`.
 ///
@@ -230,7 +246,7 @@ pub unsafe extern "C" fn witch_heap_malloc(n: usize, ret: *mut c_void) -> *mut c
     // SAFETY: the next `malloc`, with its signature and the caller's argument.
     let p = unsafe { std::mem::transmute::<*mut c_void, MallocFn>(f)(n) };
     if wanted(n) {
-        track(p, n, ret);
+        track(p, n, ret, false);
     }
     p
 }
@@ -249,7 +265,7 @@ pub unsafe extern "C" fn witch_heap_calloc(n: usize, m: usize, ret: *mut c_void)
     // SAFETY: the next `calloc`, with its signature and the caller's arguments.
     let p = unsafe { std::mem::transmute::<*mut c_void, CallocFn>(f)(n, m) };
     if let Some(b) = n.checked_mul(m).filter(|&b| wanted(b)) {
-        track(p, b, ret);
+        track(p, b, ret, false);
     }
     p
 }
@@ -287,7 +303,7 @@ pub unsafe extern "C" fn witch_heap_realloc(p: *mut c_void, n: usize, ret: *mut 
             }
         }
     } else if wanted(n) {
-        track(q, n, ret);
+        track(q, n, ret, false);
     }
     q
 }
@@ -342,7 +358,7 @@ pub unsafe extern "C" fn witch_heap_memalign(which: libc::c_int, align: usize, n
     // SAFETY: the next function, with its signature and the caller's arguments.
     let p = unsafe { std::mem::transmute::<*mut c_void, MemalignFn>(f)(align, n) };
     if wanted(n) {
-        track(p, n, ret);
+        track(p, n, ret, false);
     }
     p
 }
@@ -370,12 +386,31 @@ pub unsafe extern "C" fn witch_heap_posix_memalign(out: *mut *mut c_void, align:
     let r = unsafe { std::mem::transmute::<*mut c_void, PosixMemalignFn>(f)(out, align, n) };
     if r == 0 && wanted(n) {
         // SAFETY: set by a successful call.
-        track(unsafe { *out }, n, ret);
+        track(unsafe { *out }, n, ret, false);
     }
     r
 }
 
-/// `mmap` from `ret`: anonymous private or shared memory is a block.
+/// The pages of `len` bytes from `addr` (the kernel's rounding), or None
+/// if the kernel would refuse them (`addr` not page-aligned, `len` 0 or
+/// reaching past the address space): then the call unmaps nothing.
+fn pages(addr: *mut c_void, len: usize) -> Option<(u64, u64)> {
+    // x86-64's page: the engine runs nowhere else.
+    const PAGE: u64 = 4096;
+    let lo = addr as u64;
+    if !lo.is_multiple_of(PAGE) || len == 0 {
+        return None;
+    }
+    let hi = lo.checked_add((len as u64).checked_next_multiple_of(PAGE)?)?;
+    Some((lo, hi))
+}
+
+/// Blocks a failed call can put back ([`heap::Table::untrim`]): a range
+/// that covers more tracked blocks than these, in a call that then fails
+/// (the kernel's limit on mappings, say), leaves the rest unknown.
+const UNDO: usize = 8;
+
+/// `mmap` from `ret`: anonymous private or shared memory is a block./// `mmap` from `ret`: anonymous private or shared memory is a block.
 ///
 /// # Safety
 /// As the C library's `mmap`.
@@ -397,16 +432,21 @@ pub unsafe extern "C" fn witch_heap_mmap(
     // SAFETY: the next `mmap`, with its signature and the caller's arguments.
     let p = unsafe { std::mem::transmute::<*mut c_void, MmapFn>(f)(addr, len, prot, flags, fd, off) };
     if p != libc::MAP_FAILED && flags & libc::MAP_FIXED != 0 {
-        // A mapping put over a tracked one's start replaces it.
-        forget(p);
+        // A mapping put over tracked ones replaces what it covers (nobody
+        // else could be handed these addresses meanwhile: they stayed mapped).
+        if let (Some(t), Some((lo, hi))) = (heap::table(), pages(p, len)) {
+            t.trim(lo, hi, &mut []);
+        }
     }
     if p != libc::MAP_FAILED && flags & libc::MAP_ANONYMOUS != 0 && wanted(len) {
-        track(p, len, ret);
+        track(p, len, ret, true);
     }
     p
 }
 
-/// `munmap`: a tracked mapping that starts at `addr` is forgotten first.
+/// `munmap`: the bytes it unmaps are forgotten first, of whatever
+/// blocks hold them (a block partly unmapped keeps the rest); put back if
+/// the call fails.
 ///
 /// # Safety
 /// As the C library's `munmap`.
@@ -417,13 +457,65 @@ pub unsafe extern "C" fn witch_heap_munmap(addr: *mut c_void, len: usize) -> lib
         // SAFETY: the system call the C library's `munmap` makes.
         return unsafe { libc::syscall(libc::SYS_munmap, addr, len) as libc::c_int };
     }
-    let old = forget(addr);
+    let table = heap::table();
+    let range = pages(addr, len);
+    let mut removed = [Block::default(); UNDO];
+    let n = match (table, range) {
+        (Some(t), Some((lo, hi))) => t.trim(lo, hi, &mut removed),
+        _ => 0,
+    };
     // SAFETY: the next `munmap`, with its signature and the caller's arguments.
     let r = unsafe { std::mem::transmute::<*mut c_void, MunmapFn>(f)(addr, len) };
-    if r != 0 {
-        if let (Some(b), Some(t)) = (old, heap::table()) {
-            t.insert(&b);
-        }
+    if let (true, Some(t), Some((lo, hi))) = (r != 0 && n > 0, table, range) {
+        t.untrim(lo, hi, &removed[..n.min(UNDO)]);
     }
     r
+}
+
+/// `mremap`: the old range is forgotten first (put back if the call
+/// fails), and the mapping at its new place is tracked at its new size,
+/// under the site of the block that held `old` (none: not tracked). With
+/// `MREMAP_DONTUNMAP` the old range stays mapped, and tracked. `new_addr`
+/// is the caller's only with `MREMAP_FIXED` (null otherwise).
+///
+/// # Safety
+/// As the C library's `mremap`.
+#[no_mangle]
+pub unsafe extern "C" fn witch_heap_mremap(
+    old: *mut c_void,
+    old_len: usize,
+    new_len: usize,
+    flags: libc::c_int,
+    new_addr: *mut c_void,
+) -> *mut c_void {
+    let f = real(MREMAP);
+    if f.is_null() {
+        // SAFETY: the system call the C library's `mremap` makes, with the caller's arguments.
+        return unsafe { libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr) as *mut c_void };
+    }
+    // SAFETY: the next `mremap`, with its signature and the caller's arguments.
+    let call = || unsafe { std::mem::transmute::<*mut c_void, MremapFn>(f)(old, old_len, new_len, flags, new_addr) };
+    let Some(t) = heap::table() else { return call() };
+    let site = t.find(old as u64);
+    // `old_len` 0 makes a second mapping of a shared one: nothing goes.
+    let gone = if flags & libc::MREMAP_DONTUNMAP != 0 { None } else { pages(old, old_len) };
+    let mut removed = [Block::default(); UNDO];
+    let n = gone.map_or(0, |(lo, hi)| t.trim(lo, hi, &mut removed));
+    let p = call();
+    if p == libc::MAP_FAILED {
+        if let Some((lo, hi)) = gone.filter(|_| n > 0) {
+            t.untrim(lo, hi, &removed[..n.min(UNDO)]);
+        }
+        return p;
+    }
+    // Whatever was tracked where the mapping now is, is gone (with
+    // `MREMAP_FIXED`, the kernel unmapped it); these addresses stayed the
+    // program's, so nobody else recorded them meanwhile.
+    if let Some((lo, hi)) = pages(p, new_len) {
+        t.trim(lo, hi, &mut []);
+    }
+    if let Some(b) = site.filter(|_| heap::threshold() != u64::MAX) {
+        t.insert_mapping(&Block { start: p as u64, size: new_len as u64, ..b });
+    }
+    p
 }

@@ -7,7 +7,10 @@
  * (nothing is interposed), the program's import-table entries for these
  * functions are pointed at the hidden twins (imports.rs): hidden so that
  * their address is the agent's own, as in exec_variadic.c. */
+#define _GNU_SOURCE
+#include <stdarg.h>
 #include <stddef.h>
+#include <sys/mman.h>
 #include <sys/types.h>
 
 void *witch_heap_malloc(size_t n, void *ret);
@@ -19,6 +22,7 @@ void *witch_heap_memalign(int which, size_t align, size_t n, void *ret);
 int witch_heap_posix_memalign(void **out, size_t align, size_t n, void *ret);
 void *witch_heap_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off, void *ret);
 int witch_heap_munmap(void *addr, size_t len);
+void *witch_heap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr);
 
 #define RET __builtin_return_address(0)
 
@@ -39,7 +43,19 @@ int witch_heap_munmap(void *addr, size_t len);
     VIS void *PFX##mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) {                 \
         return witch_heap_mmap(addr, len, prot, flags, fd, off, RET);                                       \
     }                                                                                                       \
-    VIS int PFX##munmap(void *addr, size_t len) { return witch_heap_munmap(addr, len); }
+    VIS int PFX##munmap(void *addr, size_t len) { return witch_heap_munmap(addr, len); }                    \
+    /* The new address is read only with MREMAP_FIXED, as the C library's                                  \
+     * mremap does (its callers need not pass it otherwise). */                                            \
+    VIS void *PFX##mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {                     \
+        void *new_addr = NULL;                                                                              \
+        if (flags & MREMAP_FIXED) {                                                                         \
+            va_list ap;                                                                                     \
+            va_start(ap, flags);                                                                            \
+            new_addr = va_arg(ap, void *);                                                                  \
+            va_end(ap);                                                                                     \
+        }                                                                                                   \
+        return witch_heap_mremap(old, old_len, new_len, flags, new_addr);                                  \
+    }
 
 #define EXPORTED __attribute__((visibility("default")))
 #define HIDDEN __attribute__((visibility("hidden")))
