@@ -11,8 +11,10 @@
 pub mod budget;
 pub mod burst;
 pub mod cache;
+mod cache_exit;
 pub mod calibrate;
 pub mod clock;
+mod crossing;
 mod pick;
 pub mod recorder;
 pub mod recording;

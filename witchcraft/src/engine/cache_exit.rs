@@ -1,0 +1,298 @@
+//! A copy left through one of its exits: what each leads to (a link to
+//! the next copy, a pick stepped natively and the way back into the
+//! cache, a `rep` run in parts, the window's end, the bridge between
+//! whole-run windows).
+
+use super::thread::ThreadState;
+use super::window::{counted, gregs, Phase, Plan, TRAP_FLAG};
+use super::Engine;
+use crate::modules::ProcessMap;
+use crate::sys::siginfo;
+use crate::x86::decode::Regs;
+use crate::x86::translate::{self, Exit, Variant};
+
+impl ThreadState {
+    /// A copy left through one of its exits (an `int3` in the cache).
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    pub(crate) unsafe fn on_cache_exit(&mut self, engine: &Engine, map: &ProcessMap, uc: *mut libc::ucontext_t) {
+        // SAFETY: forwarded from the caller.
+        let g = unsafe { gregs(uc) };
+        let rip = g[libc::REG_RIP as usize] as u64;
+        if self.window.phase == Phase::Bridge {
+            // SAFETY: forwarded from the caller.
+            return unsafe { self.end_bridge(engine, map, uc) };
+        }
+        let Some(exit) = self.window.cache.exit_at(rip) else { return };
+        self.window.cache.stats.exits += 1;
+        self.window.cache.stats.lookups += matches!(exit, Exit::Lookup) as u64;
+        if self.window.phase != Phase::Cache && self.window.phase != Phase::RepPart {
+            // An exit from a window this thread already left (never
+            // expected): go on natively where it points.
+            // SAFETY: forwarded from the caller.
+            unsafe { self.leave_cache(uc) };
+            return;
+        }
+        let kind = counted(engine);
+        let own = engine.own_code;
+        self.window.take_counted();
+        self.window.records_out();
+        let go = |ts: &mut ThreadState, native: u64, variant: Variant| -> Option<u64> {
+            let flushes = ts.window.cache.stats.flushes;
+            let c = ts.window.cache.get(map, own, kind, native, variant).ok()?;
+            // A flush drops every copy, the one that exited too.
+            Some(if ts.window.cache.stats.flushes != flushes { c | 1 << 63 } else { c })
+        };
+        match exit {
+            Exit::Link { native, patch } | Exit::Slow { native, patch } => {
+                let variant = if matches!(exit, Exit::Slow { .. }) { Variant::Slow } else { Variant::Fast };
+                if !self.translatable(engine, map, native) {
+                    return self.leave_for(engine, map, uc, native);
+                }
+                match go(self, native, variant) {
+                    Some(c) => {
+                        let c = if c >> 63 != 0 {
+                            c & !(1 << 63)
+                        } else {
+                            self.window.cache.patch(patch, c);
+                            c
+                        };
+                        g[libc::REG_RIP as usize] = c as i64;
+                    }
+                    None => self.end_window(uc, native, true),
+                }
+            }
+            Exit::Native { native } if self.window.whole_run() => {
+                // SAFETY: forwarded from the caller.
+                unsafe { self.record_native(engine, map, native, uc) };
+            }
+            Exit::Native { native } => self.end_window(uc, native, true),
+            // SAFETY: forwarded from the caller.
+            Exit::End { native } => unsafe { self.window_done(engine, map, uc, native) },
+            Exit::Lookup => {
+                let native = self.window.cache.data().target;
+                if !self.translatable(engine, map, native) {
+                    return self.leave_for(engine, map, uc, native);
+                }
+                match go(self, native, Variant::Fast) {
+                    Some(c) => {
+                        let c = c & !(1 << 63);
+                        self.window.cache.dispatch_to(native, c);
+                        g[libc::REG_RIP as usize] = c as i64;
+                    }
+                    None => self.end_window(uc, native, true),
+                }
+            }
+            Exit::Pick { native } if self.window.rec.is_some() => {
+                // The buffer is full: send it, and go on where the copy stopped.
+                if let Some(r) = &mut self.window.rec {
+                    r.send();
+                }
+                self.window.records_in();
+                match go(self, native, Variant::Fast) {
+                    Some(c) => g[libc::REG_RIP as usize] = (c & !(1 << 63)) as i64,
+                    None => self.end_window(uc, native, true),
+                }
+            }
+            Exit::BigRep { native } if self.window.rec.is_some() => {
+                // SAFETY: forwarded from the caller.
+                unsafe { self.record_rep(map, own, native, uc) };
+            }
+            Exit::Pick { native } => {
+                let r = self.window.cache.data().countdown.max(1);
+                g[libc::REG_RIP as usize] = native as i64;
+                // SAFETY: forwarded from the caller.
+                let regs = unsafe { Regs::from_ucontext(uc, self.place.fs_base, self.place.gs_base) };
+                let mut buf = [0u8; 16];
+                let rep = super::sample::code_bytes(map, native, &mut buf)
+                    .and_then(|b| self.scratch.analyzer.decode(b, native, &regs, false))
+                    .is_some_and(|d| d.rep);
+                if rep && r > 1 {
+                    // Run the elements before the picked one in the cache,
+                    // then step the picked one.
+                    let before = (r as u64 - 1).min(g[libc::REG_RCX as usize] as u64);
+                    self.window.accesses += before;
+                    // SAFETY: forwarded from the caller.
+                    return unsafe { self.rep_part(map, own, native, before, true, uc) };
+                }
+                // SAFETY: forwarded from the caller.
+                unsafe { self.pick(engine, map, &regs, if rep { 1 } else { r as u32 }, uc) };
+            }
+            Exit::BigRep { native } => {
+                // A long `rep`: its next part, up to the pick if the pick is in it.
+                let rcx = g[libc::REG_RCX as usize] as u64;
+                let part = rcx.min(translate::MAX_REP_ELEMENTS as u64);
+                let k = self.window.counted_per_element.max(0) as u64;
+                let data = self.window.cache.data();
+                data.instr_left -= 1 + (part >> translate::REP_PER_INSTRUCTION_SHIFT) as i64;
+                if data.instr_left <= 0 {
+                    return self.end_window(uc, native, false);
+                }
+                let r = data.countdown.max(1) as u64;
+                if k > 0 && r <= part * k {
+                    let before = (r - 1) / k;
+                    self.window.accesses += before * k;
+                    // SAFETY: forwarded from the caller.
+                    return unsafe { self.rep_part(map, own, native, before, true, uc) };
+                }
+                data.countdown -= (part * k) as i64;
+                self.window.drawn -= (part * k) as i64;
+                self.window.accesses += part * k;
+                // SAFETY: forwarded from the caller.
+                unsafe { self.rep_part(map, own, native, part, false, uc) };
+            }
+            Exit::RepDone => {
+                let data = self.window.cache.data();
+                let (native, rest, pick, len) = (data.rep_native, data.rep_rest, data.rep_pick != 0, data.rep_len);
+                g[libc::REG_RCX as usize] = (g[libc::REG_RCX as usize] as u64).wrapping_add(rest) as i64;
+                g[libc::REG_RIP as usize] = native as i64;
+                if !pick {
+                    // A part of a long `rep` ran: on with the rest, or after it.
+                    let at = if rest == 0 { native + len } else { native };
+                    self.window.phase = Phase::Cache;
+                    match go(self, at, Variant::Fast) {
+                        Some(c) => g[libc::REG_RIP as usize] = (c & !(1 << 63)) as i64,
+                        None => self.end_window(uc, at, true),
+                    }
+                    return;
+                }
+                // SAFETY: forwarded from the caller.
+                let regs = unsafe { Regs::from_ucontext(uc, self.place.fs_base, self.place.gs_base) };
+                // SAFETY: forwarded from the caller.
+                unsafe { self.pick(engine, map, &regs, 1, uc) };
+            }
+        }
+    }
+
+    /// Run `elements` elements of the `rep` instruction at `native` (the
+    /// context's PC) in the cache, then pick the next one (`pick`) or go on.
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    pub(super) unsafe fn rep_part(
+        &mut self,
+        map: &ProcessMap,
+        own: (u64, u64),
+        native: u64,
+        elements: u64,
+        pick: bool,
+        uc: *mut libc::ucontext_t,
+    ) {
+        // SAFETY: forwarded from the caller.
+        let g = unsafe { gregs(uc) };
+        let rcx = g[libc::REG_RCX as usize] as u64;
+        let Some(part) = self.window.cache.rep_part(map, own, native) else { return self.end_window(uc, native, true) };
+        let data = self.window.cache.data();
+        data.rep_native = native;
+        data.rep_rest = rcx - elements.min(rcx);
+        data.rep_pick = pick as u64;
+        g[libc::REG_RCX as usize] = elements.min(rcx) as i64;
+        g[libc::REG_RIP as usize] = part as i64;
+        self.window.phase = Phase::RepPart;
+    }
+
+    /// Step the picked instruction at `regs.rip` natively: its `nth`
+    /// counted access is the pick.
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    unsafe fn pick(&mut self, engine: &Engine, map: &ProcessMap, regs: &Regs, nth: u32, uc: *mut libc::ucontext_t) {
+        let w = &mut self.window;
+        let weight = w.time_weight / w.p;
+        w.phase = Phase::Step;
+        w.stats.picks += 1;
+        // SAFETY: forwarded from the caller.
+        if !unsafe { self.begin_pick_step(engine, map, regs, nth, weight, uc) } {
+            self.end_window(uc, regs.rip, true);
+        }
+    }
+
+    /// The picked instruction has run (the burst machinery judged and
+    /// armed what it needed): back into the cache, with a new countdown.
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    pub(crate) unsafe fn resume_window(&mut self, engine: &Engine, map: &ProcessMap, uc: *mut libc::ucontext_t) {
+        // SAFETY: forwarded from the caller.
+        let g = unsafe { gregs(uc) };
+        let rip = g[libc::REG_RIP as usize] as u64;
+        self.window.stepped += 1;
+        self.window.accesses += 1;
+        if !self.translatable(engine, map, rip) {
+            return self.end_window(uc, rip, true);
+        }
+        if self.window.cache.data().instr_left <= 0 {
+            // SAFETY: forwarded from the caller.
+            return unsafe { self.window_done(engine, map, uc, rip) };
+        }
+        self.window.picks_left = self.window.picks_left.saturating_sub(1);
+        let d = if self.window.picks_left == 0 { i64::MAX / 4 } else { self.window.draw() };
+        self.window.drawn = d;
+        self.window.cache.data().countdown = d;
+        match self.window.cache.get(map, engine.own_code, counted(engine), rip, Variant::Fast) {
+            Ok(c) => {
+                g[libc::REG_RIP as usize] = c as i64;
+                self.window.phase = Phase::Cache;
+            }
+            Err(_) => self.end_window(uc, rip, true),
+        }
+    }
+
+    /// A window ran all its instructions, the thread is at `native`. At
+    /// ticks: the window is over. Whole-run counting: the next window
+    /// begins here at once, unless signals are waiting for the program
+    /// (they wait while it runs in the cache): then the thread crosses a
+    /// [`Phase::Bridge`] to let them in, or, where it cannot step the next
+    /// instruction, goes on natively until the next tick.
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    unsafe fn window_done(&mut self, engine: &Engine, map: &ProcessMap, uc: *mut libc::ucontext_t, native: u64) {
+        let settings = self.window.settings;
+        if settings.count.is_none() {
+            return self.end_window(uc, native, false);
+        }
+        let waiting = siginfo::pending() & !self.window.saved_mask & !siginfo::mask_bit(siginfo::sampler_signal()) != 0;
+        self.end_window(uc, native, false);
+        // SAFETY: forwarded from the caller.
+        let regs = unsafe { Regs::from_ucontext(uc, self.place.fs_base, self.place.gs_base) };
+        if !waiting {
+            let plan = Plan { weight: 1.0, settings, picks: 0 };
+            // SAFETY: forwarded from the caller.
+            unsafe { self.begin_window(engine, map, &regs, plan, uc) };
+            return;
+        }
+        let mut buf = [0u8; 16];
+        let steppable = super::sample::code_bytes(map, native, &mut buf)
+            .and_then(|b| self.scratch.analyzer.decode(b, native, &regs, false))
+            .is_some_and(|d| d.steppable && !d.rep);
+        if steppable {
+            // SAFETY: forwarded from the caller.
+            unsafe { (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] |= TRAP_FLAG };
+            self.window.phase = Phase::Bridge;
+            self.window.busy.store(true, std::sync::atomic::Ordering::Release);
+            self.window.stats.bridges += 1;
+        }
+    }
+
+    /// The step of a [`Phase::Bridge`] trapped: the waiting signals were
+    /// delivered, one instruction ran natively; the next window begins.
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    unsafe fn end_bridge(&mut self, engine: &Engine, map: &ProcessMap, uc: *mut libc::ucontext_t) {
+        // SAFETY: forwarded from the caller.
+        unsafe { (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] &= !TRAP_FLAG };
+        self.window.phase = Phase::Native;
+        self.window.busy.store(false, std::sync::atomic::Ordering::Release);
+        let settings = self.window.settings;
+        // SAFETY: forwarded from the caller.
+        let regs = unsafe { Regs::from_ucontext(uc, self.place.fs_base, self.place.gs_base) };
+        if self.translatable(engine, map, regs.rip) {
+            let plan = Plan { weight: 1.0, settings, picks: 0 };
+            // SAFETY: forwarded from the caller.
+            unsafe { self.begin_window(engine, map, &regs, plan, uc) };
+        }
+    }
+}

@@ -1,0 +1,390 @@
+use super::*;
+use crate::x86::record;
+use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind};
+
+/// Native code at `base`, everything else at fixed fake addresses.
+struct Code {
+    base: u64,
+    bytes: Vec<u8>,
+}
+
+impl Host for Code {
+    fn code(&mut self, pc: u64, out: &mut [u8]) -> usize {
+        let Some(off) = pc.checked_sub(self.base).map(|o| o as usize).filter(|&o| o < self.bytes.len()) else { return 0 };
+        let n = out.len().min(self.bytes.len() - off);
+        out[..n].copy_from_slice(&self.bytes[off..off + n]);
+        n
+    }
+    fn translatable(&self, pc: u64) -> bool {
+        pc >= self.base && pc < self.base + 0x10000
+    }
+    fn resolve(&self, _: u64) -> Option<u64> {
+        None
+    }
+}
+
+const NATIVE: u64 = 0x5555_0000_1000;
+const CACHE: u64 = 0x7f00_0000_0000;
+
+fn slots() -> Slots {
+    let d = CACHE - 0x1000;
+    Slots {
+        countdown: d,
+        instr_left: d + 8,
+        save_rax: d + 16,
+        save_rcx: d + 24,
+        save_scratch: d + 32,
+        save_flags: d + 40,
+        target: d + 48,
+        jump: d + 56,
+        table: d + 64,
+        rec_ptr: d + 72,
+        save_rec_a: d + 80,
+        save_rec_b: d + 88,
+        fs_base: d + 96,
+        gs_base: d + 104,
+    }
+}
+
+fn env(dispatch: u64) -> Env {
+    Env { slots: slots(), counted: Counted::Stores, dispatch }
+}
+
+fn translate(code: &[u8], variant: Variant, points: bool) -> (Translator, Block, Vec<u8>) {
+    let mut t = Translator::new();
+    let mut host = Code { base: NATIVE, bytes: code.to_vec() };
+    let mut out = vec![0u8; MAX_BLOCK_BYTES];
+    let b = t.translate(&mut host, &env(CACHE - 0x800), Request { native: NATIVE, variant, at: CACHE, points }, &mut out).unwrap();
+    out.truncate(b.len as usize);
+    (t, b, out)
+}
+
+/// The instructions of a copy, as (address, instruction), up to the
+/// first `int3` (the records after exits are data).
+fn listing(out: &[u8]) -> Vec<(u64, Instruction)> {
+    let mut d = Decoder::with_ip(64, out, CACHE, DecoderOptions::NONE);
+    let mut v = Vec::new();
+    while d.can_decode() {
+        let i = d.decode();
+        if i.mnemonic() == Mnemonic::Int3 || i.is_invalid() {
+            break;
+        }
+        v.push((i.ip(), i));
+    }
+    v
+}
+
+/// The exits of a copy: every `int3` and its record.
+fn exits(out: &[u8]) -> Vec<(u64, Exit)> {
+    let mut v = Vec::new();
+    let mut i = 0;
+    while i + 18 <= out.len() {
+        if out[i] == 0xCC {
+            if let Some(e) = Exit::read(out[i + 1..i + 18].try_into().unwrap()) {
+                v.push((CACHE + i as u64 + 1, e));
+                i += 18;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    v
+}
+
+#[test]
+fn exit_records_read_back() {
+    for e in [
+        Exit::Link { native: 1, patch: 2 },
+        Exit::Native { native: 3 },
+        Exit::End { native: 4 },
+        Exit::Slow { native: 5, patch: 6 },
+        Exit::Pick { native: 7 },
+        Exit::Lookup,
+        Exit::RepDone,
+        Exit::BigRep { native: 8 },
+    ] {
+        assert_eq!(Exit::read(&e.encode()), Some(e));
+    }
+    assert_eq!(Exit::read(&[0; 17]), None);
+}
+
+#[test]
+fn a_store_loop_counts_its_stores_and_links_both_ways() {
+    // mov [rdi], eax; add rdi, 4; dec ecx; jne -10 (back to the start)
+    let code = [0x89, 0x07, 0x48, 0x83, 0xC7, 0x04, 0xFF, 0xC9, 0x75, 0xF6];
+    let (_, b, out) = translate(&code, Variant::Fast, false);
+    assert_eq!((b.insns, b.counted), (4, 1));
+    let ex = exits(&out);
+    assert!(ex.iter().any(|(_, e)| *e == Exit::End { native: NATIVE }));
+    assert!(ex.iter().any(|(_, e)| matches!(e, Exit::Slow { native: NATIVE, .. })));
+    assert!(ex.iter().any(|(_, e)| matches!(e, Exit::Link { native: NATIVE, .. })), "the back edge");
+    assert!(ex.iter().any(|(_, e)| matches!(e, Exit::Link { native, .. } if *native == NATIVE + 10)), "the fall-through");
+    // Every Link exit's patch points at a rel32 aimed at that exit.
+    for (at, e) in ex {
+        if let Exit::Link { patch, .. } | Exit::Slow { patch, .. } = e {
+            let off = (patch - CACHE) as usize;
+            let rel = i32::from_le_bytes(out[off..off + 4].try_into().unwrap()) as i64;
+            assert_eq!((patch as i64 + 4 + rel) as u64, at - 1, "{e:?}");
+        }
+    }
+    // `add` writes every arithmetic flag before anything reads one: the
+    // prologue need not save them.
+    let l = listing(&out);
+    assert!(!l.iter().any(|(_, i)| i.mnemonic() == Mnemonic::Lahf), "{l:?}");
+    // `dec` leaves CF alone: a block starting there must save them.
+    let (_, _, out) = translate(&code[6..], Variant::Fast, false);
+    assert_eq!(listing(&out)[1].1.mnemonic(), Mnemonic::Lahf);
+}
+
+#[test]
+fn flags_written_before_read_need_no_saving() {
+    // cmp eax, 1; mov [rdi], eax; je +0
+    let code = [0x83, 0xF8, 0x01, 0x89, 0x07, 0x74, 0x00];
+    let (_, _, out) = translate(&code, Variant::Fast, false);
+    let l = listing(&out);
+    assert!(!l.iter().take(4).any(|(_, i)| i.mnemonic() == Mnemonic::Lahf), "{l:?}");
+    assert_eq!(l[0].1.mnemonic(), Mnemonic::Sub);
+}
+
+#[test]
+fn a_rip_relative_operand_out_of_reach_goes_through_a_spare_register() {
+    // mov dword [rip+0x100], 7 (10 bytes); ret
+    let code = [0xC7, 0x05, 0x00, 0x01, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, 0xC3];
+    let target = NATIVE + 10 + 0x100;
+    let (_, _, out) = translate(&code, Variant::Fast, false);
+    let l = listing(&out);
+    let k = l.iter().position(|(_, i)| i.mnemonic() == Mnemonic::Mov && i.op1_kind() == OpKind::Immediate64).expect("mov r, imm64");
+    let (_, load) = l[k];
+    assert_eq!(load.immediate64(), target);
+    let scratch = load.op0_register();
+    let (_, store) = l[k + 1];
+    assert_eq!((store.memory_base(), store.memory_displacement64(), store.immediate32()), (scratch, 0, 7));
+    // Saved before, restored after.
+    assert_eq!(l[k - 1].1.op1_register(), scratch);
+    assert_eq!(l[k + 2].1.op0_register(), scratch);
+}
+
+#[test]
+fn a_rip_relative_operand_within_reach_keeps_its_form() {
+    // lea rax, [rip-0x20]; jmp +0
+    let code = [0x48, 0x8D, 0x05, 0xE0, 0xFF, 0xFF, 0xFF, 0xEB, 0x00];
+    let mut t = Translator::new();
+    let mut host = Code { base: NATIVE, bytes: code.to_vec() };
+    let mut out = vec![0u8; MAX_BLOCK_BYTES];
+    let near = NATIVE + 0x4000_0000;
+    let b =
+        t.translate(&mut host, &env(near), Request { native: NATIVE, variant: Variant::Fast, at: near, points: false }, &mut out).unwrap();
+    let mut d = Decoder::with_ip(64, &out[..b.len as usize], near, DecoderOptions::NONE);
+    let lea = std::iter::from_fn(|| d.can_decode().then(|| d.decode())).find(|i| i.mnemonic() == Mnemonic::Lea).unwrap();
+    assert_eq!(lea.ip_rel_memory_address(), NATIVE + 7 - 0x20);
+}
+
+#[test]
+fn a_call_pushes_the_native_return_address() {
+    // call +0x100
+    let code = [0xE8, 0x00, 0x01, 0x00, 0x00];
+    let (_, b, out) = translate(&code, Variant::Fast, false);
+    assert_eq!(b.counted, 1, "the push is a store");
+    let l = listing(&out);
+    let push = l.iter().find(|(_, i)| i.mnemonic() == Mnemonic::Push).unwrap().1;
+    let lit = push.ip_rel_memory_address();
+    let off = (lit - CACHE) as usize;
+    assert_eq!(u64::from_le_bytes(out[off..off + 8].try_into().unwrap()), NATIVE + 5);
+    assert!(exits(&out).iter().any(|(_, e)| matches!(e, Exit::Link { native, .. } if *native == NATIVE + 5 + 0x100)));
+}
+
+#[test]
+fn what_cannot_run_from_the_cache_ends_the_block_before_it() {
+    // mov [rdi], eax; syscall
+    let (_, b, out) = translate(&[0x89, 0x07, 0x0F, 0x05], Variant::Fast, false);
+    assert_eq!(b.insns, 1);
+    assert!(exits(&out).iter().any(|(_, e)| *e == Exit::Native { native: NATIVE + 2 }));
+    // popf first: nothing copied.
+    let (_, b, out) = translate(&[0x9D, 0xC3], Variant::Fast, false);
+    assert_eq!(b.insns, 0);
+    assert_eq!(exits(&out), vec![(CACHE + 1, Exit::Native { native: NATIVE })]);
+}
+
+#[test]
+fn a_rep_string_is_a_block_of_its_own_counted_by_rcx() {
+    // mov [rdi], eax; rep stosb
+    let (_, b, _) = translate(&[0x89, 0x07, 0xF3, 0xAA], Variant::Fast, false);
+    assert_eq!(b.insns, 1, "ends before the rep");
+    let mut t = Translator::new();
+    let mut host = Code { base: NATIVE, bytes: vec![0xF3, 0xAA, 0xC3] };
+    let mut out = vec![0u8; MAX_BLOCK_BYTES];
+    let b = t
+        .translate(&mut host, &env(CACHE), Request { native: NATIVE, variant: Variant::Fast, at: CACHE, points: false }, &mut out)
+        .unwrap();
+    assert!(b.rep);
+    let l = listing(&out[..b.len as usize]);
+    assert!(l.iter().any(|(_, i)| i.mnemonic() == Mnemonic::Sub && i.op1_register() == Register::RCX), "{l:?}");
+    // repe cmpsb ends when the data says: native.
+    let (_, b, _) = translate(&[0xF3, 0xA6], Variant::Fast, false);
+    assert_eq!(b.insns, 0);
+}
+
+#[test]
+fn the_slow_variant_leaves_exactly_before_each_counting_instruction() {
+    // mov [rdi], eax; mov eax, [rsi]; mov [rdi+8], eax; ret
+    let code = [0x89, 0x07, 0x8B, 0x06, 0x89, 0x47, 0x08, 0xC3];
+    let (_, b, out) = translate(&code, Variant::Slow, false);
+    assert_eq!(b.counted, 2, "two stores (ret loads)");
+    let picks: Vec<u64> =
+        exits(&out).iter().filter_map(|(_, e)| if let Exit::Pick { native } = e { Some(*native) } else { None }).collect();
+    assert_eq!(picks, vec![NATIVE, NATIVE + 4]);
+}
+
+/// A recording copy, run: every access it makes (explicit, implicit,
+/// segment-relative, RIP-relative) is recorded before it happens, with
+/// its address, PC and kind, and the program's registers come out as
+/// natively.
+#[test]
+fn a_recording_copy_records_every_access_and_keeps_the_registers() {
+    const MAP: usize = 1 << 16;
+    // SAFETY: a new private anonymous mapping, checked for failure.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            MAP,
+            libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(base, libc::MAP_FAILED);
+    let base = base as u64;
+    let (data, table, stub, copy, native, buf) = (base, base + 0x1000, base + 0x2000, base + 0x3000, base + 0x6000, base + 0x8000);
+    let code: [u8; 26] = [
+        0x89, 0x07, // mov [rdi], eax
+        0x53, // push rbx
+        0x5B, // pop rbx
+        0x48, 0x8B, 0x44, 0xCE, 0x10, // mov rax, [rsi+rcx*8+16]
+        0x64, 0x48, 0x8B, 0x14, 0x25, 0x10, 0x00, 0x00, 0x00, // mov rdx, fs:[0x10]
+        0x4C, 0x8B, 0x05, 0x00, 0x01, 0x00, 0x00, // mov r8, [rip+0x100]
+        0xC3, // ret
+    ];
+    // SAFETY: all of these lie inside the mapping made above.
+    let mem = unsafe { std::slice::from_raw_parts_mut(base as *mut u8, MAP) };
+    let off = |a: u64| (a - base) as usize;
+    mem[off(native)..off(native) + code.len()].copy_from_slice(&code);
+    let slots = Slots {
+        countdown: data,
+        instr_left: data + 8,
+        save_rax: data + 16,
+        save_rcx: data + 24,
+        save_scratch: data + 32,
+        save_flags: data + 40,
+        target: data + 48,
+        jump: data + 56,
+        table: data + 64,
+        rec_ptr: data + 72,
+        save_rec_a: data + 80,
+        save_rec_b: data + 88,
+        fs_base: data + 96,
+        gs_base: data + 104,
+    };
+    let put = |mem: &mut [u8], a: u64, v: u64| mem[off(a)..off(a) + 8].copy_from_slice(&v.to_le_bytes());
+    let get = |mem: &[u8], a: u64| u64::from_le_bytes(mem[off(a)..off(a) + 8].try_into().unwrap());
+    let fs_base: u64;
+    // SAFETY: glibc's thread control block starts with its own address.
+    unsafe { std::arch::asm!("mov {}, fs:[0]", out(reg) fs_base) };
+    put(mem, slots.countdown, 1000);
+    put(mem, slots.instr_left, 1000);
+    put(mem, slots.table, table);
+    put(mem, slots.rec_ptr, buf);
+    put(mem, slots.fs_base, fs_base);
+    // One dispatch entry: the `ret` goes back to the caller's address.
+    let n = emit_dispatch(&slots, 1, stub, &mut mem[off(stub)..off(stub) + 512]).unwrap();
+    assert!(n < 512);
+    let mut t = Translator::new();
+    let mut host = Code { base: native, bytes: code.to_vec() };
+    let env = Env { slots, counted: Counted::Records, dispatch: stub };
+    let req = Request { native, variant: Variant::Fast, at: copy, points: false };
+    let b = t.translate(&mut host, &env, req, &mut mem[off(copy)..off(copy) + MAX_BLOCK_BYTES]).unwrap();
+    assert_eq!((b.insns, b.counted), (7, 7), "seven accesses in seven instructions");
+    let src = [10u64, 11, 12, 13, 14];
+    let mut dst = [0u32; 2];
+    let (rax, r10, r11): (u64, u64, u64);
+    // SAFETY: the copy runs the code above: it writes dst[0], reads
+    // src[3], the TCB and its own mapping, pushes and pops rbx, and
+    // returns here through the dispatch stub (one entry, made the
+    // return address); every register it changes is an output.
+    unsafe {
+        std::arch::asm!(
+            "lea rax, [rip + 2f]",
+            "mov [{tab}], rax",
+            "mov [{tab} + 8], rax",
+            "mov eax, 7",
+            "call {copy}",
+            "2:",
+            tab = in(reg) table,
+            copy = in(reg) copy,
+            in("rdi") dst.as_mut_ptr(),
+            in("rsi") src.as_ptr(),
+            in("rcx") 1u64,
+            out("rax") rax,
+            inout("r10") 0x1010u64 => r10,
+            inout("r11") 0x1111u64 => r11,
+            clobber_abi("C"),
+        );
+    }
+    assert_eq!((dst[0], rax, r10, r11), (7, 13, 0x1010, 0x1111), "the program's results and registers");
+    let end = get(mem, slots.rec_ptr);
+    let recs: Vec<record::Record> = record::Record::parse(&mem[off(buf)..off(end)]).collect();
+    assert_eq!(recs.len(), 7, "{recs:x?}");
+    let kinds: Vec<(u64, u32, bool, bool)> =
+        recs.iter().map(|r| (r.pc - native, r.access().len, r.access().read, r.access().write)).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (0, 4, false, true),
+            (2, 8, false, true),
+            (3, 8, true, false),
+            (4, 8, true, false),
+            (9, 8, true, false),
+            (18, 8, true, false),
+            (25, 8, true, false)
+        ]
+    );
+    assert_eq!(recs[0].addr, dst.as_ptr() as u64);
+    assert_eq!(recs[1].addr, recs[2].addr, "push and pop: the same stack slot");
+    assert_eq!(recs[3].addr, &src[3] as *const u64 as u64);
+    assert_eq!(recs[4].addr, fs_base + 0x10);
+    assert_eq!(recs[5].addr, native + 25 + 0x100);
+    assert!(recs[6].is(record::RET) && !recs[6].is(record::MORE));
+    assert_eq!(recs[6].extra, get(mem, table), "a ret's record carries its target");
+    assert_eq!(recs[6].addr, recs[1].addr + 8, "the return address is above where rbx was pushed");
+    // SAFETY: the mapping made above, no longer used.
+    unsafe { libc::munmap(base as *mut libc::c_void, MAP) };
+}
+
+#[test]
+fn points_map_a_copy_back_to_the_native_instruction() {
+    // mov [rdi], eax; mov dword [rip+0x100], 7; call [rax]
+    let code = [0x89, 0x07, 0xC7, 0x05, 0x00, 0x01, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, 0xFF, 0x10];
+    let (t, _, out) = translate(&code, Variant::Fast, true);
+    let l = listing(&out);
+    // The store to [rdi]: its copy ends where a trap would report.
+    let st = l.iter().find(|(_, i)| i.mnemonic() == Mnemonic::Mov && i.memory_base() == Register::RDI).unwrap();
+    let p = t.point_at(st.0 + st.1.len() as u64, true).unwrap();
+    assert_eq!((p.pc, p.before, p.next, p.spilled), (NATIVE, false, NATIVE + 2, None));
+    // The rewritten RIP-relative store: its spare register is in a slot.
+    let rw = l
+        .iter()
+        .find(|(_, i)| i.mnemonic() == Mnemonic::Mov && i.op1_kind() == OpKind::Immediate32 && i.memory_displacement64() == 0)
+        .unwrap();
+    let p = t.point_at(rw.0 + rw.1.len() as u64, true).unwrap();
+    assert_eq!(p.pc, NATIVE + 2);
+    assert_eq!(p.spilled.map(|s| s.1), Some(slots().save_scratch));
+    // The indirect call's load of its target: before the call, rax spilled.
+    let ld = l
+        .iter()
+        .find(|(_, i)| i.mnemonic() == Mnemonic::Mov && i.memory_base() == Register::RAX && i.op0_register() == Register::RAX)
+        .unwrap();
+    let p = t.point_at(ld.0 + ld.1.len() as u64, true).unwrap();
+    assert_eq!((p.pc, p.before, p.spilled), (NATIVE + 12, true, Some((0, slots().save_rax))));
+    // A fault anywhere inside the copied store maps to it.
+    assert_eq!(t.point_at(st.0, false).map(|p| p.pc), Some(NATIVE));
+}
