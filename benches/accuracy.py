@@ -373,7 +373,7 @@ def by_watch_line(sums):
 
 
 def bias(exact, sampled):
-    """Splits a sampled-vs-exact gap in two (see the README's Accuracy section).
+    """Splits a sampled-vs-exact gap in two (see docs/ACCURACY.md).
 
     Overall fraction = sum over watch sites L (lines, or instructions) of
     weight(L) x fraction(L). The

@@ -277,7 +277,7 @@ pub struct RunArgs {
 
     /// Reference mode: judge every access exactly. `cache` (the default)
     /// runs the program from witch's code cache, recording every access
-    /// (some hundreds of times slower so far); `step` single-steps it
+    /// (tens to a couple of hundred times slower); `step` single-steps it
     /// under ptrace (thousands of times slower; the cross-check)
     #[arg(long, value_name = "HOW", num_args = 0..=1, default_missing_value = "cache", require_equals = true, conflicts_with = "pid")]
     pub exact: Option<ExactMode>,

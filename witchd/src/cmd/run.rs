@@ -228,7 +228,7 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
         // watchpoints.
         settings.debug_registers = 1;
         if !a.quiet {
-            crate::say!("witch: exact mode from the code cache; expect the program to run some hundreds of times slower");
+            crate::say!("witch: exact mode from the code cache; expect the program to run tens to a couple of hundred times slower");
         }
         recording = Some(r);
     }
