@@ -37,17 +37,9 @@ static NEXT: AtomicUsize = AtomicUsize::new(0);
 /// allocations still go to `malloc`).
 pub fn enter_crash_mode() -> bool {
     if BASE.load(Ordering::Acquire) == 0 {
-        // SAFETY: a fresh anonymous mapping, owned by this module for the rest of the process.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                ARENA,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
+        // A fresh anonymous mapping in witch's own region, owned by this
+        // module for the rest of the process.
+        let p = witchcraft::sys::mem::map_own(ARENA, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_NORESERVE);
         if p == libc::MAP_FAILED {
             return false;
         }
@@ -55,7 +47,7 @@ pub fn enter_crash_mode() -> bool {
             NEXT.store(p as usize, Ordering::Release);
         } else {
             // SAFETY: our own mapping, lost the race to publish it.
-            unsafe { libc::munmap(p, ARENA) };
+            unsafe { witchcraft::sys::mem::unmap_own(p, ARENA) };
         }
     }
     CRASH.store(true, Ordering::Release);
@@ -125,6 +117,43 @@ fn bump(layout: Layout) -> *mut u8 {
     }
 }
 
+/// Blocks this large are mappings of the agent's own, in witch's region
+/// ([`witchcraft::sys::mem::map_own`]), not `malloc`'s: for blocks this
+/// size `malloc` maps memory where the kernel likes, which may be a hole
+/// the program made in its own mappings and unmaps later with the rest
+/// (an attached agent's tables were lost so).
+const OWN_MAPPING: usize = 64 << 10;
+
+fn own_bytes(size: usize) -> usize {
+    size.next_multiple_of(4096)
+}
+
+/// A block of at least [`OWN_MAPPING`] bytes in witch's region, or null
+/// (then `malloc`'s). Page-aligned, so good for any alignment up to 4096.
+fn map_block(layout: Layout) -> *mut u8 {
+    if layout.size() < OWN_MAPPING || layout.align() > 4096 {
+        return std::ptr::null_mut();
+    }
+    let n = own_bytes(layout.size());
+    let p = witchcraft::sys::mem::map_own(n, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_NORESERVE);
+    if p == libc::MAP_FAILED {
+        return std::ptr::null_mut();
+    }
+    if !in_own_region(p as *mut u8) {
+        // The kernel put it elsewhere: a free could not tell it from
+        // `malloc`'s. Given back; `malloc` makes the block.
+        // SAFETY: the mapping just made, unused.
+        unsafe { witchcraft::sys::mem::unmap_own(p, n) };
+        return std::ptr::null_mut();
+    }
+    p as *mut u8
+}
+
+fn in_own_region(p: *mut u8) -> bool {
+    let (lo, hi) = witchcraft::sys::mem::own_region();
+    (p as u64) >= lo && (p as u64) < hi
+}
+
 // SAFETY: every path returns memory of at least `layout.size()` bytes
 // aligned to `layout.align()`, or null; blocks are freed only by the
 // allocator that made them (malloc's by `free`, the arena's never).
@@ -133,6 +162,10 @@ unsafe impl GlobalAlloc for AgentAlloc {
         count_if_handling();
         if CRASH.load(Ordering::Acquire) {
             return bump(layout);
+        }
+        let own = map_block(layout);
+        if !own.is_null() {
+            return own;
         }
         if layout.align() <= 16 {
             // SAFETY: plain malloc.
@@ -149,8 +182,13 @@ unsafe impl GlobalAlloc for AgentAlloc {
         }
     }
 
-    unsafe fn dealloc(&self, p: *mut u8, _layout: Layout) {
+    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
         if in_arena(p) || CRASH.load(Ordering::Acquire) {
+            return;
+        }
+        if in_own_region(p) {
+            // SAFETY: a block `map_block` mapped, of this layout's size.
+            unsafe { witchcraft::sys::mem::unmap_own(p as *mut libc::c_void, own_bytes(layout.size())) };
             return;
         }
         // SAFETY: `p` came from malloc or posix_memalign above.
@@ -159,12 +197,19 @@ unsafe impl GlobalAlloc for AgentAlloc {
 
     unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         count_if_handling();
-        if in_arena(p) || CRASH.load(Ordering::Acquire) {
+        if in_arena(p) || CRASH.load(Ordering::Acquire) || in_own_region(p) || new_size >= OWN_MAPPING {
+            // (A block of witch's region, or one that becomes as large:
+            // made anew, copied, and the old one freed by its allocator.)
             // SAFETY: the new layout has the old alignment and a valid size.
             let new = unsafe { self.alloc(Layout::from_size_align_unchecked(new_size, layout.align())) };
             if !new.is_null() {
-                // SAFETY: both blocks are at least min(old, new) bytes and distinct.
-                unsafe { std::ptr::copy_nonoverlapping(p, new, layout.size().min(new_size)) };
+                // SAFETY: both blocks are at least min(old, new) bytes and
+                // distinct; the old one is freed by the allocator that made
+                // it (a no-op for the arena's and in crash mode).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(p, new, layout.size().min(new_size));
+                    self.dealloc(p, layout);
+                }
             }
             return new;
         }

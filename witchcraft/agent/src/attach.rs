@@ -129,17 +129,66 @@ fn start(controller: i32) -> AttachCode {
         }
         libc::pthread_sigmask(libc::SIG_SETMASK, &theirs_blocked, &mut mine);
     }
-    let spawned = std::thread::Builder::new().name(AGENT_THREAD.into()).spawn(move || control(chan, theirs, watch));
+    let spawned = spawn_on_own_stack(Box::new(move || control(chan, theirs, watch)));
     // SAFETY: the mask saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &mine, std::ptr::null_mut()) };
     match spawned {
-        Ok(_) => AttachCode::Ok,
-        Err(_) => {
+        Ok(()) => AttachCode::Ok,
+        Err(()) => {
             fd::close(theirs);
             watch.into_iter().for_each(Controller::close);
             AttachCode::NoThread
         }
     }
+}
+
+/// The control thread's stack, with a guard page below it.
+const CONTROL_STACK: usize = 2 << 20;
+const GUARD: usize = 4096;
+
+/// Run `f` on a new detached thread named [`AGENT_THREAD`] whose stack is
+/// a mapping in witch's own region ([`witchcraft::sys::mem::map_own`]),
+/// not one the thread library places: placed by the kernel, it could land
+/// in a hole the program made in its own mappings, and a program that
+/// unmaps such a range whole (correct natively, where nothing else maps
+/// memory meanwhile) took the control thread's stack with it. The stack
+/// is not given back when the thread ends (a thread cannot unmap the stack
+/// it runs on): 2 MiB of address space per attach session, untouched pages
+/// costing nothing. A panic in `f` ends the thread, as a spawned one's.
+fn spawn_on_own_stack(f: Box<dyn FnOnce() + Send>) -> Result<(), ()> {
+    extern "C" fn run(arg: *mut libc::c_void) -> *mut libc::c_void {
+        // SAFETY: the box `spawn_on_own_stack` leaked for this thread alone.
+        let f = unsafe { Box::from_raw(arg as *mut Box<dyn FnOnce() + Send>) };
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        std::ptr::null_mut()
+    }
+    let base =
+        witchcraft::sys::mem::map_own(GUARD + CONTROL_STACK, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_NORESERVE | libc::MAP_STACK);
+    if base == libc::MAP_FAILED {
+        return Err(());
+    }
+    // SAFETY: the mapping just made, its first page the guard; the
+    // attribute is initialized before use and destroyed after; the box is
+    // taken back if no thread took it.
+    unsafe {
+        libc::mprotect(base, GUARD, libc::PROT_NONE);
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        libc::pthread_attr_init(&mut attr);
+        libc::pthread_attr_setstack(&mut attr, (base as *mut u8).add(GUARD) as *mut libc::c_void, CONTROL_STACK);
+        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+        let arg = Box::into_raw(Box::new(f)) as *mut libc::c_void;
+        let mut t: libc::pthread_t = 0;
+        let r = libc::pthread_create(&mut t, &attr, run, arg);
+        libc::pthread_attr_destroy(&mut attr);
+        if r != 0 {
+            drop(Box::from_raw(arg as *mut Box<dyn FnOnce() + Send>));
+            witchcraft::sys::mem::unmap_own(base, GUARD + CONTROL_STACK);
+            return Err(());
+        }
+        let name = std::ffi::CString::new(AGENT_THREAD).unwrap_or_default();
+        libc::pthread_setname_np(t, name.as_ptr());
+    }
+    Ok(())
 }
 
 /// How a session ended.

@@ -67,6 +67,11 @@ static RESOLVING: AtomicBool = AtomicBool::new(false);
 /// The agent's own code (its allocations are not the program's).
 static OWN: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 
+/// The agent's loaded image (its code, data and bss) and those loaded with
+/// it ([`crate::symbols::own_images`]): start and end of each.
+static IMAGES: [[AtomicU64; 2]; crate::symbols::OWN_IMAGES] =
+    [const { [AtomicU64::new(0), AtomicU64::new(0)] }; crate::symbols::OWN_IMAGES];
+
 /// Allocations made while the next definitions are looked up.
 const BOOT_BYTES: usize = 64 << 10;
 #[repr(C, align(64))]
@@ -190,6 +195,10 @@ pub(crate) fn attached_imports() -> Vec<(&'static CStr, *const c_void)> {
 pub(crate) fn start(threshold: Option<u64>, own: (u64, u64)) {
     OWN[0].store(own.0, Ordering::Relaxed);
     OWN[1].store(own.1, Ordering::Relaxed);
+    for (i, (lo, hi)) in crate::symbols::own_images().into_iter().enumerate() {
+        IMAGES[i][0].store(lo, Ordering::Relaxed);
+        IMAGES[i][1].store(hi, Ordering::Relaxed);
+    }
     let threshold = threshold.unwrap_or(heap::DEFAULT_THRESHOLD);
     if !heap::start(threshold) {
         crate::state::AGENT.note("heap blocks not tracked: the table's memory could not be reserved");
@@ -464,12 +473,58 @@ pub unsafe extern "C" fn witch_heap_munmap(addr: *mut c_void, len: usize) -> lib
         (Some(t), Some((lo, hi))) => t.trim(lo, hi, &mut removed),
         _ => 0,
     };
-    // SAFETY: the next `munmap`, with its signature and the caller's arguments.
-    let r = unsafe { std::mem::transmute::<*mut c_void, MunmapFn>(f)(addr, len) };
+    // SAFETY: the next `munmap`, with its signature.
+    let unmap = |a: u64, n: u64| unsafe { std::mem::transmute::<*mut c_void, MunmapFn>(f)(a as *mut c_void, n as usize) };
+    let r = match range {
+        Some((lo, hi)) => unmap_around_own(lo, hi, unmap).unwrap_or_else(|| unmap(addr as u64, len as u64)),
+        None => unmap(addr as u64, len as u64),
+    };
     if let (true, Some(t), Some((lo, hi))) = (r != 0 && n > 0, table, range) {
         t.untrim(lo, hi, &removed[..n.min(UNDO)]);
     }
     r
+}
+
+/// A program's `munmap` of `[lo, hi)` that reaches witch's own memory (the
+/// agent's image and those loaded with it, witch's region): natively there was nothing there, a hole
+/// the program may have made itself and unmaps now with the rest (correct
+/// when no other thread maps memory meanwhile, as natively none does); the
+/// loader put an attached agent there, or witch a table. Only the parts
+/// outside witch's memory are unmapped, as natively the whole call
+/// unmapped those and nothing else. None when the range does not reach
+/// witch's memory; else the result (0, or the first failing part's).
+fn unmap_around_own(lo: u64, hi: u64, unmap: impl FnMut(u64, u64) -> libc::c_int) -> Option<libc::c_int> {
+    let mut own = [(0u64, 0u64); crate::symbols::OWN_IMAGES + 1];
+    for (o, i) in own.iter_mut().zip(&IMAGES) {
+        *o = (i[0].load(Ordering::Relaxed), i[1].load(Ordering::Relaxed));
+    }
+    own[crate::symbols::OWN_IMAGES] = witchcraft::sys::mem::own_region();
+    unmap_around(lo, hi, &mut own, unmap)
+}
+
+/// [`unmap_around_own`] with witch's spans given (sorted here).
+fn unmap_around(lo: u64, hi: u64, own: &mut [(u64, u64)], mut unmap: impl FnMut(u64, u64) -> libc::c_int) -> Option<libc::c_int> {
+    if !own.iter().any(|&(a, b)| a < b && a < hi && lo < b) {
+        return None;
+    }
+    own.sort_unstable();
+    let mut at = lo;
+    for &mut (a, b) in own {
+        if a >= b || b <= at || a >= hi {
+            continue;
+        }
+        if a > at {
+            let r = unmap(at, a - at);
+            if r != 0 {
+                return Some(r);
+            }
+        }
+        at = at.max(b);
+    }
+    if at < hi {
+        return Some(unmap(at, hi - at));
+    }
+    Some(0)
 }
 
 /// `mremap`: the old range is forgotten first (put back if the call
@@ -518,4 +573,32 @@ pub unsafe extern "C" fn witch_heap_mremap(
         t.insert_mapping(&Block { start: p as u64, size: new_len as u64, ..b });
     }
     p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_munmap_over_witchs_memory_unmaps_only_around_it() {
+        let run = |lo, hi, own: &[(u64, u64)]| {
+            let mut own = own.to_vec();
+            let mut calls = vec![];
+            let r = unmap_around(lo, hi, &mut own, |a, n| {
+                calls.push((a, a + n));
+                0
+            });
+            (r, calls)
+        };
+        // Nothing of witch's inside: the call is the program's own.
+        assert_eq!(run(0x1000, 0x5000, &[(0x9000, 0xa000), (0, 0)]), (None, vec![]));
+        // Two spans inside (given out of order), one reaching past the end.
+        let (r, calls) = run(0x1000, 0x9000, &[(0x8000, 0xb000), (0, 0), (0x3000, 0x4000)]);
+        assert_eq!((r, calls), (Some(0), vec![(0x1000, 0x3000), (0x4000, 0x8000)]));
+        // All of it witch's: nothing to unmap, and it succeeds.
+        assert_eq!(run(0x3000, 0x4000, &[(0x2000, 0x5000)]), (Some(0), vec![]));
+        // A failing part's result is the call's.
+        let mut own = [(0x3000, 0x4000)];
+        assert_eq!(unmap_around(0x1000, 0x6000, &mut own, |_, _| -1), Some(-1));
+    }
 }

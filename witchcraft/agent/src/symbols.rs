@@ -107,6 +107,49 @@ fn defines(f: *mut c_void) -> bool {
     sym.st_shndx != SHN_UNDEF
 }
 
+/// Images this many at most in [`own_images`].
+pub const OWN_IMAGES: usize = 8;
+
+/// The spans of the agent's own loaded image and of every module loaded
+/// after it so far (from the lowest loaded segment's first page to the
+/// highest one's end): an attached agent's are its own dependencies (the
+/// math library, the unwinder's), which the loader mapped with it, where
+/// it liked. Empty spans are (0, 0).
+pub fn own_images() -> [(u64, u64); OWN_IMAGES] {
+    struct Walk {
+        seen_agent: bool,
+        spans: [(u64, u64); OWN_IMAGES],
+        n: usize,
+    }
+    extern "C" fn each(info: *mut libc::dl_phdr_info, _size: usize, out: *mut c_void) -> libc::c_int {
+        // SAFETY: the C library passes a valid entry, and `out` is the walk below.
+        let (info, w) = unsafe { (&*info, &mut *(out as *mut Walk)) };
+        let me = own_images as *const () as u64;
+        let (mut lo, mut hi, mut mine) = (u64::MAX, 0u64, false);
+        for i in 0..info.dlpi_phnum as usize {
+            // SAFETY: the loader's program headers, `dlpi_phnum` of them.
+            let ph = unsafe { &*info.dlpi_phdr.add(i) };
+            if ph.p_type != libc::PT_LOAD {
+                continue;
+            }
+            let start = info.dlpi_addr.wrapping_add(ph.p_vaddr);
+            let end = start.wrapping_add(ph.p_memsz);
+            mine |= (start..end).contains(&me);
+            (lo, hi) = (lo.min(start & !4095), hi.max(end.next_multiple_of(4096)));
+        }
+        w.seen_agent |= mine;
+        if w.seen_agent && lo < hi && w.n < OWN_IMAGES {
+            w.spans[w.n] = (lo, hi);
+            w.n += 1;
+        }
+        0
+    }
+    let mut w = Walk { seen_agent: false, spans: [(0, 0); OWN_IMAGES], n: 0 };
+    // SAFETY: a callback that writes into `w`.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut w as *mut Walk as *mut c_void) };
+    w.spans
+}
+
 /// The agent's own module name, as the loader has it.
 pub fn own_name() -> Option<std::ffi::CString> {
     // SAFETY: Dl_info is plain data; dladdr fills it for an address of ours.

@@ -497,24 +497,16 @@ const GUARD: usize = 4096;
 /// A fresh handler stack (its lowest usable address, a guard page below
 /// it), or None.
 pub fn map_stack() -> Option<u64> {
-    // SAFETY: a fresh anonymous mapping, owned by the table from here on.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            GUARD + HANDLER_STACK,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK,
-            -1,
-            0,
-        )
-    };
+    // A fresh anonymous mapping in witch's own region, owned by the table
+    // from here on.
+    let p = witchcraft::sys::mem::map_own(GUARD + HANDLER_STACK, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_NORESERVE | libc::MAP_STACK);
     if p == libc::MAP_FAILED {
         return None;
     }
     // SAFETY: the first page of the mapping just made.
     if unsafe { libc::mprotect(p, GUARD, libc::PROT_NONE) } != 0 {
         // SAFETY: the mapping just made, unused.
-        unsafe { libc::munmap(p, GUARD + HANDLER_STACK) };
+        unsafe { witchcraft::sys::mem::unmap_own(p, GUARD + HANDLER_STACK) };
         return None;
     }
     Some(p as u64 + GUARD as u64)
@@ -523,5 +515,5 @@ pub fn map_stack() -> Option<u64> {
 /// Unmap a stack from [`map_stack`] that no thread can be on.
 pub fn unmap_stack(lo: u64) {
     // SAFETY: a mapping made by `map_stack`, its guard page included; the callers know no thread uses it.
-    unsafe { libc::munmap((lo - GUARD as u64) as *mut libc::c_void, GUARD + HANDLER_STACK) };
+    unsafe { witchcraft::sys::mem::unmap_own((lo - GUARD as u64) as *mut libc::c_void, GUARD + HANDLER_STACK) };
 }

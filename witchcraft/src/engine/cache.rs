@@ -217,18 +217,9 @@ impl CodeCache {
             if self.failed {
                 return false;
             }
-            // SAFETY: a new private anonymous mapping the kernel places;
+            // A new private anonymous mapping in witch's own region;
             // checked for failure.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    CACHE_BYTES,
-                    libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                    -1,
-                    0,
-                )
-            };
+            let p = crate::sys::mem::map_own(CACHE_BYTES, libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC, libc::MAP_NORESERVE);
             if p == libc::MAP_FAILED {
                 self.failed = true;
                 return false;
@@ -258,7 +249,7 @@ impl CodeCache {
         if !self.base.is_null() {
             // SAFETY: the mapping `ready` made; no copy runs now (the
             // caller's thread is in a handler or done with windows).
-            unsafe { libc::munmap(self.base as *mut libc::c_void, CACHE_BYTES) };
+            unsafe { crate::sys::mem::unmap_own(self.base as *mut libc::c_void, CACHE_BYTES) };
             self.base = std::ptr::null_mut();
         }
         self.code_pos = 0;

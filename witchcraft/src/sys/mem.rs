@@ -36,6 +36,82 @@ pub fn readable_own(addr: u64, len: u64) -> bool {
     true
 }
 
+/// Where witch's own memory goes: a region of its own, far from where the
+/// kernel puts a program's mappings (downward from below the stacks) and
+/// its heap (just above the executable), each mapping asked for at the next
+/// free address of it (a hint; where that is taken the kernel places the
+/// mapping as usual). Left to the kernel, witch's tables landed in holes
+/// the program had made in its own mappings, and a program that later
+/// unmapped a range spanning such a hole (correct when no other thread
+/// maps memory) unmapped witch's table under a running signal handler.
+const OWN_REGION: u64 = 0x3e00_0000_0000;
+static OWN_NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(OWN_REGION);
+
+/// The address to ask for a mapping of `bytes` of witch's own (a guard of
+/// 64 KiB after each). Async-signal-safe.
+fn own_hint(bytes: usize) -> *mut libc::c_void {
+    const GAP: u64 = 64 << 10;
+    let span = (bytes as u64).saturating_add(GAP + 4095) & !4095;
+    OWN_NEXT.fetch_add(span, std::sync::atomic::Ordering::Relaxed) as *mut libc::c_void
+}
+
+/// Witch's region so far: where [`map_own`] has asked for its mappings
+/// (a mapping the kernel had to place elsewhere is not in it).
+pub fn own_region() -> (u64, u64) {
+    (OWN_REGION, OWN_NEXT.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// A private anonymous mapping of witch's own (in its region, see
+/// [`OWN_REGION`]): `mmap` with `prot` and `MAP_PRIVATE | MAP_ANONYMOUS |
+/// flags`. Returns `MAP_FAILED` on failure. Async-signal-safe.
+/// The system call itself, not the C library's `mmap`: witch's memory is
+/// none of the program's business, nor of the agent's interposers.
+pub fn map_own(bytes: usize, prot: libc::c_int, flags: libc::c_int) -> *mut libc::c_void {
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags;
+    // SAFETY: a fresh anonymous mapping, never MAP_FIXED: the address is a
+    // hint, and nothing mapped is replaced.
+    let r = unsafe { libc::syscall(libc::SYS_mmap, own_hint(bytes), bytes, prot, flags, -1i64, 0i64) };
+    if r < 0 && r > -4096 {
+        libc::MAP_FAILED
+    } else {
+        r as *mut libc::c_void
+    }
+}
+
+/// Give back `[p, p + bytes)` of witch's own memory (the system call, past
+/// the agent's `munmap` interposer, which keeps a program's `munmap` off
+/// witch's memory). Async-signal-safe.
+///
+/// # Safety
+/// The range must be witch's own mapping, unused from here on.
+pub unsafe fn unmap_own(p: *mut libc::c_void, bytes: usize) {
+    // SAFETY: the caller's promise.
+    unsafe { libc::syscall(libc::SYS_munmap, p, bytes) };
+}
+
+/// Move and grow witch's own mapping `[old, old + old_bytes)` to `bytes`,
+/// into its region. Returns `MAP_FAILED` on failure (the old mapping then
+/// stays). Not for signal handlers (it may make two system calls).
+///
+/// # Safety
+/// `[old, old + old_bytes)` must be one of witch's own mappings, and
+/// nothing may use its addresses after a success.
+pub unsafe fn grow_own(old: *mut libc::c_void, old_bytes: usize, bytes: usize) -> *mut libc::c_void {
+    let to = map_own(bytes, libc::PROT_NONE, libc::MAP_NORESERVE);
+    if to == libc::MAP_FAILED {
+        return to;
+    }
+    // SAFETY: `to` is the placeholder just made (ours, replaced whole);
+    // `old` is witch's own mapping (the caller's promise).
+    let r = unsafe { libc::syscall(libc::SYS_mremap, old, old_bytes, bytes, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, to) };
+    if r < 0 && r > -4096 {
+        // SAFETY: the placeholder, unused.
+        unsafe { unmap_own(to, bytes) };
+        return libc::MAP_FAILED;
+    }
+    r as *mut libc::c_void
+}
+
 /// Types whose all-zero bytes are a valid value (the pages of a fresh
 /// [`Reserved`] are zero).
 ///
@@ -72,17 +148,8 @@ impl<T: Zeroable> Reserved<T> {
         if bytes == 0 {
             return Some(Reserved { ptr: std::ptr::NonNull::dangling(), cap });
         }
-        // SAFETY: a fresh private anonymous mapping, owned by the value.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
+        // A fresh private anonymous mapping, owned by the value.
+        let p = map_own(bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_NORESERVE);
         if p == libc::MAP_FAILED {
             return None;
         }
@@ -117,9 +184,9 @@ impl<T: Zeroable> Reserved<T> {
         if self.bytes() == 0 {
             return Reserved::<T>::new(cap).map(|r| *self = r).is_some();
         }
-        // SAFETY: our own mapping, moved (not copied) by the kernel if it
-        // must; the new pages are zero.
-        let p = unsafe { libc::mremap(self.ptr.as_ptr() as *mut libc::c_void, self.bytes(), bytes, libc::MREMAP_MAYMOVE) };
+        // SAFETY: our own mapping, moved (not copied) by the kernel; the
+        // new pages are zero; the old addresses are not used after it.
+        let p = unsafe { grow_own(self.ptr.as_ptr() as *mut libc::c_void, self.bytes(), bytes) };
         match std::ptr::NonNull::new(p as *mut T) {
             Some(ptr) if p != libc::MAP_FAILED => {
                 self.ptr = ptr;
@@ -165,7 +232,7 @@ impl<T: Zeroable> Drop for Reserved<T> {
     fn drop(&mut self) {
         if self.bytes() > 0 {
             // SAFETY: the mapping made by `new`, no longer referenced.
-            unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.bytes()) };
+            unsafe { unmap_own(self.ptr.as_ptr() as *mut libc::c_void, self.bytes()) };
         }
     }
 }
