@@ -331,3 +331,29 @@ fn the_reader_finds_a_circle_and_skips_comments_and_tests() {
     assert!(!edges.contains_key("c"), "a comment read as a use: {edges:?}");
     assert!(describe(&edges, &found).contains("a -> root (uses Other)"), "{}", describe(&edges, &found));
 }
+
+/// No source file of the three crates is over 600 lines (a module's unit
+/// tests may live beside it in a `tests.rs`, which is not counted; nor are
+/// the end-to-end tests and benches, outside these directories).
+#[test]
+fn no_source_file_is_over_600_lines() {
+    fn walk(dir: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).expect("a source directory") {
+            let p = e.expect("a directory entry").path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") && p.file_name().is_some_and(|n| n != "tests.rs") {
+                let n = std::fs::read_to_string(&p).expect("a source file").lines().count();
+                if n > 600 {
+                    out.push(format!("{}: {n} lines", p.display()));
+                }
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut long = Vec::new();
+    for dir in ["witchcraft/src", "witchcraft/agent/src", "witchd/src"] {
+        walk(&root.join(dir), &mut long);
+    }
+    assert!(long.is_empty(), "{long:#?}");
+}

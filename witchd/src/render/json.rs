@@ -95,7 +95,7 @@ fn report<'a>(run: &'a Analysis<'a>, top: usize) -> JsonReport<'a> {
         duration_ns: p.duration_ns,
         threads: run.procs.iter().map(|x| crate::analysis::threads(x.profile)).sum(),
         pair_count,
-        notes: super::text::notes(p, &main.counters).into_iter().chain(run.symbol_notes()).collect(),
+        notes: super::observed::notes(p, &main.counters).into_iter().chain(run.symbol_notes()).collect(),
         counters: c,
         lines: Lines { run, lines, total },
         pairs: Pairs { run, pairs, total },
@@ -336,7 +336,7 @@ impl<'a> JsonProcess<'a> {
             share: x.total.share_of(total).value,
             waste_fraction: f.value,
             waste_fraction_ci: ci(&f),
-            notes: super::text::notes(p, &x.counters),
+            notes: super::observed::notes(p, &x.counters),
         }
     }
 }

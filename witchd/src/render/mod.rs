@@ -8,6 +8,7 @@
 
 pub mod flame;
 pub mod json;
+mod observed;
 pub mod pprof;
 pub mod text;
 pub mod units;

@@ -4,13 +4,13 @@
 //! For a run of several processes, the processes with findings come next,
 //! heaviest first. Every figure that is an estimate carries its 95% interval.
 
+use super::observed::{burst_engine, notes};
 use super::units::{amount, duration, interval, pct, printable, uncertainty};
 use super::Recorder;
 use crate::analysis::interval::{Sums, FEW_JUDGED};
 use crate::analysis::summary::{self, Site};
 use crate::analysis::{self, Analysis, Process};
 use std::io::Write;
-use witchcraft::profile::{Counters, Profile, SamplerKind};
 
 /// Frames per context shown; deeper contexts end in "… N more".
 const TEXT_DEPTH: usize = 12;
@@ -580,145 +580,4 @@ pub fn site_of(names: &crate::analysis::context::Interner, s: &Site) -> String {
         out.push_str(&format!(" [{}]", names.get(v).function));
     }
     out
-}
-
-/// The burst engine that ran, how long its bursts were, and what an
-/// instruction cost in it.
-fn burst_engine(p: &Profile, c: &Counters) -> Vec<String> {
-    let budget = match p.sampler.overhead_percent {
-        Some(b) if b > 0.0 => format!("{b}% overhead budget"),
-        Some(_) => "no overhead budget".into(),
-        None => "no budget recorded".into(),
-    };
-    let ticks = if c.ticks_skipped > 0 {
-        format!(", begun at {} of {} ticks (the budget's choice)", c.bursts, c.bursts + c.ticks_skipped)
-    } else {
-        String::new()
-    };
-    let mut out = Vec::new();
-    if p.sampler.window_instructions > 0 && c.windows > 0 {
-        // Windows run from the code cache: how long they were, and what an
-        // instruction run there cost all told (the program's own work in
-        // the cache, the exits to witch, the translation of blocks).
-        let n = c.windows as f64;
-        let stepped = c.bursts.saturating_sub(c.windows);
-        let fallback = if stepped > 0 { format!(", {stepped} bursts single-stepped where the cache could not run") } else { String::new() };
-        out.push(format!(
-            "  bursts    code cache: {} windows of at most {} instructions, {budget}{ticks}{fallback}",
-            c.windows, p.sampler.window_instructions
-        ));
-        out.push(format!(
-            "            a window: {:.0} instructions (mean; {}–{}), {:.1} {}s, {:.1} picked; {} cut short",
-            c.window_instructions as f64 / n,
-            c.window_shortest,
-            c.window_longest,
-            c.window_accesses as f64 / n,
-            analysis::words(p.craft).access,
-            c.window_picks as f64 / n,
-            c.windows_cut
-        ));
-        if c.window_instructions > 0 && c.cache_ns + c.exit_ns > 0 {
-            let each = |ns: u64| ns as f64 / c.window_instructions as f64;
-            out.push(format!(
-                "            an instruction in a window cost {:.0} ns of CPU all told: {:.0} ns running in the cache (the program's own work included), {:.0} ns at exits; {} blocks translated, {} flushes",
-                each(c.cache_ns + c.exit_ns),
-                each(c.cache_ns),
-                each(c.exit_ns),
-                c.cache_blocks,
-                c.cache_flushes
-            ));
-        }
-    } else {
-        let mean =
-            if c.bursts > 0 { format!(", {:.1} instructions per burst (mean)", c.steps as f64 / c.bursts as f64) } else { String::new() };
-        let each = if c.steps > 0 {
-            format!("; an instruction cost {:.1} µs of CPU (a single step's round trip)", c.step_ns as f64 / c.steps as f64 / 1e3)
-        } else {
-            String::new()
-        };
-        let why = if p.sampler.window_instructions > 0 { "the code cache ran no window" } else { "the code cache is off" };
-        out.push(format!(
-            "  bursts    single-step ({why}): {} bursts of at most {} instructions, {} picked per burst, {budget}{mean}{ticks}{each}",
-            c.bursts,
-            p.sampler.burst_steps,
-            p.sampler.burst_picks.max(1)
-        ));
-    }
-    out
-}
-
-/// What the reader should know before trusting the figures.
-pub fn notes(p: &Profile, c: &Counters) -> Vec<String> {
-    let mut v = p.notes.clone();
-    let access = analysis::words(p.craft).access;
-    // The software sampler takes a timer interrupt's nearby access (a few
-    // instructions of straight-line code), so code whose time goes elsewhere
-    // (a store-free inner loop) yields interrupts but no samples.
-    let missed = c.interrupts.saturating_sub(c.samples + c.skipped_self + c.overdue);
-    let bursts = p.sampler.burst_steps > 0;
-    let software = p.sampler.kind == SamplerKind::Software && !bursts;
-    // So few interrupts say the threads ran few periods, not where the time went.
-    const FEW: u64 = 5;
-    if bursts && c.samples == 0 && c.bursts >= FEW {
-        v.push(format!(
-            "no samples: the single-step bursts that {} timer interrupts began ({} instructions stepped) met no {access}: \
-             the time went to code without {access}s; try a smaller -p",
-            c.bursts, c.steps
-        ));
-    } else if c.samples == 0 && missed >= FEW && software {
-        v.push(format!(
-            "no samples: none of {} timer interrupts landed within a few instructions of a {access}; \
-             the time went to other code; try a smaller -p, or a host with a PMU (it samples {access}s by count)",
-            c.interrupts
-        ));
-    } else if c.samples == 0 && c.interrupts == 0 && c.threads_failed > 0 {
-        // The set-up failure's own note says why.
-    } else if c.samples == 0 && p.ended_by.agent_left() {
-        // Profiling stopped early; its own note says why.
-    } else if c.samples == 0 {
-        // One short run, or many short threads: either way few periods ran.
-        v.push(format!(
-            "no samples were taken: the threads ran {} sampling period{} ({} {}) of their own CPU time in all \
-             (a short run, or short threads); try a smaller -p",
-            c.interrupts,
-            if c.interrupts == 1 { "" } else { "s" },
-            p.sampler.period,
-            p.sampler.unit.name()
-        ));
-    } else if software && missed * 2 > c.interrupts {
-        v.push(format!(
-            "{missed} of {} timer interrupts landed away from any {access} and were not samples: \
-             {access}s in code that takes little time per {access} are under-represented (see docs/ACCURACY.md)",
-            c.interrupts
-        ));
-    }
-    if bursts && c.bursts_over_budget * 2 > c.bursts {
-        v.push(format!(
-            "{} of {} bursts were held to the minimum of 4 steps: the period is too short for the {}% overhead budget \
-             (or traps were dense), so witch cost more than the budget",
-            c.bursts_over_budget,
-            c.bursts,
-            p.sampler.overhead_percent.unwrap_or(0.0)
-        ));
-    }
-    if bursts && c.bursts_blocked + c.bursts_lost > 0 {
-        v.push(format!(
-            "{} timer ticks began no burst ({} where the program blocked SIGTRAP or stepped itself, {} bursts it cut short)",
-            c.bursts_blocked + c.bursts_lost,
-            c.bursts_blocked,
-            c.bursts_lost
-        ));
-    }
-    if c.traps == 0 && c.samples > 0 {
-        v.push("no watchpoint fired: nothing to attribute".into());
-    }
-    if c.tree_overflow > 0 || c.pair_overflow > 0 {
-        v.push(format!("tables overflowed ({} contexts, {} pairs lost): figures are partial", c.tree_overflow, c.pair_overflow));
-    }
-    if c.threads_failed > 0 {
-        // `threads` counts every thread the agent tried to set up.
-        let all = c.threads.max(c.threads_failed);
-        v.push(format!("profiled {} of {all} threads: the notes say why not the others", all - c.threads_failed));
-    }
-    v
 }
