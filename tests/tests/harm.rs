@@ -347,3 +347,27 @@ fn code_caches_count_in_witchs_share_of_a_limited_address_space() {
         "witch took {many} KiB of a {limit_kib} KiB address space ({base} KiB with one thread), past its quarter"
     );
 }
+
+/// A program that makes a hole in its own mapping and later unmaps the
+/// whole range in one call (correct natively, where nothing else maps
+/// memory meanwhile) survives three attaches in a row: witch's memory
+/// (the agent and the libraries loaded with it, its tables, the control
+/// thread's stack) is kept out of the hole or off the program's `munmap`.
+/// Before, the first attach killed it (4 of 4 runs).
+#[test]
+fn attaching_leaves_a_program_that_unmaps_its_own_holes_running() {
+    use witch_tests::attach::*;
+    let dir = Scratch::new("harm-holes");
+    let prog = Program::build("hole_unmap", dir.path());
+    // As a user would: unprivileged where the tests can drop privileges.
+    let (witch, wrapper) = as_nobody(&dir).unwrap_or_else(|| (witch_bin(), Vec::new()));
+    chmod(&prog.exe, 0o755);
+    let mut target = Target::start(&prog.exe, &["1000000"], &wrapper);
+    target.wait_ready(1, Some("hole_unmap"));
+    for attach in 0..3 {
+        let out = dir.join(&format!("attach{attach}.json"));
+        let run = attach_cmd(&witch, &wrapper, "dead", target.pid(), &["--duration", "500ms", "-q", "-o", out.to_str().unwrap()]);
+        assert!(target.alive(), "attach #{attach} killed the program: {}\n{}", target.how_it_ended(), run.describe());
+        assert_eq!(run.code(), Some(0), "attach #{attach}:\n{}", run.describe());
+    }
+}

@@ -38,7 +38,20 @@ fn check_the_three_objects(rep: &Report, prog: &Program) {
     let line = prog.line("@wasted_alloc");
     assert!(wasted["name"].as_str().is_some_and(|n| n.contains(&format!("objects_known.c:{line}"))), "{wasted:#}");
     let used = heap_at(rep, prog, "@used_alloc").unwrap_or_else(|| panic!("no heap object from @used_alloc\n{}", rep.dump()));
-    assert_eq!(num(used, "waste"), 0.0, "the used buffer has waste\n{used:#}");
+    // None of the program's stores to it is dead. The allocator's may be:
+    // `malloc` writes its bookkeeping into memory it then hands out, and
+    // the program's first store there kills it (measured: one trap, 0.03%
+    // of the waste, a dead store in `_int_malloc` killed at @used_alloc's
+    // fill), as an exhaustive count would say too.
+    let program_waste: f64 = rep
+        .pairs()
+        .iter()
+        .filter(|p| p["object"] == used["key"])
+        .filter(|p| !frames(p, "watch").first().is_some_and(|f| f["module"].as_str().is_some_and(|m| m.contains("/libc.so"))))
+        .map(|p| num(p, "waste"))
+        .sum();
+    assert_eq!(program_waste, 0.0, "the program's stores to the used buffer have waste\n{used:#}\n{}", rep.dump());
+    assert!(num(used, "share") <= 0.01, "the used buffer holds {:.3} of the waste\n{used:#}", num(used, "share"));
     assert!(num(used, "use") > 0.0, "{used:#}");
     let unknown = object(rep, |o| o["kind"] == "unknown").map_or(0.0, |o| num(o, "share"));
     assert!(unknown <= 0.05, "{unknown:.3} of the waste on no object\n{}", rep.dump());

@@ -98,6 +98,8 @@ fn start(controller: i32) -> AttachCode {
     if fd::reserved().is_none() {
         fd::reserve_top();
     }
+    // Before the program runs on: its `munmap` keeps off the agent.
+    crate::imports::hook_munmap();
     // The controller, watched until its settings come. Opened now, while
     // it traces this thread: a controller already gone was killed during
     // this very call, and nothing starts (else a session would wait for its

@@ -190,15 +190,22 @@ pub(crate) fn attached_imports() -> Vec<(&'static CStr, *const c_void)> {
     ]
 }
 
+/// From now on a program's `munmap` (through the agent's entry) leaves
+/// the agent's image and those loaded with it alone
+/// ([`unmap_around_own`]). Not for handlers.
+pub(crate) fn protect_own() {
+    for (i, (lo, hi)) in crate::symbols::own_images().into_iter().enumerate() {
+        IMAGES[i][0].store(lo, Ordering::Relaxed);
+        IMAGES[i][1].store(hi, Ordering::Relaxed);
+    }
+}
+
 /// Start tracking blocks of at least `threshold` bytes (None: the
 /// default; 0: none), the agent's code being `own`. Not for handlers.
 pub(crate) fn start(threshold: Option<u64>, own: (u64, u64)) {
     OWN[0].store(own.0, Ordering::Relaxed);
     OWN[1].store(own.1, Ordering::Relaxed);
-    for (i, (lo, hi)) in crate::symbols::own_images().into_iter().enumerate() {
-        IMAGES[i][0].store(lo, Ordering::Relaxed);
-        IMAGES[i][1].store(hi, Ordering::Relaxed);
-    }
+    protect_own();
     let threshold = threshold.unwrap_or(heap::DEFAULT_THRESHOLD);
     if !heap::start(threshold) {
         crate::state::AGENT.note("heap blocks not tracked: the table's memory could not be reserved");

@@ -41,8 +41,36 @@ pub fn hook() {
     if !crate::interpose::resolve_for_attached() {
         return;
     }
+    each_module(take);
+}
+
+/// Attached, first of all (on the program's thread, in the injected call,
+/// before the program runs on): the program's `munmap` goes through the
+/// agent, which keeps it off the agent's own image and the libraries the
+/// loader mapped with it (they may lie in a hole the program made and
+/// unmaps later with the rest). The other imports wait for the session
+/// ([`hook`]).
+pub fn hook_munmap() {
+    crate::heap::protect_own();
+    if !crate::heap::resolve_for_attached() {
+        return;
+    }
+    let Some((name, f)) = crate::heap::attached_imports().into_iter().find(|(n, _)| *n == c"munmap") else { return };
+    let Ok(name) = name.to_str() else { return };
+    each_module(|module| {
+        // SAFETY: the agent's `munmap` entry, with the C library's
+        // signature; the agent stays loaded.
+        if let Ok(mut r) = unsafe { module.replace(name, f) } {
+            r.discard();
+        }
+    });
+}
+
+/// The main program and every loaded module but the agent and those
+/// [`skipped`].
+fn each_module(mut f: impl FnMut(&plthook::ObjectFile)) {
     if let Ok(program) = plthook::ObjectFile::open_main_program() {
-        take(&program);
+        f(&program);
     }
     let agent = crate::symbols::own_name();
     for name in crate::symbols::libraries() {
@@ -57,7 +85,7 @@ pub fn hook() {
         }
         // SAFETY: a handle dlopen just gave, kept open while it is read.
         if let Ok(module) = unsafe { plthook::ObjectFile::open_by_handle(handle) } {
-            take(&module);
+            f(&module);
         }
         // SAFETY: the reference taken above.
         unsafe { libc::dlclose(handle) };
