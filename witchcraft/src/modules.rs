@@ -73,10 +73,10 @@ impl FileMap {
             return None;
         }
         use std::os::fd::AsRawFd;
-        // SAFETY: a new private read-only mapping at an address the kernel
-        // picks (nothing existing is replaced), checked for MAP_FAILED; it
-        // stays valid after `f` is closed.
-        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_PRIVATE, f.as_raw_fd(), 0) };
+        // A new private read-only mapping in witch's region (nothing
+        // existing is replaced), checked for MAP_FAILED; it stays valid
+        // after `f` is closed.
+        let ptr = crate::sys::mem::map_own_fd(len, libc::PROT_READ, libc::MAP_PRIVATE, f.as_raw_fd());
         (ptr != libc::MAP_FAILED).then_some(FileMap { ptr, len })
     }
     fn bytes(&self) -> &[u8] {
@@ -90,7 +90,7 @@ impl Drop for FileMap {
     fn drop(&mut self) {
         // SAFETY: the mapping `open` made, unmapped once; every slice from
         // `bytes` borrowed `self` and is gone.
-        unsafe { libc::munmap(self.ptr, self.len) };
+        unsafe { crate::sys::mem::unmap_own(self.ptr, self.len) };
     }
 }
 

@@ -78,6 +78,20 @@ pub fn map_own(bytes: usize, prot: libc::c_int, flags: libc::c_int) -> *mut libc
     }
 }
 
+/// A mapping of `bytes` of file or perf event `fd` (from its start), of
+/// witch's own, in its region (see [`map_own`]): `mmap` with `prot` and
+/// `flags`. Returns `MAP_FAILED` on failure. Async-signal-safe.
+pub fn map_own_fd(bytes: usize, prot: libc::c_int, flags: libc::c_int, fd: i32) -> *mut libc::c_void {
+    // SAFETY: a new mapping, never MAP_FIXED (the address is a hint):
+    // nothing mapped is replaced.
+    let r = unsafe { libc::syscall(libc::SYS_mmap, own_hint(bytes), bytes, prot, flags, fd as i64, 0i64) };
+    if r < 0 && r > -4096 {
+        libc::MAP_FAILED
+    } else {
+        r as *mut libc::c_void
+    }
+}
+
 /// Give back `[p, p + bytes)` of witch's own memory (the system call, past
 /// the agent's `munmap` interposer, which keeps a program's `munmap` off
 /// witch's memory). Async-signal-safe.

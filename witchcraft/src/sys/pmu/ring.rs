@@ -238,10 +238,10 @@ impl PmuSampler {
         let a = attr(ev, period);
         let fd = a.open(tid).map_err(|e| open_error(ev, e))?;
         let len = page_size() * (1 + RING_DATA_PAGES);
-        // SAFETY: a fresh shared mapping of the event we just opened, at an
-        // address the kernel picks (no existing memory is replaced); the
-        // result is checked for MAP_FAILED before use.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
+        // A fresh shared mapping of the event we just opened, in witch's
+        // region (no existing memory is replaced); the result is checked
+        // for MAP_FAILED before use.
+        let p = crate::sys::mem::map_own_fd(len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd);
         if p == libc::MAP_FAILED {
             let err = std::io::Error::last_os_error();
             crate::sys::perf::close(fd);
@@ -349,7 +349,7 @@ impl PmuSampler {
                 // SAFETY: `ring`/`ring_len` are exactly what `open_on` mapped,
                 // not yet unmapped (the pointer is cleared right after), and
                 // `&mut self` means no `drain` is reading it.
-                unsafe { libc::munmap(self.ring as *mut libc::c_void, self.ring_len) };
+                unsafe { crate::sys::mem::unmap_own(self.ring as *mut libc::c_void, self.ring_len) };
             }
             self.ring = std::ptr::null_mut();
         }
