@@ -64,6 +64,37 @@ fn exact_dead_matches_construction_and_sampling_comes_close() {
     );
 }
 
+/// The text report shows a pair in full for what is worth fixing: with one
+/// line holding nearly all the waste (counted exactly, so the shares do not
+/// vary), the start-up lines under 1% of it are listed in the summary, and
+/// their pairs are counted, not shown in full; `--pairs 0` shows them all.
+#[test]
+fn the_text_report_leaves_out_the_pairs_of_minor_lines() {
+    let dir = Scratch::new("exact-minor-pairs");
+    let prog = Program::build("half_dead", dir.path());
+    let out = dir.join("exact.json");
+    let native = prog.run_native(&["4096", "3"]);
+    let run = WitchCmd::new("dead").args(&["--exact", "-q"]).out(&out).run(&prog.exe, &["4096", "3"]);
+    assert_same_behaviour(&native, &run);
+    let text = |extra: &[&str]| {
+        let mut args = vec![std::ffi::OsStr::new("report"), out.as_os_str()];
+        args.extend(extra.iter().map(std::ffi::OsStr::new));
+        let r = witch_raw(&args);
+        assert!(r.status.success(), "{}", r.describe());
+        r.stdout_str()
+    };
+    let default = text(&[]);
+    let flat = default.split_whitespace().collect::<Vec<_>>().join(" ");
+    let first = prog.line("@first");
+    assert!(flat.contains("Top 1 of "), "one pair in full (the rest under 1% of the waste):\n{default}");
+    assert!(flat.contains("under 1.0% of all waste are left out: --pairs 0 shows every pair"), "{default}");
+    assert_eq!(default.matches("     dead store at").count(), 1, "{default}");
+    assert!(default.contains(&format!("half_dead.c:{first})")), "{default}");
+    let all = text(&["--pairs", "0"]);
+    assert!(all.contains("All ") && all.matches("     dead store at").count() > 1, "{all}");
+    assert!(!all.contains("left out"), "{all}");
+}
+
 #[test]
 fn exact_silent_store_and_load_are_exact() {
     let dir = Scratch::new("exact-silent");

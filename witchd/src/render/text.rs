@@ -16,6 +16,9 @@ use std::io::Write;
 const TEXT_DEPTH: usize = 12;
 /// Pairs shown in full.
 pub const PAIRS_SHOWN: usize = 3;
+/// A share of all waste under which a summary line's pair is not shown in
+/// full (the heaviest line's always is).
+const MINOR: f64 = 0.01;
 
 // Outermost frames every context of a thread shares, left out of the text.
 use crate::analysis::summary::START_UP;
@@ -174,10 +177,12 @@ impl Page<'_> {
         let c = run.counters();
         self.line("How it was observed:".into())?;
         if p.sampler.kind.is_exhaustive() {
-            self.line(format!(
-                "  sampler   none: exact, every instruction single-stepped and every {} judged (figures are counts)",
-                w.access
-            ))?;
+            let how = if p.sampler.event == "single-step" {
+                "every instruction single-stepped"
+            } else {
+                "every instruction recorded in the code cache"
+            };
+            self.line(format!("  sampler   none: exact, {how} and every {} judged (figures are counts)", w.access))?;
         } else {
             self.line(format!(
                 "  sampler   {} {}, period {} {}; {} replacement, {} debug registers",
@@ -485,8 +490,26 @@ impl Page<'_> {
                     }
                 }
             }
-            self.line(format!("Top {n} of {total_pairs} pairs, the heaviest of each line above ({} = waste/(waste+use)):", w.waste))?;
-            best.into_iter().zip(others).filter_map(|(b, k)| b.map(|(pi, sp)| (pi, sp, k))).collect()
+            let mut shown: Vec<_> = best.into_iter().zip(others).filter_map(|(b, k)| b.map(|(pi, sp)| (pi, sp, k))).collect();
+            // A pair in full is for what is worth fixing: after the first,
+            // a line's pair under MINOR of all waste is counted, not shown.
+            let all = shown.len();
+            let mut first = true;
+            shown.retain(|(_, sp, _)| std::mem::take(&mut first) || sp.sums.share_of(total).value >= MINOR);
+            self.line(format!(
+                "Top {} of {total_pairs} pairs, the heaviest of each line above ({} = waste/(waste+use)):",
+                shown.len(),
+                w.waste
+            ))?;
+            if shown.len() < all {
+                self.line(format!(
+                    "  (the pairs of {} line{} under {} of all waste are left out: --pairs 0 shows every pair)",
+                    all - shown.len(),
+                    if all - shown.len() == 1 { "" } else { "s" },
+                    pct(MINOR)
+                ))?;
+            }
+            shown
         };
         for (i, &(pi, sp, others)) in shown.iter().enumerate() {
             self.blank()?;
