@@ -12,6 +12,7 @@ mod observed;
 pub mod pprof;
 pub mod text;
 pub mod units;
+mod width;
 
 use crate::analysis::Analysis;
 use std::io::Write;
