@@ -371,3 +371,33 @@ fn attaching_leaves_a_program_that_unmaps_its_own_holes_running() {
         assert_eq!(run.code(), Some(0), "attach #{attach}:\n{}", run.describe());
     }
 }
+
+/// Item: a program whose own signal handler ran for a few sampling periods
+/// while a burst single-stepped the code it interrupted (code the program
+/// wrote, which the code cache leaves to single steps) was killed by
+/// SIGTRAP: the engine gave the burst up as lost at a tick that found no
+/// step, and the trap flag the kernel kept in the handler's frame trapped
+/// once the handler returned, with no burst to take it. With a SIGTRAP
+/// handler of its own, the program's handler got that trap and each one
+/// after it, and the program crawled. Under each craft, with the default
+/// disposition and with its own handler: the same output (no trap of
+/// witch's reaches the program) and exit status, bursts given up included.
+#[test]
+fn a_burst_given_up_in_the_programs_long_handler_leaves_no_trap_behind() {
+    let dir = Scratch::new("harm-slow-handler");
+    let prog = Program::build_with("slow_handler", dir.path(), "slow_handler", &["-pthread"]).expect("build slow_handler");
+    let mut lost = 0;
+    for mode in ["default", "own"] {
+        let native = prog.run_native(&["400", mode]);
+        assert_eq!(native.code(), Some(0), "{}", native.describe());
+        assert!(native.stdout_str().contains("handled=yes traps=0"), "{}", native.describe());
+        for craft in ["dead", "silent-load"] {
+            let out = dir.join(&format!("{craft}-{mode}.json"));
+            let run = WitchCmd::new(craft).args(&["-q", "-p", "200000"]).out(&out).run(&prog.exe, &["400", mode]);
+            assert_same_behaviour(&native, &run);
+            lost += raw_profile(&out)["counters"]["bursts_lost"].as_u64().unwrap_or(0);
+        }
+    }
+    // The case it guards: bursts given up while the program's handler ran.
+    assert!(lost > 0, "no burst was given up: the test did not reach the case it guards");
+}

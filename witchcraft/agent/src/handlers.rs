@@ -270,10 +270,41 @@ pub extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *m
                 None => stateless(sig, info),
             }
         };
+        if !ours && stray_step(sig, info, uc) {
+            return;
+        }
         if !ours {
             chain(sig, info, uc as *mut libc::c_void);
         }
     });
+}
+
+/// A single-step trap that no burst claims, which witch's trap flag left
+/// behind: its trap flag is cleared and the program runs on. A burst the
+/// engine gave up as lost (a tick found no step since the last, as when
+/// the program's own handler ran for a whole period) may have left its
+/// flag in the frame that handler returns to, and a thread cloned while a
+/// burst stepped the `clone` starts with the flag set before it has any
+/// state. The trap is witch's when the engine says it may have left one
+/// (taken once), or when the program takes SIGTRAP by its default (or
+/// ignores it): natively, no step trap could reach such a program unless
+/// it set the flag itself, which would kill it. A program with a SIGTRAP
+/// handler of its own gets every other step trap.
+fn stray_step(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -> bool {
+    // SAFETY: `info` is the kernel's siginfo for this signal.
+    if sig != libc::SIGTRAP || unsafe { siginfo::origin(sig, info) } != siginfo::Origin::Step {
+        return false;
+    }
+    // SAFETY: a slot's state is only touched by its own thread's handlers
+    // while the thread is profiled (this is one of them).
+    let left = AGENT.current().and_then(|s| unsafe { s.state().as_mut() }).is_some_and(|ts| ts.burst.take_left_trap_flag());
+    let program = PROGRAM.action(libc::SIGTRAP).sa_sigaction;
+    if !left && program != libc::SIG_DFL && program != libc::SIG_IGN {
+        return false;
+    }
+    // SAFETY: `uc` is the kernel's context for this signal; only its trap flag changes.
+    unsafe { (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] &= !TRAP_FLAG };
+    true
 }
 
 /// Is this signal witch's, for a thread without engine state (one that

@@ -113,6 +113,10 @@ pub struct Burst {
     /// that the stepped instruction makes, and it stands for this weight
     /// (see `super::window`); None: the burst's reservoir picks.
     forced: Option<(u32, f64)>,
+    /// A burst was given up as lost with its trap flag perhaps still in a
+    /// frame the program's own handler returns to: the next step trap no
+    /// burst claims is that flag's.
+    left_trap_flag: bool,
 }
 
 impl Burst {
@@ -132,12 +136,19 @@ impl Burst {
             intercepts: [None; MAX_SLOTS],
             rng: SmallRng::seed_from_u64(seed ^ 0xb0b5_7ea1),
             forced: None,
+            left_trap_flag: false,
         }
     }
 
     /// Is the step about to be handled the first of the burst under way?
     pub fn first_step(&self) -> bool {
         self.active && self.steps == 0
+    }
+
+    /// A step trap no burst claims: was it the flag of a burst given up as
+    /// lost? (Once: the flag left behind traps once.)
+    pub fn take_left_trap_flag(&mut self) -> bool {
+        std::mem::take(&mut self.left_trap_flag)
     }
 
     /// Forget the burst under way, and the time of skipped ticks (a fork
@@ -175,6 +186,7 @@ impl ThreadState {
             // No step since the last tick: the trap flag was lost.
             self.record.counters.bursts_lost += 1;
             self.burst.reset();
+            self.burst.left_trap_flag = true;
         }
         // SAFETY: forwarded from the caller.
         if let Some(why) = unsafe { refusal(uc) } {
