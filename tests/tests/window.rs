@@ -139,6 +139,16 @@ fn eighty_percent_dead_by_whole_run_counting() {
         100.0 * hi,
         rep.dump()
     );
+    // Each pick is a sample of its own (drawn by count, as a PMU's are):
+    // about 1,500 of them give an interval of a few points (binomial: about
+    // ±2), not the nearly 0-100% of one cluster per tick (a run's few ticks).
+    assert!(
+        hi - lo <= 0.10,
+        "whole-run counting's 95% interval {:.1}-{:.1}% is wider than 10 points\n{}",
+        100.0 * lo,
+        100.0 * hi,
+        rep.dump()
+    );
 }
 
 /// short_memset.c: four threads, 100 ms of CPU in all, most of it in a

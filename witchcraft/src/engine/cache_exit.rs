@@ -202,6 +202,13 @@ impl ThreadState {
         let weight = w.time_weight / w.p;
         w.phase = Phase::Step;
         w.stats.picks += 1;
+        if w.whole_run() {
+            // Whole-run counting: picks are drawn by count, each a sample
+            // as a PMU's overflow is, so each begins a cluster of the
+            // interval's variance (at ticks, which are few here, a whole
+            // run's picks would be one cluster and the interval nearly 0-100%).
+            self.record.cluster += 1;
+        }
         // SAFETY: forwarded from the caller.
         if !unsafe { self.begin_pick_step(engine, map, regs, nth, weight, uc) } {
             self.end_window(uc, regs.rip, true);
