@@ -67,24 +67,22 @@ pub fn own_region() -> (u64, u64) {
 /// The system call itself, not the C library's `mmap`: witch's memory is
 /// none of the program's business, nor of the agent's interposers.
 pub fn map_own(bytes: usize, prot: libc::c_int, flags: libc::c_int) -> *mut libc::c_void {
-    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags;
-    // SAFETY: a fresh anonymous mapping, never MAP_FIXED: the address is a
-    // hint, and nothing mapped is replaced.
-    let r = unsafe { libc::syscall(libc::SYS_mmap, own_hint(bytes), bytes, prot, flags, -1i64, 0i64) };
-    if r < 0 && r > -4096 {
-        libc::MAP_FAILED
-    } else {
-        r as *mut libc::c_void
-    }
+    map_own_fd(bytes, prot, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags, -1)
 }
 
-/// A mapping of `bytes` of file or perf event `fd` (from its start), of
-/// witch's own, in its region (see [`map_own`]): `mmap` with `prot` and
-/// `flags`. Returns `MAP_FAILED` on failure. Async-signal-safe.
+/// A mapping of `bytes` of file or perf event `fd` (from its start; -1
+/// with `MAP_ANONYMOUS`), of witch's own, in its region (see [`map_own`]):
+/// `mmap` with `prot` and `flags`. Returns `MAP_FAILED` on failure.
+/// Async-signal-safe.
 pub fn map_own_fd(bytes: usize, prot: libc::c_int, flags: libc::c_int, fd: i32) -> *mut libc::c_void {
     // SAFETY: a new mapping, never MAP_FIXED (the address is a hint):
     // nothing mapped is replaced.
-    let r = unsafe { libc::syscall(libc::SYS_mmap, own_hint(bytes), bytes, prot, flags, fd as i64, 0i64) };
+    mapped(unsafe { libc::syscall(libc::SYS_mmap, own_hint(bytes), bytes, prot, flags, fd as i64, 0i64) })
+}
+
+/// A raw `mmap`/`mremap` system call's result as a mapping: an error
+/// (-4095..-1) is `MAP_FAILED`.
+fn mapped(r: libc::c_long) -> *mut libc::c_void {
     if r < 0 && r > -4096 {
         libc::MAP_FAILED
     } else {
@@ -117,13 +115,12 @@ pub unsafe fn grow_own(old: *mut libc::c_void, old_bytes: usize, bytes: usize) -
     }
     // SAFETY: `to` is the placeholder just made (ours, replaced whole);
     // `old` is witch's own mapping (the caller's promise).
-    let r = unsafe { libc::syscall(libc::SYS_mremap, old, old_bytes, bytes, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, to) };
-    if r < 0 && r > -4096 {
+    let r = mapped(unsafe { libc::syscall(libc::SYS_mremap, old, old_bytes, bytes, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, to) });
+    if r == libc::MAP_FAILED {
         // SAFETY: the placeholder, unused.
         unsafe { unmap_own(to, bytes) };
-        return libc::MAP_FAILED;
     }
-    r as *mut libc::c_void
+    r
 }
 
 /// Types whose all-zero bytes are a valid value (the pages of a fresh
