@@ -25,11 +25,7 @@
 //! earlier sample watches is handled here, with its precise PC, and its
 //! debug register is disabled before it runs, so no hardware trap (whose
 //! SIGTRAP would coalesce with the step's) is raised.
-//!
-//! A burst never steps an instruction that could let the trap flag leak or
-//! be seen (`pushf`, `popf`), enter the kernel (`syscall`, `int`), or change
-//! how traps are delivered; it ends just before one. It never starts when the
-//! program blocks SIGTRAP, or already single-steps itself.
+//! What a burst never steps, and when it never starts: `super::stepping`.
 
 use super::budget::Budget;
 use super::pick::{reservoirs_taking, Candidate};
@@ -88,9 +84,7 @@ pub struct Burst {
     pub active: bool,
     /// Steps taken.
     steps: u32,
-    /// Steps taken when the last tick arrived (a tick that finds no step
-    /// since the previous one means the trap flag was lost, e.g. to a
-    /// `siglongjmp` out of the program's own handler).
+    /// Steps taken when the last tick arrived (none since: a burst lost).
     steps_at_tick: u32,
     /// Accesses of the craft's kind executed so far: K.
     seen: u64,
@@ -109,13 +103,10 @@ pub struct Burst {
     picks: [Option<Candidate>; MAX_PICKS],
     intercepts: [Option<Intercept>; MAX_SLOTS],
     rng: SmallRng,
-    /// A window's pick: the picked access is the nth of the craft's kind
-    /// that the stepped instruction makes, and it stands for this weight
-    /// (see `super::window`); None: the burst's reservoir picks.
+    /// A window's pick (`super::window`): the nth access of the craft's
+    /// kind of the stepped instruction, and its weight; None: the reservoir.
     forced: Option<(u32, f64)>,
-    /// A burst was given up as lost with its trap flag perhaps still in a
-    /// frame the program's own handler returns to: the next step trap no
-    /// burst claims is that flag's.
+    /// A burst was given up with its trap flag perhaps left in a frame.
     left_trap_flag: bool,
 }
 
@@ -145,8 +136,7 @@ impl Burst {
         self.active && self.steps == 0
     }
 
-    /// A step trap no burst claims: was it the flag of a burst given up as
-    /// lost? (Once: the flag left behind traps once.)
+    /// A step trap no burst claims: the flag of a burst given up? (Once.)
     pub fn take_left_trap_flag(&mut self) -> bool {
         std::mem::take(&mut self.left_trap_flag)
     }

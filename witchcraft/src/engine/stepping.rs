@@ -3,6 +3,11 @@
 //! time an instruction leaves behind ([`foreign_time`]), and which access
 //! of a stepped instruction an armed debug register would see
 //! ([`trapping`], [`Intercept`]).
+//!
+//! A burst never steps an instruction that could let the trap flag leak or
+//! be seen (`pushf`, `popf`), enter the kernel (`syscall`, `int`), or change
+//! how traps are delivered; it ends just before one. It never starts when the
+//! program blocks SIGTRAP, or already single-steps itself.
 
 use crate::craft::Verdict;
 use crate::sys::perf::BpType;
