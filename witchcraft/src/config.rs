@@ -6,7 +6,7 @@
 //! The agent is inert unless `WITCH_CRAFT` is set, so an inherited
 //! `LD_PRELOAD` in an unrelated program costs nothing.
 
-use crate::engine::burst::BurstWeight;
+use crate::engine::settings::BurstWeight;
 use crate::profile::Craft;
 use crate::replacement::Policy;
 use std::path::PathBuf;
@@ -245,7 +245,7 @@ impl Config {
         self.burst_steps = get(keys::BURST).and_then(|v| v.parse::<u64>().ok()).map(|n| n.min(1 << 20) as u32);
         self.burst_weight = get(keys::BURST_WEIGHT).and_then(|v| BurstWeight::parse(&v));
         self.burst_picks =
-            get(keys::BURST_PICKS).and_then(|v| v.parse::<u32>().ok()).map(|n| n.clamp(1, crate::engine::burst::MAX_PICKS as u32));
+            get(keys::BURST_PICKS).and_then(|v| v.parse::<u32>().ok()).map(|n| n.clamp(1, crate::engine::settings::MAX_PICKS as u32));
         self.burst_pick_bytes = get(keys::BURST_PICK).and_then(|v| pick_by_bytes(&v));
         self.burst_min_steps = get(keys::BURST_MIN).and_then(|v| v.parse::<u64>().ok()).map(|n| n.min(1 << 20) as u32);
         self.burst_after_syscall = get(keys::BURST_SYSCALL).as_deref() == Some("keep");
@@ -377,7 +377,7 @@ impl Config {
             seed: num(keys::SEED)?,
             burst_steps: num(keys::BURST)?.map(|n| n.min(1 << 20) as u32),
             burst_weight: get(keys::BURST_WEIGHT).and_then(|v| BurstWeight::parse(&v)),
-            burst_picks: num(keys::BURST_PICKS)?.map(|n| n.clamp(1, crate::engine::burst::MAX_PICKS as u64) as u32),
+            burst_picks: num(keys::BURST_PICKS)?.map(|n| n.clamp(1, crate::engine::settings::MAX_PICKS as u64) as u32),
             burst_pick_bytes: get(keys::BURST_PICK).and_then(|v| pick_by_bytes(&v)),
             burst_min_steps: num(keys::BURST_MIN)?.map(|n| n.min(1 << 20) as u32),
             burst_after_syscall: get(keys::BURST_SYSCALL).as_deref() == Some("keep"),

@@ -425,7 +425,7 @@ fn set_up_new(me: i32, known: &mut HashSet<i32>, why: &mut Option<String>) -> us
         let ts = unsafe { &mut *slot.state() };
         ts.go(engine);
         // Its first sample only sets it up: let that come soon.
-        ts.sampler.resume_soon(engine.period);
+        ts.resume_sampler_soon(engine);
         n += 1;
     }
     n
@@ -439,7 +439,7 @@ fn teardown(deliver: Option<(EndedBy, Option<&str>)>) {
         // SAFETY: handlers are quiesced: they no longer touch the watchpoints
         // or the sampler.
         if let Some(ts) = unsafe { s.state().as_mut() } {
-            ts.watch.close();
+            ts.close_watchpoints();
             ts.stop();
         }
     }
@@ -455,7 +455,7 @@ fn teardown(deliver: Option<(EndedBy, Option<&str>)>) {
     // A thread still in a burst window (stopped there) leaves it through
     // our SIGTRAP handler: keep it.
     // SAFETY: only the window's atomic flag is read; states live until `clear`.
-    if AGENT.threads.slots().iter().any(|s| unsafe { s.state().as_ref() }.is_some_and(|t| t.window.busy.load(Ordering::Acquire))) {
+    if AGENT.threads.slots().iter().any(|s| unsafe { s.state().as_ref() }.is_some_and(|t| t.window_busy())) {
         keep.push(libc::SIGTRAP);
     }
     handlers::restore_attached(&keep);

@@ -21,14 +21,10 @@ use crate::program::PROGRAM;
 use crate::state::{Mode, AGENT};
 use crate::symbols::real_sigaction;
 use crate::threads::{Phase, Prior, Slot};
-use std::sync::atomic::Ordering;
 use witchcraft::engine::{self, Place};
 use witchcraft::profile::EndedBy;
 use witchcraft::sys::siginfo::{self, sampler_signal};
 use witchcraft::sys::task;
-
-/// The trap flag in EFLAGS (single-step bursts set it in the interrupted context).
-const TRAP_FLAG: i64 = 0x100;
 
 /// Fatal signals whose default action writes the profile first (preloaded).
 pub const FATAL: [i32; 8] =
@@ -155,7 +151,7 @@ pub extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mu
     if let (Some(engine), Some(slot), Some(entered)) = (AGENT.engine(), slot, slot.and_then(Slot::enter)) {
         // SAFETY: the slot's state is this thread's (see `dispatch`).
         if let Some(ts) = unsafe { slot.state().as_mut() } {
-            if ts.window.active() {
+            if ts.in_window() {
                 // On the handler stack: the program's own fault handler may
                 // run on a small alternate stack of its own.
                 // SAFETY: `uc` is the kernel's context for this signal.
@@ -297,13 +293,13 @@ fn stray_step(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -
     }
     // SAFETY: a slot's state is only touched by its own thread's handlers
     // while the thread is profiled (this is one of them).
-    let left = AGENT.current().and_then(|s| unsafe { s.state().as_mut() }).is_some_and(|ts| ts.burst.take_left_trap_flag());
+    let left = AGENT.current().and_then(|s| unsafe { s.state().as_mut() }).is_some_and(|ts| ts.take_left_trap_flag());
     let program = PROGRAM.action(libc::SIGTRAP).sa_sigaction;
     if !left && program != libc::SIG_DFL && program != libc::SIG_IGN {
         return false;
     }
     // SAFETY: `uc` is the kernel's context for this signal; only its trap flag changes.
-    unsafe { (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] &= !TRAP_FLAG };
+    unsafe { engine::clear_trap_flag(uc) };
     true
 }
 
@@ -335,15 +331,17 @@ fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t, slo
         // Under a seccomp filter now: nothing that makes a system call (a
         // signal of ours still pending when the session ended).
         if ends_burst {
-            drop_burst(ts, uc);
+            // SAFETY: `uc` is the kernel's context for this signal.
+            unsafe { ts.drop_burst(uc) };
         }
         return true;
     }
-    if ends_burst && (AGENT.stopping() || slot.phase() != Phase::Adopted || !ts.active.load(Ordering::Acquire)) {
+    if ends_burst && (AGENT.stopping() || slot.phase() != Phase::Adopted || !ts.is_active()) {
         // A burst the engine will not finish: stop stepping here (or the
         // thread would go on single-stepping into the program's SIGTRAP),
         // and leave the code cache for the native code it stands for.
-        drop_burst(ts, uc);
+        // SAFETY: `uc` is the kernel's context for this signal.
+        unsafe { ts.drop_burst(uc) };
         return true;
     }
     if AGENT.mode() == Mode::Attached {
@@ -369,19 +367,6 @@ fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t, slo
     true
 }
 
-/// Stop a burst the engine will not finish: clear the trap flag, and if
-/// the thread runs in its code cache, put it back at the native code with
-/// its own signal mask. No system call.
-fn drop_burst(ts: &mut engine::ThreadState, uc: *mut libc::ucontext_t) {
-    // SAFETY: `uc` is the kernel's context; only its trap flag, and for a
-    // window its PC and signal mask, change.
-    unsafe {
-        (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] &= !TRAP_FLAG;
-        ts.leave_cache(uc);
-    }
-    ts.burst.reset();
-}
-
 /// Set up an attached thread at its first sample (it runs, so it is not
 /// blocked in a call): where its stack is, from the interrupted stack
 /// pointer, and its segment bases. Its alternate signal stack stays the
@@ -394,8 +379,7 @@ fn adopt(slot: &Slot, ts: &mut engine::ThreadState, uc: *mut libc::ucontext_t) {
     if own != Prior::NONE && own.sp <= sp && sp < own.sp + own.size {
         return;
     }
-    ts.place = Place::here(crate::mappings::stack_of(sp), slot.alt_stack());
-    ts.tid = task::gettid();
+    ts.adopt(Place::here(crate::mappings::stack_of(sp), slot.alt_stack()));
     slot.set_phase(Phase::Adopted);
 }
 

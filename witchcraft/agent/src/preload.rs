@@ -197,7 +197,7 @@ extern "C" fn after_fork_child() {
         AGENT.set_current(Some(slot));
         // SAFETY: this thread's state, just added.
         let ts = unsafe { &mut *slot.state() };
-        let place = ts.place;
+        let place = ts.place();
         if let Err(e) = ts.start(engine, place) {
             ts.stop();
             AGENT.note(e);

@@ -8,8 +8,7 @@ use witchcraft::config::{
     MIN_COUNT_PERIOD,
 };
 use witchcraft::engine::budget::{HeadStart, HEAD_START_NS};
-use witchcraft::engine::window::WindowSettings;
-use witchcraft::engine::{BurstSettings, Engine, SamplerKind};
+use witchcraft::engine::{BurstSettings, Engine, SamplerKind, WindowSettings};
 use witchcraft::modules;
 use witchcraft::sys::procfs;
 use witchcraft::sys::watchpoint::KernelCaps;

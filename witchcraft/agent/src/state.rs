@@ -287,7 +287,7 @@ impl Agent {
             // sampler's kernel object are touched, both safe to race with
             // the thread's own handler.
             unsafe {
-                (*ts).active.store(false, Ordering::Release);
+                (*ts).halt();
                 if !keep_sampling(s) {
                     (*ts).pause_sampler();
                 }
@@ -300,7 +300,7 @@ impl Agent {
             let busy = self.threads.slots().iter().any(|s| {
                 // SAFETY: as above; `in_handler` and `busy` are atomics.
                 let ts = unsafe { s.state().as_ref() };
-                s.tid() != me && ts.is_some_and(|t| t.in_handler.load(Ordering::Acquire) || t.window.busy.load(Ordering::Acquire))
+                s.tid() != me && ts.is_some_and(|t| t.in_handler() || t.window_busy())
             });
             if !busy {
                 break;
@@ -323,8 +323,7 @@ impl Agent {
             // SAFETY: as in `quiesce`.
             unsafe {
                 if (*ts).has_sampler() {
-                    (*ts).active.store(true, Ordering::Release);
-                    (*ts).resume_sampler(engine);
+                    (*ts).go(engine);
                 }
             }
         }
@@ -354,13 +353,11 @@ impl Agent {
             let (mut records, mut gaps, mut resumes, mut first) = (0, 0, 0, 0);
             for ts in self.threads.states() {
                 // SAFETY: the table's states, quiesced above.
-                let w = unsafe { &mut (*ts).window };
-                w.records_send();
-                if let Some(r) = &w.rec {
-                    records += r.stats.records;
-                    (gaps, resumes) = (gaps + w.stats.gaps, resumes + w.stats.resumes);
+                if let Some(r) = unsafe { (*ts).send_records() } {
+                    records += r.records;
+                    (gaps, resumes) = (gaps + r.gaps, resumes + r.resumes);
                     if first == 0 {
-                        first = w.stats.first_gap;
+                        first = r.first_gap;
                     }
                 }
             }

@@ -6,7 +6,7 @@
 use crate::state::AGENT;
 use crate::threads::{self, Phase, Prior};
 use std::sync::atomic::{AtomicU32, Ordering};
-use witchcraft::engine::{thread::thread_stack, Place, ThreadState};
+use witchcraft::engine::{place::thread_stack, Place, ThreadState};
 
 /// The key whose destructor runs at each thread's exit.
 pub static KEY: AtomicU32 = AtomicU32::new(u32::MAX);

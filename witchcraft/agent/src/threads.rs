@@ -451,7 +451,7 @@ impl ThreadTable {
             }
             // SAFETY: `p` is null or made by `add` with Box::into_raw; only
             // the window's atomic flag is read.
-            let in_window = unsafe { p.as_ref() }.is_some_and(|t| t.window.busy.load(Ordering::Acquire));
+            let in_window = unsafe { p.as_ref() }.is_some_and(|t| t.window_busy());
             if !p.is_null() && !in_window {
                 // SAFETY: made by `add` with Box::into_raw, taken out of the
                 // table above, and no handler has it.

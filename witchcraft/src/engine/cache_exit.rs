@@ -3,11 +3,10 @@
 //! cache, a `rep` run in parts, the window's end, the bridge between
 //! whole-run windows).
 
+use super::process::Engine;
 use super::thread::ThreadState;
-use super::window::{counted, gregs, Phase, Plan, TRAP_FLAG};
-use super::Engine;
+use super::window::{counted, gregs, Phase, Plan};
 use crate::modules::ProcessMap;
-use crate::sys::siginfo;
 use crate::x86::decode::Regs;
 use crate::x86::translate::{self, Exit, Variant};
 
@@ -20,14 +19,14 @@ impl ThreadState {
         // SAFETY: forwarded from the caller.
         let g = unsafe { gregs(uc) };
         let rip = g[libc::REG_RIP as usize] as u64;
-        if self.window.phase == Phase::Bridge {
+        if self.window.phase() == Phase::Bridge {
             // SAFETY: forwarded from the caller.
             return unsafe { self.end_bridge(engine, map, uc) };
         }
         let Some(exit) = self.window.cache.exit_at(rip) else { return };
         self.window.cache.stats.exits += 1;
         self.window.cache.stats.lookups += matches!(exit, Exit::Lookup) as u64;
-        if self.window.phase != Phase::Cache && self.window.phase != Phase::RepPart {
+        if self.window.phase() != Phase::Cache && self.window.phase() != Phase::RepPart {
             // An exit from a window this thread already left (never
             // expected): go on natively where it points.
             // SAFETY: forwarded from the caller.
@@ -60,14 +59,14 @@ impl ThreadState {
                         };
                         g[libc::REG_RIP as usize] = c as i64;
                     }
-                    None => self.end_window(uc, native, true),
+                    None => self.window.end(uc, native, true),
                 }
             }
             Exit::Native { native } if self.window.whole_run() => {
                 // SAFETY: forwarded from the caller.
                 unsafe { self.record_native(engine, map, native, uc) };
             }
-            Exit::Native { native } => self.end_window(uc, native, true),
+            Exit::Native { native } => self.window.end(uc, native, true),
             // SAFETY: forwarded from the caller.
             Exit::End { native } => unsafe { self.window_done(engine, map, uc, native) },
             Exit::Lookup => {
@@ -81,21 +80,18 @@ impl ThreadState {
                         self.window.cache.dispatch_to(native, c);
                         g[libc::REG_RIP as usize] = c as i64;
                     }
-                    None => self.end_window(uc, native, true),
+                    None => self.window.end(uc, native, true),
                 }
             }
-            Exit::Pick { native } if self.window.rec.is_some() => {
+            Exit::Pick { native } if self.window.recording() => {
                 // The buffer is full: send it, and go on where the copy stopped.
-                if let Some(r) = &mut self.window.rec {
-                    r.send();
-                }
-                self.window.records_in();
+                self.window.send_full_buffer();
                 match go(self, native, Variant::Fast) {
                     Some(c) => g[libc::REG_RIP as usize] = (c & !(1 << 63)) as i64,
-                    None => self.end_window(uc, native, true),
+                    None => self.window.end(uc, native, true),
                 }
             }
-            Exit::BigRep { native } if self.window.rec.is_some() => {
+            Exit::BigRep { native } if self.window.recording() => {
                 // SAFETY: forwarded from the caller.
                 unsafe { self.record_rep(map, own, native, uc) };
             }
@@ -103,16 +99,13 @@ impl ThreadState {
                 let r = self.window.cache.data().countdown.max(1);
                 g[libc::REG_RIP as usize] = native as i64;
                 // SAFETY: forwarded from the caller.
-                let regs = unsafe { Regs::from_ucontext(uc, self.place.fs_base, self.place.gs_base) };
-                let mut buf = [0u8; 16];
-                let rep = super::sample::code_bytes(map, native, &mut buf)
-                    .and_then(|b| self.scratch.analyzer.decode(b, native, &regs, false))
-                    .is_some_and(|d| d.rep);
+                let regs = unsafe { self.ledger.regs(uc) };
+                let rep = self.ledger.decode(map, native, &regs, false).is_some_and(|d| d.rep);
                 if rep && r > 1 {
                     // Run the elements before the picked one in the cache,
                     // then step the picked one.
                     let before = (r as u64 - 1).min(g[libc::REG_RCX as usize] as u64);
-                    self.window.accesses += before;
+                    self.window.count_accesses(before);
                     // SAFETY: forwarded from the caller.
                     return unsafe { self.rep_part(map, own, native, before, true, uc) };
                 }
@@ -123,22 +116,20 @@ impl ThreadState {
                 // A long `rep`: its next part, up to the pick if the pick is in it.
                 let rcx = g[libc::REG_RCX as usize] as u64;
                 let part = rcx.min(translate::MAX_REP_ELEMENTS as u64);
-                let k = self.window.counted_per_element.max(0) as u64;
+                let k = self.window.counted_per_element().max(0) as u64;
                 let data = self.window.cache.data();
                 data.instr_left -= 1 + (part >> translate::REP_PER_INSTRUCTION_SHIFT) as i64;
                 if data.instr_left <= 0 {
-                    return self.end_window(uc, native, false);
+                    return self.window.end(uc, native, false);
                 }
                 let r = data.countdown.max(1) as u64;
                 if k > 0 && r <= part * k {
                     let before = (r - 1) / k;
-                    self.window.accesses += before * k;
+                    self.window.count_accesses(before * k);
                     // SAFETY: forwarded from the caller.
                     return unsafe { self.rep_part(map, own, native, before, true, uc) };
                 }
-                data.countdown -= (part * k) as i64;
-                self.window.drawn -= (part * k) as i64;
-                self.window.accesses += part * k;
+                self.window.count_rep_part(part * k);
                 // SAFETY: forwarded from the caller.
                 unsafe { self.rep_part(map, own, native, part, false, uc) };
             }
@@ -150,46 +141,19 @@ impl ThreadState {
                 if !pick {
                     // A part of a long `rep` ran: on with the rest, or after it.
                     let at = if rest == 0 { native + len } else { native };
-                    self.window.phase = Phase::Cache;
+                    self.window.rep_part_done();
                     match go(self, at, Variant::Fast) {
                         Some(c) => g[libc::REG_RIP as usize] = (c & !(1 << 63)) as i64,
-                        None => self.end_window(uc, at, true),
+                        None => self.window.end(uc, at, true),
                     }
                     return;
                 }
                 // SAFETY: forwarded from the caller.
-                let regs = unsafe { Regs::from_ucontext(uc, self.place.fs_base, self.place.gs_base) };
+                let regs = unsafe { self.ledger.regs(uc) };
                 // SAFETY: forwarded from the caller.
                 unsafe { self.pick(engine, map, &regs, 1, uc) };
             }
         }
-    }
-
-    /// Run `elements` elements of the `rep` instruction at `native` (the
-    /// context's PC) in the cache, then pick the next one (`pick`) or go on.
-    ///
-    /// # Safety
-    /// `uc` must be the context the kernel passed to the signal handler.
-    pub(super) unsafe fn rep_part(
-        &mut self,
-        map: &ProcessMap,
-        own: (u64, u64),
-        native: u64,
-        elements: u64,
-        pick: bool,
-        uc: *mut libc::ucontext_t,
-    ) {
-        // SAFETY: forwarded from the caller.
-        let g = unsafe { gregs(uc) };
-        let rcx = g[libc::REG_RCX as usize] as u64;
-        let Some(part) = self.window.cache.rep_part(map, own, native) else { return self.end_window(uc, native, true) };
-        let data = self.window.cache.data();
-        data.rep_native = native;
-        data.rep_rest = rcx - elements.min(rcx);
-        data.rep_pick = pick as u64;
-        g[libc::REG_RCX as usize] = elements.min(rcx) as i64;
-        g[libc::REG_RIP as usize] = part as i64;
-        self.window.phase = Phase::RepPart;
     }
 
     /// Step the picked instruction at `regs.rip` natively: its `nth`
@@ -198,20 +162,17 @@ impl ThreadState {
     /// # Safety
     /// `uc` must be the context the kernel passed to the signal handler.
     unsafe fn pick(&mut self, engine: &Engine, map: &ProcessMap, regs: &Regs, nth: u32, uc: *mut libc::ucontext_t) {
-        let w = &mut self.window;
-        let weight = w.time_weight / w.p;
-        w.phase = Phase::Step;
-        w.stats.picks += 1;
-        if w.whole_run() {
+        let weight = self.window.step_pick();
+        if self.window.whole_run() {
             // Whole-run counting: picks are drawn by count, each a sample
             // as a PMU's overflow is, so each begins a cluster of the
             // interval's variance (at ticks, which are few here, a whole
             // run's picks would be one cluster and the interval nearly 0-100%).
-            self.record.cluster += 1;
+            self.ledger.next_cluster();
         }
         // SAFETY: forwarded from the caller.
         if !unsafe { self.begin_pick_step(engine, map, regs, nth, weight, uc) } {
-            self.end_window(uc, regs.rip, true);
+            self.window.end(uc, regs.rip, true);
         }
     }
 
@@ -224,25 +185,21 @@ impl ThreadState {
         // SAFETY: forwarded from the caller.
         let g = unsafe { gregs(uc) };
         let rip = g[libc::REG_RIP as usize] as u64;
-        self.window.stepped += 1;
-        self.window.accesses += 1;
+        self.window.pick_stepped();
         if !self.translatable(engine, map, rip) {
-            return self.end_window(uc, rip, true);
+            return self.window.end(uc, rip, true);
         }
         if self.window.cache.data().instr_left <= 0 {
             // SAFETY: forwarded from the caller.
             return unsafe { self.window_done(engine, map, uc, rip) };
         }
-        self.window.picks_left = self.window.picks_left.saturating_sub(1);
-        let d = if self.window.picks_left == 0 { i64::MAX / 4 } else { self.window.draw() };
-        self.window.drawn = d;
-        self.window.cache.data().countdown = d;
+        self.window.next_countdown();
         match self.window.cache.get(map, engine.own_code, counted(engine), rip, Variant::Fast) {
             Ok(c) => {
                 g[libc::REG_RIP as usize] = c as i64;
-                self.window.phase = Phase::Cache;
+                self.window.back_in_cache();
             }
-            Err(_) => self.end_window(uc, rip, true),
+            Err(_) => self.window.end(uc, rip, true),
         }
     }
 
@@ -256,30 +213,24 @@ impl ThreadState {
     /// # Safety
     /// `uc` must be the context the kernel passed to the signal handler.
     unsafe fn window_done(&mut self, engine: &Engine, map: &ProcessMap, uc: *mut libc::ucontext_t, native: u64) {
-        let settings = self.window.settings;
+        let settings = self.window.settings();
         if settings.count.is_none() {
-            return self.end_window(uc, native, false);
+            return self.window.end(uc, native, false);
         }
-        let waiting = siginfo::pending() & !self.window.saved_mask & !siginfo::mask_bit(siginfo::sampler_signal()) != 0;
-        self.end_window(uc, native, false);
+        let waiting = self.window.signals_waiting();
+        self.window.end(uc, native, false);
         // SAFETY: forwarded from the caller.
-        let regs = unsafe { Regs::from_ucontext(uc, self.place.fs_base, self.place.gs_base) };
+        let regs = unsafe { self.ledger.regs(uc) };
         if !waiting {
             let plan = Plan { weight: 1.0, settings, picks: 0 };
             // SAFETY: forwarded from the caller.
             unsafe { self.begin_window(engine, map, &regs, plan, uc) };
             return;
         }
-        let mut buf = [0u8; 16];
-        let steppable = super::sample::code_bytes(map, native, &mut buf)
-            .and_then(|b| self.scratch.analyzer.decode(b, native, &regs, false))
-            .is_some_and(|d| d.steppable && !d.rep);
+        let steppable = self.ledger.decode(map, native, &regs, false).is_some_and(|d| d.steppable && !d.rep);
         if steppable {
             // SAFETY: forwarded from the caller.
-            unsafe { (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] |= TRAP_FLAG };
-            self.window.phase = Phase::Bridge;
-            self.window.busy.store(true, std::sync::atomic::Ordering::Release);
-            self.window.stats.bridges += 1;
+            unsafe { self.window.begin_bridge(uc) };
         }
     }
 
@@ -290,12 +241,10 @@ impl ThreadState {
     /// `uc` must be the context the kernel passed to the signal handler.
     unsafe fn end_bridge(&mut self, engine: &Engine, map: &ProcessMap, uc: *mut libc::ucontext_t) {
         // SAFETY: forwarded from the caller.
-        unsafe { (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] &= !TRAP_FLAG };
-        self.window.phase = Phase::Native;
-        self.window.busy.store(false, std::sync::atomic::Ordering::Release);
-        let settings = self.window.settings;
+        unsafe { self.window.end_bridge(uc) };
+        let settings = self.window.settings();
         // SAFETY: forwarded from the caller.
-        let regs = unsafe { Regs::from_ucontext(uc, self.place.fs_base, self.place.gs_base) };
+        let regs = unsafe { self.ledger.regs(uc) };
         if self.translatable(engine, map, regs.rip) {
             let plan = Plan { weight: 1.0, settings, picks: 0 };
             // SAFETY: forwarded from the caller.

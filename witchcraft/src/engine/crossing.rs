@@ -1,25 +1,20 @@
 //! A thread's crossings between its own code and the cache: a window
-//! begins (at a tick, or the next whole-run window at once), it ends, the
-//! thread leaves the cache for good or at a fault; and the registers the
-//! program would see at a point inside a copy.
+//! begins (at a tick, or the next whole-run window at once), a `rep`
+//! instruction runs in parts, the window ends, the thread goes on natively
+//! until a breakpoint takes it back, or leaves the cache for good or at a
+//! fault; and the registers the program would see at a point inside a
+//! copy. The paths above ([`super::recording`], [`super::cache_exit`],
+//! [`super::burst`], [`super::trap`]) cross through here; the window's
+//! state changes only through [`super::window::Window`]'s methods.
 
+use super::process::Engine;
+use super::settings::WindowSettings;
+use super::stepping::set_trap_flag;
 use super::thread::ThreadState;
-use super::window::{counted, gregs, Phase, Plan, WindowSettings, TRAP_FLAG};
-use super::Engine;
+use super::window::{counted, gregs, Phase, Plan};
 use crate::modules::ProcessMap;
-use crate::sys::siginfo;
 use crate::x86::decode::Regs;
 use crate::x86::translate::{Exit, Point, Variant};
-
-/// Counted accesses per instruction assumed before a thread's first window.
-const START_PER_INSTRUCTION: f64 = 0.3;
-
-/// The signals a thread may take while in the cache: the synchronous ones
-/// (which cannot wait) and SIGTRAP. A kernel mask.
-fn window_mask() -> u64 {
-    let open = [libc::SIGTRAP, libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL, libc::SIGSYS];
-    open.iter().fold(u64::MAX, |m, &sig| m & !siginfo::mask_bit(sig))
-}
 
 impl ThreadState {
     /// A tick begins a window at the interrupted instruction (`regs`),
@@ -37,7 +32,6 @@ impl ThreadState {
         plan: Plan,
         uc: *mut libc::ucontext_t,
     ) -> bool {
-        let Plan { weight, settings, picks } = plan;
         if !self.window.cache.ready(map) {
             return false;
         }
@@ -47,51 +41,10 @@ impl ThreadState {
         // back (only once it surely begins: a tick in code the cache does
         // not run must leave the breakpoint set).
         self.window.resume.disarm();
-        let spent = self.record.counters.engine_ns;
-        let w = &mut self.window;
-        // Learn what a unit cost: the engine's time since the last window
-        // began (its picks' traps included) over its units.
-        if let Some((at, units)) = w.last_start {
-            let per = spent.saturating_sub(at) as f64 / units.max(1) as f64;
-            w.unit_ns = if w.unit_ns == 0.0 { per } else { w.unit_ns + (per - w.unit_ns) / 8.0 };
-        }
-        if let Some(n) = settings.count {
-            // Every access alike, for the whole run: a pick stands for n.
-            w.picks_left = u64::MAX;
-            w.p = 1.0 / n.max(1) as f64;
-            w.time_weight = 1.0;
-        } else {
-            let per = if w.per_instruction > 0.0 { w.per_instruction } else { START_PER_INSTRUCTION };
-            let expected = settings.instructions as f64 * per.max(1e-3);
-            w.picks_left = 2 * picks.max(1) as u64 + 2;
-            w.p = (picks.max(1) as f64 / expected).clamp(1e-9, 1.0);
-            w.time_weight = weight;
-        }
-        w.settings = settings;
-        w.given = settings.instructions as u64;
-        w.accesses = 0;
-        w.stepped = 0;
-        w.last_start = Some((spent, 1 + picks as u64));
-        let d = w.draw();
-        w.drawn = d;
-        let data = w.cache.data();
-        data.countdown = d;
-        data.instr_left = settings.instructions as i64;
-        if w.rec.is_some() {
-            data.fs_base = self.place.fs_base;
-            data.gs_base = self.place.gs_base;
-            w.records_in();
-        }
+        let spent = self.ledger.counters.engine_ns;
         // SAFETY: forwarded from the caller.
-        unsafe {
-            w.saved_mask = siginfo::frame_mask(uc);
-            siginfo::set_frame_mask(uc, window_mask());
-            gregs(uc)[libc::REG_RIP as usize] = entry as i64;
-        }
-        w.phase = Phase::Cache;
-        w.busy.store(true, std::sync::atomic::Ordering::Release);
-        w.stats.windows += 1;
-        self.record.counters.bursts += 1;
+        unsafe { self.window.begin(plan, spent, self.ledger.place(), entry, uc) };
+        self.ledger.counters.bursts += 1;
         true
     }
 
@@ -109,11 +62,10 @@ impl ThreadState {
         settings: WindowSettings,
         uc: *mut libc::ucontext_t,
     ) -> bool {
-        if self.window.phase == Phase::Bridge {
+        if self.window.phase() == Phase::Bridge {
             // The trap flag is not set here (the caller's check): the
             // bridge's step was lost (a handler left by siglongjmp).
-            self.window.phase = Phase::Native;
-            self.window.busy.store(false, std::sync::atomic::Ordering::Release);
+            self.window.bridge_lost();
         }
         if self.window.active() {
             return false;
@@ -138,7 +90,7 @@ impl ThreadState {
     /// function the agent interposes) comes back.
     pub(super) fn leave_for(&mut self, engine: &Engine, map: &ProcessMap, uc: *mut libc::ucontext_t, native: u64) {
         let whole_run = self.window.whole_run();
-        self.end_window(uc, native, true);
+        self.window.end(uc, native, true);
         if !whole_run {
             return;
         }
@@ -159,43 +111,52 @@ impl ThreadState {
                     info: crate::x86::record::info(&load) | crate::x86::record::RET,
                     extra: ret,
                 };
-                if let Some(rec) = &mut self.window.rec {
-                    rec.push(&[r]);
-                }
+                self.window.push_records(&[r]);
                 return self.resume_after(engine, ret);
             }
         }
-        self.note_gap_at(native);
+        self.window.note_gap(native);
+    }
+
+    /// Whole-run windows: go on natively, and back into the cache at `pc`
+    /// when the thread gets there (an instruction breakpoint). Where that
+    /// cannot be, the next tick takes the thread back: a gap.
+    pub fn resume_after(&mut self, engine: &Engine, pc: u64) {
+        let ok = crate::modules::current().is_some_and(|m| m.module(pc).is_some()) && !engine.is_own_code(pc) && self.window.resume.arm(pc);
+        if !ok {
+            self.window.note_gap(pc);
+        }
+    }
+
+    /// Run `elements` elements of the `rep` instruction at `native` (the
+    /// context's PC) in the cache, then pick the next one (`pick`) or go on.
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    pub(super) unsafe fn rep_part(
+        &mut self,
+        map: &ProcessMap,
+        own: (u64, u64),
+        native: u64,
+        elements: u64,
+        pick: bool,
+        uc: *mut libc::ucontext_t,
+    ) {
+        // SAFETY: forwarded from the caller.
+        let g = unsafe { gregs(uc) };
+        let rcx = g[libc::REG_RCX as usize] as u64;
+        let Some(part) = self.window.cache.rep_part(map, own, native) else { return self.window.end(uc, native, true) };
+        let data = self.window.cache.data();
+        data.rep_native = native;
+        data.rep_rest = rcx - elements.min(rcx);
+        data.rep_pick = pick as u64;
+        g[libc::REG_RCX as usize] = elements.min(rcx) as i64;
+        g[libc::REG_RIP as usize] = part as i64;
+        self.window.run_rep_part();
     }
 
     pub(super) fn translatable(&self, engine: &Engine, map: &ProcessMap, pc: u64) -> bool {
-        map.module(pc).is_some() && !(pc >= engine.own_code.0 && pc < engine.own_code.1)
-    }
-
-    /// The window is over: the thread goes on natively at `native` with
-    /// its own signal mask. `cut`: before its instructions ran out.
-    pub(crate) fn end_window(&mut self, uc: *mut libc::ucontext_t, native: u64, cut: bool) {
-        let w = &mut self.window;
-        // SAFETY: `uc` is the kernel's context (every caller's contract).
-        unsafe {
-            gregs(uc)[libc::REG_RIP as usize] = native as i64;
-            siginfo::set_frame_mask(uc, w.saved_mask);
-        }
-        w.phase = Phase::Native;
-        w.busy.store(false, std::sync::atomic::Ordering::Release);
-        let left = w.cache.data().instr_left.clamp(0, w.given as i64) as u64;
-        let ran = w.given - left + w.stepped;
-        let s = &mut w.stats;
-        s.cut += cut as u64;
-        s.instructions += ran;
-        s.accesses += w.accesses;
-        s.shortest = if s.shortest == 0 { ran } else { s.shortest.min(ran) };
-        s.longest = s.longest.max(ran);
-        if ran > 0 {
-            // Quick to follow: the next window's picks rest on it.
-            let obs = w.accesses as f64 / ran as f64;
-            w.per_instruction = if w.per_instruction == 0.0 { obs } else { w.per_instruction + (obs - w.per_instruction) / 2.0 };
-        }
+        map.module(pc).is_some() && !engine.is_own_code(pc)
     }
 
     /// Leave the cache wherever the thread is in it, for good (the session
@@ -205,12 +166,10 @@ impl ThreadState {
     /// # Safety
     /// `uc` must be the context the kernel passed to the signal handler.
     pub unsafe fn leave_cache(&mut self, uc: *mut libc::ucontext_t) {
-        if self.window.phase == Phase::Bridge {
+        if self.window.phase() == Phase::Bridge {
             // Natively already, with the program's mask: only the step goes.
             // SAFETY: forwarded from the caller.
-            unsafe { (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] &= !TRAP_FLAG };
-            self.window.phase = Phase::Native;
-            self.window.busy.store(false, std::sync::atomic::Ordering::Release);
+            unsafe { self.window.end_bridge(uc) };
             return;
         }
         if !self.window.active() {
@@ -238,9 +197,27 @@ impl ThreadState {
             None => rip,
         };
         self.burst.reset();
-        // SAFETY: the trap flag of a pick's step is ours.
-        unsafe { (*uc).uc_mcontext.gregs[libc::REG_EFL as usize] &= !0x100 };
-        self.end_window(uc, native, true);
+        // SAFETY: the trap flag of a pick's step is ours; `uc` is forwarded
+        // from the caller.
+        unsafe { set_trap_flag(uc, false) };
+        self.window.end(uc, native, true);
+    }
+
+    /// Stop a burst the engine will not finish (the session ends, or the
+    /// process is sandboxed): clear the trap flag, and if the thread runs
+    /// in its code cache, put it back at the native code with its own
+    /// signal mask; the burst is forgotten. No system call.
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    pub unsafe fn drop_burst(&mut self, uc: *mut libc::ucontext_t) {
+        // SAFETY: forwarded from the caller; only the context's trap flag,
+        // and for a window its PC and signal mask, change.
+        unsafe {
+            set_trap_flag(uc, false);
+            self.leave_cache(uc);
+        }
+        self.burst.reset();
     }
 
     /// A fault (SIGSEGV, SIGBUS, SIGFPE, SIGILL) raised by a copy: put the
@@ -265,7 +242,7 @@ impl ThreadState {
             // SAFETY: the slot is in this thread's data page.
             g[greg_of(reg)] = unsafe { *(slot as *const i64) };
         }
-        self.end_window(uc, p.pc, true);
+        self.window.end(uc, p.pc, true);
         true
     }
 

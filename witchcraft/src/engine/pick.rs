@@ -1,6 +1,7 @@
 //! A burst's picks: how many it may hold, how it picks them among the
-//! accesses it steps through (reservoirs, by access or by bytes), what
-//! each stands for, and what became of each (see [`super::burst`]).
+//! accesses it steps through (reservoirs, by access or by bytes), and what
+//! became of each (see [`super::burst`]; what each stands for is
+//! [`super::settings::BurstWeight`]).
 
 use crate::craft::{Verdict, Watched};
 use crate::x86::decode::Access;
@@ -10,43 +11,6 @@ use rand::{rngs::SmallRng, RngExt};
 /// burst judges many of its picks itself, when their next access comes
 /// within it).
 pub const MAX_PICKS: usize = 8;
-
-/// What a burst's pick stands for: the program time of its tick, in
-/// periods, times a count of the burst's accesses.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum BurstWeight {
-    /// K, the accesses the burst stepped through (over the picks). Right
-    /// when every burst steps as many instructions.
-    #[default]
-    Accesses,
-    /// K/L, accesses per instruction stepped (times the most steps a burst
-    /// takes, to keep the scale of [`BurstWeight::Accesses`]): right when
-    /// the budget or the code (a `syscall` ends a burst) makes bursts
-    /// differ in length, since a burst twice as long does not stand for
-    /// twice the program's time.
-    PerStep,
-    /// Experimental: 1 (each burst alike).
-    PerBurst,
-}
-
-impl BurstWeight {
-    pub fn parse(v: &str) -> Option<BurstWeight> {
-        match v {
-            "accesses" | "access" => Some(BurstWeight::Accesses),
-            "step" | "per-step" => Some(BurstWeight::PerStep),
-            "one" => Some(BurstWeight::PerBurst),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            BurstWeight::Accesses => "accesses",
-            BurstWeight::PerStep => "step",
-            BurstWeight::PerBurst => "one",
-        }
-    }
-}
 
 /// The picked access and what became of it.
 #[derive(Clone, Copy, Debug, Default)]

@@ -3,8 +3,10 @@
 //! cache does not copy, recorded from their decoded accesses. The buffer
 //! and its channel are [`super::recorder`].
 
+use super::ledger::code_bytes;
+use super::process::Engine;
 use super::thread::ThreadState;
-use super::Engine;
+use super::window::Plan;
 use crate::modules::ProcessMap;
 use crate::x86::decode::{Decoded, Regs};
 use crate::x86::record::{of_instruction, Transfer};
@@ -17,11 +19,9 @@ impl ThreadState {
     /// `uc` must be the context the kernel passed to the signal handler.
     unsafe fn decode_here(&mut self, map: &ProcessMap, native: u64, uc: *mut libc::ucontext_t) -> Option<(Decoded, Regs)> {
         // SAFETY: forwarded from the caller.
-        let mut regs = unsafe { Regs::from_ucontext(uc, self.place.fs_base, self.place.gs_base) };
+        let mut regs = unsafe { self.ledger.regs(uc) };
         regs.rip = native;
-        let mut buf = [0u8; 16];
-        let b = super::sample::code_bytes(map, native, &mut buf)?;
-        let d = self.scratch.analyzer.decode(b, native, &regs, false)?;
+        let d = self.ledger.decode(map, native, &regs, false)?;
         Some((d, regs))
     }
 
@@ -38,15 +38,13 @@ impl ThreadState {
         let part = rcx.min(translate::MAX_REP_ELEMENTS as u64);
         // SAFETY: forwarded from the caller.
         let Some((d, _)) = (unsafe { self.decode_here(map, native, uc) }) else {
-            self.note_gap_at(native);
-            return self.end_window(uc, native, true);
+            self.window.note_gap(native);
+            return self.window.end(uc, native, true);
         };
         if part > 0 {
             let (recs, n) = of_instruction(&d, Transfer::Rep(part));
-            if let Some(r) = &mut self.window.rec {
-                r.push(&recs[..n]);
-            }
-            self.window.records_in_pub();
+            self.window.push_records(&recs[..n]);
+            self.window.records_in();
         }
         let data = self.window.cache.data();
         data.instr_left -= 1 + (part >> translate::REP_PER_INSTRUCTION_SHIFT) as i64;
@@ -64,15 +62,15 @@ impl ThreadState {
     pub(crate) unsafe fn record_native(&mut self, engine: &Engine, map: &ProcessMap, native: u64, uc: *mut libc::ucontext_t) {
         // SAFETY: forwarded from the caller.
         let decoded = unsafe { self.decode_here(map, native, uc) };
-        self.end_window(uc, native, true);
+        self.window.end(uc, native, true);
         let Some((d, _)) = decoded else {
-            self.note_gap_at(native);
+            self.window.note_gap(native);
             return;
         };
         // A system call comes back after itself; a call the cache does not
         // take (into code it does not run) at its return address.
         let mut buf = [0u8; 16];
-        let flow = super::sample::code_bytes(map, native, &mut buf)
+        let flow = code_bytes(map, native, &mut buf)
             .map(|b| iced_x86::Decoder::with_ip(64, b, native, iced_x86::DecoderOptions::NONE).decode())
             .map(|i| (i.flow_control(), i.mnemonic()));
         let (transfer, falls_through) = match flow {
@@ -84,26 +82,12 @@ impl ThreadState {
         // Accesses the decoder cannot place (`xsave`'s) are left out as
         // the single-stepping mode leaves them out.
         let (recs, n) = of_instruction(&d, transfer);
-        if let Some(r) = &mut self.window.rec {
-            r.push(&recs[..n]);
-        }
+        self.window.push_records(&recs[..n]);
         if !falls_through {
-            self.note_gap_at(native);
+            self.window.note_gap(native);
             return;
         }
         self.resume_after(engine, d.next_ip());
-    }
-
-    /// Whole-run windows: go on natively, and back into the cache at `pc`
-    /// when the thread gets there (an instruction breakpoint). Where that
-    /// cannot be, the next tick takes the thread back: a gap.
-    pub fn resume_after(&mut self, engine: &Engine, pc: u64) {
-        let ok = crate::modules::current().is_some_and(|m| m.module(pc).is_some())
-            && !(pc >= engine.own_code.0 && pc < engine.own_code.1)
-            && self.window.resume.arm(pc);
-        if !ok {
-            self.note_gap_at(pc);
-        }
     }
 
     /// Whole-run windows: the resume breakpoint fired; the thread is at
@@ -117,24 +101,17 @@ impl ThreadState {
             return;
         }
         let Some(settings) = engine.burst.and_then(|b| b.window) else { return };
-        if !self.window.usable() || !engine.windows_allowed.load(std::sync::atomic::Ordering::Relaxed) {
+        if !self.window.usable() || !engine.windows_allowed() {
             return;
         }
         // SAFETY: forwarded from the caller.
-        let regs = unsafe { Regs::from_ucontext(uc, self.place.fs_base, self.place.gs_base) };
-        let plan = super::window::Plan { weight: 1.0, settings, picks: 0 };
+        let regs = unsafe { self.ledger.regs(uc) };
+        let plan = Plan { weight: 1.0, settings, picks: 0 };
         // SAFETY: forwarded from the caller.
         if unsafe { self.begin_window(engine, map, &regs, plan, uc) } {
-            self.window.stats.resumes += 1;
+            self.window.note_resume();
         } else {
-            self.note_gap_at(regs.rip);
-        }
-    }
-
-    pub(crate) fn note_gap_at(&mut self, pc: u64) {
-        self.window.stats.gaps += 1;
-        if self.window.stats.first_gap == 0 {
-            self.window.stats.first_gap = pc;
+            self.window.note_gap(regs.rip);
         }
     }
 }

@@ -2,14 +2,11 @@
 //! for, count it in its calling context (µ), and give it a watchpoint if
 //! the replacement policy says so.
 
+use super::process::Engine;
 use super::thread::ThreadState;
 use super::watch::SelfTrap;
-use super::Engine;
-use crate::craft::{Watched, SNAPSHOT};
 use crate::modules::{self, ProcessMap};
-use crate::sys::mem;
 use crate::sys::pmu;
-use crate::unwind;
 use crate::x86::decode::{self, Access, Regs};
 use crate::x86::precise_pc;
 
@@ -24,17 +21,16 @@ impl ThreadState {
     /// # Safety
     /// `uc` must be the context the kernel passed to the signal handler.
     pub(crate) unsafe fn on_sample(&mut self, engine: &Engine, uc: *mut libc::ucontext_t) {
-        self.record.counters.interrupts += 1;
-        self.record.cluster += 1;
+        self.ledger.note_interrupt();
         let Some(map) = modules::current() else { return };
         // SAFETY: forwarded from the caller.
-        let regs = unsafe { Regs::from_ucontext(uc, self.place.fs_base, self.place.gs_base) };
-        let pmu = matches!(self.sampler, super::Sampler::Pmu(_));
+        let regs = unsafe { self.ledger.regs(uc) };
+        let pmu = self.sampler.is_pmu();
         // task-clock also runs while the kernel delivers our signals. A
         // period that ends there fires where the program resumes (measured:
         // Listing 4.3's densely trapping *p/*q at 36% instead of 25%).
         if !pmu && self.clock.is_overdue(&regs) {
-            self.record.counters.overdue += 1;
+            self.ledger.counters.overdue += 1;
             return;
         }
         self.clock.resume_at(&regs);
@@ -44,11 +40,11 @@ impl ThreadState {
         // over-sampled. Measured on Listing 4.3 at -p 100000: 35%/35%/15%/15%
         // unweighted, 25% each expected.
         let weight = if pmu { 1.0 } else { self.clock.sample_weight(engine.signal_cost_ns, engine.period) };
-        if let super::Sampler::Pmu(p) = &mut self.sampler {
+        if pmu {
             // Precise IP and data address come from the PMU record.
             let mut recs = [pmu::PmuRecord::default(); 8];
             let mut n = 0;
-            p.drain(|r| {
+            self.sampler.drain_pmu(|r| {
                 if n < recs.len() {
                     recs[n] = r;
                     n += 1;
@@ -59,9 +55,8 @@ impl ThreadState {
             }
             return;
         }
-        let pc = regs.rip;
-        if pc >= engine.own_code.0 && pc < engine.own_code.1 {
-            self.record.counters.skipped_self += 1;
+        if engine.is_own_code(regs.rip) {
+            self.ledger.counters.skipped_self += 1;
             // Nearly always right after the system call of one of the
             // agent's wrappers that the program called (`syscall`, a
             // futex wait through it): time the program spent, which earns
@@ -101,7 +96,7 @@ impl ThreadState {
         let mut written: u16 = 0;
         let mut steps = [0i64; 16];
         for _ in 0..SKID {
-            let (prev, target) = precise_pc::previous_instruction(map, &mut self.scratch.pc, end);
+            let (prev, target) = self.ledger.previous_instruction(map, end);
             let Some(prev) = prev else { break };
             if target {
                 break;
@@ -112,14 +107,14 @@ impl ThreadState {
             for (g, s) in at.gpr.iter_mut().zip(steps) {
                 *g = g.wrapping_sub(s as u64);
             }
-            let Some(d) = self.scratch.analyzer.decode(bytes, prev, &at, true) else { break };
+            let Some(d) = self.ledger.decode_bytes(bytes, prev, &at, true) else { break };
             if d.branch || d.rep {
                 break;
             }
             if let Some(a) = d.accesses().iter().copied().find(|a| engine.craft.samples(a)) {
                 if !clobbers && d.addr_regs & written == 0 && !d.partial {
                     if self.is_engine_memory(a.addr) {
-                        self.record.counters.skipped_self += 1;
+                        self.ledger.counters.skipped_self += 1;
                         return;
                     }
                     return self.sample(engine, map, &at, prev, a, None, weight);
@@ -142,14 +137,13 @@ impl ThreadState {
         let mut written: u16 = 0;
         let mut at = *regs;
         for _ in 0..=SKID {
-            let Some(bytes) = code_bytes(map, ip, &mut buf) else { return };
-            let Some(d) = self.scratch.analyzer.decode(bytes, ip, &at, false) else { return };
+            let Some(d) = self.ledger.decode(map, ip, &at, false) else { return };
             if let Some(a) = d.accesses().iter().copied().find(|a| engine.craft.samples(a)) {
                 if d.addr_regs & written != 0 || d.partial {
                     return;
                 }
                 if self.is_engine_memory(a.addr) {
-                    self.record.counters.skipped_self += 1;
+                    self.ledger.counters.skipped_self += 1;
                     return;
                 }
                 let own = SelfTrap { pc: ip, next: d.next_ip(), anywhere: d.branch || d.rep };
@@ -167,12 +161,11 @@ impl ThreadState {
     }
 
     fn pmu_sample(&mut self, engine: &Engine, map: &ProcessMap, regs: &Regs, r: &pmu::PmuRecord) {
-        if r.addr == 0 || (r.ip >= engine.own_code.0 && r.ip < engine.own_code.1) || self.is_engine_memory(r.addr) {
-            self.record.counters.skipped_self += 1;
+        if r.addr == 0 || engine.is_own_code(r.ip) || self.is_engine_memory(r.addr) {
+            self.ledger.counters.skipped_self += 1;
             return;
         }
         // Length and float kind come from decoding the sampled instruction.
-        let mut buf = [0u8; 16];
         let mut a = Access {
             addr: r.addr,
             len: if r.len > 0 { r.len as u32 } else { 8 },
@@ -181,15 +174,13 @@ impl ThreadState {
             float: Default::default(),
             elem: 0,
         };
-        if let Some(bytes) = code_bytes(map, r.ip, &mut buf) {
-            if let Some(d) = self.scratch.analyzer.decode(bytes, r.ip, regs, false) {
-                if let Some(x) = d.accesses().iter().find(|x| engine.craft.samples(x)) {
-                    a.len = x.len;
-                    a.float = x.float;
-                    a.elem = x.elem;
-                    a.read = x.read;
-                    a.write = x.write;
-                }
+        if let Some(d) = self.ledger.decode(map, r.ip, regs, false) {
+            if let Some(x) = d.accesses().iter().find(|x| engine.craft.samples(x)) {
+                a.len = x.len;
+                a.float = x.float;
+                a.elem = x.elem;
+                a.read = x.read;
+                a.write = x.write;
             }
         }
         if !engine.craft.samples(&a) {
@@ -203,86 +194,9 @@ impl ThreadState {
     /// `weight` in its calling context (µ), and watch it if a debug
     /// register is chosen for it.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn sample(
-        &mut self,
-        engine: &Engine,
-        map: &ProcessMap,
-        regs: &Regs,
-        pc: u64,
-        a: Access,
-        own: Option<SelfTrap>,
-        weight: f64,
-    ) {
-        let rec = &mut self.record;
-        rec.counters.samples += 1;
-        let n = unwind::walk(map, &mut self.scratch.unwind, regs, pc, self.place.stack, &mut self.scratch.frames);
-        let ctx = rec.tree.insert(&self.scratch.frames[..n]);
-        let node = rec.tree.node(ctx);
-        node.samples += 1;
-        node.mu += weight; // µ(C)
-        let Some(i) = self.claim_slot() else { return };
-        let (waddr, wlen) = engine.craft.piece(&a, self.watch.random());
-        let mut watched = Watched::with_piece(a, (waddr, wlen));
-        if engine.craft.needs_value() {
-            let n = (a.len as usize).min(SNAPSHOT);
-            if mem::read_own(a.addr, &mut watched.value[..n]) {
-                watched.value_len = n;
-            }
-        }
-        self.arm_slot(i, waddr, wlen, ctx, watched, own);
+    fn sample(&mut self, engine: &Engine, map: &ProcessMap, regs: &Regs, pc: u64, a: Access, own: Option<SelfTrap>, weight: f64) {
+        let ctx = self.ledger.context(map, regs, pc);
+        self.ledger.count_sample(ctx, weight);
+        self.ledger.watch_sample(engine, a, ctx, own);
     }
-
-    /// A debug register for a new sample, as the replacement policy
-    /// decides (Witch §4.3): None leaves the sample unwatched (a blind
-    /// spot); a slot still armed is released from its old context.
-    pub(crate) fn claim_slot(&mut self) -> Option<usize> {
-        let rec = &mut self.record;
-        let Some(i) = self.watch.choose() else {
-            rec.counters.dropped += 1;
-            rec.blind += 1;
-            rec.counters.longest_blind_spot = rec.counters.longest_blind_spot.max(rec.blind);
-            return None;
-        };
-        if self.watch.slots[i].armed {
-            let node = rec.tree.node(self.watch.slots[i].ctx);
-            node.armed = node.armed.saturating_sub(1);
-        }
-        Some(i)
-    }
-
-    /// Arm slot `i` (from [`Self::claim_slot`]) on [waddr, waddr+wlen) for
-    /// the sample of context `ctx`.
-    pub(crate) fn arm_slot(&mut self, i: usize, waddr: u64, wlen: u64, ctx: u32, watched: Watched, own: Option<SelfTrap>) {
-        let in_place = self.watch.arms_in_place(i);
-        let rec = &mut self.record;
-        if !self.watch.arm(i, waddr, wlen, ctx, watched, own) {
-            rec.counters.arm_failures += 1;
-            return;
-        }
-        rec.counters.rearms_in_place += in_place as u64;
-        rec.tree.node(ctx).armed += 1;
-        rec.counters.armed += 1;
-        rec.blind = 0;
-    }
-}
-
-/// Instruction bytes at `pc`: directly inside a known module, otherwise via
-/// a fault-proof kernel copy (JIT code, vDSO).
-pub(crate) fn code_bytes<'a>(map: &ProcessMap, pc: u64, buf: &'a mut [u8; 16]) -> Option<&'a [u8]> {
-    let module = map.module(pc);
-    if let Some(m) = module.filter(|_| !modules::checked_reads()) {
-        let n = ((m.end - pc) as usize).min(16);
-        // SAFETY: [pc, pc+n) lies inside a module mapped in this process.
-        unsafe { std::ptr::copy_nonoverlapping(pc as *const u8, buf.as_mut_ptr(), n) };
-        return Some(&buf[..n]);
-    }
-    if module.is_none() {
-        modules::STALE.store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-    for n in [16usize, 8, 4] {
-        if mem::read_own(pc, &mut buf[..n]) {
-            return Some(&buf[..n]);
-        }
-    }
-    None
 }

@@ -1,6 +1,7 @@
 //! What interrupts a thread to take a sample: the process-wide choice
 //! ([`SamplerKind`]) and each thread's kernel object ([`Sampler`]).
 
+use super::settings::BurstSettings;
 use crate::config::{Config, SamplerChoice, DEFAULT_PMU_PERIOD, DEFAULT_SOFTWARE_PERIOD_NS, MIN_PMU_PERIOD, MIN_SOFTWARE_PERIOD_NS};
 use crate::profile;
 use crate::sys::perf::{self, Attr, SoftwareClock};
@@ -97,7 +98,7 @@ impl SamplerKind {
 
     /// The profile's description of this sampler at `period`, with
     /// single-step bursts as `burst` says (None: none).
-    pub fn to_profile(&self, period: u64, burst: Option<super::BurstSettings>) -> profile::Sampler {
+    pub fn to_profile(&self, period: u64, burst: Option<BurstSettings>) -> profile::Sampler {
         let burst_steps = burst.map_or(0, |b| b.steps);
         use profile::{PeriodUnit, SamplerKind as Kind, ValueUnit};
         let (kind, unit) = match self {
@@ -281,6 +282,19 @@ impl Sampler {
 
     pub fn is_some(&self) -> bool {
         !matches!(self, Sampler::None)
+    }
+
+    /// A PMU sampler, whose records name the sampled accesses?
+    pub fn is_pmu(&self) -> bool {
+        matches!(self, Sampler::Pmu(_))
+    }
+
+    /// A PMU sampler: hand each record its ring holds to `f`, and free
+    /// the room. Async-signal-safe.
+    pub fn drain_pmu(&mut self, f: impl FnMut(pmu::PmuRecord)) {
+        if let Sampler::Pmu(p) = self {
+            p.drain(f);
+        }
     }
 
     /// The perf event's fd, for samplers that have one.

@@ -1,11 +1,11 @@
 //! A thread's watchpoints: what each debug register watches for the craft,
 //! and which one a new sample gets (Witch §4.4.1, [`crate::replacement`]).
 
-use super::Engine;
-use crate::craft::Watched;
+use super::process::Engine;
+use crate::craft::{Watched, SNAPSHOT};
 use crate::replacement::{Reservoir, SlotView};
-use crate::sys::siginfo;
 use crate::sys::watchpoint::{Arming, Breakpoint};
+use crate::sys::{mem, perf, siginfo};
 use rand::{rngs::SmallRng, RngExt, SeedableRng};
 
 /// x86 has four debug registers.
@@ -52,9 +52,9 @@ pub struct Slot {
 }
 
 pub struct Watchpoints {
-    pub slots: [Slot; MAX_SLOTS],
+    slots: [Slot; MAX_SLOTS],
     /// Slots with a debug register.
-    pub n: usize,
+    n: usize,
     arming: Option<Arming>,
     /// Never accessed: a disarmed breakpoint parks here.
     parking: Box<u64>,
@@ -119,6 +119,50 @@ impl Watchpoints {
             s.live = false;
         }
         self.n = 0;
+    }
+
+    /// Slots with a debug register: the slots are `0..open_slots()`.
+    pub fn open_slots(&self) -> usize {
+        self.n
+    }
+
+    /// Slot `i`, if it has a debug register and watches a sample.
+    pub fn armed(&self, i: usize) -> Option<Slot> {
+        self.slots[..self.n].get(i).filter(|s| s.armed).copied()
+    }
+
+    /// Slot `i` as it is (armed or not).
+    pub fn slot(&self, i: usize) -> Slot {
+        self.slots[i]
+    }
+
+    /// The sampled instruction's own access has trapped (or another did
+    /// first): traps on slot `i` are the next access's from now on.
+    pub fn self_trap_passed(&mut self, i: usize) {
+        self.slots[i].self_trap = None;
+    }
+
+    /// The store slot `i` watches has run: remember the value it left.
+    pub fn snapshot_after_store(&mut self, i: usize) {
+        snapshot(&mut self.slots[i].watched);
+    }
+
+    /// The craft ignored a trap on slot `i`: how many in a row now.
+    pub fn note_ignored(&mut self, i: usize) -> u32 {
+        self.slots[i].ignored += 1;
+        self.slots[i].ignored
+    }
+
+    /// Hold slot `i`'s breakpoint off while a single step runs the access
+    /// it would trap on (the burst judges that access itself); it stays
+    /// armed.
+    pub fn hold_off(&self, i: usize) {
+        self.slots[i].bp.disable();
+    }
+
+    /// Let slot `i`'s breakpoint fire again after [`Self::hold_off`].
+    pub fn hold_on(&self, i: usize) {
+        perf::enable(self.slots[i].bp.fd());
     }
 
     /// Debug registers held.
@@ -191,6 +235,14 @@ impl Watchpoints {
         self.slots = [Slot::default(); MAX_SLOTS];
         self.reservoir.k = 0;
     }
+}
+
+/// Read the value of the watched access `w` as its bytes are now (value
+/// crafts: a load's value is what it reads, a store's what it left); none
+/// if they cannot be read. Async-signal-safe.
+pub fn snapshot(w: &mut Watched) {
+    let n = (w.access.len as usize).min(SNAPSHOT);
+    w.value_len = if mem::read_own(w.access.addr, &mut w.value[..n]) { n } else { 0 };
 }
 
 /// Why a thread got no watchpoint at all, from the errno.

@@ -34,14 +34,27 @@
 //! raised by a copy (SIGSEGV, SIGFPE, ...) is mapped back to the native
 //! instruction by the agent's wrapper before the program's handler runs
 //! ([`ThreadState::leave_cache_at_fault`](super::thread::ThreadState::leave_cache_at_fault)).
+//!
+//! [`Window`] is one thread's window state, written only here: the paths
+//! that drive it ([`super::crossing`], [`super::cache_exit`],
+//! [`super::recording`]) move it from phase to phase through its methods.
 
 use super::cache::CodeCache;
-use super::Engine;
+use super::place::Place;
+use super::process::Engine;
+use super::recorder::Recorder;
+use super::resume::Resume;
+use super::settings::WindowSettings;
+use super::stepping::set_trap_flag;
+use crate::profile::Counters;
+use crate::sys::siginfo;
+use crate::x86::record::Record;
 use crate::x86::translate::Counted;
 use rand::{rngs::SmallRng, RngExt, SeedableRng};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// EFLAGS.TF.
-pub(super) const TRAP_FLAG: i64 = 0x100;
+/// Counted accesses per instruction assumed before a thread's first window.
+const START_PER_INSTRUCTION: f64 = 0.3;
 
 /// Where a thread is with respect to its window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -62,27 +75,6 @@ pub enum Phase {
     Bridge,
 }
 
-/// How windows are sized (process-wide).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct WindowSettings {
-    /// Instructions a window runs at most.
-    pub instructions: u32,
-    /// Most picks a window expects; the budget decides how many each gets.
-    pub picks: f64,
-    /// Whole-run counting (`-e sw-stores`, `-e sw-loads`): every access of
-    /// the craft's kind is picked with probability 1/N, N this period, and
-    /// windows follow one another for the whole run (see [`Phase::Bridge`]);
-    /// None: windows at ticks, sized by the budget.
-    pub count: Option<u64>,
-}
-
-impl WindowSettings {
-    /// The most budget units a window takes: one of its own, one a pick.
-    pub fn max_units(&self) -> u32 {
-        self.picks.round().max(1.0) as u32 + 1
-    }
-}
-
 /// What a tick asks of its window.
 #[derive(Clone, Copy, Debug)]
 pub struct Plan {
@@ -95,46 +87,46 @@ pub struct Plan {
 
 /// One thread's window state.
 pub struct Window {
-    pub cache: CodeCache,
-    pub phase: Phase,
+    pub(super) cache: CodeCache,
+    phase: Phase,
     /// `phase` is not Native, for other threads to read (the session's
     /// end waits for windows to end before it frees their caches).
-    pub busy: std::sync::atomic::AtomicBool,
+    busy: AtomicBool,
     /// Pick probability per counted access in the window under way.
-    pub(super) p: f64,
+    p: f64,
     /// The program-time weight of the tick that began it.
-    pub(super) time_weight: f64,
+    time_weight: f64,
     /// The settings it began with.
-    pub(super) settings: WindowSettings,
+    settings: WindowSettings,
     /// The countdown as last set.
-    pub(super) drawn: i64,
+    drawn: i64,
     /// Instructions the window was given.
-    pub(super) given: u64,
+    given: u64,
     /// Counted accesses and stepped instructions of the window so far.
-    pub(super) accesses: u64,
-    pub(super) stepped: u64,
+    accesses: u64,
+    stepped: u64,
     /// The program's signal mask (the kernel's 64 bits), given back at the
     /// window's end.
-    pub(super) saved_mask: u64,
+    saved_mask: u64,
     /// Recent counted accesses per instruction (0: no window yet).
-    pub(super) per_instruction: f64,
+    per_instruction: f64,
     /// Counted accesses a `rep` string element makes (the craft's kind).
-    pub(super) counted_per_element: i64,
+    counted_per_element: i64,
     /// Picks the window under way may still take: past its plan by far
     /// (its accesses per instruction misjudged), it picks no more.
-    pub(super) picks_left: u64,
+    picks_left: u64,
     rng: SmallRng,
     /// The engine's time spent when the last window began, and its picks
     /// (None: no window yet).
-    pub(super) last_start: Option<(u64, u64)>,
+    last_start: Option<(u64, u64)>,
     /// What a budget unit costs (a window's own part, or one pick with its
     /// later trap), learned from windows: 0 before the first.
-    pub(super) unit_ns: f64,
-    pub stats: WindowStats,
+    unit_ns: f64,
+    stats: WindowStats,
     /// The exact mode's recording (None: windows count or pick).
-    pub rec: Option<super::recorder::Recorder>,
+    rec: Option<Recorder>,
     /// Whole-run windows: back into the cache after native code.
-    pub resume: super::resume::Resume,
+    pub(super) resume: Resume,
 }
 
 /// The profile's account of the windows.
@@ -159,12 +151,32 @@ pub struct WindowStats {
     pub first_gap: u64,
 }
 
+/// What a thread of the exact mode recorded.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Recorded {
+    /// Access records written.
+    pub records: u64,
+    /// Times the thread went on natively, unrecorded, until the next tick,
+    /// and where first.
+    pub gaps: u64,
+    pub first_gap: u64,
+    /// Returns into the cache after native code.
+    pub resumes: u64,
+}
+
+/// The signals a thread may take while in the cache: the synchronous ones
+/// (which cannot wait) and SIGTRAP. A kernel mask.
+fn window_mask() -> u64 {
+    let open = [libc::SIGTRAP, libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL, libc::SIGSYS];
+    open.iter().fold(u64::MAX, |m, &sig| m & !siginfo::mask_bit(sig))
+}
+
 impl Window {
     pub fn new(seed: u64, record_fd: Option<i32>) -> Window {
         Window {
             cache: CodeCache::new(),
             phase: Phase::Native,
-            busy: std::sync::atomic::AtomicBool::new(false),
+            busy: AtomicBool::new(false),
             p: 1.0,
             time_weight: 0.0,
             settings: WindowSettings { instructions: 0, picks: 0.0, count: None },
@@ -180,9 +192,33 @@ impl Window {
             last_start: None,
             unit_ns: 0.0,
             stats: WindowStats::default(),
-            rec: record_fd.map(super::recorder::Recorder::new),
-            resume: super::resume::Resume::default(),
+            rec: record_fd.map(Recorder::new),
+            resume: Resume::default(),
         }
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// Inside a window (running copies, or stepping one of its picks)?
+    pub fn active(&self) -> bool {
+        self.phase != Phase::Native
+    }
+
+    /// [`Window::active`], for other threads to ask.
+    pub fn busy(&self) -> bool {
+        self.busy.load(Ordering::Acquire)
+    }
+
+    fn set_phase(&mut self, phase: Phase) {
+        self.phase = phase;
+        self.busy.store(phase != Phase::Native, Ordering::Release);
+    }
+
+    /// The settings the window under way (or the last) began with.
+    pub fn settings(&self) -> WindowSettings {
+        self.settings
     }
 
     /// The window under way runs for the whole run (recording or counting
@@ -190,6 +226,229 @@ impl Window {
     /// code at the resume breakpoint.
     pub fn whole_run(&self) -> bool {
         self.settings.count.is_some()
+    }
+
+    /// Can this thread run windows (its cache is mapped, or may be)?
+    pub fn usable(&self) -> bool {
+        self.cache.usable()
+    }
+
+    /// What a budget unit is expected to cost: learned from the windows so
+    /// far (the engine's time from one window's start to the next, over
+    /// its picks and one), or before the first, a pick's round trips.
+    pub fn unit_ns(&self, engine: &Engine) -> f64 {
+        if self.unit_ns > 0.0 {
+            return self.unit_ns;
+        }
+        (engine.step_cost_ns + engine.trap_cost_ns + 2 * engine.signal_cost_ns) as f64
+    }
+
+    /// Begin a window as `plan` says, the engine having spent `spent` ns
+    /// so far, for a thread at `place`, whose context `uc` goes on at
+    /// `entry` (the copy of its instruction) with only the signals the
+    /// cache takes unblocked.
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    pub(super) unsafe fn begin(&mut self, plan: Plan, spent: u64, place: Place, entry: u64, uc: *mut libc::ucontext_t) {
+        let Plan { weight, settings, picks } = plan;
+        // Learn what a unit cost: the engine's time since the last window
+        // began (its picks' traps included) over its units.
+        if let Some((at, units)) = self.last_start {
+            let per = spent.saturating_sub(at) as f64 / units.max(1) as f64;
+            self.unit_ns = if self.unit_ns == 0.0 { per } else { self.unit_ns + (per - self.unit_ns) / 8.0 };
+        }
+        if let Some(n) = settings.count {
+            // Every access alike, for the whole run: a pick stands for n.
+            self.picks_left = u64::MAX;
+            self.p = 1.0 / n.max(1) as f64;
+            self.time_weight = 1.0;
+        } else {
+            let per = if self.per_instruction > 0.0 { self.per_instruction } else { START_PER_INSTRUCTION };
+            let expected = settings.instructions as f64 * per.max(1e-3);
+            self.picks_left = 2 * picks.max(1) as u64 + 2;
+            self.p = (picks.max(1) as f64 / expected).clamp(1e-9, 1.0);
+            self.time_weight = weight;
+        }
+        self.settings = settings;
+        self.given = settings.instructions as u64;
+        self.accesses = 0;
+        self.stepped = 0;
+        self.last_start = Some((spent, 1 + picks as u64));
+        let d = self.draw();
+        self.drawn = d;
+        let data = self.cache.data();
+        data.countdown = d;
+        data.instr_left = settings.instructions as i64;
+        if self.rec.is_some() {
+            data.fs_base = place.fs_base;
+            data.gs_base = place.gs_base;
+            self.records_in();
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            self.saved_mask = siginfo::frame_mask(uc);
+            siginfo::set_frame_mask(uc, window_mask());
+            gregs(uc)[libc::REG_RIP as usize] = entry as i64;
+        }
+        self.set_phase(Phase::Cache);
+        self.stats.windows += 1;
+    }
+
+    /// The window is over: the thread goes on natively at `native` with
+    /// its own signal mask. `cut`: before its instructions ran out.
+    pub(super) fn end(&mut self, uc: *mut libc::ucontext_t, native: u64, cut: bool) {
+        // SAFETY: `uc` is the kernel's context (every caller's contract).
+        unsafe {
+            gregs(uc)[libc::REG_RIP as usize] = native as i64;
+            siginfo::set_frame_mask(uc, self.saved_mask);
+        }
+        self.set_phase(Phase::Native);
+        let left = self.cache.data().instr_left.clamp(0, self.given as i64) as u64;
+        let ran = self.given - left + self.stepped;
+        let s = &mut self.stats;
+        s.cut += cut as u64;
+        s.instructions += ran;
+        s.accesses += self.accesses;
+        s.shortest = if s.shortest == 0 { ran } else { s.shortest.min(ran) };
+        s.longest = s.longest.max(ran);
+        if ran > 0 {
+            // Quick to follow: the next window's picks rest on it.
+            let obs = self.accesses as f64 / ran as f64;
+            self.per_instruction =
+                if self.per_instruction == 0.0 { obs } else { self.per_instruction + (obs - self.per_instruction) / 2.0 };
+        }
+    }
+
+    /// Whole-run counting: are signals waiting for the program (they wait
+    /// while it runs in the cache), other than the sampler's?
+    pub(super) fn signals_waiting(&self) -> bool {
+        siginfo::pending() & !self.saved_mask & !siginfo::mask_bit(siginfo::sampler_signal()) != 0
+    }
+
+    /// Whole-run counting: the thread, natively at its next instruction
+    /// after a window, crosses a [`Phase::Bridge`]: that instruction runs
+    /// under a single step, with the program's own mask.
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    pub(super) unsafe fn begin_bridge(&mut self, uc: *mut libc::ucontext_t) {
+        // SAFETY: forwarded from the caller.
+        unsafe { set_trap_flag(uc, true) };
+        self.set_phase(Phase::Bridge);
+        self.stats.bridges += 1;
+    }
+
+    /// The bridge's step is over (it trapped, or the thread leaves the
+    /// cache for good): the thread runs natively, its trap flag clear.
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    pub(super) unsafe fn end_bridge(&mut self, uc: *mut libc::ucontext_t) {
+        // SAFETY: forwarded from the caller.
+        unsafe { set_trap_flag(uc, false) };
+        self.set_phase(Phase::Native);
+    }
+
+    /// The bridge's step was lost (a handler left by `siglongjmp`): the
+    /// thread runs natively.
+    pub(super) fn bridge_lost(&mut self) {
+        self.set_phase(Phase::Native);
+    }
+
+    /// The copies ran part of a `rep` instruction; the window goes on in
+    /// the cache.
+    pub(super) fn rep_part_done(&mut self) {
+        self.set_phase(Phase::Cache);
+    }
+
+    /// The context goes to a copy running part of a `rep` instruction.
+    pub(super) fn run_rep_part(&mut self) {
+        self.set_phase(Phase::RepPart);
+    }
+
+    /// The picked instruction is stepped natively: the weight its pick
+    /// stands for.
+    pub(super) fn step_pick(&mut self) -> f64 {
+        let weight = self.time_weight / self.p;
+        self.set_phase(Phase::Step);
+        self.stats.picks += 1;
+        weight
+    }
+
+    /// The picked instruction has run: one instruction stepped, one
+    /// counted access.
+    pub(super) fn pick_stepped(&mut self) {
+        self.stepped += 1;
+        self.accesses += 1;
+    }
+
+    /// The countdown to the next pick, set for the copies: none once the
+    /// window took its picks.
+    pub(super) fn next_countdown(&mut self) {
+        self.picks_left = self.picks_left.saturating_sub(1);
+        let d = if self.picks_left == 0 { i64::MAX / 4 } else { self.draw() };
+        self.drawn = d;
+        self.cache.data().countdown = d;
+    }
+
+    /// Back into the cache after a pick's step.
+    pub(super) fn back_in_cache(&mut self) {
+        self.set_phase(Phase::Cache);
+    }
+
+    /// `n` counted accesses ran outside the countdown (the elements of a
+    /// `rep` before the pick).
+    pub(super) fn count_accesses(&mut self, n: u64) {
+        self.accesses += n;
+    }
+
+    /// A part of a long `rep` runs whole in the cache, making `n` counted
+    /// accesses: the countdown goes past them.
+    pub(super) fn count_rep_part(&mut self, n: u64) {
+        self.cache.data().countdown -= n as i64;
+        self.drawn -= n as i64;
+        self.accesses += n;
+    }
+
+    /// Counted accesses a `rep` string element makes (the craft's kind).
+    pub(super) fn counted_per_element(&self) -> i64 {
+        self.counted_per_element
+    }
+
+    /// Whole-run windows: a return into the cache at the resume breakpoint.
+    pub(super) fn note_resume(&mut self) {
+        self.stats.resumes += 1;
+    }
+
+    /// Whole-run windows: the thread goes on natively at `pc` until the
+    /// next tick.
+    pub(super) fn note_gap(&mut self, pc: u64) {
+        self.stats.gaps += 1;
+        if self.stats.first_gap == 0 {
+            self.stats.first_gap = pc;
+        }
+    }
+
+    /// The exact mode: does this thread record?
+    pub(super) fn recording(&self) -> bool {
+        self.rec.is_some()
+    }
+
+    /// Recording: add `recs` to the buffer (sent when full).
+    pub(super) fn push_records(&mut self, recs: &[Record]) {
+        if let Some(r) = &mut self.rec {
+            r.push(recs);
+        }
+    }
+
+    /// Recording: the copies stopped at a full buffer: send it, and set
+    /// them to write from its start.
+    pub(super) fn send_full_buffer(&mut self) {
+        if let Some(r) = &mut self.rec {
+            r.send();
+        }
+        self.records_in();
     }
 
     /// Recording: the copies' record slot and countdown, after the engine
@@ -204,10 +463,6 @@ impl Window {
             d.countdown = room;
             self.drawn = room;
         }
-    }
-
-    pub(super) fn records_in_pub(&mut self) {
-        self.records_in();
     }
 
     /// Recording: take in the records the copies wrote.
@@ -232,24 +487,30 @@ impl Window {
         }
     }
 
-    /// Can this thread run windows (its cache is mapped, or may be)?
-    pub fn usable(&self) -> bool {
-        self.cache.usable()
+    /// Recording: what this thread recorded; None if it does not record.
+    pub fn recorded(&self) -> Option<Recorded> {
+        let r = self.rec.as_ref()?;
+        let s = &self.stats;
+        Some(Recorded { records: r.stats.records, gaps: s.gaps, first_gap: s.first_gap, resumes: s.resumes })
     }
 
-    /// What a budget unit is expected to cost: learned from the windows so
-    /// far (the engine's time from one window's start to the next, over
-    /// its picks and one), or before the first, a pick's round trips.
-    pub fn unit_ns(&self, engine: &Engine) -> f64 {
-        if self.unit_ns > 0.0 {
-            return self.unit_ns;
-        }
-        (engine.step_cost_ns + engine.trap_cost_ns + 2 * engine.signal_cost_ns) as f64
-    }
-
-    /// Inside a window (running copies, or stepping one of its picks)?
-    pub fn active(&self) -> bool {
-        self.phase != Phase::Native
+    /// The windows' and the cache's part of the profile's counters.
+    pub fn count_into(&self, counters: &mut Counters) {
+        let w = &self.stats;
+        counters.windows = w.windows;
+        counters.window_instructions = w.instructions;
+        counters.window_accesses = w.accesses;
+        counters.window_picks = w.picks;
+        counters.windows_cut = w.cut;
+        counters.window_shortest = w.shortest;
+        counters.window_longest = w.longest;
+        counters.cache_blocks = self.cache.stats.blocks;
+        counters.cache_flushes = self.cache.stats.flushes;
+        counters.cache_exits = self.cache.stats.exits;
+        counters.cache_lookups = self.cache.stats.lookups;
+        counters.window_bridges = w.bridges;
+        counters.window_resumes = w.resumes;
+        counters.window_gaps = w.gaps;
     }
 
     /// Forget the window under way and the copies (a fork child).
@@ -257,8 +518,7 @@ impl Window {
         self.stats = WindowStats::default();
         self.cache.stats = Default::default();
         self.last_start = None;
-        self.phase = Phase::Native;
-        self.busy.store(false, std::sync::atomic::Ordering::Release);
+        self.set_phase(Phase::Native);
         self.cache.flush();
         if let Some(r) = &mut self.rec {
             r.clear();
@@ -269,7 +529,7 @@ impl Window {
     }
 
     /// The countdown to the next pick: geometric on 1, 2, ... with `p`.
-    pub(super) fn draw(&mut self) -> i64 {
+    fn draw(&mut self) -> i64 {
         if self.p >= 1.0 {
             return 1;
         }
