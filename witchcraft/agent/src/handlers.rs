@@ -72,6 +72,7 @@ fn take(sig: i32, sa: &libc::sigaction) {
 
 /// A preloaded agent's handlers: samples and traps, and the fatal-signal hooks.
 pub fn install_preloaded() {
+    enable_links();
     let sa = action(on_signal, true);
     take(libc::SIGTRAP, &sa);
     take(sampler_signal(), &sa);
@@ -209,6 +210,7 @@ pub fn give_back_fatal_hooks() {
 /// An attached agent's handlers: samples and traps. No fatal-signal hooks:
 /// `sigaction` is not interposed, so the program would see them.
 pub fn install_attached() {
+    enable_links();
     let sa = action(on_signal, true);
     take(libc::SIGTRAP, &sa);
     take(sampler_signal(), &sa);
@@ -286,6 +288,9 @@ pub extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *m
 /// ignores it): natively, no step trap could reach such a program unless
 /// it set the flag itself, which would kill it. A program with a SIGTRAP
 /// handler of its own gets every other step trap.
+// Out of line, as `stateless`: `on_signal`'s own frame is on the program's
+// stack, and `tests/tests/harm.rs` holds it to a few hundred bytes.
+#[inline(never)]
 fn stray_step(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -> bool {
     // SAFETY: `info` is the kernel's siginfo for this signal.
     if sig != libc::SIGTRAP || unsafe { siginfo::origin(sig, info) } != siginfo::Origin::Step {
@@ -309,6 +314,7 @@ fn stray_step(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -
 /// it is dropped, not passed on: its tag, or witch's descriptor range,
 /// says it is ours, with or without an engine (which the session's end
 /// may have let go meanwhile).
+#[inline(never)]
 fn stateless(sig: i32, info: *mut libc::siginfo_t) -> bool {
     // SAFETY: `info` is the kernel's siginfo for this signal.
     unsafe { engine::classify(sig, info, None) }.is_some()
@@ -319,6 +325,12 @@ fn stateless(sig: i32, info: *mut libc::siginfo_t) -> bool {
 #[inline(never)]
 fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t, slot: Option<&Slot>) -> bool {
     let Some(engine) = AGENT.engine() else { return false };
+    if slot.is_some_and(Slot::linking) {
+        // Inside the engine's link path, which holds the state: only its
+        // own access can trap here (a watchpoint on the code the
+        // translator reads), witch's, dropped.
+        return stateless(sig, info);
+    }
     // SAFETY: a slot's state is only touched by its own thread's handlers
     // while the thread is profiled; the table keeps it until the session
     // (or process) ends.
@@ -365,6 +377,47 @@ fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t, slo
         slot.engine_handler(|| unsafe { ts.handle(engine, event, uc) });
     }
     true
+}
+
+/// The engine's link path, called from a thread's code cache without a
+/// trap (see `witchcraft::engine::link`): the window's signal mask holds,
+/// the program's registers are saved, and the thread runs on its cache's
+/// link stack. Makes the copy an exit asks for, or leaves it to the exit's
+/// trap (which also ends or drops the window when the session stops).
+extern "C" fn on_cache_link() {
+    keeping_errno(|| {
+        let Some(engine) = AGENT.engine() else { return };
+        if AGENT.stopping() || AGENT.sandboxed() {
+            return;
+        }
+        let Some(slot) = AGENT.current() else { return };
+        if slot.phase() != Phase::Adopted && AGENT.mode() == Mode::Attached {
+            return;
+        }
+        let Some(_entered) = slot.enter() else { return };
+        // SAFETY: a slot's state is only touched by its own thread, here
+        // outside any of witch's handlers (the thread runs its window's
+        // copies, which called this); a handler nested in this call finds
+        // `linking` set and leaves the state alone.
+        let Some(ts) = (unsafe { slot.state().as_mut() }) else { return };
+        slot.set_linking(true);
+        let link = || {
+            if let Some(map) = witchcraft::modules::current() {
+                ts.link_in_cache(engine, map);
+            }
+        };
+        if AGENT.mode() == Mode::Preloaded {
+            slot.engine_handler(|| alloc::in_handler(link));
+        } else {
+            slot.engine_handler(link);
+        }
+        slot.set_linking(false);
+    });
+}
+
+/// Let the code caches link copies without a trap (see [`on_cache_link`]).
+pub fn enable_links() {
+    witchcraft::engine::link::set_hook(on_cache_link);
 }
 
 /// Set up an attached thread at its first sample (it runs, so it is not

@@ -108,6 +108,9 @@ pub struct Slot {
     /// Odd while the thread runs the engine's handler code (which reads
     /// the module map); counts up at each entry and exit.
     epoch: AtomicU64,
+    /// The thread is in the engine's link path, called from its code cache
+    /// (`handlers::on_cache_link`), holding its state.
+    linking: AtomicBool,
     /// What a preloaded thread prepared by its creator runs, and its
     /// stack's size (`thread_life::prepare_thread`), for it to take at its start.
     start: AtomicUsize,
@@ -128,6 +131,7 @@ impl Slot {
             prior_size: AtomicU64::new(0),
             prior_flags: AtomicI32::new(libc::SS_DISABLE),
             epoch: AtomicU64::new(0),
+            linking: AtomicBool::new(false),
             start: AtomicUsize::new(0),
             arg: AtomicUsize::new(0),
             stack_size: AtomicUsize::new(0),
@@ -176,6 +180,17 @@ impl Slot {
         let r = f();
         self.epoch.fetch_add(1, Ordering::SeqCst);
         r
+    }
+
+    /// Mark the thread as in the engine's link path (or out of it again).
+    pub fn set_linking(&self, on: bool) {
+        self.linking.store(on, Ordering::Release);
+    }
+
+    /// Is the thread in the engine's link path (a signal handler of witch's
+    /// that finds this nested inside it must not touch the state)?
+    pub fn linking(&self) -> bool {
+        self.linking.load(Ordering::Acquire)
     }
 
     pub fn state(&self) -> *mut ThreadState {

@@ -12,8 +12,10 @@
 //!   dispatch    native → copy, direct-mapped, read by the dispatch stub
 //!   index       native → fast and slow copies (open addressing), the handlers'
 //!   records     every copy in address order: its native block and variant
-//!   stubs       the dispatch stub; room for a partial `rep`; scratch
+//!   stubs       the dispatch stub, the link stub; room for a partial `rep`; scratch
 //!   code        the copies, one after another
+//!   guard       one page, no access
+//!   link stack  the stack the link stub switches to (see super::link)
 //! ```
 //!
 //! Copies are kept across windows while the module map they were made
@@ -42,13 +44,19 @@ const DISPATCH_AT: usize = PAGE;
 const INDEX_AT: usize = DISPATCH_AT + DISPATCH_ENTRIES as usize * 16;
 const RECORDS_AT: usize = INDEX_AT + INDEX_ENTRIES * 24;
 const STUBS_AT: usize = RECORDS_AT + RECORDS * 24;
-/// The dispatch stub, then the partial-`rep` area, then scratch for
-/// translating a block again (for its points).
+/// The dispatch stub, the link stub, then the partial-`rep` area, then
+/// scratch for translating a block again (for its points).
+const LINK_AT: usize = STUBS_AT + 256;
 const REP_AT: usize = STUBS_AT + 512;
 const SCRATCH_AT: usize = STUBS_AT + 1024;
 const CODE_AT: usize = SCRATCH_AT + translate::MAX_BLOCK_BYTES + PAGE;
+/// The link stack's guard page, and the stack (touched only as deep as the
+/// engine's link path goes: the translator, the agent's lookup of the
+/// thread, the processor's extended state saved on it).
+const GUARD_AT: usize = (CODE_AT + CODE_BYTES).next_multiple_of(PAGE);
+const LINK_STACK_BYTES: usize = 64 * 1024;
 /// The whole mapping.
-pub const CACHE_BYTES: usize = CODE_AT + CODE_BYTES;
+pub const CACHE_BYTES: usize = GUARD_AT + PAGE + LINK_STACK_BYTES;
 
 /// The data page: what the copies read and write besides the program's
 /// memory.
@@ -77,6 +85,11 @@ pub struct Data {
     pub save_rec_b: u64,
     pub fs_base: u64,
     pub gs_base: u64,
+    /// The link stub's: the program's stack pointer, the link stack's
+    /// top, the engine's entry.
+    pub save_rsp: u64,
+    pub link_stack: u64,
+    pub link_entry: u64,
 }
 
 #[repr(C)]
@@ -104,6 +117,8 @@ pub struct CacheStats {
     /// Traps at the cache's exits, and dispatch-table misses among them.
     pub exits: u64,
     pub lookups: u64,
+    /// Copies made and linked at an exit without a trap (the link stub).
+    pub links: u64,
 }
 
 pub struct CodeCache {
@@ -115,6 +130,9 @@ pub struct CodeCache {
     indexed: usize,
     /// The module map the copies were made against.
     map_id: usize,
+    /// The link stub's address, if the copies use it (0: every exit traps),
+    /// fixed when the mapping is made.
+    link: u64,
     translator: Translator,
     pub stats: CacheStats,
 }
@@ -203,6 +221,7 @@ impl CodeCache {
             records: 0,
             indexed: 0,
             map_id: 0,
+            link: 0,
             translator: Translator::new(),
             stats: CacheStats::default(),
         }
@@ -227,10 +246,27 @@ impl CodeCache {
             self.base = p as *mut u8;
             let slots = self.slots();
             self.data().table = self.addr(DISPATCH_AT);
+            // The link stub, if the engine's entry is there and the guard
+            // page below its stack could be made.
+            let entry = super::link::entry();
+            // SAFETY: the guard page is inside the mapping, which nothing uses yet.
+            let guarded = entry != 0 && unsafe { crate::sys::mem::protect_own(self.base.add(GUARD_AT), PAGE, libc::PROT_NONE) };
+            self.link = if guarded { self.addr(LINK_AT) } else { 0 };
             let at = self.addr(STUBS_AT);
             // SAFETY: the stub area is STUBS_AT..REP_AT of the mapping.
-            let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(STUBS_AT), REP_AT - STUBS_AT) };
-            if translate::emit_dispatch(&slots, DISPATCH_ENTRIES, at, out).is_err() {
+            let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(STUBS_AT), LINK_AT - STUBS_AT) };
+            let mut made = translate::emit_dispatch(&slots, DISPATCH_ENTRIES, at, self.link, out).is_ok();
+            if self.link != 0 {
+                // SAFETY: as above, LINK_AT..REP_AT.
+                let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(LINK_AT), REP_AT - LINK_AT) };
+                made &= translate::emit_link(&slots, self.link, out).is_ok();
+                // 16-byte aligned, as a call expects; the top 64 bytes unused.
+                let top = (self.base as u64 + CACHE_BYTES as u64 - 64) & !15;
+                let d = self.data();
+                d.link_stack = top;
+                d.link_entry = entry;
+            }
+            if !made {
                 self.release();
                 self.failed = true;
                 return false;
@@ -255,6 +291,7 @@ impl CodeCache {
         self.code_pos = 0;
         self.records = 0;
         self.indexed = 0;
+        self.link = 0;
     }
 
     /// Forget every copy. Only while no copy is under way except at an
@@ -312,6 +349,9 @@ impl CodeCache {
             save_rec_b: f(std::mem::offset_of!(Data, save_rec_b)),
             fs_base: f(std::mem::offset_of!(Data, fs_base)),
             gs_base: f(std::mem::offset_of!(Data, gs_base)),
+            save_rsp: f(std::mem::offset_of!(Data, save_rsp)),
+            link_stack: f(std::mem::offset_of!(Data, link_stack)),
+            link_entry: f(std::mem::offset_of!(Data, link_entry)),
         }
     }
 
@@ -368,6 +408,23 @@ impl CodeCache {
         }
     }
 
+    /// [`CodeCache::get`], but a full cache is left full (an error): the
+    /// link stub's path returns into the copy that exited, which emptying
+    /// the cache would drop (the exit's trap empties it instead).
+    pub fn get_kept(
+        &mut self,
+        map: &ProcessMap,
+        own: (u64, u64),
+        counted: Counted,
+        native: u64,
+        variant: Variant,
+    ) -> Result<u64, translate::Error> {
+        if let Some(a) = self.lookup(native, variant) {
+            return Ok(a);
+        }
+        self.translate(map, own, counted, native, variant)
+    }
+
     fn translate(
         &mut self,
         map: &ProcessMap,
@@ -385,7 +442,7 @@ impl CodeCache {
         let mut host = Program { map, own, index: self.index() };
         // SAFETY: the code area from code_pos, MAX_BLOCK_BYTES of it free.
         let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(CODE_AT + self.code_pos), translate::MAX_BLOCK_BYTES) };
-        let env = Env { slots, counted, dispatch };
+        let env = Env { slots, counted, dispatch, link: self.link };
         let b: Block = self.translator.translate(&mut host, &env, Request { native, variant, at, points: false }, out)?;
         self.code_pos += (b.len as usize).next_multiple_of(16);
         // SAFETY: records < RECORDS (checked above).
@@ -501,7 +558,7 @@ impl CodeCache {
         // SAFETY: the scratch area, MAX_BLOCK_BYTES long, inside the mapping.
         let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(SCRATCH_AT), translate::MAX_BLOCK_BYTES) };
         let variant = if r.slow != 0 { Variant::Slow } else { Variant::Fast };
-        let env = Env { slots, counted, dispatch };
+        let env = Env { slots, counted, dispatch, link: self.link };
         self.translator.translate(&mut host, &env, Request { native: r.native, variant, at: r.start, points: true }, out).ok()?;
         self.translator.point_at(addr, after)
     }

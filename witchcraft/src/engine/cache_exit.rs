@@ -156,6 +156,40 @@ impl ThreadState {
         }
     }
 
+    /// A copy reached an exit that asks for a copy, through the link stub
+    /// (see [`super::link`]), the exit's `int3` address in the jump slot:
+    /// make the copy (a link, a slow variant, a dispatch miss) and aim the
+    /// jump slot, the branch that exited and the dispatch table at it, as
+    /// the exit's trap would have. Anything else is left to the trap: the
+    /// slot is not changed (code the cache does not run, a full cache,
+    /// which the trap empties, a window that is not running copies).
+    /// Called on the cache's link stack, with the window's signal mask,
+    /// from the agent's hook; async-signal-safe.
+    pub fn link_in_cache(&mut self, engine: &Engine, map: &ProcessMap) {
+        if self.window.phase() != Phase::Cache || !self.window.cache.has_mapping() {
+            return;
+        }
+        let int3 = self.window.cache.data().jump;
+        let Some(exit) = self.window.cache.exit_at(int3.wrapping_add(1)) else { return };
+        let (native, variant, patch) = match exit {
+            Exit::Link { native, patch } => (native, Variant::Fast, Some(patch)),
+            Exit::Slow { native, patch } => (native, Variant::Slow, Some(patch)),
+            Exit::Lookup => (self.window.cache.data().target, Variant::Fast, None),
+            _ => return,
+        };
+        if !self.translatable(engine, map, native) {
+            return;
+        }
+        let Ok(c) = self.window.cache.get_kept(map, engine.own_code, counted(engine), native, variant) else { return };
+        match patch {
+            Some(at) => self.window.cache.patch(at, c),
+            None => self.window.cache.dispatch_to(native, c),
+        }
+        let cache = &mut self.window.cache;
+        cache.stats.links += 1;
+        cache.data().jump = c;
+    }
+
     /// Step the picked instruction at `regs.rip` natively: its `nth`
     /// counted access is the pick.
     ///

@@ -13,7 +13,8 @@
 //!
 //! - the settings and the pieces with one job each: [`settings`] (how
 //!   bursts and windows are sized), [`pick`], [`budget`], [`clock`],
-//!   [`place`], [`resume`], [`recorder`], [`cache`], [`calibrate`];
+//!   [`place`], [`resume`], [`recorder`], [`link`] (the cache's entry
+//!   into the engine without a trap), [`cache`], [`calibrate`];
 //! - [`sampler`], then [`process`] (the process-wide [`Engine`]);
 //! - the thread's parts: [`watch`] (its debug registers), [`ledger`] (the
 //!   bookkeeping core: claim, arm, snapshot, judge, attribute, free,
@@ -37,6 +38,7 @@ pub mod calibrate;
 pub mod clock;
 mod crossing;
 pub mod ledger;
+pub mod link;
 mod pick;
 pub mod place;
 pub mod process;

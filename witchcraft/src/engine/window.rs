@@ -508,6 +508,7 @@ impl Window {
         counters.cache_flushes = self.cache.stats.flushes;
         counters.cache_exits = self.cache.stats.exits;
         counters.cache_lookups = self.cache.stats.lookups;
+        counters.cache_links = self.cache.stats.links;
         counters.window_bridges = w.bridges;
         counters.window_resumes = w.resumes;
         counters.window_gaps = w.gaps;

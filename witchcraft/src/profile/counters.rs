@@ -142,6 +142,10 @@ pub struct Counters {
     pub cache_exits: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_lookups: u64,
+    /// Copies made and linked where a copy asked for them, without a trap
+    /// (the link stub: a link, a slow variant or a dispatch-table miss).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_links: u64,
     /// Whole-run counting (`-e sw-stores`, `-e sw-loads`): steps between
     /// two windows that let the program's waiting signals in.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -214,6 +218,7 @@ impl Counters {
         self.cache_flushes += o.cache_flushes;
         self.cache_exits += o.cache_exits;
         self.cache_lookups += o.cache_lookups;
+        self.cache_links += o.cache_links;
         self.window_bridges += o.window_bridges;
         self.window_resumes += o.window_resumes;
         self.window_gaps += o.window_gaps;

@@ -101,6 +101,18 @@ pub unsafe fn unmap_own(p: *mut libc::c_void, bytes: usize) {
     unsafe { libc::syscall(libc::SYS_munmap, p, bytes) };
 }
 
+/// Change the protection of `[p, p + bytes)` of witch's own memory to
+/// `prot` (the system call, past the agent's `mprotect` interposer). True
+/// on success. Async-signal-safe.
+///
+/// # Safety
+/// The range must be page-aligned, inside one of witch's own mappings,
+/// and nothing may use it in a way `prot` forbids.
+pub unsafe fn protect_own(p: *mut u8, bytes: usize, prot: libc::c_int) -> bool {
+    // SAFETY: the caller's promise.
+    unsafe { libc::syscall(libc::SYS_mprotect, p, bytes, prot) == 0 }
+}
+
 /// Move and grow witch's own mapping `[old, old + old_bytes)` to `bytes`,
 /// into its region. Returns `MAP_FAILED` on failure (the old mapping then
 /// stays). Not for signal handlers (it may make two system calls).

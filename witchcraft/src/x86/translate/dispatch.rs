@@ -8,8 +8,9 @@ use super::{Error, Exit, Slots};
 /// is in the target slot; look it up in the dispatch table (a pointer to
 /// it in the table slot; `entries` of 16 bytes, native address and copy,
 /// a power of two) and jump to the copy, every register and flag as the
-/// program left them; on a miss, leave by an [`Exit::Lookup`] exit.
-pub fn emit_dispatch(slots: &Slots, entries: u32, at: u64, out: &mut [u8]) -> Result<usize, Error> {
+/// program left them; on a miss, leave by an [`Exit::Lookup`] exit (through
+/// the link stub at `link` first, if there is one: not 0).
+pub fn emit_dispatch(slots: &Slots, entries: u32, at: u64, link: u64, out: &mut [u8]) -> Result<usize, Error> {
     let mut e = Emitter { buf: out, base: at, pos: 0, full: false, slots: *slots };
     let s = *slots;
     e.mov_slot_reg(s.save_rax, 0);
@@ -38,6 +39,9 @@ pub fn emit_dispatch(slots: &Slots, entries: u32, at: u64, out: &mut [u8]) -> Re
     e.bytes(&[0x04, 0x7F, 0x9E]);
     e.mov_reg_slot(0, s.save_rax);
     e.mov_reg_slot(1, s.save_rcx);
+    if link != 0 {
+        e.link_prefix(link);
+    }
     let rec = Exit::Lookup.encode();
     e.bytes(&[0xCC]);
     e.bytes(&rec);
@@ -50,4 +54,29 @@ pub fn emit_dispatch(slots: &Slots, entries: u32, at: u64, out: &mut [u8]) -> Re
 /// Where a native address lands in the dispatch table of `entries`.
 pub fn dispatch_index(native: u64, entries: u32) -> usize {
     ((native ^ (native >> 11)) as u32 & (entries - 1)) as usize
+}
+
+/// The link stub, at `at`: an exit that asks for a copy (a link, a slow
+/// variant, a dispatch miss) comes here with its `int3`'s address in the
+/// jump slot, before trapping. It keeps the program's stack pointer in a
+/// slot, switches to the cache's own stack (the program's is never
+/// touched, not even below its red zone: it may be a small alternate
+/// signal stack) and calls the engine's entry (whose address is in the
+/// link-entry slot), which keeps every register and flag and either makes
+/// the copy and aims the jump slot at it, or leaves the slot as it was.
+/// Then back on the program's stack, it jumps where the slot says: the
+/// copy, or the exit's `int3` (the trap takes the exit as before). No
+/// instruction here changes the flags.
+pub fn emit_link(slots: &Slots, at: u64, out: &mut [u8]) -> Result<usize, Error> {
+    let mut e = Emitter { buf: out, base: at, pos: 0, full: false, slots: *slots };
+    let s = *slots;
+    e.mov_slot_reg(s.save_rsp, 4); // mov [save_rsp], rsp
+    e.mov_reg_slot(4, s.link_stack); // mov rsp, [link_stack]
+    e.modrm_slot(&[0xFF], 2, s.link_entry); // call [link_entry]
+    e.mov_reg_slot(4, s.save_rsp); // mov rsp, [save_rsp]
+    e.modrm_slot(&[0xFF], 4, s.jump); // jmp [jump]
+    if e.full {
+        return Err(Error::Full);
+    }
+    Ok(e.pos)
 }

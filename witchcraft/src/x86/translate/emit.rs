@@ -7,6 +7,9 @@ use iced_x86::{Encoder, Instruction};
 /// Bytes of an exit stub: `int3` and a 17-byte record.
 pub const EXIT_STUB_LEN: u64 = 18;
 
+/// The bytes a link exit has before its `int3` ([`Emitter::link_prefix`]).
+pub const LINK_PREFIX_LEN: u64 = 25;
+
 /// Writes a copy into its buffer, addressing as if at `base`.
 pub(super) struct Emitter<'a> {
     pub(super) buf: &'a mut [u8],
@@ -175,11 +178,36 @@ impl Emitter<'_> {
 
     /// An exit stub: `int3` and the exit's record after it, which the
     /// handler reads at the address the trap reports ([`Exit::read`]).
-    pub(super) fn exit(&mut self, _ctx: &mut Ctx, kind: Exit) -> Result<(), Error> {
+    ///
+    /// An exit that asks for a copy ([`Exit::Link`], [`Exit::Slow`]) first
+    /// tries the link stub (see [`super::emit_link`]), when the cache has
+    /// one: the `int3`'s address goes to the jump slot, where the stub
+    /// returns to when the engine cannot make the copy without a trap.
+    /// Returns the stub's start, where branches to the exit go.
+    pub(super) fn exit(&mut self, ctx: &mut Ctx, kind: Exit) -> Result<u64, Error> {
+        let start = self.here();
+        if ctx.link != 0 && matches!(kind, Exit::Link { .. } | Exit::Slow { .. }) {
+            self.link_prefix(ctx.link);
+        }
         let rec = kind.encode();
         self.bytes(&[0xCC]);
         self.bytes(&rec);
-        Ok(())
+        Ok(start)
+    }
+
+    /// Before an exit's `int3`: its address into the jump slot (two
+    /// 32-bit stores), then a jump to the link stub at `link`. No flag or
+    /// register changes.
+    pub(super) fn link_prefix(&mut self, link: u64) {
+        let int3 = self.here() + LINK_PREFIX_LEN;
+        for (half, v) in [(0u64, int3 as u32), (4, (int3 >> 32) as u32)] {
+            // mov dword [rip+jump+half], imm32
+            self.bytes(&[0xC7, 0x05]);
+            let d = self.rel_to(self.slots.jump + half, 8);
+            self.bytes(&d.to_le_bytes());
+            self.bytes(&v.to_le_bytes());
+        }
+        self.jmp_abs(link);
     }
 
     /// Encode `ins` here with iced's encoder (its buffer reused).

@@ -54,8 +54,8 @@ mod rewrite;
 #[cfg(test)]
 mod tests;
 
-pub use dispatch::{dispatch_index, emit_dispatch};
-pub use emit::EXIT_STUB_LEN;
+pub use dispatch::{dispatch_index, emit_dispatch, emit_link};
+pub use emit::{EXIT_STUB_LEN, LINK_PREFIX_LEN};
 
 use super::decode::{Access, Analyzer};
 use emit::Emitter;
@@ -103,6 +103,12 @@ pub struct Slots {
     pub save_rec_b: u64,
     pub fs_base: u64,
     pub gs_base: u64,
+    /// The link stub ([`emit_link`]): where it keeps the program's stack
+    /// pointer, the top of the stack it switches to, and a slot holding the
+    /// address of the engine's entry it calls.
+    pub save_rsp: u64,
+    pub link_stack: u64,
+    pub link_entry: u64,
 }
 
 /// Which accesses the copies count (the craft's kind).
@@ -208,6 +214,9 @@ pub struct Env {
     pub counted: Counted,
     /// The dispatch stub's address.
     pub dispatch: u64,
+    /// The link stub's address ([`emit_link`]); 0: exits that ask for a
+    /// copy always trap.
+    pub link: u64,
 }
 
 /// One block to translate.
@@ -400,7 +409,7 @@ impl Translator {
             return Err(Error::Unreadable);
         }
         let mut e = Emitter { buf: out, base: req.at, pos: 0, full: false, slots: env.slots };
-        let mut ctx = Ctx { host, points: req.points, dispatch: env.dispatch, record: env.counted == Counted::Records };
+        let mut ctx = Ctx { host, points: req.points, dispatch: env.dispatch, link: env.link, record: env.counted == Counted::Records };
         let block = if self.insns[0].class == Class::Rep {
             self.emit_rep(&mut e, &mut ctx)
         } else {
@@ -420,6 +429,8 @@ struct Ctx<'a> {
     host: &'a mut dyn Host,
     points: bool,
     dispatch: u64,
+    /// The link stub (0: none).
+    link: u64,
     /// Recording copies ([`Counted::Records`]).
     record: bool,
 }

@@ -4,7 +4,7 @@
 //! variant's checks, and `rep` strings.
 
 use super::block::classify;
-use super::emit::{Emitter, EXIT_STUB_LEN};
+use super::emit::Emitter;
 use super::operands::{condition_code, gpr_number, kills_flags, spare_register};
 use super::{Block, Class, Ctx, Error, Exit, Host, Insn, Point, Slots, Translator, Variant, ARITH, MAX_INSNS, MAX_REP_ELEMENTS};
 use iced_x86::{Decoder, DecoderOptions, OpKind, Register};
@@ -67,8 +67,7 @@ impl Translator {
                         e.restore_flags();
                     }
                     let patch = e.jmp_rel32();
-                    e.exit(ctx, Exit::Slow { native: block_start, patch: e.base + patch as u64 })?;
-                    let stub = e.here() - EXIT_STUB_LEN;
+                    let stub = e.exit(ctx, Exit::Slow { native: block_start, patch: e.base + patch as u64 })?;
                     e.aim(patch, stub);
                 }
             }
@@ -403,7 +402,7 @@ impl Translator {
             return Err(Error::Unreadable);
         }
         let mut e = Emitter { buf: out, base: at, pos: 0, full: false, slots: *slots };
-        let mut ctx = Ctx { host, points: false, dispatch: 0, record: false };
+        let mut ctx = Ctx { host, points: false, dispatch: 0, link: 0, record: false };
         e.bytes(&bytes[..instr.len()]);
         e.exit(&mut ctx, Exit::RepDone)?;
         if e.full {
@@ -435,8 +434,7 @@ impl Translator {
         let patch_addr = e.base + patch as u64;
         let kind =
             if ctx.host.translatable(target) { Exit::Link { native: target, patch: patch_addr } } else { Exit::Native { native: target } };
-        e.exit(ctx, kind)?;
-        let stub = e.here() - EXIT_STUB_LEN;
+        let stub = e.exit(ctx, kind)?;
         match ctx.host.resolve(target).filter(|_| matches!(kind, Exit::Link { .. }) && !ctx.points) {
             Some(copy) => e.aim_abs(patch, copy),
             None => e.aim(patch, stub),

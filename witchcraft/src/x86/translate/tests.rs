@@ -43,11 +43,14 @@ fn slots() -> Slots {
         save_rec_b: d + 88,
         fs_base: d + 96,
         gs_base: d + 104,
+        save_rsp: d + 112,
+        link_stack: d + 120,
+        link_entry: d + 128,
     }
 }
 
 fn env(dispatch: u64) -> Env {
-    Env { slots: slots(), counted: Counted::Stores, dispatch }
+    Env { slots: slots(), counted: Counted::Stores, dispatch, link: 0 }
 }
 
 fn translate(code: &[u8], variant: Variant, points: bool) -> (Translator, Block, Vec<u8>) {
@@ -284,6 +287,9 @@ fn a_recording_copy_records_every_access_and_keeps_the_registers() {
         save_rec_b: data + 88,
         fs_base: data + 96,
         gs_base: data + 104,
+        save_rsp: data + 112,
+        link_stack: data + 120,
+        link_entry: data + 128,
     };
     let put = |mem: &mut [u8], a: u64, v: u64| mem[off(a)..off(a) + 8].copy_from_slice(&v.to_le_bytes());
     let get = |mem: &[u8], a: u64| u64::from_le_bytes(mem[off(a)..off(a) + 8].try_into().unwrap());
@@ -296,11 +302,11 @@ fn a_recording_copy_records_every_access_and_keeps_the_registers() {
     put(mem, slots.rec_ptr, buf);
     put(mem, slots.fs_base, fs_base);
     // One dispatch entry: the `ret` goes back to the caller's address.
-    let n = emit_dispatch(&slots, 1, stub, &mut mem[off(stub)..off(stub) + 512]).unwrap();
+    let n = emit_dispatch(&slots, 1, stub, 0, &mut mem[off(stub)..off(stub) + 512]).unwrap();
     assert!(n < 512);
     let mut t = Translator::new();
     let mut host = Code { base: native, bytes: code.to_vec() };
-    let env = Env { slots, counted: Counted::Records, dispatch: stub };
+    let env = Env { slots, counted: Counted::Records, dispatch: stub, link: 0 };
     let req = Request { native, variant: Variant::Fast, at: copy, points: false };
     let b = t.translate(&mut host, &env, req, &mut mem[off(copy)..off(copy) + MAX_BLOCK_BYTES]).unwrap();
     assert_eq!((b.insns, b.counted), (7, 7), "seven accesses in seven instructions");
@@ -387,4 +393,149 @@ fn points_map_a_copy_back_to_the_native_instruction() {
     assert_eq!((p.pc, p.before, p.spilled), (NATIVE + 12, true, Some((0, slots().save_rax))));
     // A fault anywhere inside the copied store maps to it.
     assert_eq!(t.point_at(st.0, false).map(|p| p.pc), Some(NATIVE));
+}
+
+/// Where the link test's hook aims the jump slot, and how often it ran.
+static LINK_TEST: [std::sync::atomic::AtomicU64; 3] =
+    [std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0)];
+
+/// The link test's hook: changes every register a C function may (and,
+/// with AVX, the vector registers' upper halves, as `vzeroupper` in the C
+/// library's `memcpy` would), then aims the jump slot at the landing.
+extern "C" fn link_test_hook() {
+    use std::sync::atomic::Ordering::SeqCst;
+    // SAFETY: changes only registers the C convention lets a callee change.
+    unsafe {
+        std::arch::asm!(
+            "mov rax, -1", "mov rcx, -1", "mov rdx, -1", "mov rsi, -1", "mov rdi, -1",
+            "mov r8, -1", "mov r9, -1", "mov r10, -1", "mov r11, -1", "pxor xmm0, xmm0", "xor eax, eax",
+            out("rax") _, out("rcx") _, out("rdx") _, out("rsi") _, out("rdi") _,
+            out("r8") _, out("r9") _, out("r10") _, out("r11") _, out("xmm0") _,
+        );
+        if std::arch::is_x86_feature_detected!("avx") {
+            std::arch::asm!("vzeroall", clobber_abi("C"));
+        }
+    }
+    // SAFETY: the test's mapping holds the jump slot at this address.
+    unsafe { *(LINK_TEST[0].load(SeqCst) as *mut u64) = LINK_TEST[1].load(SeqCst) };
+    LINK_TEST[2].fetch_add(1, SeqCst);
+}
+
+/// A copy whose branch target is not in the cache yet, run: its exit goes
+/// through the link stub into the engine's entry (`engine::link`), whose
+/// hook (the test's) runs Rust code that changes every register it may and
+/// clears the vector registers, and aims the jump slot at a landing that
+/// returns here. The program's registers, flags and vector state come back
+/// as it left them, and no trap was needed.
+#[test]
+fn a_link_through_the_engines_entry_keeps_registers_flags_and_vectors() {
+    use std::sync::atomic::Ordering::SeqCst;
+    const MAP: usize = 1 << 16;
+    // SAFETY: a new private anonymous mapping, checked for failure.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            MAP,
+            libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(base, libc::MAP_FAILED);
+    let base = base as u64;
+    let (data, stub, landing, copy, native) = (base, base + 0x1000, base + 0x1800, base + 0x3000, base + 0x6000);
+    // mov [rdi], eax; jmp +0x100 (a block not translated)
+    let code: [u8; 7] = [0x89, 0x07, 0xE9, 0x00, 0x01, 0x00, 0x00];
+    // SAFETY: the mapping made above.
+    let mem = unsafe { std::slice::from_raw_parts_mut(base as *mut u8, MAP) };
+    let off = |a: u64| (a - base) as usize;
+    mem[off(native)..off(native) + code.len()].copy_from_slice(&code);
+    mem[off(landing)] = 0xC3; // ret
+    let slots = Slots {
+        countdown: data,
+        instr_left: data + 8,
+        save_rax: data + 16,
+        save_rcx: data + 24,
+        save_scratch: data + 32,
+        save_flags: data + 40,
+        target: data + 48,
+        jump: data + 56,
+        table: data + 64,
+        rec_ptr: data + 72,
+        save_rec_a: data + 80,
+        save_rec_b: data + 88,
+        fs_base: data + 96,
+        gs_base: data + 104,
+        save_rsp: data + 112,
+        link_stack: data + 120,
+        link_entry: data + 128,
+    };
+    let put = |mem: &mut [u8], a: u64, v: u64| mem[off(a)..off(a) + 8].copy_from_slice(&v.to_le_bytes());
+    assert!(crate::engine::link::set_hook(link_test_hook), "XSAVE on this machine");
+    put(mem, slots.countdown, 1000);
+    put(mem, slots.instr_left, 1000);
+    put(mem, slots.link_stack, base + MAP as u64 - 64);
+    put(mem, slots.link_entry, crate::engine::link::entry());
+    LINK_TEST[0].store(slots.jump, SeqCst);
+    LINK_TEST[1].store(landing, SeqCst);
+    let n = emit_link(&slots, stub, &mut mem[off(stub)..off(stub) + 256]).unwrap();
+    assert!(n < 256);
+    let mut t = Translator::new();
+    let mut host = Code { base: native, bytes: code.to_vec() };
+    let env = Env { slots, counted: Counted::Stores, dispatch: stub + 0x400, link: stub };
+    let req = Request { native, variant: Variant::Fast, at: copy, points: false };
+    let b = t.translate(&mut host, &env, req, &mut mem[off(copy)..off(copy) + MAX_BLOCK_BYTES]).unwrap();
+    let listed = exits(&mem[off(copy)..off(copy) + b.len as usize]);
+    assert!(listed.iter().any(|(_, e)| matches!(e, Exit::Link { native: n, .. } if *n == native + 7 + 0x100)), "{listed:?}");
+    let avx = std::arch::is_x86_feature_detected!("avx");
+    let mut dst = [0u32; 1];
+    let mut vec = [0u64; 4];
+    let (rax, rcx, rdx, rsi, r8, r9, r10, r11): (u64, u64, u64, u64, u64, u64, u64, u64);
+    let cf: u8;
+    // SAFETY: the copy stores eax at dst[0] and leaves through the link
+    // stub to the landing, which returns here; every register it could
+    // change is an output or clobbered.
+    unsafe {
+        std::arch::asm!(
+            "pcmpeqd xmm0, xmm0",
+            "test {avx:e}, {avx:e}",
+            "jz 3f",
+            "vpcmpeqd ymm0, ymm0, ymm0",
+            "3:",
+            "stc",
+            "call {copy}",
+            "setc bl",
+            "test {avx:e}, {avx:e}",
+            "jz 4f",
+            "vmovdqu [{vec}], ymm0",
+            "jmp 5f",
+            "4:",
+            "movdqu [{vec}], xmm0",
+            "5:",
+            avx = in(reg) avx as u32,
+            copy = in(reg) copy,
+            vec = in(reg) vec.as_mut_ptr(),
+            out("bl") cf,
+            in("rdi") dst.as_mut_ptr(),
+            inout("rax") 7u64 => rax,
+            inout("rcx") 0x0c0cu64 => rcx,
+            inout("rdx") 0x0d0du64 => rdx,
+            inout("rsi") 0x0505u64 => rsi,
+            inout("r8") 0x0808u64 => r8,
+            inout("r9") 0x0909u64 => r9,
+            inout("r10") 0x1010u64 => r10,
+            inout("r11") 0x1111u64 => r11,
+            clobber_abi("C"),
+        );
+    }
+    crate::engine::link::clear_hook();
+    assert_eq!(LINK_TEST[2].load(SeqCst), 1, "the hook ran once");
+    assert_eq!(dst[0], 7, "the copy ran");
+    assert_eq!((rax, rcx, rdx, rsi, r8, r9, r10, r11), (7, 0x0c0c, 0x0d0d, 0x0505, 0x0808, 0x0909, 0x1010, 0x1111), "registers");
+    assert_eq!(cf, 1, "the carry flag");
+    let lanes = if avx { 4 } else { 2 };
+    assert!(vec[..lanes].iter().all(|&v| v == u64::MAX), "the vector register: {vec:x?}");
+    // SAFETY: the mapping made above, no longer used.
+    unsafe { libc::munmap(base as *mut libc::c_void, MAP) };
 }
