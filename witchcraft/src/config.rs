@@ -130,6 +130,7 @@ pub mod keys {
     pub const BURST_SYSCALL: &str = "WITCH_BURST_SYSCALL";
     pub const WINDOW: &str = "WITCH_WINDOW";
     pub const WINDOW_PICKS: &str = "WITCH_WINDOW_PICKS";
+    pub const LINKS: &str = "WITCH_LINKS";
     pub const OVERHEAD: &str = "WITCH_OVERHEAD";
     pub const ONLY_PID: &str = "WITCH_ONLY_PID";
     pub const EXE: &str = "WITCH_EXE";
@@ -177,6 +178,10 @@ pub struct Config {
     pub window: Option<u32>,
     /// Picks a window expects; None: the default.
     pub window_picks: Option<f64>,
+    /// Every exit of the code cache traps, even one that only asks for a
+    /// copy (`WITCH_LINKS=0`; by default such exits go through the link
+    /// stub, without a trap).
+    pub no_links: bool,
     /// Overhead budget of bursts, percent of program CPU time (0: no
     /// limit); None: the default.
     pub overhead_percent: Option<f64>,
@@ -220,6 +225,7 @@ impl Config {
             burst_after_syscall: false,
             window: None,
             window_picks: None,
+            no_links: false,
             overhead_percent: None,
             only_pid: None,
             exe_names: Vec::new(),
@@ -253,6 +259,7 @@ impl Config {
             self.window = get(keys::WINDOW).and_then(|v| v.parse::<u64>().ok()).map(|n| n.min(1 << 30) as u32);
         }
         self.window_picks = get(keys::WINDOW_PICKS).and_then(|v| parse_picks(&v));
+        self.no_links = get(keys::LINKS).as_deref() == Some("0");
         if self.overhead_percent.is_none() {
             self.overhead_percent = get(keys::OVERHEAD).and_then(|v| parse_percent(&v));
         }
@@ -308,6 +315,9 @@ impl Config {
         }
         if let Some(m) = self.window_picks {
             v.push((keys::WINDOW_PICKS, m.to_string()));
+        }
+        if self.no_links {
+            v.push((keys::LINKS, "0".into()));
         }
         if let Some(p) = self.overhead_percent {
             v.push((keys::OVERHEAD, p.to_string()));
@@ -385,6 +395,7 @@ impl Config {
             window_picks: get(keys::WINDOW_PICKS)
                 .map(|v| parse_picks(&v).ok_or(format!("{}: bad number of picks {v:?}", keys::WINDOW_PICKS)))
                 .transpose()?,
+            no_links: get(keys::LINKS).as_deref() == Some("0"),
             overhead_percent: get(keys::OVERHEAD)
                 .map(|v| parse_percent(&v).ok_or(format!("{}: bad percentage {v:?}", keys::OVERHEAD)))
                 .transpose()?,

@@ -72,7 +72,6 @@ fn take(sig: i32, sa: &libc::sigaction) {
 
 /// A preloaded agent's handlers: samples and traps, and the fatal-signal hooks.
 pub fn install_preloaded() {
-    enable_links();
     let sa = action(on_signal, true);
     take(libc::SIGTRAP, &sa);
     take(sampler_signal(), &sa);
@@ -210,7 +209,6 @@ pub fn give_back_fatal_hooks() {
 /// An attached agent's handlers: samples and traps. No fatal-signal hooks:
 /// `sigaction` is not interposed, so the program would see them.
 pub fn install_attached() {
-    enable_links();
     let sa = action(on_signal, true);
     take(libc::SIGTRAP, &sa);
     take(sampler_signal(), &sa);

@@ -37,6 +37,11 @@ pub fn make_engine(cfg: Config, install: fn(), guarded: bool) -> (Engine, Vec<St
         notes.push("kernel re-arms enabled watchpoints in place (witch's kernel patch): freed watchpoints park enabled".into());
     }
     let craft = witchcraft::craft::for_kind(cfg.craft, cfg.fp_precision);
+    if cfg.no_links {
+        witchcraft::engine::link::clear_hook();
+    } else {
+        crate::handlers::enable_links();
+    }
     install();
     let costs = calibrate::calibrate(sigtrap);
     notes.push(format!(
