@@ -21,6 +21,12 @@ Two sources, one table:
   translated. The programs: benches/workloads stencil (a few loops: the
   cache is warm after the first windows) and SQLite (a large code base:
   windows keep meeting code not yet translated).
+- The same windows with every exit trapping (`WITCH_LINKS=0`), beside the
+  default, where an exit that only asks for a copy goes through the link
+  stub without a trap: windows and samples a run at the same budget, and
+  the engine's time per block translated (`cache_ns + exit_ns` over
+  `cache_blocks`: the translation, the way in and out, and the program's
+  instructions run in the cache).
 
 Needs `cargo build --release --workspace` first (and builds the bench).
 """
@@ -81,13 +87,15 @@ def main():
         print("    " + line)
     print("\nFrom the profiles (`witch dead`, medians over the runs):\n")
     print("| program | single-step bursts: µs a step | windows: ns an instruction in the cache | "
-          "µs an exit (pick, end, translation) | blocks translated a window | window length (instructions) | "
-          "a step / an instruction in the cache |")
+          "µs an exit that trapped (pick, end, what the link stub left) | blocks translated a window | "
+          "window length (instructions) | a step / an instruction in the cache |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     all_steps, all_instr = [], []
+    linked = {}
     for name, args in PROGRAMS.items():
         exe = workloads.build_one(name, OUT)[0][0]
         steps, instr, exits, blocks, length = [], [], [], [], []
+        runs = {"links": [], "traps": []}
         for _ in range(a.pairs):
             c, _ = counters(exe, args, {"WITCH_WINDOW": "0"})
             if c.get("steps"):
@@ -95,10 +103,15 @@ def main():
             c, _ = counters(exe, args, {})
             if c.get("window_instructions"):
                 instr.append(c["cache_ns"] / c["window_instructions"])
-                n_exits = c.get("window_picks", 0) + c.get("windows", 0) + c.get("cache_blocks", 0)
-                exits.append(c["exit_ns"] / max(1, n_exits) / 1e3)
+                exits.append(c["exit_ns"] / max(1, c.get("cache_exits", 0)) / 1e3)
                 blocks.append(c.get("cache_blocks", 0) / max(1, c["windows"]))
                 length.append(c["window_instructions"] / max(1, c["windows"]))
+            for mode, env in (("links", {}), ("traps", {"WITCH_LINKS": "0"})):
+                c = c if mode == "links" else counters(exe, args, env)[0]
+                made = max(1, c.get("cache_blocks", 0))
+                runs[mode].append((c.get("windows", 0), c.get("samples", 0),
+                                   (c.get("cache_ns", 0) + c.get("exit_ns", 0)) / made / 1e3))
+        linked[name] = runs
         if not steps or not instr:
             print(f"| {name} | no {'steps' if not steps else 'windows'} in its profiles | | | | | |")
             continue
@@ -108,6 +121,19 @@ def main():
         print(f"| {name} | {s:.1f} ({min(steps):.1f}-{max(steps):.1f}) | {i:.1f} ({min(instr):.1f}-{max(instr):.1f}) | "
               f"{statistics.median(exits):.1f} | {statistics.median(blocks):.1f} | {statistics.median(length):.0f} | "
               f"{1e3 * s / i:.0f}x |", flush=True)
+    print("\nLinks through the link stub (the default) against every exit trapping (`WITCH_LINKS=0`), "
+          "the same budget, medians (range):\n")
+    print("| program | windows a run: links | traps | samples a run: links | traps | "
+          "engine µs a block translated: links | traps |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, runs in linked.items():
+        cells = []
+        for k in range(3):
+            for mode in ("links", "traps"):
+                v = [r[k] for r in runs[mode]]
+                fmt = "{:.1f}" if k == 2 else "{:.0f}"
+                cells.append(f"{fmt.format(statistics.median(v))} ({fmt.format(min(v))}-{fmt.format(max(v))})" if v else "-")
+        print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
     if all_steps and all_instr:
         s, i = statistics.median(all_steps), statistics.median(all_instr)
         print("\nRatios (medians over both programs' runs):\n")

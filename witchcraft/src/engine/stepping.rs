@@ -253,6 +253,7 @@ impl Burst {
         self.seen = 0;
         self.bytes = 0;
         self.time_weight = weight;
+        self.forced = None;
         self.picks = [None; MAX_PICKS];
         self.intercepts = [None; MAX_SLOTS];
     }
@@ -382,6 +383,9 @@ impl Burst {
     /// register, one verdict).
     pub(super) fn weigh(&mut self, settings: &BurstSettings) -> [Option<(Candidate, f64)>; MAX_PICKS] {
         let mut out = [None; MAX_PICKS];
+        // A window's pick is this burst's alone, held or not (its access
+        // may have been witch's own memory).
+        let forced = self.forced.take();
         let m = self.picks.iter().flatten().count();
         if m == 0 {
             return out;
@@ -393,7 +397,6 @@ impl Burst {
             BurstWeight::PerStep => self.time_weight * settings.steps.max(1) as f64 / self.steps.max(1) as f64,
             _ => self.time_weight,
         };
-        let forced = self.forced.take();
         let weight_of = |c: &Candidate| {
             if let Some((_, w)) = forced {
                 w
@@ -421,6 +424,19 @@ impl Burst {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A window's pick names one access of its instruction; when that one
+    /// is not held (witch's own memory), the next burst must not inherit
+    /// the name, nor its weight: a reservoir of one takes its first access.
+    #[test]
+    fn a_window_pick_held_by_nothing_leaves_nothing_to_the_next_burst() {
+        let mut b = Burst::new(1);
+        b.begin_pick(2, 7.0);
+        assert!(b.count(8, 1, false, 1).is_none(), "the pick names the second access");
+        b.stop();
+        b.begin(24, 1.0);
+        assert!(b.count(8, 1, false, 1).is_some(), "a burst's reservoir of one takes its first access");
+    }
 
     #[test]
     fn foreign_time_is_read_from_the_two_bytes_of_the_instruction() {
