@@ -235,7 +235,13 @@ impl Analyzer {
         if self.instr.is_invalid() {
             return None;
         }
-        let instr = &self.instr;
+        let instr = self.instr;
+        Some(self.analyze(&instr, regs, after))
+    }
+
+    /// [`Analyzer::decode`] of an instruction already decoded (valid).
+    pub fn analyze(&mut self, instr: &Instruction, regs: &Regs, after: bool) -> Decoded {
+        let ip = instr.ip();
         let mut d = Decoded {
             ip,
             len: instr.len() as u32,
@@ -302,7 +308,7 @@ impl Analyzer {
             d.accesses[d.n] = Access { addr, len: size, read, write, float: float_of(m.memory_size()), elem };
             d.n += 1;
         }
-        Some(d)
+        d
     }
 }
 

@@ -28,7 +28,7 @@ fn cache_check() -> Check {
             (
                 Status::Ok,
                 format!(
-                    "a window of {:.0} instructions took {:.1} µs of CPU time in the cache ({:.1} ns an instruction, the program's own work and the kernel's entries and exits included{step}), and {:.1} µs at its {:.1} exits (each {:.1} µs: {:.1} picks, its end, links to blocks translated on first use, {} blocks in all, {:.1} dispatch-table misses); measured on {} windows of a shell loop under the agent, so first translations weigh more than in a longer run",
+                    "a window of {:.0} instructions took {:.1} µs of CPU time in the cache ({:.1} ns an instruction, the program's own work and the kernel's entries and exits included{step}), and {:.1} µs at its {:.1} exits that trapped (each {:.1} µs: {:.1} picks, its end, what the link stub left; {} blocks translated in all, {:.1} a window linked without a trap, {:.1} dispatch-table misses trapped); measured on {} windows of a shell loop under the agent, so first translations weigh more than in a longer run",
                     c.window_instructions as f64 / n,
                     c.cache_ns as f64 / n / 1e3,
                     c.cache_ns as f64 / c.window_instructions as f64,
@@ -37,6 +37,7 @@ fn cache_check() -> Check {
                     c.exit_ns as f64 / c.cache_exits.max(1) as f64 / 1e3,
                     c.window_picks as f64 / n,
                     c.cache_blocks,
+                    c.cache_links as f64 / n,
                     c.cache_lookups as f64 / n,
                     c.windows,
                 ),

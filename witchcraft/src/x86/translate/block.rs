@@ -39,28 +39,28 @@ impl Translator {
             if insn.class != Class::Native {
                 // Count the accesses of the craft's kind (addresses do not
                 // matter here), and refuse what the decoder cannot place.
-                match self.analyzer.decode(&bytes[..insn.len as usize], pc, &Regs::default(), false) {
-                    Some(d) if d.steppable => {
-                        insn.counted = d.accesses().iter().filter(|a| counted.counts(a)).count() as u32;
-                        insn.accesses = d.n > 0;
-                        if d.partial && (insn.counted > 0 || d.n == 0) {
-                            insn.class = Class::Native;
-                        }
-                        if insn.instr.is_string_instruction() && d.n == 0 {
-                            insn.class = Class::Native;
-                        }
-                        if counted == Counted::Records && insn.class != Class::Native {
-                            match self.refs(&instr) {
-                                Some((refs, n)) => {
-                                    insn.refs = refs;
-                                    insn.nrefs = n as u8;
-                                    insn.counted = n as u32;
-                                }
-                                None => insn.class = Class::Native,
+                let d = self.analyzer.analyze(&instr, &Regs::default(), false);
+                if d.steppable {
+                    insn.counted = d.accesses().iter().filter(|a| counted.counts(a)).count() as u32;
+                    insn.accesses = d.n > 0;
+                    if d.partial && (insn.counted > 0 || d.n == 0) {
+                        insn.class = Class::Native;
+                    }
+                    if insn.instr.is_string_instruction() && d.n == 0 {
+                        insn.class = Class::Native;
+                    }
+                    if counted == Counted::Records && insn.class != Class::Native {
+                        match self.refs(&instr) {
+                            Some((refs, n)) => {
+                                insn.refs = refs;
+                                insn.nrefs = n as u8;
+                                insn.counted = n as u32;
                             }
+                            None => insn.class = Class::Native,
                         }
                     }
-                    _ => insn.class = Class::Native,
+                } else {
+                    insn.class = Class::Native;
                 }
             }
             if insn.class == Class::Rep && n > 0 {
