@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The exact modes' slowdown: native, `--exact=cache` (the code cache,
 every access recorded and judged), `--exact=step` (single steps under
-ptrace) and witch's sampled default, side by side, for the dead craft.
+ptrace) and witch's sampled default, side by side, for one craft (the
+dead craft unless --craft says otherwise).
 
 The ptrace mode is thousands of times slower, so it runs on the small
 input only (half_dead's known answer at a small size); the code-cache mode
@@ -11,6 +12,8 @@ Each run is capped (--timeout seconds); a capped run shows as "> T".
     python3 benches/exact_speed.py                 # half_dead small, and the ci set
     python3 benches/exact_speed.py --set none      # the small input only
     python3 benches/exact_speed.py --reps 3 --timeout 600
+    python3 benches/exact_speed.py --craft silent-load
+    python3 benches/exact_speed.py --witch BUILD/witch   # another build (its agent beside it)
 
 Needs `cargo build --release --workspace` first.
 """
@@ -33,12 +36,12 @@ def timed(cmd, env, timeout):
         return None, None
 
 
-def note(path, prefix):
+def note(path, prefix, contains=""):
     try:
         p = json.load(open(path))
     except (OSError, ValueError):
         return ""
-    return next((n for n in p.get("notes", []) if n.startswith(prefix)), "")
+    return next((n for n in p.get("notes", []) if n.startswith(prefix) and contains in n), "")
 
 
 def small_program():
@@ -53,13 +56,19 @@ def main():
     ap.add_argument("--set", default="ci", help="workload set at real sizes (ci, real, more, bench; none: the small input only)")
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds a run may take")
+    ap.add_argument("--craft", default="dead", choices=["dead", "silent-store", "silent-load"])
+    ap.add_argument("--witch", default=WITCH, help="the witch binary to measure (default: this tree's release build)")
+    ap.add_argument("--only", default="", help="comma-separated program names to run (default: all)")
     a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
     progs = small_program()
     if a.set != "none":
         progs.update(workloads.build(OUT, a.set))
+    if a.only:
+        keep = a.only.split(",")
+        progs = {k: v for k, v in progs.items() if any(k.split()[0] == o for o in keep)}
     env = dict(os.environ, GLIBC_TUNABLES=TUNABLES)
-    print(f"dead craft, {a.reps} round(s), median wall-time ratios to the native run of the same round; runs capped at {a.timeout:.0f} s.\n")
+    print(f"{a.craft} craft, {a.reps} round(s), median wall-time ratios to the native run of the same round; runs capped at {a.timeout:.0f} s.\n")
     print("| program | native s | exact=cache x | exact=step x | default x | cache records |")
     print("|---|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as d:
@@ -75,11 +84,11 @@ def main():
                     if mode == "step" and not small:
                         continue
                     out = os.path.join(d, f"{mode}{r}.json")
-                    t, _ = timed([WITCH, "dead", "-q", "-o", out] + opts + ["--"] + cmd, env, a.timeout)
+                    t, _ = timed([a.witch, a.craft, "-q", "-o", out] + opts + ["--"] + cmd, env, a.timeout)
                     rows[mode].append(None if t is None else t / tn)
                     if mode == "cache" and t is not None:
-                        n = note(out, "exact from the code cache:")
-                        rec = n.split(":", 1)[1].split(";")[0].strip() if n else ""
+                        n = note(out, "exact from the code cache:", "judged")
+                        rec = n.split(":", 1)[1].split(",")[0].strip() if n else ""
 
             def cell(v):
                 if not v:

@@ -15,6 +15,7 @@ mod judge;
 mod replay;
 mod shadow;
 pub mod stream;
+mod string;
 
 pub use judge::{Observed, ThreadShadow, WIDE};
 pub use replay::Replay;

@@ -350,19 +350,20 @@ impl Agent {
         if self.engine().is_some_and(|e| e.config.record_fd.is_some()) {
             // The exact mode: every thread's last records, before the
             // profile (witch judges them all before it reads it).
-            let (mut records, mut gaps, mut resumes, mut first) = (0, 0, 0, 0);
+            let (mut words, mut gaps, mut resumes, mut first) = (0, 0, 0, 0);
             for ts in self.threads.states() {
                 // SAFETY: the table's states, quiesced above.
                 if let Some(r) = unsafe { (*ts).send_records() } {
-                    records += r.records;
+                    words += r.words;
                     (gaps, resumes) = (gaps + r.gaps, resumes + r.resumes);
                     if first == 0 {
                         first = r.first_gap;
                     }
                 }
             }
+            let mib = (words * 8) as f64 / (1u64 << 20) as f64;
             self.note(format!(
-                "exact from the code cache: {records} access records; {gaps} times the thread ran natively unrecorded until the next tick (the first at {first:#x}), {resumes} resumptions after native code"
+                "exact from the code cache: {mib:.1} MiB of access records sent; {gaps} times the thread ran natively unrecorded until the next tick (the first at {first:#x}), {resumes} resumptions after native code"
             ));
         }
         if let Err(e) = self.deliver(&self.profile(ended_by, exec_call)) {

@@ -27,7 +27,7 @@
 
 use crate::modules::{self, ProcessMap};
 use crate::sys::mem;
-use crate::x86::translate::{self, Block, Counted, Env, Exit, Host, Point, Request, Slots, Translator, Variant, EXIT_STUB_LEN};
+use crate::x86::translate::{self, Block, Counted, Env, Exit, Host, Point, Request, Slots, Spilled, Translator, Variant, EXIT_STUB_LEN};
 
 /// Entries of the dispatch table (16 bytes each).
 const DISPATCH_ENTRIES: u32 = 8192;
@@ -78,11 +78,12 @@ pub struct Data {
     pub rep_len: u64,
     /// After the part: step the next element as a pick (1), or go on (0).
     pub rep_pick: u64,
-    /// Recording copies: where the next access record goes, two spill
+    /// Recording copies: where the next access record goes, three spill
     /// slots, and the thread's FS and GS bases.
     pub rec_ptr: u64,
     pub save_rec_a: u64,
     pub save_rec_b: u64,
+    pub save_rec_c: u64,
     pub fs_base: u64,
     pub gs_base: u64,
     /// The link stub's: the program's stack pointer, the link stack's
@@ -347,6 +348,7 @@ impl CodeCache {
             rec_ptr: f(std::mem::offset_of!(Data, rec_ptr)),
             save_rec_a: f(std::mem::offset_of!(Data, save_rec_a)),
             save_rec_b: f(std::mem::offset_of!(Data, save_rec_b)),
+            save_rec_c: f(std::mem::offset_of!(Data, save_rec_c)),
             fs_base: f(std::mem::offset_of!(Data, fs_base)),
             gs_base: f(std::mem::offset_of!(Data, gs_base)),
             save_rsp: f(std::mem::offset_of!(Data, save_rsp)),
@@ -532,7 +534,16 @@ impl CodeCache {
                 return None;
             }
             let next = if addr == rep { pc } else { pc + len };
-            return Some(Point { pc, len: len as u32, before: !after, spilled: None, next, target_slot: false, rep: true });
+            return Some(Point {
+                pc,
+                len: len as u32,
+                before: !after,
+                spilled: Spilled::NONE,
+                next,
+                target_slot: false,
+                rep: true,
+                recorded: 0,
+            });
         }
         if !self.is_code(addr) || addr < self.addr(CODE_AT) {
             return None;

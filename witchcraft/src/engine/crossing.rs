@@ -104,14 +104,15 @@ impl ThreadState {
                 // return, which reads the return address: credited to the
                 // code it returns from, and its frame ends at once for the
                 // shadow call stack.
-                let load = crate::x86::decode::Access { addr: sp, len: 8, read: true, ..Default::default() };
-                let r = crate::x86::record::Record {
-                    addr: sp,
-                    pc: native,
-                    info: crate::x86::record::info(&load) | crate::x86::record::RET,
-                    extra: ret,
-                };
-                self.window.push_records(&[r]);
+                use crate::x86::record::{self, Kind};
+                if let Some(kind) = self.window.record_kind() {
+                    let load = crate::x86::decode::Access { addr: sp, len: 8, read: true, ..Default::default() };
+                    let r = match kind {
+                        Kind::StoreValues => record::Record { addr: 0, pc: native, info: record::NONE | record::RET, extra: ret },
+                        k => record::Record { addr: sp, pc: native, info: record::info(&load) | k.value_flags() | record::RET, extra: ret },
+                    };
+                    self.window.push_records(&[r], 0);
+                }
                 return self.resume_after(engine, ret);
             }
         }
@@ -238,11 +239,20 @@ impl ThreadState {
         let Some(p) = self.window.cache.point(map, engine.own_code, counted(engine), rip, false) else {
             return false;
         };
-        if let Some((reg, slot)) = p.spilled {
+        for (reg, slot) in p.spilled.iter() {
             // SAFETY: the slot is in this thread's data page.
             g[greg_of(reg)] = unsafe { *(slot as *const i64) };
         }
+        // The faulting instruction did not run: its records go; those
+        // before it are kept.
+        self.window.take_back_records(p.recorded as u64);
+        let whole_run = self.window.whole_run();
         self.window.end(uc, p.pc, true);
+        if whole_run {
+            // Back into the cache where the program's handler returns to
+            // (the instruction again), not at the next tick.
+            self.resume_after(engine, p.pc);
+        }
         true
     }
 
@@ -255,7 +265,7 @@ impl ThreadState {
         }
         let p = self.window.cache.point(map, engine.own_code, counted(engine), regs.rip, true)?;
         let mut view = *regs;
-        if let Some((reg, slot)) = p.spilled {
+        for (reg, slot) in p.spilled.iter() {
             // SAFETY: the slot is in this thread's data page.
             view.gpr[reg as usize] = unsafe { *(slot as *const u64) };
         }

@@ -14,39 +14,61 @@
 //! holds the thread, not the judge.
 //!
 //! Instructions the cache does not run are recorded by the engine from
-//! their decoded accesses ([`crate::x86::record::of_instruction`]): a
+//! their decoded accesses ([`crate::x86::record::of_instruction_for`]): a
 //! `rep` string as ranges, a system call (no access), an instruction the
-//! translator cannot copy.
+//! translator cannot copy. For the value crafts the engine reads the
+//! values itself: the bytes before from memory as it records; the bytes a
+//! store run natively left once the thread is back ([`Recorder::complete`]).
+//!
+//! The buffer is counted in words (8 bytes): a record without values is
+//! four, the value crafts' records are longer ([`crate::x86::record`]).
 
 use crate::exact::stream;
-use crate::x86::record::{Record, RECORD_BYTES};
+use crate::x86::record::{Kind, Record, CALL, DOWN, LEN_MASK, MAX_RECORDS, RECORD_WORDS, REP};
 
-/// Records a buffer holds: one datagram of 64 KiB with its header.
-pub const CAPACITY: usize = (65536 - stream::HEADER_BYTES) / RECORD_BYTES;
+/// Words a buffer holds: one datagram of 64 KiB with its header.
+pub const CAPACITY: usize = (65536 - stream::HEADER_BYTES) / 8;
 
 /// What the profile says about recording.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RecordStats {
-    pub records: u64,
+    /// Words of records (and their values) written.
+    pub words: u64,
     pub sends: u64,
 }
 
 pub struct Recorder {
-    /// The datagram: header, then CAPACITY records. Allocated when the
-    /// thread's state is made, never in a handler.
+    /// The datagram: header, then CAPACITY words of records. Allocated
+    /// when the thread's state is made, never in a handler.
     buf: Box<[u64]>,
-    /// Records in the buffer.
+    /// Words of records in the buffer.
     pos: usize,
     fd: i32,
+    /// What the thread records (its craft's kind).
+    pub kind: Kind,
+    /// Stores the engine recorded before they ran natively, whose bytes
+    /// after are read when the thread is back: (the word their bytes go
+    /// to, address, bytes).
+    pending: [(usize, u64, usize); MAX_RECORDS],
+    npending: usize,
     /// Sending failed (witch went away): record no more.
     pub failed: bool,
     pub stats: RecordStats,
 }
 
 impl Recorder {
-    pub fn new(fd: i32) -> Recorder {
-        let words = (stream::HEADER_BYTES + CAPACITY * RECORD_BYTES) / 8;
-        Recorder { buf: vec![0u64; words].into_boxed_slice(), pos: 0, fd, failed: false, stats: RecordStats::default() }
+    pub fn new(fd: i32, kind: Kind) -> Recorder {
+        let words = stream::HEADER_BYTES / 8 + CAPACITY;
+        Recorder {
+            buf: vec![0u64; words].into_boxed_slice(),
+            pos: 0,
+            fd,
+            kind,
+            pending: [(0, 0, 0); MAX_RECORDS],
+            npending: 0,
+            failed: false,
+            stats: RecordStats::default(),
+        }
     }
 
     /// Where the first record goes.
@@ -56,10 +78,10 @@ impl Recorder {
 
     /// Where the next record goes (for the copies' record slot).
     pub fn next_ptr(&self) -> u64 {
-        self.start() + (self.pos * RECORD_BYTES) as u64
+        self.start() + (self.pos * 8) as u64
     }
 
-    /// Records that still fit.
+    /// Words that still fit.
     pub fn room(&self) -> usize {
         CAPACITY - self.pos
     }
@@ -67,30 +89,120 @@ impl Recorder {
     /// The copies wrote records up to `ptr` (the record slot as they left it).
     pub fn wrote_to(&mut self, ptr: u64) {
         let start = self.start();
-        if ptr >= start && ptr <= start + (CAPACITY * RECORD_BYTES) as u64 {
-            let pos = ((ptr - start) as usize) / RECORD_BYTES;
-            self.stats.records += pos.saturating_sub(self.pos) as u64;
+        if ptr >= start && ptr <= start + (CAPACITY * 8) as u64 {
+            let pos = ((ptr - start) as usize) / 8;
+            self.stats.words += pos.saturating_sub(self.pos) as u64;
             self.pos = pos;
         }
     }
 
-    /// Add records the engine made (for an instruction run outside the
-    /// cache), sending first if they do not fit. Async-signal-safe.
+    /// Add records without values the engine made (for an instruction
+    /// run outside the cache), sending first if they do not fit.
+    /// Async-signal-safe.
     pub fn push(&mut self, recs: &[Record]) {
-        if self.room() < recs.len() {
+        self.complete();
+        if self.room() < recs.len() * RECORD_WORDS {
             self.send();
         }
-        for r in recs.iter().take(self.room()) {
-            let at = (stream::HEADER_BYTES / 8) + self.pos * (RECORD_BYTES / 8);
-            self.buf[at..at + 4].copy_from_slice(&r.to_words());
-            self.pos += 1;
-            self.stats.records += 1;
+        for r in recs.iter().take(self.room() / RECORD_WORDS) {
+            let at = (stream::HEADER_BYTES / 8) + self.pos;
+            self.buf[at..at + RECORD_WORDS].copy_from_slice(&r.to_words());
+            self.pos += RECORD_WORDS;
+            self.stats.words += RECORD_WORDS as u64;
         }
+    }
+
+    /// Add the records the engine made of an instruction it runs itself
+    /// ([`crate::x86::record::of_instruction_for`] this recorder's kind),
+    /// with their values if the kind has any (`rax`: the program's, for a
+    /// `rep stos`). Async-signal-safe.
+    pub fn push_for(&mut self, recs: &[Record], rax: u64) {
+        if self.kind == Kind::Addresses {
+            self.push(recs);
+        } else {
+            self.push_valued(recs, rax);
+        }
+    }
+
+    /// Words the records take with their values.
+    pub fn words_of(recs: &[Record]) -> usize {
+        recs.iter()
+            .map(|r| {
+                let (b, a) = r.value_lens();
+                RECORD_WORDS + b.div_ceil(8) + a.div_ceil(8)
+            })
+            .sum()
+    }
+
+    /// Add a value craft's records the engine made, with their values:
+    /// the bytes before, read from memory now (a `rep` string's whole
+    /// range); the bytes after, a `call`'s return address, a `rep stos`'s
+    /// element from `rax`, and otherwise (a store about to run natively)
+    /// read once the thread is back ([`Recorder::complete`]). Sends first
+    /// if they do not fit; records that cannot fit an empty buffer are
+    /// left out (the engine cuts `rep` strings to fit). Async-signal-safe.
+    pub fn push_valued(&mut self, recs: &[Record], rax: u64) {
+        self.complete();
+        let need = Self::words_of(recs);
+        if need > CAPACITY {
+            return;
+        }
+        if self.room() < need {
+            self.send();
+        }
+        for r in recs {
+            let at = (stream::HEADER_BYTES / 8) + self.pos;
+            self.buf[at..at + RECORD_WORDS].copy_from_slice(&r.to_words());
+            let (b, a) = r.value_lens();
+            let (bw, aw) = (b.div_ceil(8), a.div_ceil(8));
+            let values = at + RECORD_WORDS;
+            // Padding and unreadable bytes are zeroes.
+            self.buf[values..values + bw + aw].fill(0);
+            if b > 0 {
+                let len = r.info & LEN_MASK;
+                let lo = if r.is(REP) && r.is(DOWN) { r.addr.wrapping_sub((r.extra.max(1) - 1).wrapping_mul(len)) } else { r.addr };
+                crate::sys::mem::read_own(lo, self.bytes(values, b));
+            }
+            if a > 0 {
+                let at_after = values + bw;
+                if r.is(CALL) {
+                    self.bytes(at_after, a).copy_from_slice(&r.extra.to_le_bytes()[..a.min(8)]);
+                } else if r.is(REP) {
+                    let v = rax.to_le_bytes();
+                    let n = a.min(8);
+                    self.bytes(at_after, a)[..n].copy_from_slice(&v[..n]);
+                } else if self.npending < MAX_RECORDS {
+                    self.pending[self.npending] = (at_after, r.addr, a);
+                    self.npending += 1;
+                }
+            }
+            self.pos += RECORD_WORDS + bw + aw;
+            self.stats.words += (RECORD_WORDS + bw + aw) as u64;
+        }
+    }
+
+    /// `n` bytes of the buffer from word `at`.
+    fn bytes(&mut self, at: usize, n: usize) -> &mut [u8] {
+        let words = &mut self.buf[at..at + n.div_ceil(8)];
+        // SAFETY: the words are initialised and at least `n` bytes long;
+        // u8 has no alignment or validity requirements.
+        unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, n) }
+    }
+
+    /// The thread is back from the native instructions recorded last:
+    /// read the bytes their stores left. Async-signal-safe.
+    pub fn complete(&mut self) {
+        for k in 0..self.npending {
+            let (at, addr, n) = self.pending[k];
+            crate::sys::mem::read_own(addr, self.bytes(at, n));
+        }
+        self.npending = 0;
     }
 
     /// Send the buffer's records (if any) and empty it. Async-signal-safe:
     /// one `send`, retried if a signal interrupted it.
     pub fn send(&mut self) {
+        self.complete();
         if self.pos == 0 {
             return;
         }
@@ -99,9 +211,9 @@ impl Recorder {
         if self.failed {
             return;
         }
-        let h = stream::Header { pid: crate::sys::task::getpid(), tid: crate::sys::task::gettid(), records: n as u32 };
+        let h = stream::Header { pid: crate::sys::task::getpid(), tid: crate::sys::task::gettid(), words: n as u32 };
         self.buf[..stream::HEADER_BYTES / 8].copy_from_slice(&h.to_words());
-        let bytes = stream::HEADER_BYTES + n * RECORD_BYTES;
+        let bytes = stream::HEADER_BYTES + n * 8;
         // SAFETY: the buffer holds `bytes` initialised bytes.
         let data = unsafe { std::slice::from_raw_parts(self.buf.as_ptr() as *const u8, bytes) };
         if !stream::send(self.fd, data) {
@@ -113,6 +225,7 @@ impl Recorder {
     /// Forget the records (a fork child: they are the parent's).
     pub fn clear(&mut self) {
         self.pos = 0;
+        self.npending = 0;
         self.stats = RecordStats::default();
     }
 }

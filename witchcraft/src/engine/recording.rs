@@ -9,7 +9,7 @@ use super::thread::ThreadState;
 use super::window::Plan;
 use crate::modules::ProcessMap;
 use crate::x86::decode::{Decoded, Regs};
-use crate::x86::record::{of_instruction, Transfer};
+use crate::x86::record::{of_instruction_for, Kind, Transfer};
 use crate::x86::translate;
 
 impl ThreadState {
@@ -27,23 +27,35 @@ impl ThreadState {
 
     /// Recording: a `rep` string instruction with elements to run (the
     /// context is at it, as the program left it). Its next part is
-    /// recorded as ranges and run in the cache.
+    /// recorded as ranges and run in the cache. A value craft's records
+    /// carry the ranges' bytes, so its part is cut to what one datagram
+    /// holds.
     ///
     /// # Safety
     /// `uc` must be the context the kernel passed to the signal handler.
     pub(crate) unsafe fn record_rep(&mut self, map: &ProcessMap, own: (u64, u64), native: u64, uc: *mut libc::ucontext_t) {
         // SAFETY: forwarded from the caller.
         let g = unsafe { &mut (*uc).uc_mcontext.gregs };
-        let rcx = g[libc::REG_RCX as usize] as u64;
-        let part = rcx.min(translate::MAX_REP_ELEMENTS as u64);
+        let (rcx, rax) = (g[libc::REG_RCX as usize] as u64, g[libc::REG_RAX as usize] as u64);
+        let mut part = rcx.min(translate::MAX_REP_ELEMENTS as u64);
         // SAFETY: forwarded from the caller.
         let Some((d, _)) = (unsafe { self.decode_here(map, native, uc) }) else {
             self.window.note_gap(native);
             return self.window.end(uc, native, true);
         };
+        let kind = self.window.record_kind().unwrap_or(Kind::Addresses);
+        if kind != Kind::Addresses {
+            // Bytes of values an element adds, and the words of the records
+            // without them (an element's worth of padding each).
+            let (recs, n) = of_instruction_for(kind, &d, Transfer::Rep(1));
+            let one = super::recorder::Recorder::words_of(&recs[..n]);
+            let per = recs[..n].iter().map(|r| r.value_lens().0).sum::<usize>().max(1);
+            let room = super::recorder::CAPACITY.saturating_sub(one + n) * 8;
+            part = part.min((room / per).max(1) as u64);
+        }
         if part > 0 {
-            let (recs, n) = of_instruction(&d, Transfer::Rep(part));
-            self.window.push_records(&recs[..n]);
+            let (recs, n) = of_instruction_for(kind, &d, Transfer::Rep(part));
+            self.window.push_records(&recs[..n], rax);
             self.window.records_in();
         }
         let data = self.window.cache.data();
@@ -62,6 +74,8 @@ impl ThreadState {
     pub(crate) unsafe fn record_native(&mut self, engine: &Engine, map: &ProcessMap, native: u64, uc: *mut libc::ucontext_t) {
         // SAFETY: forwarded from the caller.
         let decoded = unsafe { self.decode_here(map, native, uc) };
+        // SAFETY: forwarded from the caller.
+        let rax = unsafe { (*uc).uc_mcontext.gregs[libc::REG_RAX as usize] as u64 };
         self.window.end(uc, native, true);
         let Some((d, _)) = decoded else {
             self.window.note_gap(native);
@@ -80,9 +94,13 @@ impl ThreadState {
             _ => (Transfer::None, !d.branch),
         };
         // Accesses the decoder cannot place (`xsave`'s) are left out as
-        // the single-stepping mode leaves them out.
-        let (recs, n) = of_instruction(&d, transfer);
-        self.window.push_records(&recs[..n]);
+        // the single-stepping mode leaves them out. A value craft's bytes
+        // before are read now; those its stores leave, once the thread is
+        // back (the window's next start).
+        if let Some(kind) = self.window.record_kind() {
+            let (recs, n) = of_instruction_for(kind, &d, transfer);
+            self.window.push_records(&recs[..n], rax);
+        }
         if !falls_through {
             self.window.note_gap(native);
             return;

@@ -82,7 +82,7 @@ impl ThreadState {
             clock: Clock::new(engine.trap_cost_ns, engine.step_cost_ns),
             budget: Budget::new(settings.map_or(0.0, |s| s.budget), engine.step_cost_ns, settings.and_then(|s| s.min_steps)),
             burst: Burst::new(seed),
-            window: Window::new(seed, engine.config.record_fd),
+            window: Window::new(seed, engine.config.record_fd.map(|fd| (fd, crate::x86::record::Kind::of(engine.config.craft)))),
             ledger: Ledger::new(engine, seed, tables),
         })
     }

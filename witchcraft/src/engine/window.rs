@@ -48,7 +48,7 @@ use super::settings::WindowSettings;
 use super::stepping::set_trap_flag;
 use crate::profile::Counters;
 use crate::sys::siginfo;
-use crate::x86::record::Record;
+use crate::x86::record::{Kind, Record};
 use crate::x86::translate::Counted;
 use rand::{rngs::SmallRng, RngExt, SeedableRng};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -154,8 +154,8 @@ pub struct WindowStats {
 /// What a thread of the exact mode recorded.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Recorded {
-    /// Access records written.
-    pub records: u64,
+    /// Words of access records (and their values) sent.
+    pub words: u64,
     /// Times the thread went on natively, unrecorded, until the next tick,
     /// and where first.
     pub gaps: u64,
@@ -172,7 +172,7 @@ fn window_mask() -> u64 {
 }
 
 impl Window {
-    pub fn new(seed: u64, record_fd: Option<i32>) -> Window {
+    pub fn new(seed: u64, record: Option<(i32, Kind)>) -> Window {
         Window {
             cache: CodeCache::new(),
             phase: Phase::Native,
@@ -192,7 +192,7 @@ impl Window {
             last_start: None,
             unit_ns: 0.0,
             stats: WindowStats::default(),
-            rec: record_fd.map(Recorder::new),
+            rec: record.map(|(fd, kind)| Recorder::new(fd, kind)),
             resume: Resume::default(),
         }
     }
@@ -435,10 +435,28 @@ impl Window {
         self.rec.is_some()
     }
 
-    /// Recording: add `recs` to the buffer (sent when full).
-    pub(super) fn push_records(&mut self, recs: &[Record]) {
+    /// The exact mode: what this thread records (None: it does not).
+    pub(super) fn record_kind(&self) -> Option<Kind> {
+        self.rec.as_ref().map(|r| r.kind)
+    }
+
+    /// Recording: add the records the engine made of an instruction it
+    /// runs itself (`recs`, of this thread's [`Kind`]), with their values
+    /// if the kind has any (`rax`: the program's, for a `rep stos`); the
+    /// buffer is sent when full.
+    pub(super) fn push_records(&mut self, recs: &[Record], rax: u64) {
         if let Some(r) = &mut self.rec {
-            r.push(recs);
+            r.push_for(recs, rax);
+        }
+    }
+
+    /// Recording: the copy of the instruction at the fault did not run:
+    /// its records (the last `bytes` the copies wrote) go; those before
+    /// it are kept.
+    pub(super) fn take_back_records(&mut self, bytes: u64) {
+        if self.rec.is_some() {
+            self.cache.data().rec_ptr -= bytes;
+            self.records_out();
         }
     }
 
@@ -452,11 +470,14 @@ impl Window {
     }
 
     /// Recording: the copies' record slot and countdown, after the engine
-    /// wrote records or sent the buffer. The countdown stops a copy before
-    /// an instruction whose records would not fit (it stops when the
-    /// countdown, less the instruction's records, is 0 or less).
+    /// wrote records or sent the buffer, or as a window begins. The
+    /// countdown stops a copy before an instruction whose records would
+    /// not fit (it stops when the countdown, less the words of the
+    /// instruction's records, is 0 or less).
     pub(super) fn records_in(&mut self) {
-        if let Some(r) = &self.rec {
+        if let Some(r) = &mut self.rec {
+            // Back from native code: the bytes its stores left.
+            r.complete();
             let (ptr, room) = (r.next_ptr(), r.room() as i64 + 1);
             let d = self.cache.data();
             d.rec_ptr = ptr;
@@ -491,7 +512,7 @@ impl Window {
     pub fn recorded(&self) -> Option<Recorded> {
         let r = self.rec.as_ref()?;
         let s = &self.stats;
-        Some(Recorded { records: r.stats.records, gaps: s.gaps, first_gap: s.first_gap, resumes: s.resumes })
+        Some(Recorded { words: r.stats.words, gaps: s.gaps, first_gap: s.first_gap, resumes: s.resumes })
     }
 
     /// The windows' and the cache's part of the profile's counters.
@@ -549,7 +570,7 @@ impl Window {
 
 pub(super) fn counted(engine: &Engine) -> Counted {
     if engine.config.record_fd.is_some() {
-        Counted::Records
+        Counted::Records(Kind::of(engine.config.craft))
     } else if engine.craft.samples(&crate::x86::decode::Access { write: true, ..Default::default() }) {
         Counted::Stores
     } else {

@@ -9,14 +9,17 @@
 //! by one as single steps see them (a `movs` reads an element, then writes
 //! one).
 //!
-//! Records carry addresses only, so this judges the dead craft; the value
-//! crafts need the bytes each access read and left, which the records do
-//! not carry yet.
+//! The dead craft's records carry addresses only. The value crafts'
+//! records carry the bytes they compare (what a load read, what a store
+//! overwrote and left); a `rep` string's carry its ranges' bytes before it
+//! ran, and its elements are replayed in order over them, so each element
+//! sees the bytes the elements before it left (an overlapping copy reads
+//! what it wrote), as single steps see them.
 
-use super::judge::{Observed, ThreadShadow};
+use super::judge::{Observed, ThreadShadow, WIDE};
 use crate::profile::Craft;
 use crate::x86::decode::{Access, MAX_ACCESSES};
-use crate::x86::record::{Record, CALL, DOWN, LEN_MASK, MORE, NONE, READ, REP, RET, WRITE};
+use crate::x86::record::{parse_valued, Record, Valued, CALL, DOWN, LEN_MASK, MAX_RECORDS, MORE, NONE, READ, REP, RET, WRITE};
 use std::collections::HashMap;
 
 /// One instruction's records, gathered until its last.
@@ -26,45 +29,111 @@ struct Group {
     n: usize,
 }
 
+/// One instruction's records with their values (the value crafts).
+struct ValuedGroup {
+    records: [Record; MAX_RECORDS],
+    before: [[u8; WIDE]; MAX_RECORDS],
+    after: [[u8; WIDE]; MAX_RECORDS],
+    /// A `rep` string record's range, before it ran.
+    range: [Vec<u8>; MAX_RECORDS],
+    n: usize,
+}
+
+impl Default for ValuedGroup {
+    fn default() -> Self {
+        ValuedGroup {
+            records: [Record::default(); MAX_RECORDS],
+            before: [[0; WIDE]; MAX_RECORDS],
+            after: [[0; WIDE]; MAX_RECORDS],
+            range: Default::default(),
+            n: 0,
+        }
+    }
+}
+
+impl ValuedGroup {
+    fn put(&mut self, v: &Valued) {
+        let k = self.n;
+        self.records[k] = v.record;
+        if v.record.is(REP) {
+            self.range[k].clear();
+            self.range[k].extend_from_slice(v.before);
+        } else {
+            let b = v.before.len().min(WIDE);
+            self.before[k][..b].copy_from_slice(&v.before[..b]);
+        }
+        let a = v.after.len().min(WIDE);
+        self.after[k][..a].copy_from_slice(&v.after[..a]);
+        self.n += 1;
+    }
+}
+
 /// Per thread: its shadow, and an instruction whose records are not all in.
 #[derive(Default)]
 struct Stream {
     shadow: ThreadShadow,
     group: Group,
+    valued: ValuedGroup,
 }
 
 pub struct Replay {
     craft: Craft,
+    precision: f64,
     threads: HashMap<i32, Stream>,
     /// Instructions judged (a `rep` string's elements each count).
     pub instructions: u64,
+    /// Records judged.
+    pub records: u64,
 }
 
 impl Replay {
-    /// A replay for `craft`; None for the value crafts (records carry no
-    /// values yet).
-    pub fn new(craft: Craft) -> Option<Replay> {
-        (craft == Craft::Dead).then(|| Replay { craft, threads: HashMap::new(), instructions: 0 })
+    /// A replay for `craft`, floating-point values equal within `precision`.
+    pub fn new(craft: Craft, precision: f64) -> Replay {
+        Replay { craft, precision, threads: HashMap::new(), instructions: 0, records: 0 }
     }
 
-    /// Judge thread `tid`'s next records, in the order it made them.
+    /// Judge thread `tid`'s next records (the dead craft's, without
+    /// values), in the order it made them.
     pub fn feed(&mut self, tid: i32, records: impl IntoIterator<Item = Record>) {
-        let craft = self.craft;
         let s = self.threads.entry(tid).or_default();
         for r in records {
             let g = &mut s.group;
             if g.n == MAX_ACCESSES || (g.n > 0 && g.records[0].pc != r.pc) {
                 // A group cut short (never expected): judge what came.
-                self.instructions += instruction(craft, &mut s.shadow, &g.records[..g.n]);
+                self.instructions += instruction(&mut s.shadow, &g.records[..g.n]);
                 g.n = 0;
             }
             g.records[g.n] = r;
             g.n += 1;
             if !r.is(MORE) {
-                self.instructions += instruction(craft, &mut s.shadow, &g.records[..g.n]);
+                self.instructions += instruction(&mut s.shadow, &g.records[..g.n]);
                 g.n = 0;
             }
         }
+    }
+
+    /// Judge thread `tid`'s next records with their values (a value
+    /// craft's stream, `body` of a datagram). False if a record was cut
+    /// short (the rest is left out).
+    pub fn feed_valued(&mut self, tid: i32, body: &[u8]) -> bool {
+        let (craft, precision) = (self.craft, self.precision);
+        let s = self.threads.entry(tid).or_default();
+        for v in parse_valued(body) {
+            let Some(v) = v else { return false };
+            self.records += 1;
+            let g = &mut s.valued;
+            if g.n == MAX_RECORDS || (g.n > 0 && g.records[0].pc != v.record.pc) {
+                // A group cut short (never expected): judge what came.
+                self.instructions += valued_instruction(craft, precision, &mut s.shadow, g);
+                g.n = 0;
+            }
+            g.put(&v);
+            if !v.record.is(MORE) {
+                self.instructions += valued_instruction(craft, precision, &mut s.shadow, g);
+                g.n = 0;
+            }
+        }
+        true
     }
 
     /// The threads' shadows, once every record is in.
@@ -73,11 +142,47 @@ impl Replay {
     }
 }
 
-/// Judge one instruction's records; returns the instructions it stands for.
-fn instruction(craft: Craft, t: &mut ThreadShadow, recs: &[Record]) -> u64 {
+/// Follow the calls and returns among an instruction's records.
+fn transfers(t: &mut ThreadShadow, recs: &[Record]) {
+    for r in recs {
+        if r.is(CALL) {
+            t.call(r.extra);
+        } else if r.is(RET) {
+            t.ret(r.extra);
+        }
+    }
+}
+
+/// Judge one instruction's records with their values; returns the
+/// instructions it stands for.
+fn valued_instruction(craft: Craft, precision: f64, t: &mut ThreadShadow, g: &ValuedGroup) -> u64 {
+    let recs = &g.records[..g.n];
     let Some(first) = recs.first() else { return 0 };
     let ctx = t.context(first.pc);
-    if craft == Craft::Dead && recs.len() == 1 && first.info & (REP | CALL | RET | NONE) == 0 {
+    if first.is(REP) {
+        return super::string::replay(craft, precision, t, ctx, &g.records[..g.n], &g.range, &g.after);
+    }
+    let mut seen = [Observed::new(Access::default()); MAX_RECORDS];
+    let mut n = 0;
+    for (k, r) in recs.iter().enumerate() {
+        if !r.is(NONE) {
+            seen[n] = Observed { access: r.access(), before: g.before[k], after: g.after[k] };
+            n += 1;
+        }
+    }
+    if n > 0 {
+        t.judge(craft, precision, ctx, &seen[..n]);
+    }
+    transfers(t, recs);
+    1
+}
+
+/// Judge one instruction's records (the dead craft's); returns the
+/// instructions it stands for.
+fn instruction(t: &mut ThreadShadow, recs: &[Record]) -> u64 {
+    let Some(first) = recs.first() else { return 0 };
+    let ctx = t.context(first.pc);
+    if recs.len() == 1 && first.info & (REP | CALL | RET | NONE) == 0 {
         // Most instructions: one plain access (a read-modify-write reads first).
         let len = first.info & LEN_MASK;
         if first.info & READ != 0 {
@@ -90,7 +195,7 @@ fn instruction(craft: Craft, t: &mut ThreadShadow, recs: &[Record]) -> u64 {
     }
     if first.is(REP) {
         let count = first.extra;
-        if craft == Craft::Dead && dead_string(t, ctx, recs, count) {
+        if dead_string(t, ctx, recs, count) {
             return count.max(1);
         }
         // Element by element, every record's element i together.
@@ -101,42 +206,24 @@ fn instruction(craft: Craft, t: &mut ThreadShadow, recs: &[Record]) -> u64 {
                 a.addr = if r.is(DOWN) { r.addr.wrapping_sub(step) } else { r.addr.wrapping_add(step) };
                 a
             });
-            judge(craft, t, ctx, element);
+            judge(t, ctx, element);
         }
         return count.max(1);
     }
-    judge(craft, t, ctx, recs.iter().filter(|r| !r.is(NONE)).map(|r| r.access()));
-    for r in recs {
-        if r.is(CALL) {
-            t.call(r.extra);
-        } else if r.is(RET) {
-            t.ret(r.extra);
-        }
-    }
+    judge(t, ctx, recs.iter().filter(|r| !r.is(NONE)).map(|r| r.access()));
+    transfers(t, recs);
     1
 }
 
-/// Judge one instruction's (or one string element's) accesses.
-fn judge(craft: Craft, t: &mut ThreadShadow, ctx: u32, accesses: impl Iterator<Item = Access> + Clone) {
-    if craft == Craft::Dead {
-        // Addresses are all the dead craft needs: no values to gather.
-        // Loads first (a read-modify-write reads before it writes).
-        for a in accesses.clone().filter(|a| a.read) {
-            t.dead_load(ctx, a.addr, a.len as u64);
-        }
-        for a in accesses.filter(|a| a.write) {
-            t.dead_store(ctx, a.addr, a.len as u64);
-        }
-        return;
+/// Judge one instruction's (or one string element's) accesses: addresses
+/// are all the dead craft needs. Loads first (a read-modify-write reads
+/// before it writes).
+fn judge(t: &mut ThreadShadow, ctx: u32, accesses: impl Iterator<Item = Access> + Clone) {
+    for a in accesses.clone().filter(|a| a.read) {
+        t.dead_load(ctx, a.addr, a.len as u64);
     }
-    let mut seen = [Observed::new(Access::default()); MAX_ACCESSES];
-    let mut n = 0;
-    for a in accesses.take(MAX_ACCESSES) {
-        seen[n] = Observed::new(a);
-        n += 1;
-    }
-    if n > 0 {
-        t.judge(craft, 0.0, ctx, &seen[..n]);
+    for a in accesses.filter(|a| a.write) {
+        t.dead_store(ctx, a.addr, a.len as u64);
     }
 }
 
@@ -206,7 +293,7 @@ mod tests {
 
     #[test]
     fn records_are_judged_as_the_steps_would_be() {
-        let mut r = Replay::new(Craft::Dead).unwrap();
+        let mut r = Replay::new(Craft::Dead, 0.0);
         // Two threads interleaved: each judged by itself.
         r.feed(1, [rec(0x10, 0x1000, 8, false, true)]);
         r.feed(2, [rec(0x10, 0x1000, 8, false, true)]);
@@ -217,7 +304,7 @@ mod tests {
 
     #[test]
     fn a_rep_string_is_judged_element_by_element() {
-        let mut r = Replay::new(Craft::Dead).unwrap();
+        let mut r = Replay::new(Craft::Dead, 0.0);
         // rep movsq of 3 elements from 0x2000 to 0x2008 (overlapping:
         // each element read was written by the element before).
         let mut src = rec(0x40, 0x2000, 8, true, false);
@@ -269,10 +356,10 @@ mod tests {
             }
             src.extra = 5;
             dst.extra = 5;
-            let mut whole = Replay::new(Craft::Dead).unwrap();
+            let mut whole = Replay::new(Craft::Dead, 0.0);
             whole.feed(1, setup().into_iter().chain([src, dst]).chain(after()));
             // The same elements, one instruction each.
-            let mut each = Replay::new(Craft::Dead).unwrap();
+            let mut each = Replay::new(Craft::Dead, 0.0);
             let mut recs = setup();
             for i in 0..5u64 {
                 let step = |a: u64| if down { a - 8 * i } else { a + 8 * i };
@@ -290,7 +377,7 @@ mod tests {
 
     #[test]
     fn calls_and_returns_give_contexts() {
-        let mut r = Replay::new(Craft::Dead).unwrap();
+        let mut r = Replay::new(Craft::Dead, 0.0);
         let mut call = rec(0x10, 0x7ff8, 8, false, true);
         call.info |= CALL;
         call.extra = 0x15;
@@ -306,5 +393,108 @@ mod tests {
         assert_eq!(n[n[p.watch as usize].parent as usize].pc, 0x14);
         // The killer ran after the return, in the caller's frame (the root).
         assert_eq!(n[p.trap as usize].parent, crate::context::ROOT);
+    }
+
+    /// A value record's bytes: the record, then its values padded to words.
+    fn valued(r: Record, before: &[u8], after: &[u8]) -> Vec<u8> {
+        let mut b: Vec<u8> = r.to_words().iter().flat_map(|w| w.to_le_bytes()).collect();
+        for v in [before, after] {
+            b.extend_from_slice(v);
+            b.resize(b.len().div_ceil(8) * 8, 0);
+        }
+        b
+    }
+
+    /// An overlapping forward `rep movsb` (a shift by one, each element
+    /// loading the byte the one before it stored) and a `rep stosw`,
+    /// recorded whole with their ranges' bytes before, are judged as their
+    /// elements would be, one instruction each with the bytes each saw.
+    #[test]
+    fn a_string_with_values_is_replayed_element_by_element() {
+        use crate::x86::record::{AFTER, BEFORE};
+        let mem = [7u8, 7, 3, 7, 9, 9, 9, 9, 1, 2, 3, 4];
+        let base = 0x5000u64;
+        // Earlier stores and loads of every byte, so each element has a pair.
+        let setup = |craft: Craft| {
+            let mut v = Vec::new();
+            for (i, b) in mem.iter().enumerate() {
+                let a = base + i as u64;
+                let write = craft == Craft::SilentStore;
+                let mut r = rec(0x30, a, 1, !write, write);
+                r.info |= BEFORE | if write { AFTER } else { 0 };
+                let one = [*b];
+                v.extend(valued(r, &one, if write { &one[..] } else { &[] }));
+            }
+            v
+        };
+        for craft in [Craft::SilentStore, Craft::SilentLoad] {
+            let kind = crate::x86::record::Kind::of(craft);
+            // rep movsb, 6 elements, from base to base + 1; then rep stosw,
+            // 2 elements of 0x0909 at base + 8.
+            let mut whole = setup(craft);
+            let mut src = rec(0x40, base, 1, true, false);
+            let mut dst = rec(0x40, base + 1, 1, false, true);
+            src.info |= REP | MORE | BEFORE;
+            dst.info |= REP | if kind == crate::x86::record::Kind::StoreValues { BEFORE } else { 0 };
+            src.extra = 6;
+            dst.extra = 6;
+            whole.extend(valued(src, &mem[..6], &[]));
+            whole.extend(valued(dst, if dst.is(BEFORE) { &mem[1..7] } else { &[] }, &[]));
+            if craft == Craft::SilentStore {
+                let mut stos = rec(0x50, base + 8, 2, false, true);
+                stos.info |= REP | BEFORE | AFTER;
+                stos.extra = 2;
+                whole.extend(valued(stos, &mem[8..12], &[9, 9]));
+            }
+            // The same, element by element, on a copy of memory.
+            let mut each = setup(craft);
+            let mut m = mem;
+            for i in 0..6 {
+                let v = m[i];
+                let mut s = rec(0x40, base + i as u64, 1, true, false);
+                s.info |= MORE | BEFORE;
+                let mut d = rec(0x40, base + 1 + i as u64, 1, false, true);
+                d.info |= BEFORE | AFTER;
+                if craft == Craft::SilentLoad {
+                    d = Record { addr: 0, pc: 0x40, info: crate::x86::record::NONE, extra: 0 };
+                }
+                each.extend(valued(s, &[v], &[]));
+                each.extend(if d.is(NONE) { valued(d, &[], &[]) } else { valued(d, &[m[i + 1]], &[v]) });
+                m[i + 1] = v;
+            }
+            if craft == Craft::SilentStore {
+                for i in 0..2 {
+                    let mut d = rec(0x50, base + 8 + 2 * i, 2, false, true);
+                    d.info |= BEFORE | AFTER;
+                    let at = 8 + 2 * i as usize;
+                    each.extend(valued(d, &m[at..at + 2], &[9, 9]));
+                }
+            }
+            let (mut a, mut b) = (Replay::new(craft, 0.0), Replay::new(craft, 0.0));
+            assert!(a.feed_valued(1, &whole) && b.feed_valued(1, &each));
+            let figures = |r: Replay| {
+                let mut v = Vec::new();
+                for (_, t) in r.into_threads() {
+                    let pc = |n: u32| t.tree.nodes()[n as usize].pc;
+                    v.extend(t.pairs.iter().map(|p| ((pc(p.watch), pc(p.trap)), (p.waste, p.used, p.traps))));
+                }
+                v.sort_by_key(|x| x.0);
+                v
+            };
+            let (fa, fb) = (figures(a), figures(b));
+            assert!(fa.iter().any(|p| p.1 .0 > 0.0) && fa.iter().any(|p| p.1 .1 > 0.0), "{craft:?}: both verdicts: {fa:?}");
+            assert_eq!(fa, fb, "{craft:?}: whole (left) and element by element (right)");
+        }
+    }
+
+    #[test]
+    fn a_record_cut_short_is_malformed() {
+        let mut r = rec(0x10, 0x1000, 8, true, false);
+        r.info |= crate::x86::record::BEFORE;
+        let b = valued(r, &[1; 8], &[]);
+        let mut replay = Replay::new(Craft::SilentLoad, 0.0);
+        assert!(replay.feed_valued(1, &b));
+        assert!(!replay.feed_valued(1, &b[..b.len() - 8]));
+        assert_eq!(replay.records, 1);
     }
 }

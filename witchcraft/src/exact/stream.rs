@@ -4,12 +4,13 @@
 //! (`engine::recording`); witch reads them and judges each (process,
 //! thread)'s records in the order that thread sent them.
 //!
-//! A datagram is a 16-byte header, then whole records:
+//! A datagram is a 16-byte header, then whole records (with their values,
+//! for the value crafts):
 //!
 //! ```text
 //!   0  pid      u32  the sending process
 //!   4  tid      u32  the sending thread
-//!   8  records  u32  records that follow
+//!   8  words    u32  words (8 bytes) of records that follow
 //!  12  zero     u32
 //! ```
 
@@ -27,17 +28,17 @@ pub const MAX_DATAGRAM: usize = 65536;
 pub struct Header {
     pub pid: i32,
     pub tid: i32,
-    pub records: u32,
+    pub words: u32,
 }
 
 impl Header {
     pub fn to_words(self) -> [u64; 2] {
-        [(self.pid as u32 as u64) | (self.tid as u32 as u64) << 32, self.records as u64]
+        [(self.pid as u32 as u64) | (self.tid as u32 as u64) << 32, self.words as u64]
     }
 
     pub fn parse(b: &[u8]) -> Option<Header> {
         let w = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or_default());
-        (b.len() >= HEADER_BYTES).then(|| Header { pid: w(0) as i32, tid: w(4) as i32, records: w(8) })
+        (b.len() >= HEADER_BYTES).then(|| Header { pid: w(0) as i32, tid: w(4) as i32, words: w(8) })
     }
 }
 
@@ -49,6 +50,7 @@ pub fn send(fd: i32, data: &[u8]) -> bool {
 /// Witch's side: every process's replay.
 pub struct Judge {
     craft: Craft,
+    precision: f64,
     processes: HashMap<i32, Replay>,
     /// Datagrams that were not whole records (never expected).
     pub malformed: u64,
@@ -56,9 +58,9 @@ pub struct Judge {
 }
 
 impl Judge {
-    pub fn new(craft: Craft) -> Option<Judge> {
-        Replay::new(craft)?;
-        Some(Judge { craft, processes: HashMap::new(), malformed: 0, records: 0 })
+    /// A judge for `craft`, floating-point values equal within `precision`.
+    pub fn new(craft: Craft, precision: f64) -> Judge {
+        Judge { craft, precision, processes: HashMap::new(), malformed: 0, records: 0 }
     }
 
     /// Judge one datagram.
@@ -68,17 +70,23 @@ impl Judge {
             return;
         };
         let body = &d[HEADER_BYTES..];
-        if body.len() != h.records as usize * RECORD_BYTES {
+        if body.len() != h.words as usize * 8 {
             self.malformed += 1;
         }
-        if !self.processes.contains_key(&h.pid) {
-            let Some(r) = Replay::new(self.craft) else { return };
-            self.processes.insert(h.pid, r);
+        let (craft, precision) = (self.craft, self.precision);
+        let r = self.processes.entry(h.pid).or_insert_with(|| Replay::new(craft, precision));
+        if craft == Craft::Dead {
+            let n = body.len() as u64 / RECORD_BYTES as u64;
+            self.records += n;
+            r.records += n;
+            r.feed(h.tid, Record::parse(body));
+        } else {
+            let before = r.records;
+            if !r.feed_valued(h.tid, body) {
+                self.malformed += 1;
+            }
+            self.records += r.records - before;
         }
-        let Some(r) = self.processes.get_mut(&h.pid) else { return };
-        let recs = Record::parse(body);
-        self.records += body.len() as u64 / RECORD_BYTES as u64;
-        r.feed(h.tid, recs);
     }
 
     /// Instructions judged in process `pid`.
@@ -86,11 +94,12 @@ impl Judge {
         self.processes.get(&pid).map_or(0, |r| r.instructions)
     }
 
-    /// The processes seen, and each one's threads' shadows.
-    pub fn into_processes(self) -> impl Iterator<Item = (i32, u64, Vec<(i32, ThreadShadow)>)> {
+    /// The processes seen, and each one's instructions and records
+    /// judged and threads' shadows.
+    pub fn into_processes(self) -> impl Iterator<Item = (i32, u64, u64, Vec<(i32, ThreadShadow)>)> {
         self.processes.into_iter().map(|(pid, r)| {
-            let n = r.instructions;
-            (pid, n, r.into_threads().collect())
+            let (n, records) = (r.instructions, r.records);
+            (pid, n, records, r.into_threads().collect())
         })
     }
 }
@@ -101,7 +110,7 @@ mod tests {
 
     #[test]
     fn a_header_survives_its_words() {
-        let h = Header { pid: 4242, tid: 4343, records: 7 };
+        let h = Header { pid: 4242, tid: 4343, words: 7 };
         let mut b = Vec::new();
         for w in h.to_words() {
             b.extend_from_slice(&w.to_le_bytes());

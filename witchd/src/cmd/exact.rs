@@ -60,8 +60,8 @@ use witchcraft::exact::stream::{Judge, MAX_DATAGRAM};
 use witchcraft::sys::fd as fds;
 
 impl Recording {
-    pub fn start(craft: Craft) -> Result<Recording> {
-        let mut judge = Judge::new(craft).ok_or_else(|| anyhow::anyhow!("--exact=cache cannot judge {} yet", craft.name()))?;
+    pub fn start(craft: Craft, precision: f64) -> Result<Recording> {
+        let mut judge = Judge::new(craft, precision);
         let (ours, theirs) = fds::seqpacket_pair().map_err(|e| anyhow::anyhow!("cannot make the record socket: {e}"))?;
         // The program's end: out of the program's descriptor range, and
         // kept across its exec.
@@ -104,7 +104,7 @@ impl Recording {
     /// The program ended: judge what is left and stop.
     pub fn finish(self) -> Judged {
         self.stop.store(true, std::sync::atomic::Ordering::Release);
-        let judge = self.reader.join().unwrap_or_else(|_| Judge::new(Craft::Dead).expect("the dead craft is judged"));
+        let judge = self.reader.join().unwrap_or_else(|_| Judge::new(Craft::Dead, 0.0));
         Judged { judge }
     }
 }
@@ -115,22 +115,23 @@ impl Judged {
     /// judged, so `report`, `diff` and `gate` treat it as a count.
     pub fn apply(self, run: &mut witchcraft::profile::Profile) {
         let malformed = self.judge.malformed;
-        let mut by_pid: std::collections::HashMap<u32, (u64, Vec<witchcraft::profile::Thread>, witchcraft::profile::Counters)> = self
+        type Judged = (u64, u64, Vec<witchcraft::profile::Thread>, witchcraft::profile::Counters);
+        let mut by_pid: std::collections::HashMap<u32, Judged> = self
             .judge
             .into_processes()
-            .map(|(pid, n, shadows)| {
+            .map(|(pid, n, records, shadows)| {
                 let (threads, counters) = witchcraft::exact::thread_profiles(shadows.iter().map(|(t, s)| (*t, s)));
-                (pid as u32, (n, threads, counters))
+                (pid as u32, (n, records, threads, counters))
             })
             .collect();
         let mut one = |p: &mut witchcraft::profile::Profile| {
-            let (n, threads, mut counters) = by_pid.remove(&p.pid).unwrap_or_default();
+            let (n, records, threads, mut counters) = by_pid.remove(&p.pid).unwrap_or_default();
             counters.interrupts = n;
             counters.threads = p.counters.threads;
             p.threads = threads;
             p.counters = counters;
             p.sampler = witchcraft::exact::exact_sampler("code-cache");
-            p.notes.push(format!("exact from the code cache: {n} instructions judged"));
+            p.notes.push(format!("exact from the code cache: {records} access records judged, of {n} instructions"));
             if malformed > 0 {
                 p.notes.push(format!("{malformed} record datagrams were malformed (a witch bug)"));
             }

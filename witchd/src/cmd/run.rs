@@ -159,10 +159,6 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     let mut recording = None;
     match a.exact {
         Some(ExactMode::Step) => return super::exact::run(craft, a, &prog, program, &out),
-        Some(ExactMode::Cache) if craft != Craft::Dead => {
-            crate::say!("witch: --exact=cache judges the dead craft only so far (its records carry no values yet); running --exact=step");
-            return super::exact::run(craft, a, &prog, program, &out);
-        }
         Some(ExactMode::Cache) if check_dynamic(&prog).is_err() => {
             crate::say!("witch: {} is statically linked, so the agent can't be preloaded into it; running --exact=step", prog.display());
             return super::exact::run(craft, a, &prog, program, &out);
@@ -222,7 +218,7 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     }
     settings.exe_names = a.exe.clone();
     if a.exact.is_some() {
-        let r = super::exact::Recording::start(craft)?;
+        let r = super::exact::Recording::start(craft, a.fp_precision)?;
         settings.record_fd = Some(r.program_fd());
         // The program's breakpoint for resuming after native code; no
         // watchpoints.

@@ -49,12 +49,12 @@ impl Translator {
                     if insn.instr.is_string_instruction() && d.n == 0 {
                         insn.class = Class::Native;
                     }
-                    if counted == Counted::Records && insn.class != Class::Native {
+                    if let (Counted::Records(kind), false) = (counted, insn.class == Class::Native) {
                         match self.refs(&instr) {
                             Some((refs, n)) => {
                                 insn.refs = refs;
                                 insn.nrefs = n as u8;
-                                insn.counted = n as u32;
+                                insn.counted = super::recording::words(kind, &insn);
                             }
                             None => insn.class = Class::Native,
                         }

@@ -58,6 +58,7 @@ pub use dispatch::{dispatch_index, emit_dispatch, emit_link};
 pub use emit::{EXIT_STUB_LEN, LINK_PREFIX_LEN};
 
 use super::decode::{Access, Analyzer};
+use super::record::Kind;
 use emit::Emitter;
 use iced_x86::{Encoder, Instruction, InstructionInfoFactory, InstructionInfoOptions, Register};
 
@@ -96,11 +97,12 @@ pub struct Slots {
     /// The address of the dispatch table (a slot holding a pointer).
     pub table: u64,
     /// Recording copies ([`Counted::Records`]): the slot holding where the
-    /// next access record goes, two spill slots, and the thread's FS and GS
-    /// bases (for operands with a segment override).
+    /// next access record goes, three spill slots, and the thread's FS and
+    /// GS bases (for operands with a segment override).
     pub rec_ptr: u64,
     pub save_rec_a: u64,
     pub save_rec_b: u64,
+    pub save_rec_c: u64,
     pub fs_base: u64,
     pub gs_base: u64,
     /// The link stub ([`emit_link`]): where it keeps the program's stack
@@ -116,14 +118,16 @@ pub struct Slots {
 pub enum Counted {
     Stores,
     Loads,
-    /// Recording copies (the exact mode): before every memory access,
-    /// loads and stores, implicit ones included, a copy writes an access
-    /// record ([`super::record`]) where the record slot points, and the
-    /// countdown counts records, so that it stops exactly before the
-    /// instruction whose records would not fit (an [`Exit::Pick`]). A `rep`
-    /// string instruction with elements to run always leaves for the
-    /// engine ([`Exit::BigRep`]), which records it whole.
-    Records,
+    /// Recording copies (the exact mode): before every memory access the
+    /// kind records (the dead craft: loads and stores; a value craft:
+    /// those of its kind, with their bytes), implicit ones included, a
+    /// copy writes an access record ([`super::record`]) where the record
+    /// slot points, and the countdown counts the records' words, so that
+    /// it stops exactly before the instruction whose records would not
+    /// fit (an [`Exit::Pick`]). A `rep` string instruction with elements
+    /// to run always leaves for the engine ([`Exit::BigRep`]), which
+    /// records it whole.
+    Records(Kind),
 }
 
 impl Counted {
@@ -131,7 +135,7 @@ impl Counted {
         match self {
             Counted::Stores => a.write,
             Counted::Loads => a.read,
-            Counted::Records => a.read || a.write,
+            Counted::Records(k) => k.records(a),
         }
     }
 }
@@ -249,9 +253,9 @@ pub struct Point {
     pub len: u32,
     /// The registers are those *before* the instruction (else after it).
     pub before: bool,
-    /// A general-purpose register (hardware number) whose program value
-    /// is in a slot at this point, and the slot.
-    pub spilled: Option<(u8, u64)>,
+    /// General-purpose registers whose program values are in slots at
+    /// this point.
+    pub spilled: Spilled,
     /// The native PC the program would be at, after the instruction: its
     /// next instruction, a branch target, or (when `target_slot`) the value
     /// in the target slot.
@@ -260,6 +264,40 @@ pub struct Point {
     /// A `rep` string instruction: a trap may land on its start (with
     /// elements left) as well as after it.
     pub rep: bool,
+    /// Recording copies: bytes of access records the copy wrote for the
+    /// instruction before this point. A fault here is the instruction's
+    /// own: it did not run, and its records are taken back.
+    pub recorded: u32,
+}
+
+/// Registers (hardware numbers) whose program values are in slots at a
+/// point of a copy, with their slots.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Spilled {
+    regs: [(u8, u64); 3],
+    n: u8,
+}
+
+impl Spilled {
+    pub const NONE: Spilled = Spilled { regs: [(0, 0); 3], n: 0 };
+
+    pub fn one(reg: u8, slot: u64) -> Spilled {
+        Spilled { regs: [(reg, slot), (0, 0), (0, 0)], n: 1 }
+    }
+
+    pub fn three(regs: [u8; 3], slots: [u64; 3]) -> Spilled {
+        Spilled { regs: [(regs[0], slots[0]), (regs[1], slots[1]), (regs[2], slots[2])], n: 3 }
+    }
+
+    /// Each register and its slot.
+    pub fn iter(&self) -> impl Iterator<Item = (u8, u64)> + '_ {
+        self.regs[..self.n as usize].iter().copied()
+    }
+
+    /// The first (or only) one.
+    pub fn first(&self) -> Option<(u8, u64)> {
+        self.iter().next()
+    }
 }
 
 /// A translated block.
@@ -351,6 +389,9 @@ pub struct Translator {
     /// Filled by a translation when asked: the points of the copy.
     points: [(u64, u64, Point); 4 * MAX_INSNS],
     npoints: usize,
+    /// Bytes of records the instruction being copied wrote (see
+    /// [`Point::recorded`]).
+    recorded: u32,
 }
 
 impl Default for Translator {
@@ -376,6 +417,7 @@ impl Translator {
             encoder,
             points: [(0, 0, Point::default()); 4 * MAX_INSNS],
             npoints: 0,
+            recorded: 0,
         }
     }
 
@@ -409,7 +451,11 @@ impl Translator {
             return Err(Error::Unreadable);
         }
         let mut e = Emitter { buf: out, base: req.at, pos: 0, full: false, slots: env.slots };
-        let mut ctx = Ctx { host, points: req.points, dispatch: env.dispatch, link: env.link, record: env.counted == Counted::Records };
+        let record = match env.counted {
+            Counted::Records(k) => Some(k),
+            _ => None,
+        };
+        let mut ctx = Ctx { host, points: req.points, dispatch: env.dispatch, link: env.link, record };
         let block = if self.insns[0].class == Class::Rep {
             self.emit_rep(&mut e, &mut ctx)
         } else {
@@ -431,6 +477,6 @@ struct Ctx<'a> {
     dispatch: u64,
     /// The link stub (0: none).
     link: u64,
-    /// Recording copies ([`Counted::Records`]).
-    record: bool,
+    /// Recording copies ([`Counted::Records`]): what they record.
+    record: Option<Kind>,
 }

@@ -88,3 +88,27 @@ pub(super) fn spare_pair(i: &Instruction) -> (Register, Register) {
         .unwrap_or(Register::R10);
     (a, b)
 }
+
+/// Three registers among r8-r15 that the instruction does not name.
+pub(super) fn spare_triple(i: &Instruction) -> [Register; 3] {
+    let mut used = 0u16;
+    for k in 0..i.op_count() {
+        if i.op_kind(k) == OpKind::Register && i.op_register(k).full_register().is_gpr64() {
+            used |= 1 << gpr_number(i.op_register(k).full_register());
+        }
+    }
+    for r in [i.memory_base(), i.memory_index()] {
+        if r.full_register().is_gpr64() {
+            used |= 1 << gpr_number(r.full_register());
+        }
+    }
+    let mut out = [Register::R11, Register::R10, Register::R9];
+    let mut n = 0;
+    for r in [Register::R11, Register::R10, Register::R9, Register::R8, Register::R15, Register::R14, Register::R13, Register::R12] {
+        if n < 3 && used & (1 << gpr_number(r)) == 0 {
+            out[n] = r;
+            n += 1;
+        }
+    }
+    out
+}

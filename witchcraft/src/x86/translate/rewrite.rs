@@ -6,7 +6,8 @@
 use super::block::classify;
 use super::emit::Emitter;
 use super::operands::{condition_code, gpr_number, kills_flags, spare_register};
-use super::{Block, Class, Ctx, Error, Exit, Host, Insn, Point, Slots, Translator, Variant, ARITH, MAX_INSNS, MAX_REP_ELEMENTS};
+use super::{Block, Class, Ctx, Error, Exit, Host, Insn, Point, Slots, Spilled, Translator, Variant, ARITH, MAX_INSNS, MAX_REP_ELEMENTS};
+use crate::x86::record::Kind;
 use iced_x86::{Decoder, DecoderOptions, OpKind, Register};
 
 impl Translator {
@@ -136,12 +137,17 @@ impl Translator {
         let x = self.insns[i];
         let next = x.ip + x.len as u64;
         let last = i + 1 == copied;
-        if ctx.record {
-            self.emit_records(e, &x);
+        self.recorded = 0;
+        if let Some(kind) = ctx.record {
+            self.emit_records(e, ctx, &x, kind);
+            self.recorded = super::recording::bytes(kind, &x);
         }
         match x.class {
             Class::Plain => {
                 self.copy_plain(e, ctx, &x);
+                if ctx.record == Some(Kind::StoreValues) {
+                    self.emit_after_values(e, ctx, &x);
+                }
                 if last && copied == n {
                     // The block ended on its length, not a transfer: go on.
                     self.link(e, ctx, next)?;
@@ -177,7 +183,16 @@ impl Translator {
                     ctx,
                     start,
                     end,
-                    Point { pc: x.ip, len: x.len, before: false, spilled: None, next: target, target_slot: false, rep: false },
+                    Point {
+                        pc: x.ip,
+                        len: x.len,
+                        before: false,
+                        spilled: Spilled::NONE,
+                        next: target,
+                        target_slot: false,
+                        rep: false,
+                        recorded: 0,
+                    },
                 );
                 self.link(e, ctx, target)?;
                 e.literal(lit, next);
@@ -192,7 +207,16 @@ impl Translator {
                         ctx,
                         start,
                         end,
-                        Point { pc: x.ip, len: x.len, before: false, spilled: None, next: 0, target_slot: true, rep: false },
+                        Point {
+                            pc: x.ip,
+                            len: x.len,
+                            before: false,
+                            spilled: Spilled::NONE,
+                            next: 0,
+                            target_slot: true,
+                            rep: false,
+                            recorded: 0,
+                        },
                     );
                     e.jmp_abs(ctx.dispatch);
                     e.literal(lit, next);
@@ -211,7 +235,16 @@ impl Translator {
                         ctx,
                         start,
                         end,
-                        Point { pc: x.ip, len: x.len, before: false, spilled: None, next: 0, target_slot: true, rep: false },
+                        Point {
+                            pc: x.ip,
+                            len: x.len,
+                            before: false,
+                            spilled: Spilled::NONE,
+                            next: 0,
+                            target_slot: true,
+                            rep: false,
+                            recorded: 0,
+                        },
                     );
                 } else {
                     // The load at rsp, then rsp past the return address and
@@ -228,10 +261,11 @@ impl Translator {
                             pc: x.ip,
                             len: x.len,
                             before: true,
-                            spilled: Some((0, e.slots.save_rax)),
+                            spilled: Spilled::one(0, e.slots.save_rax),
                             next: 0,
                             target_slot: true,
                             rep: false,
+                            recorded: 0,
                         },
                     );
                     e.mov_slot_reg(e.slots.target, 0);
@@ -249,12 +283,12 @@ impl Translator {
     fn copy_plain(&mut self, e: &mut Emitter, ctx: &mut Ctx, x: &Insn) {
         let len = x.len as usize;
         let next = x.ip + x.len as u64;
-        let point = |spilled| Point { pc: x.ip, len: x.len, before: false, spilled, next, target_slot: false, rep: false };
+        let point = |spilled| Point { pc: x.ip, len: x.len, before: false, spilled, next, target_slot: false, rep: false, recorded: 0 };
         if x.disp_off == 0 {
             let start = e.here();
             e.bytes(&x.bytes[..len]);
             let end = e.here();
-            self.point(ctx, start, end, point(None));
+            self.point(ctx, start, end, point(Spilled::NONE));
             return;
         }
         let target = x.instr.ip_rel_memory_address();
@@ -266,7 +300,7 @@ impl Translator {
             b[off..off + 4].copy_from_slice(&(disp as i32).to_le_bytes());
             e.bytes(&b[..len]);
             let end = e.here();
-            self.point(ctx, start, end, point(None));
+            self.point(ctx, start, end, point(Spilled::NONE));
             return;
         }
         // Out of reach: through a spare register.
@@ -286,7 +320,7 @@ impl Translator {
             return;
         }
         let t = e.here();
-        self.point(ctx, s, t, point(Some((reg, e.slots.save_scratch))));
+        self.point(ctx, s, t, point(Spilled::one(reg, e.slots.save_scratch)));
         e.mov_reg_slot(reg, e.slots.save_scratch);
     }
 
@@ -333,7 +367,16 @@ impl Translator {
             ctx,
             s,
             t,
-            Point { pc: x.ip, len: x.len, before: true, spilled: Some((0, e.slots.save_rax)), next: 0, target_slot: false, rep: false },
+            Point {
+                pc: x.ip,
+                len: x.len,
+                before: true,
+                spilled: Spilled::one(0, e.slots.save_rax),
+                next: 0,
+                target_slot: false,
+                rep: false,
+                recorded: 0,
+            },
         );
         e.mov_slot_reg(e.slots.target, 0);
         e.mov_reg_slot(0, e.slots.save_rax);
@@ -347,7 +390,7 @@ impl Translator {
         // cmp rcx, MAX_REP_ELEMENTS; ja long: the engine runs it in parts.
         // A recording copy leaves for the engine whenever there are
         // elements to run: the engine records the string whole.
-        let most = if ctx.record { 0 } else { MAX_REP_ELEMENTS as i32 };
+        let most = if ctx.record.is_some() { 0 } else { MAX_REP_ELEMENTS as i32 };
         e.bytes(&[0x48, 0x81, 0xF9]);
         e.bytes(&most.to_le_bytes());
         let long = e.jcc_fwd(0x7);
@@ -368,7 +411,12 @@ impl Translator {
         let s = e.here();
         e.bytes(&x.bytes[..x.len as usize]);
         let t = e.here();
-        self.point(ctx, s, t, Point { pc: x.ip, len: x.len, before: false, spilled: None, next, target_slot: false, rep: true });
+        self.point(
+            ctx,
+            s,
+            t,
+            Point { pc: x.ip, len: x.len, before: false, spilled: Spilled::NONE, next, target_slot: false, rep: true, recorded: 0 },
+        );
         self.link(e, ctx, next)?;
         e.bind(end);
         e.charge_rep(false);
@@ -402,7 +450,7 @@ impl Translator {
             return Err(Error::Unreadable);
         }
         let mut e = Emitter { buf: out, base: at, pos: 0, full: false, slots: *slots };
-        let mut ctx = Ctx { host, points: false, dispatch: 0, link: 0, record: false };
+        let mut ctx = Ctx { host, points: false, dispatch: 0, link: 0, record: None };
         e.bytes(&bytes[..instr.len()]);
         e.exit(&mut ctx, Exit::RepDone)?;
         if e.full {
@@ -413,9 +461,9 @@ impl Translator {
 
     /// Remember where an emitted instruction stands in the program (only
     /// when asked for points).
-    fn point(&mut self, ctx: &mut Ctx, start: u64, end: u64, p: Point) {
+    pub(super) fn point(&mut self, ctx: &mut Ctx, start: u64, end: u64, p: Point) {
         if ctx.points && self.npoints < self.points.len() {
-            self.points[self.npoints] = (start, end, p);
+            self.points[self.npoints] = (start, end, Point { recorded: self.recorded, ..p });
             self.npoints += 1;
         }
     }

@@ -43,9 +43,10 @@ fn slots() -> Slots {
         save_rec_b: d + 88,
         fs_base: d + 96,
         gs_base: d + 104,
-        save_rsp: d + 112,
-        link_stack: d + 120,
-        link_entry: d + 128,
+        save_rec_c: d + 112,
+        save_rsp: d + 120,
+        link_stack: d + 128,
+        link_entry: d + 136,
     }
 }
 
@@ -238,27 +239,122 @@ fn the_slow_variant_leaves_exactly_before_each_counting_instruction() {
     assert_eq!(picks, vec![NATIVE, NATIVE + 4]);
 }
 
+/// A mapping to run a recording copy in: the cache's data slots, a
+/// dispatch table and stub, the copy, the native code and the record
+/// buffer.
+struct Rig {
+    base: u64,
+    table: u64,
+    copy: u64,
+    native: u64,
+    buf: u64,
+    slots: Slots,
+    block: Block,
+}
+
+const RIG_BYTES: usize = 1 << 16;
+
+impl Rig {
+    /// `code` translated for `kind` into a fresh mapping.
+    fn new(code: &[u8], kind: record::Kind) -> Rig {
+        // SAFETY: a new private anonymous mapping, checked for failure.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                RIG_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        let base = base as u64;
+        let (data, table, stub, copy, native, buf) = (base, base + 0x1000, base + 0x2000, base + 0x3000, base + 0x6000, base + 0x8000);
+        let slots = Slots {
+            countdown: data,
+            instr_left: data + 8,
+            save_rax: data + 16,
+            save_rcx: data + 24,
+            save_scratch: data + 32,
+            save_flags: data + 40,
+            target: data + 48,
+            jump: data + 56,
+            table: data + 64,
+            rec_ptr: data + 72,
+            save_rec_a: data + 80,
+            save_rec_b: data + 88,
+            fs_base: data + 96,
+            gs_base: data + 104,
+            save_rec_c: data + 112,
+            save_rsp: data + 120,
+            link_stack: data + 128,
+            link_entry: data + 136,
+        };
+        let mut rig = Rig { base, table, copy, native, buf, slots, block: Block::default() };
+        let mem = rig.mem();
+        mem[rig.off(native)..rig.off(native) + code.len()].copy_from_slice(code);
+        let fs_base: u64;
+        // SAFETY: glibc's thread control block starts with its own address.
+        unsafe { std::arch::asm!("mov {}, fs:[0]", out(reg) fs_base) };
+        rig.put(slots.countdown, 1000);
+        rig.put(slots.instr_left, 1000);
+        rig.put(slots.table, table);
+        rig.put(slots.rec_ptr, buf);
+        rig.put(slots.fs_base, fs_base);
+        // One dispatch entry: the `ret` goes back to the caller's address.
+        let (o, mem) = (rig.off(stub), rig.mem());
+        let n = emit_dispatch(&slots, 1, stub, 0, &mut mem[o..o + 512]).unwrap();
+        assert!(n < 512);
+        let mut t = Translator::new();
+        let mut host = Code { base: native, bytes: code.to_vec() };
+        let env = Env { slots, counted: Counted::Records(kind), dispatch: stub, link: 0 };
+        let req = Request { native, variant: Variant::Fast, at: copy, points: false };
+        let (o, mem) = (rig.off(copy), rig.mem());
+        rig.block = t.translate(&mut host, &env, req, &mut mem[o..o + MAX_BLOCK_BYTES]).unwrap();
+        rig
+    }
+
+    fn mem(&self) -> &'static mut [u8] {
+        // SAFETY: the mapping made in `new`, unmapped when the rig drops
+        // (the tests use the slice only while the rig lives).
+        unsafe { std::slice::from_raw_parts_mut(self.base as *mut u8, RIG_BYTES) }
+    }
+
+    fn off(&self, a: u64) -> usize {
+        (a - self.base) as usize
+    }
+
+    fn put(&self, a: u64, v: u64) {
+        let o = self.off(a);
+        self.mem()[o..o + 8].copy_from_slice(&v.to_le_bytes());
+    }
+
+    fn get(&self, a: u64) -> u64 {
+        let o = self.off(a);
+        u64::from_le_bytes(self.mem()[o..o + 8].try_into().unwrap())
+    }
+
+    /// The records the copy wrote.
+    fn records(&self) -> &[u8] {
+        let end = self.get(self.slots.rec_ptr);
+        &self.mem()[self.off(self.buf)..self.off(end)]
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, no longer used.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, RIG_BYTES) };
+    }
+}
+
 /// A recording copy, run: every access it makes (explicit, implicit,
 /// segment-relative, RIP-relative) is recorded before it happens, with
 /// its address, PC and kind, and the program's registers come out as
 /// natively.
 #[test]
 fn a_recording_copy_records_every_access_and_keeps_the_registers() {
-    const MAP: usize = 1 << 16;
-    // SAFETY: a new private anonymous mapping, checked for failure.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            MAP,
-            libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(base, libc::MAP_FAILED);
-    let base = base as u64;
-    let (data, table, stub, copy, native, buf) = (base, base + 0x1000, base + 0x2000, base + 0x3000, base + 0x6000, base + 0x8000);
     let code: [u8; 26] = [
         0x89, 0x07, // mov [rdi], eax
         0x53, // push rbx
@@ -268,48 +364,10 @@ fn a_recording_copy_records_every_access_and_keeps_the_registers() {
         0x4C, 0x8B, 0x05, 0x00, 0x01, 0x00, 0x00, // mov r8, [rip+0x100]
         0xC3, // ret
     ];
-    // SAFETY: all of these lie inside the mapping made above.
-    let mem = unsafe { std::slice::from_raw_parts_mut(base as *mut u8, MAP) };
-    let off = |a: u64| (a - base) as usize;
-    mem[off(native)..off(native) + code.len()].copy_from_slice(&code);
-    let slots = Slots {
-        countdown: data,
-        instr_left: data + 8,
-        save_rax: data + 16,
-        save_rcx: data + 24,
-        save_scratch: data + 32,
-        save_flags: data + 40,
-        target: data + 48,
-        jump: data + 56,
-        table: data + 64,
-        rec_ptr: data + 72,
-        save_rec_a: data + 80,
-        save_rec_b: data + 88,
-        fs_base: data + 96,
-        gs_base: data + 104,
-        save_rsp: data + 112,
-        link_stack: data + 120,
-        link_entry: data + 128,
-    };
-    let put = |mem: &mut [u8], a: u64, v: u64| mem[off(a)..off(a) + 8].copy_from_slice(&v.to_le_bytes());
-    let get = |mem: &[u8], a: u64| u64::from_le_bytes(mem[off(a)..off(a) + 8].try_into().unwrap());
-    let fs_base: u64;
-    // SAFETY: glibc's thread control block starts with its own address.
-    unsafe { std::arch::asm!("mov {}, fs:[0]", out(reg) fs_base) };
-    put(mem, slots.countdown, 1000);
-    put(mem, slots.instr_left, 1000);
-    put(mem, slots.table, table);
-    put(mem, slots.rec_ptr, buf);
-    put(mem, slots.fs_base, fs_base);
-    // One dispatch entry: the `ret` goes back to the caller's address.
-    let n = emit_dispatch(&slots, 1, stub, 0, &mut mem[off(stub)..off(stub) + 512]).unwrap();
-    assert!(n < 512);
-    let mut t = Translator::new();
-    let mut host = Code { base: native, bytes: code.to_vec() };
-    let env = Env { slots, counted: Counted::Records, dispatch: stub, link: 0 };
-    let req = Request { native, variant: Variant::Fast, at: copy, points: false };
-    let b = t.translate(&mut host, &env, req, &mut mem[off(copy)..off(copy) + MAX_BLOCK_BYTES]).unwrap();
-    assert_eq!((b.insns, b.counted), (7, 7), "seven accesses in seven instructions");
+    let rig = Rig::new(&code, record::Kind::Addresses);
+    let (native, table, copy) = (rig.native, rig.table, rig.copy);
+    assert_eq!((rig.block.insns, rig.block.counted), (7, 28), "seven accesses in seven instructions, four words a record");
+    let fs_base = rig.get(rig.slots.fs_base);
     let src = [10u64, 11, 12, 13, 14];
     let mut dst = [0u32; 2];
     let (rax, r10, r11): (u64, u64, u64);
@@ -337,8 +395,7 @@ fn a_recording_copy_records_every_access_and_keeps_the_registers() {
         );
     }
     assert_eq!((dst[0], rax, r10, r11), (7, 13, 0x1010, 0x1111), "the program's results and registers");
-    let end = get(mem, slots.rec_ptr);
-    let recs: Vec<record::Record> = record::Record::parse(&mem[off(buf)..off(end)]).collect();
+    let recs: Vec<record::Record> = record::Record::parse(rig.records()).collect();
     assert_eq!(recs.len(), 7, "{recs:x?}");
     let kinds: Vec<(u64, u32, bool, bool)> =
         recs.iter().map(|r| (r.pc - native, r.access().len, r.access().read, r.access().write)).collect();
@@ -360,10 +417,89 @@ fn a_recording_copy_records_every_access_and_keeps_the_registers() {
     assert_eq!(recs[4].addr, fs_base + 0x10);
     assert_eq!(recs[5].addr, native + 25 + 0x100);
     assert!(recs[6].is(record::RET) && !recs[6].is(record::MORE));
-    assert_eq!(recs[6].extra, get(mem, table), "a ret's record carries its target");
+    assert_eq!(recs[6].extra, rig.get(table), "a ret's record carries its target");
     assert_eq!(recs[6].addr, recs[1].addr + 8, "the return address is above where rbx was pushed");
-    // SAFETY: the mapping made above, no longer used.
-    unsafe { libc::munmap(base as *mut libc::c_void, MAP) };
+}
+
+/// The value crafts' recording copies, run: a silent-store copy records
+/// the stores only, each with the bytes before and after it (a vector
+/// store's sixteen, a read-modify-write that changes nothing, the stack
+/// slot a `push` overwrites), and a `ret` as a record without an access;
+/// a redundant-load copy records the loads only, each with the bytes it
+/// read (a `ret` its return address). The registers come out as natively.
+#[test]
+fn value_recording_copies_record_the_bytes_their_craft_compares() {
+    let code: [u8; 22] = [
+        0x89, 0x07, // mov [rdi], eax
+        0x83, 0x47, 0x04, 0x00, // add dword [rdi+4], 0
+        0x0F, 0x11, 0x47, 0x08, // movups [rdi+8], xmm0
+        0x41, 0x51, // push r9
+        0x41, 0x59, // pop r9
+        0x48, 0x8B, 0x46, 0x10, // mov rax, [rsi+16]
+        0x66, 0x8B, 0x16, // mov dx, [rsi]
+        0xC3, // ret
+    ];
+    for kind in [record::Kind::StoreValues, record::Kind::LoadValues] {
+        let rig = Rig::new(&code, kind);
+        let (native, table, copy) = (rig.native, rig.table, rig.copy);
+        let src = [0x0102_0304_0506_0708u64, 11, 12];
+        let mut dst = [0u32, 5, 1, 2, 3, 4];
+        let vector = [21u32, 22, 23, 24];
+        let (rax, rdx, r8, r9, r10, r11): (u64, u64, u64, u64, u64, u64);
+        // SAFETY: as in the test above; the copy writes dst, reads src,
+        // pushes and pops rbx and returns here.
+        unsafe {
+            std::arch::asm!(
+                "movups xmm0, [{v}]",
+                "lea rax, [rip + 2f]",
+                "mov [{tab}], rax",
+                "mov [{tab} + 8], rax",
+                "mov eax, 7",
+                "mov edx, 0",
+                "call {copy}",
+                "2:",
+                v = in(reg) vector.as_ptr(),
+                tab = in(reg) table,
+                copy = in(reg) copy,
+                in("rdi") dst.as_mut_ptr(),
+                in("rsi") src.as_ptr(),
+                out("rax") rax,
+                out("rdx") rdx,
+                inout("r8") 0x0808u64 => r8,
+                inout("r9") 0x4242u64 => r9,
+                inout("r10") 0x1010u64 => r10,
+                inout("r11") 0x1111u64 => r11,
+                clobber_abi("C"),
+            );
+        }
+        assert_eq!(dst, [7, 5, 21, 22, 23, 24], "{kind:?}: the program's stores");
+        assert_eq!((rax, rdx, r8, r9, r10, r11), (12, 0x0708, 0x0808, 0x4242, 0x1010, 0x1111), "{kind:?}: the registers");
+        let recs: Vec<_> = record::parse_valued(rig.records()).map(|v| v.expect("whole records")).collect();
+        let words: usize = recs.iter().map(|v| 4 + v.before.len().div_ceil(8) + v.after.len().div_ceil(8)).sum();
+        assert_eq!(rig.block.counted as usize, words, "{kind:?}: the copies count the words they write");
+        let seen: Vec<(u64, u32, Vec<u8>, Vec<u8>)> =
+            recs.iter().map(|v| (v.record.pc - native, v.record.access().len, v.before.to_vec(), v.after.to_vec())).collect();
+        let le = |v: u64, n: usize| v.to_le_bytes()[..n].to_vec();
+        let ret_to = rig.get(table);
+        let bytes16 = |w: [u32; 4]| w.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        if kind == record::Kind::StoreValues {
+            assert_eq!(seen.len(), 5, "{seen:x?}");
+            assert_eq!(seen[0], (0, 4, le(0, 4), le(7, 4)), "mov [rdi], eax");
+            assert_eq!(seen[1], (2, 4, le(5, 4), le(5, 4)), "add [rdi+4], 0: silent");
+            assert_eq!(seen[2], (6, 16, bytes16([1, 2, 3, 4]), bytes16(vector)), "movups");
+            assert_eq!((seen[3].0, seen[3].1, &seen[3].3), (10, 8, &le(0x4242, 8)), "push r9");
+            let r = recs[4].record;
+            assert!(r.is(record::NONE) && r.is(record::RET) && !r.is(record::MORE) && r.extra == ret_to, "ret: {r:x?}");
+        } else {
+            assert_eq!(seen.len(), 5, "{seen:x?}");
+            assert_eq!(seen[0], (2, 4, le(5, 4), vec![]), "add [rdi+4], 0 reads");
+            assert_eq!(seen[1], (12, 8, le(0x4242, 8), vec![]), "pop r9");
+            assert_eq!(seen[2], (14, 8, le(12, 8), vec![]), "mov rax, [rsi+16]");
+            assert_eq!(seen[3], (18, 2, le(0x0708, 2), vec![]), "mov dx, [rsi]");
+            assert_eq!(seen[4], (21, 8, le(ret_to, 8), vec![]), "ret reads its return address");
+            assert!(recs[4].record.is(record::RET) && recs[4].record.extra == ret_to);
+        }
+    }
 }
 
 #[test]
@@ -375,7 +511,7 @@ fn points_map_a_copy_back_to_the_native_instruction() {
     // The store to [rdi]: its copy ends where a trap would report.
     let st = l.iter().find(|(_, i)| i.mnemonic() == Mnemonic::Mov && i.memory_base() == Register::RDI).unwrap();
     let p = t.point_at(st.0 + st.1.len() as u64, true).unwrap();
-    assert_eq!((p.pc, p.before, p.next, p.spilled), (NATIVE, false, NATIVE + 2, None));
+    assert_eq!((p.pc, p.before, p.next, p.spilled.first()), (NATIVE, false, NATIVE + 2, None));
     // The rewritten RIP-relative store: its spare register is in a slot.
     let rw = l
         .iter()
@@ -383,14 +519,14 @@ fn points_map_a_copy_back_to_the_native_instruction() {
         .unwrap();
     let p = t.point_at(rw.0 + rw.1.len() as u64, true).unwrap();
     assert_eq!(p.pc, NATIVE + 2);
-    assert_eq!(p.spilled.map(|s| s.1), Some(slots().save_scratch));
+    assert_eq!(p.spilled.first().map(|s| s.1), Some(slots().save_scratch));
     // The indirect call's load of its target: before the call, rax spilled.
     let ld = l
         .iter()
         .find(|(_, i)| i.mnemonic() == Mnemonic::Mov && i.memory_base() == Register::RAX && i.op0_register() == Register::RAX)
         .unwrap();
     let p = t.point_at(ld.0 + ld.1.len() as u64, true).unwrap();
-    assert_eq!((p.pc, p.before, p.spilled), (NATIVE + 12, true, Some((0, slots().save_rax))));
+    assert_eq!((p.pc, p.before, p.spilled.first()), (NATIVE + 12, true, Some((0, slots().save_rax))));
     // A fault anywhere inside the copied store maps to it.
     assert_eq!(t.point_at(st.0, false).map(|p| p.pc), Some(NATIVE));
 }
@@ -467,9 +603,10 @@ fn a_link_through_the_engines_entry_keeps_registers_flags_and_vectors() {
         save_rec_b: data + 88,
         fs_base: data + 96,
         gs_base: data + 104,
-        save_rsp: data + 112,
-        link_stack: data + 120,
-        link_entry: data + 128,
+        save_rec_c: data + 112,
+        save_rsp: data + 120,
+        link_stack: data + 128,
+        link_entry: data + 136,
     };
     let put = |mem: &mut [u8], a: u64, v: u64| mem[off(a)..off(a) + 8].copy_from_slice(&v.to_le_bytes());
     assert!(crate::engine::link::set_hook(link_test_hook), "XSAVE on this machine");
