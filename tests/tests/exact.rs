@@ -321,6 +321,39 @@ fn cache_and_step_give_the_same_bytes_per_pair() {
     }
 }
 
+/// A store that faults, in the code-cache mode: the program's SIGSEGV
+/// handler makes the page writable and returns, and the store runs again.
+/// The attempt that faulted stored nothing: its records are taken back, so
+/// it is counted once, as single steps count it; and recording goes on
+/// where the handler returns, not at the next tick (before, the rest of a
+/// short run went unrecorded). The handler itself runs natively,
+/// unrecorded.
+#[test]
+fn a_faulting_store_counts_once_and_recording_goes_on() {
+    let dir = Scratch::new("exact-fault");
+    let prog = Program::build("exact_fault", dir.path());
+    let f = &prog.file;
+    let (store, read) = (prog.line("@store"), prog.line("@read"));
+    let (n, passes) = (16.0, 4.0);
+    let native = prog.run_native(&["16", "4"]);
+    assert!(native.stdout_str().contains("faults 4"), "{}", native.describe());
+    for craft in ["dead", "silent-store"] {
+        let out = dir.join(&format!("{craft}.json"));
+        let run = WitchCmd::new(craft).args(&["--exact", "-q"]).out(&out).run(&prog.exe, &["16", "4"]);
+        assert_same_behaviour(&native, &run);
+        let raw = raw_profile(&out);
+        assert_eq!(raw["sampler"]["event"], "code-cache");
+        let rep = report_all(&out);
+        if craft == "silent-store" {
+            // Every pass after the first stores the same values again.
+            let p = rep.pair(f, store, store);
+            assert_eq!((p.waste, p.r#use), ((passes - 1.0) * n * 8.0, 0.0), "<{store},{store}>\n{}", rep.dump());
+        } else {
+            assert_eq!(rep.pair(f, store, read).r#use, passes * n * 8.0, "<{store},{read}> used bytes\n{}", rep.dump());
+        }
+    }
+}
+
 /// Calls into the vDSO (`clock_gettime`) between stores: the code cache
 /// does not run the vDSO, so recording leaves it there and comes back at
 /// the call's return address by an instruction breakpoint. Measured on

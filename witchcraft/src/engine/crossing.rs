@@ -250,7 +250,10 @@ impl ThreadState {
         self.window.end(uc, p.pc, true);
         if whole_run {
             // Back into the cache where the program's handler returns to
-            // (the instruction again), not at the next tick.
+            // (the instruction again), not at the next tick. The processor
+            // saved the flags of a fault with the resume flag set, which
+            // would let the instruction pass the breakpoint once.
+            g[libc::REG_EFL as usize] &= !RESUME_FLAG;
             self.resume_after(engine, p.pc);
         }
         true
@@ -279,6 +282,9 @@ impl ThreadState {
         Some((p, view))
     }
 }
+
+/// EFLAGS.RF: the next instruction passes an instruction breakpoint.
+const RESUME_FLAG: i64 = 1 << 16;
 
 /// The ucontext index of general-purpose register `reg` (hardware number).
 fn greg_of(reg: u8) -> usize {
