@@ -43,6 +43,10 @@ fn element_size(a: &Access) -> usize {
 /// Judge element `[off, off+el)` of access `a`: `then` held the bytes it is
 /// compared with, `now` the bytes now (both indexed from `a.addr`).
 fn judge_element(a: &Access, off: usize, el: usize, then: &[u8; WIDE], now: &[u8; WIDE], precision: f64) -> Verdict {
+    if a.float == Float::No || then[off..off + el].iter().zip(&now[off..off + el]).all(|(x, y)| x == y) {
+        // Compared exactly (all `compare` would do).
+        return judge_bytes(off, el, then, now);
+    }
     let e = Access { addr: a.addr + off as u64, len: el as u32, ..*a };
     let mut w = Watched::with_piece(e, (e.addr, el as u64));
     w.value_len = el;
@@ -52,7 +56,8 @@ fn judge_element(a: &Access, off: usize, el: usize, then: &[u8; WIDE], now: &[u8
 
 /// Bytes `[off, off+n)` compared exactly: waste if all are unchanged.
 fn judge_bytes(off: usize, n: usize, then: &[u8; WIDE], now: &[u8; WIDE]) -> Verdict {
-    if then[off..off + n] == now[off..off + n] {
+    // (A byte loop: values are at most 8 bytes, too short for `memcmp`.)
+    if then[off..off + n].iter().zip(&now[off..off + n]).all(|(a, b)| a == b) {
         Verdict::Waste { bytes: n as u64, approx: false }
     } else {
         Verdict::Use { bytes: n as u64 }
@@ -81,16 +86,17 @@ fn runs(ctxs: &[u32]) -> impl Iterator<Item = (usize, usize, u32)> + '_ {
     })
 }
 
-/// What the value crafts' shadow remembers about one byte (the dead
-/// craft keeps a word of its own: [`PENDING`]).
+/// What the redundant loads' shadow remembers about one byte: the
+/// context node of the last load of it (0: none yet) and the byte that
+/// load read. Five bytes, packed (the silent stores' shadow is the context
+/// of the last store, a word; the dead craft's a word with [`PENDING`]):
+/// the judge of a program that loads all over a large table is bound by
+/// walking the shadow, as the dead craft's was.
 #[derive(Clone, Copy, Default)]
-struct Byte {
-    /// Context node of the last store to it (0: none yet).
-    store_ctx: u32,
-    /// Context node of the last load of it (0: none yet).
-    load_ctx: u32,
-    /// The byte that load read.
-    loaded: u8,
+#[repr(C, packed)]
+struct Loaded {
+    ctx: u32,
+    value: u8,
 }
 
 /// One access of an instruction, with the bytes the value crafts compare:
@@ -112,8 +118,10 @@ impl Observed {
 
 /// Per-thread state: shadow memory, shadow call stack, tree and pairs.
 pub struct ThreadShadow {
-    /// The value crafts' memory of each byte.
-    bytes: Shadow<Byte>,
+    /// Silent stores: the context of each byte's last store (0: none yet).
+    stores: Shadow<u32>,
+    /// Redundant loads: each byte's last load.
+    loads: Shadow<Loaded>,
     /// The dead craft's: the context of the byte's last store, with
     /// [`PENDING`] while no access has followed it.
     dead: Shadow<u32>,
@@ -147,7 +155,8 @@ impl Default for ThreadShadow {
 impl ThreadShadow {
     pub fn new() -> Self {
         ThreadShadow {
-            bytes: Shadow::default(),
+            stores: Shadow::default(),
+            loads: Shadow::default(),
             dead: Shadow::default(),
             frame: ROOT,
             returns: Vec::new(),
@@ -157,10 +166,6 @@ impl ThreadShadow {
             recent_contexts: Box::new([(u32::MAX, 0, 0); MEMO]),
             recent_pairs: Box::new([(u32::MAX, 0, 0); MEMO]),
         }
-    }
-
-    fn byte(&mut self, a: u64) -> &mut Byte {
-        self.bytes.byte(a)
     }
 
     /// One count per run of bytes the same context stored.
@@ -190,11 +195,18 @@ impl ThreadShadow {
     }
 
     fn add(&mut self, watch: u32, trap: u32, v: Verdict) {
-        // A reference must not lose pairs (large programs have millions).
-        self.pairs.grow_when_full();
-        if let Some(p) = self.pairs.get(watch, trap) {
-            p.credit(v, 1.0);
-        }
+        let slot = memo_slot(watch, trap as u64);
+        let (w, t, i) = self.recent_pairs[slot];
+        let i = if (w, t) == (watch, trap) {
+            i as usize
+        } else {
+            // A reference must not lose pairs (large programs have millions).
+            self.pairs.grow_when_full();
+            let Some(i) = self.pairs.find(watch, trap) else { return };
+            self.recent_pairs[slot] = (watch, trap, i as u32);
+            i
+        };
+        self.pairs.at(i).credit(v, 1.0);
     }
 
     /// The calling context of the instruction at `pc`: the current frame's
@@ -326,8 +338,14 @@ impl ThreadShadow {
         for off in (0..len).step_by(el) {
             let el = el.min(len - off);
             let mut prevs = [0u32; 8];
-            for (b, prev) in prevs.iter_mut().enumerate().take(el) {
-                *prev = std::mem::replace(&mut self.byte(a.addr + (off + b) as u64).store_ctx, ctx);
+            let (mut b, start) = (0, a.addr + off as u64);
+            while b < el {
+                let part = self.stores.part(start + b as u64, start + el as u64);
+                // SAFETY: one part at a time, of the live shadow.
+                for s in unsafe { Shadow::entries(part) } {
+                    prevs[b] = std::mem::replace(s, ctx);
+                    b += 1;
+                }
             }
             for (start, n, prev) in runs(&prevs[..el]) {
                 if prev == 0 {
@@ -351,16 +369,21 @@ impl ThreadShadow {
         let a = o.access;
         let len = (a.len as usize).min(WIDE);
         let el = element_size(&a);
+        let mut last = [0u8; WIDE];
         for off in (0..len).step_by(el) {
             let el = el.min(len - off);
-            let mut last = [0u8; WIDE];
             let mut prevs = [0u32; 8];
-            for (b, prev) in prevs.iter_mut().enumerate().take(el) {
-                let s = self.byte(a.addr + (off + b) as u64);
-                last[off + b] = s.loaded;
-                *prev = s.load_ctx;
-                s.loaded = o.before[off + b];
-                s.load_ctx = ctx;
+            let (mut b, start) = (0, a.addr + off as u64);
+            while b < el {
+                let part = self.loads.part(start + b as u64, start + el as u64);
+                // SAFETY: one part at a time, of the live shadow.
+                for s in unsafe { Shadow::entries(part) } {
+                    let was = *s;
+                    last[off + b] = was.value;
+                    prevs[b] = was.ctx;
+                    *s = Loaded { ctx, value: o.before[off + b] };
+                    b += 1;
+                }
             }
             for (start, n, prev) in runs(&prevs[..el]) {
                 if prev == 0 {

