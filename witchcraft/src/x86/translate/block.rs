@@ -3,15 +3,26 @@
 
 use super::{Class, Counted, Host, Insn, MemRef, Translator, MAX_INSNS, MAX_REFS};
 use crate::x86::decode::{Access, Float, Regs};
+use crate::x86::record::Kind;
 use iced_x86::{
     Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoOptions, MemorySize, Mnemonic, OpAccess, OpKind, Register,
 };
+
+/// Bytes of a recording block's instructions, their records' code
+/// included (at most; see [`super::recording::code_bytes`]): the rest of
+/// [`super::MAX_BLOCK_BYTES`] is for the prologue, the slow variant's
+/// checks and the exits.
+const RECORDING_BUDGET: usize = 5000;
+/// Bytes an instruction's copy may add to its own length (a RIP-relative
+/// operand through a register, a branch's exits).
+const COPY_SLACK: usize = 48;
 
 impl Translator {
     /// Decode the block's instructions; returns how many (0: none readable).
     pub(super) fn decode_block(&mut self, host: &mut dyn Host, native: u64, counted: Counted) -> usize {
         let mut pc = native;
         let mut n = 0;
+        let mut spent = 0;
         while n < MAX_INSNS {
             if !host.translatable(pc) {
                 if n == 0 {
@@ -66,6 +77,17 @@ impl Translator {
             if insn.class == Class::Rep && n > 0 {
                 // A rep string is a block of its own: end this one before it.
                 break;
+            }
+            if let Counted::Records(kind @ (Kind::StoreValues | Kind::LoadValues)) = counted {
+                // A value craft's recording code is long (wide stores the
+                // longest): the block ends before it would outgrow a copy's
+                // room, and goes on in the next. (The dead craft's, a few
+                // dozen bytes an access, always fits.)
+                let cost = super::recording::code_bytes(kind, &insn) + insn.len as usize + COPY_SLACK;
+                if n > 0 && spent + cost > RECORDING_BUDGET {
+                    break;
+                }
+                spent += cost;
             }
             self.insns[n] = insn;
             n += 1;

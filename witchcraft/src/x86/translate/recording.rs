@@ -70,6 +70,22 @@ pub(super) fn bytes(kind: Kind, x: &Insn) -> u32 {
     p[..n].iter().map(|p| p.bytes).sum::<usize>() as u32
 }
 
+/// At most the bytes of the code that records `x` for a value craft's
+/// `kind` (before it, and after it for silent stores), for the block's
+/// budget. Generous per
+/// instruction: a spill or reload of a slot is 7 bytes, `mov r64, imm64`
+/// 10, an access through a register with a 32-bit displacement 8.
+pub(super) fn code_bytes(kind: Kind, x: &Insn) -> usize {
+    let (plan, n) = plan(kind, x);
+    if n == 0 {
+        return 0;
+    }
+    let per_value = |p: &Planned| pieces(p.value).count() * 16;
+    let before: usize = plan[..n].iter().map(|p| 80 + per_value(p)).sum();
+    let after: usize = if kind == Kind::StoreValues { plan[..n].iter().map(|p| 8 + per_value(p)).sum() } else { 0 };
+    2 * 42 + 14 + before + if after > 0 { 2 * 42 + 7 + after } else { 0 }
+}
+
 /// The pieces a value of `n` bytes is copied in: (offset, size), whole
 /// words first (no piece reads past the access: its next page may not be
 /// mapped).

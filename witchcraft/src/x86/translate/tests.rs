@@ -676,3 +676,37 @@ fn a_link_through_the_engines_entry_keeps_registers_flags_and_vectors() {
     // SAFETY: the mapping made above, no longer used.
     unsafe { libc::munmap(base as *mut libc::c_void, MAP) };
 }
+
+/// A value craft's recording code for wide stores is long: a run of 32
+/// 64-byte stores is cut into blocks that each fit a copy's room (one that
+/// did not would flush the cache and leave the window, every time).
+#[test]
+fn wide_value_records_end_a_block_before_it_outgrows_its_room() {
+    let mut code = Vec::new();
+    let mut enc = iced_x86::Encoder::new(64);
+    for k in 0..32 {
+        let store = Instruction::with2(
+            iced_x86::Code::EVEX_Vmovdqu64_zmmm512_k1z_zmm,
+            iced_x86::MemoryOperand::with_base_displ(Register::RDI, 64 * k),
+            Register::ZMM0,
+        )
+        .unwrap();
+        enc.encode(&store, NATIVE + code.len() as u64).unwrap();
+        code.extend(enc.take_buffer());
+    }
+    code.push(0xC3);
+    for kind in [record::Kind::StoreValues, record::Kind::LoadValues, record::Kind::Addresses] {
+        for variant in [Variant::Fast, Variant::Slow] {
+            let mut t = Translator::new();
+            let mut host = Code { base: NATIVE, bytes: code.clone() };
+            let mut out = vec![0u8; MAX_BLOCK_BYTES];
+            let env = Env { slots: slots(), counted: Counted::Records(kind), dispatch: CACHE - 0x800, link: 0 };
+            let b = t.translate(&mut host, &env, Request { native: NATIVE, variant, at: CACHE, points: false }, &mut out);
+            let b = b.unwrap_or_else(|e| panic!("{kind:?} {variant:?}: {e:?}"));
+            assert!(b.insns >= 8, "{kind:?} {variant:?}: {} instructions", b.insns);
+            if kind == record::Kind::StoreValues {
+                assert!(b.insns < 32, "cut: {} instructions in {} bytes", b.insns, b.len);
+            }
+        }
+    }
+}
