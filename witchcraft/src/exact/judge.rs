@@ -42,7 +42,7 @@ fn element_size(a: &Access) -> usize {
 
 /// Judge element `[off, off+el)` of access `a`: `then` held the bytes it is
 /// compared with, `now` the bytes now (both indexed from `a.addr`).
-fn judge_element(a: &Access, off: usize, el: usize, then: &[u8; WIDE], now: &[u8; WIDE], precision: f64) -> Verdict {
+fn judge_element(a: &Access, off: usize, el: usize, then: &[u8], now: &[u8], precision: f64) -> Verdict {
     if a.float == Float::No || then[off..off + el].iter().zip(&now[off..off + el]).all(|(x, y)| x == y) {
         // Compared exactly (all `compare` would do).
         return judge_bytes(off, el, then, now);
@@ -55,7 +55,7 @@ fn judge_element(a: &Access, off: usize, el: usize, then: &[u8; WIDE], now: &[u8
 }
 
 /// Bytes `[off, off+n)` compared exactly: waste if all are unchanged.
-fn judge_bytes(off: usize, n: usize, then: &[u8; WIDE], now: &[u8; WIDE]) -> Verdict {
+fn judge_bytes(off: usize, n: usize, then: &[u8], now: &[u8]) -> Verdict {
     // (A byte loop: values are at most 8 bytes, too short for `memcmp`.)
     if then[off..off + n].iter().zip(&now[off..off + n]).all(|(a, b)| a == b) {
         Verdict::Waste { bytes: n as u64, approx: false }
@@ -258,11 +258,22 @@ impl ThreadShadow {
                 match (craft, pass) {
                     (Craft::Dead, true) => self.dead_load(ctx, a.addr, a.len as u64),
                     (Craft::Dead, false) => self.dead_store(ctx, a.addr, a.len as u64),
-                    (Craft::SilentStore, false) => self.silent_store(precision, ctx, o),
-                    (Craft::SilentLoad, true) => self.silent_load(precision, ctx, o),
+                    (Craft::SilentStore, false) => self.silent_store(precision, ctx, &a, &o.before, &o.after),
+                    (Craft::SilentLoad, true) => self.silent_load(precision, ctx, &a, &o.before),
                     _ => {}
                 }
             }
+        }
+    }
+
+    /// A value craft: one access of its kind, with the bytes before it and
+    /// (a store) after it, each at least `min(len, WIDE)` long; accesses
+    /// of the other kind are not judged.
+    pub fn judge_value(&mut self, craft: Craft, precision: f64, ctx: u32, a: &Access, before: &[u8], after: &[u8]) {
+        match craft {
+            Craft::SilentStore if a.write => self.silent_store(precision, ctx, a, before, after),
+            Craft::SilentLoad if a.read => self.silent_load(precision, ctx, a, before),
+            _ => {}
         }
     }
 
@@ -327,14 +338,13 @@ impl ThreadShadow {
         }
     }
 
-    fn silent_store(&mut self, precision: f64, ctx: u32, o: &Observed) {
+    fn silent_store(&mut self, precision: f64, ctx: u32, a: &Access, before: &[u8], after: &[u8]) {
         // Each value: silent if the store left it as it was. Its bytes are
         // credited to their previous stores, each run of bytes one store
         // left judged by itself: the question is whether this store changed
         // what that store wrote.
-        let a = o.access;
         let len = (a.len as usize).min(WIDE);
-        let el = element_size(&a);
+        let el = element_size(a);
         for off in (0..len).step_by(el) {
             let el = el.min(len - off);
             let mut prevs = [0u32; 8];
@@ -351,24 +361,20 @@ impl ThreadShadow {
                 if prev == 0 {
                     continue;
                 }
-                let v = if n == el {
-                    judge_element(&a, off, el, &o.before, &o.after, precision)
-                } else {
-                    judge_bytes(off + start, n, &o.before, &o.after)
-                };
+                let v =
+                    if n == el { judge_element(a, off, el, before, after, precision) } else { judge_bytes(off + start, n, before, after) };
                 self.add(prev, ctx, with_bytes(v, n));
             }
         }
         self.counters.samples += 1;
     }
 
-    fn silent_load(&mut self, precision: f64, ctx: u32, o: &Observed) {
+    fn silent_load(&mut self, precision: f64, ctx: u32, a: &Access, before: &[u8]) {
         // Each value: redundant if it reads what the previous load of it
         // read, whatever stores came between; its bytes credited to their
         // previous loads, as above.
-        let a = o.access;
         let len = (a.len as usize).min(WIDE);
-        let el = element_size(&a);
+        let el = element_size(a);
         let mut last = [0u8; WIDE];
         for off in (0..len).step_by(el) {
             let el = el.min(len - off);
@@ -381,7 +387,7 @@ impl ThreadShadow {
                     let was = *s;
                     last[off + b] = was.value;
                     prevs[b] = was.ctx;
-                    *s = Loaded { ctx, value: o.before[off + b] };
+                    *s = Loaded { ctx, value: before[off + b] };
                     b += 1;
                 }
             }
@@ -389,11 +395,8 @@ impl ThreadShadow {
                 if prev == 0 {
                     continue;
                 }
-                let v = if n == el {
-                    judge_element(&a, off, el, &last, &o.before, precision)
-                } else {
-                    judge_bytes(off + start, n, &last, &o.before)
-                };
+                let v =
+                    if n == el { judge_element(a, off, el, &last, before, precision) } else { judge_bytes(off + start, n, &last, before) };
                 self.add(prev, ctx, with_bytes(v, n));
             }
         }

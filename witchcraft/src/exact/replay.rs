@@ -16,7 +16,7 @@
 //! sees the bytes the elements before it left (an overlapping copy reads
 //! what it wrote), as single steps see them.
 
-use super::judge::{Observed, ThreadShadow, WIDE};
+use super::judge::{ThreadShadow, WIDE};
 use crate::profile::Craft;
 use crate::x86::decode::{Access, MAX_ACCESSES};
 use crate::x86::record::{parse_valued, Record, Valued, CALL, DOWN, LEN_MASK, MAX_RECORDS, MORE, NONE, READ, REP, RET, WRITE};
@@ -29,42 +29,50 @@ struct Group {
     n: usize,
 }
 
-/// One instruction's records with their values (the value crafts).
+/// A value craft's instruction whose records are not all in: its context,
+/// its records (for its calls and returns, followed once its last is in),
+/// and for a `rep` string, its ranges' bytes before it ran and what it
+/// stores from a register (its elements are judged once all are in).
 struct ValuedGroup {
+    ctx: u32,
     records: [Record; MAX_RECORDS],
-    before: [[u8; WIDE]; MAX_RECORDS],
-    after: [[u8; WIDE]; MAX_RECORDS],
-    /// A `rep` string record's range, before it ran.
     range: [Vec<u8>; MAX_RECORDS],
+    after: [[u8; WIDE]; MAX_RECORDS],
     n: usize,
 }
 
 impl Default for ValuedGroup {
     fn default() -> Self {
-        ValuedGroup {
-            records: [Record::default(); MAX_RECORDS],
-            before: [[0; WIDE]; MAX_RECORDS],
-            after: [[0; WIDE]; MAX_RECORDS],
-            range: Default::default(),
-            n: 0,
-        }
+        ValuedGroup { ctx: 0, records: [Record::default(); MAX_RECORDS], range: Default::default(), after: [[0; WIDE]; MAX_RECORDS], n: 0 }
     }
 }
 
 impl ValuedGroup {
-    fn put(&mut self, v: &Valued) {
+    /// Keep a `rep` string record with its values.
+    fn put_string(&mut self, v: &Valued) {
         let k = self.n;
         self.records[k] = v.record;
-        if v.record.is(REP) {
-            self.range[k].clear();
-            self.range[k].extend_from_slice(v.before);
-        } else {
-            let b = v.before.len().min(WIDE);
-            self.before[k][..b].copy_from_slice(&v.before[..b]);
-        }
+        self.range[k].clear();
+        self.range[k].extend_from_slice(v.before);
         let a = v.after.len().min(WIDE);
         self.after[k][..a].copy_from_slice(&v.after[..a]);
         self.n += 1;
+    }
+
+    /// The instruction is all in (or cut short): judge a `rep` string's
+    /// elements, follow calls and returns; the instructions it stands for.
+    fn finish(&mut self, craft: Craft, precision: f64, t: &mut ThreadShadow) -> u64 {
+        let recs = &self.records[..self.n];
+        let done = match recs.first() {
+            None => 0,
+            Some(first) if first.is(REP) => super::string::replay(craft, precision, t, self.ctx, recs, &self.range, &self.after),
+            Some(_) => {
+                transfers(t, recs);
+                1
+            }
+        };
+        self.n = 0;
+        done
     }
 }
 
@@ -113,24 +121,43 @@ impl Replay {
     }
 
     /// Judge thread `tid`'s next records with their values (a value
-    /// craft's stream, `body` of a datagram). False if a record was cut
-    /// short (the rest is left out).
+    /// craft's stream, `body` of a datagram). A value craft records one
+    /// kind of access, so the order of an instruction's records does not
+    /// matter: each access is judged as it comes, straight from the
+    /// datagram, and the instruction's call or return follows its last
+    /// record. A `rep` string's records are gathered, its elements judged
+    /// in order once all are in. False if a record was cut short or
+    /// lacked its bytes (the rest is left out).
     pub fn feed_valued(&mut self, tid: i32, body: &[u8]) -> bool {
         let (craft, precision) = (self.craft, self.precision);
         let s = self.threads.entry(tid).or_default();
         for v in parse_valued(body) {
             let Some(v) = v else { return false };
             self.records += 1;
-            let g = &mut s.valued;
-            if g.n == MAX_RECORDS || (g.n > 0 && g.records[0].pc != v.record.pc) {
-                // A group cut short (never expected): judge what came.
-                self.instructions += valued_instruction(craft, precision, &mut s.shadow, g);
-                g.n = 0;
+            let (r, g) = (v.record, &mut s.valued);
+            if g.n == MAX_RECORDS || (g.n > 0 && g.records[0].pc != r.pc) {
+                // An instruction cut short (never expected): finish it.
+                self.instructions += g.finish(craft, precision, &mut s.shadow);
             }
-            g.put(&v);
-            if !v.record.is(MORE) {
-                self.instructions += valued_instruction(craft, precision, &mut s.shadow, g);
-                g.n = 0;
+            if g.n == 0 {
+                g.ctx = s.shadow.context(r.pc);
+            }
+            if r.is(REP) {
+                g.put_string(&v);
+            } else {
+                if !r.is(NONE) {
+                    let a = r.access();
+                    let need = crate::x86::record::value_len(a.len as usize);
+                    if v.before.len() < need || (craft == Craft::SilentStore && a.write && v.after.len() < need) {
+                        return false;
+                    }
+                    s.shadow.judge_value(craft, precision, g.ctx, &a, v.before, v.after);
+                }
+                g.records[g.n] = r;
+                g.n += 1;
+            }
+            if !r.is(MORE) {
+                self.instructions += g.finish(craft, precision, &mut s.shadow);
             }
         }
         true
@@ -151,30 +178,6 @@ fn transfers(t: &mut ThreadShadow, recs: &[Record]) {
             t.ret(r.extra);
         }
     }
-}
-
-/// Judge one instruction's records with their values; returns the
-/// instructions it stands for.
-fn valued_instruction(craft: Craft, precision: f64, t: &mut ThreadShadow, g: &ValuedGroup) -> u64 {
-    let recs = &g.records[..g.n];
-    let Some(first) = recs.first() else { return 0 };
-    let ctx = t.context(first.pc);
-    if first.is(REP) {
-        return super::string::replay(craft, precision, t, ctx, &g.records[..g.n], &g.range, &g.after);
-    }
-    let mut seen = [Observed::new(Access::default()); MAX_RECORDS];
-    let mut n = 0;
-    for (k, r) in recs.iter().enumerate() {
-        if !r.is(NONE) {
-            seen[n] = Observed { access: r.access(), before: g.before[k], after: g.after[k] };
-            n += 1;
-        }
-    }
-    if n > 0 {
-        t.judge(craft, precision, ctx, &seen[..n]);
-    }
-    transfers(t, recs);
-    1
 }
 
 /// Judge one instruction's records (the dead craft's); returns the
