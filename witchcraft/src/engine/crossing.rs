@@ -70,7 +70,7 @@ impl ThreadState {
         if self.window.active() {
             return false;
         }
-        if self.window.resume.is_armed() {
+        if self.window.resume.holds_ticks() {
             // The thread is in code the cache does not run (a system call,
             // an interposer and the C library function it calls on to),
             // and the breakpoint takes it back where that returns: a
@@ -250,11 +250,16 @@ impl ThreadState {
         self.window.end(uc, p.pc, true);
         if whole_run {
             // Back into the cache where the program's handler returns to
-            // (the instruction again), not at the next tick. The processor
-            // saved the flags of a fault with the resume flag set, which
-            // would let the instruction pass the breakpoint once.
+            // (the instruction again), or at the next tick if that comes
+            // first (a handler that leaves by `siglongjmp` never returns
+            // there). The processor saved the flags of a fault with the
+            // resume flag set, which would let the instruction pass the
+            // breakpoint once.
             g[libc::REG_EFL as usize] &= !RESUME_FLAG;
-            self.resume_after(engine, p.pc);
+            let ok = self.translatable(engine, map, p.pc) && self.window.resume.arm_after_fault(p.pc);
+            if !ok {
+                self.window.note_gap(p.pc);
+            }
         }
         true
     }

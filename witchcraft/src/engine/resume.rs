@@ -17,11 +17,14 @@ pub struct Resume {
     bp: Breakpoint,
     how: Option<Arming>,
     armed: bool,
+    /// Armed for code the cache does not run: ticks wait for it (see
+    /// [`Resume::holds_ticks`]).
+    holds: bool,
 }
 
 impl Default for Resume {
     fn default() -> Self {
-        Resume { bp: Breakpoint::CLOSED, how: None, armed: false }
+        Resume { bp: Breakpoint::CLOSED, how: None, armed: false, holds: false }
     }
 }
 
@@ -51,11 +54,32 @@ impl Resume {
         self.armed
     }
 
-    /// Fire when the thread is about to run `pc`. Async-signal-safe. False
-    /// if there is no breakpoint.
+    /// Set for code the cache does not run (a system call, an
+    /// interposer): a tick meanwhile must not begin a window there, so
+    /// the thread comes back only here.
+    pub fn holds_ticks(&self) -> bool {
+        self.armed && self.holds
+    }
+
+    /// Fire when the thread is about to run `pc`, after code the cache
+    /// does not run (ticks wait for it). Async-signal-safe. False if there
+    /// is no breakpoint.
     pub fn arm(&mut self, pc: u64) -> bool {
+        self.arm_for(pc, true)
+    }
+
+    /// Fire when the thread is about to run `pc` again, where a handler of
+    /// the program's fault returns to; a tick before that (the handler
+    /// left by `siglongjmp`, or runs long) begins a window as usual.
+    /// Async-signal-safe.
+    pub fn arm_after_fault(&mut self, pc: u64) -> bool {
+        self.arm_for(pc, false)
+    }
+
+    fn arm_for(&mut self, pc: u64, holds: bool) -> bool {
         let Some(how) = self.how else { return false };
         self.armed = self.bp.retarget(&how, TAG | TAG_RESUME, pc, 8);
+        self.holds = holds;
         self.armed
     }
 
