@@ -398,10 +398,7 @@ impl CodeCache {
         native: u64,
         variant: Variant,
     ) -> Result<u64, translate::Error> {
-        if let Some(a) = self.lookup(native, variant) {
-            return Ok(a);
-        }
-        match self.translate(map, own, counted, native, variant) {
+        match self.get_kept(map, own, counted, native, variant) {
             Err(translate::Error::Full) => {
                 self.flush();
                 self.translate(map, own, counted, native, variant)

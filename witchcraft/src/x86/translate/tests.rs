@@ -26,8 +26,8 @@ impl Host for Code {
 const NATIVE: u64 = 0x5555_0000_1000;
 const CACHE: u64 = 0x7f00_0000_0000;
 
-fn slots() -> Slots {
-    let d = CACHE - 0x1000;
+/// The data slots of a data page at `d`, in the engine's order.
+fn slots_at(d: u64) -> Slots {
     Slots {
         countdown: d,
         instr_left: d + 8,
@@ -48,6 +48,10 @@ fn slots() -> Slots {
         link_stack: d + 128,
         link_entry: d + 136,
     }
+}
+
+fn slots() -> Slots {
+    slots_at(CACHE - 0x1000)
 }
 
 fn env(dispatch: u64) -> Env {
@@ -271,26 +275,7 @@ impl Rig {
         assert_ne!(base, libc::MAP_FAILED);
         let base = base as u64;
         let (data, table, stub, copy, native, buf) = (base, base + 0x1000, base + 0x2000, base + 0x3000, base + 0x6000, base + 0x8000);
-        let slots = Slots {
-            countdown: data,
-            instr_left: data + 8,
-            save_rax: data + 16,
-            save_rcx: data + 24,
-            save_scratch: data + 32,
-            save_flags: data + 40,
-            target: data + 48,
-            jump: data + 56,
-            table: data + 64,
-            rec_ptr: data + 72,
-            save_rec_a: data + 80,
-            save_rec_b: data + 88,
-            fs_base: data + 96,
-            gs_base: data + 104,
-            save_rec_c: data + 112,
-            save_rsp: data + 120,
-            link_stack: data + 128,
-            link_entry: data + 136,
-        };
+        let slots = slots_at(data);
         let mut rig = Rig { base, table, copy, native, buf, slots, block: Block::default() };
         let mem = rig.mem();
         mem[rig.off(native)..rig.off(native) + code.len()].copy_from_slice(code);
@@ -588,26 +573,7 @@ fn a_link_through_the_engines_entry_keeps_registers_flags_and_vectors() {
     let off = |a: u64| (a - base) as usize;
     mem[off(native)..off(native) + code.len()].copy_from_slice(&code);
     mem[off(landing)] = 0xC3; // ret
-    let slots = Slots {
-        countdown: data,
-        instr_left: data + 8,
-        save_rax: data + 16,
-        save_rcx: data + 24,
-        save_scratch: data + 32,
-        save_flags: data + 40,
-        target: data + 48,
-        jump: data + 56,
-        table: data + 64,
-        rec_ptr: data + 72,
-        save_rec_a: data + 80,
-        save_rec_b: data + 88,
-        fs_base: data + 96,
-        gs_base: data + 104,
-        save_rec_c: data + 112,
-        save_rsp: data + 120,
-        link_stack: data + 128,
-        link_entry: data + 136,
-    };
+    let slots = slots_at(data);
     let put = |mem: &mut [u8], a: u64, v: u64| mem[off(a)..off(a) + 8].copy_from_slice(&v.to_le_bytes());
     assert!(crate::engine::link::set_hook(link_test_hook), "XSAVE on this machine");
     put(mem, slots.countdown, 1000);
