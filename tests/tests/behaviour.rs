@@ -133,6 +133,26 @@ fn statically_linked_program_is_refused() {
     );
 }
 
+/// A bad testing knob in witch's environment (`WITCH_BURST_WEIGHT=heavy`,
+/// `WITCH_LINKS=off`) is refused before the program runs, in one line that
+/// names it, with witch's usage status; a good one runs as without it.
+#[test]
+fn a_bad_knob_in_the_environment_is_refused_before_the_run() {
+    let dir = Scratch::new("bad-knob");
+    let prog = Program::build("exit_status", dir.path());
+    let out = dir.join("p.json");
+    for (knob, bad) in [("WITCH_BURST_WEIGHT", "heavy"), ("WITCH_LINKS", "off"), ("WITCH_WINDOW", "long")] {
+        let setting = format!("{knob}={bad}");
+        let run = WitchCmd::new("dead").arg("-q").out(&out).wrapper(&["env", setting.as_str()]).run(&prog.exe, &["main"]);
+        let line = assert_one_line_error(&run, &setting);
+        assert_eq!(run.code(), Some(125), "{setting}: {}", run.describe());
+        assert!(line.contains(knob) && line.contains(bad), "{setting}: {line}");
+        assert!(run.stdout.is_empty(), "{setting}: the program must not have run:\n{}", run.describe());
+    }
+    let run = WitchCmd::new("dead").arg("-q").out(&out).wrapper(&["env", "WITCH_LINKS=0"]).run(&prog.exe, &["main"]);
+    assert_same_behaviour(&prog.run_native(&["main"]), &run);
+}
+
 /// A mistyped option before the program is refused in one line with witch's
 /// usage status (125), not taken as the program's name ("program not found",
 /// 127); after the program, and after `--`, options are the program's own.

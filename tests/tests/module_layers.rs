@@ -303,6 +303,21 @@ fn the_engine_has_no_import_circle() {
     assert!(found.is_empty(), "import circles in the engine:\n{}", describe(&edges, &found));
 }
 
+/// The configuration stands below the engine: the engine reads it and
+/// makes its settings from it, and it names nothing of the engine's.
+#[test]
+fn the_configuration_stands_below_the_engine() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../witchcraft/src/config");
+    let files: Vec<_> = std::fs::read_dir(&dir).expect("the configuration's sources").flatten().map(|e| e.path()).collect();
+    assert!(files.iter().any(|p| p.ends_with("mod.rs")), "no config/mod.rs in {files:?}");
+    for path in files {
+        let code = code_only(&std::fs::read_to_string(&path).expect("a source file"));
+        for engine in ["crate::engine", "super::engine", "witchcraft::engine"] {
+            assert!(!code.contains(engine), "{} uses the engine ({engine})", path.display());
+        }
+    }
+}
+
 /// The methods of `ThreadState` that each module defines (in its
 /// `impl ThreadState` blocks): method name to module.
 fn thread_methods(mods: &BTreeMap<String, String>) -> BTreeMap<String, String> {

@@ -25,7 +25,6 @@ use crate::handlers;
 use crate::state::{now_ns, Mode, Sink, AGENT};
 use crate::threads::{self, Phase};
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use witchcraft::config::Config;
 use witchcraft::engine::ThreadState;
@@ -354,7 +353,7 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
         // Burst windows only while the program has no fault handler the
         // agent could not guard (see `handlers::faults_without_handlers`).
         if let Some(engine) = AGENT.engine() {
-            engine.windows_allowed.store(handlers::faults_without_handlers(), Ordering::Relaxed);
+            engine.allow_windows(handlers::faults_without_handlers());
         }
         // Code mapped or unmapped since (dlopen, dlclose: the attached
         // agent interposes nothing, so it looks every POLL).

@@ -147,7 +147,7 @@ fn traced_by_debugger() -> Option<String> {
 /// samples, and the reason.
 fn write_untraced_profile(cfg: Config, why: &str) {
     let out_dir = cfg.out_dir.clone();
-    let engine = crate::setup::bare_engine(cfg);
+    let engine = witchcraft::engine::Engine::bare(cfg);
     let sink = create_output(&out_dir);
     if AGENT.begin(engine, Mode::Preloaded, sink).is_ok() {
         AGENT.note(leave::untraced_note(why));
@@ -175,12 +175,12 @@ extern "C" fn after_fork_child() {
         AGENT.claim_finish();
         return;
     }
-    let out_dir = engine.config.out_dir.clone();
+    let out_dir = engine.config().out_dir.clone();
     let (mine, alt, prior) = match me {
         Some(s) => (s.state(), s.alt_stack().0, s.prior()),
         None => (std::ptr::null_mut(), 0, Prior::NONE),
     };
-    if !engine.config.follows(std::process::id(), None) {
+    if !engine.config().follows(std::process::id(), None) {
         // A child this run does not follow (--no-children): it runs on
         // unprofiled (its events were dropped above) and writes no profile.
         AGENT.after_fork(Sink::None);

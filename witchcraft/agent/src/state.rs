@@ -347,7 +347,7 @@ impl Agent {
             return;
         }
         self.quiesce(|_| false);
-        if self.engine().is_some_and(|e| e.config.record_fd.is_some()) {
+        if self.engine().is_some_and(|e| e.config().record_fd.is_some()) {
             // The exact mode: every thread's last records, before the
             // profile (witch judges them all before it reads it).
             let (mut words, mut gaps, mut resumes, mut first) = (0, 0, 0, 0);
@@ -405,10 +405,11 @@ impl Agent {
         let start = self.start_ns();
         // SAFETY: the table's states, quiesced by the caller.
         let used = self.threads.states().map(|t| unsafe { (*t).debug_registers_held() }).max().unwrap_or(0);
+        let (cfg, costs, (sampler, period, burst)) = (engine.config(), engine.costs(), engine.sampling());
         Profile {
             schema: profile::SCHEMA,
             witch_version: env!("CARGO_PKG_VERSION").to_string(),
-            craft: engine.config.craft,
+            craft: cfg.craft,
             program,
             args,
             pid: std::process::id(),
@@ -416,18 +417,18 @@ impl Agent {
             ppid: unsafe { libc::getppid() } as u32,
             start_unix_ns: start,
             duration_ns: now_ns().saturating_sub(start),
-            sampler: engine.sampler.to_profile(engine.period, engine.burst),
-            replacement: engine.config.replacement.name().into(),
-            debug_registers: if used > 0 { used as u32 } else { engine.config.debug_registers as u32 },
-            fp_precision: engine.config.fp_precision,
+            sampler: sampler.to_profile(period, burst),
+            replacement: cfg.replacement.name().into(),
+            debug_registers: if used > 0 { used as u32 } else { cfg.debug_registers as u32 },
+            fp_precision: cfg.fp_precision,
             kernel: kernel_release(),
             ended_by,
             exec_call: exec_call.map(Into::into),
             // None where nothing was measured (a process not profiled).
-            round_trips: (engine.trap_cost_ns > 0).then_some(profile::RoundTrips {
-                trap_ns: engine.trap_cost_ns,
-                signal_ns: engine.signal_cost_ns,
-                step_ns: engine.step_cost_ns,
+            round_trips: (costs.trap_ns > 0).then_some(profile::RoundTrips {
+                trap_ns: costs.trap_ns,
+                signal_ns: costs.signal_ns,
+                step_ns: costs.step_ns,
             }),
             notes: self.notes(),
             counters,

@@ -18,7 +18,7 @@ pub static KEY: AtomicU32 = AtomicU32::new(u32::MAX);
 /// tens of millions of accesses).
 pub fn whole_run_from(pc: u64) {
     let Some(engine) = AGENT.engine() else { return };
-    if !engine.burst.is_some_and(|b| b.counts_accesses()) || pc == 0 {
+    if !engine.sampling().2.is_some_and(|b| b.counts_accesses()) || pc == 0 {
         return;
     }
     let Some(slot) = AGENT.current() else { return };

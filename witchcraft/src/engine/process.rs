@@ -2,48 +2,128 @@
 //! once when profiling starts and immutable after (but for the head start,
 //! an atomic the threads' budgets draw from).
 
-use super::budget::HeadStart;
+use super::budget::{HeadStart, HEAD_START_NS};
 use super::sampler::SamplerKind;
 use super::settings::BurstSettings;
-use crate::config::Config;
+use crate::config::{Config, DEFAULT_SOFTWARE_PERIOD_NS};
 use crate::craft::Craft;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Process-wide, immutable after start-up (but for the head start, an
 /// atomic the threads' budgets draw from).
 pub struct Engine {
-    pub config: Config,
-    pub craft: &'static dyn Craft,
-    pub sampler: SamplerKind,
-    pub period: u64,
-    pub sigtrap: bool,
-    pub modify: bool,
+    pub(crate) config: Config,
+    pub(crate) craft: &'static dyn Craft,
+    pub(crate) sampler: SamplerKind,
+    pub(crate) period: u64,
+    pub(crate) sigtrap: bool,
+    pub(crate) modify: bool,
     /// The kernel re-targets an enabled breakpoint in place (kernel patch):
     /// freed watchpoints park enabled (see [`super::watch::Watchpoints::free`]).
-    pub in_place: bool,
+    pub(crate) in_place: bool,
     /// The agent's own code range: samples there are skipped.
-    pub own_code: (u64, u64),
+    pub(crate) own_code: (u64, u64),
     /// Measured CPU cost (ns) of one watchpoint trap round trip and of one
     /// sampler signal, outside our handler code (kernel, and hypervisor in a
     /// VM). See [`super::clock`].
-    pub trap_cost_ns: u64,
-    pub signal_cost_ns: u64,
+    pub(crate) trap_cost_ns: u64,
+    pub(crate) signal_cost_ns: u64,
     /// Measured CPU cost (ns) of one single step outside our handler code.
-    pub step_cost_ns: u64,
+    pub(crate) step_cost_ns: u64,
     /// The cycle counter's period, to time handlers without system calls.
-    pub ns_per_cycle: f64,
+    pub(crate) ns_per_cycle: f64,
     /// Software samples are single-step bursts (count-proportional); None:
     /// the interrupted instruction's neighbourhood (time-proportional).
-    pub burst: Option<BurstSettings>,
+    pub(crate) burst: Option<BurstSettings>,
     /// What the bursts may spend beyond the budget at the start.
-    pub head_start: HeadStart,
+    pub(crate) head_start: HeadStart,
     /// Bursts may run as windows from the code cache now: a fault a copy
     /// raises reaches the program's handler at the native instruction (a
     /// preloaded agent guards the program's fault handlers; an attached one
     /// cannot, and allows windows only while the program has none).
-    pub windows_allowed: std::sync::atomic::AtomicBool,
+    pub(crate) windows_allowed: std::sync::atomic::AtomicBool,
+}
+
+/// What the agent found before the engine is made: the sampler it chose,
+/// what the kernel supports, where its own code lies, what a round trip
+/// costs, and whether windows may run from the start.
+pub struct Found {
+    pub sampler: SamplerKind,
+    pub period: u64,
+    pub sigtrap: bool,
+    pub modify: bool,
+    pub in_place: bool,
+    pub own_code: (u64, u64),
+    pub costs: Costs,
+    pub windows_allowed: bool,
 }
 
 impl Engine {
+    /// The engine for `cfg` on what the agent `found`, with a note for the
+    /// profile for each setting changed on the way.
+    pub fn new(cfg: Config, found: Found, notes: &mut Vec<String>) -> Engine {
+        let burst = BurstSettings::from_config(&cfg, matches!(found.sampler, SamplerKind::Pmu(_)), notes);
+        Engine {
+            craft: crate::craft::for_kind(cfg.craft, cfg.fp_precision),
+            config: cfg,
+            sampler: found.sampler,
+            period: found.period,
+            sigtrap: found.sigtrap,
+            modify: found.modify,
+            in_place: found.in_place,
+            own_code: found.own_code,
+            trap_cost_ns: found.costs.trap_ns,
+            signal_cost_ns: found.costs.signal_ns,
+            step_cost_ns: found.costs.step_ns,
+            ns_per_cycle: found.costs.ns_per_cycle,
+            burst,
+            head_start: HeadStart::new(HEAD_START_NS),
+            windows_allowed: AtomicBool::new(found.windows_allowed),
+        }
+    }
+
+    /// An engine that will not run: for the profile of a process that is
+    /// not profiled (it says why). Nothing was probed or measured.
+    pub fn bare(cfg: Config) -> Engine {
+        Engine {
+            craft: crate::craft::for_kind(cfg.craft, cfg.fp_precision),
+            sampler: SamplerKind::CpuTimer(crate::sys::cputimer::CpuTime::All),
+            period: cfg.period.unwrap_or(DEFAULT_SOFTWARE_PERIOD_NS),
+            config: cfg,
+            sigtrap: false,
+            modify: false,
+            in_place: false,
+            own_code: (0, 0),
+            trap_cost_ns: 0,
+            signal_cost_ns: 0,
+            step_cost_ns: 0,
+            ns_per_cycle: 0.0,
+            burst: None,
+            head_start: HeadStart::new(0),
+            windows_allowed: AtomicBool::new(false),
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The sampler, its period (in its unit) and the bursts' settings.
+    pub fn sampling(&self) -> (&SamplerKind, u64, Option<BurstSettings>) {
+        (&self.sampler, self.period, self.burst)
+    }
+
+    /// The round trips measured at start-up (zero: not measured).
+    pub fn costs(&self) -> Costs {
+        Costs { trap_ns: self.trap_cost_ns, signal_ns: self.signal_cost_ns, step_ns: self.step_cost_ns, ns_per_cycle: self.ns_per_cycle }
+    }
+
+    /// Let windows run, or not (an attached agent allows them while the
+    /// program has no fault handlers).
+    pub fn allow_windows(&self, allowed: bool) {
+        self.windows_allowed.store(allowed, Ordering::Relaxed);
+    }
+
     /// What one unit of sample weight stands for, in the unit the pair
     /// totals are kept in: a PMU sample stands for `period` accesses (so
     /// totals are bytes), as does a pick of the whole-run access counters
@@ -69,7 +149,7 @@ impl Engine {
 
     /// Windows may run now (see [`Engine::windows_allowed`]).
     pub fn windows_allowed(&self) -> bool {
-        self.windows_allowed.load(std::sync::atomic::Ordering::Relaxed)
+        self.windows_allowed.load(Ordering::Relaxed)
     }
 }
 

@@ -1,44 +1,12 @@
-//! How a process's bursts and windows are sized: the settings the agent
+//! How a process's bursts and windows are sized: the settings the engine
 //! makes once from the configuration, which every thread's paths read.
 
 pub use super::pick::MAX_PICKS;
-
-/// What a burst's pick stands for: the program time of its tick, in
-/// periods, times a count of the burst's accesses.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum BurstWeight {
-    /// K, the accesses the burst stepped through (over the picks). Right
-    /// when every burst steps as many instructions.
-    #[default]
-    Accesses,
-    /// K/L, accesses per instruction stepped (times the most steps a burst
-    /// takes, to keep the scale of [`BurstWeight::Accesses`]): right when
-    /// the budget or the code (a `syscall` ends a burst) makes bursts
-    /// differ in length, since a burst twice as long does not stand for
-    /// twice the program's time.
-    PerStep,
-    /// Experimental: 1 (each burst alike).
-    PerBurst,
-}
-
-impl BurstWeight {
-    pub fn parse(v: &str) -> Option<BurstWeight> {
-        match v {
-            "accesses" | "access" => Some(BurstWeight::Accesses),
-            "step" | "per-step" => Some(BurstWeight::PerStep),
-            "one" => Some(BurstWeight::PerBurst),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            BurstWeight::Accesses => "accesses",
-            BurstWeight::PerStep => "step",
-            BurstWeight::PerBurst => "one",
-        }
-    }
-}
+pub use crate::config::BurstWeight;
+use crate::config::{
+    Config, COUNT_EVENTS, COUNT_WINDOW_INSTRUCTIONS, DEFAULT_BURST_PICKS, DEFAULT_BURST_PICK_BYTES, DEFAULT_BURST_STEPS,
+    DEFAULT_COUNT_PERIOD, DEFAULT_OVERHEAD_PERCENT, DEFAULT_WINDOW_INSTRUCTIONS, DEFAULT_WINDOW_PICKS, MIN_COUNT_PERIOD,
+};
 
 /// How bursts are sized (process-wide).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -69,6 +37,59 @@ pub struct BurstSettings {
 }
 
 impl BurstSettings {
+    /// The bursts `cfg` asks for, with a note for each setting changed on
+    /// the way; None: no bursts (a PMU counts accesses itself, and
+    /// `WITCH_BURST=0` asks for the time-proportional look-around).
+    ///
+    /// A software sampler samples accesses by count with bursts sized to
+    /// the overhead budget; the software access counters (`-e sw-stores`,
+    /// `-e sw-loads`) run the whole program in the code cache, and so does
+    /// the exact mode's recording, whose windows never pick.
+    pub fn from_config(cfg: &Config, pmu: bool, notes: &mut Vec<String>) -> Option<BurstSettings> {
+        if pmu {
+            return None;
+        }
+        let recording = cfg.record_fd.map(|_| u64::MAX >> 1);
+        let count = recording.or_else(|| {
+            cfg.event.as_deref().filter(|e| COUNT_EVENTS.contains(e)).map(|_| {
+                let n = cfg.period.unwrap_or(DEFAULT_COUNT_PERIOD);
+                if n < MIN_COUNT_PERIOD {
+                    notes.push(format!("a period of {n} accesses would slow the program many times over: raised to {MIN_COUNT_PERIOD}"));
+                }
+                n.max(MIN_COUNT_PERIOD)
+            })
+        });
+        if cfg.burst_steps == Some(0) && count.is_none() {
+            return None;
+        }
+        let steps = cfg.burst_steps.unwrap_or(DEFAULT_BURST_STEPS);
+        Some(BurstSettings {
+            steps,
+            weight: cfg.burst_weight.unwrap_or_default(),
+            picks: cfg.burst_picks.unwrap_or(DEFAULT_BURST_PICKS).clamp(1, MAX_PICKS as u32),
+            by_bytes: cfg.burst_pick_bytes.unwrap_or(DEFAULT_BURST_PICK_BYTES),
+            budget: cfg.overhead_percent.unwrap_or(DEFAULT_OVERHEAD_PERCENT) / 100.0,
+            // At the default period every burst takes all its steps and the
+            // budget chooses the ticks. A period the user chose asks for a
+            // burst at every tick: the budget then chooses their length (at
+            // least 4 steps, past the budget if it must), as does
+            // WITCH_BURST_MIN=0.
+            min_steps: match (cfg.burst_min_steps, cfg.period) {
+                (None, None) => Some(steps),
+                (None, Some(_)) | (Some(0), _) => None,
+                (Some(n), _) => Some(n),
+            },
+            after_syscall: cfg.burst_after_syscall,
+            window: match (count, cfg.window.unwrap_or(DEFAULT_WINDOW_INSTRUCTIONS)) {
+                (Some(n), _) => {
+                    Some(WindowSettings { instructions: COUNT_WINDOW_INSTRUCTIONS, picks: DEFAULT_WINDOW_PICKS, count: Some(n) })
+                }
+                (None, 0) => None,
+                (None, n) => Some(WindowSettings { instructions: n, picks: cfg.window_picks.unwrap_or(DEFAULT_WINDOW_PICKS), count: None }),
+            },
+        })
+    }
+
     /// Windows for the whole run that count every access (`-e sw-stores`,
     /// `-e sw-loads`, and the exact mode's recording): a pick's weight is
     /// the accesses it stands for, not a share of a tick's time.

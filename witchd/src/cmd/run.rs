@@ -7,7 +7,7 @@ use super::output::{self, Output};
 use crate::cli::{ExactMode, RunArgs};
 use crate::exit;
 use crate::render::Format;
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 use std::ffi::OsString;
 use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
@@ -201,15 +201,16 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     if let Some(t) = crate::agent::tunables() {
         cmd.env("GLIBC_TUNABLES", t);
     }
-    // The agent's settings, in their one encoding (witchcraft::config).
-    // Testing knobs (WITCH_SEED, ...) reach it through the inherited environment.
-    let mut settings = Config::new(craft);
+    // The agent's settings, in their one encoding (witchcraft::config),
+    // with the testing knobs (WITCH_SEED, ...) from witch's environment,
+    // checked here so a bad one stops witch before the program starts.
+    let mut settings = Config::new(craft).with_knobs_from_env().map_err(|e| anyhow!(e))?;
     settings.sampler = sampler;
     settings.event = event;
     settings.period = period;
     settings.replacement = a.replacement;
     settings.fp_precision = a.fp_precision;
-    settings.overhead_percent = a.overhead;
+    settings.overhead_percent = a.overhead.or(settings.overhead_percent);
     settings.heap_threshold = a.heap_threshold;
     settings.debug_registers = a.debug_registers.unwrap_or(free.min(4) as u32) as usize;
     settings.out_dir = parts.dir.clone();

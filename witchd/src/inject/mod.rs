@@ -60,7 +60,7 @@ impl Options {
     /// The agent's settings.
     pub fn config(&self) -> Result<Config> {
         let (sampler, event) = crate::agent::sampler_env(self.craft, self.event.as_deref(), self.period_is_time)?;
-        let mut c = Config::new(self.craft).with_knobs_from_env();
+        let mut c = Config::new(self.craft).with_knobs_from_env().map_err(|e| anyhow!(e))?;
         c.sampler = sampler;
         c.event = event;
         c.period = self.period;

@@ -6,10 +6,12 @@
 //! The agent is inert unless `WITCH_CRAFT` is set, so an inherited
 //! `LD_PRELOAD` in an unrelated program costs nothing.
 
-use crate::engine::settings::BurstWeight;
 use crate::profile::Craft;
 use crate::replacement::Policy;
 use std::path::PathBuf;
+use table::SETTINGS;
+
+mod table;
 
 /// Default software period: 5 ms of thread CPU time (≈200 samples/s/thread,
 /// hpcrun's usual rate). A timer sample and a trap cost tens of µs at
@@ -106,6 +108,43 @@ impl SamplerChoice {
 
     pub fn parse(s: &str) -> Option<SamplerChoice> {
         [SamplerChoice::Auto, SamplerChoice::Software, SamplerChoice::Pmu].into_iter().find(|c| c.name() == s)
+    }
+}
+
+/// What a burst's pick stands for: the program time of its tick, in
+/// periods, times a count of the burst's accesses (`WITCH_BURST_WEIGHT`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BurstWeight {
+    /// K, the accesses the burst stepped through (over the picks). Right
+    /// when every burst steps as many instructions.
+    #[default]
+    Accesses,
+    /// K/L, accesses per instruction stepped (times the most steps a burst
+    /// takes, to keep the scale of [`BurstWeight::Accesses`]): right when
+    /// the budget or the code (a `syscall` ends a burst) makes bursts
+    /// differ in length, since a burst twice as long does not stand for
+    /// twice the program's time.
+    PerStep,
+    /// Experimental: 1 (each burst alike).
+    PerBurst,
+}
+
+impl BurstWeight {
+    pub fn parse(v: &str) -> Option<BurstWeight> {
+        match v {
+            "accesses" | "access" => Some(BurstWeight::Accesses),
+            "step" | "per-step" => Some(BurstWeight::PerStep),
+            "one" => Some(BurstWeight::PerBurst),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BurstWeight::Accesses => "accesses",
+            BurstWeight::PerStep => "step",
+            BurstWeight::PerBurst => "one",
+        }
     }
 }
 
@@ -241,99 +280,24 @@ impl Config {
     }
 
     /// The testing and experimental knobs (`WITCH_NO_SIGTRAP`,
-    /// `WITCH_NO_MODIFY`, `WITCH_SEED`, `WITCH_BURST*`) from this process's
-    /// environment, as a controller passes them on to the agent it starts.
-    pub fn with_knobs_from_env(mut self) -> Config {
-        let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        self.no_sigtrap = get(keys::NO_SIGTRAP).is_some();
-        self.no_modify = get(keys::NO_MODIFY).is_some();
-        self.seed = get(keys::SEED).and_then(|v| v.parse().ok());
-        self.burst_steps = get(keys::BURST).and_then(|v| v.parse::<u64>().ok()).map(|n| n.min(1 << 20) as u32);
-        self.burst_weight = get(keys::BURST_WEIGHT).and_then(|v| BurstWeight::parse(&v));
-        self.burst_picks =
-            get(keys::BURST_PICKS).and_then(|v| v.parse::<u32>().ok()).map(|n| n.clamp(1, crate::engine::settings::MAX_PICKS as u32));
-        self.burst_pick_bytes = get(keys::BURST_PICK).and_then(|v| pick_by_bytes(&v));
-        self.burst_min_steps = get(keys::BURST_MIN).and_then(|v| v.parse::<u64>().ok()).map(|n| n.min(1 << 20) as u32);
-        self.burst_after_syscall = get(keys::BURST_SYSCALL).as_deref() == Some("keep");
-        if self.window.is_none() {
-            self.window = get(keys::WINDOW).and_then(|v| v.parse::<u64>().ok()).map(|n| n.min(1 << 30) as u32);
+    /// `WITCH_NO_MODIFY`, `WITCH_SEED`, `WITCH_BURST*`, `WITCH_WINDOW*`,
+    /// `WITCH_LINKS`, `WITCH_OVERHEAD`) from this process's environment, as
+    /// a controller passes them on to the agent it starts; checked as the
+    /// agent checks them.
+    pub fn with_knobs_from_env(mut self) -> Result<Config, String> {
+        for s in SETTINGS.iter().filter(|s| s.knob) {
+            if let Some(v) = std::env::var(s.key).ok().filter(|v| !v.is_empty()) {
+                s.read_into(&mut self, &v)?;
+            }
         }
-        self.window_picks = get(keys::WINDOW_PICKS).and_then(|v| parse_picks(&v));
-        self.no_links = get(keys::LINKS).as_deref() == Some("0");
-        if self.overhead_percent.is_none() {
-            self.overhead_percent = get(keys::OVERHEAD).and_then(|v| parse_percent(&v));
-        }
-        self
+        Ok(self)
     }
 
     /// The settings as `WITCH_*` pairs, the ones [`Config::from_lookup`]
     /// reads back to an equal `Config`.
     pub fn to_pairs(&self) -> Vec<(&'static str, String)> {
-        let mut v = vec![
-            (keys::CRAFT, self.craft.name().to_string()),
-            (keys::SAMPLER, self.sampler.name().to_string()),
-            (keys::DEBUG_REGISTERS, self.debug_registers.to_string()),
-            (keys::REPLACEMENT, self.replacement.name().to_string()),
-            (keys::FP_PRECISION, self.fp_precision.to_string()),
-            (keys::OUT_DIR, self.out_dir.to_string_lossy().into_owned()),
-        ];
-        if let Some(p) = self.period {
-            v.push((keys::PERIOD, p.to_string()));
-        }
-        if let Some(e) = &self.event {
-            v.push((keys::EVENT, e.clone()));
-        }
-        if self.no_sigtrap {
-            v.push((keys::NO_SIGTRAP, "1".into()));
-        }
-        if self.no_modify {
-            v.push((keys::NO_MODIFY, "1".into()));
-        }
-        if let Some(s) = self.seed {
-            v.push((keys::SEED, s.to_string()));
-        }
-        if let Some(n) = self.burst_steps {
-            v.push((keys::BURST, n.to_string()));
-        }
-        if let Some(w) = self.burst_weight {
-            v.push((keys::BURST_WEIGHT, w.name().into()));
-        }
-        if let Some(n) = self.burst_picks {
-            v.push((keys::BURST_PICKS, n.to_string()));
-        }
-        if let Some(b) = self.burst_pick_bytes {
-            v.push((keys::BURST_PICK, if b { "byte" } else { "access" }.into()));
-        }
-        if let Some(n) = self.burst_min_steps {
-            v.push((keys::BURST_MIN, n.to_string()));
-        }
-        if self.burst_after_syscall {
-            v.push((keys::BURST_SYSCALL, "keep".into()));
-        }
-        if let Some(n) = self.window {
-            v.push((keys::WINDOW, n.to_string()));
-        }
-        if let Some(m) = self.window_picks {
-            v.push((keys::WINDOW_PICKS, m.to_string()));
-        }
-        if self.no_links {
-            v.push((keys::LINKS, "0".into()));
-        }
-        if let Some(p) = self.overhead_percent {
-            v.push((keys::OVERHEAD, p.to_string()));
-        }
-        if let Some(p) = self.only_pid {
-            v.push((keys::ONLY_PID, p.to_string()));
-        }
-        if !self.exe_names.is_empty() {
-            v.push((keys::EXE, self.exe_names.join(":")));
-        }
-        if let Some(fd) = self.record_fd {
-            v.push((keys::RECORD_FD, fd.to_string()));
-        }
-        if let Some(n) = self.heap_threshold {
-            v.push((keys::HEAP_THRESHOLD, n.to_string()));
-        }
+        let mut v = vec![(keys::CRAFT, self.craft.name().to_string())];
+        v.extend(SETTINGS.iter().filter_map(|s| Some((s.key, (s.write)(self)?))));
         v
     }
 
@@ -354,58 +318,19 @@ impl Config {
         Self::from_lookup(|k| map.get(k).map(|v| v.to_string()))
     }
 
+    /// The settings `lookup` finds (an empty value is no value), each
+    /// checked; None without `WITCH_CRAFT` (the agent stays inert).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Option<Config>, String> {
         let get = |k: &str| lookup(k).filter(|v| !v.is_empty());
         let Some(craft) = get(keys::CRAFT) else { return Ok(None) };
-        let craft = Craft::parse(&craft).ok_or(format!("unknown craft {craft:?}"))?;
-        let num = |k: &str| -> Result<Option<u64>, String> {
-            get(k).map(|v| v.parse::<u64>().map_err(|_| format!("{k}: not a number: {v:?}"))).transpose()
-        };
-        let sampler = match get(keys::SAMPLER) {
-            None => SamplerChoice::Auto,
-            Some(s) => SamplerChoice::parse(&s).ok_or(format!("unknown sampler {s:?}"))?,
-        };
-        let replacement = match get(keys::REPLACEMENT) {
-            None => Policy::Reservoir,
-            Some(r) => Policy::parse(&r).ok_or(format!("unknown replacement policy {r:?}"))?,
-        };
-        let fp_precision = match get(keys::FP_PRECISION) {
-            None => DEFAULT_FP_PRECISION,
-            Some(v) => v.parse::<f64>().ok().filter(|p| p.is_finite() && *p >= 0.0).ok_or(format!("bad precision {v:?}"))?,
-        };
-        Ok(Some(Config {
-            craft,
-            period: num(keys::PERIOD)?.filter(|&p| p > 0),
-            sampler,
-            event: get(keys::EVENT),
-            debug_registers: num(keys::DEBUG_REGISTERS)?.unwrap_or(4).clamp(1, 4) as usize,
-            replacement,
-            fp_precision,
-            out_dir: get(keys::OUT_DIR).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".")),
-            no_sigtrap: get(keys::NO_SIGTRAP).is_some(),
-            no_modify: get(keys::NO_MODIFY).is_some(),
-            seed: num(keys::SEED)?,
-            burst_steps: num(keys::BURST)?.map(|n| n.min(1 << 20) as u32),
-            burst_weight: get(keys::BURST_WEIGHT).and_then(|v| BurstWeight::parse(&v)),
-            burst_picks: num(keys::BURST_PICKS)?.map(|n| n.clamp(1, crate::engine::settings::MAX_PICKS as u64) as u32),
-            burst_pick_bytes: get(keys::BURST_PICK).and_then(|v| pick_by_bytes(&v)),
-            burst_min_steps: num(keys::BURST_MIN)?.map(|n| n.min(1 << 20) as u32),
-            burst_after_syscall: get(keys::BURST_SYSCALL).as_deref() == Some("keep"),
-            window: num(keys::WINDOW)?.map(|n| n.min(1 << 30) as u32),
-            window_picks: get(keys::WINDOW_PICKS)
-                .map(|v| parse_picks(&v).ok_or(format!("{}: bad number of picks {v:?}", keys::WINDOW_PICKS)))
-                .transpose()?,
-            no_links: get(keys::LINKS).as_deref() == Some("0"),
-            overhead_percent: get(keys::OVERHEAD)
-                .map(|v| parse_percent(&v).ok_or(format!("{}: bad percentage {v:?}", keys::OVERHEAD)))
-                .transpose()?,
-            only_pid: num(keys::ONLY_PID)?.map(|p| p as u32),
-            exe_names: get(keys::EXE).map(|v| v.split(':').filter(|n| !n.is_empty()).map(str::to_string).collect()).unwrap_or_default(),
-            record_fd: num(keys::RECORD_FD)?.map(|fd| fd.min(i32::MAX as u64) as i32),
-            heap_threshold: get(keys::HEAP_THRESHOLD)
-                .map(|v| parse_bytes(&v).ok_or(format!("{}: not a size in bytes or \"off\": {v:?}", keys::HEAP_THRESHOLD)))
-                .transpose()?,
-        }))
+        let craft = Craft::parse(&craft).ok_or(format!("{}: unknown craft {craft:?}", keys::CRAFT))?;
+        let mut c = Config::new(craft);
+        for s in SETTINGS {
+            if let Some(v) = get(s.key) {
+                s.read_into(&mut c, &v)?;
+            }
+        }
+        Ok(Some(c))
     }
 }
 
@@ -450,78 +375,4 @@ pub fn parse_percent(s: &str) -> Option<f64> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn settings_lines_read_like_the_environment() {
-        let c = Config::from_lines(
-            "WITCH_CRAFT=silent-load\nWITCH_PERIOD=1234\nWITCH_REPLACEMENT=oldest\nWITCH_DEBUG_REGISTERS=9\nWITCH_OUT_DIR=/x\n",
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(c.craft, Craft::SilentLoad);
-        assert_eq!(c.period, Some(1234));
-        assert_eq!(c.replacement, Policy::Oldest);
-        assert_eq!(c.debug_registers, 4);
-        assert_eq!(c.out_dir, PathBuf::from("/x"));
-        assert!(Config::from_lines("WITCH_PERIOD=5\n").unwrap().is_none());
-        assert!(Config::from_lines("WITCH_CRAFT=dead\nWITCH_PERIOD=abc\n").is_err());
-        assert!(Config::from_lines("WITCH_CRAFT=dead\nWITCH_HEAP_THRESHOLD=lots\n").is_err());
-        let off = Config::from_lines("WITCH_CRAFT=dead\nWITCH_HEAP_THRESHOLD=off\n").unwrap().unwrap();
-        assert_eq!(off.heap_threshold, Some(0));
-    }
-
-    #[test]
-    fn sizes_in_bytes() {
-        for (s, n) in [("4096", 4096), ("4k", 4096), ("4KiB", 4096), ("1M", 1 << 20), ("2g", 2 << 30), ("off", 0), ("0", 0)] {
-            assert_eq!(parse_bytes(s), Some(n), "{s}");
-        }
-        for s in ["", "k", "-1", "4x", "1.5k", "99999999999999999999"] {
-            assert_eq!(parse_bytes(s), None, "{s}");
-        }
-    }
-
-    #[test]
-    fn settings_are_read_back_as_they_were_built() {
-        let mut c = Config::new(Craft::SilentStore);
-        c.period = Some(777);
-        c.sampler = SamplerChoice::Software;
-        c.event = Some("task-clock".into());
-        c.debug_registers = 2;
-        c.replacement = Policy::Newest;
-        c.fp_precision = 0.125;
-        c.out_dir = PathBuf::from("/tmp/x y");
-        c.no_modify = true;
-        c.seed = Some(9);
-        c.burst_steps = Some(16);
-        c.burst_weight = Some(BurstWeight::PerBurst);
-        c.burst_picks = Some(2);
-        c.burst_pick_bytes = Some(false);
-        c.burst_min_steps = Some(24);
-        c.burst_after_syscall = true;
-        c.window = Some(2048);
-        c.window_picks = Some(1.5);
-        c.only_pid = Some(4242);
-        c.exe_names = vec!["app".into(), "helper".into()];
-        c.heap_threshold = Some(65536);
-        let back = Config::from_lines(&c.to_lines()).unwrap().unwrap();
-        assert_eq!(format!("{back:?}"), format!("{c:?}"));
-        let map: std::collections::HashMap<_, _> = c.to_pairs().into_iter().collect();
-        let env = Config::from_lookup(|k| map.get(k).cloned()).unwrap().unwrap();
-        assert_eq!(format!("{env:?}"), format!("{c:?}"));
-        let plain = Config::new(Craft::Dead);
-        assert_eq!(format!("{:?}", Config::from_lines(&plain.to_lines()).unwrap().unwrap()), format!("{plain:?}"));
-    }
-
-    #[test]
-    fn which_processes_a_run_follows() {
-        let mut c = Config::new(Craft::Dead);
-        assert!(c.follows(1, Some("sh")) && c.follows(2, None));
-        c.only_pid = Some(7);
-        assert!(c.follows(7, Some("sh")) && !c.follows(8, Some("sh")));
-        c.only_pid = None;
-        c.exe_names = vec!["app".into()];
-        assert!(c.follows(3, Some("app")) && !c.follows(3, Some("sh")) && c.follows(3, None));
-    }
-}
+mod tests;
