@@ -104,10 +104,17 @@ fn eighty_percent_dead_behind_memset() {
 
 /// memset_dead.c under whole-run counting (`-e sw-stores`): every store
 /// is picked with the same probability, wherever the time goes, so the
-/// estimate is within 3 points of 80% and its 95% interval holds it. The
+/// estimate is within 3 points of 80% and its interval is honest. The
 /// run is long enough for about 1,500 picks: with 600 (a run of 100000),
 /// the estimate's spread was about 1.6 points, and a clean-clone CI run
-/// read 83.6% (six runs here: 77.4-80.2%); with 1,500, 79.1-80.7% in three.
+/// read 83.6% (six runs here: 77.4-80.2%); with 1,500, 78.5-82.4% in 21.
+///
+/// A 95% interval misses the truth in one run of twenty when it is exactly
+/// right, and a test that asks every run to hold 80% fails as often (2
+/// of those 21 runs did, by 0.3 and 0.9 points). So a run's interval is
+/// asked to be honest at the 99.9% level: stretched from the estimate by
+/// 3.29/1.96 (the normal quantiles), it must hold 80%. An interval too
+/// narrow by a factor of 1.7 or more still fails most runs.
 #[test]
 fn eighty_percent_dead_by_whole_run_counting() {
     let dir = Scratch::new("window-memset-count");
@@ -131,12 +138,17 @@ fn eighty_percent_dead_by_whole_run_counting() {
         raw["counters"]["window_picks"]
     ));
     rep.assert_samples(100.0);
+    let stretch = 3.29 / 1.96;
+    let (lo999, hi999) = (f - (f - lo) * stretch, f + (hi - f) * stretch);
     assert!(
-        (f - 0.80).abs() <= 0.03 && lo <= 0.80 && 0.80 <= hi,
-        "80.0% of the stored bytes are dead by construction; whole-run counting reports {:.1}% (95% interval {:.1}-{:.1}%)\n{}",
+        (f - 0.80).abs() <= 0.03 && lo999 <= 0.80 && 0.80 <= hi999,
+        "80.0% of the stored bytes are dead by construction; whole-run counting reports {:.1}% (95% interval {:.1}-{:.1}%, \
+         99.9% {:.1}-{:.1}%)\n{}",
         100.0 * f,
         100.0 * lo,
         100.0 * hi,
+        100.0 * lo999,
+        100.0 * hi999,
         rep.dump()
     );
     // Each pick is a sample of its own (drawn by count, as a PMU's are):
