@@ -10,6 +10,8 @@
  * fails (a descriptor of /dev/null: EACCES), prints its error as the first
  * line, and only then runs its loop.
  *
+ * The child passes reps on to exec_target (whose own default is 300).
+ *
  * Usage: forker EXEC_TARGET [reps] [HOW]
  */
 #include <errno.h>
@@ -48,7 +50,8 @@ int main(int argc, char **argv) {
     pid_t pid = fork();
     if (pid < 0) { perror("fork"); return 100; }
     if (pid == 0) {
-        char *args[] = {argv[1], "from-child", NULL};
+        char *reps_arg = argc > 2 ? argv[2] : NULL;
+        char *args[] = {argv[1], "from-child", reps_arg, NULL};
         if (by_fd) {
             int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
             fexecve(null, args, environ);
@@ -64,7 +67,7 @@ int main(int argc, char **argv) {
             fexecve(fd, args, environ);
             perror("fexecve");
         } else {
-            execl(argv[1], argv[1], "from-child", (char *)NULL);
+            execl(argv[1], argv[1], "from-child", reps_arg, (char *)NULL);
             perror("execl");
         }
         _exit(127);

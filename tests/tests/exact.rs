@@ -383,3 +383,116 @@ fn exact_mode_counts_every_store_around_vdso_calls() {
     assert_eq!(rep.pair(f, store, store).waste, (n - 64.0) * 8.0, "<{store},{store}> dead bytes\n{}", rep.dump());
     assert_eq!(rep.pair(f, store, read).r#use, 64.0 * 8.0, "<{store},{read}> used bytes\n{}", rep.dump());
 }
+
+/// The exact mode follows `fork` and `exec` (tests/programs/forker.c and
+/// exec_target.c): the parent, the child before its `exec` and the image
+/// it execs each have a section, every access of each is judged, and the
+/// program behaves as without witch. Known answers, per process, for 2
+/// passes over N = 2^18 longs, each store `a[i] = c = nxt[c]` walking a
+/// cycle of 1024 (so @fk stores what @fw stored, and each `nxt` entry is
+/// loaded again 1024 loads later, reading the same value):
+/// - dead: @fw's bytes all killed by @fk (2·N·8), @fk's by the next
+///   pass's @fw (N·8);
+/// - silent-store: the same bytes, all silent;
+/// - silent-load: all loads but each entry's first re-read what they read
+///   before: N − 1024 a loop within the loop's own line, 1024 across.
+#[test]
+fn exact_mode_follows_fork_and_exec() {
+    let dir = Scratch::new("exact-fork-exec");
+    let forker = Program::build("forker", dir.path());
+    let target = Program::build("exec_target", dir.path());
+    let (fw, fk) = (forker.line("@fw"), forker.line("@fk"));
+    let (xw, xk) = (target.line("@xw"), target.line("@xk"));
+    let args = [target.exe.to_str().unwrap(), "2"];
+    let native = forker.run_native(&args);
+    assert_eq!(native.code(), Some(5), "native run:\n{}", native.describe());
+    let (n, cycle, passes) = (262144.0, 1024.0, 2.0);
+    for craft in ["dead", "silent-store", "silent-load"] {
+        let out = dir.join(&format!("{craft}.json"));
+        let run = WitchCmd::new(craft).args(&["--exact", "-q"]).out(&out).run(&forker.exe, &args);
+        assert_same_behaviour(&native, &run);
+        let rep = report_all(&out);
+        let procs = rep.processes();
+        let forkers: Vec<u64> = procs.iter().filter(|(_, p)| p.contains("forker")).map(|(pid, _)| *pid).collect();
+        let targets = procs.iter().filter(|(_, p)| p.contains("exec_target")).count();
+        assert!(forkers.len() == 2 && targets == 1, "{craft}: the parent, the child before exec and the exec'd image: {procs:?}");
+        let check = |rep: &Report, f: &str, w: u32, k: u32| {
+            let pair = |a: u32, b: u32| {
+                let p = rep.pair(f, a, b);
+                (p.waste, p.r#use)
+            };
+            let what = format!("{craft}, {f} <{w},{k}>");
+            match craft {
+                "dead" | "silent-store" => {
+                    assert_eq!(pair(w, k), (passes * n * 8.0, 0.0), "{what}\n{}", rep.dump());
+                    assert_eq!(pair(k, w), ((passes - 1.0) * n * 8.0, 0.0), "{what}\n{}", rep.dump());
+                }
+                _ => {
+                    for (a, b, bytes) in [
+                        (w, w, passes * (n - cycle) * 8.0),
+                        (k, k, passes * (n - cycle) * 8.0),
+                        (w, k, passes * cycle * 8.0),
+                        (k, w, (passes - 1.0) * cycle * 8.0),
+                    ] {
+                        assert_eq!(pair(a, b), (bytes, 0.0), "{what}: <{a},{b}>\n{}", rep.dump());
+                    }
+                }
+            }
+        };
+        for &pid in &forkers {
+            check(&rep.process(pid), &forker.file, fw, fk);
+        }
+        check(&rep, &target.file, xw, xk);
+    }
+}
+
+/// Signals while every access is recorded (tests/programs/exact_signals.c):
+/// a profiling timer every 200 µs of CPU time interrupts a store loop
+/// wherever it is, and the program raises SIGUSR1 at itself between
+/// passes. Each handler runs as without witch (every raised signal
+/// handled once; the timer's handler sees only native PCs in its
+/// ucontext, never a copy's), and the loop's bytes are all judged: @sw's
+/// killed by @sk in every pass, @sk's by @sw in all but the last, which
+/// @read uses. For the silent crafts, every byte of those pairs is judged
+/// one way or the other.
+#[test]
+fn exact_mode_takes_signals_at_any_instruction() {
+    let dir = Scratch::new("exact-signals");
+    let prog = Program::build_with("exact_signals", dir.path(), "exact_signals", &["-ldl"]).unwrap_or_else(|e| panic!("{e}"));
+    let f = &prog.file;
+    let (sw, sk, read) = (prog.line("@sw"), prog.line("@sk"), prog.line("@read"));
+    let (n, passes) = (65536.0, 600.0);
+    let args = ["65536", "600"];
+    let native = prog.run_native(&args);
+    assert_eq!(native.code(), Some(0), "native run:\n{}", native.describe());
+    assert!(native.stdout_str().contains("raised 600 handled 600\n"), "native run:\n{}", native.describe());
+    assert!(native.stdout_str().contains("pcs: native\n"), "native run:\n{}", native.describe());
+    for craft in ["dead", "silent-store", "silent-load"] {
+        let out = dir.join(&format!("{craft}.json"));
+        let run = WitchCmd::new(craft).args(&["--exact", "-q"]).out(&out).run(&prog.exe, &args);
+        assert_same_behaviour(&native, &run);
+        let rep = report_all(&out);
+        let judged = |a: u32, b: u32| {
+            let p = rep.pair(f, a, b);
+            (p.waste, p.r#use)
+        };
+        match craft {
+            "dead" => {
+                assert_eq!(judged(sw, sk), (passes * n * 8.0, 0.0), "{craft}\n{}", rep.dump());
+                assert_eq!(judged(sk, sw), ((passes - 1.0) * n * 8.0, 0.0), "{craft}\n{}", rep.dump());
+                assert_eq!(judged(sk, read), (0.0, n * 8.0), "{craft}\n{}", rep.dump());
+            }
+            "silent-store" => {
+                let ((w1, u1), (w2, u2)) = (judged(sw, sk), judged(sk, sw));
+                assert_eq!(w1 + u1, passes * n * 8.0, "{craft}: <{sw},{sk}>\n{}", rep.dump());
+                assert_eq!(w2 + u2, (passes - 1.0) * n * 8.0, "{craft}: <{sk},{sw}>\n{}", rep.dump());
+            }
+            _ => {
+                // The loops only store: the one load of each value is @read's,
+                // with nothing loaded before it.
+                let (w, u) = judged(read, read);
+                assert_eq!((w, u), (0.0, 0.0), "{craft}\n{}", rep.dump());
+            }
+        }
+    }
+}

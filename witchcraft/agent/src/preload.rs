@@ -79,7 +79,7 @@ extern "C" fn init() {
         let mut key: libc::pthread_key_t = 0;
         libc::pthread_key_create(&mut key, Some(thread_life::thread_end));
         thread_life::KEY.store(key, Ordering::Release);
-        libc::pthread_atfork(None, None, Some(after_fork_child));
+        libc::pthread_atfork(None, None, Some(witch_after_fork_child));
         libc::atexit(at_exit);
     }
     thread_life::start_thread();
@@ -157,13 +157,39 @@ fn write_untraced_profile(cfg: Config, why: &str) {
     }
 }
 
-extern "C" fn after_fork_child() {
+// The fork child's handler: `after_fork_child` with the address it returns
+// to in the C library's `fork` (the top of the stack at entry), where the
+// child's whole-run window begins.
+std::arch::global_asm!(
+    ".text",
+    ".p2align 4",
+    ".globl witch_after_fork_child",
+    ".hidden witch_after_fork_child",
+    ".type witch_after_fork_child,@function",
+    "witch_after_fork_child:",
+    "mov rdi, [rsp]",
+    "jmp {child}",
+    ".size witch_after_fork_child, . - witch_after_fork_child",
+    child = sym after_fork_child,
+);
+
+extern "C" {
+    fn witch_after_fork_child();
+}
+
+/// In a fork child: its profile, its threads (the forking one) and its
+/// engine state start afresh; `back` is where the C library's `fork` goes
+/// on after this handler, where a whole-run window (the exact mode's
+/// recording, the access counters) begins, as it began at the program's
+/// entry point (the first tick would come 5 ms of CPU time later).
+extern "C" fn after_fork_child(back: u64) {
     let Some(engine) = AGENT.engine() else { return };
     // Only the forking thread exists here; it keeps its slot's state.
     let me = AGENT.current();
+    let start = engine.restart_after_fork();
     for ts in AGENT.threads.states() {
         // SAFETY: the parent's states, in our copy of its memory; no other thread exists here.
-        unsafe { (*ts).reset_after_fork() };
+        unsafe { (*ts).reset_after_fork(engine.image()) };
     }
     // The parent's profile file is the parent's.
     if let Sink::File(fd) = AGENT.sink() {
@@ -171,7 +197,7 @@ extern "C" fn after_fork_child() {
     }
     if AGENT.sandboxed() {
         // The filter came with the fork: no profile, no events.
-        AGENT.after_fork(Sink::None);
+        AGENT.after_fork(Sink::None, start);
         AGENT.claim_finish();
         return;
     }
@@ -183,11 +209,11 @@ extern "C" fn after_fork_child() {
     if !engine.config().follows(std::process::id(), None) {
         // A child this run does not follow (--no-children): it runs on
         // unprofiled (its events were dropped above) and writes no profile.
-        AGENT.after_fork(Sink::None);
+        AGENT.after_fork(Sink::None, start);
         AGENT.claim_finish();
         return;
     }
-    AGENT.after_fork(create_output(&out_dir));
+    AGENT.after_fork(create_output(&out_dir), start);
     if mine.is_null() {
         return;
     }
@@ -205,6 +231,7 @@ extern "C" fn after_fork_child() {
         if let Some(why) = traced_by_debugger() {
             leave::leave_to_debugger(&why);
         }
+        thread_life::whole_run_from(back);
     }
 }
 

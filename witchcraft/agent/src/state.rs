@@ -149,11 +149,14 @@ impl Agent {
         if !self.engine.load(Ordering::Acquire).is_null() {
             return Err(b);
         }
+        // The profile starts when the engine was made: its records carry
+        // that time as their image number (see `witchcraft::exact::stream`).
+        let start = b.started_unix_ns();
         self.threads.clear();
         self.stopping.store(false, Ordering::Release);
         self.finished.store(false, Ordering::Release);
         self.owner.store(std::process::id(), Ordering::Relaxed);
-        self.start_ns.store(now_ns(), Ordering::Relaxed);
+        self.start_ns.store(start, Ordering::Relaxed);
         self.set_sink(sink);
         self.mode.store(mode as u8, Ordering::Release);
         if let Ok(mut id) = self.identity.lock() {
@@ -182,12 +185,12 @@ impl Agent {
 
     /// In a fork child: the state is now this process's, with only the
     /// forking thread; the parent's other threads don't exist here.
-    pub fn after_fork(&self, sink: Sink) {
+    pub fn after_fork(&self, sink: Sink, start_ns: u64) {
         self.threads.forget();
         self.stopping.store(false, Ordering::Release);
         self.finished.store(false, Ordering::Release);
         self.owner.store(std::process::id(), Ordering::Relaxed);
-        self.start_ns.store(now_ns(), Ordering::Relaxed);
+        self.start_ns.store(start_ns, Ordering::Relaxed);
         self.set_sink(sink);
         MINE.with(|m| m.set(std::ptr::null()));
     }

@@ -7,7 +7,7 @@ use super::sampler::SamplerKind;
 use super::settings::BurstSettings;
 use crate::config::{Config, DEFAULT_SOFTWARE_PERIOD_NS};
 use crate::craft::Craft;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Process-wide, immutable after start-up (but for the head start, an
 /// atomic the threads' budgets draw from).
@@ -42,6 +42,10 @@ pub struct Engine {
     /// preloaded agent guards the program's fault handlers; an attached one
     /// cannot, and allows windows only while the program has none).
     pub(crate) windows_allowed: std::sync::atomic::AtomicBool,
+    /// When the engine was made, or its process forked from the one that
+    /// made it (ns since the Unix epoch): the start of the process's
+    /// profile, and its records' image number (see `exact::stream`).
+    pub(crate) started_unix_ns: AtomicU64,
 }
 
 /// What the agent found before the engine is made: the sampler it chose,
@@ -79,6 +83,7 @@ impl Engine {
             burst,
             head_start: HeadStart::new(HEAD_START_NS),
             windows_allowed: AtomicBool::new(found.windows_allowed),
+            started_unix_ns: AtomicU64::new(unix_ns()),
         }
     }
 
@@ -101,7 +106,27 @@ impl Engine {
             burst: None,
             head_start: HeadStart::new(0),
             windows_allowed: AtomicBool::new(false),
+            started_unix_ns: AtomicU64::new(unix_ns()),
         }
+    }
+
+    /// When the engine was made, or its process forked (ns since the Unix
+    /// epoch).
+    pub fn started_unix_ns(&self) -> u64 {
+        self.started_unix_ns.load(Ordering::Relaxed)
+    }
+
+    /// In a fork child: its profile starts now. Gives the new start.
+    pub fn restart_after_fork(&self) -> u64 {
+        let now = unix_ns();
+        self.started_unix_ns.store(now, Ordering::Relaxed);
+        now
+    }
+
+    /// The number the process's access records carry: the low 32 bits of
+    /// [`Engine::started_unix_ns`].
+    pub fn image(&self) -> u32 {
+        self.started_unix_ns() as u32
     }
 
     pub fn config(&self) -> &Config {
@@ -151,6 +176,10 @@ impl Engine {
     pub fn windows_allowed(&self) -> bool {
         self.windows_allowed.load(Ordering::Relaxed)
     }
+}
+
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Round trips measured at start-up (ns of CPU time outside our handlers).

@@ -44,6 +44,8 @@ pub struct Recorder {
     /// Words of records in the buffer.
     pos: usize,
     fd: i32,
+    /// The process image the records come from (see `exact::stream`).
+    image: u32,
     /// What the thread records (its craft's kind).
     pub kind: Kind,
     /// Stores the engine recorded before they ran natively, whose bytes
@@ -57,12 +59,13 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    pub fn new(fd: i32, kind: Kind) -> Recorder {
+    pub fn new(fd: i32, kind: Kind, image: u32) -> Recorder {
         let words = stream::HEADER_BYTES / 8 + CAPACITY;
         Recorder {
             buf: vec![0u64; words].into_boxed_slice(),
             pos: 0,
             fd,
+            image,
             kind,
             pending: [(0, 0, 0); MAX_RECORDS],
             npending: 0,
@@ -211,7 +214,7 @@ impl Recorder {
         if self.failed {
             return;
         }
-        let h = stream::Header { pid: crate::sys::task::getpid(), tid: crate::sys::task::gettid(), words: n as u32 };
+        let h = stream::Header { pid: crate::sys::task::getpid(), tid: crate::sys::task::gettid(), words: n as u32, image: self.image };
         self.buf[..stream::HEADER_BYTES / 8].copy_from_slice(&h.to_words());
         let bytes = stream::HEADER_BYTES + n * 8;
         // SAFETY: the buffer holds `bytes` initialised bytes.
@@ -220,6 +223,12 @@ impl Recorder {
             self.failed = true;
         }
         self.stats.sends += 1;
+    }
+
+    /// The process image the records come from, from now on (a fork
+    /// child's).
+    pub fn set_image(&mut self, image: u32) {
+        self.image = image;
     }
 
     /// Forget the records (a fork child: they are the parent's).

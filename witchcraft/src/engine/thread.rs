@@ -82,7 +82,10 @@ impl ThreadState {
             clock: Clock::new(engine.trap_cost_ns, engine.step_cost_ns),
             budget: Budget::new(settings.map_or(0.0, |s| s.budget), engine.step_cost_ns, settings.and_then(|s| s.min_steps)),
             burst: Burst::new(seed),
-            window: Window::new(seed, engine.config.record_fd.map(|fd| (fd, crate::x86::record::Kind::of(engine.config.craft)))),
+            window: Window::new(
+                seed,
+                engine.config.record_fd.map(|fd| (fd, crate::x86::record::Kind::of(engine.config.craft), engine.image())),
+            ),
             ledger: Ledger::new(engine, seed, tables),
         })
     }
@@ -219,12 +222,15 @@ impl ThreadState {
 
     /// Forget what the parent gathered (fork child) and drop its kernel
     /// resources without touching the parent's events.
-    pub fn reset_after_fork(&mut self) {
+    /// In a fork child: `image` is the child's records' image number
+    /// ([`super::Engine::image`]).
+    pub fn reset_after_fork(&mut self, image: u32) {
         self.sampler.close_after_fork();
         self.ledger.reset_after_fork();
         self.clock.reset();
         self.burst.reset();
         self.window.reset();
+        self.window.record_as(image);
         self.window.resume.close();
         self.active.store(false, Ordering::Release);
     }

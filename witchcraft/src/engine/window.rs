@@ -172,7 +172,7 @@ fn window_mask() -> u64 {
 }
 
 impl Window {
-    pub fn new(seed: u64, record: Option<(i32, Kind)>) -> Window {
+    pub fn new(seed: u64, record: Option<(i32, Kind, u32)>) -> Window {
         Window {
             cache: CodeCache::new(),
             phase: Phase::Native,
@@ -192,8 +192,16 @@ impl Window {
             last_start: None,
             unit_ns: 0.0,
             stats: WindowStats::default(),
-            rec: record.map(|(fd, kind)| Recorder::new(fd, kind)),
+            rec: record.map(|(fd, kind, image)| Recorder::new(fd, kind, image)),
             resume: Resume::default(),
+        }
+    }
+
+    /// The process image this thread's records come from, from now on (a
+    /// fork child's).
+    pub fn record_as(&mut self, image: u32) {
+        if let Some(r) = self.rec.as_mut() {
+            r.set_image(image);
         }
     }
 

@@ -11,8 +11,15 @@
 //!   0  pid      u32  the sending process
 //!   4  tid      u32  the sending thread
 //!   8  words    u32  words (8 bytes) of records that follow
-//!  12  zero     u32
+//!  12  image    u32  the sending process image (see below)
 //! ```
+//!
+//! A process that execs runs another image under the same pid, with an
+//! agent and records of its own: `image` tells them apart. It is the low
+//! 32 bits of the image's engine start (`Engine::started_unix_ns`), which
+//! is also its profile section's `start_unix_ns`, so the judged records of
+//! each image go to its own section. (A fork child keeps its parent's
+//! image number under a pid of its own.)
 
 use super::replay::Replay;
 use super::ThreadShadow;
@@ -29,16 +36,17 @@ pub struct Header {
     pub pid: i32,
     pub tid: i32,
     pub words: u32,
+    pub image: u32,
 }
 
 impl Header {
     pub fn to_words(self) -> [u64; 2] {
-        [(self.pid as u32 as u64) | (self.tid as u32 as u64) << 32, self.words as u64]
+        [(self.pid as u32 as u64) | (self.tid as u32 as u64) << 32, self.words as u64 | (self.image as u64) << 32]
     }
 
     pub fn parse(b: &[u8]) -> Option<Header> {
         let w = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or_default());
-        (b.len() >= HEADER_BYTES).then(|| Header { pid: w(0) as i32, tid: w(4) as i32, words: w(8) })
+        (b.len() >= HEADER_BYTES).then(|| Header { pid: w(0) as i32, tid: w(4) as i32, words: w(8), image: w(12) })
     }
 }
 
@@ -47,11 +55,22 @@ pub fn send(fd: i32, data: &[u8]) -> bool {
     crate::sys::fd::send_datagram(fd, data)
 }
 
-/// Witch's side: every process's replay.
+/// One process image's judged records: its instructions and records
+/// judged, and each thread's shadow.
+pub struct JudgedImage {
+    pub pid: i32,
+    /// The image number its records carried (see the header).
+    pub image: u32,
+    pub instructions: u64,
+    pub records: u64,
+    pub threads: Vec<(i32, ThreadShadow)>,
+}
+
+/// Witch's side: every process image's replay, by pid and image.
 pub struct Judge {
     craft: Craft,
     precision: f64,
-    processes: HashMap<i32, Replay>,
+    processes: HashMap<(i32, u32), Replay>,
     /// Datagrams that were not whole records (never expected).
     pub malformed: u64,
     pub records: u64,
@@ -74,7 +93,7 @@ impl Judge {
             self.malformed += 1;
         }
         let (craft, precision) = (self.craft, self.precision);
-        let r = self.processes.entry(h.pid).or_insert_with(|| Replay::new(craft, precision));
+        let r = self.processes.entry((h.pid, h.image)).or_insert_with(|| Replay::new(craft, precision));
         if craft == Craft::Dead {
             let n = body.len() as u64 / RECORD_BYTES as u64;
             self.records += n;
@@ -89,17 +108,14 @@ impl Judge {
         }
     }
 
-    /// Instructions judged in process `pid`.
-    pub fn instructions(&self, pid: i32) -> u64 {
-        self.processes.get(&pid).map_or(0, |r| r.instructions)
-    }
-
-    /// The processes seen, and each one's instructions and records
-    /// judged and threads' shadows.
-    pub fn into_processes(self) -> impl Iterator<Item = (i32, u64, u64, Vec<(i32, ThreadShadow)>)> {
-        self.processes.into_iter().map(|(pid, r)| {
-            let (n, records) = (r.instructions, r.records);
-            (pid, n, records, r.into_threads().collect())
+    /// The process images seen, each with what was judged.
+    pub fn into_processes(self) -> impl Iterator<Item = JudgedImage> {
+        self.processes.into_iter().map(|((pid, image), r)| JudgedImage {
+            pid,
+            image,
+            instructions: r.instructions,
+            records: r.records,
+            threads: r.into_threads().collect(),
         })
     }
 }
@@ -110,7 +126,7 @@ mod tests {
 
     #[test]
     fn a_header_survives_its_words() {
-        let h = Header { pid: 4242, tid: 4343, words: 7 };
+        let h = Header { pid: 4242, tid: 4343, words: 7, image: 0xdead_beef };
         let mut b = Vec::new();
         for w in h.to_words() {
             b.extend_from_slice(&w.to_le_bytes());

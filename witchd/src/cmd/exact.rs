@@ -109,23 +109,37 @@ impl Recording {
     }
 }
 
+type JudgedImage = (u64, u64, Vec<witchcraft::profile::Thread>, witchcraft::profile::Counters);
+
+/// The judged records of each process image, by pid: a process that
+/// execs has one section, and one image number, per image.
+#[derive(Default)]
+struct Images(std::collections::HashMap<u32, Vec<(u32, JudgedImage)>>);
+
+impl Images {
+    /// The judged records of the section of process `pid` that started at
+    /// `start_unix_ns`: those of the image of that number (a fork child's
+    /// is its own: its engine restarts at the fork).
+    fn take(&mut self, pid: u32, start_unix_ns: u64) -> Option<JudgedImage> {
+        let left = self.0.get_mut(&pid)?;
+        let at = left.iter().position(|(image, _)| *image == start_unix_ns as u32)?;
+        Some(left.swap_remove(at).1)
+    }
+}
+
 impl Judged {
     /// Put the judged pairs into the profile (and each process's of it):
     /// its threads are the judge's, its sampler says every access was
     /// judged, so `report`, `diff` and `gate` treat it as a count.
     pub fn apply(self, run: &mut witchcraft::profile::Profile) {
         let malformed = self.judge.malformed;
-        type Judged = (u64, u64, Vec<witchcraft::profile::Thread>, witchcraft::profile::Counters);
-        let mut by_pid: std::collections::HashMap<u32, Judged> = self
-            .judge
-            .into_processes()
-            .map(|(pid, n, records, shadows)| {
-                let (threads, counters) = witchcraft::exact::thread_profiles(shadows.iter().map(|(t, s)| (*t, s)));
-                (pid as u32, (n, records, threads, counters))
-            })
-            .collect();
+        let mut images = Images::default();
+        for j in self.judge.into_processes() {
+            let (threads, counters) = witchcraft::exact::thread_profiles(j.threads.iter().map(|(t, s)| (*t, s)));
+            images.0.entry(j.pid as u32).or_default().push((j.image, (j.instructions, j.records, threads, counters)));
+        }
         let mut one = |p: &mut witchcraft::profile::Profile| {
-            let (n, records, threads, mut counters) = by_pid.remove(&p.pid).unwrap_or_default();
+            let (n, records, threads, mut counters) = images.take(p.pid, p.start_unix_ns).unwrap_or_default();
             counters.interrupts = n;
             counters.threads = p.counters.threads;
             p.threads = threads;
