@@ -23,7 +23,7 @@ use crate::attach_state::SESSION;
 use crate::channel::{Channel, Received};
 use crate::handlers;
 use crate::state::{now_ns, Mode, Sink, AGENT};
-use crate::threads::{self, Phase};
+use crate::threads::{self, Life};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 use witchcraft::config::Config;
@@ -381,12 +381,12 @@ fn set_up_new(me: i32, known: &mut HashSet<i32>, why: &mut Option<String>) -> us
     let Some(engine) = AGENT.engine() else { return 0 };
     let live: HashSet<i32> = procfs::tasks(None).into_iter().collect();
     for s in AGENT.threads.slots() {
-        if matches!(s.phase(), Phase::New | Phase::Adopted) && !live.contains(&s.tid()) {
+        if matches!(s.phase(), Life::New | Life::Adopted) && !live.contains(&s.tid()) {
             // SAFETY: the thread is gone: nothing else uses its state.
             if let Some(ts) = unsafe { s.state().as_mut() } {
                 ts.stop();
             }
-            s.set_phase(Phase::Gone);
+            s.set_phase(Life::Gone);
         }
     }
     let fresh: Vec<i32> = live.iter().copied().filter(|&t| t != me && known.insert(t)).collect();
@@ -416,7 +416,7 @@ fn set_up_new(me: i32, known: &mut HashSet<i32>, why: &mut Option<String>) -> us
             }
             continue;
         }
-        let Some(slot) = AGENT.threads.add(tid, ts, alt, false, threads::Prior::NONE, Phase::New) else {
+        let Some(slot) = AGENT.threads.add(tid, ts, alt, false, threads::Prior::NONE, Life::New) else {
             threads::unmap_stack(alt);
             continue;
         };

@@ -20,7 +20,7 @@ use crate::handler_stack;
 use crate::program::PROGRAM;
 use crate::state::{Mode, AGENT};
 use crate::symbols::real_sigaction;
-use crate::threads::{Phase, Prior, Slot};
+use crate::threads::{Entry, Life, Prior};
 use witchcraft::engine::{self, Place};
 use witchcraft::profile::EndedBy;
 use witchcraft::sys::siginfo::{self, sampler_signal};
@@ -148,7 +148,7 @@ pub fn guard_existing() {
 pub extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     let ucp = uc as *mut libc::ucontext_t;
     let slot = AGENT.current();
-    if let (Some(engine), Some(slot), Some(entered)) = (AGENT.engine(), slot, slot.and_then(Slot::enter)) {
+    if let (Some(engine), Some(slot), Some(entered)) = (AGENT.engine(), slot, slot.and_then(Entry::enter)) {
         // SAFETY: the slot's state is this thread's (see `dispatch`).
         if let Some(ts) = unsafe { slot.state().as_mut() } {
             if ts.in_window() {
@@ -260,7 +260,7 @@ pub extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *m
             crate::calibrate::on_signal(sig, info, uc)
         } else {
             let slot = AGENT.current();
-            match slot.and_then(Slot::enter) {
+            match slot.and_then(Entry::enter) {
                 Some(entered) => handler_stack::run(entered.stack, uc, || dispatch(sig, info, uc, slot)),
                 // No handler stack, so no engine state: only whether it is ours.
                 None => stateless(sig, info),
@@ -321,9 +321,9 @@ fn stateless(sig: i32, info: *mut libc::siginfo_t) -> bool {
 /// Handle our samples and traps (on the thread's handler stack, `slot`'s);
 /// false if the signal isn't ours.
 #[inline(never)]
-fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t, slot: Option<&Slot>) -> bool {
+fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t, slot: Option<&Entry>) -> bool {
     let Some(engine) = AGENT.engine() else { return false };
-    if slot.is_some_and(Slot::linking) {
+    if slot.is_some_and(Entry::linking) {
         // Inside the engine's link path, which holds the state: only its
         // own access can trap here (a watchpoint on the code the
         // translator reads), witch's, dropped.
@@ -346,7 +346,7 @@ fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t, slo
         }
         return true;
     }
-    if ends_burst && (AGENT.stopping() || slot.phase() != Phase::Adopted || !ts.is_active()) {
+    if ends_burst && (AGENT.stopping() || slot.phase() != Life::Adopted || !ts.is_active()) {
         // A burst the engine will not finish: stop stepping here (or the
         // thread would go on single-stepping into the program's SIGTRAP),
         // and leave the code cache for the native code it stands for.
@@ -356,11 +356,11 @@ fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t, slo
     }
     if AGENT.mode() == Mode::Attached {
         match (slot.phase(), AGENT.stopping()) {
-            (Phase::New, false) if event == engine::Event::Sample => {
+            (Life::New, false) if event == engine::Event::Sample => {
                 adopt(slot, ts, uc);
                 return true;
             }
-            (Phase::Adopted, false) => {}
+            (Life::Adopted, false) => {}
             _ => return true,
         }
     }
@@ -389,7 +389,7 @@ extern "C" fn on_cache_link() {
             return;
         }
         let Some(slot) = AGENT.current() else { return };
-        if slot.phase() != Phase::Adopted && AGENT.mode() == Mode::Attached {
+        if slot.phase() != Life::Adopted && AGENT.mode() == Mode::Attached {
             return;
         }
         let Some(_entered) = slot.enter() else { return };
@@ -422,7 +422,7 @@ pub fn enable_links() {
 /// blocked in a call): where its stack is, from the interrupted stack
 /// pointer, and its segment bases. Its alternate signal stack stays the
 /// program's (see the module comment). Async-signal-safe.
-fn adopt(slot: &Slot, ts: &mut engine::ThreadState, uc: *mut libc::ucontext_t) {
+fn adopt(slot: &Entry, ts: &mut engine::ThreadState, uc: *mut libc::ucontext_t) {
     // SAFETY: `uc` is the kernel's context for this signal; only read.
     let (sp, own) = unsafe { ((*uc).uc_mcontext.gregs[libc::REG_RSP as usize] as u64, Prior::from_stack(&(*uc).uc_stack)) };
     // The interrupted code runs on the program's alternate stack (in a
@@ -431,7 +431,7 @@ fn adopt(slot: &Slot, ts: &mut engine::ThreadState, uc: *mut libc::ucontext_t) {
         return;
     }
     ts.adopt(Place::here(crate::mappings::stack_of(sp), slot.alt_stack()));
-    slot.set_phase(Phase::Adopted);
+    slot.set_phase(Life::Adopted);
 }
 
 /// Give a signal that isn't ours to the program's handler, or its default.
@@ -492,7 +492,7 @@ pub extern "C" fn on_fatal(sig: libc::c_int, _info: *mut libc::siginfo_t, uc: *m
     if AGENT.claim_finish() {
         // Writing the profile takes far more stack than a program's own
         // alternate stack may have: on the handler stack.
-        match AGENT.current().map(Slot::alt_stack) {
+        match AGENT.current().map(Entry::alt_stack) {
             Some(stack) if stack.0 != 0 => {
                 handler_stack::run(stack, uc as *const libc::ucontext_t, || {
                     write_crash_profile(sig);

@@ -17,7 +17,7 @@ use crate::handlers;
 use crate::leave;
 use crate::state::{now_ns, Mode, Sink, AGENT};
 use crate::thread_life;
-use crate::threads::{Phase, Prior};
+use crate::threads::{Life, Prior};
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::Ordering;
 use witchcraft::config::Config;
@@ -219,7 +219,7 @@ extern "C" fn after_fork_child(back: u64) {
     }
     // SAFETY: our copy of the forking thread's state, taken back into a Box for the table.
     let ts = unsafe { Box::from_raw(mine) };
-    if let Some(slot) = AGENT.threads.add(witchcraft::sys::task::gettid(), ts, alt, alt != 0, prior, Phase::Adopted) {
+    if let Some(slot) = AGENT.threads.add(witchcraft::sys::task::gettid(), ts, alt, alt != 0, prior, Life::Adopted) {
         AGENT.set_current(Some(slot));
         // SAFETY: this thread's state, just added.
         let ts = unsafe { &mut *slot.state() };

@@ -4,7 +4,7 @@
 use crate::calibrate;
 use witchcraft::config::Config;
 use witchcraft::engine::process::Found;
-use witchcraft::engine::{Engine, SamplerKind};
+use witchcraft::engine::{Engine, SampleSource};
 use witchcraft::modules;
 use witchcraft::sys::procfs;
 use witchcraft::sys::watchpoint::KernelCaps;
@@ -19,7 +19,7 @@ pub fn make_engine(cfg: Config, install: fn(), guarded: bool) -> (Engine, Vec<St
     crate::heap::start(cfg.heap_threshold, own);
     modules::refresh();
     let mut notes = Vec::new();
-    let (sampler, period) = SamplerKind::choose(&cfg, &mut notes);
+    let (sampler, period) = SampleSource::choose(&cfg, &mut notes);
     let sigtrap = !cfg.no_sigtrap && witchcraft::probe::sigtrap_supported();
     if !sigtrap {
         notes.push("sigtrap unavailable (Linux < 5.13?): traps use F_SETSIG with a real-time signal".into());

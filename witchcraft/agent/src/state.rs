@@ -8,7 +8,7 @@
 
 use crate::alloc;
 use crate::attach_state::SESSION;
-use crate::threads::{Slot, ThreadTable};
+use crate::threads::{Entry, ThreadTable};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
@@ -76,7 +76,7 @@ pub fn preloaded() -> bool {
 thread_local! {
     /// A preloaded thread's slot (never touched attached: a dlopen'ed
     /// library's TLS is allocated lazily, with malloc).
-    static MINE: Cell<*const Slot> = const { Cell::new(std::ptr::null()) };
+    static MINE: Cell<*const Entry> = const { Cell::new(std::ptr::null()) };
 }
 
 pub fn now_ns() -> u64 {
@@ -250,7 +250,7 @@ impl Agent {
 
     /// This thread's slot, if it has one. Async-signal-safe: a TLS read
     /// when preloaded, a scan of the table when attached.
-    pub fn current(&self) -> Option<&Slot> {
+    pub fn current(&self) -> Option<&Entry> {
         if self.mode() != Mode::Preloaded {
             return self.threads.find(task::gettid());
         }
@@ -259,8 +259,8 @@ impl Agent {
     }
 
     /// Remember the calling (preloaded) thread's slot.
-    pub fn set_current(&self, slot: Option<&Slot>) {
-        MINE.with(|m| m.set(slot.map_or(std::ptr::null(), |s| s as *const Slot)));
+    pub fn set_current(&self, slot: Option<&Entry>) {
+        MINE.with(|m| m.set(slot.map_or(std::ptr::null(), |s| s as *const Entry)));
     }
 
     /// Wait for the handlers running on other threads to return
@@ -275,7 +275,7 @@ impl Agent {
     /// are running to finish: the one stop-and-wait of the agent.
     /// `keep_sampling` says which slots keep their sampler (an attached
     /// thread gives its alternate stack back at its next sample).
-    pub fn quiesce(&self, keep_sampling: impl Fn(&Slot) -> bool) {
+    pub fn quiesce(&self, keep_sampling: impl Fn(&Entry) -> bool) {
         self.stopping.store(true, Ordering::Release);
         // No new thread takes over an ended one's slot (and frees its state)
         // while the states are read, here and in the profile.

@@ -4,7 +4,7 @@
 //! ended by its key's destructor ([`thread_end`]).
 
 use crate::state::AGENT;
-use crate::threads::{self, Phase, Prior};
+use crate::threads::{self, Life, Prior};
 use std::sync::atomic::{AtomicU32, Ordering};
 use witchcraft::engine::{place::thread_stack, Place, ThreadState};
 
@@ -52,7 +52,7 @@ pub fn start_thread() {
 /// be profiled: the process profiles no more threads, or witch's address
 /// space for threads ([`address_space_cap`]) or the system's is used up;
 /// the profile counts it and says why, and the thread runs on.
-pub fn prepare_thread() -> Option<&'static threads::Slot> {
+pub fn prepare_thread() -> Option<&'static threads::Entry> {
     let engine = AGENT.engine()?;
     // A process whose profile is written (one that does not follow, say)
     // or that is sandboxed sets up no more threads.
@@ -76,7 +76,7 @@ pub fn prepare_thread() -> Option<&'static threads::Slot> {
         AGENT.note("a thread was not profiled: no address space for its tables");
         return None;
     };
-    let Some(slot) = AGENT.threads.add(0, state, alt, true, Prior::NONE, Phase::Adopted) else {
+    let Some(slot) = AGENT.threads.add(0, state, alt, true, Prior::NONE, Life::Adopted) else {
         threads::unmap_stack(alt);
         return None;
     };
@@ -85,9 +85,9 @@ pub fn prepare_thread() -> Option<&'static threads::Slot> {
 
 /// A prepared thread that never started (its creation failed): its slot
 /// is free again.
-pub fn unprepare_thread(slot: &threads::Slot) {
+pub fn unprepare_thread(slot: &threads::Entry) {
     slot.set_lent(false);
-    slot.set_phase(Phase::Gone);
+    slot.set_phase(Life::Gone);
 }
 
 /// Is there room in witch's address space for threads
@@ -126,7 +126,7 @@ pub fn address_space_cap() -> u64 {
 /// stack installed as its alternate signal stack, its events opened and
 /// started. `stack`: the thread's stack. Allocates nothing (see
 /// [`prepare_thread`]). Not for signal handlers.
-pub fn adopt_thread(slot: &threads::Slot, stack: (u64, u64)) {
+pub fn adopt_thread(slot: &threads::Entry, stack: (u64, u64)) {
     let Some(engine) = AGENT.engine() else { return };
     slot.claim(witchcraft::sys::task::gettid());
     if AGENT.stopping() || AGENT.finished() {
@@ -157,7 +157,7 @@ pub fn adopt_thread(slot: &threads::Slot, stack: (u64, u64)) {
     unsafe { libc::sigaltstack(&ss, &mut prev) };
     slot.set_prior(Prior::from_stack(&prev));
     // SAFETY: the key made in `init`; the value is the slot, read back in `thread_end`.
-    unsafe { libc::pthread_setspecific(KEY.load(Ordering::Acquire), slot as *const threads::Slot as *const libc::c_void) };
+    unsafe { libc::pthread_setspecific(KEY.load(Ordering::Acquire), slot as *const threads::Entry as *const libc::c_void) };
 }
 
 /// The calling thread's stack, for a thread the C library started: its
@@ -174,7 +174,7 @@ pub fn created_thread_stack(size: usize) -> (u64, u64) {
 /// back the alternate stack it had.
 pub extern "C" fn thread_end(p: *mut libc::c_void) {
     // SAFETY: the value set by `start_thread`: a slot of the static table.
-    let Some(slot) = (unsafe { (p as *const threads::Slot).as_ref() }) else { return };
+    let Some(slot) = (unsafe { (p as *const threads::Entry).as_ref() }) else { return };
     // SAFETY: this thread's own state.
     if let Some(ts) = unsafe { slot.state().as_mut() } {
         ts.stop();
@@ -194,5 +194,5 @@ pub extern "C" fn thread_end(p: *mut libc::c_void) {
     // Forgotten by this thread's handlers first: once `Gone`, a new thread
     // may take the slot over.
     AGENT.set_current(None);
-    slot.set_phase(Phase::Gone);
+    slot.set_phase(Life::Gone);
 }

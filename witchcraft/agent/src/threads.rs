@@ -6,7 +6,7 @@
 //! its alternate signal stack at its start; an attached session never
 //! changes a thread's alternate stack (`handlers.rs`), so none is left
 //! installed when the session ends. A handler announces itself on its
-//! slot ([`Slot::enter`]) before it reads the slot's state or stack, and
+//! slot ([`Entry::enter`]) before it reads the slot's state or stack, and
 //! [`ThreadTable::clear`] takes both out of the table, then waits until no
 //! handler is announced, before it frees them.
 //!
@@ -46,7 +46,7 @@ pub const HANDLER_STACK: usize = 256 * 1024;
 /// `Adopted` from its start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum Phase {
+pub enum Life {
     /// Its events are open; it takes its alternate stack at its next sample.
     New = 0,
     /// It was set up at a sample, and samples.
@@ -55,12 +55,12 @@ pub enum Phase {
     Gone = 2,
 }
 
-impl Phase {
-    fn from_u8(v: u8) -> Phase {
+impl Life {
+    fn from_u8(v: u8) -> Life {
         match v {
-            0 => Phase::New,
-            1 => Phase::Adopted,
-            _ => Phase::Gone,
+            0 => Life::New,
+            1 => Life::Adopted,
+            _ => Life::Gone,
         }
     }
 }
@@ -90,7 +90,7 @@ impl Prior {
 }
 
 /// One thread's entry.
-pub struct Slot {
+pub struct Entry {
     state: AtomicPtr<ThreadState>,
     tid: AtomicI32,
     phase: AtomicU8,
@@ -99,7 +99,7 @@ pub struct Slot {
     /// That stack is installed as the thread's alternate signal stack (a
     /// preloaded thread, from its start until it ends).
     lent: AtomicBool,
-    /// Handlers of the thread between [`Slot::enter`] and leaving (a
+    /// Handlers of the thread between [`Entry::enter`] and leaving (a
     /// fault inside witch's work nests).
     users: AtomicU32,
     prior_sp: AtomicU64,
@@ -118,12 +118,12 @@ pub struct Slot {
     stack_size: AtomicUsize,
 }
 
-impl Slot {
-    const fn new() -> Slot {
-        Slot {
+impl Entry {
+    const fn new() -> Entry {
+        Entry {
             state: AtomicPtr::new(std::ptr::null_mut()),
             tid: AtomicI32::new(0),
-            phase: AtomicU8::new(Phase::New as u8),
+            phase: AtomicU8::new(Life::New as u8),
             alt: AtomicU64::new(0),
             lent: AtomicBool::new(false),
             users: AtomicU32::new(0),
@@ -150,7 +150,7 @@ impl Slot {
         self.stack_size.store(stack_size, Ordering::Release);
     }
 
-    /// What [`Slot::set_start`] left.
+    /// What [`Entry::set_start`] left.
     pub fn start(&self) -> (usize, usize, usize) {
         (self.start.load(Ordering::Acquire), self.arg.load(Ordering::Acquire), self.stack_size.load(Ordering::Acquire))
     }
@@ -199,10 +199,10 @@ impl Slot {
     pub fn tid(&self) -> i32 {
         self.tid.load(Ordering::Acquire)
     }
-    pub fn phase(&self) -> Phase {
-        Phase::from_u8(self.phase.load(Ordering::Acquire))
+    pub fn phase(&self) -> Life {
+        Life::from_u8(self.phase.load(Ordering::Acquire))
     }
-    pub fn set_phase(&self, p: Phase) {
+    pub fn set_phase(&self, p: Life) {
         self.phase.store(p as u8, Ordering::Release);
     }
     pub fn set_lent(&self, yes: bool) {
@@ -236,10 +236,10 @@ impl Slot {
     }
 }
 
-/// A handler announced on its slot ([`Slot::enter`]), with the slot's
+/// A handler announced on its slot ([`Entry::enter`]), with the slot's
 /// handler stack.
 pub struct Entered<'a> {
-    slot: &'a Slot,
+    slot: &'a Entry,
     pub stack: (u64, u64),
 }
 
@@ -250,7 +250,7 @@ impl Drop for Entered<'_> {
 }
 
 pub struct ThreadTable {
-    slots: [Slot; MAX_THREADS],
+    slots: [Entry; MAX_THREADS],
     len: AtomicUsize,
     /// Threads that could not be set up (table full, events refused).
     pub failed: AtomicU64,
@@ -283,7 +283,7 @@ impl Drop for Held<'_> {
 impl ThreadTable {
     pub const fn new() -> ThreadTable {
         ThreadTable {
-            slots: [const { Slot::new() }; MAX_THREADS],
+            slots: [const { Entry::new() }; MAX_THREADS],
             len: AtomicUsize::new(0),
             failed: AtomicU64::new(0),
             added: AtomicU64::new(0),
@@ -339,7 +339,7 @@ impl ThreadTable {
     }
 
     /// The slots in use. Async-signal-safe.
-    pub fn slots(&self) -> &[Slot] {
+    pub fn slots(&self) -> &[Entry] {
         &self.slots[..self.len()]
     }
 
@@ -351,21 +351,21 @@ impl ThreadTable {
 
     /// Every engine state in the table.
     pub fn states(&self) -> impl Iterator<Item = *mut ThreadState> + '_ {
-        self.slots().iter().map(Slot::state).filter(|p| !p.is_null())
+        self.slots().iter().map(Entry::state).filter(|p| !p.is_null())
     }
 
     /// The slot of thread `tid`, if it has one. Async-signal-safe.
-    pub fn find(&self, tid: i32) -> Option<&Slot> {
-        self.slots().iter().find(|s| s.tid() == tid && !s.state().is_null() && s.phase() != Phase::Gone)
+    pub fn find(&self, tid: i32) -> Option<&Entry> {
+        self.slots().iter().find(|s| s.tid() == tid && !s.state().is_null() && s.phase() != Life::Gone)
     }
 
     /// Add thread `tid` with its state, its alternate stack (0: none yet),
     /// whether that stack is installed on it already (`lent`), and its
     /// previous one. None if the table is full.
-    pub fn add(&self, tid: i32, state: Box<ThreadState>, alt: u64, lent: bool, prior: Prior, phase: Phase) -> Option<&Slot> {
+    pub fn add(&self, tid: i32, state: Box<ThreadState>, alt: u64, lent: bool, prior: Prior, phase: Life) -> Option<&Entry> {
         let held = self.lock();
         if held.is_some() && !self.frozen.load(Ordering::Acquire) {
-            if let Some(s) = self.slots().iter().find(|s| s.phase() == Phase::Gone) {
+            if let Some(s) = self.slots().iter().find(|s| s.phase() == Life::Gone) {
                 // Its thread ended: its handlers are done with the state
                 // (the thread's events are closed and its slot forgotten),
                 // and no thread is on its stack.
@@ -400,7 +400,7 @@ impl ThreadTable {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn init(&self, s: &Slot, tid: i32, state: Box<ThreadState>, alt: u64, lent: bool, prior: Prior, phase: Phase) {
+    fn init(&self, s: &Entry, tid: i32, state: Box<ThreadState>, alt: u64, lent: bool, prior: Prior, phase: Life) {
         s.tid.store(tid, Ordering::Release);
         s.alt.store(alt, Ordering::Release);
         s.set_lent(lent);
@@ -451,7 +451,7 @@ impl ThreadTable {
     /// second later keeps its state and stack: they are leaked). Not for
     /// handlers.
     pub fn clear(&self) {
-        let taken: Vec<(&Slot, *mut ThreadState, u64)> = self
+        let taken: Vec<(&Entry, *mut ThreadState, u64)> = self
             .slots()
             .iter()
             .map(|s| (s, s.state.swap(std::ptr::null_mut(), Ordering::SeqCst), s.alt.swap(0, Ordering::SeqCst)))

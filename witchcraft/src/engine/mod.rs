@@ -57,7 +57,7 @@ pub mod window;
 
 pub use place::Place;
 pub use process::{Costs, Engine};
-pub use sampler::{Sampler, SamplerKind};
+pub use sampler::{SampleSource, ThreadSampler};
 pub use settings::{BurstSettings, WindowSettings};
 pub use signal::{classify, clear_trap_flag, Event};
 pub use thread::ThreadState;

@@ -3,7 +3,7 @@
 //! an atomic the threads' budgets draw from).
 
 use super::budget::{HeadStart, HEAD_START_NS};
-use super::sampler::SamplerKind;
+use super::sampler::SampleSource;
 use super::settings::BurstSettings;
 use crate::config::{Config, DEFAULT_SOFTWARE_PERIOD_NS};
 use crate::craft::Craft;
@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 pub struct Engine {
     pub(crate) config: Config,
     pub(crate) craft: &'static dyn Craft,
-    pub(crate) sampler: SamplerKind,
+    pub(crate) sampler: SampleSource,
     pub(crate) period: u64,
     pub(crate) sigtrap: bool,
     pub(crate) modify: bool,
@@ -52,7 +52,7 @@ pub struct Engine {
 /// what the kernel supports, where its own code lies, what a round trip
 /// costs, and whether windows may run from the start.
 pub struct Found {
-    pub sampler: SamplerKind,
+    pub sampler: SampleSource,
     pub period: u64,
     pub sigtrap: bool,
     pub modify: bool,
@@ -66,7 +66,7 @@ impl Engine {
     /// The engine for `cfg` on what the agent `found`, with a note for the
     /// profile for each setting changed on the way.
     pub fn new(cfg: Config, found: Found, notes: &mut Vec<String>) -> Engine {
-        let burst = BurstSettings::from_config(&cfg, matches!(found.sampler, SamplerKind::Pmu(_)), notes);
+        let burst = BurstSettings::from_config(&cfg, matches!(found.sampler, SampleSource::Pmu(_)), notes);
         Engine {
             craft: crate::craft::for_kind(cfg.craft, cfg.fp_precision),
             config: cfg,
@@ -92,7 +92,7 @@ impl Engine {
     pub fn bare(cfg: Config) -> Engine {
         Engine {
             craft: crate::craft::for_kind(cfg.craft, cfg.fp_precision),
-            sampler: SamplerKind::CpuTimer(crate::sys::cputimer::CpuTime::All),
+            sampler: SampleSource::CpuTimer(crate::sys::cputimer::CpuTime::All),
             period: cfg.period.unwrap_or(DEFAULT_SOFTWARE_PERIOD_NS),
             config: cfg,
             sigtrap: false,
@@ -134,7 +134,7 @@ impl Engine {
     }
 
     /// The sampler, its period (in its unit) and the bursts' settings.
-    pub fn sampling(&self) -> (&SamplerKind, u64, Option<BurstSettings>) {
+    pub fn sampling(&self) -> (&SampleSource, u64, Option<BurstSettings>) {
         (&self.sampler, self.period, self.burst)
     }
 
@@ -161,7 +161,7 @@ impl Engine {
     /// the others): only their ratios are meaningful.
     pub fn unit_scale(&self) -> f64 {
         match (&self.sampler, self.burst) {
-            (SamplerKind::Pmu(_), _) => self.period as f64,
+            (SampleSource::Pmu(_), _) => self.period as f64,
             (_, Some(b)) if b.counts_accesses() => 1.0,
             _ => self.period as f64,
         }

@@ -18,7 +18,7 @@
 //! `rep` string as ranges, a system call (no access), an instruction the
 //! translator cannot copy. For the value crafts the engine reads the
 //! values itself: the bytes before from memory as it records; the bytes a
-//! store run natively left once the thread is back ([`Recorder::complete`]).
+//! store run natively left once the thread is back ([`RecordBuffer::complete`]).
 //!
 //! The buffer is counted in words (8 bytes): a record without values is
 //! four, the value crafts' records are longer ([`crate::x86::record`]).
@@ -37,7 +37,7 @@ pub struct RecordStats {
     pub sends: u64,
 }
 
-pub struct Recorder {
+pub struct RecordBuffer {
     /// The datagram: header, then CAPACITY words of records. Allocated
     /// when the thread's state is made, never in a handler.
     buf: Box<[u64]>,
@@ -58,10 +58,10 @@ pub struct Recorder {
     pub stats: RecordStats,
 }
 
-impl Recorder {
-    pub fn new(fd: i32, kind: Kind, image: u32) -> Recorder {
+impl RecordBuffer {
+    pub fn new(fd: i32, kind: Kind, image: u32) -> RecordBuffer {
         let words = stream::HEADER_BYTES / 8 + CAPACITY;
-        Recorder {
+        RecordBuffer {
             buf: vec![0u64; words].into_boxed_slice(),
             pos: 0,
             fd,
@@ -141,7 +141,7 @@ impl Recorder {
     /// the bytes before, read from memory now (a `rep` string's whole
     /// range); the bytes after, a `call`'s return address, a `rep stos`'s
     /// element from `rax`, and otherwise (a store about to run natively)
-    /// read once the thread is back ([`Recorder::complete`]). Sends first
+    /// read once the thread is back ([`RecordBuffer::complete`]). Sends first
     /// if they do not fit; records that cannot fit an empty buffer are
     /// left out (the engine cuts `rep` strings to fit). Async-signal-safe.
     pub fn push_valued(&mut self, recs: &[Record], rax: u64) {

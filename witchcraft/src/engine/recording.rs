@@ -48,7 +48,7 @@ impl ThreadState {
             // Bytes of values an element adds, and the words of the records
             // without them (an element's worth of padding each).
             let (recs, n) = of_instruction_for(kind, &d, Transfer::Rep(1));
-            let one = super::recorder::Recorder::words_of(&recs[..n]);
+            let one = super::recorder::RecordBuffer::words_of(&recs[..n]);
             let per = recs[..n].iter().map(|r| r.value_lens().0).sum::<usize>().max(1);
             let room = super::recorder::CAPACITY.saturating_sub(one + n) * 8;
             part = part.min((room / per).max(1) as u64);

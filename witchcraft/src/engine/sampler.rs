@@ -1,5 +1,5 @@
 //! What interrupts a thread to take a sample: the process-wide choice
-//! ([`SamplerKind`]) and each thread's kernel object ([`Sampler`]).
+//! ([`SampleSource`]) and each thread's kernel object ([`ThreadSampler`]).
 
 use super::settings::BurstSettings;
 use crate::config::{Config, SamplerChoice, DEFAULT_PMU_PERIOD, DEFAULT_SOFTWARE_PERIOD_NS, MIN_PMU_PERIOD, MIN_SOFTWARE_PERIOD_NS};
@@ -69,7 +69,7 @@ pub mod queue {
 
 /// Which sampler drives this process.
 #[derive(Clone, Debug)]
-pub enum SamplerKind {
+pub enum SampleSource {
     /// A perf software clock (`task-clock`/`cpu-clock`): decode the
     /// interrupted instruction.
     Clock(SoftwareClock),
@@ -80,20 +80,20 @@ pub enum SamplerKind {
     Pmu(PmuEvent),
 }
 
-impl SamplerKind {
+impl SampleSource {
     /// The `--event` name.
     pub fn event_name(&self) -> String {
         match self {
-            SamplerKind::Clock(SoftwareClock::Task) => "task-clock".into(),
-            SamplerKind::Clock(SoftwareClock::Cpu) => "cpu-clock".into(),
-            SamplerKind::CpuTimer(cputimer::CpuTime::All) => "cpu-timer".into(),
-            SamplerKind::CpuTimer(cputimer::CpuTime::User) => "user-timer".into(),
-            SamplerKind::Pmu(e) => e.name.clone(),
+            SampleSource::Clock(SoftwareClock::Task) => "task-clock".into(),
+            SampleSource::Clock(SoftwareClock::Cpu) => "cpu-clock".into(),
+            SampleSource::CpuTimer(cputimer::CpuTime::All) => "cpu-timer".into(),
+            SampleSource::CpuTimer(cputimer::CpuTime::User) => "user-timer".into(),
+            SampleSource::Pmu(e) => e.name.clone(),
         }
     }
 
     pub fn is_pmu(&self) -> bool {
-        matches!(self, SamplerKind::Pmu(_))
+        matches!(self, SampleSource::Pmu(_))
     }
 
     /// The profile's description of this sampler at `period`, with
@@ -102,8 +102,8 @@ impl SamplerKind {
         let burst_steps = burst.map_or(0, |b| b.steps);
         use profile::{PeriodUnit, SamplerKind as Kind, ValueUnit};
         let (kind, unit) = match self {
-            SamplerKind::Pmu(e) if e.kind == AccessKind::Load => (Kind::Pmu, PeriodUnit::Loads),
-            SamplerKind::Pmu(_) => (Kind::Pmu, PeriodUnit::Stores),
+            SampleSource::Pmu(e) if e.kind == AccessKind::Load => (Kind::Pmu, PeriodUnit::Loads),
+            SampleSource::Pmu(_) => (Kind::Pmu, PeriodUnit::Stores),
             _ => (Kind::Software, PeriodUnit::Ns),
         };
         // Bytes where samples count accesses (a PMU, the whole-run access
@@ -127,15 +127,15 @@ impl SamplerKind {
 
     /// Choose the sampler for `cfg` on this machine: the PMU event it names
     /// or the best one found, else a software sampler. Notes say why.
-    pub fn choose(cfg: &Config, notes: &mut Vec<String>) -> (SamplerKind, u64) {
+    pub fn choose(cfg: &Config, notes: &mut Vec<String>) -> (SampleSource, u64) {
         let (kind, period) = Self::choose_event(cfg, notes);
-        if matches!(kind, SamplerKind::Clock(_) | SamplerKind::Pmu(_)) {
+        if matches!(kind, SampleSource::Clock(_) | SampleSource::Pmu(_)) {
             notes.extend(queue::note(siginfo::queue_limit()));
         }
         (kind, period)
     }
 
-    fn choose_event(cfg: &Config, notes: &mut Vec<String>) -> (SamplerKind, u64) {
+    fn choose_event(cfg: &Config, notes: &mut Vec<String>) -> (SampleSource, u64) {
         let kind = if cfg.craft == profile::Craft::SilentLoad { AccessKind::Load } else { AccessKind::Store };
         let sysfs = std::path::Path::new(pmu::SYSFS_PMU_ROOT);
         let counting = cfg.event.as_deref().is_some_and(|e| crate::config::COUNT_EVENTS.contains(&e));
@@ -144,19 +144,19 @@ impl SamplerKind {
                 // The access counters' period is a count (the engine's
                 // windows take it); the timer only starts windows again
                 // after the thread left the cache.
-                return (SamplerKind::CpuTimer(cputimer::CpuTime::All), DEFAULT_SOFTWARE_PERIOD_NS);
+                return (SampleSource::CpuTimer(cputimer::CpuTime::All), DEFAULT_SOFTWARE_PERIOD_NS);
             }
             let period = settle_period(false, cfg.period, notes);
             let kind = match cfg.event.as_deref() {
-                Some("cpu-clock") => SamplerKind::Clock(SoftwareClock::Cpu),
-                Some("task-clock") => SamplerKind::Clock(SoftwareClock::Task),
-                Some("cpu-timer") => SamplerKind::CpuTimer(cputimer::CpuTime::All),
-                Some("user-timer") => SamplerKind::CpuTimer(cputimer::CpuTime::User),
+                Some("cpu-clock") => SampleSource::Clock(SoftwareClock::Cpu),
+                Some("task-clock") => SampleSource::Clock(SoftwareClock::Task),
+                Some("cpu-timer") => SampleSource::CpuTimer(cputimer::CpuTime::All),
+                Some("user-timer") => SampleSource::CpuTimer(cputimer::CpuTime::User),
                 // The cheap CPU-time timer where its tick resolution serves the period.
-                _ if period >= cputimer::MIN_PERIOD_NS => SamplerKind::CpuTimer(cputimer::CpuTime::All),
-                _ => SamplerKind::Clock(SoftwareClock::Task),
+                _ if period >= cputimer::MIN_PERIOD_NS => SampleSource::CpuTimer(cputimer::CpuTime::All),
+                _ => SampleSource::Clock(SoftwareClock::Task),
             };
-            if matches!(kind, SamplerKind::CpuTimer(_)) && period < cputimer::MIN_PERIOD_NS {
+            if matches!(kind, SampleSource::CpuTimer(_)) && period < cputimer::MIN_PERIOD_NS {
                 notes.push(format!(
                     "cpu-timer fires at scheduler ticks: a {} µs period is served at the tick rate (use -e task-clock for short periods)",
                     period / 1000
@@ -180,7 +180,7 @@ impl SamplerKind {
         match ev {
             Ok(e) => {
                 notes.append(&mut pmu_notes);
-                (SamplerKind::Pmu(e), period)
+                (SampleSource::Pmu(e), period)
             }
             Err(why) => {
                 let (kind, period) = software(notes);
@@ -214,7 +214,7 @@ pub fn settle_period(pmu: bool, requested: Option<u64>, notes: &mut Vec<String>)
 
 /// One thread's sampler: the kernel object that interrupts it.
 #[derive(Default)]
-pub enum Sampler {
+pub enum ThreadSampler {
     #[default]
     None,
     /// A POSIX timer id.
@@ -224,19 +224,19 @@ pub enum Sampler {
     Pmu(PmuSampler),
 }
 
-impl Sampler {
+impl ThreadSampler {
     /// Create `kind`'s sampler for thread `tid` of this process, stopped,
     /// signalling that thread (`open_tid` 0 when `tid` is the caller).
-    pub fn open(kind: &SamplerKind, period: u64, tid: i32, open_tid: i32) -> Result<Sampler, String> {
+    pub fn open(kind: &SampleSource, period: u64, tid: i32, open_tid: i32) -> Result<ThreadSampler, String> {
         // The sampler always signals with a real-time signal, never
         // SIGTRAP: standard signals don't queue, so a sample and a trap
         // arriving together would lose one of them.
         let sig = siginfo::sampler_signal();
-        let queued = matches!(kind, SamplerKind::Clock(_) | SamplerKind::Pmu(_));
+        let queued = matches!(kind, SampleSource::Clock(_) | SampleSource::Pmu(_));
         if queued && !queue::take() {
             return match kind {
                 // The timer at the same period: at the tick if shorter.
-                SamplerKind::Clock(_) => Sampler::open(&SamplerKind::CpuTimer(cputimer::CpuTime::All), period, tid, open_tid),
+                SampleSource::Clock(_) => ThreadSampler::open(&SampleSource::CpuTimer(cputimer::CpuTime::All), period, tid, open_tid),
                 _ => Err(format!(
                     "not profiled: the signal queue (ulimit -i: {}) has no room for another thread's PMU sampler",
                     siginfo::queue_limit().unwrap_or(0)
@@ -244,15 +244,15 @@ impl Sampler {
             };
         }
         let opened = Self::open_queued(kind, period, tid, open_tid, sig);
-        if queued && !matches!(opened, Ok(Sampler::Clock(_) | Sampler::Pmu(_))) {
+        if queued && !matches!(opened, Ok(ThreadSampler::Clock(_) | ThreadSampler::Pmu(_))) {
             queue::give_back();
         }
         opened
     }
 
-    fn open_queued(kind: &SamplerKind, period: u64, tid: i32, open_tid: i32, sig: i32) -> Result<Sampler, String> {
+    fn open_queued(kind: &SampleSource, period: u64, tid: i32, open_tid: i32, sig: i32) -> Result<ThreadSampler, String> {
         let s = match kind {
-            SamplerKind::CpuTimer(which) => {
+            SampleSource::CpuTimer(which) => {
                 let id = cputimer::create(tid, *which, sig, siginfo::TAG | siginfo::TAG_SAMPLER).map_err(|e| {
                     let why = std::io::Error::from_raw_os_error(e);
                     if e == libc::EAGAIN {
@@ -262,14 +262,14 @@ impl Sampler {
                         format!("cannot create the CPU-time sampler: {why}")
                     }
                 })?;
-                return Ok(Sampler::Timer(id));
+                return Ok(ThreadSampler::Timer(id));
             }
-            SamplerKind::Clock(clock) => Sampler::Clock(
+            SampleSource::Clock(clock) => ThreadSampler::Clock(
                 Attr::software_clock(*clock, period)
                     .open(open_tid)
                     .map_err(|e| format!("cannot open the software sampler: {}", std::io::Error::from_raw_os_error(e)))?,
             ),
-            SamplerKind::Pmu(ev) => Sampler::Pmu(PmuSampler::open_on(ev, period, open_tid)?),
+            SampleSource::Pmu(ev) => ThreadSampler::Pmu(PmuSampler::open_on(ev, period, open_tid)?),
         };
         let fd = s.fd().unwrap_or(-1);
         if !perf::route_signal_to_thread(fd, sig, tid) {
@@ -281,18 +281,18 @@ impl Sampler {
     }
 
     pub fn is_some(&self) -> bool {
-        !matches!(self, Sampler::None)
+        !matches!(self, ThreadSampler::None)
     }
 
     /// A PMU sampler, whose records name the sampled accesses?
     pub fn is_pmu(&self) -> bool {
-        matches!(self, Sampler::Pmu(_))
+        matches!(self, ThreadSampler::Pmu(_))
     }
 
     /// A PMU sampler: hand each record its ring holds to `f`, and free
     /// the room. Async-signal-safe.
     pub fn drain_pmu(&mut self, f: impl FnMut(pmu::PmuRecord)) {
-        if let Sampler::Pmu(p) = self {
+        if let ThreadSampler::Pmu(p) = self {
             p.drain(f);
         }
     }
@@ -300,8 +300,8 @@ impl Sampler {
     /// The perf event's fd, for samplers that have one.
     pub fn fd(&self) -> Option<i32> {
         match self {
-            Sampler::Clock(fd) => Some(*fd),
-            Sampler::Pmu(p) => Some(p.fd()),
+            ThreadSampler::Clock(fd) => Some(*fd),
+            ThreadSampler::Pmu(p) => Some(p.fd()),
             _ => None,
         }
     }
@@ -309,25 +309,25 @@ impl Sampler {
     /// Start interrupting every `period`. Async-signal-safe.
     pub fn resume(&self, period: u64) {
         match self {
-            Sampler::Timer(id) => {
+            ThreadSampler::Timer(id) => {
                 cputimer::set(*id, period);
             }
-            Sampler::Clock(fd) => {
+            ThreadSampler::Clock(fd) => {
                 perf::enable(*fd);
             }
-            Sampler::Pmu(p) => {
+            ThreadSampler::Pmu(p) => {
                 perf::enable(p.fd());
             }
-            Sampler::None => {}
+            ThreadSampler::None => {}
         }
     }
 
-    /// Like [`Sampler::resume`], but a CPU-time timer fires the first time
+    /// Like [`ThreadSampler::resume`], but a CPU-time timer fires the first time
     /// as soon as the thread has run at all (at its next tick): an attached
     /// agent sets a thread up at its first sample. Async-signal-safe.
     pub fn resume_soon(&self, period: u64) {
         match self {
-            Sampler::Timer(id) => {
+            ThreadSampler::Timer(id) => {
                 cputimer::set_first(*id, 1, period);
             }
             other => other.resume(period),
@@ -337,39 +337,39 @@ impl Sampler {
     /// Stop interrupting, keeping the kernel object. Async-signal-safe.
     pub fn pause(&self) {
         match self {
-            Sampler::Timer(id) => {
+            ThreadSampler::Timer(id) => {
                 cputimer::set(*id, 0);
             }
-            Sampler::Clock(fd) => {
+            ThreadSampler::Clock(fd) => {
                 perf::disable(*fd);
             }
-            Sampler::Pmu(p) => {
+            ThreadSampler::Pmu(p) => {
                 perf::disable(p.fd());
             }
-            Sampler::None => {}
+            ThreadSampler::None => {}
         }
     }
 
     pub fn close(&mut self) {
         match std::mem::take(self) {
-            Sampler::Timer(id) => cputimer::delete(id),
-            Sampler::Clock(fd) => {
+            ThreadSampler::Timer(id) => cputimer::delete(id),
+            ThreadSampler::Clock(fd) => {
                 perf::close(fd);
                 queue::give_back();
             }
-            Sampler::Pmu(mut p) => {
+            ThreadSampler::Pmu(mut p) => {
                 p.close();
                 queue::give_back();
             }
-            Sampler::None => {}
+            ThreadSampler::None => {}
         }
     }
 
     /// In a fork child: POSIX timers are not inherited (the parent's id
     /// means nothing here); the inherited fds are closed.
     pub fn close_after_fork(&mut self) {
-        if let Sampler::Timer(_) = self {
-            *self = Sampler::None;
+        if let ThreadSampler::Timer(_) = self {
+            *self = ThreadSampler::None;
         }
         self.close();
     }
@@ -416,7 +416,7 @@ mod tests {
         cfg.event = Some("cpu/no-such-event-here/".into());
         cfg.period = Some(200_000);
         let mut notes = Vec::new();
-        let (kind, period) = SamplerKind::choose(&cfg, &mut notes);
+        let (kind, period) = SampleSource::choose(&cfg, &mut notes);
         assert!(!kind.is_pmu());
         assert_eq!(period, 200_000);
         assert!(notes.iter().all(|n| !n.contains("PMU period")), "{notes:?}");

@@ -15,7 +15,7 @@ use super::clock::Clock;
 use super::ledger::{Ledger, Tables};
 use super::place::Place;
 use super::process::Engine;
-use super::sampler::Sampler;
+use super::sampler::ThreadSampler;
 use super::stepping::Burst;
 use super::window::{Recorded, Window};
 use crate::profile;
@@ -29,7 +29,7 @@ pub struct ThreadState {
     /// Set while the thread runs the engine's handler (written there only,
     /// [`super::signal`]; other threads read it).
     pub(super) in_handler: AtomicBool,
-    pub(super) sampler: Sampler,
+    pub(super) sampler: ThreadSampler,
     pub(super) clock: Clock,
     /// The overhead account the bursts and windows draw on.
     pub(super) budget: Budget,
@@ -78,7 +78,7 @@ impl ThreadState {
             tid: task::gettid(),
             active: AtomicBool::new(false),
             in_handler: AtomicBool::new(false),
-            sampler: Sampler::None,
+            sampler: ThreadSampler::None,
             clock: Clock::new(engine.trap_cost_ns, engine.step_cost_ns),
             budget: Budget::new(settings.map_or(0.0, |s| s.budget), engine.step_cost_ns, settings.and_then(|s| s.min_steps)),
             burst: Burst::new(seed),
@@ -125,7 +125,7 @@ impl ThreadState {
         if whole_run {
             self.window.resume.open(engine.sigtrap, engine.modify, target, tid);
         }
-        self.sampler = Sampler::open(&engine.sampler, engine.period, target, tid)?;
+        self.sampler = ThreadSampler::open(&engine.sampler, engine.period, target, tid)?;
         Ok(())
     }
 

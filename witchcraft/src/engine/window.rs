@@ -42,7 +42,7 @@
 use super::cache::CodeCache;
 use super::place::Place;
 use super::process::Engine;
-use super::recorder::Recorder;
+use super::recorder::RecordBuffer;
 use super::resume::Resume;
 use super::settings::WindowSettings;
 use super::stepping::set_trap_flag;
@@ -124,7 +124,7 @@ pub struct Window {
     unit_ns: f64,
     stats: WindowStats,
     /// The exact mode's recording (None: windows count or pick).
-    rec: Option<Recorder>,
+    rec: Option<RecordBuffer>,
     /// Whole-run windows: back into the cache after native code.
     pub(super) resume: Resume,
 }
@@ -192,7 +192,7 @@ impl Window {
             last_start: None,
             unit_ns: 0.0,
             stats: WindowStats::default(),
-            rec: record.map(|(fd, kind, image)| Recorder::new(fd, kind, image)),
+            rec: record.map(|(fd, kind, image)| RecordBuffer::new(fd, kind, image)),
             resume: Resume::default(),
         }
     }

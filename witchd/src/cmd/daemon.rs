@@ -36,7 +36,7 @@ pub struct DaemonArgs {
 
 #[derive(Subcommand, Debug, Clone)]
 pub enum Action {
-    /// Watched targets, sessions in flight, and store usage
+    /// SessionFacts targets, sessions in flight, and store usage
     Status {
         /// Print the status as JSON
         #[arg(long)]

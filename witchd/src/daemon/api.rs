@@ -360,7 +360,7 @@ pub fn status(d: &Daemon, caller: Caller) -> Status {
                 pid: t.proc.pid,
                 exe: t.proc.name().to_string(),
                 rule: d.cfg.watch[t.rule].describe(),
-                state: match (d.phase(t.proc.pid), &t.state) {
+                state: match (d.claimed(t.proc.pid), &t.state) {
                     (Some(p), _) => {
                         let doing = if p.running { "profiling" } else { "queued" };
                         format!("{doing} {}{}", p.craft.name(), if p.requested { " (requested)" } else { "" })

@@ -58,7 +58,7 @@ pub struct Daemon {
     attacher: Arc<dyn Attacher>,
     /// Pids with a session claimed (queued for a slot, or running): never
     /// two on one process.
-    busy: Mutex<HashMap<i32, Phase>>,
+    busy: Mutex<HashMap<i32, Busy>>,
     /// Signalled whenever a pid leaves `busy`.
     freed: Notify,
     /// Sessions at once (max_sessions), shared between rules and users ([`slots`]).
@@ -136,7 +136,7 @@ impl Daemon {
         if busy.contains_key(&pid) {
             return None;
         }
-        busy.insert(pid, Phase { craft, requested, running: false });
+        busy.insert(pid, Busy { craft, requested, running: false });
         Some(Claim { d: self.clone(), pid })
     }
 
@@ -146,10 +146,10 @@ impl Daemon {
 
     /// Waits for a session slot for `who` ([`slots`]); None when witchd is
     /// shutting down first, or `limit` passes. The slot (or the place in
-    /// the queue) is given back when the [`Slot`] is dropped.
-    pub async fn slot(&self, who: slots::Who, limit: Option<std::time::Duration>) -> Option<Slot<'_>> {
+    /// the queue) is given back when the [`SessionSlot`] is dropped.
+    pub async fn slot(&self, who: slots::Who, limit: Option<std::time::Duration>) -> Option<SessionSlot<'_>> {
         let ticket = self.slots.lock().unwrap().wait(who);
-        let slot = Slot { d: self, ticket };
+        let slot = SessionSlot { d: self, ticket };
         let until = limit.map(|l| tokio::time::Instant::now() + l);
         loop {
             let moved = self.slots_moved.notified();
@@ -174,14 +174,14 @@ impl Daemon {
     }
 
     /// Where the session claimed on `pid` is, if there is one.
-    pub fn phase(&self, pid: i32) -> Option<Phase> {
+    pub fn claimed(&self, pid: i32) -> Option<Busy> {
         self.busy.lock().unwrap().get(&pid).copied()
     }
 }
 
 /// A claimed session: which craft, for whom, and whether it has a slot yet.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Phase {
+pub struct Busy {
     pub craft: Craft,
     /// Asked for with `witch daemon profile` (not the schedule).
     pub requested: bool,
@@ -191,12 +191,12 @@ pub struct Phase {
 }
 
 /// A session slot held (or a place in the queue for one); given back on drop.
-pub struct Slot<'a> {
+pub struct SessionSlot<'a> {
     d: &'a Daemon,
     ticket: slots::Ticket,
 }
 
-impl Drop for Slot<'_> {
+impl Drop for SessionSlot<'_> {
     fn drop(&mut self) {
         if self.d.slots.lock().unwrap().release(self.ticket) {
             self.d.slots_moved.notify_waiters();

@@ -39,7 +39,7 @@ pub struct Last {
 pub enum State {
     Idle,
     /// A scheduled session is in flight: queued for a slot or running (the
-    /// daemon's [`super::Phase`] of its claim says which).
+    /// daemon's [`super::Busy`] of its claim says which).
     Scheduled,
     /// Its last session saw it exit; forgotten at the next scan.
     Exited,

@@ -7,7 +7,7 @@ use super::config::Config;
 use super::proto::Request;
 use super::session::Attacher;
 use super::*;
-use crate::inject::{Attached, Ended, Options, Watched};
+use crate::inject::{Attached, Ended, Options, SessionFacts};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
@@ -61,7 +61,7 @@ fn alive(pid: i32) -> bool {
     procfs::Proc::read(pid).is_some_and(|p| !p.is_zombie())
 }
 
-impl Watched for FakeSession {
+impl SessionFacts for FakeSession {
     fn target_alive(&self) -> bool {
         alive(self.pid)
     }

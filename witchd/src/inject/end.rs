@@ -17,16 +17,16 @@
 //!   coming says so in the profile, `ended_by`);
 //! - else the session **failed**, with why.
 
-use super::{Ended, Watched, Why};
+use super::{Ended, SessionFacts, Why};
 use anyhow::{anyhow, Result};
 use std::time::Duration;
 use witchcraft::profile::Profile;
 use witchcraft::sys::procfs::{Image, Stat};
 
 /// A session running inside a target: what a poll asks of it
-/// ([`Watched`]), and its end. [`super::Session`] is the real one; witchd's
+/// ([`SessionFacts`]), and its end. [`super::Session`] is the real one; witchd's
 /// tests fake it.
-pub trait Attached: Watched + Send {
+pub trait Attached: SessionFacts + Send {
     /// The target's pid.
     fn pid(&self) -> i32;
     /// The image the agent was loaded into, as the attach found it.
@@ -125,7 +125,7 @@ mod tests {
         detached: Result<Ended, &'static str>,
     }
 
-    impl Watched for Fake {
+    impl SessionFacts for Fake {
         fn target_alive(&self) -> bool {
             super::super::alive(self.pid)
         }

@@ -35,7 +35,7 @@ use witchcraft::session::{AttachCode, Message, ATTACH_SYMBOL, NO_ANSWER};
 use witchcraft::sys::procfs::{self, Image, Of, Status};
 
 pub use end::{end, Attached, End};
-pub use poll::{Poll, Watched, Why};
+pub use poll::{Poll, SessionFacts, Why};
 pub use target::alive;
 
 /// What to profile with; the same knobs as a run.
@@ -446,7 +446,7 @@ impl Session {
 }
 
 /// What a [`Poll`] asks of a real session.
-impl Watched for Session {
+impl SessionFacts for Session {
     fn target_alive(&self) -> bool {
         alive(self.pid)
     }

@@ -30,7 +30,7 @@ pub enum Why {
 
 /// What a poll reads of a session. [`super::Session`] reads the process;
 /// witchd's tests fake it.
-pub trait Watched {
+pub trait SessionFacts {
     /// Is the target still running (not a zombie)?
     fn target_alive(&self) -> bool;
     /// Has the process laid out a new image since the attach (an exec)?
@@ -56,7 +56,7 @@ pub struct Poll {
 
 impl Poll {
     /// Why the session should end now; None: it goes on.
-    pub fn why(&mut self, s: &(impl Watched + ?Sized)) -> Option<Why> {
+    pub fn why(&mut self, s: &(impl SessionFacts + ?Sized)) -> Option<Why> {
         if !s.target_alive() {
             return Some(Why::Exited);
         }
@@ -98,7 +98,7 @@ mod tests {
         maps_read: Cell<u32>,
     }
 
-    impl Watched for Facts {
+    impl SessionFacts for Facts {
         fn target_alive(&self) -> bool {
             let n = self.asked_alive.get();
             self.asked_alive.set(n + 1);
