@@ -270,6 +270,26 @@ pub struct Point {
     pub recorded: u32,
 }
 
+impl Point {
+    /// After `x` ran (the registers are those after it), the program at
+    /// `next`.
+    fn after(x: &Insn, next: u64) -> Point {
+        Point { pc: x.ip, len: x.len, next, ..Default::default() }
+    }
+
+    /// After `x` ran, the program where the target slot says (an indirect
+    /// call's pushed return address, a `ret`'s popped one).
+    fn after_to_target(x: &Insn) -> Point {
+        Point { pc: x.ip, len: x.len, target_slot: true, ..Default::default() }
+    }
+
+    /// Before `x` ran, with the program's value of the register `reg` in
+    /// `slot` (the copy loads through it): a fault here is `x`'s own.
+    fn before_with(x: &Insn, reg: u8, slot: u64, target_slot: bool) -> Point {
+        Point { pc: x.ip, len: x.len, before: true, spilled: Spilled::one(reg, slot), target_slot, ..Default::default() }
+    }
+}
+
 /// Registers (hardware numbers) whose program values are in slots at a
 /// point of a copy, with their slots.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

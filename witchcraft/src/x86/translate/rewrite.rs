@@ -179,21 +179,7 @@ impl Translator {
                 let lit = e.push_literal_slot();
                 let end = e.here();
                 let target = x.instr.near_branch_target();
-                self.point(
-                    ctx,
-                    start,
-                    end,
-                    Point {
-                        pc: x.ip,
-                        len: x.len,
-                        before: false,
-                        spilled: Spilled::NONE,
-                        next: target,
-                        target_slot: false,
-                        rep: false,
-                        recorded: 0,
-                    },
-                );
+                self.point(ctx, start, end, Point::after(&x, target));
                 self.link(e, ctx, target)?;
                 e.literal(lit, next);
             }
@@ -203,21 +189,7 @@ impl Translator {
                     let start = e.here();
                     let lit = e.push_literal_slot();
                     let end = e.here();
-                    self.point(
-                        ctx,
-                        start,
-                        end,
-                        Point {
-                            pc: x.ip,
-                            len: x.len,
-                            before: false,
-                            spilled: Spilled::NONE,
-                            next: 0,
-                            target_slot: true,
-                            rep: false,
-                            recorded: 0,
-                        },
-                    );
+                    self.point(ctx, start, end, Point::after_to_target(&x));
                     e.jmp_abs(ctx.dispatch);
                     e.literal(lit, next);
                 } else {
@@ -231,21 +203,7 @@ impl Translator {
                     // pop qword [rip+target]
                     e.modrm_slot(&[0x8F], 0, e.slots.target);
                     let end = e.here();
-                    self.point(
-                        ctx,
-                        start,
-                        end,
-                        Point {
-                            pc: x.ip,
-                            len: x.len,
-                            before: false,
-                            spilled: Spilled::NONE,
-                            next: 0,
-                            target_slot: true,
-                            rep: false,
-                            recorded: 0,
-                        },
-                    );
+                    self.point(ctx, start, end, Point::after_to_target(&x));
                 } else {
                     // The load at rsp, then rsp past the return address and
                     // the arguments.
@@ -253,21 +211,7 @@ impl Translator {
                     let s = e.here();
                     e.bytes(&[0x48, 0x8B, 0x04, 0x24]); // mov rax, [rsp]
                     let t = e.here();
-                    self.point(
-                        ctx,
-                        s,
-                        t,
-                        Point {
-                            pc: x.ip,
-                            len: x.len,
-                            before: true,
-                            spilled: Spilled::one(0, e.slots.save_rax),
-                            next: 0,
-                            target_slot: true,
-                            rep: false,
-                            recorded: 0,
-                        },
-                    );
+                    self.point(ctx, s, t, Point::before_with(&x, 0, e.slots.save_rax, true));
                     e.mov_slot_reg(e.slots.target, 0);
                     e.mov_reg_slot(0, e.slots.save_rax);
                     e.lea_rsp(8 + imm as i32);
@@ -283,7 +227,7 @@ impl Translator {
     fn copy_plain(&mut self, e: &mut Emitter, ctx: &mut Ctx, x: &Insn) {
         let len = x.len as usize;
         let next = x.ip + x.len as u64;
-        let point = |spilled| Point { pc: x.ip, len: x.len, before: false, spilled, next, target_slot: false, rep: false, recorded: 0 };
+        let point = |spilled| Point { spilled, ..Point::after(x, next) };
         if x.disp_off == 0 {
             let start = e.here();
             e.bytes(&x.bytes[..len]);
@@ -363,21 +307,7 @@ impl Translator {
             e.bytes(&b[op + 2..]);
         }
         let t = e.here();
-        self.point(
-            ctx,
-            s,
-            t,
-            Point {
-                pc: x.ip,
-                len: x.len,
-                before: true,
-                spilled: Spilled::one(0, e.slots.save_rax),
-                next: 0,
-                target_slot: false,
-                rep: false,
-                recorded: 0,
-            },
-        );
+        self.point(ctx, s, t, Point::before_with(x, 0, e.slots.save_rax, false));
         e.mov_slot_reg(e.slots.target, 0);
         e.mov_reg_slot(0, e.slots.save_rax);
     }
@@ -411,12 +341,7 @@ impl Translator {
         let s = e.here();
         e.bytes(&x.bytes[..x.len as usize]);
         let t = e.here();
-        self.point(
-            ctx,
-            s,
-            t,
-            Point { pc: x.ip, len: x.len, before: false, spilled: Spilled::NONE, next, target_slot: false, rep: true, recorded: 0 },
-        );
+        self.point(ctx, s, t, Point { rep: true, ..Point::after(&x, next) });
         self.link(e, ctx, next)?;
         e.bind(end);
         e.charge_rep(false);
