@@ -324,12 +324,19 @@ impl ThreadShadow {
 
     /// The calling context of the instruction at `pc`: the current frame's
     /// chain of call sites, then `pc`.
+    #[inline]
     pub fn context(&mut self, pc: u64) -> u32 {
         let slot = memo_slot(self.frame, pc);
         let (frame, node, at) = self.recent_contexts[slot];
         if (frame, at) == (self.frame, pc) {
             return node;
         }
+        self.context_from_tree(slot, pc)
+    }
+
+    /// A context not in the memo: from the tree, made if new.
+    #[inline(never)]
+    fn context_from_tree(&mut self, slot: usize, pc: u64) -> u32 {
         self.tree.grow_when_full();
         let node = self.tree.child(self.frame, pc);
         if node != self.frame {
