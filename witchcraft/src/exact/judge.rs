@@ -155,7 +155,9 @@ fn same(a: &[u8], b: &[u8]) -> bool {
         8 if b.len() == 8 => u64::from_ne_bytes(word(a)) == u64::from_ne_bytes(word(b)),
         4 if b.len() == 4 => u32::from_ne_bytes(word(a)) == u32::from_ne_bytes(word(b)),
         2 if b.len() == 2 => u16::from_ne_bytes(word(a)) == u16::from_ne_bytes(word(b)),
-        _ => a == b,
+        1 if b.len() == 1 => a[0] == b[0],
+        // (A loop: too short for `memcmp`.)
+        _ => a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y),
     }
 }
 
@@ -582,6 +584,11 @@ impl ThreadShadow {
     fn loaded(&mut self, precision: f64, ctx: u32, a: &Access, before: &[u8], ctxs: &mut [u32], values: &mut [u8]) {
         let len = ctxs.len();
         let size = element_size(a);
+        if a.float == Float::No && size < len {
+            // A vector of integers (a string function's bytes).
+            self.loaded_elements(ctx, size, before, ctxs, values);
+            return;
+        }
         let mut off = 0;
         while off < len {
             let el = size.min(len - off);
@@ -593,6 +600,73 @@ impl ThreadShadow {
                 _ => self.loaded_bytes(precision, ctx, a, off, el, before, ctxs, values),
             }
             off += el;
+        }
+    }
+
+    /// A load of several integer values of `size` bytes (see
+    /// [`ThreadShadow::loaded`]). Their credits are all of `size` bytes,
+    /// each counted exactly: a run of values that one load read last is
+    /// credited to its pair at once, as many credits as it has values
+    /// (sums of whole numbers: the same figures in any order), before any
+    /// other credit, so pairs are made in the order they were.
+    fn loaded_elements(&mut self, ctx: u32, size: usize, before: &[u8], ctxs: &mut [u32], values: &mut [u8]) {
+        let len = ctxs.len();
+        // (previous load, values the same, values changed)
+        let mut run = (0u32, 0u64, 0u64);
+        let mut off = 0;
+        while off < len {
+            let el = size.min(len - off);
+            let prevs = &ctxs[off..off + el];
+            let prev = prevs[0];
+            let (then, now) = (&values[off..off + el], &before[off..off + el]);
+            if el == size && prevs.iter().all(|&c| c == prev) {
+                if prev != 0 {
+                    if prev != run.0 {
+                        self.credit_values(ctx, run, size);
+                        run = (prev, 0, 0);
+                    }
+                    if same(then, now) {
+                        run.1 += 1;
+                    } else {
+                        run.2 += 1;
+                    }
+                }
+            } else {
+                self.credit_values(ctx, run, size);
+                run = (0, 0, 0);
+                if prevs.iter().all(|&c| c == prev) {
+                    // A last value cut short.
+                    if prev != 0 {
+                        self.add(prev, ctx, judge_bytes(0, el, then, now));
+                    }
+                } else {
+                    self.credit_runs(ctx, prevs, off, values, before);
+                }
+            }
+            off += el;
+        }
+        self.credit_values(ctx, run, size);
+        ctxs.fill(ctx);
+        values.copy_from_slice(&before[..len]);
+    }
+
+    /// Credit a run of values of `size` bytes one load read last (see
+    /// [`ThreadShadow::loaded_elements`]).
+    fn credit_values(&mut self, ctx: u32, (prev, same, changed): (u32, u64, u64), size: usize) {
+        if same + changed == 0 {
+            return;
+        }
+        let Some(i) = self.pair(prev, ctx) else {
+            // (As many misses as credits.)
+            self.pairs.overflow += same + changed - 1;
+            return;
+        };
+        let p = self.pairs.at(i);
+        if same > 0 {
+            p.credit_many(Verdict::Waste { bytes: size as u64, approx: false }, same);
+        }
+        if changed > 0 {
+            p.credit_many(Verdict::Use { bytes: size as u64 }, changed);
         }
     }
 
