@@ -507,6 +507,14 @@ impl ThreadShadow {
             if lo.is_multiple_of(8) && len.is_multiple_of(8) && element_size(a) == 8 {
                 // Aligned words (8-byte values): a context each.
                 self.loaded_words(precision, ctx, a, before, page, lo);
+            } else if a.float == Float::No
+                && (element_size(a) < len)
+                && (lo | len).is_multiple_of(element_size(a))
+                && 8 % element_size(a) == 0
+            {
+                // Integers of 1, 2 or 4 bytes (a string function's vector):
+                // a word at a time.
+                self.loaded_small(ctx, element_size(a), before, page, lo, len);
             } else {
                 page.split(lo, len);
                 self.loaded(precision, ctx, a, before, &mut page.ctx[lo..lo + len], &mut page.value[lo..lo + len]);
@@ -648,6 +656,73 @@ impl ThreadShadow {
         self.credit_values(ctx, run, size);
         ctxs.fill(ctx);
         values.copy_from_slice(&before[..len]);
+    }
+
+    /// A load of `len` bytes at `lo` in `page` of integer values of `size`
+    /// bytes, a divisor of 8 that `lo` and `len` are multiples of (so no
+    /// value straddles a word), credited as [`ThreadShadow::loaded_elements`]
+    /// credits them: a word whose bytes one load read last needs neither
+    /// splitting nor a context a value.
+    fn loaded_small(&mut self, ctx: u32, size: usize, before: &[u8], page: &mut LoadPage, lo: usize, len: usize) {
+        let mut run = (0u32, 0u64, 0u64);
+        let end = lo + len;
+        let mut b0 = lo;
+        while b0 < end {
+            let w = b0 / 8;
+            let b1 = end.min(8 * w + 8);
+            let whole = b0 == 8 * w && b1 == 8 * w + 8;
+            let (then, now) = (&page.value[b0..b1], &before[b0 - lo..b1 - lo]);
+            let prev = page.word[w];
+            if prev != SPLIT {
+                if prev != 0 {
+                    if prev != run.0 {
+                        self.credit_values(ctx, run, size);
+                        run = (prev, 0, 0);
+                    }
+                    for (x, y) in then.chunks_exact(size).zip(now.chunks_exact(size)) {
+                        if same(x, y) {
+                            run.1 += 1;
+                        } else {
+                            run.2 += 1;
+                        }
+                    }
+                }
+                if !whole {
+                    page.ctx[8 * w..8 * w + 8].fill(prev);
+                }
+            } else {
+                for e in (b0..b1).step_by(size) {
+                    let prevs = &page.ctx[e..e + size];
+                    let p = prevs[0];
+                    if prevs.iter().all(|&c| c == p) {
+                        if p != 0 {
+                            if p != run.0 {
+                                self.credit_values(ctx, run, size);
+                                run = (p, 0, 0);
+                            }
+                            if same(&page.value[e..e + size], &before[e - lo..e - lo + size]) {
+                                run.1 += 1;
+                            } else {
+                                run.2 += 1;
+                            }
+                        }
+                    } else {
+                        self.credit_values(ctx, run, size);
+                        run = (0, 0, 0);
+                        self.credit_runs(ctx, prevs, e - lo, &page.value[lo..end], before);
+                    }
+                }
+            }
+            if whole {
+                page.word[w] = ctx;
+            } else {
+                page.ctx[b0..b1].fill(ctx);
+                page.word[w] = SPLIT;
+            }
+            page.value[b0..b1].copy_from_slice(&before[b0 - lo..b1 - lo]);
+            b0 = b1;
+        }
+        self.credit_values(ctx, run, size);
     }
 
     /// Credit a run of values of `size` bytes one load read last (see

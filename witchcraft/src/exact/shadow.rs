@@ -3,9 +3,12 @@
 //! use and kept for the run (as DeadSpy's and RedSpy's shadows are).
 //!
 //! Each craft keeps only what it compares: the dead craft one word a byte
-//! (the storing context and whether the store is still pending), the value
-//! crafts a wider entry. A smaller entry is less memory for the judge to
-//! walk: the dead craft's run over a 3-D stencil's arrays was bound by it.
+//! (the storing context and whether the store is still pending), the silent
+//! stores the storing context, the redundant loads a page of their own
+//! layout ([`Pages`] of the judge's `LoadPage`: contexts a word at a time
+//! where they can be, values apart). A smaller entry is less memory for the
+//! judge to walk: the dead craft's run over a 3-D stencil's arrays was
+//! bound by it.
 
 use std::collections::HashMap;
 
