@@ -41,6 +41,24 @@ impl PairEntry {
         *sq += bytes as f64;
     }
 
+    /// `traps` traps' equal verdicts, each credited with its bytes (scale
+    /// 1), in one step: the sums grow by whole numbers, so they come out as
+    /// those credits one by one would leave them.
+    pub fn credit_many(&mut self, verdict: Verdict, traps: u64) {
+        let (sum, sq, bytes) = match verdict {
+            Verdict::Waste { bytes, approx: false } => (&mut self.waste, &mut self.waste_sq, bytes),
+            Verdict::Waste { bytes, approx: true } => (&mut self.approx_waste, &mut self.approx_waste_sq, bytes),
+            Verdict::Use { bytes } => (&mut self.used, &mut self.used_sq, bytes),
+            Verdict::Ignore => {
+                self.traps += traps;
+                return;
+            }
+        };
+        self.traps += traps;
+        *sum += (traps * bytes) as f64;
+        *sq += (traps * bytes * bytes) as f64;
+    }
+
     /// One trap's verdict, credited with `scale` times its bytes; returns
     /// the credit as (waste, use).
     pub fn credit(&mut self, verdict: Verdict, scale: f64) -> (f64, f64) {
@@ -270,6 +288,27 @@ mod tests {
         let f = |p: &PairEntry| (p.waste, p.waste_sq, p.approx_waste, p.approx_waste_sq, p.used, p.used_sq, p.traps);
         assert_eq!(f(&one), f(&each));
         assert_eq!(one.traps, 10);
+    }
+
+    #[test]
+    fn many_credits_at_once_are_those_credits_one_by_one() {
+        let verdicts = [
+            Verdict::Waste { bytes: 8, approx: false },
+            Verdict::Use { bytes: 2 },
+            Verdict::Waste { bytes: 4, approx: true },
+            Verdict::Ignore,
+        ];
+        let (mut many, mut each) = (PairEntry::default(), PairEntry::default());
+        for (k, v) in verdicts.into_iter().enumerate() {
+            let n = 3 + 5 * k as u64;
+            many.credit_many(v, n);
+            for _ in 0..n {
+                each.credit(v, 1.0);
+            }
+        }
+        let f = |p: &PairEntry| (p.waste, p.waste_sq, p.approx_waste, p.approx_waste_sq, p.used, p.used_sq, p.traps);
+        assert_eq!(f(&many), f(&each));
+        assert_eq!(many.waste_sq, 3.0 * 64.0);
     }
 
     #[test]

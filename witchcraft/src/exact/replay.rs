@@ -135,6 +135,19 @@ impl Replay {
             let Some(v) = v else { return false };
             self.records += 1;
             let (r, g) = (v.record, &mut s.valued);
+            if g.n == 0 && r.info & (REP | NONE | MORE | CALL | RET) == 0 {
+                // Most instructions: one access, no call or return; judged
+                // as the group below would judge it, without gathering it.
+                let a = r.access();
+                let need = crate::x86::record::value_len(a.len as usize);
+                if v.before.len() < need || (craft == Craft::SilentStore && a.write && v.after.len() < need) {
+                    return false;
+                }
+                let ctx = s.shadow.context(r.pc);
+                s.shadow.judge_value(craft, precision, ctx, &a, v.before, v.after);
+                self.instructions += 1;
+                continue;
+            }
             if g.n == MAX_RECORDS || (g.n > 0 && g.records[0].pc != r.pc) {
                 // An instruction cut short (never expected): finish it.
                 self.instructions += g.finish(craft, precision, &mut s.shadow);

@@ -3,9 +3,12 @@
 //! use and kept for the run (as DeadSpy's and RedSpy's shadows are).
 //!
 //! Each craft keeps only what it compares: the dead craft one word a byte
-//! (the storing context and whether the store is still pending), the value
-//! crafts a wider entry. A smaller entry is less memory for the judge to
-//! walk: the dead craft's run over a 3-D stencil's arrays was bound by it.
+//! (the storing context and whether the store is still pending), the silent
+//! stores the storing context, the redundant loads a page of their own
+//! layout ([`Pages`] of the judge's `LoadPage`: contexts a word at a time
+//! where they can be, values apart). A smaller entry is less memory for the
+//! judge to walk: the dead craft's run over a 3-D stencil's arrays was
+//! bound by it.
 
 use std::collections::HashMap;
 
@@ -39,28 +42,47 @@ fn slot(n: u64) -> usize {
     (n.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 55) as usize % RECENT
 }
 
-/// One entry of type `T` per byte of memory.
-pub struct Shadow<T: Copy + Default> {
-    pages: HashMap<u64, Box<[T]>, std::hash::BuildHasherDefault<PageHasher>>,
-    /// Recently used pages: (page number, its first entry; boxed, so the
-    /// entries do not move when the map grows). `u64::MAX`: empty.
-    recent: Box<[(u64, *mut T)]>,
+/// What a page of shadow holds: made on first use, all zero (every
+/// entry "nothing yet").
+pub trait Page {
+    fn fresh() -> Box<Self>;
 }
 
-// SAFETY: the raw pointers in `recent` point into pages the shadow's own
-// map owns; they move with the shadow and are never shared.
-unsafe impl<T: Copy + Default + Send> Send for Shadow<T> {}
+/// One entry of type `T` per byte of a page of memory.
+#[repr(transparent)]
+pub struct Entries<T>([T; PAGE as usize]);
 
-impl<T: Copy + Default> Default for Shadow<T> {
-    fn default() -> Self {
-        Shadow { pages: HashMap::default(), recent: vec![(u64::MAX, std::ptr::null_mut()); RECENT].into_boxed_slice() }
+impl<T: Copy + Default> Page for Entries<T> {
+    fn fresh() -> Box<Self> {
+        Box::new(Entries([T::default(); PAGE as usize]))
     }
 }
 
-impl<T: Copy + Default> Shadow<T> {
-    /// The first entry of page number `n`.
+/// A page of shadow per page of memory, of any layout.
+pub struct Pages<P: Page> {
+    pages: HashMap<u64, Box<P>, std::hash::BuildHasherDefault<PageHasher>>,
+    /// Recently used pages: (page number, the page; boxed, so it does not
+    /// move when the map grows). `u64::MAX`: empty.
+    recent: Box<[(u64, *mut P)]>,
+}
+
+// SAFETY: the raw pointers in `recent` point into pages the map owns;
+// they move with it and are never shared.
+unsafe impl<P: Page + Send> Send for Pages<P> {}
+
+impl<P: Page> Default for Pages<P> {
+    fn default() -> Self {
+        Pages { pages: HashMap::default(), recent: vec![(u64::MAX, std::ptr::null_mut()); RECENT].into_boxed_slice() }
+    }
+}
+
+impl<P: Page> Pages<P> {
+    /// Page number `n`'s shadow. It stays where it is for the map's life
+    /// (pages are never removed, and a box keeps its address when the map
+    /// grows); the caller may use it while it uses the rest of the judge,
+    /// but not with another pointer to the same page.
     #[inline]
-    fn page(&mut self, n: u64) -> *mut T {
+    pub fn page(&mut self, n: u64) -> *mut P {
         let (at, p) = self.recent[slot(n)];
         if at == n {
             return p;
@@ -73,11 +95,24 @@ impl<T: Copy + Default> Shadow<T> {
     /// lookup's code.
     #[cold]
     #[inline(never)]
-    fn page_from_map(&mut self, n: u64) -> *mut T {
-        let page = self.pages.entry(n).or_insert_with(|| vec![T::default(); PAGE as usize].into_boxed_slice());
-        let p = page.as_mut_ptr();
+    fn page_from_map(&mut self, n: u64) -> *mut P {
+        let page = self.pages.entry(n).or_insert_with(P::fresh);
+        let p: *mut P = &mut **page;
         self.recent[slot(n)] = (n, p);
         p
+    }
+}
+
+/// One entry of type `T` per byte of memory.
+#[derive(Default)]
+pub struct Shadow<T: Copy + Default>(Pages<Entries<T>>);
+
+impl<T: Copy + Default> Shadow<T> {
+    /// The first entry of page number `n`.
+    #[inline]
+    fn page(&mut self, n: u64) -> *mut T {
+        // (`Entries` is its array: its first entry is the page's address.)
+        self.0.page(n).cast()
     }
 
     /// The entry of the byte at `a` (the judge walks ranges with
