@@ -1,0 +1,391 @@
+//! The exact judge: every access of a thread, judged in shadow memory with
+//! the crafts' exact semantics, and credited to the pair of calling contexts
+//! it closes. Both exact modes feed it: the single-stepping one
+//! ([`super::Exact`]) an instruction at a time, the code-cache one from
+//! buffers of recorded accesses. It owns the per-thread shadow state; how
+//! the accesses were observed is the caller's business.
+//!
+//! - dead: byte-level, as DeadSpy: a stored byte whose next access (by the
+//!   same thread) is a store is dead, one whose next access is a load is used;
+//! - silent-store: instruction-level, as RedSpy: a store that leaves the bytes
+//!   the previous store to them left (floats within the precision) is silent;
+//! - silent-load: as LoadSpy: a load that reads what the previous load of the
+//!   same bytes read is redundant, whatever stores came between (its shadow
+//!   and paths in `loads.rs`).
+
+use super::shadow::{Page, Pages, Shadow, PAGE};
+use crate::context::{Tree, ROOT};
+use crate::craft::{compare, Verdict, Watched};
+use crate::pair::Pairs;
+use crate::profile::{self, Craft};
+use crate::x86::decode::{Access, Float};
+use loads::LoadPage;
+
+mod loads;
+#[cfg(test)]
+mod tests;
+
+/// The dead craft's mark of a byte whose store no access has followed.
+const PENDING: u32 = 1 << 31;
+
+/// Widest access (AVX-512): its bytes before and after are kept whole.
+pub const WIDE: usize = 64;
+
+/// The values comparisons are made in: a float access's floats (compared
+/// within the precision), and otherwise each value the instruction moves (a
+/// scalar whole, a vector's elements). A value is silent (or redundant) only
+/// if all of its bytes are; each of its bytes is then credited, waste or use,
+/// to the pair of that byte's own previous access and this one, as DeadSpy
+/// credits dead bytes. A sampling craft estimates the same through its
+/// monitored element (Witch §4.6.4).
+fn element_size(a: &Access) -> usize {
+    match a.float {
+        Float::F32 => 4,
+        Float::F64 => 8,
+        Float::No => a.element_len().clamp(1, 8) as usize,
+    }
+}
+
+/// Judge element `[off, off+el)` of access `a`: `then` held the bytes it is
+/// compared with, `now` the bytes now (both indexed from `a.addr`).
+fn judge_element(a: &Access, off: usize, el: usize, then: &[u8], now: &[u8], precision: f64) -> Verdict {
+    if a.float == Float::No || then[off..off + el].iter().zip(&now[off..off + el]).all(|(x, y)| x == y) {
+        // Compared exactly (all `compare` would do).
+        return judge_bytes(off, el, then, now);
+    }
+    let e = Access { addr: a.addr + off as u64, len: el as u32, ..*a };
+    let mut w = Watched::with_piece(e, (e.addr, el as u64));
+    w.value_len = el;
+    w.value[..el].copy_from_slice(&then[off..off + el]);
+    compare(&w, &e, &now[off..off + el], precision)
+}
+
+/// Bytes `[off, off+n)` compared exactly: waste if all are unchanged.
+fn judge_bytes(off: usize, n: usize, then: &[u8], now: &[u8]) -> Verdict {
+    // (A byte loop: values are at most 8 bytes, too short for `memcmp`.)
+    if then[off..off + n].iter().zip(&now[off..off + n]).all(|(a, b)| a == b) {
+        Verdict::Waste { bytes: n as u64, approx: false }
+    } else {
+        Verdict::Use { bytes: n as u64 }
+    }
+}
+
+/// The same verdict for `n` bytes.
+fn with_bytes(v: Verdict, n: usize) -> Verdict {
+    match v {
+        Verdict::Waste { approx, .. } => Verdict::Waste { bytes: n as u64, approx },
+        Verdict::Use { .. } => Verdict::Use { bytes: n as u64 },
+        Verdict::Ignore => Verdict::Ignore,
+    }
+}
+
+/// Runs of equal contexts: (start, length, context).
+fn runs(ctxs: &[u32]) -> impl Iterator<Item = (usize, usize, u32)> + '_ {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        let start = i;
+        let c = *ctxs.get(i)?;
+        while i < ctxs.len() && ctxs[i] == c {
+            i += 1;
+        }
+        Some((start, i - start, c))
+    })
+}
+
+/// One access of an instruction, with the bytes the value crafts compare:
+/// `before`, the bytes at its address before the instruction ran (what a
+/// load read, what a store overwrote), and `after`, those it left (stores).
+/// The dead craft needs neither.
+#[derive(Clone, Copy)]
+pub struct Observed {
+    pub access: Access,
+    pub before: [u8; WIDE],
+    pub after: [u8; WIDE],
+}
+
+impl Observed {
+    pub fn new(access: Access) -> Observed {
+        Observed { access, before: [0; WIDE], after: [0; WIDE] }
+    }
+}
+
+/// Per-thread state: shadow memory, shadow call stack, tree and pairs.
+pub struct ThreadShadow {
+    /// Silent stores: the context of each byte's last store (0: none yet).
+    stores: Shadow<u32>,
+    /// Redundant loads: each byte's last load.
+    loads: Pages<LoadPage>,
+    /// The dead craft's: the context of the byte's last store, with
+    /// [`PENDING`] while no access has followed it.
+    dead: Shadow<u32>,
+    /// Tree node of the current frame (the chain of call sites).
+    frame: u32,
+    /// Return addresses of the shadow stack, innermost last.
+    returns: Vec<u64>,
+    pub(crate) tree: Tree,
+    pub(crate) pairs: Pairs,
+    pub(crate) counters: profile::Counters,
+    /// Recent lookups of the tree ((frame, pc) → node) and of the pairs
+    /// ((watch, trap) → entry), direct-mapped: a hashed lookup in tables of
+    /// millions of entries missed the processor's caches twice a record.
+    recent_contexts: Box<[(u32, u32, u64); MEMO]>,
+    recent_pairs: Box<[(u32, u32, u32); MEMO]>,
+    /// Per trap context (a node, so an index), the pair it last credited:
+    /// (watch, entry), watch `u32::MAX` for none. An instruction mostly
+    /// closes the same pair again (a loop's load re-reads what the same
+    /// load read the iteration before), and this finds it without hashing.
+    last_pair: Vec<(u32, u32)>,
+}
+
+const MEMO: usize = 4096;
+
+/// A memo slot for two keys.
+fn memo_slot(a: u32, b: u64) -> usize {
+    ((b ^ (a as u64).wrapping_mul(0x9E37_79B9)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize % MEMO
+}
+
+impl Default for ThreadShadow {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ThreadShadow {
+    pub fn new() -> Self {
+        ThreadShadow {
+            stores: Shadow::default(),
+            loads: Pages::default(),
+            dead: Shadow::default(),
+            frame: ROOT,
+            returns: Vec::new(),
+            tree: Tree::with_capacity(1 << 20),
+            pairs: Pairs::with_capacity(1 << 16),
+            counters: Default::default(),
+            recent_contexts: Box::new([(u32::MAX, 0, 0); MEMO]),
+            recent_pairs: Box::new([(u32::MAX, 0, 0); MEMO]),
+            last_pair: Vec::new(),
+        }
+    }
+
+    /// One count per run of bytes the same context stored.
+    fn count_runs(&mut self, ctx: u32, runs: &mut (u32, u64), prev: u32, waste: bool) {
+        if runs.0 != prev {
+            self.flush_run(ctx, *runs, waste);
+            *runs = (prev, 0);
+        }
+        runs.1 += 1;
+    }
+
+    fn flush_run(&mut self, ctx: u32, (prev, n): (u32, u64), waste: bool) {
+        if n == 0 {
+            return;
+        }
+        let Some(i) = self.pair(prev, ctx) else { return };
+        self.pairs.at(i).count_bytes(if waste { Verdict::Waste { bytes: n, approx: false } } else { Verdict::Use { bytes: n } });
+    }
+
+    fn add(&mut self, watch: u32, trap: u32, v: Verdict) {
+        let Some(i) = self.pair(watch, trap) else { return };
+        self.pairs.at(i).credit(v, 1.0);
+    }
+
+    /// The entry of pair ⟨watch, trap⟩, made if new; None when the table
+    /// is full. Through the trap's last pair, then the memo, then the table.
+    #[inline]
+    fn pair(&mut self, watch: u32, trap: u32) -> Option<usize> {
+        if let Some(&(w, i)) = self.last_pair.get(trap as usize) {
+            if w == watch {
+                return Some(i as usize);
+            }
+        }
+        self.pair_slow(watch, trap)
+    }
+
+    #[inline(never)]
+    fn pair_slow(&mut self, watch: u32, trap: u32) -> Option<usize> {
+        let slot = memo_slot(watch, trap as u64);
+        let (w, t, i) = self.recent_pairs[slot];
+        let i = if (w, t) == (watch, trap) {
+            i as usize
+        } else {
+            // A reference must not lose pairs (large programs have millions).
+            self.pairs.grow_when_full();
+            let i = self.pairs.find(watch, trap)?;
+            self.recent_pairs[slot] = (watch, trap, i as u32);
+            i
+        };
+        let t = trap as usize;
+        if t >= self.last_pair.len() {
+            self.last_pair.resize((t + 1).next_power_of_two().max(1024), (u32::MAX, 0));
+        }
+        self.last_pair[t] = (watch, i as u32);
+        Some(i)
+    }
+
+    /// The calling context of the instruction at `pc`: the current frame's
+    /// chain of call sites, then `pc`.
+    #[inline]
+    pub fn context(&mut self, pc: u64) -> u32 {
+        let slot = memo_slot(self.frame, pc);
+        let (frame, node, at) = self.recent_contexts[slot];
+        if (frame, at) == (self.frame, pc) {
+            return node;
+        }
+        self.context_from_tree(slot, pc)
+    }
+
+    /// A context not in the memo: from the tree, made if new.
+    #[inline(never)]
+    fn context_from_tree(&mut self, slot: usize, pc: u64) -> u32 {
+        self.tree.grow_when_full();
+        let node = self.tree.child(self.frame, pc);
+        if node != self.frame {
+            // (A full tree answers with the frame itself: not remembered.)
+            self.recent_contexts[slot] = (self.frame, node, pc);
+        }
+        node
+    }
+
+    /// A `call` ran: its return address is `next`, so its call site (the
+    /// frame's node) is `next - 1`.
+    pub fn call(&mut self, next: u64) {
+        self.returns.push(next);
+        self.tree.grow_when_full();
+        self.frame = self.tree.child(self.frame, next - 1);
+    }
+
+    /// A `ret` ran to `target`: pop to the frame that returns there
+    /// (longjmp-like exits pop several).
+    pub fn ret(&mut self, target: u64) {
+        while let Some(top) = self.returns.pop() {
+            self.frame = self.tree.nodes()[self.frame as usize].parent;
+            if top == target {
+                break;
+            }
+        }
+    }
+
+    /// Judge the accesses of one instruction whose context is `ctx`, in the
+    /// order they happen: loads first (in a read-modify-write the read
+    /// comes first), then stores.
+    pub fn judge(&mut self, craft: Craft, precision: f64, ctx: u32, accesses: &[Observed]) {
+        for pass in [true, false] {
+            for o in accesses {
+                let a = o.access;
+                if (pass && !a.read) || (!pass && !a.write) {
+                    continue;
+                }
+                match (craft, pass) {
+                    (Craft::Dead, true) => self.dead_load(ctx, a.addr, a.len as u64),
+                    (Craft::Dead, false) => self.dead_store(ctx, a.addr, a.len as u64),
+                    (Craft::SilentStore, false) => self.silent_store(precision, ctx, &a, &o.before, &o.after),
+                    (Craft::SilentLoad, true) => self.silent_load(precision, ctx, &a, &o.before),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// A value craft: one access of its kind, with the bytes before it and
+    /// (a store) after it, each at least `min(len, WIDE)` long; accesses
+    /// of the other kind are not judged.
+    pub fn judge_value(&mut self, craft: Craft, precision: f64, ctx: u32, a: &Access, before: &[u8], after: &[u8]) {
+        match craft {
+            Craft::SilentStore if a.write => self.silent_store(precision, ctx, a, before, after),
+            Craft::SilentLoad if a.read => self.silent_load(precision, ctx, a, before),
+            _ => {}
+        }
+    }
+
+    /// Dead craft: `len` bytes at `addr` read. Each byte a store left
+    /// pending is used, credited to that store's pair; a run of bytes one
+    /// context stored is credited at once (as that many one-byte credits).
+    pub fn dead_load(&mut self, ctx: u32, addr: u64, len: u64) {
+        let mut run = (0, 0);
+        let end = addr.saturating_add(len);
+        let mut a = addr;
+        while a < end {
+            let part = self.dead.part(a, end);
+            // SAFETY: one part at a time, of the live shadow; crediting
+            // pairs (`count_runs`) does not touch the shadow.
+            for s in unsafe { Shadow::entries(part) } {
+                if *s & PENDING != 0 {
+                    *s &= !PENDING;
+                    self.count_runs(ctx, &mut run, *s, false);
+                }
+            }
+            a += part.1 as u64;
+        }
+        self.flush_run(ctx, run, false);
+    }
+
+    /// Dead craft: `len` bytes at `addr` written, by one store.
+    pub fn dead_store(&mut self, ctx: u32, addr: u64, len: u64) {
+        self.dead_stores(ctx, addr, len, 1);
+    }
+
+    /// `len` bytes at `addr` written by `elements` stores (a `rep` string's).
+    fn dead_stores(&mut self, ctx: u32, addr: u64, len: u64, elements: u64) {
+        debug_assert!(ctx & PENDING == 0, "context ids fit in 31 bits");
+        let mut run = (0, 0);
+        let end = addr.saturating_add(len);
+        let mut a = addr;
+        while a < end {
+            let part = self.dead.part(a, end);
+            // SAFETY: as in `dead_load`.
+            for s in unsafe { Shadow::entries(part) } {
+                if *s & PENDING != 0 {
+                    self.count_runs(ctx, &mut run, *s & !PENDING, true);
+                }
+                *s = ctx | PENDING;
+            }
+            a += part.1 as u64;
+        }
+        self.flush_run(ctx, run, true);
+        self.counters.samples += elements;
+    }
+
+    /// Dead craft: a `rep` string instruction's `elements` elements over
+    /// the ranges `reads` and `writes` (lowest address, bytes), none of
+    /// which overlaps another: its element order cannot change a verdict,
+    /// so every read is judged, then every write, a range at a time.
+    pub fn dead_string(&mut self, ctx: u32, reads: &[(u64, u64)], writes: &[(u64, u64)], elements: u64) {
+        for &(addr, len) in reads {
+            self.dead_load(ctx, addr, len);
+        }
+        for &(addr, len) in writes {
+            self.dead_stores(ctx, addr, len, elements);
+        }
+    }
+
+    fn silent_store(&mut self, precision: f64, ctx: u32, a: &Access, before: &[u8], after: &[u8]) {
+        // Each value: silent if the store left it as it was. Its bytes are
+        // credited to their previous stores, each run of bytes one store
+        // left judged by itself: the question is whether this store changed
+        // what that store wrote.
+        let len = (a.len as usize).min(WIDE);
+        let el = element_size(a);
+        for off in (0..len).step_by(el) {
+            let el = el.min(len - off);
+            let mut prevs = [0u32; 8];
+            let (mut b, start) = (0, a.addr + off as u64);
+            while b < el {
+                let part = self.stores.part(start + b as u64, start + el as u64);
+                // SAFETY: one part at a time, of the live shadow.
+                for s in unsafe { Shadow::entries(part) } {
+                    prevs[b] = std::mem::replace(s, ctx);
+                    b += 1;
+                }
+            }
+            for (start, n, prev) in runs(&prevs[..el]) {
+                if prev == 0 {
+                    continue;
+                }
+                let v =
+                    if n == el { judge_element(a, off, el, before, after, precision) } else { judge_bytes(off + start, n, before, after) };
+                self.add(prev, ctx, with_bytes(v, n));
+            }
+        }
+        self.counters.samples += 1;
+    }
+}
