@@ -9,8 +9,9 @@ use crate::config::{Config, DEFAULT_SOFTWARE_PERIOD_NS};
 use crate::craft::Craft;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// Process-wide, immutable after start-up (but for the head start, an
-/// atomic the threads' budgets draw from).
+/// Process-wide, immutable after start-up but for three atomics: the head
+/// start the threads' budgets draw from, whether windows may run, and the
+/// start a fork child restarts.
 pub struct Engine {
     pub(crate) config: Config,
     pub(crate) craft: &'static dyn Craft,
