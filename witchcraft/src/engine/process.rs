@@ -1,6 +1,6 @@
 //! The engine's process-wide part: what every thread's paths read, set up
-//! once when profiling starts and immutable after (but for the head start,
-//! an atomic the threads' budgets draw from).
+//! once when profiling starts and immutable after but for three atomics
+//! (see [`Engine`]).
 
 use super::budget::{HeadStart, HEAD_START_NS};
 use super::sampler::SampleSource;
