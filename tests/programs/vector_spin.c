@@ -8,7 +8,9 @@
  * other spin keeps all 32 registers live at full width (zmm0-zmm31) and
  * the mask registers k1-k7 instead.
  *
- * Usage: vector_spin   (runs until stdin closes); exits 0 if none changed, 1 otherwise.
+ * Usage: vector_spin [SPINS]   (runs until stdin closes, making SPINS
+ * spins, default 1, between two looks at stdin); exits 0 if none changed,
+ * 1 otherwise.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -52,12 +54,15 @@ __attribute__((target("avx512f,avx512bw"))) static long spin512(const uint64_t *
     return changed;
 }
 
-int main(void) {
+#include <stdlib.h>
+
+int main(int argc, char **argv) {
     uint64_t want[32], got[REGS][4];
-    long spins = 0, changed = 0;
+    long spins = 0, changed = 0, between = argc > 1 ? atol(argv[1]) : 1;
+    if (between < 1) between = 1;
     int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
     for (int r = 0; r < 32; r++) want[r] = 0x0123456789abcdefULL * (uint64_t)(r + 1) ^ 0x5a5a5a5a00000000ULL;
-    while (!stdin_closed()) {
+    for (long k = 0; k % between || !stdin_closed(); k++) {
         if (avx512 && spins % 2) {
             changed += spin512(want);
             spins++;

@@ -456,20 +456,65 @@ fn a_process_stopped_during_a_session_keeps_its_profile_and_is_left_stopped() {
     let _one = one_at_a_time();
     let dir = Scratch::new("stopped-session");
     let prog = Program::build("vector_spin", dir.path());
-    let mut target = Target::start(&prog.exe, &[] as &[&str], &[]);
+    stop_during_a_session(&dir, &prog, "1", &[], &[], Duration::ZERO);
+}
+
+/// As above, with burst windows of up to 10^8 instructions at every 1 ms
+/// tick, in a program that makes no system call for 100 spins (about 15
+/// ms): the stop finds the thread inside witch's code (in a window,
+/// running copies from its code cache, or in a handler) in most rounds. Its state and witch's
+/// handlers must outlive the session until it leaves the window, once
+/// continued. (When the session's end freed them at once, such a thread
+/// reached its window's exit with no state to end it, and the program
+/// died of SIGTRAP: one stop in about ten.)
+#[test]
+fn a_process_stopped_inside_a_burst_window_is_whole_once_continued() {
+    let _one = one_at_a_time();
+    let dir = Scratch::new("stopped-in-window");
+    let prog = Program::build("vector_spin", dir.path());
+    let mut inside = 0;
+    for round in 0..12u64 {
+        let said = stop_during_a_session(
+            &dir,
+            &prog,
+            "100",
+            &[("WITCH_WINDOW", "100000000")],
+            &["--overhead", "0", "-p", "1ms"],
+            Duration::from_millis(50 + 37 * round),
+        );
+        let profile = read(&dir.join("never.json"));
+        assert!(profile.contains("\"windows\":") && !profile.contains("\"windows\":0,"), "round {round}: no window ran: {said}");
+        inside += profile.contains("still inside witch's code") as u32;
+    }
+    // Else the rounds did not test what they are for.
+    assert!(inside >= 6, "only {inside} of 12 stops found the thread inside witch's code");
+}
+
+/// Attach to `prog` (`vector_spin SPINS`; witch's extra environment `env`
+/// and arguments `args`), stop it `delay` after witch says it attached, and check the
+/// session ends with its profile while the process stays stopped, and that
+/// once continued the agent is gone, the next attach works and the program
+/// ends as without witch. Returns what witch said.
+fn stop_during_a_session(dir: &Scratch, prog: &Program, spins: &str, env: &[(&str, &str)], args: &[&str], delay: Duration) -> String {
+    let mut target = Target::start(&prog.exe, &[spins], &[]);
     target.wait_ready(1, None);
     let pid = target.pid();
     let err = dir.join("witch.err");
+    let _ = std::fs::remove_file(dir.join("never.json"));
     let started = Instant::now();
     let mut witch = Command::new(witch_bin())
-        .args(["dead", "--pid", &pid.to_string(), "--duration", "1s", "-o"])
+        .args(["dead", "--pid", &pid.to_string(), "--duration", "1s"])
+        .args(args)
+        .arg("-o")
         .arg(dir.join("never.json"))
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&err).unwrap())
         .spawn()
         .unwrap();
     assert!(eventually(Duration::from_secs(20), || read(&err).contains("attached to pid")), "witch did not attach:\n{}", read(&err));
+    std::thread::sleep(delay);
     unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
     let status = witch.wait().unwrap();
     let took = started.elapsed();
@@ -480,10 +525,26 @@ fn a_process_stopped_during_a_session_keeps_its_profile_and_is_left_stopped() {
     assert!(took < Duration::from_secs(10), "witch took {took:?} to end the session");
     assert!(status_field(pid, "State:").starts_with('T'), "the process should stay stopped");
     unsafe { libc::kill(pid as i32, libc::SIGCONT) };
-    assert!(eventually(Duration::from_secs(5), || !agent_armed(pid)), "the agent stayed after the process was continued");
+    assert!(
+        eventually(Duration::from_secs(5), || !agent_armed(pid)),
+        "the agent stayed after the process was continued: threads {:?}, {} perf events, {}\nwitch said: {said}",
+        thread_names(pid),
+        perf_fds(pid),
+        std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default()
+    );
+    // And the next attach works (the session's end is complete).
+    attach_again(dir, pid, "again.json", "100ms", "the next attach: ");
     assert!(target.alive(), "the target died");
     let end = target.finish();
-    assert!(end.code() == Some(0) && end.stdout.contains(" changed 0"), "{:?} {:?}", end.code(), end.stdout);
+    assert!(
+        end.code() == Some(0) && end.stdout.contains(" changed 0"),
+        "exit {:?} signal {:?} stdout {:?} stderr {:?}\nwitch said: {said}",
+        end.code(),
+        end.signal(),
+        end.stdout,
+        end.stderr
+    );
+    said
 }
 
 /// Has a thread of `pid` a tracer (witch stopped it to make it call)?

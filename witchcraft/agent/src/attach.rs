@@ -15,9 +15,11 @@
 //!   `ended_by` says "traced", a note says why, and the controller sees
 //!   `Detached` come unasked). The agent then closes
 //!   every watchpoint and sampler, sends the profile, gives the program
-//!   back its signal handlers and frees what the session allocated, each
-//!   thread's handler stack once no handler is on it. The library stays
-//!   loaded, so attaching again reuses it.
+//!   back its signal handlers and frees what the session allocated, once
+//!   no thread is in witch's code (a process stopped during the session
+//!   may hold a thread in a handler or a burst window until it is
+//!   continued: see [`Release`]). The library stays loaded, so attaching
+//!   again reuses it.
 
 use crate::attach_state::SESSION;
 use crate::channel::{Channel, Received};
@@ -194,8 +196,9 @@ fn spawn_on_own_stack(f: Box<dyn FnOnce() + Send>) -> Result<(), ()> {
 
 /// How a session ended.
 enum End {
-    /// Detached: everything undone.
-    Detached,
+    /// Detached: profiling undone, the profile sent; the handlers and
+    /// memory are given back by the [`Release`].
+    Detached(Release),
     /// The process is exiting: its profile went out at exit.
     Exiting,
 }
@@ -259,6 +262,7 @@ fn control(mut chan: Channel, theirs: i32, watch: Option<Controller>) {
     // going away reads as the end of the stream.
     fd::close(theirs);
     SESSION.set_controller_end(-1);
+    let mut owed = None;
     if let Some(text) = settings {
         let end = session(&mut chan, &text);
         // No new heap blocks are recorded between sessions (frees still
@@ -266,25 +270,29 @@ fn control(mut chan: Channel, theirs: i32, watch: Option<Controller>) {
         witchcraft::heap::stop();
         let _one = SESSION.sending();
         match end {
-            Ok(End::Detached) => {
+            Ok(End::Detached(release)) => {
                 chan.send(&Message::Detached);
+                owed = Some(release);
             }
             Ok(End::Exiting) => {}
-            Err(e) => {
+            Err((e, release)) => {
                 chan.send(&Message::Error(e));
                 chan.send(&Message::Detached);
+                owed = release;
             }
         }
     }
     drop(chan);
+    // The controller has the profile: what is left waits for no one.
+    owed.into_iter().for_each(Release::wait_and_free);
     SESSION.end();
     // The thread's own exit follows (a thread entering a sandbox waits for it).
 }
 
-fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
-    let cfg = Config::from_lines(text)?.ok_or("no WITCH_CRAFT in the settings")?;
+fn session(chan: &mut Channel, text: &str) -> Result<End, (String, Option<Release>)> {
+    let cfg = Config::from_lines(text).map_err(|e| (e, None))?.ok_or(("no WITCH_CRAFT in the settings".to_string(), None))?;
     if let Some(leave) = SESSION.leaving() {
-        return Err(leave.note(None));
+        return Err((leave.note(None), None));
     }
     AGENT.clear_notes();
     AGENT.note("attached to the running process (ptrace + dlopen)");
@@ -299,8 +307,8 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
     let (engine, notes) = crate::setup::make_engine(cfg, handlers::install_attached, false);
     notes.into_iter().for_each(|n| AGENT.note(n));
     if AGENT.begin(engine, Mode::Attached, Sink::Session(chan.fd())).is_err() {
-        handlers::restore_attached(&[]);
-        return Err("another session is running".into());
+        handlers::restore_attached();
+        return Err(("another session is running".into(), None));
     }
     // Before any thread is set up: the program's calls that put it in a
     // sandbox go through the agent (`imports.rs`).
@@ -312,8 +320,8 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
     let mut why = None;
     let set_up = set_up_new(me, &mut known, &mut why);
     if set_up == 0 {
-        teardown(None);
-        return Err(why.unwrap_or_else(|| "no thread of the process could be set up".into()));
+        let release = teardown(None);
+        return Err((why.unwrap_or_else(|| "no thread of the process could be set up".into()), Some(release)));
     }
     if !chan.controller_gone() {
         let _one = SESSION.sending();
@@ -359,8 +367,7 @@ fn session(chan: &mut Channel, text: &str) -> Result<End, String> {
         // agent interposes nothing, so it looks every POLL).
         crate::loading::keep_map_current(false);
     }
-    teardown(Some(ended_by));
-    Ok(End::Detached)
+    Ok(End::Detached(teardown(Some(ended_by))))
 }
 
 extern "C" fn at_exit() {
@@ -430,44 +437,107 @@ fn set_up_new(me: i32, known: &mut HashSet<i32>, why: &mut Option<String>) -> us
     n
 }
 
-/// Undo the session (see the module comment); `deliver`: send its profile,
-/// ended by that (its `ended_by`).
-fn teardown(deliver: Option<(EndedBy, Option<&str>)>) {
+/// End the session's profiling (see the module comment): every thread's
+/// sampling stops, each thread out of witch's code has its events closed,
+/// and, with `deliver`, the profile goes out, ended by that (its
+/// `ended_by`). What the session holds besides (the signal handlers, each
+/// thread's state and handler stack, the engine) the returned [`Release`]
+/// gives back once no thread can need it.
+fn teardown(deliver: Option<(EndedBy, Option<&str>)>) -> Release {
     AGENT.quiesce(|_| false);
-    for s in AGENT.threads.slots() {
-        // SAFETY: handlers are quiesced: they no longer touch the watchpoints
-        // or the sampler.
-        if let Some(ts) = unsafe { s.state().as_mut() } {
-            ts.close_watchpoints();
-            ts.stop();
-        }
+    let mut release = Release { closed: HashSet::new() };
+    release.close_settled();
+    let me = task::gettid();
+    let inside = AGENT.threads.slots().iter().filter(|s| s.tid() != me && !settled(s)).count();
+    if inside > 0 {
+        AGENT.note(format!(
+            "{inside} thread(s) were still inside witch's code (a handler or a burst window) as the session ended, as in a process stopped there (SIGSTOP, job control, a debugger): witch's handlers and their state stay until they leave it"
+        ));
     }
     if let Some((ended_by, exec_call)) = deliver.filter(|_| AGENT.claim_finish()) {
         if let Err(e) = AGENT.deliver(&AGENT.profile(ended_by, exec_call)) {
             AGENT.note(format!("cannot send the profile: {e}"));
         }
     }
-    // A signal of ours still pending would reach the program's disposition
-    // (the default kills): keep our handler for it, passing on anything else.
-    std::thread::sleep(Duration::from_millis(5));
-    let mut keep = pending_signals();
-    // A thread still in a burst window (stopped there) leaves it through
-    // our SIGTRAP handler: keep it.
-    // SAFETY: only the window's atomic flag is read; states live until `clear`.
-    if AGENT.threads.slots().iter().any(|s| unsafe { s.state().as_ref() }.is_some_and(|t| t.window_busy())) {
-        keep.push(libc::SIGTRAP);
+    release
+}
+
+/// What an ended session still holds: the program's signal handlers are
+/// witch's, and each thread's engine state and handler stack and the
+/// engine are allocated. A thread may still be in witch's code when the
+/// session ends, and then needs all of it: in a handler, or in a burst
+/// window, which it leaves through witch's SIGTRAP handler and its state
+/// (at the window's next exit), or with a signal of witch's pending. That
+/// is what a process stopped during the session (SIGSTOP, job control, a
+/// debugger's stop) leaves: its threads stay wherever the stop found them
+/// while its profile is sent, and they move on only when it is continued.
+/// (Freed at once, as the session's end once did, a thread stopped in a
+/// window found no state at its window's exit once continued, and the
+/// program died of SIGTRAP.)
+#[must_use]
+struct Release {
+    /// The threads whose events are closed.
+    closed: HashSet<i32>,
+}
+
+impl Release {
+    /// Close the events of each thread out of witch's code (or gone).
+    fn close_settled(&mut self) {
+        let me = task::gettid();
+        for s in AGENT.threads.slots() {
+            if s.tid() == me || self.closed.contains(&s.tid()) || !settled(s) {
+                continue;
+            }
+            // SAFETY: the thread is out of witch's handlers and windows, and
+            // quiesced: none of its handlers changes the state meanwhile
+            // (one that starts finds the session stopping and leaves it).
+            if let Some(ts) = unsafe { s.state().as_mut() } {
+                ts.close_watchpoints();
+                ts.stop();
+            }
+            self.closed.insert(s.tid());
+        }
     }
-    handlers::restore_attached(&keep);
-    AGENT.threads.clear();
-    if keep.is_empty() {
+
+    /// Wait until no thread is in witch's code and no signal of witch's is
+    /// pending (closing each thread's events as it leaves), then give the
+    /// program back its handlers and free the session's memory. Called by
+    /// the control thread once the controller has the profile: a thread
+    /// stopped in witch's code keeps the control thread waiting, asleep,
+    /// until the process is continued.
+    fn wait_and_free(mut self) {
+        let me = task::gettid();
+        loop {
+            self.close_settled();
+            // A signal sent just before the samplers closed is pending a
+            // moment after.
+            std::thread::sleep(Duration::from_millis(5));
+            // Every thread's events closed (each once it was out of
+            // witch's code), and none of witch's signals left.
+            let open = AGENT.threads.slots().iter().any(|s| s.tid() != me && !s.state().is_null() && !self.closed.contains(&s.tid()));
+            if !open && pending_signals().is_empty() {
+                break;
+            }
+        }
+        handlers::restore_attached();
+        AGENT.threads.clear();
         std::thread::sleep(Duration::from_millis(5));
-        // SAFETY: every thread has left its handlers (quiesced, samplers
-        // closed, no signal of ours pending, handlers restored).
+        // SAFETY: every thread has left witch's handlers and windows, no
+        // signal of witch's is pending and none can come (every event is
+        // closed), and the program's handlers are back.
         unsafe {
             AGENT.end();
             modules::reclaim();
         }
     }
+}
+
+/// Is this slot's thread out of witch's code (no handler of witch's on
+/// it, not in a burst window), or gone?
+fn settled(s: &threads::Entry) -> bool {
+    // SAFETY: only atomics of the state are read; states live until `clear`.
+    let busy = unsafe { s.state().as_ref() }.is_some_and(|t| t.in_handler() || t.window_busy()) || s.in_use();
+    !busy || !std::path::Path::new(&format!("/proc/self/task/{}", s.tid())).exists()
 }
 
 /// Which of the agent's signals are pending in any thread of the process.

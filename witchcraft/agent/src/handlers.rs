@@ -215,14 +215,10 @@ pub fn install_attached() {
 }
 
 /// Give the program back its handlers (attached, after a session), unless
-/// it replaced ours meanwhile, in which case its choice stands. Signals in
-/// `keep` keep our handler (one may still be pending): it passes anything
-/// to the program's choice.
-pub fn restore_attached(keep: &[i32]) {
+/// it replaced ours meanwhile, in which case its choice stands. (The
+/// session's end calls it once no signal of witch's is pending.)
+pub fn restore_attached() {
     for sig in [libc::SIGTRAP, sampler_signal()] {
-        if keep.contains(&sig) {
-            continue;
-        }
         // SAFETY: sigaction is plain data.
         let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
         // SAFETY: queries the current disposition.

@@ -171,6 +171,12 @@ impl Entry {
         Some(Entered { slot: self, stack: (alt, alt + HANDLER_STACK as u64) })
     }
 
+    /// Is a handler of this slot's thread between [`Entry::enter`] and
+    /// leaving? Other threads ask. Async-signal-safe.
+    pub fn in_use(&self) -> bool {
+        self.users.load(Ordering::SeqCst) != 0
+    }
+
     /// Run the engine's handler code `f` (on this slot's thread), announced
     /// to [`ThreadTable::grace`]. Async-signal-safe.
     pub fn engine_handler<R>(&self, f: impl FnOnce() -> R) -> R {
