@@ -17,6 +17,13 @@ pub struct Resume {
     bp: Breakpoint,
     how: Option<Arming>,
     armed: bool,
+    /// The instruction the breakpoint is enabled at, armed or not: it
+    /// stays enabled where it fired or was given up, so arming it at the
+    /// same instruction again (the same call's return, as a loop that
+    /// calls `malloc` makes) takes no system call. Harmless: the program
+    /// reaches a program instruction natively only in a gap between
+    /// whole-run windows, and there a window is just what is wanted.
+    at: Option<u64>,
     /// Armed for code the cache does not run: ticks wait for it (see
     /// [`Resume::holds_ticks`]).
     holds: bool,
@@ -24,7 +31,7 @@ pub struct Resume {
 
 impl Default for Resume {
     fn default() -> Self {
-        Resume { bp: Breakpoint::CLOSED, how: None, armed: false, holds: false }
+        Resume { bp: Breakpoint::CLOSED, how: None, armed: false, at: None, holds: false }
     }
 }
 
@@ -40,6 +47,7 @@ impl Resume {
         if let Ok(bp) = Breakpoint::open_parked(&how, TAG | TAG_RESUME, open_tid) {
             self.bp = bp;
             self.how = Some(how);
+            self.at = None;
         }
     }
 
@@ -78,23 +86,26 @@ impl Resume {
 
     fn arm_for(&mut self, pc: u64, holds: bool) -> bool {
         let Some(how) = self.how else { return false };
-        self.armed = self.bp.retarget(&how, TAG | TAG_RESUME, pc, 8);
+        if self.at != Some(pc) {
+            let ok = self.bp.retarget(&how, TAG | TAG_RESUME, pc, 8);
+            self.at = ok.then_some(pc);
+        }
+        self.armed = self.at.is_some();
         self.holds = holds;
         self.armed
     }
 
-    /// It fired, or is no longer wanted (a window began otherwise).
-    /// Async-signal-safe.
+    /// It fired, or is no longer wanted (a window began otherwise): the
+    /// thread no longer waits for it. The breakpoint stays enabled where
+    /// it is (see [`Resume::at`](Resume)). Async-signal-safe.
     pub fn disarm(&mut self) {
-        if self.armed {
-            self.bp.disable();
-            self.armed = false;
-        }
+        self.armed = false;
     }
 
     pub fn close(&mut self) {
         self.bp.close();
         self.how = None;
         self.armed = false;
+        self.at = None;
     }
 }
