@@ -496,3 +496,67 @@ fn exact_mode_takes_signals_at_any_instruction() {
         }
     }
 }
+
+/// Witch killed while the program records: the program runs on and ends
+/// as natively (its threads, which wait for witch to judge a chunk before
+/// they write over it, notice that witch is gone and stop recording; they
+/// must not wait for it forever). The program is found as witch's child
+/// and reaped here, this process being its subreaper.
+#[test]
+fn a_killed_witch_leaves_an_exact_run_to_end_as_natively() {
+    use std::io::Read;
+    let dir = Scratch::new("exact-killed");
+    let prog = Program::build("half_dead", dir.path());
+    let args = ["262144", "300"];
+    let native = prog.run_native(&args);
+    // SAFETY: marks this (test) process as the subreaper of its orphans.
+    assert_eq!(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) }, 0);
+    let mut witch = std::process::Command::new(witch_bin())
+        .args(["dead", "--exact", "-q", "-o"])
+        .arg(dir.join("never.json"))
+        .arg(&prog.exe)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let children = format!("/proc/{}/task/{}/children", witch.id(), witch.id());
+    let started = std::time::Instant::now();
+    let mut program = None;
+    while program.is_none() && started.elapsed() < std::time::Duration::from_secs(20) {
+        program = std::fs::read_to_string(&children).ok().and_then(|c| c.split_whitespace().next().and_then(|p| p.parse::<i32>().ok()));
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let program = program.expect("witch started no program");
+    // Well into the recording (the run takes seconds under witch).
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    witch.kill().unwrap();
+    witch.wait().unwrap();
+    let mut status = 0;
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        // SAFETY: polls our own (adopted) child.
+        let reaped = unsafe { libc::waitpid(program, &mut status, libc::WNOHANG) };
+        if reaped == program {
+            break;
+        }
+        assert_eq!(reaped, 0, "the program was not reaped here");
+        if std::time::Instant::now() > until {
+            // SAFETY: our own (adopted) child.
+            unsafe {
+                libc::kill(program, libc::SIGKILL);
+                libc::waitpid(program, &mut status, 0);
+            }
+            panic!("the program still ran 60 s after witch was killed (native: a fraction of a second)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut out = Vec::new();
+    witch.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    assert!(libc::WIFEXITED(status), "the program did not exit: status {status:#x}");
+    assert_eq!(
+        (Some(libc::WEXITSTATUS(status)), String::from_utf8_lossy(&out).into_owned()),
+        (native.code(), native.stdout_str()),
+        "the program did not end as natively"
+    );
+}

@@ -13,6 +13,7 @@
 
 mod judge;
 mod replay;
+pub mod ring;
 mod shadow;
 pub mod stream;
 mod string;

@@ -4,14 +4,18 @@
 //! window runs recording copies ([`crate::x86::translate::Counted::Records`]):
 //! before each memory access a copy writes an access record into this
 //! thread's buffer, and the countdown, set to the room left, stops the copy
-//! before an instruction whose records would not fit. The engine then sends
-//! the buffer whole, as one datagram ([`crate::exact::stream`]), to witch,
-//! which judges it ([`crate::exact::Replay`]): the shadow memory grows with
-//! the memory the program touches, so it lives in witch, not here, where
-//! signal handlers may not allocate. Sending is one `send` on a
-//! `SOCK_SEQPACKET` socket: async-signal-safe, atomic per datagram (threads
-//! never interleave inside one), and it blocks while witch is behind, which
-//! holds the thread, not the judge.
+//! before an instruction whose records would not fit. The buffer is a
+//! chunk of the thread's ring, memory witch maps too ([`crate::exact::ring`]):
+//! the engine then publishes the chunk with a short notice on a
+//! `SOCK_SEQPACKET` socket ([`crate::exact::stream`]), and witch judges
+//! the records where they lie ([`crate::exact::Replay`]): the shadow memory
+//! grows with the memory the program touches, so it lives in witch, not
+//! here, where signal handlers may not allocate. Publishing is one `send`
+//! (async-signal-safe, atomic per notice), and the thread waits before it
+//! writes over a chunk witch has not judged yet, which holds the thread,
+//! not the judge. The ring is made at the thread's first window (the
+//! system calls that make it are async-signal-safe), and made anew in a
+//! fork child, whose inherited view of its parent's ring it drops.
 //!
 //! Instructions the cache does not run are recorded by the engine from
 //! their decoded accesses ([`crate::x86::record::of_instruction_for`]): a
@@ -23,11 +27,12 @@
 //! The buffer is counted in words (8 bytes): a record without values is
 //! four, the value crafts' records are longer ([`crate::x86::record`]).
 
+use crate::exact::ring::{Ring, CHUNK_BYTES};
 use crate::exact::stream;
 use crate::x86::record::{Kind, Record, CALL, DOWN, LEN_MASK, MAX_RECORDS, RECORD_WORDS, REP};
 
-/// Words a buffer holds: one datagram of 64 KiB with its header.
-pub const CAPACITY: usize = (65536 - stream::HEADER_BYTES) / 8;
+/// Words of records a buffer holds: a chunk of the ring, less its header.
+pub const CAPACITY: usize = (CHUNK_BYTES - stream::HEADER_BYTES) / 8;
 
 /// What the profile says about recording.
 #[derive(Clone, Copy, Debug, Default)]
@@ -38,9 +43,13 @@ pub struct RecordStats {
 }
 
 pub struct RecordBuffer {
-    /// The datagram: header, then CAPACITY words of records. Allocated
-    /// when the thread's state is made, never in a handler.
-    buf: Box<[u64]>,
+    /// The ring whose chunk is the buffer (None: not made yet, or it
+    /// could not be).
+    ring: Option<Ring>,
+    /// Where records go when there is no ring (sending failed): a header,
+    /// then CAPACITY words. Allocated when the thread's state is made,
+    /// never in a handler; its pages are touched only then.
+    scratch: Box<[u64]>,
     /// Words of records in the buffer.
     pos: usize,
     fd: i32,
@@ -62,7 +71,8 @@ impl RecordBuffer {
     pub fn new(fd: i32, kind: Kind, image: u32) -> RecordBuffer {
         let words = stream::HEADER_BYTES / 8 + CAPACITY;
         RecordBuffer {
-            buf: vec![0u64; words].into_boxed_slice(),
+            ring: None,
+            scratch: vec![0u64; words].into_boxed_slice(),
             pos: 0,
             fd,
             image,
@@ -74,13 +84,29 @@ impl RecordBuffer {
         }
     }
 
+    /// The buffer: a header's words, then CAPACITY words of records.
+    /// Makes the thread's ring if it has none yet. Async-signal-safe.
+    fn buf(&mut self) -> &mut [u64] {
+        if self.ring.is_none() && !self.failed {
+            self.ring = Ring::create(self.fd, crate::sys::task::getpid(), crate::sys::task::gettid(), self.image);
+            self.failed = self.ring.is_none();
+        }
+        let words = self.scratch.len();
+        match &self.ring {
+            // SAFETY: a chunk of the ring's mapping is a header and
+            // CAPACITY words, the thread's own until it publishes it.
+            Some(r) => unsafe { std::slice::from_raw_parts_mut(r.chunk(), words) },
+            None => &mut self.scratch,
+        }
+    }
+
     /// Where the first record goes.
-    fn start(&self) -> u64 {
-        self.buf.as_ptr() as u64 + stream::HEADER_BYTES as u64
+    fn start(&mut self) -> u64 {
+        self.buf().as_ptr() as u64 + stream::HEADER_BYTES as u64
     }
 
     /// Where the next record goes (for the copies' record slot).
-    pub fn next_ptr(&self) -> u64 {
+    pub fn next_ptr(&mut self) -> u64 {
         self.start() + (self.pos * 8) as u64
     }
 
@@ -109,7 +135,7 @@ impl RecordBuffer {
         }
         for r in recs.iter().take(self.room() / RECORD_WORDS) {
             let at = (stream::HEADER_BYTES / 8) + self.pos;
-            self.buf[at..at + RECORD_WORDS].copy_from_slice(&r.to_words());
+            self.buf()[at..at + RECORD_WORDS].copy_from_slice(&r.to_words());
             self.pos += RECORD_WORDS;
             self.stats.words += RECORD_WORDS as u64;
         }
@@ -155,12 +181,12 @@ impl RecordBuffer {
         }
         for r in recs {
             let at = (stream::HEADER_BYTES / 8) + self.pos;
-            self.buf[at..at + RECORD_WORDS].copy_from_slice(&r.to_words());
+            self.buf()[at..at + RECORD_WORDS].copy_from_slice(&r.to_words());
             let (b, a) = r.value_lens();
             let (bw, aw) = (b.div_ceil(8), a.div_ceil(8));
             let values = at + RECORD_WORDS;
             // Padding and unreadable bytes are zeroes.
-            self.buf[values..values + bw + aw].fill(0);
+            self.buf()[values..values + bw + aw].fill(0);
             if b > 0 {
                 let len = r.info & LEN_MASK;
                 let lo = if r.is(REP) && r.is(DOWN) { r.addr.wrapping_sub((r.extra.max(1) - 1).wrapping_mul(len)) } else { r.addr };
@@ -186,7 +212,7 @@ impl RecordBuffer {
 
     /// `n` bytes of the buffer from word `at`.
     fn bytes(&mut self, at: usize, n: usize) -> &mut [u8] {
-        let words = &mut self.buf[at..at + n.div_ceil(8)];
+        let words = &mut self.buf()[at..at + n.div_ceil(8)];
         // SAFETY: the words are initialised and at least `n` bytes long;
         // u8 has no alignment or validity requirements.
         unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, n) }
@@ -202,8 +228,10 @@ impl RecordBuffer {
         self.npending = 0;
     }
 
-    /// Send the buffer's records (if any) and empty it. Async-signal-safe:
-    /// one `send`, retried if a signal interrupted it.
+    /// Publish the buffer's records (if any) and empty it: witch judges
+    /// the chunk, and the buffer is the ring's next one (once witch has
+    /// judged what it held). Async-signal-safe: one `send`, retried if a
+    /// signal interrupted it, and a futex wait while the ring is full.
     pub fn send(&mut self) {
         self.complete();
         if self.pos == 0 {
@@ -211,16 +239,11 @@ impl RecordBuffer {
         }
         let n = self.pos;
         self.pos = 0;
-        if self.failed {
-            return;
-        }
         let h = stream::Header { pid: crate::sys::task::getpid(), tid: crate::sys::task::gettid(), words: n as u32, image: self.image };
-        self.buf[..stream::HEADER_BYTES / 8].copy_from_slice(&h.to_words());
-        let bytes = stream::HEADER_BYTES + n * 8;
-        // SAFETY: the buffer holds `bytes` initialised bytes.
-        let data = unsafe { std::slice::from_raw_parts(self.buf.as_ptr() as *const u8, bytes) };
-        if !stream::send(self.fd, data) {
+        let Some(ring) = self.ring.as_mut().filter(|_| !self.failed) else { return };
+        if !ring.publish(self.fd, h) {
             self.failed = true;
+            self.ring = None;
         }
         self.stats.sends += 1;
     }
@@ -231,8 +254,12 @@ impl RecordBuffer {
         self.image = image;
     }
 
-    /// Forget the records (a fork child: they are the parent's).
+    /// Forget the records (a fork child: they are the parent's), and the
+    /// parent's ring (this process's view of it; the thread makes its own
+    /// at its next window).
     pub fn clear(&mut self) {
+        self.ring = None;
+        self.failed = false;
         self.pos = 0;
         self.npending = 0;
         self.stats = RecordStats::default();

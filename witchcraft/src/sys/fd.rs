@@ -194,10 +194,82 @@ pub fn send_datagram(fd: i32, data: &[u8]) -> bool {
     }
 }
 
-/// Receive one datagram into `buf`, waiting at most `timeout_ms` for one
-/// (-1: until one comes). Ok(None): none came in time; Ok(Some(0)): the
-/// other end is closed and nothing is left.
-pub fn recv_datagram(fd: i32, buf: &mut [u8], timeout_ms: i32) -> std::io::Result<Option<usize>> {
+/// A new anonymous shared-memory file of `bytes` bytes (`memfd_create`,
+/// close-on-exec), for a mapping another process maps too. Async-signal-
+/// safe. Err: the errno.
+pub fn memfd(name: &std::ffi::CStr, bytes: u64) -> Result<i32, i32> {
+    // SAFETY: a NUL-terminated name and flags; the system call, not the C
+    // library's wrapper (which older C libraries lack).
+    let fd = unsafe { libc::syscall(libc::SYS_memfd_create, name.as_ptr(), libc::MFD_CLOEXEC) } as i32;
+    // SAFETY: reads this thread's errno.
+    let errno = || unsafe { *libc::__errno_location() };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: sizes the file just made.
+    if unsafe { libc::ftruncate(fd, bytes as libc::off_t) } != 0 {
+        let e = errno();
+        close(fd);
+        return Err(e);
+    }
+    Ok(fd)
+}
+
+/// Send `data` as one datagram with descriptor `passed` attached
+/// (`SCM_RIGHTS`): the receiver gets its own copy. Waits while the reader
+/// is behind. Async-signal-safe (the control message is on the stack).
+/// False if the socket is gone.
+pub fn send_datagram_with_fd(fd: i32, data: &[u8], passed: i32) -> bool {
+    // A control message with room for one descriptor, aligned for cmsghdr.
+    #[repr(C, align(8))]
+    struct Control([u8; 64]);
+    let mut control = Control([0; 64]);
+    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
+    // SAFETY: msghdr is plain data.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.0.as_mut_ptr() as *mut libc::c_void;
+    // SAFETY: CMSG_SPACE only computes a size.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) } as usize;
+    // SAFETY: the control buffer holds one header and one descriptor
+    // (CMSG_SPACE of an int is at most 24 bytes of its 64).
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut i32, passed);
+    }
+    loop {
+        // SAFETY: `msg` points at live buffers for the call.
+        let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
+        if r >= 0 {
+            return true;
+        }
+        // SAFETY: reads this thread's errno.
+        if unsafe { *libc::__errno_location() } != libc::EINTR {
+            return false;
+        }
+    }
+}
+
+/// Has the other end of connected socket `fd` closed (or failed)? Does
+/// not wait. Async-signal-safe.
+pub fn peer_gone(fd: i32) -> bool {
+    let mut p = libc::pollfd { fd, events: 0, revents: 0 };
+    // SAFETY: one pollfd; a zero timeout.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    r > 0 && p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
+}
+
+/// Receive one datagram into `buf`, with the descriptor it carries, if
+/// any (close-on-exec; the caller owns it), waiting at most `timeout_ms`
+/// for one (-1: until one comes). Ok(None): none came in time;
+/// Ok(Some((0, None))): the other end is closed and nothing is left.
+pub fn recv_datagram_fd(fd: i32, buf: &mut [u8], timeout_ms: i32) -> std::io::Result<Option<(usize, Option<i32>)>> {
+    #[repr(C, align(8))]
+    struct Control([u8; 64]);
     let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
     loop {
         // SAFETY: one pollfd.
@@ -212,8 +284,16 @@ pub fn recv_datagram(fd: i32, buf: &mut [u8], timeout_ms: i32) -> std::io::Resul
         if r == 0 {
             return Ok(None);
         }
-        // SAFETY: `buf` is writable for its length.
-        let n = unsafe { libc::recv(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT) };
+        let mut control = Control([0; 64]);
+        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
+        // SAFETY: msghdr is plain data.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.0.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = control.0.len();
+        // SAFETY: `msg` points at live, writable buffers for the call.
+        let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC) };
         if n < 0 {
             let e = std::io::Error::last_os_error();
             match e.kind() {
@@ -221,7 +301,27 @@ pub fn recv_datagram(fd: i32, buf: &mut [u8], timeout_ms: i32) -> std::io::Resul
                 _ => return Err(e),
             }
         }
-        return Ok(Some(n as usize));
+        let mut passed = None;
+        // SAFETY: walks the control messages the kernel wrote into `control`.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                    let fds = ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<i32>();
+                    for i in 0..fds {
+                        let d = std::ptr::read_unaligned((libc::CMSG_DATA(c) as *const i32).add(i));
+                        // One descriptor is expected; any more are closed.
+                        if passed.is_none() {
+                            passed = Some(d);
+                        } else {
+                            close(d);
+                        }
+                    }
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+        }
+        return Ok(Some((n as usize, passed)));
     }
 }
 

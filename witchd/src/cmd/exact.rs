@@ -43,8 +43,10 @@ pub fn run(craft: Craft, a: &RunArgs, prog: &Path, program: &OsString, out: &Out
 }
 
 /// `--exact=cache`: the program runs under the agent in its recording
-/// mode and sends every access record here; a reader thread judges them as
-/// they come (the shadow memory lives in witch, not in the program).
+/// mode and writes every access record into rings it shares with witch
+/// (`witchcraft::exact::ring`); a reader thread takes each ring's notices
+/// and judges its chunks as they come (the shadow memory lives in witch,
+/// not in the program).
 pub struct Recording {
     theirs: i32,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -75,9 +77,9 @@ impl Recording {
             .spawn(move || {
                 let mut buf = vec![0u8; MAX_DATAGRAM];
                 loop {
-                    match fds::recv_datagram(ours, &mut buf, 100) {
-                        Ok(Some(0)) | Err(_) => break,
-                        Ok(Some(n)) => judge.take(&buf[..n]),
+                    match fds::recv_datagram_fd(ours, &mut buf, 100) {
+                        Ok(Some((0, None))) | Err(_) => break,
+                        Ok(Some((n, passed))) => judge.take_notice(&buf[..n], passed),
                         // Nothing for a while: done once the program is.
                         Ok(None) if stopping.load(std::sync::atomic::Ordering::Acquire) => break,
                         Ok(None) => {}
