@@ -23,6 +23,7 @@
 
 use crate::attach_state::SESSION;
 use crate::channel::{Channel, Received};
+use crate::handler_stack;
 use crate::handlers;
 use crate::state::{now_ns, Mode, Sink, AGENT};
 use crate::threads::{self, Life};
@@ -407,14 +408,14 @@ fn set_up_new(me: i32, known: &mut HashSet<i32>, why: &mut Option<String>) -> us
         if !crate::thread_life::room_for_a_thread() {
             continue;
         }
-        let Some(alt) = threads::map_stack() else {
+        let Some(alt) = handler_stack::map_stack() else {
             AGENT.threads.not_set_up();
             continue;
         };
         let mut ts = ThreadState::new(engine);
         if let Err(e) = ts.open_events(engine, tid) {
             ts.stop();
-            threads::unmap_stack(alt);
+            handler_stack::unmap_stack(alt);
             // A thread that ended meanwhile is not a failure.
             if std::path::Path::new(&format!("/proc/self/task/{tid}")).exists() {
                 AGENT.threads.not_set_up();
@@ -423,8 +424,8 @@ fn set_up_new(me: i32, known: &mut HashSet<i32>, why: &mut Option<String>) -> us
             }
             continue;
         }
-        let Some(slot) = AGENT.threads.add(tid, ts, alt, false, threads::Prior::NONE, Life::New) else {
-            threads::unmap_stack(alt);
+        let Some(slot) = AGENT.threads.add(tid, ts, alt, false, handler_stack::Prior::NONE, Life::New) else {
+            handler_stack::unmap_stack(alt);
             continue;
         };
         // SAFETY: just added; the thread's handlers only read it once its sampler runs.

@@ -17,10 +17,11 @@
 
 use crate::alloc;
 use crate::handler_stack;
+use crate::handler_stack::Prior;
 use crate::program::PROGRAM;
 use crate::state::{Mode, AGENT};
 use crate::symbols::real_sigaction;
-use crate::threads::{Entry, Life, Prior};
+use crate::threads::{Entry, Life};
 use witchcraft::engine::{self, Place};
 use witchcraft::profile::EndedBy;
 use witchcraft::sys::siginfo::{self, sampler_signal};

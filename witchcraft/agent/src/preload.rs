@@ -13,11 +13,12 @@
 //! end needs no new descriptor and no right the program may have dropped
 //! since (a lowered RLIMIT_NOFILE, setuid to another user).
 
+use crate::handler_stack::Prior;
 use crate::handlers;
 use crate::leave;
 use crate::state::{now_ns, Mode, Sink, AGENT};
 use crate::thread_life;
-use crate::threads::{Life, Prior};
+use crate::threads::Life;
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::Ordering;
 use witchcraft::config::Config;

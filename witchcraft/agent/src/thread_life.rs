@@ -3,8 +3,9 @@
 //! `pthread_create` interposer), adopted on itself ([`adopt_thread`]),
 //! ended by its key's destructor ([`thread_end`]).
 
+use crate::handler_stack::{self, Prior};
 use crate::state::AGENT;
-use crate::threads::{self, Life, Prior};
+use crate::threads::{self, Life};
 use std::sync::atomic::{AtomicU32, Ordering};
 use witchcraft::engine::{place::thread_stack, Place, ThreadState};
 
@@ -65,19 +66,19 @@ pub fn prepare_thread() -> Option<&'static threads::Entry> {
     if !room_for_a_thread() {
         return None;
     }
-    let Some(alt) = threads::map_stack() else {
+    let Some(alt) = handler_stack::map_stack() else {
         AGENT.threads.not_set_up();
         AGENT.note("a thread was not profiled: no address space for its handler stack");
         return None;
     };
     let Some(state) = ThreadState::try_new(engine) else {
-        threads::unmap_stack(alt);
+        handler_stack::unmap_stack(alt);
         AGENT.threads.not_set_up();
         AGENT.note("a thread was not profiled: no address space for its tables");
         return None;
     };
     let Some(slot) = AGENT.threads.add(0, state, alt, true, Prior::NONE, Life::Adopted) else {
-        threads::unmap_stack(alt);
+        handler_stack::unmap_stack(alt);
         return None;
     };
     Some(slot)
@@ -94,7 +95,7 @@ pub fn unprepare_thread(slot: &threads::Entry) {
 /// ([`address_space_cap`]) for one more: its handler stack, its tables
 /// and its code cache? If not, it is counted as not set up, with a note.
 pub fn room_for_a_thread() -> bool {
-    let per_thread = (threads::HANDLER_STACK + ThreadState::reserved_bytes_each()) as u64;
+    let per_thread = (handler_stack::HANDLER_STACK + ThreadState::reserved_bytes_each()) as u64;
     if (AGENT.threads.with_state() as u64 + 1) * per_thread <= address_space_cap() {
         return true;
     }

@@ -22,26 +22,13 @@
 //! table's lock, and never once [`ThreadTable::freeze`] has run: the readers
 //! of every state (quiesce, the profile) run after it.
 
+use crate::handler_stack::{unmap_stack, Prior, HANDLER_STACK};
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use witchcraft::engine::ThreadState;
 use witchcraft::profile;
 
 pub const MAX_THREADS: usize = 8192;
-/// Each thread's handler stack: all of witch's handler code runs on it
-/// (`handler_stack.rs`), and it is the thread's alternate signal stack
-/// while the thread keeps it installed. The one place its size is set.
-///
-/// The engine's handlers take about 13 KB of it, the kernel's signal frame
-/// up to the CPU's `AT_MINSIGSTKSZ` more (12 KB with AMX state), and a
-/// program's own `SA_ONSTACK` handlers, delivered on it while it is
-/// installed, what they take; code that runs in the handlers later must fit
-/// too. Mapped with `MAP_NORESERVE`: only the pages a thread touches
-/// become memory (four to six for the engine's work), so the reserve costs
-/// address space, not memory. A guard page below it turns an overflow into
-/// a fault rather than a write into whatever is mapped there.
-pub const HANDLER_STACK: usize = 256 * 1024;
-
 /// Where a thread is in an attached session. A preloaded thread is
 /// `Adopted` from its start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,30 +49,6 @@ impl Life {
             1 => Life::Adopted,
             _ => Life::Gone,
         }
-    }
-}
-
-/// A thread's alternate stack before ours, as `sigaltstack` reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Prior {
-    pub sp: u64,
-    pub size: u64,
-    pub flags: i32,
-}
-
-impl Prior {
-    pub const NONE: Prior = Prior { sp: 0, size: 0, flags: libc::SS_DISABLE };
-
-    pub fn from_stack(s: &libc::stack_t) -> Prior {
-        // A never-set stack reads back as size 0 with flags 0: that is "none".
-        if s.ss_size == 0 || s.ss_flags & libc::SS_DISABLE != 0 {
-            return Prior::NONE;
-        }
-        Prior { sp: s.ss_sp as u64, size: s.ss_size as u64, flags: s.ss_flags & !libc::SS_ONSTACK }
-    }
-
-    pub fn to_stack(self) -> libc::stack_t {
-        libc::stack_t { ss_sp: self.sp as *mut libc::c_void, ss_flags: self.flags, ss_size: self.size as usize }
     }
 }
 
@@ -510,31 +473,4 @@ impl ThreadTable {
         unsafe { std::mem::forget(std::mem::take(&mut *self.retired.get())) };
         self.thaw();
     }
-}
-
-/// The guard page below each handler stack.
-const GUARD: usize = 4096;
-
-/// A fresh handler stack (its lowest usable address, a guard page below
-/// it), or None.
-pub fn map_stack() -> Option<u64> {
-    // A fresh anonymous mapping in witch's own region, owned by the table
-    // from here on.
-    let p = witchcraft::sys::mem::map_own(GUARD + HANDLER_STACK, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_NORESERVE | libc::MAP_STACK);
-    if p == libc::MAP_FAILED {
-        return None;
-    }
-    // SAFETY: the first page of the mapping just made.
-    if unsafe { libc::mprotect(p, GUARD, libc::PROT_NONE) } != 0 {
-        // SAFETY: the mapping just made, unused.
-        unsafe { witchcraft::sys::mem::unmap_own(p, GUARD + HANDLER_STACK) };
-        return None;
-    }
-    Some(p as u64 + GUARD as u64)
-}
-
-/// Unmap a stack from [`map_stack`] that no thread can be on.
-pub fn unmap_stack(lo: u64) {
-    // SAFETY: a mapping made by `map_stack`, its guard page included; the callers know no thread uses it.
-    unsafe { witchcraft::sys::mem::unmap_own((lo - GUARD as u64) as *mut libc::c_void, GUARD + HANDLER_STACK) };
 }
