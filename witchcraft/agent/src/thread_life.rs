@@ -23,9 +23,9 @@ pub fn whole_run_from(pc: u64) {
         return;
     }
     let Some(slot) = AGENT.current() else { return };
-    // SAFETY: this thread's own state; its handlers leave the breakpoint
-    // alone until it fires.
-    if let Some(ts) = unsafe { slot.state().as_mut() } {
+    // SAFETY: this thread's slot, outside its handlers (which leave the
+    // breakpoint alone until it fires).
+    if let Some(ts) = unsafe { slot.own_state() } {
         ts.resume_after(engine, pc);
     }
 }
@@ -77,7 +77,7 @@ pub fn prepare_thread() -> Option<&'static threads::Entry> {
         AGENT.note("a thread was not profiled: no address space for its tables");
         return None;
     };
-    let Some(slot) = AGENT.threads.add(0, state, alt, true, Prior::NONE, Life::Adopted) else {
+    let Some((slot, _)) = AGENT.threads.add(0, state, alt, true, Prior::NONE, Life::Adopted) else {
         handler_stack::unmap_stack(alt);
         return None;
     };
@@ -136,8 +136,8 @@ pub fn adopt_thread(slot: &threads::Entry, stack: (u64, u64)) {
         return;
     }
     AGENT.set_current(Some(slot));
-    // SAFETY: the state was prepared for this thread and only it uses it.
-    let ts = unsafe { &mut *slot.state() };
+    // SAFETY: this thread's slot (prepared for it), outside its handlers.
+    let Some(ts) = (unsafe { slot.own_state() }) else { return };
     if let Err(e) = ts.start(engine, Place::here(stack, slot.alt_stack())) {
         // Not profiled: the slot, its stack and its tables go to the next
         // thread that needs them.
@@ -176,8 +176,9 @@ pub fn created_thread_stack(size: usize) -> (u64, u64) {
 pub extern "C" fn thread_end(p: *mut libc::c_void) {
     // SAFETY: the value set by `start_thread`: a slot of the static table.
     let Some(slot) = (unsafe { (p as *const threads::Entry).as_ref() }) else { return };
-    // SAFETY: this thread's own state.
-    if let Some(ts) = unsafe { slot.state().as_mut() } {
+    // SAFETY: this thread's slot (not `Gone` until below), in its key's
+    // destructor, outside its handlers.
+    if let Some(ts) = unsafe { slot.own_state() } {
         ts.stop();
     }
     // The thread's stack before witch's, unless the program installed one
