@@ -291,6 +291,24 @@ fn no_agent_file_is_over_600_lines() {
     assert!(long.is_empty(), "{long:?}");
 }
 
+/// A thread's engine state is reached only through the thread table's
+/// entry points, one for each kind of access, each with its own safety
+/// argument (`threads.rs`): no other agent file holds the state's raw
+/// pointer or dereferences it.
+#[test]
+fn only_the_thread_table_reaches_a_state_raw() {
+    let mods = modules(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../witchcraft/agent/src"), "lib.rs");
+    assert!(mods.contains_key("threads") && mods.len() > 3, "the agent's sources not read: {:?}", mods.keys());
+    let raw =
+        ["state_ptr", "*mut ThreadState", ".state().as_mut()", ".state().as_ref()", ".state().is_null()", "*slot.state()", "(*ts)", "(*t)"];
+    let found: Vec<String> = mods
+        .iter()
+        .filter(|(m, _)| m.as_str() != "threads")
+        .flat_map(|(m, code)| raw.iter().filter(|r| code.contains(*r)).map(move |r| format!("{m}: {r}")))
+        .collect();
+    assert!(found.is_empty(), "a thread's state reached raw outside `threads.rs` (use its entry points): {found:?}");
+}
+
 /// The engine stands on one-way floors too: its root only names the
 /// modules; the settings and the process-wide `Engine` are below the
 /// thread's parts, the parts (watchpoints, the bookkeeping core `ledger`,

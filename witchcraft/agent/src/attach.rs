@@ -23,9 +23,10 @@
 
 use crate::attach_state::SESSION;
 use crate::channel::{Channel, Received};
+use crate::handler_stack;
 use crate::handlers;
 use crate::state::{now_ns, Mode, Sink, AGENT};
-use crate::threads::{self, Life};
+use crate::threads::{self, Life, Quiesced};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 use witchcraft::config::Config;
@@ -389,8 +390,9 @@ fn set_up_new(me: i32, known: &mut HashSet<i32>, why: &mut Option<String>) -> us
     let live: HashSet<i32> = procfs::tasks(None).into_iter().collect();
     for s in AGENT.threads.slots() {
         if matches!(s.phase(), Life::New | Life::Adopted) && !live.contains(&s.tid()) {
-            // SAFETY: the thread is gone: nothing else uses its state.
-            if let Some(ts) = unsafe { s.state().as_mut() } {
+            // SAFETY: the thread is gone, and only this (control) thread
+            // uses its state until the session's end.
+            if let Some(ts) = unsafe { s.gone_state() } {
                 ts.stop();
             }
             s.set_phase(Life::Gone);
@@ -407,14 +409,14 @@ fn set_up_new(me: i32, known: &mut HashSet<i32>, why: &mut Option<String>) -> us
         if !crate::thread_life::room_for_a_thread() {
             continue;
         }
-        let Some(alt) = threads::map_stack() else {
+        let Some(alt) = handler_stack::map_stack() else {
             AGENT.threads.not_set_up();
             continue;
         };
         let mut ts = ThreadState::new(engine);
         if let Err(e) = ts.open_events(engine, tid) {
             ts.stop();
-            threads::unmap_stack(alt);
+            handler_stack::unmap_stack(alt);
             // A thread that ended meanwhile is not a failure.
             if std::path::Path::new(&format!("/proc/self/task/{tid}")).exists() {
                 AGENT.threads.not_set_up();
@@ -423,12 +425,10 @@ fn set_up_new(me: i32, known: &mut HashSet<i32>, why: &mut Option<String>) -> us
             }
             continue;
         }
-        let Some(slot) = AGENT.threads.add(tid, ts, alt, false, threads::Prior::NONE, Life::New) else {
-            threads::unmap_stack(alt);
+        let Some((_, ts)) = AGENT.threads.add(tid, ts, alt, false, handler_stack::Prior::NONE, Life::New) else {
+            handler_stack::unmap_stack(alt);
             continue;
         };
-        // SAFETY: just added; the thread's handlers only read it once its sampler runs.
-        let ts = unsafe { &mut *slot.state() };
         ts.go(engine);
         // Its first sample only sets it up: let that come soon.
         ts.resume_sampler_soon(engine);
@@ -444,8 +444,8 @@ fn set_up_new(me: i32, known: &mut HashSet<i32>, why: &mut Option<String>) -> us
 /// thread's state and handler stack, the engine) the returned [`Release`]
 /// gives back once no thread can need it.
 fn teardown(deliver: Option<(EndedBy, Option<&str>)>) -> Release {
-    AGENT.quiesce(|_| false);
-    let mut release = Release { closed: HashSet::new() };
+    let quiesced = AGENT.quiesce(|_| false);
+    let mut release = Release { closed: HashSet::new(), quiesced };
     release.close_settled();
     let me = task::gettid();
     let inside = AGENT.threads.slots().iter().filter(|s| s.tid() != me && !settled(s)).count();
@@ -455,7 +455,7 @@ fn teardown(deliver: Option<(EndedBy, Option<&str>)>) -> Release {
         ));
     }
     if let Some((ended_by, exec_call)) = deliver.filter(|_| AGENT.claim_finish()) {
-        if let Err(e) = AGENT.deliver(&AGENT.profile(ended_by, exec_call)) {
+        if let Err(e) = AGENT.deliver(&AGENT.profile(&mut release.quiesced, ended_by, exec_call)) {
             AGENT.note(format!("cannot send the profile: {e}"));
         }
     }
@@ -478,6 +478,8 @@ fn teardown(deliver: Option<(EndedBy, Option<&str>)>) -> Release {
 struct Release {
     /// The threads whose events are closed.
     closed: HashSet<i32>,
+    /// Profiling stopped (the session's states are read and closed).
+    quiesced: Quiesced,
 }
 
 impl Release {
@@ -488,10 +490,9 @@ impl Release {
             if s.tid() == me || self.closed.contains(&s.tid()) || !settled(s) {
                 continue;
             }
-            // SAFETY: the thread is out of witch's handlers and windows, and
-            // quiesced: none of its handlers changes the state meanwhile
-            // (one that starts finds the session stopping and leaves it).
-            if let Some(ts) = unsafe { s.state().as_mut() } {
+            // Out of witch's handlers and windows, and quiesced: one of its
+            // handlers that starts finds the session stopping and leaves it.
+            if let Some(ts) = s.state_quiesced(&mut self.quiesced) {
                 ts.close_watchpoints();
                 ts.stop();
             }
@@ -514,7 +515,7 @@ impl Release {
             std::thread::sleep(Duration::from_millis(5));
             // Every thread's events closed (each once it was out of
             // witch's code), and none of witch's signals left.
-            let open = AGENT.threads.slots().iter().any(|s| s.tid() != me && !s.state().is_null() && !self.closed.contains(&s.tid()));
+            let open = AGENT.threads.slots().iter().any(|s| s.tid() != me && s.has_state() && !self.closed.contains(&s.tid()));
             if !open && pending_signals().is_empty() {
                 break;
             }
@@ -535,8 +536,7 @@ impl Release {
 /// Is this slot's thread out of witch's code (no handler of witch's on
 /// it, not in a burst window), or gone?
 fn settled(s: &threads::Entry) -> bool {
-    // SAFETY: only atomics of the state are read; states live until `clear`.
-    let busy = unsafe { s.state().as_ref() }.is_some_and(|t| t.in_handler() || t.window_busy()) || s.in_use();
+    let busy = s.engine_busy() || s.in_use();
     !busy || !std::path::Path::new(&format!("/proc/self/task/{}", s.tid())).exists()
 }
 

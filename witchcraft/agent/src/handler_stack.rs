@@ -1,5 +1,5 @@
 //! Where witch's handler code runs: on each thread's handler stack, which
-//! the thread table maps for it ([`crate::threads::HANDLER_STACK`] bytes,
+//! the thread table maps for it ([`map_stack`], [`HANDLER_STACK`] bytes,
 //! a guard page below), never on a stack the program sized.
 //!
 //! The kernel puts a signal's frame where the handler's flags say: the
@@ -18,6 +18,20 @@
 //! A signal whose handler is not witch's work is passed to the program's
 //! handler from the entry, on the stack the kernel chose for it, as the
 //! program expects.
+
+/// Each thread's handler stack: all of witch's handler code runs on it
+/// ([`run`]), and it is the thread's alternate signal stack
+/// while the thread keeps it installed. The one place its size is set.
+///
+/// The engine's handlers take about 13 KB of it, the kernel's signal frame
+/// up to the CPU's `AT_MINSIGSTKSZ` more (12 KB with AMX state), and a
+/// program's own `SA_ONSTACK` handlers, delivered on it while it is
+/// installed, what they take; code that runs in the handlers later must fit
+/// too. Mapped with `MAP_NORESERVE`: only the pages a thread touches
+/// become memory (four to six for the engine's work), so the reserve costs
+/// address space, not memory. A guard page below it turns an overflow into
+/// a fault rather than a write into whatever is mapped there.
+pub const HANDLER_STACK: usize = 256 * 1024;
 
 /// A stack range, lowest and one past the highest address.
 pub type Range = (u64, u64);
@@ -98,6 +112,57 @@ std::arch::global_asm!(
     ".cfi_endproc",
     ".size witch_agent_on_stack, .-witch_agent_on_stack",
 );
+
+/// A thread's alternate stack before ours, as `sigaltstack` reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prior {
+    pub sp: u64,
+    pub size: u64,
+    pub flags: i32,
+}
+
+impl Prior {
+    pub const NONE: Prior = Prior { sp: 0, size: 0, flags: libc::SS_DISABLE };
+
+    pub fn from_stack(s: &libc::stack_t) -> Prior {
+        // A never-set stack reads back as size 0 with flags 0: that is "none".
+        if s.ss_size == 0 || s.ss_flags & libc::SS_DISABLE != 0 {
+            return Prior::NONE;
+        }
+        Prior { sp: s.ss_sp as u64, size: s.ss_size as u64, flags: s.ss_flags & !libc::SS_ONSTACK }
+    }
+
+    pub fn to_stack(self) -> libc::stack_t {
+        libc::stack_t { ss_sp: self.sp as *mut libc::c_void, ss_flags: self.flags, ss_size: self.size as usize }
+    }
+}
+
+/// The guard page below each handler stack.
+const GUARD: usize = 4096;
+
+/// A fresh handler stack (its lowest usable address, a guard page below
+/// it), or None.
+pub fn map_stack() -> Option<u64> {
+    // A fresh anonymous mapping in witch's own region, owned by the table
+    // from here on.
+    let p = witchcraft::sys::mem::map_own(GUARD + HANDLER_STACK, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_NORESERVE | libc::MAP_STACK);
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    // SAFETY: the first page of the mapping just made.
+    if unsafe { libc::mprotect(p, GUARD, libc::PROT_NONE) } != 0 {
+        // SAFETY: the mapping just made, unused.
+        unsafe { witchcraft::sys::mem::unmap_own(p, GUARD + HANDLER_STACK) };
+        return None;
+    }
+    Some(p as u64 + GUARD as u64)
+}
+
+/// Unmap a stack from [`map_stack`] that no thread can be on.
+pub fn unmap_stack(lo: u64) {
+    // SAFETY: a mapping made by `map_stack`, its guard page included; the callers know no thread uses it.
+    unsafe { witchcraft::sys::mem::unmap_own((lo - GUARD as u64) as *mut libc::c_void, GUARD + HANDLER_STACK) };
+}
 
 #[cfg(test)]
 mod tests {

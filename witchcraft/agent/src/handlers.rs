@@ -17,10 +17,11 @@
 
 use crate::alloc;
 use crate::handler_stack;
+use crate::handler_stack::Prior;
 use crate::program::PROGRAM;
 use crate::state::{Mode, AGENT};
 use crate::symbols::real_sigaction;
-use crate::threads::{Entry, Life, Prior};
+use crate::threads::{Entered, Entry, Life};
 use witchcraft::engine::{self, Place};
 use witchcraft::profile::EndedBy;
 use witchcraft::sys::siginfo::{self, sampler_signal};
@@ -148,15 +149,15 @@ pub fn guard_existing() {
 pub extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     let ucp = uc as *mut libc::ucontext_t;
     let slot = AGENT.current();
-    if let (Some(engine), Some(slot), Some(entered)) = (AGENT.engine(), slot, slot.and_then(Entry::enter)) {
-        // SAFETY: the slot's state is this thread's (see `dispatch`).
-        if let Some(ts) = unsafe { slot.state().as_mut() } {
+    if let (Some(engine), Some(slot), Some(mut entered)) = (AGENT.engine(), slot, slot.and_then(Entry::enter)) {
+        let stack = entered.stack;
+        if let Some(ts) = entered.state() {
             if ts.in_window() {
                 // On the handler stack: the program's own fault handler may
                 // run on a small alternate stack of its own.
                 // SAFETY: `uc` is the kernel's context for this signal.
                 let leave = || slot.engine_handler(|| unsafe { ts.leave_cache_at_fault(engine, ucp) });
-                let left = handler_stack::run(entered.stack, ucp, leave);
+                let left = handler_stack::run(stack, ucp, leave);
                 if left {
                     let sa = PROGRAM.action(sig);
                     // SAFETY: `ucp` is the kernel's context; its mask is now the program's.
@@ -255,9 +256,8 @@ pub extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *m
             // first thread before the program runs, or the control thread).
             crate::calibrate::on_signal(sig, info, uc)
         } else {
-            let slot = AGENT.current();
-            match slot.and_then(Entry::enter) {
-                Some(entered) => handler_stack::run(entered.stack, uc, || dispatch(sig, info, uc, slot)),
+            match AGENT.current().and_then(Entry::enter) {
+                Some(mut entered) => handler_stack::run(entered.stack, uc, || dispatch(sig, info, uc, &mut entered)),
                 // No handler stack, so no engine state: only whether it is ours.
                 None => stateless(sig, info),
             }
@@ -290,9 +290,9 @@ fn stray_step(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -
     if sig != libc::SIGTRAP || unsafe { siginfo::origin(sig, info) } != siginfo::Origin::Step {
         return false;
     }
-    // SAFETY: a slot's state is only touched by its own thread's handlers
-    // while the thread is profiled (this is one of them).
-    let left = AGENT.current().and_then(|s| unsafe { s.state().as_mut() }).is_some_and(|ts| ts.take_left_trap_flag());
+    // SAFETY: this thread's slot; its handler that held the state (in
+    // `dispatch`) has returned.
+    let left = AGENT.current().and_then(|s| unsafe { s.own_state() }).is_some_and(|ts| ts.take_left_trap_flag());
     let program = PROGRAM.action(libc::SIGTRAP).sa_sigaction;
     if !left && program != libc::SIG_DFL && program != libc::SIG_IGN {
         return false;
@@ -314,24 +314,22 @@ fn stateless(sig: i32, info: *mut libc::siginfo_t) -> bool {
     unsafe { engine::classify(sig, info, None) }.is_some()
 }
 
-/// Handle our samples and traps (on the thread's handler stack, `slot`'s);
-/// false if the signal isn't ours.
+/// Handle our samples and traps (on the thread's handler stack, its
+/// slot's, `entered`); false if the signal isn't ours.
 #[inline(never)]
-fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t, slot: Option<&Entry>) -> bool {
+fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t, entered: &mut Entered) -> bool {
     let Some(engine) = AGENT.engine() else { return false };
-    if slot.is_some_and(Entry::linking) {
+    let slot = entered.slot();
+    if slot.linking() {
         // Inside the engine's link path, which holds the state: only its
         // own access can trap here (a watchpoint on the code the
         // translator reads), witch's, dropped.
         return stateless(sig, info);
     }
-    // SAFETY: a slot's state is only touched by its own thread's handlers
-    // while the thread is profiled; the table keeps it until the session
-    // (or process) ends.
-    let ts = slot.and_then(|s| unsafe { s.state().as_mut() });
+    let ts = entered.state();
     // SAFETY: `info` is the kernel's siginfo for this signal.
     let Some(event) = (unsafe { engine::classify(sig, info, ts.as_deref()) }) else { return false };
-    let (Some(slot), Some(ts)) = (slot, ts) else { return true };
+    let Some(ts) = ts else { return true };
     let ends_burst = matches!(event, engine::Event::Step | engine::Event::CacheExit);
     if AGENT.sandboxed() {
         // Under a seccomp filter now: nothing that makes a system call (a
@@ -388,12 +386,11 @@ extern "C" fn on_cache_link() {
         if slot.phase() != Life::Adopted && AGENT.mode() == Mode::Attached {
             return;
         }
-        let Some(_entered) = slot.enter() else { return };
-        // SAFETY: a slot's state is only touched by its own thread, here
-        // outside any of witch's handlers (the thread runs its window's
+        let Some(mut entered) = slot.enter() else { return };
+        // Outside any of witch's handlers (the thread runs its window's
         // copies, which called this); a handler nested in this call finds
         // `linking` set and leaves the state alone.
-        let Some(ts) = (unsafe { slot.state().as_mut() }) else { return };
+        let Some(ts) = entered.state() else { return };
         slot.set_linking(true);
         let link = || {
             if let Some(map) = witchcraft::modules::current() {
@@ -504,8 +501,8 @@ pub extern "C" fn on_fatal(sig: libc::c_int, _info: *mut libc::siginfo_t, uc: *m
 #[inline(never)]
 fn write_crash_profile(sig: i32) {
     alloc::enter_crash_mode();
-    AGENT.quiesce(|_| false);
-    if let Err(e) = AGENT.deliver(&AGENT.profile(EndedBy::Signal(sig), None)) {
+    let mut quiesced = AGENT.quiesce(|_| false);
+    if let Err(e) = AGENT.deliver(&AGENT.profile(&mut quiesced, EndedBy::Signal(sig), None)) {
         crate::state::say(&format!("witch: agent: cannot write the profile: {e}\n"));
     }
 }

@@ -109,14 +109,12 @@ pub unsafe extern "C" fn pthread_create(
 /// process goes on and so does profiling.
 fn around_exec(name: &str, call: impl FnOnce() -> libc::c_int) -> libc::c_int {
     let ours = preloaded() && AGENT.owner_is_me();
-    if ours {
-        AGENT.finish_with(EndedBy::Exec, Some(name));
-    }
+    let quiesced = ours.then(|| AGENT.finish_with(EndedBy::Exec, Some(name)));
     let r = call();
     // SAFETY: this thread's errno.
     let e = unsafe { *libc::__errno_location() };
-    if ours {
-        AGENT.resume();
+    if let Some(quiesced) = quiesced {
+        AGENT.resume(quiesced);
     }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = e };

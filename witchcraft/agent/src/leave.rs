@@ -15,10 +15,9 @@ pub fn untraced_note(why: &str) -> String {
 /// registers back, and write what it gathered so far.
 pub fn leave_to_debugger(why: &str) {
     AGENT.note(untraced_note(why));
-    AGENT.finish(EndedBy::Traced);
-    for ts in AGENT.threads.states() {
-        // SAFETY: quiesced by `finish`: no handler uses the events any more.
-        unsafe { (*ts).stop() };
+    let mut quiesced = AGENT.finish(EndedBy::Traced);
+    for ts in AGENT.threads.states_quiesced(&mut quiesced) {
+        ts.stop();
     }
 }
 
@@ -38,10 +37,9 @@ pub fn leave_to_sandbox(how: &'static str) {
     AGENT.note(format!(
         "profiling stopped {after:.3} s in: the program put itself in a seccomp sandbox ({how}), whose filter may kill it for a system call the agent makes; what came after, and any process it starts, is not profiled"
     ));
-    AGENT.finish(EndedBy::Sandbox);
-    for ts in AGENT.threads.states() {
-        // SAFETY: quiesced by `finish`: no handler uses the events any more.
-        unsafe { (*ts).stop() };
+    let mut quiesced = AGENT.finish(EndedBy::Sandbox);
+    for ts in AGENT.threads.states_quiesced(&mut quiesced) {
+        ts.stop();
     }
     handlers::give_back_fatal_hooks();
 }

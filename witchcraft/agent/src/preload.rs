@@ -13,11 +13,12 @@
 //! end needs no new descriptor and no right the program may have dropped
 //! since (a lowered RLIMIT_NOFILE, setuid to another user).
 
+use crate::handler_stack::Prior;
 use crate::handlers;
 use crate::leave;
 use crate::state::{now_ns, Mode, Sink, AGENT};
 use crate::thread_life;
-use crate::threads::{Life, Prior};
+use crate::threads::Life;
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::Ordering;
 use witchcraft::config::Config;
@@ -187,42 +188,35 @@ extern "C" fn after_fork_child(back: u64) {
     // Only the forking thread exists here; it keeps its slot's state.
     let me = AGENT.current();
     let start = engine.restart_after_fork();
-    for ts in AGENT.threads.states() {
-        // SAFETY: the parent's states, in our copy of its memory; no other thread exists here.
-        unsafe { (*ts).reset_after_fork(engine.image()) };
-    }
+    // SAFETY: a fork child: no other thread exists here, and this handler is
+    // not a signal's.
+    unsafe { AGENT.threads.reset_after_fork(engine.image()) };
     // The parent's profile file is the parent's.
     if let Sink::File(fd) = AGENT.sink() {
         fd::close(fd);
     }
     if AGENT.sandboxed() {
         // The filter came with the fork: no profile, no events.
-        AGENT.after_fork(Sink::None, start);
+        AGENT.after_fork(Sink::None, start, None);
         AGENT.claim_finish();
         return;
     }
     let out_dir = engine.config().out_dir.clone();
-    let (mine, alt, prior) = match me {
-        Some(s) => (s.state(), s.alt_stack().0, s.prior()),
-        None => (std::ptr::null_mut(), 0, Prior::NONE),
+    let (alt, prior) = match me {
+        Some(s) => (s.alt_stack().0, s.prior()),
+        None => (0, Prior::NONE),
     };
     if !engine.config().follows(std::process::id(), None) {
         // A child this run does not follow (--no-children): it runs on
         // unprofiled (its events were dropped above) and writes no profile.
-        AGENT.after_fork(Sink::None, start);
+        AGENT.after_fork(Sink::None, start, None);
         AGENT.claim_finish();
         return;
     }
-    AGENT.after_fork(create_output(&out_dir), start);
-    if mine.is_null() {
-        return;
-    }
-    // SAFETY: our copy of the forking thread's state, taken back into a Box for the table.
-    let ts = unsafe { Box::from_raw(mine) };
-    if let Some(slot) = AGENT.threads.add(witchcraft::sys::task::gettid(), ts, alt, alt != 0, prior, Life::Adopted) {
+    // Our copy of the forking thread's state, taken back for the table.
+    let Some(ts) = AGENT.after_fork(create_output(&out_dir), start, me) else { return };
+    if let Some((slot, ts)) = AGENT.threads.add(witchcraft::sys::task::gettid(), ts, alt, alt != 0, prior, Life::Adopted) {
         AGENT.set_current(Some(slot));
-        // SAFETY: this thread's state, just added.
-        let ts = unsafe { &mut *slot.state() };
         let place = ts.place();
         if let Err(e) = ts.start(engine, place) {
             ts.stop();

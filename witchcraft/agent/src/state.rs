@@ -8,11 +8,11 @@
 
 use crate::alloc;
 use crate::attach_state::SESSION;
-use crate::threads::{Entry, ThreadTable};
+use crate::threads::{Entry, Quiesced, ThreadTable};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
-use witchcraft::engine::Engine;
+use witchcraft::engine::{Engine, ThreadState};
 use witchcraft::modules;
 use witchcraft::profile::{self, EndedBy, Profile};
 use witchcraft::sys::{fd, task};
@@ -185,14 +185,16 @@ impl Agent {
 
     /// In a fork child: the state is now this process's, with only the
     /// forking thread; the parent's other threads don't exist here.
-    pub fn after_fork(&self, sink: Sink, start_ns: u64) {
-        self.threads.forget();
+    /// Gives back `keep`'s state (the forking thread's slot), to add again.
+    pub fn after_fork(&self, sink: Sink, start_ns: u64, keep: Option<&Entry>) -> Option<Box<ThreadState>> {
+        let kept = self.threads.forget(keep);
         self.stopping.store(false, Ordering::Release);
         self.finished.store(false, Ordering::Release);
         self.owner.store(std::process::id(), Ordering::Relaxed);
         self.start_ns.store(start_ns, Ordering::Relaxed);
         self.set_sink(sink);
         MINE.with(|m| m.set(std::ptr::null()));
+        kept
     }
 
     pub fn start_ns(&self) -> u64 {
@@ -272,49 +274,18 @@ impl Agent {
     }
 
     /// Stop every thread's sampling and wait (briefly) for handlers that
-    /// are running to finish: the one stop-and-wait of the agent.
+    /// are running to finish: the one stop-and-wait of the agent, whose
+    /// proof reads the threads' states.
     /// `keep_sampling` says which slots keep their sampler (an attached
     /// thread gives its alternate stack back at its next sample).
-    pub fn quiesce(&self, keep_sampling: impl Fn(&Entry) -> bool) {
+    pub fn quiesce(&self, keep_sampling: impl Fn(&Entry) -> bool) -> Quiesced {
         self.stopping.store(true, Ordering::Release);
-        // No new thread takes over an ended one's slot (and frees its state)
-        // while the states are read, here and in the profile.
-        self.threads.freeze();
-        for s in self.threads.slots() {
-            let ts = s.state();
-            if ts.is_null() {
-                continue;
-            }
-            // SAFETY: `ts` lives in the table until `clear`, which only the
-            // session's end calls, after this. Only the flags and the
-            // sampler's kernel object are touched, both safe to race with
-            // the thread's own handler.
-            unsafe {
-                (*ts).halt();
-                if !keep_sampling(s) {
-                    (*ts).pause_sampler();
-                }
-            }
-        }
-        let me = task::gettid();
-        for _ in 0..1000 {
-            // A thread in its handlers, or running a burst window from its
-            // code cache (which ends at its next exit, through a handler).
-            let busy = self.threads.slots().iter().any(|s| {
-                // SAFETY: as above; `in_handler` and `busy` are atomics.
-                let ts = unsafe { s.state().as_ref() };
-                s.tid() != me && ts.is_some_and(|t| t.in_handler() || t.window_busy())
-            });
-            if !busy {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_micros(50));
-        }
+        self.threads.quiesce(keep_sampling)
     }
 
     /// Undo [`Agent::quiesce`] (an exec that failed: the image goes on),
     /// unless the process is sandboxed.
-    pub fn resume(&self) {
+    pub fn resume(&self, mut quiesced: Quiesced) {
         if self.sandboxed() {
             return;
         }
@@ -322,12 +293,9 @@ impl Agent {
         self.finished.store(false, Ordering::Release);
         self.threads.thaw();
         let Some(engine) = self.engine() else { return };
-        for ts in self.threads.states() {
-            // SAFETY: as in `quiesce`.
-            unsafe {
-                if (*ts).has_sampler() {
-                    (*ts).go(engine);
-                }
+        for ts in self.threads.states_quiesced(&mut quiesced) {
+            if ts.has_sampler() {
+                ts.go(engine);
             }
         }
     }
@@ -338,25 +306,30 @@ impl Agent {
         self.engine().is_some() && self.owner_is_me() && !self.finished.swap(true, Ordering::AcqRel)
     }
 
-    /// Stop sampling and deliver this process's profile, once.
-    pub fn finish(&self, ended_by: EndedBy) {
-        self.finish_with(ended_by, None);
+    /// Stop sampling and deliver this process's profile, once; the proof
+    /// that profiling stopped, here or by the finish that came first.
+    pub fn finish(&self, ended_by: EndedBy) -> Quiesced {
+        self.finish_with(ended_by, None)
     }
 
     /// [`finish`](Self::finish), for an end the agent saw a call make
     /// (`exec_call`: the exec function the program called).
-    pub fn finish_with(&self, ended_by: EndedBy, exec_call: Option<&str>) {
+    pub fn finish_with(&self, ended_by: EndedBy, exec_call: Option<&str>) -> Quiesced {
         if !self.claim_finish() {
-            return;
+            // SAFETY: without an engine the table is empty; a finished
+            // profile was claimed by a finish that quiesced (or in a fork
+            // child, whose table was forgotten). A vfork child (not the
+            // owner) shares its parent's table, which nothing quiesced: its
+            // callers (`leave.rs`) touch those states as they always did.
+            return unsafe { Quiesced::earlier() };
         }
-        self.quiesce(|_| false);
+        let mut quiesced = self.quiesce(|_| false);
         if self.engine().is_some_and(|e| e.config().record_fd.is_some()) {
             // The exact mode: every thread's last records, before the
             // profile (witch judges them all before it reads it).
             let (mut words, mut gaps, mut resumes, mut first) = (0, 0, 0, 0);
-            for ts in self.threads.states() {
-                // SAFETY: the table's states, quiesced above.
-                if let Some(r) = unsafe { (*ts).send_records() } {
+            for ts in self.threads.states_quiesced(&mut quiesced) {
+                if let Some(r) = ts.send_records() {
                     words += r.words;
                     (gaps, resumes) = (gaps + r.gaps, resumes + r.resumes);
                     if first == 0 {
@@ -369,13 +342,14 @@ impl Agent {
                 "exact from the code cache: {mib:.1} MiB of access records sent; {gaps} times the thread ran natively unrecorded until the next tick (the first at {first:#x}), {resumes} resumptions after native code"
             ));
         }
-        if let Err(e) = self.deliver(&self.profile(ended_by, exec_call)) {
+        if let Err(e) = self.deliver(&self.profile(&mut quiesced, ended_by, exec_call)) {
             say(&format!("witch: agent: cannot write the profile: {e}\n"));
         }
+        quiesced
     }
 
     /// The profile of what the threads gathered so far.
-    pub fn profile(&self, ended_by: EndedBy, exec_call: Option<&str>) -> Profile {
+    pub fn profile(&self, quiesced: &mut Quiesced, ended_by: EndedBy, exec_call: Option<&str>) -> Profile {
         let engine = self.engine().expect("profiling");
         // Code mapped since the last refresh was seen by a handler (not in
         // a crash handler: reading the maps takes a lock the crash may hold).
@@ -384,9 +358,8 @@ impl Agent {
         }
         let mut counters = profile::Counters::default();
         let mut threads = Vec::new();
-        for ts in self.threads.states() {
-            // SAFETY: the table's states, quiesced by the caller.
-            let t = unsafe { (*ts).to_profile() };
+        for ts in self.threads.states_quiesced(quiesced) {
+            let t = ts.to_profile();
             counters.add(&t.counters);
             if t.counters.interrupts > 0 || t.nodes.len() > 1 {
                 threads.push(t);
@@ -406,8 +379,7 @@ impl Agent {
         let guard = if alloc::in_crash_mode() { self.identity.try_lock().ok() } else { self.identity.lock().ok() };
         let (program, args) = guard.map(|g| g.clone()).unwrap_or_default();
         let start = self.start_ns();
-        // SAFETY: the table's states, quiesced by the caller.
-        let used = self.threads.states().map(|t| unsafe { (*t).debug_registers_held() }).max().unwrap_or(0);
+        let used = self.threads.states_quiesced(quiesced).map(|t| t.debug_registers_held()).max().unwrap_or(0);
         let (cfg, costs, (sampler, period, burst)) = (engine.config(), engine.costs(), engine.sampling());
         Profile {
             schema: profile::SCHEMA,

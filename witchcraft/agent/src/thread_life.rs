@@ -3,8 +3,9 @@
 //! `pthread_create` interposer), adopted on itself ([`adopt_thread`]),
 //! ended by its key's destructor ([`thread_end`]).
 
+use crate::handler_stack::{self, Prior};
 use crate::state::AGENT;
-use crate::threads::{self, Life, Prior};
+use crate::threads::{self, Life};
 use std::sync::atomic::{AtomicU32, Ordering};
 use witchcraft::engine::{place::thread_stack, Place, ThreadState};
 
@@ -22,9 +23,9 @@ pub fn whole_run_from(pc: u64) {
         return;
     }
     let Some(slot) = AGENT.current() else { return };
-    // SAFETY: this thread's own state; its handlers leave the breakpoint
-    // alone until it fires.
-    if let Some(ts) = unsafe { slot.state().as_mut() } {
+    // SAFETY: this thread's slot, outside its handlers (which leave the
+    // breakpoint alone until it fires).
+    if let Some(ts) = unsafe { slot.own_state() } {
         ts.resume_after(engine, pc);
     }
 }
@@ -65,19 +66,19 @@ pub fn prepare_thread() -> Option<&'static threads::Entry> {
     if !room_for_a_thread() {
         return None;
     }
-    let Some(alt) = threads::map_stack() else {
+    let Some(alt) = handler_stack::map_stack() else {
         AGENT.threads.not_set_up();
         AGENT.note("a thread was not profiled: no address space for its handler stack");
         return None;
     };
     let Some(state) = ThreadState::try_new(engine) else {
-        threads::unmap_stack(alt);
+        handler_stack::unmap_stack(alt);
         AGENT.threads.not_set_up();
         AGENT.note("a thread was not profiled: no address space for its tables");
         return None;
     };
-    let Some(slot) = AGENT.threads.add(0, state, alt, true, Prior::NONE, Life::Adopted) else {
-        threads::unmap_stack(alt);
+    let Some((slot, _)) = AGENT.threads.add(0, state, alt, true, Prior::NONE, Life::Adopted) else {
+        handler_stack::unmap_stack(alt);
         return None;
     };
     Some(slot)
@@ -94,7 +95,7 @@ pub fn unprepare_thread(slot: &threads::Entry) {
 /// ([`address_space_cap`]) for one more: its handler stack, its tables
 /// and its code cache? If not, it is counted as not set up, with a note.
 pub fn room_for_a_thread() -> bool {
-    let per_thread = (threads::HANDLER_STACK + ThreadState::reserved_bytes_each()) as u64;
+    let per_thread = (handler_stack::HANDLER_STACK + ThreadState::reserved_bytes_each()) as u64;
     if (AGENT.threads.with_state() as u64 + 1) * per_thread <= address_space_cap() {
         return true;
     }
@@ -135,8 +136,8 @@ pub fn adopt_thread(slot: &threads::Entry, stack: (u64, u64)) {
         return;
     }
     AGENT.set_current(Some(slot));
-    // SAFETY: the state was prepared for this thread and only it uses it.
-    let ts = unsafe { &mut *slot.state() };
+    // SAFETY: this thread's slot (prepared for it), outside its handlers.
+    let Some(ts) = (unsafe { slot.own_state() }) else { return };
     if let Err(e) = ts.start(engine, Place::here(stack, slot.alt_stack())) {
         // Not profiled: the slot, its stack and its tables go to the next
         // thread that needs them.
@@ -175,8 +176,9 @@ pub fn created_thread_stack(size: usize) -> (u64, u64) {
 pub extern "C" fn thread_end(p: *mut libc::c_void) {
     // SAFETY: the value set by `start_thread`: a slot of the static table.
     let Some(slot) = (unsafe { (p as *const threads::Entry).as_ref() }) else { return };
-    // SAFETY: this thread's own state.
-    if let Some(ts) = unsafe { slot.state().as_mut() } {
+    // SAFETY: this thread's slot (not `Gone` until below), in its key's
+    // destructor, outside its handlers.
+    if let Some(ts) = unsafe { slot.own_state() } {
         ts.stop();
     }
     // The thread's stack before witch's, unless the program installed one

@@ -19,29 +19,20 @@
 //! slot of one that ended (its data moves to the retired threads' profiles,
 //! its engine state is freed and its stack unmapped), so memory follows the
 //! threads alive at once. Only [`ThreadTable::add`] does that, under the
-//! table's lock, and never once [`ThreadTable::freeze`] has run: the readers
+//! table's lock, and never once [`ThreadTable::quiesce`] has run: the readers
 //! of every state (quiesce, the profile) run after it.
+//!
+//! A thread's engine state is reached only through this file: an entry
+//! point for each kind of access (own handler, own thread, adder, after
+//! [`Quiesced`], gone thread, atomics, fork child), each with its argument.
 
+use crate::handler_stack::{unmap_stack, Prior, HANDLER_STACK};
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use witchcraft::engine::ThreadState;
 use witchcraft::profile;
 
 pub const MAX_THREADS: usize = 8192;
-/// Each thread's handler stack: all of witch's handler code runs on it
-/// (`handler_stack.rs`), and it is the thread's alternate signal stack
-/// while the thread keeps it installed. The one place its size is set.
-///
-/// The engine's handlers take about 13 KB of it, the kernel's signal frame
-/// up to the CPU's `AT_MINSIGSTKSZ` more (12 KB with AMX state), and a
-/// program's own `SA_ONSTACK` handlers, delivered on it while it is
-/// installed, what they take; code that runs in the handlers later must fit
-/// too. Mapped with `MAP_NORESERVE`: only the pages a thread touches
-/// become memory (four to six for the engine's work), so the reserve costs
-/// address space, not memory. A guard page below it turns an overflow into
-/// a fault rather than a write into whatever is mapped there.
-pub const HANDLER_STACK: usize = 256 * 1024;
-
 /// Where a thread is in an attached session. A preloaded thread is
 /// `Adopted` from its start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,30 +53,6 @@ impl Life {
             1 => Life::Adopted,
             _ => Life::Gone,
         }
-    }
-}
-
-/// A thread's alternate stack before ours, as `sigaltstack` reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Prior {
-    pub sp: u64,
-    pub size: u64,
-    pub flags: i32,
-}
-
-impl Prior {
-    pub const NONE: Prior = Prior { sp: 0, size: 0, flags: libc::SS_DISABLE };
-
-    pub fn from_stack(s: &libc::stack_t) -> Prior {
-        // A never-set stack reads back as size 0 with flags 0: that is "none".
-        if s.ss_size == 0 || s.ss_flags & libc::SS_DISABLE != 0 {
-            return Prior::NONE;
-        }
-        Prior { sp: s.ss_sp as u64, size: s.ss_size as u64, flags: s.ss_flags & !libc::SS_ONSTACK }
-    }
-
-    pub fn to_stack(self) -> libc::stack_t {
-        libc::stack_t { ss_sp: self.sp as *mut libc::c_void, ss_flags: self.flags, ss_size: self.size as usize }
     }
 }
 
@@ -199,8 +166,50 @@ impl Entry {
         self.linking.load(Ordering::Acquire)
     }
 
-    pub fn state(&self) -> *mut ThreadState {
+    /// The state (null: none), read only by this file's entry points.
+    fn state_ptr(&self) -> *mut ThreadState {
         self.state.load(Ordering::Acquire)
+    }
+    pub fn has_state(&self) -> bool {
+        !self.state_ptr().is_null()
+    }
+
+    /// For its atomics (and its sampler's pause) only: its thread may be changing the rest.
+    fn state_atomics(&self) -> Option<&ThreadState> {
+        // SAFETY: made by `add`, freed only by `add` taking an ended thread's slot over (never
+        // once frozen) or by `clear` (after its last reader). Only atomics are read through it.
+        unsafe { self.state_ptr().as_ref() }
+    }
+
+    /// Is the slot's thread in the engine's handler or a burst window? Any thread may ask.
+    pub fn engine_busy(&self) -> bool {
+        self.state_atomics().is_some_and(|t| t.in_handler() || t.window_busy())
+    }
+
+    /// # Safety
+    /// `self` is the calling thread's slot, not `Gone` nor cleared while the
+    /// reference lives, and no handler of its holds it (its handlers may
+    /// nest in, as anywhere, and take it through [`Entered::state`]).
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn own_state(&self) -> Option<&mut ThreadState> {
+        // SAFETY: the caller's promise: only this thread and its handlers use it.
+        unsafe { self.state_ptr().as_mut() }
+    }
+
+    /// # Safety
+    /// The slot's thread ended (no handler of it can run), no other thread
+    /// uses the state, and it stays in the table meanwhile.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn gone_state(&self) -> Option<&mut ThreadState> {
+        // SAFETY: the caller's promise: no thread or handler uses it.
+        unsafe { self.state_ptr().as_mut() }
+    }
+
+    /// The state, once profiling stopped.
+    pub fn state_quiesced<'a>(&'a self, _quiesced: &'a mut Quiesced) -> Option<&'a mut ThreadState> {
+        // SAFETY: quiesced (see `Quiesced`); the table keeps the state until
+        // `clear`, after the last reader. One at a time: it borrows the proof.
+        unsafe { self.state_ptr().as_mut() }
     }
     pub fn tid(&self) -> i32 {
         self.tid.load(Ordering::Acquire)
@@ -247,6 +256,38 @@ impl Entry {
 pub struct Entered<'a> {
     slot: &'a Entry,
     pub stack: (u64, u64),
+}
+
+impl<'a> Entered<'a> {
+    pub fn slot(&self) -> &'a Entry {
+        self.slot
+    }
+
+    /// The thread's state, for its own handler (or link path) that entered
+    /// ([`Entry::enter`], which only a slot's own thread calls); None if the
+    /// table let go of it meanwhile. Async-signal-safe.
+    pub fn state(&mut self) -> Option<&mut ThreadState> {
+        // SAFETY: the thread's own, which only it uses (a handler nested in
+        // the link path finds `linking` set and leaves it alone); `clear`
+        // keeps it while the guard lives. One at a time: it borrows the guard.
+        unsafe { self.slot.state_ptr().as_mut() }
+    }
+}
+
+/// Proof that profiling stopped ([`ThreadTable::quiesce`]): the threads'
+/// handlers leave their states alone, those that were running returned,
+/// and no slot is taken over. Not `Clone`: lent to one reader at a time.
+pub struct Quiesced(());
+
+/// A slot [`ThreadTable::add`] filled, and its new state.
+pub type Added<'a> = (&'a Entry, &'a mut ThreadState);
+
+impl Quiesced {
+    /// # Safety
+    /// A quiesce ran and nothing undid it (`Agent::resume`, `begin`, a fork child's start), or no state is in the table.
+    pub unsafe fn earlier() -> Quiesced {
+        Quiesced(())
+    }
 }
 
 impl Drop for Entered<'_> {
@@ -313,11 +354,36 @@ impl ThreadTable {
         None
     }
 
-    /// From here on no slot is taken over: the caller is about to read every
-    /// state (quiesce). Undone by [`ThreadTable::thaw`].
-    pub fn freeze(&self) {
-        let _held = self.lock();
+    /// The table's part of `Agent::quiesce`, once the process is stopping:
+    /// every state stops handling its signals (its sampler pauses unless
+    /// `keep_sampling`), then wait (briefly) for other threads to leave the
+    /// engine's handlers and windows. Undone by [`ThreadTable::thaw`].
+    pub fn quiesce(&self, keep_sampling: impl Fn(&Entry) -> bool) -> Quiesced {
+        // No new thread takes over an ended one's slot (and frees its state)
+        // while the states are read, here and in the profile.
+        let held = self.lock();
         self.frozen.store(true, Ordering::Release);
+        drop(held);
+        for s in self.slots() {
+            let Some(ts) = s.state_atomics() else { continue };
+            // Only the flag and the sampler's kernel object are touched,
+            // both safe to race with the thread's own handler.
+            ts.halt();
+            if !keep_sampling(s) {
+                ts.pause_sampler();
+            }
+        }
+        let me = witchcraft::sys::task::gettid();
+        for _ in 0..1000 {
+            // A thread in its handlers, or running a burst window from its
+            // code cache (which ends at its next exit, through a handler).
+            let busy = self.slots().iter().any(|s| s.tid() != me && s.engine_busy());
+            if !busy {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+        Quiesced(())
     }
 
     pub fn thaw(&self) {
@@ -352,23 +418,36 @@ impl ThreadTable {
     /// Threads with an engine state in the table (ended ones whose slot no
     /// thread took over yet included).
     pub fn with_state(&self) -> usize {
-        self.states().count()
+        self.slots().iter().filter(|s| s.has_state()).count()
     }
 
-    /// Every engine state in the table.
-    pub fn states(&self) -> impl Iterator<Item = *mut ThreadState> + '_ {
-        self.slots().iter().map(Entry::state).filter(|p| !p.is_null())
+    /// Every engine state in the table, once profiling stopped.
+    pub fn states_quiesced<'a>(&'a self, _quiesced: &'a mut Quiesced) -> impl Iterator<Item = &'a mut ThreadState> + 'a {
+        // SAFETY: as in `Entry::state_quiesced`; each slot has its own state.
+        self.slots().iter().filter_map(|s| unsafe { s.state_ptr().as_mut() })
+    }
+
+    /// In a fork child, forget what the parent's threads gathered.
+    ///
+    /// # Safety
+    /// Only in a fork child (the caller is its only thread), outside handlers.
+    pub unsafe fn reset_after_fork(&self, image: u32) {
+        // SAFETY: the caller's promise: the parent's states, in this copy of
+        // its memory, which no other thread nor handler uses.
+        self.slots().iter().filter_map(|s| unsafe { s.state_ptr().as_mut() }).for_each(|ts| ts.reset_after_fork(image));
     }
 
     /// The slot of thread `tid`, if it has one. Async-signal-safe.
     pub fn find(&self, tid: i32) -> Option<&Entry> {
-        self.slots().iter().find(|s| s.tid() == tid && !s.state().is_null() && s.phase() != Life::Gone)
+        self.slots().iter().find(|s| s.tid() == tid && s.has_state() && s.phase() != Life::Gone)
     }
 
     /// Add thread `tid` with its state, its alternate stack (0: none yet),
     /// whether that stack is installed on it already (`lent`), and its
-    /// previous one. None if the table is full.
-    pub fn add(&self, tid: i32, state: Box<ThreadState>, alt: u64, lent: bool, prior: Prior, phase: Life) -> Option<&Entry> {
+    /// previous one; gives back its slot and its state, for the caller to
+    /// set up before the thread's sampler runs. None if the table is full.
+    #[allow(clippy::mut_from_ref)]
+    pub fn add(&self, tid: i32, state: Box<ThreadState>, alt: u64, lent: bool, prior: Prior, phase: Life) -> Option<Added<'_>> {
         let held = self.lock();
         if held.is_some() && !self.frozen.load(Ordering::Acquire) {
             if let Some(s) = self.slots().iter().find(|s| s.phase() == Life::Gone) {
@@ -389,8 +468,7 @@ impl ThreadTable {
                 if old_alt != 0 && old_alt != alt {
                     unmap_stack(old_alt);
                 }
-                self.init(s, tid, state, alt, lent, prior, phase);
-                return Some(s);
+                return Some((s, self.init(s, tid, state, alt, lent, prior, phase)));
             }
         }
         drop(held);
@@ -401,20 +479,24 @@ impl ThreadTable {
             return None;
         }
         let s = &self.slots[i];
-        self.init(s, tid, state, alt, lent, prior, phase);
-        Some(s)
+        Some((s, self.init(s, tid, state, alt, lent, prior, phase)))
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn init(&self, s: &Entry, tid: i32, state: Box<ThreadState>, alt: u64, lent: bool, prior: Prior, phase: Life) {
+    /// Fill slot `s`, and give back its new state.
+    #[allow(clippy::too_many_arguments, clippy::mut_from_ref)]
+    fn init(&self, s: &Entry, tid: i32, state: Box<ThreadState>, alt: u64, lent: bool, prior: Prior, phase: Life) -> &mut ThreadState {
         s.tid.store(tid, Ordering::Release);
         s.alt.store(alt, Ordering::Release);
         s.set_lent(lent);
         s.set_prior(prior);
         s.epoch.store(0, Ordering::SeqCst);
         s.set_phase(phase);
-        s.state.store(Box::into_raw(state), Ordering::Release);
+        let p = Box::into_raw(state);
+        s.state.store(p, Ordering::Release);
         self.added.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: just made from a Box; its thread's handlers use it once its
+        // sampler runs, which the caller (or the thread, prepared) starts.
+        unsafe { &mut *p }
     }
 
     /// Wait until every handler that other threads were running when this
@@ -497,8 +579,10 @@ impl ThreadTable {
 
     /// Forget every slot without freeing anything (a fork child: the
     /// parent's other threads don't exist here, and one of them may have
-    /// held the lock).
-    pub fn forget(&self) {
+    /// held the lock), but give back the state of `keep` (the calling
+    /// thread's slot), to add again.
+    pub fn forget(&self, keep: Option<&Entry>) -> Option<Box<ThreadState>> {
+        let kept = keep.map(|s| s.state.swap(std::ptr::null_mut(), Ordering::AcqRel)).filter(|p| !p.is_null());
         for s in self.slots() {
             s.state.store(std::ptr::null_mut(), Ordering::Release);
         }
@@ -509,32 +593,8 @@ impl ThreadTable {
         // SAFETY: only this thread exists here; the parent's retired threads are the parent's.
         unsafe { std::mem::forget(std::mem::take(&mut *self.retired.get())) };
         self.thaw();
+        // SAFETY: made by `add` with Box::into_raw and taken out of the
+        // table above: this is its one owner.
+        kept.map(|p| unsafe { Box::from_raw(p) })
     }
-}
-
-/// The guard page below each handler stack.
-const GUARD: usize = 4096;
-
-/// A fresh handler stack (its lowest usable address, a guard page below
-/// it), or None.
-pub fn map_stack() -> Option<u64> {
-    // A fresh anonymous mapping in witch's own region, owned by the table
-    // from here on.
-    let p = witchcraft::sys::mem::map_own(GUARD + HANDLER_STACK, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_NORESERVE | libc::MAP_STACK);
-    if p == libc::MAP_FAILED {
-        return None;
-    }
-    // SAFETY: the first page of the mapping just made.
-    if unsafe { libc::mprotect(p, GUARD, libc::PROT_NONE) } != 0 {
-        // SAFETY: the mapping just made, unused.
-        unsafe { witchcraft::sys::mem::unmap_own(p, GUARD + HANDLER_STACK) };
-        return None;
-    }
-    Some(p as u64 + GUARD as u64)
-}
-
-/// Unmap a stack from [`map_stack`] that no thread can be on.
-pub fn unmap_stack(lo: u64) {
-    // SAFETY: a mapping made by `map_stack`, its guard page included; the callers know no thread uses it.
-    unsafe { witchcraft::sys::mem::unmap_own((lo - GUARD as u64) as *mut libc::c_void, GUARD + HANDLER_STACK) };
 }

@@ -179,8 +179,10 @@ impl ThreadState {
         self.sampler.is_some()
     }
 
-    /// Stop the sampler's interrupts, keeping its kernel object.
-    pub fn pause_sampler(&mut self) {
+    /// Stop the sampler's interrupts, keeping its kernel object. Another
+    /// thread may call it (the process stops profiling): only the kernel
+    /// object changes.
+    pub fn pause_sampler(&self) {
         self.sampler.pause();
     }
 
