@@ -384,6 +384,46 @@ fn exact_mode_counts_every_store_around_vdso_calls() {
     assert_eq!(rep.pair(f, store, read).r#use, 64.0 * 8.0, "<{store},{read}> used bytes\n{}", rep.dump());
 }
 
+/// A program that calls the vDSO's `clock_gettime` in a loop ends under
+/// the exact mode as natively, and in bounded time (whatever the counts:
+/// the way back from the vDSO is the known gap above). The breakpoint that
+/// takes a thread back into the cache once stayed enabled where it fired
+/// although no window could begin there; it fired again at once, forever,
+/// and the program hung at its first call.
+#[test]
+fn exact_mode_runs_through_vdso_calls() {
+    use std::os::unix::process::CommandExt;
+    let dir = Scratch::new("exact-vdso-ends");
+    let prog = Program::build("vdso_calls", dir.path());
+    let native = prog.run_native(&["20000"]);
+    let mut witch = std::process::Command::new(witch_bin())
+        .args(["dead", "--exact", "-q", "-o"])
+        .arg(dir.join("exact.json"))
+        .arg(&prog.exe)
+        .arg("20000")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = witch.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > until {
+            // SAFETY: witch's own process group (the program is in it).
+            unsafe { libc::kill(-(witch.id() as i32), libc::SIGKILL) };
+            let _ = witch.wait();
+            panic!("witch dead --exact on vdso_calls ran over 60 s (native: milliseconds)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut witch.stdout.take().unwrap(), &mut out).unwrap();
+    assert_eq!((status.code(), out), (native.code(), native.stdout_str()), "not as natively");
+}
+
 /// The exact mode follows `fork` and `exec` (tests/programs/forker.c and
 /// exec_target.c): the parent, the child before its `exec` and the image
 /// it execs each have a section, every access of each is judged, and the

@@ -115,12 +115,28 @@ impl ThreadState {
     /// `uc` must be the context the kernel passed to the signal handler.
     pub(crate) unsafe fn on_resume(&mut self, engine: &Engine, map: &ProcessMap, uc: *mut libc::ucontext_t) {
         self.window.resume.disarm();
-        if self.window.active() {
-            return;
+        // SAFETY: forwarded from the caller.
+        if !unsafe { self.resume_here(engine, map, uc) } {
+            // The thread goes on natively from the breakpoint's
+            // instruction: the breakpoint must not stay there, or it fires
+            // again at once (the flag that lets an instruction pass its
+            // breakpoint does not come back through the signal's return)
+            // and the thread never moves on.
+            self.window.resume.stand_down();
         }
-        let Some(settings) = engine.burst.and_then(|b| b.window) else { return };
+    }
+
+    /// A window from the breakpoint's instruction; false if none began.
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    unsafe fn resume_here(&mut self, engine: &Engine, map: &ProcessMap, uc: *mut libc::ucontext_t) -> bool {
+        if self.window.active() {
+            return false;
+        }
+        let Some(settings) = engine.burst.and_then(|b| b.window) else { return false };
         if !self.window.usable() || !engine.windows_allowed() {
-            return;
+            return false;
         }
         // SAFETY: forwarded from the caller.
         let regs = unsafe { self.ledger.regs(uc) };
@@ -128,8 +144,10 @@ impl ThreadState {
         // SAFETY: forwarded from the caller.
         if unsafe { self.begin_window(engine, map, &regs, plan, uc) } {
             self.window.note_resume();
+            true
         } else {
             self.window.note_gap(regs.rip);
+            false
         }
     }
 }

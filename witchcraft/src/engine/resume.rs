@@ -18,11 +18,13 @@ pub struct Resume {
     how: Option<Arming>,
     armed: bool,
     /// The instruction the breakpoint is enabled at, armed or not: it
-    /// stays enabled where it fired or was given up, so arming it at the
-    /// same instruction again (the same call's return, as a loop that
-    /// calls `malloc` makes) takes no system call. Harmless: the program
-    /// reaches a program instruction natively only in a gap between
-    /// whole-run windows, and there a window is just what is wanted.
+    /// stays enabled where it fired and the thread went into the cache,
+    /// or where it was given up, so arming it at the same instruction
+    /// again (the same call's return, as a loop that calls `malloc`
+    /// makes) takes no system call. Harmless: the program reaches a
+    /// program instruction natively only in a gap between whole-run
+    /// windows, and there a window is just what is wanted; where none can
+    /// begin, it stands down ([`Resume::stand_down`]).
     at: Option<u64>,
     /// Armed for code the cache does not run: ticks wait for it (see
     /// [`Resume::holds_ticks`]).
@@ -100,6 +102,15 @@ impl Resume {
     /// it is (see [`Resume::at`](Resume)). Async-signal-safe.
     pub fn disarm(&mut self) {
         self.armed = false;
+    }
+
+    /// It fired where the thread goes on natively: disabled, so that it
+    /// does not fire there again at once. Async-signal-safe.
+    pub fn stand_down(&mut self) {
+        self.armed = false;
+        if self.at.take().is_some() {
+            self.bp.disable();
+        }
     }
 
     pub fn close(&mut self) {
