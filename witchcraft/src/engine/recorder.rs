@@ -258,7 +258,9 @@ impl RecordBuffer {
     /// parent's ring (this process's view of it; the thread makes its own
     /// at its next window).
     pub fn clear(&mut self) {
-        self.ring = None;
+        if let Some(r) = self.ring.take() {
+            r.abandon();
+        }
         self.failed = false;
         self.pos = 0;
         self.npending = 0;

@@ -46,6 +46,8 @@ const WAIT_MS: u64 = 10;
 pub struct Ring {
     base: *mut u8,
     id: u64,
+    /// The socket its notices go on.
+    sock: i32,
     /// Chunks published so far (the one being filled is this one).
     published: u32,
 }
@@ -73,7 +75,7 @@ impl Ring {
         // the process (an exec'd image counts again, after every notice of
         // the image before it).
         let id = (pid as u32 as u64) << 32 | NEXT.fetch_add(1, Ordering::Relaxed) as u64;
-        let ring = Ring { base: base as *mut u8, id, published: 0 };
+        let ring = Ring { base: base as *mut u8, id, sock, published: 0 };
         ring.control().id.store(id, Ordering::Relaxed);
         let notice =
             super::stream::Notice::Register { id, bytes: RING_BYTES as u64 }.datagram(super::stream::Header { pid, tid, words: 0, image });
@@ -127,10 +129,24 @@ impl Ring {
     }
 }
 
+impl Ring {
+    /// Drop this process's view of the ring without a word to witch: a
+    /// fork child's copy of its parent's (the ring stays the parent's).
+    pub fn abandon(self) {
+        // SAFETY: this process's mapping, unused from here on.
+        unsafe { mem::unmap_own(self.base as *mut libc::c_void, RING_BYTES) };
+        std::mem::forget(self);
+    }
+}
+
 impl Drop for Ring {
+    /// The thread's state goes: witch lets the ring go too, after its
+    /// last chunk (a notice, best effort).
     fn drop(&mut self) {
+        let h = super::stream::Header { pid: crate::sys::task::getpid(), tid: 0, words: 0, image: 0 };
+        fd::send_datagram(self.sock, &super::stream::Notice::Retire { id: self.id }.datagram(h));
         // SAFETY: the ring's own mapping, unused from here on (witch keeps
-        // its own mapping of the memory).
+        // its own mapping of the memory until the notice).
         unsafe { mem::unmap_own(self.base as *mut libc::c_void, RING_BYTES) };
     }
 }

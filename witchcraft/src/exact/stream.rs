@@ -66,10 +66,13 @@ pub enum Notice {
     Register { id: u64, bytes: u64 },
     /// Ring `id`'s chunk at `offset` is full (its header's `words`).
     Chunk { id: u64, offset: u64 },
+    /// Ring `id` will send no more: its thread's state is gone.
+    Retire { id: u64 },
 }
 
 const REGISTER: u64 = 1;
 const CHUNK: u64 = 2;
+const RETIRE: u64 = 3;
 
 impl Notice {
     /// The notice as a datagram, after `h` (the chunk's header).
@@ -77,6 +80,7 @@ impl Notice {
         let (kind, id, value) = match self {
             Notice::Register { id, bytes } => (REGISTER, id, bytes),
             Notice::Chunk { id, offset } => (CHUNK, id, offset),
+            Notice::Retire { id } => (RETIRE, id, 0),
         };
         let mut d = [0u8; NOTICE_BYTES];
         let [a, b] = h.to_words();
@@ -95,6 +99,7 @@ impl Notice {
         let n = match w(0) {
             REGISTER => Notice::Register { id: w(1), bytes: w(2) },
             CHUNK => Notice::Chunk { id: w(1), offset: w(2) },
+            RETIRE => Notice::Retire { id: w(1) },
             _ => return None,
         };
         Some((h, n))
@@ -152,6 +157,13 @@ impl Judge {
                 ring.consumed();
                 self.rings.insert(id, ring);
             }
+            // Its memory goes once neither side maps it: a program that
+            // starts and ends threads all the time does not pile up rings.
+            (Some((_, Notice::Retire { id })), None) => {
+                if self.rings.remove(&id).is_none() {
+                    self.malformed += 1;
+                }
+            }
             (_, passed) => {
                 self.malformed += 1;
                 passed.into_iter().for_each(crate::sys::fd::close);
@@ -204,7 +216,7 @@ mod tests {
     #[test]
     fn a_notice_survives_its_bytes_and_nothing_else_parses() {
         let h = Header { pid: 7, tid: 8, words: 9, image: 10 };
-        for n in [Notice::Register { id: 1 << 40 | 3, bytes: 123 }, Notice::Chunk { id: 5, offset: 4096 }] {
+        for n in [Notice::Register { id: 1 << 40 | 3, bytes: 123 }, Notice::Chunk { id: 5, offset: 4096 }, Notice::Retire { id: 6 }] {
             let d = n.datagram(h);
             assert_eq!(Notice::parse(&d), Some((h, n)));
             assert_eq!(Notice::parse(&d[..NOTICE_BYTES - 1]), None);
@@ -258,6 +270,10 @@ mod tests {
             });
         }
         assert_eq!((judge.records, judge.malformed), (8 * CHUNKS as u64, 0));
+        // The thread's state goes: the judge lets its ring go.
+        drop(ring);
+        take_one(&mut judge);
+        assert_eq!((judge.rings.len(), judge.malformed), (0, 0));
         let images: Vec<JudgedImage> = judge.into_processes().collect();
         assert_eq!((images.len(), images[0].pid, images[0].image), (1, 42, 7));
         let t = &images[0].threads[0].1;
