@@ -12,7 +12,8 @@
 //! `s % CHUNKS` for its `s`-th chunk; witch counts the chunks it has
 //! judged in the control page's `consumed` word (a futex), and the thread
 //! waits for that count before it writes over a chunk witch has not
-//! judged. The thread makes its ring (outside signal handlers) and sends
+//! judged. The thread makes its ring at its first window (often in a signal
+//! handler: every call that makes it is async-signal-safe) and sends
 //! witch the memfd once, with a registration notice; the thread's
 //! descriptor is closed at once, its mapping kept.
 
@@ -61,9 +62,10 @@ static NEXT: AtomicU32 = AtomicU32::new(0);
 
 impl Ring {
     /// Make a ring and register it with witch on socket `sock` (its
-    /// notice carries `header`'s pid, tid and image). None if the memory
+    /// notice carries `pid`, `tid` and `image`). None if the memory
     /// or the socket refused; the caller records nothing then.
-    /// Outside signal handlers.
+    /// Async-signal-safe: raw system calls, a stack control message, no
+    /// allocation.
     pub fn create(sock: i32, pid: i32, tid: i32, image: u32) -> Option<Ring> {
         let memfd = fd::memfd(c"witch-records", RING_BYTES as u64).ok()?;
         let base = mem::map_own_fd(RING_BYTES, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, memfd);
