@@ -31,7 +31,7 @@ use super::replay::Replay;
 use super::ring::Mapped;
 use super::ThreadShadow;
 use crate::profile::Craft;
-use crate::x86::record::{Record, RECORD_BYTES};
+use crate::x86::record::Record;
 use std::collections::HashMap;
 
 pub const HEADER_BYTES: usize = 16;
@@ -184,10 +184,10 @@ impl Judge {
         let (craft, precision) = (self.craft, self.precision);
         let r = self.processes.entry((h.pid, h.image)).or_insert_with(|| Replay::new(craft, precision));
         if craft == Craft::Dead {
-            let n = body.len() as u64 / RECORD_BYTES as u64;
+            let mut n = 0u64;
+            r.feed(h.tid, Record::parse(body).inspect(|_| n += 1));
             self.records += n;
             r.records += n;
-            r.feed(h.tid, Record::parse(body));
         } else {
             let before = r.records;
             if !r.feed_valued(h.tid, body) {

@@ -14,6 +14,20 @@
 //! An instruction with several accesses writes one record each, in the
 //! order the decoder lists them, all but the last flagged [`MORE`].
 //!
+//! Most records need no `extra` word and have an info word of few bits:
+//! the code cache writes those as a *short* record of two words, the pc
+//! and the info word packed into one ([`short_word`]):
+//!
+//! ```text
+//!   0  address
+//!   1  pc (bits 0-46) | info, packed (bits 48-62) | SHORT (bit 63)
+//! ```
+//!
+//! A long record's second word is a canonical pc, whose bits 47-63 are
+//! all equal, so bit 63 set with bit 47 clear says "short" unambiguously.
+//! Half the bytes per access for both sides of the exact mode: the
+//! program writes them, witch's judge reads them from another core.
+//!
 //! What is recorded depends on the craft ([`Kind`]): the dead craft needs
 //! addresses only, and records every access; the value crafts record only
 //! the accesses of their kind (stores, or loads), each followed by the
@@ -33,8 +47,16 @@
 
 use super::decode::{Access, Decoded, Float, MAX_ACCESSES};
 
-/// Bytes of one record.
+/// Bytes of one (long) record.
 pub const RECORD_BYTES: usize = 32;
+
+/// Bytes of a short record.
+pub const SHORT_BYTES: usize = 16;
+
+/// The short record's mark in its second word.
+pub const SHORT: u64 = 1 << 63;
+const PC_BITS: u32 = 47;
+const PACK_SHIFT: u32 = 48;
 
 /// Bits of the info word.
 pub const LEN_MASK: u64 = 0xffff;
@@ -150,7 +172,75 @@ pub fn info(a: &Access) -> u64 {
         | (a.elem as u64) << ELEM_SHIFT
 }
 
+/// The (float, element) pairs a short record can say, by their index.
+const SHORT_TYPES: [(u64, u64); 11] = [(0, 0), (0, 1), (0, 2), (0, 4), (0, 8), (0, 16), (0, 32), (1, 0), (1, 4), (2, 0), (2, 8)];
+/// The same, as the bits of an info word (16 entries: an index of four
+/// bits reads no further; the last five are never written).
+const SHORT_TYPE_BITS: [u64; 16] = {
+    let mut t = [0u64; 16];
+    let mut i = 0;
+    while i < SHORT_TYPES.len() {
+        t[i] = SHORT_TYPES[i].0 << FLOAT_SHIFT | SHORT_TYPES[i].1 << ELEM_SHIFT;
+        i += 1;
+    }
+    t
+};
+/// A short record's packed info (15 bits): length - 1 (bits 0-5), READ and
+/// WRITE (6, 7), MORE (8), BEFORE and AFTER (9, 10), the type's index (11-14).
+const PACKED_TYPE_SHIFT: u32 = 11;
+
+/// The second word of the short record of an access at `pc` with info
+/// word `info`; None if it needs a long one (an `extra` word, a length
+/// over 64 bytes, a pc outside the lower half of the address space).
+pub fn short_word(pc: u64, info: u64) -> Option<u64> {
+    let len = info & LEN_MASK;
+    if pc >> PC_BITS != 0 || !(1..=64).contains(&len) {
+        return None;
+    }
+    let kept = LEN_MASK | READ | WRITE | MORE | BEFORE | AFTER | 3 << FLOAT_SHIFT | 0xff << ELEM_SHIFT;
+    if info & !kept != 0 {
+        return None;
+    }
+    let ty = ((info >> FLOAT_SHIFT) & 3, info >> ELEM_SHIFT);
+    let t = SHORT_TYPES.iter().position(|&x| x == ty)? as u64;
+    let code = (len - 1) | (info >> 16 & 3) << 6 | (info >> 20 & 1) << 8 | (info >> 26 & 3) << 9 | t << PACKED_TYPE_SHIFT;
+    Some(SHORT | code << PACK_SHIFT | pc)
+}
+
+const _: () = assert!(READ == 1 << 16 && WRITE == 1 << 17 && MORE == 1 << 20 && BEFORE == 1 << 26 && AFTER == 1 << 27);
+
+/// Is `word`, a record's second word, a short record's?
+#[inline]
+pub fn is_short(word: u64) -> bool {
+    word & SHORT != 0 && word & (1 << PC_BITS) == 0
+}
+
+/// The pc and info word of a short record's second word.
+#[inline]
+pub fn unpack_short(word: u64) -> (u64, u64) {
+    let code = word >> PACK_SHIFT;
+    let info = ((code & 63) + 1)
+        | (code >> 6 & 3) << 16
+        | (code >> 8 & 1) << 20
+        | (code >> 9 & 3) << 26
+        | SHORT_TYPE_BITS[(code >> PACKED_TYPE_SHIFT & 15) as usize];
+    (word & ((1 << PC_BITS) - 1), info)
+}
+
 impl Record {
+    /// The record at the start of `bytes`, and its bytes (16 or 32); None
+    /// if `bytes` holds no whole record.
+    #[inline]
+    pub fn read(bytes: &[u8]) -> Option<(Record, usize)> {
+        let w = |i: usize| bytes.get(i * 8..i * 8 + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
+        let (addr, second) = (w(0)?, w(1)?);
+        if is_short(second) {
+            let (pc, info) = unpack_short(second);
+            return Some((Record { addr, pc, info, extra: 0 }, SHORT_BYTES));
+        }
+        Some((Record { addr, pc: second, info: w(2)?, extra: w(3)? }, RECORD_BYTES))
+    }
+
     /// The access it describes (one element of a `rep` string's).
     pub fn access(&self) -> Access {
         let float = match (self.info >> FLOAT_SHIFT) & 3 {
@@ -195,11 +285,29 @@ impl Record {
         (before, after)
     }
 
-    /// The records in `bytes` (whole records only), in order.
+    /// The records in `bytes` (short and long; whole records only), in
+    /// order.
     pub fn parse(bytes: &[u8]) -> impl Iterator<Item = Record> + '_ {
-        bytes.chunks_exact(RECORD_BYTES).map(|c| {
-            let w = |i: usize| u64::from_le_bytes(c[i * 8..i * 8 + 8].try_into().unwrap_or_default());
-            Record { addr: w(0), pc: w(1), info: w(2), extra: w(3) }
+        // SAFETY: any eight bytes are a u64; align_to only reinterprets.
+        let (head, words, _) = unsafe { bytes.align_to::<u64>() };
+        // Aligned (a ring's chunk, always): word by word; else byte by byte.
+        let (words, bytes) = if head.is_empty() { (words, &[][..]) } else { (&[][..], bytes) };
+        let mut at = 0;
+        std::iter::from_fn(move || {
+            if words.is_empty() {
+                let (r, n) = Record::read(bytes.get(at..)?)?;
+                at += n;
+                return Some(r);
+            }
+            let (addr, second) = (u64::from_le(*words.get(at)?), u64::from_le(*words.get(at + 1)?));
+            if is_short(second) {
+                let (pc, info) = unpack_short(second);
+                at += 2;
+                return Some(Record { addr, pc, info, extra: 0 });
+            }
+            let w = words.get(at + 2..at + 4)?;
+            at += 4;
+            Some(Record { addr, pc: second, info: u64::from_le(w[0]), extra: u64::from_le(w[1]) })
         })
     }
 }
@@ -221,13 +329,13 @@ pub fn parse_valued(bytes: &[u8]) -> impl Iterator<Item = Option<Valued<'_>>> + 
         if at >= bytes.len() {
             return None;
         }
-        let Some(r) = bytes.get(at..at + RECORD_BYTES).and_then(|c| Record::parse(c).next()) else {
+        let Some((r, header)) = Record::read(&bytes[at..]) else {
             at = bytes.len();
             return Some(None);
         };
         let (b, a) = r.value_lens();
         let (bw, aw) = (b.div_ceil(8) * 8, a.div_ceil(8) * 8);
-        let start = at + RECORD_BYTES;
+        let start = at + header;
         let Some(end) = start.checked_add(bw + aw).filter(|&e| e <= bytes.len()) else {
             at = bytes.len();
             return Some(None);
@@ -386,6 +494,44 @@ mod tests {
             bytes.extend_from_slice(&w.to_le_bytes());
         }
         assert_eq!(Record::parse(&bytes).collect::<Vec<_>>(), vec![r]);
+    }
+
+    #[test]
+    fn a_short_record_says_what_a_long_one_says() {
+        let mut bytes = Vec::new();
+        let mut want = Vec::new();
+        for len in [1u32, 2, 3, 8, 16, 33, 64] {
+            for (float, elem) in [(Float::No, 0u8), (Float::No, 2), (Float::No, 32), (Float::F32, 4), (Float::F64, 0), (Float::F64, 8)] {
+                for flags in [READ, WRITE, READ | WRITE | MORE, WRITE | BEFORE | AFTER, READ | BEFORE | MORE] {
+                    let a = Access { addr: 0x7fff_1234_5678, len, read: flags & READ != 0, write: flags & WRITE != 0, float, elem };
+                    let r = Record { addr: a.addr + len as u64, pc: 0x7fff_ffff_f000 | len as u64, info: info(&a) | flags, extra: 0 };
+                    let w = short_word(r.pc, r.info).expect("fits a short record");
+                    assert!(is_short(w));
+                    bytes.extend_from_slice(&r.addr.to_le_bytes());
+                    bytes.extend_from_slice(&w.to_le_bytes());
+                    want.push(r);
+                }
+            }
+        }
+        // Long records between them: a call, a length over 64, the
+        // vsyscall page's pc (bit 63 set, as a short record's mark).
+        let call = Record { addr: 0x7000, pc: 0x1000, info: 8 | WRITE | CALL, extra: 0x1005 };
+        let wide = Record { addr: 0x7000, pc: 0x1000, info: 512 | WRITE, extra: 0 };
+        let vsys = Record { addr: 0x7000, pc: 0xffff_ffff_ff60_0000, info: 8 | READ, extra: 0 };
+        for r in [call, wide, vsys] {
+            assert_eq!(short_word(r.pc, r.info), None);
+            assert!(!is_short(r.pc));
+            bytes.extend(r.to_words().iter().flat_map(|w| w.to_le_bytes()));
+            want.push(r);
+        }
+        assert_eq!(Record::parse(&bytes).collect::<Vec<_>>(), want);
+        // A record cut short is not read.
+        assert_eq!(Record::parse(&bytes[..bytes.len() - 8]).count(), want.len() - 1);
+        // Nor are records that are not aligned read otherwise.
+        let mut odd = vec![0u8];
+        odd.extend_from_slice(&bytes);
+        assert_eq!(Record::parse(&odd[1..]).collect::<Vec<_>>(), want);
+        assert_eq!(Record::parse(&odd[1..odd.len() - 8]).count(), want.len() - 1);
     }
 
     #[test]

@@ -19,6 +19,19 @@ pub(super) struct Planned {
     info: u64,
     bytes: usize,
     value: usize,
+    /// A short record's second word (None: a long record).
+    short: Option<u64>,
+}
+
+impl Planned {
+    /// Bytes of the record before its values.
+    fn header(&self) -> usize {
+        if self.short.is_some() {
+            record::SHORT_BYTES
+        } else {
+            record::RECORD_BYTES
+        }
+    }
 }
 
 /// The records `kind` makes of instruction `x`, in order (see
@@ -45,16 +58,21 @@ pub(super) fn plan(kind: Kind, x: &Insn) -> ([Planned; record::MAX_RECORDS], usi
             returned = true;
         }
         let value = if kind == Kind::Addresses { 0 } else { record::value_len(m.access.len as usize) };
-        out[n] = Planned { mref: Some(k as u8), info, bytes: kind.words(m.access.len) * 8, value };
+        let values = (kind.words(m.access.len) - record::RECORD_WORDS) * 8;
+        out[n] = Planned { mref: Some(k as u8), info, bytes: values, value, short: None };
         n += 1;
     }
     if kind != Kind::Addresses && (call && !called || ret && !returned) {
         let info = record::NONE | if call { record::CALL } else { record::RET };
-        out[n] = Planned { mref: None, info, bytes: record::RECORD_BYTES, value: 0 };
+        out[n] = Planned { mref: None, info, bytes: 0, value: 0, short: None };
         n += 1;
     }
     for p in &mut out[..n.saturating_sub(1)] {
         p.info |= record::MORE;
+    }
+    for p in &mut out[..n] {
+        p.short = record::short_word(x.ip, p.info);
+        p.bytes += p.header();
     }
     (out, n)
 }
@@ -121,12 +139,15 @@ impl Translator {
     }
 
     /// The dead craft's records: each access's address (a `lea` of its
-    /// operand, into a spare register), its native PC, its info word and,
-    /// for `call` and `ret`, the return address and the return target.
-    /// Registers and flags are as the program left them afterwards (`lea`
-    /// and `mov` leave the flags).
+    /// operand, into a spare register), and its pc and info word, packed
+    /// into one word where a short record says them (most accesses), else
+    /// its native PC, its info word and, for `call` and `ret`, the return
+    /// address and the return target. The record pointer moves once, past
+    /// all of the instruction's records. Registers and flags are as the
+    /// program left them afterwards (`lea` and `mov` leave the flags).
     fn emit_addresses(&mut self, e: &mut Emitter, x: &Insn) {
-        if x.nrefs == 0 {
+        let (plan, n) = plan(Kind::Addresses, x);
+        if n == 0 {
             return;
         }
         let (ra, rb) = spare_pair(&x.instr);
@@ -134,36 +155,38 @@ impl Translator {
         let s = e.slots;
         e.mov_slot_reg(s.save_rec_a, na);
         e.mov_slot_reg(s.save_rec_b, nb);
-        let mn = x.instr.mnemonic();
-        let call = matches!(x.class, Class::Call | Class::CallIndirect);
-        let ret = x.class == Class::Ret && mn == Mnemonic::Ret;
-        for k in 0..x.nrefs as usize {
-            let m = x.refs[k];
-            // The address, into ra.
-            self.address(e, x, k, ra, rb);
-            e.mov_reg_slot(nb, s.rec_ptr);
-            self.enc(e, Instruction::with2(Code::Mov_rm64_r64, MemoryOperand::with_base(rb), ra));
-            e.mov_reg_imm64(na, x.ip);
-            self.enc(e, Instruction::with2(Code::Mov_rm64_r64, MemoryOperand::with_base_displ(rb, 8), ra));
-            let mut info = record::info(&m.access);
-            if k + 1 < x.nrefs as usize {
-                info |= record::MORE;
+        e.mov_reg_slot(nb, s.rec_ptr);
+        let word = |d: i64| MemoryOperand::with_base_displ(rb, d);
+        let mut off = 0i64;
+        for p in &plan[..n] {
+            let Some(k) = p.mref else { continue };
+            // The address, into ra (rb is clobbered for a segment base:
+            // the record pointer is read again).
+            self.address(e, x, k as usize, ra, rb);
+            if x.refs[k as usize].segment != Register::None {
+                e.mov_reg_slot(nb, s.rec_ptr);
             }
-            let stack = m.base == Register::RSP;
-            if call && stack && m.access.write {
-                info |= record::CALL;
-                e.mov_reg_imm64(na, x.ip + x.len as u64);
-                self.enc(e, Instruction::with2(Code::Mov_rm64_r64, MemoryOperand::with_base_displ(rb, 24), ra));
-            } else if ret && stack && m.access.read {
-                info |= record::RET;
-                self.enc(e, Instruction::with2(Code::Mov_r64_rm64, ra, MemoryOperand::with_base(Register::RSP)));
-                self.enc(e, Instruction::with2(Code::Mov_rm64_r64, MemoryOperand::with_base_displ(rb, 24), ra));
+            self.enc(e, Instruction::with2(Code::Mov_rm64_r64, word(off), ra));
+            if let Some(w) = p.short {
+                e.mov_reg_imm64(na, w);
+                self.enc(e, Instruction::with2(Code::Mov_rm64_r64, word(off + 8), ra));
+            } else {
+                e.mov_reg_imm64(na, x.ip);
+                self.enc(e, Instruction::with2(Code::Mov_rm64_r64, word(off + 8), ra));
+                if p.info & record::CALL != 0 {
+                    e.mov_reg_imm64(na, x.ip + x.len as u64);
+                    self.enc(e, Instruction::with2(Code::Mov_rm64_r64, word(off + 24), ra));
+                } else if p.info & record::RET != 0 {
+                    self.enc(e, Instruction::with2(Code::Mov_r64_rm64, ra, MemoryOperand::with_base(Register::RSP)));
+                    self.enc(e, Instruction::with2(Code::Mov_rm64_r64, word(off + 24), ra));
+                }
+                e.mov_reg_imm64(na, p.info);
+                self.enc(e, Instruction::with2(Code::Mov_rm64_r64, word(off + 16), ra));
             }
-            e.mov_reg_imm64(na, info);
-            self.enc(e, Instruction::with2(Code::Mov_rm64_r64, MemoryOperand::with_base_displ(rb, 16), ra));
-            self.enc(e, Instruction::with2(Code::Lea_r64_m, rb, MemoryOperand::with_base_displ(rb, record::RECORD_BYTES as i64)));
-            e.mov_slot_reg(s.rec_ptr, nb);
+            off += p.bytes as i64;
         }
+        self.enc(e, Instruction::with2(Code::Lea_r64_m, rb, word(off)));
+        e.mov_slot_reg(s.rec_ptr, nb);
         e.mov_reg_slot(nb, s.save_rec_b);
         e.mov_reg_slot(na, s.save_rec_a);
     }
@@ -211,11 +234,16 @@ impl Translator {
                 self.address(e, x, k as usize, ra, rc);
                 self.enc(e, Instruction::with2(Code::Mov_rm64_r64, word(rb, off), ra));
             }
-            e.mov_reg_imm64(gpr_number(rc), x.ip);
-            self.enc(e, Instruction::with2(Code::Mov_rm64_r64, word(rb, off + 8), rc));
-            e.mov_reg_imm64(gpr_number(rc), p.info);
-            self.enc(e, Instruction::with2(Code::Mov_rm64_r64, word(rb, off + 16), rc));
-            let values = off + record::RECORD_BYTES as i64;
+            if let Some(w) = p.short {
+                e.mov_reg_imm64(gpr_number(rc), w);
+                self.enc(e, Instruction::with2(Code::Mov_rm64_r64, word(rb, off + 8), rc));
+            } else {
+                e.mov_reg_imm64(gpr_number(rc), x.ip);
+                self.enc(e, Instruction::with2(Code::Mov_rm64_r64, word(rb, off + 8), rc));
+                e.mov_reg_imm64(gpr_number(rc), p.info);
+                self.enc(e, Instruction::with2(Code::Mov_rm64_r64, word(rb, off + 16), rc));
+            }
+            let values = off + p.header() as i64;
             let padded = p.value.div_ceil(8) as i64 * 8;
             if p.info & record::CALL != 0 {
                 e.mov_reg_imm64(gpr_number(rc), x.ip + x.len as u64);
@@ -259,7 +287,7 @@ impl Translator {
         for p in &plan[..n] {
             if p.info & record::AFTER != 0 && p.info & record::CALL == 0 {
                 self.enc(e, Instruction::with2(Code::Mov_r64_rm64, ra, MemoryOperand::with_base_displ(rb, off)));
-                let after = off + record::RECORD_BYTES as i64 + p.value.div_ceil(8) as i64 * 8;
+                let after = off + p.header() as i64 + p.value.div_ceil(8) as i64 * 8;
                 self.copy_value(e, ra, 0, rb, after, p.value, rc);
             }
             off += p.bytes as i64;
