@@ -106,6 +106,12 @@ impl Replay {
         let s = self.threads.entry(tid).or_default();
         for r in records {
             let g = &mut s.group;
+            if g.n == 0 && r.info & (REP | NONE | MORE | CALL | RET) == 0 {
+                // Most instructions: one plain access, judged as
+                // `instruction` would judge it, without gathering it.
+                self.instructions += instruction(&mut s.shadow, std::slice::from_ref(&r));
+                continue;
+            }
             if g.n == MAX_ACCESSES || (g.n > 0 && g.records[0].pc != r.pc) {
                 // A group cut short (never expected): judge what came.
                 self.instructions += instruction(&mut s.shadow, &g.records[..g.n]);

@@ -301,6 +301,22 @@ impl ThreadShadow {
     /// pending is used, credited to that store's pair; a run of bytes one
     /// context stored is credited at once (as that many one-byte credits).
     pub fn dead_load(&mut self, ctx: u32, addr: u64, len: u64) {
+        if len <= 8 && addr % PAGE + len <= PAGE {
+            // Most loads: a scalar in one page, whose bytes are all read
+            // already or all pending from one store.
+            let part = self.dead.part(addr, addr + len);
+            // SAFETY: as below; the slice is dropped before the credit.
+            let e = unsafe { Shadow::entries(part) };
+            let first = e[0];
+            if e.iter().fold(0, |m, s| m | s) & PENDING == 0 {
+                return;
+            }
+            if e.iter().all(|&s| s == first) {
+                e.fill(first & !PENDING);
+                self.flush_run(ctx, (first & !PENDING, len), false);
+                return;
+            }
+        }
         let mut run = (0, 0);
         let end = addr.saturating_add(len);
         let mut a = addr;
@@ -327,6 +343,22 @@ impl ThreadShadow {
     /// `len` bytes at `addr` written by `elements` stores (a `rep` string's).
     fn dead_stores(&mut self, ctx: u32, addr: u64, len: u64, elements: u64) {
         debug_assert!(ctx & PENDING == 0, "context ids fit in 31 bits");
+        if len <= 8 && addr % PAGE + len <= PAGE {
+            // Most stores: a scalar in one page, over bytes one access
+            // left alike.
+            let part = self.dead.part(addr, addr + len);
+            // SAFETY: as below; the slice is dropped before the credit.
+            let e = unsafe { Shadow::entries(part) };
+            let first = e[0];
+            if e.iter().all(|&s| s == first) {
+                e.fill(ctx | PENDING);
+                if first & PENDING != 0 {
+                    self.flush_run(ctx, (first & !PENDING, len), true);
+                }
+                self.counters.samples += elements;
+                return;
+            }
+        }
         let mut run = (0, 0);
         let end = addr.saturating_add(len);
         let mut a = addr;

@@ -165,3 +165,49 @@ fn the_shadow_stack_follows_calls_and_returns() {
     t.ret(0x15);
     assert_eq!(t.context(0x10), outer);
 }
+
+/// Random loads, stores and read-modify-writes (overlapping, of every
+/// width, across a page boundary, from a few contexts) judged by the
+/// dead craft's judge and byte by byte (DeadSpy's definition: each byte's
+/// last store, pending until an access follows it) agree pair by pair,
+/// figure by figure.
+#[test]
+fn dead_bytes_are_judged_as_byte_by_byte() {
+    use rand::{rngs::SmallRng, RngExt, SeedableRng};
+    for seed in 1..=4u64 {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut t = ThreadShadow::new();
+        let mut last: std::collections::HashMap<u64, (u32, bool)> = Default::default();
+        let mut want: std::collections::BTreeMap<(u32, u32), crate::pair::PairEntry> = Default::default();
+        let ctxs: Vec<u32> = (0..5).map(|i| t.context(0x100 + i)).collect();
+        for _ in 0..20000 {
+            let len = [1u32, 2, 3, 4, 4, 8, 8, 8, 12, 16, 32, 64][rng.random_range(0..12)];
+            let mut addr = 3 * PAGE - 40 + rng.random_range(0..80u64);
+            if rng.random_range(0..2) == 0 {
+                addr &= !7;
+            }
+            let (read, write) = [(true, false), (false, true), (false, true), (true, true)][rng.random_range(0..4)];
+            let ctx = ctxs[rng.random_range(0..ctxs.len())];
+            let a = Access { addr, len, read, write, ..Default::default() };
+            t.judge(Craft::Dead, 0.0, ctx, &[Observed::new(a)]);
+            for at in addr..addr + len as u64 {
+                let e = last.entry(at).or_insert((0, false));
+                if read && e.1 {
+                    want.entry((e.0, ctx)).or_default().credit(Verdict::Use { bytes: 1 }, 1.0);
+                    e.1 = false;
+                }
+                if write {
+                    if e.1 {
+                        want.entry((e.0, ctx)).or_default().credit(Verdict::Waste { bytes: 1, approx: false }, 1.0);
+                    }
+                    *e = (ctx, true);
+                }
+            }
+        }
+        let got = all_figures(t.pairs.iter().map(|p| (&p.watch, &p.trap, p)));
+        let want = all_figures(want.iter().map(|((w, t), e)| (w, t, e)));
+        let sum = |k: usize| got.iter().map(|p| p.1[k]).sum::<f64>();
+        assert!(sum(0) > 0.0 && sum(2) > 0.0, "seed {seed}: both verdicts");
+        assert_eq!(got, want, "seed {seed}: the judge (left) and byte by byte (right)");
+    }
+}
