@@ -79,6 +79,27 @@ fn with_bytes(v: Verdict, n: usize) -> Verdict {
     }
 }
 
+/// A scalar's shadow entries (1 to 8): the first, all of them or-ed, and
+/// whether all are alike. Whole arrays for the usual widths, so the
+/// compiler makes a few vector instructions of it.
+#[inline(always)]
+fn survey(e: &[u32]) -> (u32, u32, bool) {
+    fn of<const N: usize>(e: &[u32; N]) -> (u32, u32, bool) {
+        let first = e[0];
+        (first, e.iter().fold(0, |m, s| m | s), e.iter().all(|&s| s == first))
+    }
+    match e.len() {
+        8 => of::<8>(e.try_into().unwrap_or(&[0; 8])),
+        4 => of::<4>(e.try_into().unwrap_or(&[0; 4])),
+        2 => of::<2>(e.try_into().unwrap_or(&[0; 2])),
+        1 => (e[0], e[0], true),
+        _ => {
+            let first = e[0];
+            (first, e.iter().fold(0, |m, s| m | s), e.iter().all(|&s| s == first))
+        }
+    }
+}
+
 /// Runs of equal contexts: (start, length, context).
 fn runs(ctxs: &[u32]) -> impl Iterator<Item = (usize, usize, u32)> + '_ {
     let mut i = 0;
@@ -300,6 +321,7 @@ impl ThreadShadow {
     /// Dead craft: `len` bytes at `addr` read. Each byte a store left
     /// pending is used, credited to that store's pair; a run of bytes one
     /// context stored is credited at once (as that many one-byte credits).
+    #[inline]
     pub fn dead_load(&mut self, ctx: u32, addr: u64, len: u64) {
         if len <= 8 && addr % PAGE + len <= PAGE {
             // Most loads: a scalar in one page, whose bytes are all read
@@ -307,16 +329,22 @@ impl ThreadShadow {
             let part = self.dead.part(addr, addr + len);
             // SAFETY: as below; the slice is dropped before the credit.
             let e = unsafe { Shadow::entries(part) };
-            let first = e[0];
-            if e.iter().fold(0, |m, s| m | s) & PENDING == 0 {
+            let (first, any, alike) = survey(e);
+            if any & PENDING == 0 {
                 return;
             }
-            if e.iter().all(|&s| s == first) {
+            if alike {
                 e.fill(first & !PENDING);
                 self.flush_run(ctx, (first & !PENDING, len), false);
                 return;
             }
         }
+        self.dead_load_bytes(ctx, addr, len);
+    }
+
+    /// `dead_load` byte by byte.
+    #[inline(never)]
+    fn dead_load_bytes(&mut self, ctx: u32, addr: u64, len: u64) {
         let mut run = (0, 0);
         let end = addr.saturating_add(len);
         let mut a = addr;
@@ -336,29 +364,32 @@ impl ThreadShadow {
     }
 
     /// Dead craft: `len` bytes at `addr` written, by one store.
+    #[inline]
     pub fn dead_store(&mut self, ctx: u32, addr: u64, len: u64) {
-        self.dead_stores(ctx, addr, len, 1);
-    }
-
-    /// `len` bytes at `addr` written by `elements` stores (a `rep` string's).
-    fn dead_stores(&mut self, ctx: u32, addr: u64, len: u64, elements: u64) {
         debug_assert!(ctx & PENDING == 0, "context ids fit in 31 bits");
         if len <= 8 && addr % PAGE + len <= PAGE {
             // Most stores: a scalar in one page, over bytes one access
             // left alike.
             let part = self.dead.part(addr, addr + len);
-            // SAFETY: as below; the slice is dropped before the credit.
+            // SAFETY: as in `dead_stores`; the slice is dropped before the credit.
             let e = unsafe { Shadow::entries(part) };
-            let first = e[0];
-            if e.iter().all(|&s| s == first) {
+            let (first, _, alike) = survey(e);
+            if alike {
                 e.fill(ctx | PENDING);
                 if first & PENDING != 0 {
                     self.flush_run(ctx, (first & !PENDING, len), true);
                 }
-                self.counters.samples += elements;
+                self.counters.samples += 1;
                 return;
             }
         }
+        self.dead_stores(ctx, addr, len, 1);
+    }
+
+    /// `len` bytes at `addr` written by `elements` stores (a `rep` string's).
+    #[inline(never)]
+    fn dead_stores(&mut self, ctx: u32, addr: u64, len: u64, elements: u64) {
+        debug_assert!(ctx & PENDING == 0, "context ids fit in 31 bits");
         let mut run = (0, 0);
         let end = addr.saturating_add(len);
         let mut a = addr;
