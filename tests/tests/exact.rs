@@ -252,12 +252,13 @@ fn pairs_in(profile: &std::path::Path, exe: &str) -> std::collections::BTreeMap<
 ///
 /// The program is bound at load time (`-z now`): with lazy binding, the
 /// first call through each PLT stub pushes onto stack slots that the C
-/// library's `calloc` and `pthread_create` wrote a moment before. The
-/// agent wraps those two (heap objects, new threads), so in the code-cache
-/// mode the C library's part of them runs natively, unrecorded, and the
-/// previous store to such a slot is an earlier stub's push (a pair inside
-/// the program, not silent), where the single steps see the C library's
-/// store (a pair outside it).
+/// library's `pthread_create` wrote a moment before. The agent wraps it
+/// (new threads), so in the code-cache mode the C library's part of it
+/// runs natively, unrecorded, and the previous store to such a slot is an
+/// earlier stub's push (a pair inside the program, not silent), where the
+/// single steps see the C library's store (a pair outside it). (The
+/// allocation functions the agent wraps run recorded, see
+/// `exact_mode_records_the_allocator_without_a_trap`.)
 #[test]
 fn cache_and_step_give_the_same_bytes_per_pair() {
     let dir = Scratch::new("exact-agree");
@@ -599,4 +600,58 @@ fn a_killed_witch_leaves_an_exact_run_to_end_as_natively() {
         (native.code(), native.stdout_str()),
         "the program did not end as natively"
     );
+}
+
+/// The C library's allocator runs in the exact mode as the program's own
+/// code: a program that allocates, fills and frees a block 20,000 times
+/// (tests/programs/exact_malloc.c, with `calloc` and `realloc` among the
+/// calls) ends as natively, every call comes back without a breakpoint's
+/// trap, and the allocator's own stores and loads are judged (pairs with
+/// a context in the C library, many bytes a round), as `--exact=step`
+/// judges them and DeadSpy counts them. The agent's `malloc` entries once
+/// ran natively, the allocator unrecorded, each return a debug exception
+/// and a signal: 20,000 resumptions here, and no pair in the allocator.
+/// Also a program with its own `malloc` and one allocating in threads and
+/// a fork child (tests/programs/own_malloc.c, heap_churn.c), unharmed.
+#[test]
+fn exact_mode_records_the_allocator_without_a_trap() {
+    let dir = Scratch::new("exact-malloc");
+    let prog = Program::build("exact_malloc", dir.path());
+    let rounds = 20000u64;
+    let native = prog.run_native(&["20000"]);
+    let out = dir.join("exact.json");
+    let run = WitchCmd::new("dead").args(&["--exact", "-q"]).out(&out).run(&prog.exe, &["20000"]);
+    assert_same_behaviour(&native, &run);
+    let p = raw_profile(&out);
+    let notes: Vec<String> = p["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap_or("").to_string()).collect();
+    let resumes: u64 = notes
+        .iter()
+        .find_map(|n| n.split(" resumptions after native code").next().filter(|_| n.contains("resumptions")))
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no resumptions in the notes: {notes:?}"));
+    assert!(resumes < 100, "{resumes} resumptions after native code for {rounds} rounds of malloc and free: {notes:?}");
+    let libc = p["modules"]
+        .as_array()
+        .and_then(|ms| ms.iter().find(|m| m["path"].as_str().is_some_and(|s| s.contains("libc.so"))))
+        .unwrap_or_else(|| panic!("no libc module in {}", out.display()));
+    let (start, end) = (libc["start"].as_u64().unwrap(), libc["end"].as_u64().unwrap());
+    let mut bytes = 0.0;
+    for t in p["threads"].as_array().into_iter().flatten() {
+        let nodes = t["nodes"].as_array().unwrap();
+        let pc = |n: &serde_json::Value| nodes[n.as_u64().unwrap() as usize]["pc"].as_u64().unwrap();
+        for pr in t["pairs"].as_array().into_iter().flatten() {
+            if (start..end).contains(&pc(&pr["watch"])) || (start..end).contains(&pc(&pr["trap"])) {
+                bytes += pr["waste"].as_f64().unwrap_or(0.0) + pr["use"].as_f64().unwrap_or(0.0);
+            }
+        }
+    }
+    assert!(bytes >= 8.0 * rounds as f64, "{bytes} bytes judged in pairs with a context in the C library, for {rounds} rounds");
+
+    for (name, args) in [("own_malloc", &["4096", "16"][..]), ("heap_churn", &["300"][..])] {
+        let prog = Program::build(name, dir.path());
+        let native = prog.run_native(args);
+        let run = WitchCmd::new("dead").args(&["--exact", "-q"]).out(&dir.join(&format!("{name}.json"))).run(&prog.exe, args);
+        assert_same_behaviour(&native, &run);
+    }
 }

@@ -62,3 +62,20 @@ void *witch_heap_mremap(void *old, size_t old_len, size_t new_len, int flags, vo
 
 ENTRIES(EXPORTED, )
 ENTRIES(HIDDEN, witch_attached_)
+
+/* The exported entries' own addresses, whatever their names bind to (an
+ * executable that defines malloc binds the name to its own): hidden
+ * aliases of the definitions above, for heap.rs's calls_on. */
+#pragma GCC diagnostic push
+/* (The C library's attributes of the names, `malloc`, `leaf`, do not
+ * matter to an alias used only for its address.) */
+#pragma GCC diagnostic ignored "-Wmissing-attributes"
+#define OWN(name) extern __typeof(name) witch_own_##name __attribute__((alias(#name), visibility("hidden")));
+OWN(malloc)
+OWN(calloc)
+OWN(realloc)
+OWN(free)
+OWN(aligned_alloc)
+OWN(memalign)
+OWN(posix_memalign)
+#pragma GCC diagnostic pop

@@ -46,10 +46,11 @@ impl ThreadState {
         match exit {
             Exit::Link { native, patch } | Exit::Slow { native, patch } => {
                 let variant = if matches!(exit, Exit::Slow { .. }) { Variant::Slow } else { Variant::Fast };
-                if !self.translatable(engine, map, native) {
+                let to = self.goes_to(engine, native);
+                if !self.translatable(engine, map, to) {
                     return self.leave_for(engine, map, uc, native);
                 }
-                match go(self, native, variant) {
+                match go(self, to, variant) {
                     Some(c) => {
                         let c = if c >> 63 != 0 {
                             c & !(1 << 63)
@@ -71,10 +72,11 @@ impl ThreadState {
             Exit::End { native } => unsafe { self.window_done(engine, map, uc, native) },
             Exit::Lookup => {
                 let native = self.window.cache.data().target;
-                if !self.translatable(engine, map, native) {
+                let to = self.goes_to(engine, native);
+                if !self.translatable(engine, map, to) {
                     return self.leave_for(engine, map, uc, native);
                 }
-                match go(self, native, Variant::Fast) {
+                match go(self, to, Variant::Fast) {
                     Some(c) => {
                         let c = c & !(1 << 63);
                         self.window.cache.dispatch_to(native, c);
@@ -165,6 +167,18 @@ impl ThreadState {
     /// which the trap empties, a window that is not running copies).
     /// Called on the cache's link stack, with the window's signal mask,
     /// from the agent's hook; async-signal-safe.
+    /// Where a copy's branch to `native` goes: there, or, in a recording
+    /// window, on to the definition an agent entry calls on to
+    /// ([`Engine::calls_on`]; the dispatch table and links still key the
+    /// copy by `native`).
+    fn goes_to(&self, engine: &Engine, native: u64) -> u64 {
+        if self.window.recording() {
+            engine.calls_on(native).unwrap_or(native)
+        } else {
+            native
+        }
+    }
+
     pub fn link_in_cache(&mut self, engine: &Engine, map: &ProcessMap) {
         if self.window.phase() != Phase::Cache || !self.window.cache.has_mapping() {
             return;
@@ -177,10 +191,11 @@ impl ThreadState {
             Exit::Lookup => (self.window.cache.data().target, Variant::Fast, None),
             _ => return,
         };
-        if !self.translatable(engine, map, native) {
+        let to = self.goes_to(engine, native);
+        if !self.translatable(engine, map, to) {
             return;
         }
-        let Ok(c) = self.window.cache.get_kept(map, engine.own_code, counted(engine), native, variant) else { return };
+        let Ok(c) = self.window.cache.get_kept(map, engine.own_code, counted(engine), to, variant) else { return };
         match patch {
             Some(at) => self.window.cache.patch(at, c),
             None => self.window.cache.dispatch_to(native, c),

@@ -24,6 +24,9 @@ pub struct Engine {
     pub(crate) in_place: bool,
     /// The agent's own code range: samples there are skipped.
     pub(crate) own_code: (u64, u64),
+    /// The definition one of the agent's entries calls on to, where a
+    /// recording window may go instead (see [`Engine::calls_on`]).
+    pub(crate) calls_on: Option<CallsOn>,
     /// Measured CPU cost (ns) of one watchpoint trap round trip and of one
     /// sampler signal, outside our handler code (kernel, and hypervisor in a
     /// VM). See [`super::clock`].
@@ -49,6 +52,10 @@ pub struct Engine {
     pub(crate) started_unix_ns: AtomicU64,
 }
 
+/// The agent's map from an entry of its own to the definition it calls
+/// on to ([`Engine::calls_on`]); must be async-signal-safe.
+pub type CallsOn = fn(u64) -> Option<u64>;
+
 /// What the agent found before the engine is made: the sampler it chose,
 /// what the kernel supports, where its own code lies, what a round trip
 /// costs, and whether windows may run from the start.
@@ -59,6 +66,8 @@ pub struct Found {
     pub modify: bool,
     pub in_place: bool,
     pub own_code: (u64, u64),
+    /// See [`Engine::calls_on`].
+    pub calls_on: Option<CallsOn>,
     pub costs: Costs,
     pub windows_allowed: bool,
 }
@@ -77,6 +86,7 @@ impl Engine {
             modify: found.modify,
             in_place: found.in_place,
             own_code: found.own_code,
+            calls_on: found.calls_on,
             trap_cost_ns: found.costs.trap_ns,
             signal_cost_ns: found.costs.signal_ns,
             step_cost_ns: found.costs.step_ns,
@@ -100,6 +110,7 @@ impl Engine {
             modify: false,
             in_place: false,
             own_code: (0, 0),
+            calls_on: None,
             trap_cost_ns: 0,
             signal_cost_ns: 0,
             step_cost_ns: 0,
@@ -171,6 +182,17 @@ impl Engine {
     /// Is `pc` in the agent's own code?
     pub fn is_own_code(&self, pc: u64) -> bool {
         pc >= self.own_code.0 && pc < self.own_code.1
+    }
+
+    /// If `pc` is one of the agent's entries that only keep books and call
+    /// on to the program's own definition (its allocation functions: the
+    /// C library's `malloc` after the agent's), that definition. A
+    /// recording window goes there instead of leaving the cache for the
+    /// agent's code: the definition's accesses are the program's and are
+    /// recorded, as `--exact=step` (no agent) steps them, and no trap
+    /// takes the thread back at the return. Async-signal-safe.
+    pub fn calls_on(&self, pc: u64) -> Option<u64> {
+        self.calls_on.and_then(|f| f(pc)).filter(|&d| !self.is_own_code(d))
     }
 
     /// Windows may run now (see [`Engine::windows_allowed`]).
