@@ -109,7 +109,8 @@ impl Replay {
             if g.n == 0 && r.info & (REP | NONE | MORE | CALL | RET) == 0 {
                 // Most instructions: one plain access, judged as
                 // `instruction` would judge it, without gathering it.
-                self.instructions += instruction(&mut s.shadow, std::slice::from_ref(&r));
+                s.shadow.dead_access(r.pc, r.addr, r.info & LEN_MASK, r.info & READ != 0, r.info & WRITE != 0);
+                self.instructions += 1;
                 continue;
             }
             if g.n == MAX_ACCESSES || (g.n > 0 && g.records[0].pc != r.pc) {
@@ -203,18 +204,12 @@ fn transfers(t: &mut ThreadShadow, recs: &[Record]) {
 /// instructions it stands for.
 fn instruction(t: &mut ThreadShadow, recs: &[Record]) -> u64 {
     let Some(first) = recs.first() else { return 0 };
-    let ctx = t.context(first.pc);
     if recs.len() == 1 && first.info & (REP | CALL | RET | NONE) == 0 {
         // Most instructions: one plain access (a read-modify-write reads first).
-        let len = first.info & LEN_MASK;
-        if first.info & READ != 0 {
-            t.dead_load(ctx, first.addr, len);
-        }
-        if first.info & WRITE != 0 {
-            t.dead_store(ctx, first.addr, len);
-        }
+        t.dead_access(first.pc, first.addr, first.info & LEN_MASK, first.info & READ != 0, first.info & WRITE != 0);
         return 1;
     }
+    let ctx = t.context(first.pc);
     if first.is(REP) {
         let count = first.extra;
         if dead_string(t, ctx, recs, count) {

@@ -318,6 +318,31 @@ impl ThreadShadow {
         }
     }
 
+    /// Dead craft: one plain access (a load, a store, or a read-modify-write,
+    /// which reads first) of `len` bytes at `addr` by the instruction at
+    /// `pc`. A load whose bytes no store left pending (most loads) changes
+    /// nothing and credits nothing: its context is not even looked up.
+    #[inline]
+    pub fn dead_access(&mut self, pc: u64, addr: u64, len: u64, read: bool, write: bool) {
+        if read && !write && len <= 8 && addr % PAGE + len <= PAGE {
+            let part = self.dead.part(addr, addr + len);
+            // SAFETY: as in `dead_load`: the entries are not touched by the
+            // context lookup or the credit below, and the slice is not used
+            // after them.
+            let (_, any, _) = survey(unsafe { Shadow::entries(part) });
+            if any & PENDING == 0 {
+                return;
+            }
+        }
+        let ctx = self.context(pc);
+        if read {
+            self.dead_load(ctx, addr, len);
+        }
+        if write {
+            self.dead_store(ctx, addr, len);
+        }
+    }
+
     /// Dead craft: `len` bytes at `addr` read. Each byte a store left
     /// pending is used, credited to that store's pair; a run of bytes one
     /// context stored is credited at once (as that many one-byte credits).
