@@ -123,8 +123,8 @@ REAL_SIZES = {
 }
 # The same command (the default for the real programs): the sampled runs and
 # the exact reference run one command, these arguments, in full. Sized for
-# about half a second natively, so that the code cache's exact mode (15-165
-# times native per craft, docs/OVERHEAD.md) makes one reference in at most
+# about half a second natively, so that the code cache's exact mode (30-165
+# times native by program and craft, docs/OVERHEAD.md) makes one reference in at most
 # a minute or two. Native wall (user + sys) seconds, three runs each, by
 # `/usr/bin/time -f "%e %U %S" target/bench/NAME ARGS` on the 2-core VM
 # (load average 1.4-2.3 from other sessions; 2026-11-28):
