@@ -14,22 +14,46 @@ is left out of both.
     python3 benches/accuracy.py --runs 3     # quicker
 
 The acceptance report (--accept) judges one or more sampler configurations
-on the real programs (zstd, SQLite, Lua, PCRE2, simdjson, RustFFT) against
-their exact steady state:
+on the real programs (zstd, SQLite, Lua, PCRE2, simdjson, RustFFT; --set
+more: libwebp, Expat, tree-sitter) against exact references:
 
-    python3 benches/accuracy.py --set real --exact-only     # the references (hours, once)
+    python3 benches/accuracy.py --set real --exact-only     # the references (minutes each, once)
     python3 benches/accuracy.py --set real --accept         # today's default sampler
     python3 benches/accuracy.py --set real --accept --witch-args "-e cpu-timer -p 1000000"
     python3 benches/accuracy.py --set real --accept --witch-args "WITCH_BURST=0"   # leading NAME=value: environment
 
+What a real program's exact reference is (the reports say which, on their
+"Exact references:" line, and --summarize keeps the two apart):
+
+- The same command (the default): `witch CRAFT --exact=cache` of exactly
+  the command the sampled runs use (the same binary and arguments, SAME_SIZES,
+  and the same environment apart from witch's own settings: the leading
+  NAME=value words of --witch-args that reach the program, see program_env,
+  go to the exact run too), reduced by the same pair filter, with nothing
+  subtracted. Both sides then see the same work, start-up included (under
+  0.1% of these runs), so nothing is left to cancel; the sizes are small
+  enough (about half a second natively) for the code cache's exact mode
+  to make a reference in a minute or two.
+- The steady state (--steady-state): the difference of two small
+  `--exact=step` runs (REAL_SIZES: 1 and 2 repetitions), against sampled
+  runs that repeat the work for longer (REAL_SIZES' last element). The
+  subtraction is kept where start-up would dominate the exact run: where
+  it has to be small, as the single-stepped mode's (thousands of times
+  native) must; it also makes again the tables measured before the same
+  command. The kernel workloads (--set workloads, all) keep their steady
+  states and the ground-truth programs their small instances, as before.
+
 Exact references are cached in target/bench/exact/ (--exact-cache DIR to
 use another checkout's), keyed by program, craft, arguments, the workload
-binary's contents, the reduction this script applies, and the sources that
-make the exact mode's judgements (EXACT_SOURCES, plus the decoder crate's
-version), and the version of the craft's exact semantics (EXACT_SEMANTICS:
+binary's contents, the reduction this script applies, the exact mode
+(step or cache) and the sources that make its judgements (EXACT_SOURCES,
+per mode, plus the decoder crate's version), the environment given to the
+program, and the version of the craft's exact semantics (EXACT_SEMANTICS:
 --reuse-exact takes another build's reference only of the same version);
---recompute-exact runs them again. A reference whose run lost
-pairs ("tables overflowed") or did not exit 0 is refused, never cached.
+--recompute-exact runs them again. A reference whose run lost pairs
+("tables overflowed"), did not exit 0, had malformed records or ran
+natively unrecorded (the code cache's "ran natively unrecorded" note) is
+refused, never cached.
 
 Needs `cargo build --release --workspace` first.
 """
@@ -74,13 +98,14 @@ WORKLOAD_CASES = [(w, f"benches/workloads/{w}.c", c, None, (lo, hi), big)
                   for w, (lo, hi, big) in WORKLOAD_SIZES.items()
                   for c in ["dead", "silent-store", "silent-load"]]
 # The real programs of benches/workloads.py, built by it from release sources
-# at -O2 -g, measured in the same steady state; pairs count under their
-# driver's main and are named by their innermost frames' lines. One
-# repetition of the repeated part is kept small enough for the exact runs
-# to take minutes (sizes and timings: docs/ACCURACY.md); the sampled runs
-# repeat it for a few seconds. --set real runs on demand, not in `all`.
-# name -> (driver source, exact args, exact args with one more repetition,
-# sampled args); "@lua" is benches/workloads/bench.lua.
+# at -O2 -g; pairs count under their driver's main and are named by their
+# innermost frames' lines. --set real runs on demand, not in `all`. Their
+# steady state (--steady-state): one repetition of the repeated part is kept
+# small enough for the single-stepped exact runs to take minutes (sizes and
+# timings: docs/ACCURACY.md); the sampled runs repeat it for a second or
+# more. name -> (driver source, exact args, exact args with one more
+# repetition, sampled args); "@lua" is benches/workloads/bench.lua. By
+# default both sides run SAME_SIZES instead (below).
 REAL_SIZES = {
     "zstd": ("benches/workloads/zstd_driver.c", ["4k", "3", "1"], ["4k", "3", "2"], ["4k", "3", "15000"]),
     "sqlite": ("benches/workloads/sqlite_driver.c", ["40", "1"], ["40", "2"], ["40", "2000"]),
@@ -96,6 +121,39 @@ REAL_SIZES = {
     "expat": ("benches/workloads/expat_driver.c", ["8", "1"], ["8", "2"], ["8", "15000"]),
     "treesitter": ("benches/workloads/treesitter_driver.c", ["2", "1"], ["2", "2"], ["2", "3000"]),
 }
+# The same command (the default for the real programs): the sampled runs and
+# the exact reference run one command, these arguments, in full. Sized for
+# about half a second natively, so that the code cache's exact mode (30-165
+# times native by program and craft, docs/OVERHEAD.md) makes one reference in at most
+# a minute or two. Native wall (user + sys) seconds, three runs each, by
+# `/usr/bin/time -f "%e %U %S" target/bench/NAME ARGS` on the 2-core VM
+# (load average 1.4-2.3 from other sessions; 2026-11-28):
+#   zstd 4k 3 15000            0.61 0.60 0.61   (also the steady state's sampled size)
+#   sqlite 40 2000             0.57 0.55 0.53   (also the steady state's sampled size)
+#   lua bench.lua 0.0001 1500  0.52 0.51 0.52
+#   pcre2 2 4500               0.54 0.51 0.54
+#   simdjson 32 6000           0.83 0.76 0.77   (its exact mode is among the fastest, ~50x)
+#   fft 3600 2 9000            0.51 0.50 0.49
+#   webp 32 3000               0.48 0.59 0.51
+#   expat 8 10000              0.57 0.75 0.58
+#   treesitter 2 2000          0.48 0.53 0.48
+# (The steady state's sampled sizes above ran 0.6-1.8 s by the same
+# command that day: fft 3600 2 30000 1.65-1.76 s, pcre2 2 10000 1.07-1.25 s.)
+# Start-up (the loader, run-time initialization, input generation, FFT
+# planning: a one-repetition run less its repeated part, docs/ACCURACY.md's
+# steady-state table) is under 0.1% of these runs' instructions, and the
+# same on both sides. name -> args (the last, the repetitions).
+SAME_SIZES = {
+    "zstd": ["4k", "3", "15000"],
+    "sqlite": ["40", "2000"],
+    "lua": ["@lua", "0.0001", "1500"],
+    "pcre2": ["2", "4500"],
+    "simdjson": ["32", "6000"],
+    "fft": ["3600", "2", "9000"],
+    "webp": ["32", "3000"],
+    "expat": ["8", "10000"],
+    "treesitter": ["2", "2000"],
+}
 REAL_NAMES = {os.path.basename(v[0]) for v in REAL_SIZES.values()}
 REAL_CASES = [(w, src, c, None, (lo, hi), big)
               for w, (src, lo, hi, big) in REAL_SIZES.items()
@@ -103,14 +161,32 @@ REAL_CASES = [(w, src, c, None, (lo, hi), big)
 SET_CASES = {s: [c for c in REAL_CASES if c[0] in workloads.SETS[s]] for s in ("real", "more", "bench")}
 LUA_SCRIPT = os.path.join(ROOT, "benches/workloads/bench.lua")
 
-# The sources whose code makes the exact mode's judgements (stepping,
-# decoding, shadow memory, comparisons, the context tree and pair table),
-# where they are now and where the restructure puts them. A change to the
-# code of any of them (not to its comments or layout), or to the decoder
-# crate's version, keys new exact references.
-EXACT_SOURCES = ["witchcraft/src/exact.rs", "witchcraft/src/exact/*.rs", "witchcraft/src/access.rs",
-                 "witchcraft/src/x86/decode.rs", "witchcraft/src/context.rs", "witchcraft/src/craft/*.rs",
-                 "witchcraft/src/craft.rs", "witchcraft/src/pair.rs", "witchcraft/src/sys/mem.rs"]
+# The sources whose code makes the exact mode's judgements, per exact mode
+# (a change to the code of any of them, not to its comments or layout, or to
+# the decoder crate's version, keys new references of that mode). Both
+# modes: the judge (the crafts' definitions, shadow memory, comparisons,
+# exact/judge/), the context tree and pair table, the decoder, and exact.rs
+# (the single-stepper, and the profile's threads both modes make). The code
+# cache's mode (`--exact=cache`) also: how records are made (the recording
+# copies of x86/translate/, the records of x86/record.rs, the engine's own
+# records of instructions the cache does not copy, engine/recording.rs),
+# buffered, taken back and published (engine/recorder.rs, engine/window.rs,
+# exact/ring.rs, exact/stream.rs), where a whole-run window leaves the cache
+# and comes back (engine/cache_exit.rs, engine/resume.rs), and how witch
+# replays them (exact/replay.rs, exact/string.rs) into the profile (witchd's
+# cmd/exact.rs). Test files (tests.rs) are not in the build: left out.
+EXACT_JUDGE = ["witchcraft/src/exact.rs", "witchcraft/src/exact/judge/*.rs", "witchcraft/src/exact/shadow.rs",
+               "witchcraft/src/x86/decode.rs", "witchcraft/src/context.rs", "witchcraft/src/craft/*.rs",
+               "witchcraft/src/pair.rs", "witchcraft/src/sys/mem.rs"]
+EXACT_SOURCES = {
+    "step": EXACT_JUDGE,
+    "cache": EXACT_JUDGE + ["witchcraft/src/exact/replay.rs", "witchcraft/src/exact/string.rs",
+                            "witchcraft/src/exact/stream.rs", "witchcraft/src/exact/ring.rs",
+                            "witchcraft/src/x86/record.rs", "witchcraft/src/x86/translate/*.rs",
+                            "witchcraft/src/engine/recorder.rs", "witchcraft/src/engine/recording.rs",
+                            "witchcraft/src/engine/window.rs", "witchcraft/src/engine/cache_exit.rs",
+                            "witchcraft/src/engine/resume.rs", "witchd/src/cmd/exact.rs"],
+}
 # Bumped whenever pair_sums' reduction (what a cached reference stores) changes.
 CACHE_FORMAT = 1
 # What the exact mode's judgements of each craft mean, as a version per
@@ -187,22 +263,32 @@ def sha256_file(path):
     return h.hexdigest()
 
 
-_FINGERPRINT = None
+_FINGERPRINT = {}
+AGENT = "libwitch_agent.so"  # the engine, in the program: it makes the code cache's records
 
 
-def exact_fingerprint():
-    """Hash of the exact mode's sources (EXACT_SOURCES) and the decoder
-    crate's locked version; refuses a witch binary older than them, which
-    would not be the build those sources describe."""
-    global _FINGERPRINT
-    if _FINGERPRINT is None:
-        files = sorted({f for g in EXACT_SOURCES for f in glob.glob(os.path.join(ROOT, g))})
-        if not files:
-            sys.exit("benches/accuracy.py: none of EXACT_SOURCES exists; update the list to where the exact mode lives")
+def exact_fingerprint(how="step"):
+    """Hash of the sources of exact mode `how` ("step" or "cache",
+    EXACT_SOURCES) and the decoder crate's locked version. Refuses a list
+    that names a file no longer there (the code moved: the list must follow
+    it), and a witch binary older than the sources (for the code cache,
+    the agent beside it too, whose engine makes the records), which would
+    not be the build those sources describe."""
+    if how not in _FINGERPRINT:
+        files = set()
+        for g in EXACT_SOURCES[how]:
+            found = [f for f in glob.glob(os.path.join(ROOT, g)) if os.path.basename(f) != "tests.rs"]
+            if not found:
+                sys.exit(f"benches/accuracy.py: {g} (EXACT_SOURCES) matches no file; update the list to where "
+                         "the exact mode's code is now")
+            files.update(found)
+        files = sorted(files)
         newest = max(os.stat(f).st_mtime for f in files)
-        if os.stat(WITCH).st_mtime < newest:
-            sys.exit(f"benches/accuracy.py: {WITCH} is older than the exact mode's sources; "
-                     "cargo build --release --workspace")
+        built = [WITCH] + ([os.path.join(os.path.dirname(WITCH), AGENT)] if how == "cache" else [])
+        for b in built:
+            if not os.path.exists(b) or os.stat(b).st_mtime < newest:
+                sys.exit(f"benches/accuracy.py: {b} is missing or older than the exact mode's sources; "
+                         "cargo build --release --workspace")
         # Of each file's code with comments, white space and commas left
         # out, in sorted order: reformatting (rustfmt) and moving whole files
         # leave the key alone; any change to the code changes it.
@@ -218,8 +304,8 @@ def exact_fingerprint():
             lock = fh.read()
         at = lock.find('name = "iced-x86"')
         h.update(lock[at:at + 60].encode() if at >= 0 else b"?")
-        _FINGERPRINT = h.hexdigest()
-    return _FINGERPRINT
+        _FINGERPRINT[how] = h.hexdigest()
+    return _FINGERPRINT[how]
 
 
 REUSED = set()  # exact-mode builds whose references --reuse-exact used
@@ -233,20 +319,34 @@ def _tuplify(x):
     return tuple(_tuplify(v) for v in x) if isinstance(x, list) else x
 
 
-def exact_reference(craft, exe, args, src, lines_at, a):
+def exact_reference(craft, exe, args, src, lines_at, a, how="step", env=None):
     """Pair sums of one exact run ({"line": ..., "pc": ..., "meta": ...}),
-    from the cache or computed (and cached). Refuses a lossy run."""
+    from the cache or computed (and cached). Refuses a lossy run.
+
+    how: the exact mode, "step" (`--exact=step`, single steps: the steady
+    state's small runs) or "cache" (`--exact=cache`, the code cache: the
+    same command as the sampled runs). env: what the sampled runs' command
+    adds to the program's environment (program_env), given to the exact run
+    too (the code cache's mode only)."""
     shown = ["@lua" if x == LUA_SCRIPT else x for x in args]
+    run_env = dict(env or {}) if how == "cache" else {}
     key_parts = {
         "format": CACHE_FORMAT, "craft": craft, "semantics": EXACT_SEMANTICS[craft],
         "program": os.path.basename(exe), "args": shown,
-        "binary": sha256_file(exe), "exact": exact_fingerprint(), "src": os.path.basename(src),
+        "binary": sha256_file(exe), "exact": exact_fingerprint(how), "src": os.path.basename(src),
         "lines": sorted(lines_at) if lines_at is not None else None,
         "script": sha256_file(LUA_SCRIPT) if "@lua" in shown else None,
-        "env": {k: os.environ.get(k) for k in ("GLIBC_TUNABLES", "WITCH_KEEP_REP_STRINGS")},
+        "env": {k: run_env.get(k, os.environ.get(k))
+                for k in sorted({"GLIBC_TUNABLES", "WITCH_KEEP_REP_STRINGS"} | set(run_env))},
     }
+    # A single-stepped reference's key has no mode (as before modes were
+    # keyed): its cached references and --reuse-exact's keep matching.
+    if how != "step":
+        key_parts["mode"] = how
     key = hashlib.sha256(json.dumps(key_parts, sort_keys=True).encode()).hexdigest()[:20]
-    path = os.path.join(a.exact_cache, f"{os.path.basename(exe)}-{craft}-{'_'.join(shown).replace('/', '_')}-{key}.json.gz")
+    infix = "" if how == "step" else f"{how}-"
+    path = os.path.join(a.exact_cache, f"{os.path.basename(exe)}-{craft}-{infix}{'_'.join(shown).replace('/', '_')}"
+                                       f"-{key}.json.gz")
     if os.path.exists(path) and not a.recompute_exact:
         with gzip.open(path, "rt") as f:
             d = json.load(f)
@@ -271,27 +371,48 @@ def exact_reference(craft, exe, args, src, lines_at, a):
         raise NotCached(f"{craft} {os.path.basename(exe)} {' '.join(shown)}")
     os.makedirs(a.exact_cache, exist_ok=True)
     out = os.path.join(OUT, f"exact-{os.getpid()}-{os.path.basename(exe)}-{craft}.json")
-    print(f"  exact: {craft} {os.path.basename(exe)} {' '.join(shown)} ...", end="", file=sys.stderr, flush=True)
-    # The single-stepped exact mode: the references the accuracy document's
-    # tables were made from (the code-cache mode does not record the loader's
-    # start-up, which the steady-state subtraction cancels, but not yet the
-    # silent crafts' values).
-    code, secs = run_witch(craft, exe, args, ["--exact=step"], out)
+    print(f"  exact: {craft} {os.path.basename(exe)} {' '.join(shown)} (--exact={how}) ...", end="",
+          file=sys.stderr, flush=True)
+    # The single-stepped mode makes the steady state's small references (the
+    # accuracy document's tables before the same command were made from
+    # them); the code cache's, the same command's.
+    code, secs = run_witch(craft, exe, args, [f"--exact={how}"], out, run_env)
+    what = f"the exact run of {os.path.basename(exe)} {' '.join(shown)} ({craft}, --exact={how})"
+    if not os.path.exists(out):
+        sys.exit(f"benches/accuracy.py: {what} exited {code} without a profile: no reference")
     with open(out) as f:
         prof = json.load(f)
+    procs = [prof] + prof.get("processes", [])
     lost = sum(t["counters"].get("pair_overflow", 0) + t["counters"].get("tree_overflow", 0)
-               for t in prof.get("threads", []))
-    what = f"the exact run of {os.path.basename(exe)} {' '.join(shown)} ({craft})"
+               for p in procs for t in p.get("threads", []))
     if lost:
         sys.exit(f"benches/accuracy.py: {what} lost {lost} pairs or contexts (tables overflowed): no reference")
     if code != 0 or prof.get("ended_by") != "exit":
         sys.exit(f"benches/accuracy.py: {what} exited {code} ({prof.get('ended_by')}): no reference")
+    notes = [n for p in procs for n in p.get("notes", [])]
+    if any("malformed" in n for n in notes):
+        sys.exit(f"benches/accuracy.py: {what}: {next(n for n in notes if 'malformed' in n)}: no reference")
+    # The code cache's stretches the program ran natively, unrecorded until
+    # the next tick (the agent's note): accesses the reference does not have.
+    gaps = sum(int(m.group(1)) for n in notes for m in [re.search(r"(\d+) times the thread ran natively unrecorded", n)] if m)
+    if gaps:
+        sys.exit(f"benches/accuracy.py: {what} ran natively, unrecorded, {gaps} times "
+                 f"({next(n for n in notes if 'natively unrecorded' in n)}): no reference")
     rep = report_of(out)
     os.unlink(out)
-    note = " ".join(prof.get("notes", []))
-    instr = int(note.split("exact reference: ")[1].split()[0]) if "exact reference: " in note else None
+    instr = records = None
+    for n in notes:
+        # "exact reference: N instructions single-stepped"; "exact from the
+        # code cache: R access records judged, of N instructions".
+        m = (re.search(r"exact reference: (\d+) instructions", n)
+             or re.search(r"(\d+) access records judged, of (\d+) instructions", n))
+        if m:
+            instr = (instr or 0) + int(m.group(m.lastindex))
+            if m.lastindex == 2:
+                records = (records or 0) + int(m.group(1))
     d = {"line": pair_sums(rep, src, lines_at), "pc": pair_sums(rep, src, lines_at, True),
-         "meta": {"seconds": secs, "instructions": instr, "pairs": rep.get("pair_count"),
+         "meta": {"seconds": secs, "instructions": instr, "records": records,
+                  "pairs": rep.get("pair_count"),
                   "total": [waste_use(rep)[0], waste_use(rep)[1]], "key": key_parts,
                   "date": time.strftime("%Y-%m-%d")}}
     tmp = path + f".tmp{os.getpid()}"
@@ -299,7 +420,11 @@ def exact_reference(craft, exe, args, src, lines_at, a):
         json.dump({"line": [[k, v] for k, v in d["line"].items()], "pc": [[k, v] for k, v in d["pc"].items()],
                    "meta": d["meta"]}, f)
     os.replace(tmp, path)
-    print(f" {secs:.0f} s, {instr} instructions", file=sys.stderr, flush=True)
+    # The code cache's count is of the instructions that made records (memory
+    # accesses, calls, returns), not of all the program ran.
+    print(f" {secs:.0f} s, " + (f"{instr} instructions" if records is None
+                                 else f"{records} access records of {instr} instructions that made records"),
+          file=sys.stderr, flush=True)
     return d
 
 
@@ -445,22 +570,77 @@ def per_line(title, exact, sampled, n):
 
 
 LONGER = 1  # --longer: the sampled runs' repetitions multiplied by this
+STEADY = False  # --steady-state: the real programs' references are the steady state (below)
+
+
+class Same:
+    """The exact side of a case in the same-command mode: the sampled runs'
+    own arguments, run in full from the code cache (`--exact=cache`)."""
+
+    def __init__(self, args):
+        self.args = args
+
+
+def exact_mode(name, small):
+    """What the exact reference of case `name` (its exact side `small`,
+    as CASES has it) is, as the reports name it."""
+    if name in REAL_SIZES:
+        return "steady state" if STEADY else "same command"
+    return "steady state" if isinstance(small, tuple) else "small instance"
+
+
+def exact_modes(cases):
+    """The exact modes of `cases`, in order, for a report's heading."""
+    seen = []
+    for name, _, _, _, small, _ in cases:
+        if exact_mode(name, small) not in seen:
+            seen.append(exact_mode(name, small))
+    return seen
+
+
+MODE_TEXT = {
+    "same command": "same command (`witch CRAFT --exact=cache` of the sampled runs' own command, in full; "
+                    "no subtraction)",
+    "steady state": "steady state (the difference of two small `--exact=step` runs, 1 and 2 repetitions; "
+                    "the sampled runs repeat the work for longer)",
+    "small instance": "small instance (one `--exact=step` run of a smaller input than the sampled runs', "
+                      "over the marked lines)",
+}
+
+
+def program_env(env):
+    """Of a configuration's leading NAME=value words, those that change what
+    the program itself runs, given to the same command's exact run too; not
+    witch's sampler settings (WITCH_*), but WITCH_KEEP_REP_STRINGS, which
+    changes the program's memset and memcpy (their GLIBC_TUNABLES)."""
+    return {k: v for k, v in env.items() if not k.startswith("WITCH_") or k == "WITCH_KEEP_REP_STRINGS"}
 
 
 def resolve(name, src, small, big):
-    """(binary, exact args (one list, or a (fewer, more repetitions) pair), sampled args)."""
+    """(binary, exact side (Same(args): the sampled command itself; a list:
+    one small instance; a (fewer, more repetitions) pair: the steady
+    state), sampled args)."""
     if name in REAL_SIZES:
         exe = workloads.build_one(name, OUT)[0][0]
         lua = lambda args: [LUA_SCRIPT if x == "@lua" else x for x in args]  # noqa: E731
         # The last argument of a real program's driver is its repetitions.
-        big = big[:-1] + [str(int(big[-1]) * LONGER)]
-        return exe, tuple(lua(x) for x in small), lua(big)
+        longer = lambda args: args[:-1] + [str(int(args[-1]) * LONGER)]  # noqa: E731
+        if not STEADY:
+            args = lua(longer(SAME_SIZES[name]))
+            return exe, Same(args), args
+        return exe, tuple(lua(x) for x in small), lua(longer(big))
     return build(name, src), small, big
 
 
-def exact_case(craft, exe, src, at, small, a):
+def exact_case(craft, exe, src, at, small, a, env=None):
     """The exact side of one case: (fraction, top-5 pair keys, per-pair sums
-    by line, by instruction, [cached run metadata])."""
+    by line, by instruction, [cached run metadata]). env: what the sampled
+    runs add to the program's environment (program_env), for the same
+    command."""
+    if isinstance(small, Same):
+        rex = exact_reference(craft, exe, small.args, src, at, a, "cache", env)
+        ex_frac, ex_top = summarize(rex["line"])
+        return ex_frac, ex_top, rex["line"], rex["pc"], [rex["meta"]]
     if isinstance(small, tuple):
         lo = exact_reference(craft, exe, small[0], src, at, a)
         hi = exact_reference(craft, exe, small[1], src, at, a)
@@ -480,22 +660,25 @@ def exact_case(craft, exe, src, at, small, a):
 def exact_only(cases, a):
     """Compute (or load) the exact references of `cases`, one at a time, and
     print what they say and what they cost."""
-    print("| program | craft | exact (steady) | exact runs (instructions, seconds) | repeated part (instructions) |")
-    print("|---|---|---:|---|---:|")
+    print("Exact references: " + "; ".join(MODE_TEXT[m] for m in exact_modes(cases)) + ".\n")
+    print("| program | craft | exact | exact mode | exact runs (instructions, seconds) | repeated part (instructions) |")
+    print("|---|---|---:|---|---|---:|")
     total = 0.0
     for name, src, craft, markers, small, big in cases:
         exe, small, big = resolve(name, src, small, big)
         try:
             f, _, _, _, metas = exact_case(craft, exe, src, marked_lines(src, markers), small, a)
         except NotCached as e:
-            print(f"| {name} | {craft} | not cached ({e}) | | |", flush=True)
+            print(f"| {name} | {craft} | not cached ({e}) | {exact_mode(name, small)} | | |", flush=True)
             continue
-        runs = ", ".join(f"{m['instructions']:,} in {m['seconds']:.0f} s (build {m['key']['exact'][:12]})"
-                         for m in metas)
+        count = lambda m: ("?" if m["instructions"] is None else f"{m['instructions']:,}"  # noqa: E731
+                           + (" that made records" if m.get("records") is not None else ""))
+        runs = ", ".join(f"{count(m)} in {m['seconds']:.0f} s (build {m['key']['exact'][:12]})" for m in metas)
         rep = (f"{metas[1]['instructions'] - metas[0]['instructions']:,}"
                if len(metas) == 2 and metas[0]["instructions"] and metas[1]["instructions"] else "")
         total += sum(m["seconds"] for m in metas)
-        print(f"| {name} | {craft} | {'n/a' if f != f else f'{100*f:.1f}'} | {runs} | {rep} |", flush=True)
+        print(f"| {name} | {craft} | {'n/a' if f != f else f'{100*f:.1f}'} | {exact_mode(name, small)} | {runs} | "
+              f"{rep} |", flush=True)
     print(f"\nExact runs of these cases: {total/3600:.2f} h of wall time when computed (under nice -n 19).")
 
 
@@ -551,6 +734,9 @@ def accept(cases, a):
         print(f"Sampler settings: `{' '.join(shown)}` (otherwise the defaults of this build); "
               f"{a.runs} sampled runs per case" + (f", {LONGER} times as long as by default" if LONGER > 1 else "")
               + f"; {time.strftime('%Y-%m-%d')}\n")
+        # Which references the exact column holds (--summarize keeps
+        # configurations of different modes apart).
+        print("Exact references: " + "; ".join(MODE_TEXT[m] for m in exact_modes(cases)) + ".\n")
         print("| program | craft | exact | sampled (mean ± sd) | sampled - exact | within 3 | "
               "exact top-3 in sampled top-5 (runs) | engine share | sd / reported se | interval holds exact (runs) | "
               "window (instructions) | wall vs native | CPU vs native | engine share of CPU time |")
@@ -567,7 +753,7 @@ def accept(cases, a):
             exe, small, big = resolve(name, src, small, big)
             at = marked_lines(src, markers)
             try:
-                ex_frac, ex_top, ex_sums, ex_pc, _ = exact_case(craft, exe, src, at, small, a)
+                ex_frac, ex_top, ex_sums, ex_pc, _ = exact_case(craft, exe, src, at, small, a, program_env(env))
             except NotCached as e:
                 print(f"| {name} | {craft} | not cached ({e}) | | | | | | | | | | |", flush=True)
                 continue
@@ -700,7 +886,10 @@ def accept(cases, a):
         if costs:
             top = max(costs)
             print(f"- Largest engine share: {top[0]:.2f}% ({top[1]}).")
-        print(f"- Exact mode: build {exact_fingerprint()[:12]} of its sources, semantics "
+        modes = exact_modes(cases)
+        hows = (["cache"] if "same command" in modes else []) + (["step"] if modes != ["same command"] else [])
+        print(f"- Exact references: {', '.join(modes)}; exact mode "
+              + ", ".join(f"--exact={h} build {exact_fingerprint(h)[:12]}" for h in hows) + " of its sources, semantics "
               + ", ".join(f"{c} {v}" for c, v in EXACT_SEMANTICS.items())
               + (f"; references reused from build {', '.join(sorted(REUSED))} (--reuse-exact)" if REUSED else "") + ".")
         print(f"- Sampler the runs used: {'; '.join(sorted(samplers))}.")
@@ -826,8 +1015,17 @@ def summarize_logs(paths):
     for path in paths:
         with open(path) as f:
             for line in f:
+                # A configuration's rows are kept by its sampler settings
+                # and the mode of its exact references (an output from
+                # before modes were printed is the steady state's).
                 if line.startswith("Sampler settings: `"):
-                    conf = line.split("`")[1]
+                    conf = (line.split("`")[1], "steady state")
+                    confs.setdefault(conf, {})
+                    continue
+                if line.startswith("Exact references: ") and conf is not None:
+                    rest = line[len("Exact references: "):].strip()
+                    modes = [m for m in MODE_TEXT if re.search(rf"(^|; ){m} \(", rest)]
+                    conf = (conf[0], ", ".join(modes) or rest)
                     confs.setdefault(conf, {})
                     continue
                 cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -836,7 +1034,7 @@ def summarize_logs(paths):
                 if cells[2].startswith("not cached"):
                     continue
                 confs[conf][(cells[0], cells[1])] = cells
-    for conf, rows in confs.items():
+    for (conf, mode), rows in confs.items():
         if not rows:
             continue
         n = len(rows)
@@ -855,7 +1053,8 @@ def summarize_logs(paths):
         cpus = [(num(r[12]), k) for k, r in rows.items() if r[12]]
         within = sum(abs(d) <= 3 for d in diffs.values())
         over5 = sorted(((abs(d), d, f"{k[0]} {k[1]}") for k, d in diffs.items() if abs(d) > 5), reverse=True)
-        print(f"Configuration `{conf}`: {n} program x craft cases ({', '.join(sorted({k[0] for k in rows}))})\n")
+        print(f"Configuration `{conf}`, exact references: {mode}: {n} program x craft cases "
+              f"({', '.join(sorted({k[0] for k in rows}))})\n")
         print("| criterion | target | result |")
         print("|---|---|---|")
         print(f"| within 3 points of exact | at least 80% of cases | {within} of {n} ({100*within/n:.0f}%) |")
@@ -931,13 +1130,18 @@ def main():
                     help="with --accept: per case, the N heaviest watch lines' shares and fractions, exact and sampled")
     ap.add_argument("--longer", type=int, default=1, metavar="N",
                     help="real programs: sampled runs repeat their work N times as often (N times as long; "
-                         "the exact references are unchanged)")
+                         "the same command's exact references too, the steady state's are unchanged)")
+    ap.add_argument("--steady-state", action="store_true",
+                    help="real programs: exact references from the steady state of two small single-stepped "
+                         "runs, sampled runs at the steady state's longer sizes (how the tables before the same "
+                         "command were made); default: the same command on both sides")
     a = ap.parse_args()
     if a.summarize:
         return summarize_logs(a.summarize)
     WITCH = a.witch
-    global LONGER
+    global LONGER, STEADY
     LONGER = max(1, a.longer)
+    STEADY = a.steady_state
     a.witch_args = a.witch_args or [""]
     cases = {"all": CASES + WORKLOAD_CASES, "ground-truth": CASES, "workloads": WORKLOAD_CASES,
              **SET_CASES}[a.set]
@@ -955,6 +1159,7 @@ def main():
     if a.accept:
         return accept(cases, a)
     print(f"Sampled vs exact waste fraction (own code), mean ± std over {a.runs} runs\n")
+    print("Exact references: " + "; ".join(MODE_TEXT[m] for m in exact_modes(cases)) + ".\n")
     print("| program | craft | exact | " + " | ".join(f"-p {p}" for p in PERIODS) + " | top-5 overlap | top-3 same | oldest | 1 debug reg |")
     print("|---|---|---:|" + "---:|" * len(PERIODS) + "---:|---:|---:|---:|")
     bias_rows = []
