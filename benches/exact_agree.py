@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""The two exact modes side by side on the bench set's real programs:
+`witch CRAFT --exact=step` (single steps under ptrace, no agent) and
+`witch CRAFT --exact` (the code cache, every access recorded and judged in
+witch), on one small instance of each program (one repetition of its
+driver's work: the accuracy bench's steady-state sizes), compared pair by
+pair, figure by figure (waste, approximate waste, use, accesses), for the
+pairs whose two contexts both lie in the program's executable, as
+tests/tests/exact.rs compares them on its own small program.
+
+What may differ, and why (the report prints the pairs that do):
+- the single steps begin at `exec`, the code cache at the program's entry
+  point: a pair whose earlier access ran before it (a C++ static
+  constructor's store, say) is only in the single-stepping profile;
+- what the agent's wrappers run natively in the code-cache mode
+  (`pthread_create`'s part in the C library) is missing there, so a later
+  access to those bytes pairs with an earlier one.
+
+    python3 benches/exact_agree.py                         # the six real programs, three crafts
+    python3 benches/exact_agree.py --only zstd,fft --crafts dead
+    python3 benches/exact_agree.py --show 5                # and up to 5 differing pairs per case
+
+The ptrace mode runs thousands of times slower than native: a case takes
+minutes. Needs `cargo build --release --workspace` first.
+"""
+import argparse, json, os, subprocess, sys, tempfile, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import accuracy  # noqa: E402  (the real programs' sizes and builds)
+import workloads  # noqa: E402
+
+FIGURES = ["waste", "approx_waste", "use", "traps"]
+
+
+def pairs_in(path, exe):
+    """(watch offset, trap offset) -> figures, of the pairs whose two
+    contexts lie in the module `exe` (offsets from its start)."""
+    p = json.load(open(path))
+    mods = [m for m in p.get("modules", []) if os.path.realpath(m.get("path", "")) == os.path.realpath(exe)]
+    out = {}
+    for m in mods:
+        start, end = m["start"], m["end"]
+        for t in p.get("threads", []):
+            nodes = t["nodes"]
+            for pr in t.get("pairs", []):
+                w, k = nodes[pr["watch"]]["pc"], nodes[pr["trap"]]["pc"]
+                if start <= w < end and start <= k < end:
+                    e = out.setdefault((w - start, k - start), [0.0] * len(FIGURES))
+                    for i, key in enumerate(FIGURES):
+                        e[i] += pr.get(key, 0.0) or 0.0
+    return out
+
+
+def run(witch, craft, mode, exe, args, out, timeout):
+    t = time.perf_counter()
+    cmd = [witch, craft, f"--exact={mode}", "-q", "-o", out, exe] + args
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, None
+    return time.perf_counter() - t, p.returncode
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--set", default="real", choices=["real", "more", "bench"])
+    ap.add_argument("--only", default="", help="comma-separated program names to keep")
+    ap.add_argument("--crafts", default="dead,silent-store,silent-load")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds a run may take")
+    ap.add_argument("--show", type=int, default=3, metavar="N", help="differing pairs to print per case")
+    ap.add_argument("--witch", default=accuracy.WITCH)
+    a = ap.parse_args()
+    names = [n for n in workloads.SETS[a.set] if n in accuracy.REAL_SIZES]
+    if a.only:
+        names = [n for n in names if n in a.only.split(",")]
+    print("| program | craft | pairs (both contexts in the program) | the same | differing | bytes in differing pairs | step s | cache s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    shown = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            exe = workloads.build_one(name, accuracy.OUT)[0][0]
+            args = [accuracy.LUA_SCRIPT if x == "@lua" else x for x in accuracy.REAL_SIZES[name][1]]
+            for craft in a.crafts.split(","):
+                step_out, cache_out = os.path.join(tmp, f"{name}-{craft}-step.json"), os.path.join(tmp, f"{name}-{craft}-cache.json")
+                ts, rs = run(a.witch, craft, "step", exe, args, step_out, a.timeout)
+                tc, rc = run(a.witch, craft, "cache", exe, args, cache_out, a.timeout)
+                if ts is None or tc is None or not os.path.exists(step_out) or not os.path.exists(cache_out):
+                    print(f"| {name} | {craft} | (a run failed or ran over {a.timeout:.0f} s: step {rs}, cache {rc}) | | | | | |")
+                    continue
+                s, c = pairs_in(step_out, exe), pairs_in(cache_out, exe)
+                keys = sorted(set(s) | set(c))
+                zero = [0.0] * len(FIGURES)
+                differ = [k for k in keys if s.get(k, zero) != c.get(k, zero)]
+                total = sum(v[0] + v[1] + v[2] for v in s.values()) or 1.0
+                diff_bytes = sum(max(abs(s.get(k, zero)[i] - c.get(k, zero)[i]) for i in range(3)) for k in differ)
+                print(f"| {name} | {craft} | {len(keys)} | {len(keys) - len(differ)} | {len(differ)} | "
+                      f"{diff_bytes:.0f} of {total:.0f} ({100 * diff_bytes / total:.2f}%) | {ts:.1f} | {tc:.1f} |", flush=True)
+                for k in differ[:a.show]:
+                    shown.append(f"{name} {craft} <+{k[0]:#x}, +{k[1]:#x}>: step {s.get(k, zero)}, cache {c.get(k, zero)}")
+    if shown:
+        print("\nDiffering pairs (offsets in the executable; figures: " + ", ".join(FIGURES) + "):")
+        for line in shown:
+            print(line)
+
+
+if __name__ == "__main__":
+    main()
