@@ -53,6 +53,33 @@ fn judge_element(a: &Access, off: usize, el: usize, then: &[u8], now: &[u8], pre
         // Compared exactly (all `compare` would do).
         return judge_bytes(off, el, then, now);
     }
+    let size = if a.float == Float::F32 { 4 } else { 8 };
+    if el == size {
+        // One whole float whose bytes changed: what `compare` decides of
+        // it (RedSpy/LoadSpy's |new − old| ≤ p·|old|), without making a
+        // watched access for it (most of the float crafts' judging).
+        if precision <= 0.0 {
+            return Verdict::Use { bytes: el as u64 };
+        }
+        let (x, y) = if size == 4 {
+            let f = |b: &[u8]| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64;
+            (f(&then[off..]), f(&now[off..]))
+        } else {
+            let f = |b: &[u8]| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+            (f(&then[off..]), f(&now[off..]))
+        };
+        return if (x - y).abs() <= precision * x.abs() || x == y {
+            Verdict::Waste { bytes: el as u64, approx: true }
+        } else {
+            Verdict::Use { bytes: el as u64 }
+        };
+    }
+    judge_element_watched(a, off, el, then, now, precision)
+}
+
+/// [`judge_element`] of a changed float element through a watched access
+/// and [`compare`], as a trap judges one (a piece narrower than a float).
+fn judge_element_watched(a: &Access, off: usize, el: usize, then: &[u8], now: &[u8], precision: f64) -> Verdict {
     let e = Access { addr: a.addr + off as u64, len: el as u32, ..*a };
     let mut w = Watched::with_piece(e, (e.addr, el as u64));
     w.value_len = el;
