@@ -98,7 +98,7 @@ fn main() {
     let starts: Vec<u64> = m.func_starts.iter().copied().filter(|&s| s >= m.start && s < m.end).collect();
     assert!(starts.len() > 500, "only {} function starts in {}", starts.len(), m.path);
     let own = map.own;
-    let mut cache = CodeCache::new();
+    let mut cache = CodeCache::new(false);
     assert!(cache.ready(map), "no code cache (mmap of writable code refused?)");
     for (counted, cname) in [(Counted::Stores, "stores"), (Counted::Loads, "loads")] {
         for (variant, vname) in [(Variant::Fast, "fast"), (Variant::Slow, "slow")] {

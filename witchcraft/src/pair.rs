@@ -210,6 +210,11 @@ impl Pairs {
         }
     }
 
+    /// Entries in use (the empty marker included).
+    pub fn in_use(&self) -> usize {
+        self.len
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &PairEntry> {
         self.entries[1..self.len].iter()
     }

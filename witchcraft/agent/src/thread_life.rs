@@ -95,7 +95,8 @@ pub fn unprepare_thread(slot: &threads::Entry) {
 /// ([`address_space_cap`]) for one more: its handler stack, its tables
 /// and its code cache? If not, it is counted as not set up, with a note.
 pub fn room_for_a_thread() -> bool {
-    let per_thread = (handler_stack::HANDLER_STACK + ThreadState::reserved_bytes_each()) as u64;
+    let recording = AGENT.engine().is_some_and(|e| e.config().record_fd.is_some());
+    let per_thread = (handler_stack::HANDLER_STACK + ThreadState::reserved_bytes_each(recording)) as u64;
     if (AGENT.threads.with_state() as u64 + 1) * per_thread <= address_space_cap() {
         return true;
     }

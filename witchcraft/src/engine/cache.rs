@@ -31,32 +31,65 @@ use crate::x86::translate::{self, Block, Counted, Env, Exit, Host, Point, Reques
 
 /// Entries of the dispatch table (16 bytes each).
 const DISPATCH_ENTRIES: u32 = 8192;
-/// Entries of the index (24 bytes each): at most half are used.
-const INDEX_ENTRIES: usize = 8192;
-/// Copies the records can hold (24 bytes each).
-const RECORDS: usize = INDEX_ENTRIES;
-/// Bytes for copies.
-const CODE_BYTES: usize = 768 * 1024;
 
 const PAGE: usize = 4096;
 const DATA_AT: usize = 0;
 const DISPATCH_AT: usize = PAGE;
 const INDEX_AT: usize = DISPATCH_AT + DISPATCH_ENTRIES as usize * 16;
-const RECORDS_AT: usize = INDEX_AT + INDEX_ENTRIES * 24;
-const STUBS_AT: usize = RECORDS_AT + RECORDS * 24;
-/// The dispatch stub, the link stub, then the partial-`rep` area, then
-/// scratch for translating a block again (for its points).
-const LINK_AT: usize = STUBS_AT + 256;
-const REP_AT: usize = STUBS_AT + 512;
-const SCRATCH_AT: usize = STUBS_AT + 1024;
-const CODE_AT: usize = SCRATCH_AT + translate::MAX_BLOCK_BYTES + PAGE;
-/// The link stack's guard page, and the stack (touched only as deep as the
-/// engine's link path goes: the translator, the agent's lookup of the
-/// thread, the processor's extended state saved on it).
-const GUARD_AT: usize = (CODE_AT + CODE_BYTES).next_multiple_of(PAGE);
 const LINK_STACK_BYTES: usize = 64 * 1024;
-/// The whole mapping.
-pub const CACHE_BYTES: usize = GUARD_AT + PAGE + LINK_STACK_BYTES;
+
+/// Where the parts of a cache's mapping lie: the data page, the dispatch
+/// table, the index (24 bytes an entry, at most half used), the copies'
+/// records (24 bytes each, as many as index entries), the dispatch stub,
+/// the link stub, the partial-`rep` area, scratch for translating a block
+/// again (for its points), the copies, then the link stack's guard page
+/// and the stack (touched only as deep as the engine's link path goes: the
+/// translator, the agent's lookup of the thread, the processor's extended
+/// state saved on it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Layout {
+    entries: usize,
+    code_bytes: usize,
+}
+
+impl Layout {
+    /// For burst windows: a few thousand instructions at a time, where the
+    /// ticks land.
+    const WINDOWS: Layout = Layout { entries: 8192, code_bytes: 768 * 1024 };
+    /// For the exact mode's recording threads, which run all of a
+    /// program's code from the cache, in copies several times the size of
+    /// the native code: a database engine's working set emptied the
+    /// windows' cache again and again, and translating took most of its
+    /// run (`sqlite 40 200`: 390 times native). The mapping is reserved,
+    /// not committed: a thread pays for the pages its copies touch.
+    const RECORDING: Layout = Layout { entries: 65536, code_bytes: 16 << 20 };
+
+    fn records_at(self) -> usize {
+        INDEX_AT + self.entries * 24
+    }
+    fn stubs_at(self) -> usize {
+        self.records_at() + self.entries * 24
+    }
+    fn link_at(self) -> usize {
+        self.stubs_at() + 256
+    }
+    fn rep_at(self) -> usize {
+        self.stubs_at() + 512
+    }
+    fn scratch_at(self) -> usize {
+        self.stubs_at() + 1024
+    }
+    fn code_at(self) -> usize {
+        self.scratch_at() + translate::MAX_BLOCK_BYTES + PAGE
+    }
+    fn guard_at(self) -> usize {
+        (self.code_at() + self.code_bytes).next_multiple_of(PAGE)
+    }
+    /// The whole mapping.
+    fn bytes(self) -> usize {
+        self.guard_at() + PAGE + LINK_STACK_BYTES
+    }
+}
 
 /// The data page: what the copies read and write besides the program's
 /// memory.
@@ -123,6 +156,7 @@ pub struct CacheStats {
 }
 
 pub struct CodeCache {
+    layout: Layout,
     base: *mut u8,
     /// The mapping could not be made: never try again.
     failed: bool,
@@ -147,6 +181,7 @@ struct Program<'a> {
     map: &'a ProcessMap,
     own: (u64, u64),
     index: *const IndexEntry,
+    entries: usize,
 }
 
 impl Host for Program<'_> {
@@ -175,8 +210,8 @@ impl Host for Program<'_> {
     }
 
     fn resolve(&self, native: u64) -> Option<u64> {
-        // SAFETY: `index` points at the cache's INDEX_ENTRIES entries.
-        let e = unsafe { find(self.index, native) }?;
+        // SAFETY: `index` points at the cache's `entries` entries.
+        let e = unsafe { find(self.index, self.entries, native) }?;
         (e.fast != 0).then_some(e.fast)
     }
 }
@@ -184,11 +219,11 @@ impl Host for Program<'_> {
 /// The index entry for `native`, if any.
 ///
 /// # Safety
-/// `index` must point at INDEX_ENTRIES readable entries.
-unsafe fn find(index: *const IndexEntry, native: u64) -> Option<IndexEntry> {
-    let mut i = hash(native);
-    for _ in 0..INDEX_ENTRIES {
-        // SAFETY: i < INDEX_ENTRIES.
+/// `index` must point at `entries` (a power of two) readable entries.
+unsafe fn find(index: *const IndexEntry, entries: usize, native: u64) -> Option<IndexEntry> {
+    let mut i = hash(native, entries);
+    for _ in 0..entries {
+        // SAFETY: i < entries.
         let e = unsafe { *index.add(i) };
         if e.native == native {
             return Some(e);
@@ -196,26 +231,35 @@ unsafe fn find(index: *const IndexEntry, native: u64) -> Option<IndexEntry> {
         if e.native == 0 {
             return None;
         }
-        i = (i + 1) & (INDEX_ENTRIES - 1);
+        i = (i + 1) & (entries - 1);
     }
     None
 }
 
-fn hash(native: u64) -> usize {
-    (native.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 51) as usize & (INDEX_ENTRIES - 1)
+fn hash(native: u64, entries: usize) -> usize {
+    (native.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - entries.trailing_zeros())) as usize
 }
 
 impl Default for CodeCache {
     fn default() -> Self {
-        Self::new()
+        Self::new(false)
     }
 }
 
 impl CodeCache {
     /// Made outside signal handlers (the translator's buffers); the
     /// mapping comes later ([`CodeCache::ready`]).
-    pub fn new() -> CodeCache {
+    /// The bytes of the mapping a thread's cache reserves (see
+    /// [`CodeCache::new`]).
+    pub fn mapping_bytes(recording: bool) -> usize {
+        if recording { Layout::RECORDING } else { Layout::WINDOWS }.bytes()
+    }
+
+    /// `recording`: for a thread the exact mode records, which runs all of
+    /// its code from the cache (a larger mapping, see [`Layout`]).
+    pub fn new(recording: bool) -> CodeCache {
         CodeCache {
+            layout: if recording { Layout::RECORDING } else { Layout::WINDOWS },
             base: std::ptr::null_mut(),
             failed: false,
             code_pos: 0,
@@ -239,7 +283,8 @@ impl CodeCache {
             }
             // A new private anonymous mapping in witch's own region;
             // checked for failure.
-            let p = crate::sys::mem::map_own(CACHE_BYTES, libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC, libc::MAP_NORESERVE);
+            let p =
+                crate::sys::mem::map_own(self.layout.bytes(), libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC, libc::MAP_NORESERVE);
             if p == libc::MAP_FAILED {
                 self.failed = true;
                 return false;
@@ -251,18 +296,23 @@ impl CodeCache {
             // page below its stack could be made.
             let entry = super::link::entry();
             // SAFETY: the guard page is inside the mapping, which nothing uses yet.
-            let guarded = entry != 0 && unsafe { crate::sys::mem::protect_own(self.base.add(GUARD_AT), PAGE, libc::PROT_NONE) };
-            self.link = if guarded { self.addr(LINK_AT) } else { 0 };
-            let at = self.addr(STUBS_AT);
+            let guarded =
+                entry != 0 && unsafe { crate::sys::mem::protect_own(self.base.add(self.layout.guard_at()), PAGE, libc::PROT_NONE) };
+            self.link = if guarded { self.addr(self.layout.link_at()) } else { 0 };
+            let at = self.addr(self.layout.stubs_at());
             // SAFETY: the stub area is STUBS_AT..REP_AT of the mapping.
-            let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(STUBS_AT), LINK_AT - STUBS_AT) };
+            let out = unsafe {
+                std::slice::from_raw_parts_mut(self.base.add(self.layout.stubs_at()), self.layout.link_at() - self.layout.stubs_at())
+            };
             let mut made = translate::emit_dispatch(&slots, DISPATCH_ENTRIES, at, self.link, out).is_ok();
             if self.link != 0 {
                 // SAFETY: as above, LINK_AT..REP_AT.
-                let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(LINK_AT), REP_AT - LINK_AT) };
+                let out = unsafe {
+                    std::slice::from_raw_parts_mut(self.base.add(self.layout.link_at()), self.layout.rep_at() - self.layout.link_at())
+                };
                 made &= translate::emit_link(&slots, self.link, out).is_ok();
                 // 16-byte aligned, as a call expects; the top 64 bytes unused.
-                let top = (self.base as u64 + CACHE_BYTES as u64 - 64) & !15;
+                let top = (self.base as u64 + self.layout.bytes() as u64 - 64) & !15;
                 let d = self.data();
                 d.link_stack = top;
                 d.link_entry = entry;
@@ -286,7 +336,7 @@ impl CodeCache {
         if !self.base.is_null() {
             // SAFETY: the mapping `ready` made; no copy runs now (the
             // caller's thread is in a handler or done with windows).
-            unsafe { crate::sys::mem::unmap_own(self.base as *mut libc::c_void, CACHE_BYTES) };
+            unsafe { crate::sys::mem::unmap_own(self.base as *mut libc::c_void, self.layout.bytes()) };
             self.base = std::ptr::null_mut();
         }
         self.code_pos = 0;
@@ -304,7 +354,7 @@ impl CodeCache {
         // SAFETY: the dispatch table and index are inside the mapping.
         unsafe {
             std::ptr::write_bytes(self.base.add(DISPATCH_AT), 0, INDEX_AT - DISPATCH_AT);
-            std::ptr::write_bytes(self.base.add(INDEX_AT), 0, RECORDS_AT - INDEX_AT);
+            std::ptr::write_bytes(self.base.add(INDEX_AT), 0, self.layout.records_at() - INDEX_AT);
         }
         self.code_pos = 0;
         self.records = 0;
@@ -359,12 +409,12 @@ impl CodeCache {
 
     /// Is `addr` inside the cache's mapping (its memory is the engine's)?
     pub fn contains(&self, addr: u64) -> bool {
-        !self.base.is_null() && addr >= self.base as u64 && addr < self.base as u64 + CACHE_BYTES as u64
+        !self.base.is_null() && addr >= self.base as u64 && addr < self.base as u64 + self.layout.bytes() as u64
     }
 
     /// Is `addr` in the cache's code (copies and stubs)?
     pub fn is_code(&self, addr: u64) -> bool {
-        !self.base.is_null() && addr >= self.addr(STUBS_AT) && addr < self.addr(CODE_AT + self.code_pos)
+        !self.base.is_null() && addr >= self.addr(self.layout.stubs_at()) && addr < self.addr(self.layout.code_at() + self.code_pos)
     }
 
     fn index(&self) -> *mut IndexEntry {
@@ -374,7 +424,7 @@ impl CodeCache {
 
     fn record(&self, i: usize) -> Record {
         // SAFETY: i < RECORDS, inside the mapping.
-        unsafe { *(self.base.add(RECORDS_AT) as *const Record).add(i) }
+        unsafe { *(self.base.add(self.layout.records_at()) as *const Record).add(i) }
     }
 
     /// The copy of `native` in `variant`, if made.
@@ -383,7 +433,7 @@ impl CodeCache {
             return None;
         }
         // SAFETY: the index's INDEX_ENTRIES entries are in the mapping.
-        let e = unsafe { find(self.index(), native) }?;
+        let e = unsafe { find(self.index(), self.layout.entries, native) }?;
         let a = if variant == Variant::Fast { e.fast } else { e.slow };
         (a != 0).then_some(a)
     }
@@ -432,21 +482,25 @@ impl CodeCache {
         native: u64,
         variant: Variant,
     ) -> Result<u64, translate::Error> {
-        if self.code_pos + translate::MAX_BLOCK_BYTES > CODE_BYTES || self.records >= RECORDS || self.indexed * 2 >= INDEX_ENTRIES {
+        if self.code_pos + translate::MAX_BLOCK_BYTES > self.layout.code_bytes
+            || self.records >= self.layout.entries
+            || self.indexed * 2 >= self.layout.entries
+        {
             return Err(translate::Error::Full);
         }
         let slots = self.slots();
-        let at = self.addr(CODE_AT + self.code_pos);
-        let dispatch = self.addr(STUBS_AT);
-        let mut host = Program { map, own, index: self.index() };
+        let at = self.addr(self.layout.code_at() + self.code_pos);
+        let dispatch = self.addr(self.layout.stubs_at());
+        let mut host = Program { map, own, index: self.index(), entries: self.layout.entries };
         // SAFETY: the code area from code_pos, MAX_BLOCK_BYTES of it free.
-        let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(CODE_AT + self.code_pos), translate::MAX_BLOCK_BYTES) };
+        let out =
+            unsafe { std::slice::from_raw_parts_mut(self.base.add(self.layout.code_at() + self.code_pos), translate::MAX_BLOCK_BYTES) };
         let env = Env { slots, counted, dispatch, link: self.link };
         let b: Block = self.translator.translate(&mut host, &env, Request { native, variant, at, points: false }, out)?;
         self.code_pos += (b.len as usize).next_multiple_of(16);
         // SAFETY: records < RECORDS (checked above).
         unsafe {
-            *(self.base.add(RECORDS_AT) as *mut Record).add(self.records) =
+            *(self.base.add(self.layout.records_at()) as *mut Record).add(self.records) =
                 Record { start: at, native, len: b.len, slow: (variant == Variant::Slow) as u32 };
         }
         self.records += 1;
@@ -457,7 +511,7 @@ impl CodeCache {
 
     fn insert(&mut self, native: u64, variant: Variant, copy: u64) {
         let index = self.index();
-        let mut i = hash(native);
+        let mut i = hash(native, self.layout.entries);
         loop {
             // SAFETY: i < INDEX_ENTRIES; the index is at most half full.
             let e = unsafe { &mut *index.add(i) };
@@ -473,7 +527,7 @@ impl CodeCache {
                 }
                 return;
             }
-            i = (i + 1) & (INDEX_ENTRIES - 1);
+            i = (i + 1) & (self.layout.entries - 1);
         }
     }
 
@@ -522,8 +576,8 @@ impl CodeCache {
     /// Where `addr`, inside a copy, stands in the program (see [`Point`]):
     /// `after` for a trap (the access just completed), else for a fault.
     pub fn point(&mut self, map: &ProcessMap, own: (u64, u64), counted: Counted, addr: u64, after: bool) -> Option<Point> {
-        let rep = self.addr(REP_AT);
-        if addr >= rep && addr < self.addr(SCRATCH_AT) {
+        let rep = self.addr(self.layout.rep_at());
+        if addr >= rep && addr < self.addr(self.layout.scratch_at()) {
             // The partial `rep` (its copy alone, then an exit).
             let d = self.data();
             let (pc, len) = (d.rep_native, d.rep_len);
@@ -542,7 +596,7 @@ impl CodeCache {
                 recorded: 0,
             });
         }
-        if !self.is_code(addr) || addr < self.addr(CODE_AT) {
+        if !self.is_code(addr) || addr < self.addr(self.layout.code_at()) {
             return None;
         }
         let probe = if after { addr - 1 } else { addr };
@@ -561,10 +615,10 @@ impl CodeCache {
             return None;
         }
         let slots = self.slots();
-        let dispatch = self.addr(STUBS_AT);
-        let mut host = Program { map, own, index: self.index() };
+        let dispatch = self.addr(self.layout.stubs_at());
+        let mut host = Program { map, own, index: self.index(), entries: self.layout.entries };
         // SAFETY: the scratch area, MAX_BLOCK_BYTES long, inside the mapping.
-        let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(SCRATCH_AT), translate::MAX_BLOCK_BYTES) };
+        let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(self.layout.scratch_at()), translate::MAX_BLOCK_BYTES) };
         let variant = if r.slow != 0 { Variant::Slow } else { Variant::Fast };
         let env = Env { slots, counted, dispatch, link: self.link };
         self.translator.translate(&mut host, &env, Request { native: r.native, variant, at: r.start, points: true }, out).ok()?;
@@ -575,10 +629,11 @@ impl CodeCache {
     /// [`Exit::RepDone`] exit.
     pub fn rep_part(&mut self, map: &ProcessMap, own: (u64, u64), native: u64) -> Option<u64> {
         let slots = self.slots();
-        let at = self.addr(REP_AT);
-        let mut host = Program { map, own, index: self.index() };
+        let at = self.addr(self.layout.rep_at());
+        let mut host = Program { map, own, index: self.index(), entries: self.layout.entries };
         // SAFETY: the partial-rep area, REP_AT..SCRATCH_AT of the mapping.
-        let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(REP_AT), SCRATCH_AT - REP_AT) };
+        let out =
+            unsafe { std::slice::from_raw_parts_mut(self.base.add(self.layout.rep_at()), self.layout.scratch_at() - self.layout.rep_at()) };
         let len = self.translator.translate_rep_part(&mut host, &slots, native, at, out).ok()?;
         self.data().rep_len = len as u64 - EXIT_STUB_LEN;
         Some(at)

@@ -62,9 +62,10 @@ impl ThreadState {
     }
 
     /// What [`ThreadState::try_new`] reserves, and the code cache the
-    /// thread maps at its first window, in bytes.
-    pub fn reserved_bytes_each() -> usize {
-        Ledger::reserved_bytes_each() + super::cache::CACHE_BYTES
+    /// thread maps at its first window (larger for the exact mode's
+    /// `recording` threads), in bytes.
+    pub fn reserved_bytes_each(recording: bool) -> usize {
+        Ledger::reserved_bytes_each() + super::cache::CodeCache::mapping_bytes(recording)
     }
 
     fn with_tables(engine: &Engine, tables: Tables) -> Box<ThreadState> {

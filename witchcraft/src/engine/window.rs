@@ -174,7 +174,7 @@ fn window_mask() -> u64 {
 impl Window {
     pub fn new(seed: u64, record: Option<(i32, Kind, u32)>) -> Window {
         Window {
-            cache: CodeCache::new(),
+            cache: CodeCache::new(record.is_some()),
             phase: Phase::Native,
             busy: AtomicBool::new(false),
             p: 1.0,

@@ -181,17 +181,7 @@ pub fn inherit(fd: i32) -> bool {
 /// Send `data` as one datagram, waiting while the reader is behind.
 /// Async-signal-safe. False if the socket is gone.
 pub fn send_datagram(fd: i32, data: &[u8]) -> bool {
-    loop {
-        // SAFETY: `data` is readable for its length.
-        let r = unsafe { libc::send(fd, data.as_ptr() as *const libc::c_void, data.len(), libc::MSG_NOSIGNAL) };
-        if r >= 0 {
-            return true;
-        }
-        // SAFETY: reads this thread's errno.
-        if unsafe { *libc::__errno_location() } != libc::EINTR {
-            return false;
-        }
-    }
+    send_message(fd, data, None)
 }
 
 /// A new anonymous shared-memory file of `bytes` bytes (`memfd_create`,
@@ -220,6 +210,12 @@ pub fn memfd(name: &std::ffi::CStr, bytes: u64) -> Result<i32, i32> {
 /// is behind. Async-signal-safe (the control message is on the stack).
 /// False if the socket is gone.
 pub fn send_datagram_with_fd(fd: i32, data: &[u8], passed: i32) -> bool {
+    send_message(fd, data, Some(passed))
+}
+
+/// One datagram of `data`, with descriptor `passed` attached if any; the
+/// one `sendmsg` loop of both senders above. Async-signal-safe.
+fn send_message(fd: i32, data: &[u8], passed: Option<i32>) -> bool {
     // A control message with room for one descriptor, aligned for cmsghdr.
     #[repr(C, align(8))]
     struct Control([u8; 64]);
@@ -229,17 +225,19 @@ pub fn send_datagram_with_fd(fd: i32, data: &[u8], passed: i32) -> bool {
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
-    msg.msg_control = control.0.as_mut_ptr() as *mut libc::c_void;
-    // SAFETY: CMSG_SPACE only computes a size.
-    msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) } as usize;
-    // SAFETY: the control buffer holds one header and one descriptor
-    // (CMSG_SPACE of an int is at most 24 bytes of its 64).
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut i32, passed);
+    if let Some(passed) = passed {
+        msg.msg_control = control.0.as_mut_ptr() as *mut libc::c_void;
+        // SAFETY: CMSG_SPACE only computes a size.
+        msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) } as usize;
+        // SAFETY: the control buffer holds one header and one descriptor
+        // (CMSG_SPACE of an int is at most 24 bytes of its 64).
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut i32, passed);
+        }
     }
     loop {
         // SAFETY: `msg` points at live buffers for the call.

@@ -53,6 +53,33 @@ fn judge_element(a: &Access, off: usize, el: usize, then: &[u8], now: &[u8], pre
         // Compared exactly (all `compare` would do).
         return judge_bytes(off, el, then, now);
     }
+    let size = if a.float == Float::F32 { 4 } else { 8 };
+    if el == size {
+        // One whole float whose bytes changed: what `compare` decides of
+        // it (RedSpy/LoadSpy's |new − old| ≤ p·|old|), without making a
+        // watched access for it (most of the float crafts' judging).
+        if precision <= 0.0 {
+            return Verdict::Use { bytes: el as u64 };
+        }
+        let (x, y) = if size == 4 {
+            let f = |b: &[u8]| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64;
+            (f(&then[off..]), f(&now[off..]))
+        } else {
+            let f = |b: &[u8]| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+            (f(&then[off..]), f(&now[off..]))
+        };
+        return if (x - y).abs() <= precision * x.abs() || x == y {
+            Verdict::Waste { bytes: el as u64, approx: true }
+        } else {
+            Verdict::Use { bytes: el as u64 }
+        };
+    }
+    judge_element_watched(a, off, el, then, now, precision)
+}
+
+/// [`judge_element`] of a changed float element through a watched access
+/// and [`compare`], as a trap judges one (a piece narrower than a float).
+fn judge_element_watched(a: &Access, off: usize, el: usize, then: &[u8], now: &[u8], precision: f64) -> Verdict {
     let e = Access { addr: a.addr + off as u64, len: el as u32, ..*a };
     let mut w = Watched::with_piece(e, (e.addr, el as u64));
     w.value_len = el;
@@ -149,8 +176,9 @@ pub struct ThreadShadow {
     /// Recent lookups of the tree ((frame, pc) → node) and of the pairs
     /// ((watch, trap) → entry), direct-mapped: a hashed lookup in tables of
     /// millions of entries missed the processor's caches twice a record.
-    recent_contexts: Box<[(u32, u32, u64); MEMO]>,
-    recent_pairs: Box<[(u32, u32, u32); MEMO]>,
+    /// Both grow with the tree and the pair table (see [`Memo`]).
+    recent_contexts: Memo<(u32, u32, u64)>,
+    recent_pairs: Memo<(u32, u32, u32)>,
     /// Per trap context (a node, so an index), the pair it last credited:
     /// (watch, entry), watch `u32::MAX` for none. An instruction mostly
     /// closes the same pair again (a loop's load re-reads what the same
@@ -158,11 +186,54 @@ pub struct ThreadShadow {
     last_pair: Vec<(u32, u32)>,
 }
 
-const MEMO: usize = 4096;
+/// A direct-mapped memo of `2^bits` entries, `empty` where none is: it
+/// starts small (a judged thread costs witch little; a program may have
+/// hundreds) and grows, emptied, to at most 65,536 entries once the table
+/// it caches holds twice its entries (a database engine's 164,000
+/// contexts missed a memo of 4,096 most of the time).
+struct Memo<T: Copy> {
+    entries: Box<[T]>,
+    bits: u32,
+    empty: T,
+}
 
-/// A memo slot for two keys.
-fn memo_slot(a: u32, b: u64) -> usize {
-    ((b ^ (a as u64).wrapping_mul(0x9E37_79B9)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize % MEMO
+impl<T: Copy> Memo<T> {
+    const FIRST_BITS: u32 = 12;
+    const MAX_BITS: u32 = 16;
+
+    fn new(empty: T) -> Memo<T> {
+        Memo { entries: vec![empty; 1 << Self::FIRST_BITS].into_boxed_slice(), bits: Self::FIRST_BITS, empty }
+    }
+
+    /// The slot for two keys.
+    #[inline]
+    fn slot(&self, a: u32, b: u64) -> usize {
+        ((b ^ (a as u64).wrapping_mul(0x9E37_79B9)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - self.bits)) as usize
+    }
+
+    /// Grow (emptied) if the table it caches holds `cached` entries, over
+    /// twice its own.
+    fn fit(&mut self, cached: usize) {
+        if self.bits < Self::MAX_BITS && cached > 2 << self.bits {
+            self.bits = (self.bits + 2).min(Self::MAX_BITS);
+            self.entries = vec![self.empty; 1 << self.bits].into_boxed_slice();
+        }
+    }
+}
+
+impl<T: Copy> std::ops::Index<usize> for Memo<T> {
+    type Output = T;
+    #[inline]
+    fn index(&self, i: usize) -> &T {
+        &self.entries[i]
+    }
+}
+
+impl<T: Copy> std::ops::IndexMut<usize> for Memo<T> {
+    #[inline]
+    fn index_mut(&mut self, i: usize) -> &mut T {
+        &mut self.entries[i]
+    }
 }
 
 impl Default for ThreadShadow {
@@ -182,8 +253,8 @@ impl ThreadShadow {
             tree: Tree::with_capacity(1 << 20),
             pairs: Pairs::with_capacity(1 << 16),
             counters: Default::default(),
-            recent_contexts: Box::new([(u32::MAX, 0, 0); MEMO]),
-            recent_pairs: Box::new([(u32::MAX, 0, 0); MEMO]),
+            recent_contexts: Memo::new((u32::MAX, 0, 0)),
+            recent_pairs: Memo::new((u32::MAX, 0, 0)),
             last_pair: Vec::new(),
         }
     }
@@ -224,7 +295,7 @@ impl ThreadShadow {
 
     #[inline(never)]
     fn pair_slow(&mut self, watch: u32, trap: u32) -> Option<usize> {
-        let slot = memo_slot(watch, trap as u64);
+        let slot = self.recent_pairs.slot(watch, trap as u64);
         let (w, t, i) = self.recent_pairs[slot];
         let i = if (w, t) == (watch, trap) {
             i as usize
@@ -232,6 +303,8 @@ impl ThreadShadow {
             // A reference must not lose pairs (large programs have millions).
             self.pairs.grow_when_full();
             let i = self.pairs.find(watch, trap)?;
+            self.recent_pairs.fit(self.pairs.in_use());
+            let slot = self.recent_pairs.slot(watch, trap as u64);
             self.recent_pairs[slot] = (watch, trap, i as u32);
             i
         };
@@ -247,21 +320,23 @@ impl ThreadShadow {
     /// chain of call sites, then `pc`.
     #[inline]
     pub fn context(&mut self, pc: u64) -> u32 {
-        let slot = memo_slot(self.frame, pc);
+        let slot = self.recent_contexts.slot(self.frame, pc);
         let (frame, node, at) = self.recent_contexts[slot];
         if (frame, at) == (self.frame, pc) {
             return node;
         }
-        self.context_from_tree(slot, pc)
+        self.context_from_tree(pc)
     }
 
     /// A context not in the memo: from the tree, made if new.
     #[inline(never)]
-    fn context_from_tree(&mut self, slot: usize, pc: u64) -> u32 {
+    fn context_from_tree(&mut self, pc: u64) -> u32 {
         self.tree.grow_when_full();
         let node = self.tree.child(self.frame, pc);
         if node != self.frame {
             // (A full tree answers with the frame itself: not remembered.)
+            self.recent_contexts.fit(self.tree.nodes().len());
+            let slot = self.recent_contexts.slot(self.frame, pc);
             self.recent_contexts[slot] = (self.frame, node, pc);
         }
         node
@@ -271,8 +346,10 @@ impl ThreadShadow {
     /// frame's node) is `next - 1`.
     pub fn call(&mut self, next: u64) {
         self.returns.push(next);
-        self.tree.grow_when_full();
-        self.frame = self.tree.child(self.frame, next - 1);
+        // The frame's child for the call site, as an access there would
+        // find it: through the memo (a program that calls a lot, SQLite's
+        // engine, spent a quarter of the judge in the tree's lookups).
+        self.frame = self.context(next - 1);
     }
 
     /// A `ret` ran to `target`: pop to the frame that returns there

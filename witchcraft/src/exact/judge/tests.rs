@@ -211,3 +211,50 @@ fn dead_bytes_are_judged_as_byte_by_byte() {
         assert_eq!(got, want, "seed {seed}: the judge (left) and byte by byte (right)");
     }
 }
+
+/// A float element judged directly says what a watched access and
+/// `compare` say of it: random pairs of floats (equal, within and beyond
+/// the precision, of either sign, zero, infinite and NaN), both widths,
+/// four precisions.
+#[test]
+fn a_float_is_judged_as_compare_judges_it() {
+    use rand::{rngs::SmallRng, RngExt, SeedableRng};
+    let mut rng = SmallRng::seed_from_u64(7);
+    let specials = [0.0f64, -0.0, 1.0, -1.0, 1e-300, f64::INFINITY, f64::NAN, 3.5];
+    let mut seen = [0usize; 3];
+    for _ in 0..20000 {
+        let x = if rng.random_range(0..4) == 0 { specials[rng.random_range(0..specials.len())] } else { rng.random_range(-4.0..4.0) };
+        let y = match rng.random_range(0..4) {
+            0 => x,
+            1 => x * (1.0 + rng.random_range(-0.02..0.02)),
+            2 => specials[rng.random_range(0..specials.len())],
+            _ => rng.random_range(-4.0..4.0),
+        };
+        let precision = [0.0, 0.001, 0.01, 0.5][rng.random_range(0..4)];
+        for float in [Float::F32, Float::F64] {
+            let (mut then, mut now) = ([0u8; WIDE], [0u8; WIDE]);
+            let el = if float == Float::F32 { 4 } else { 8 };
+            if el == 4 {
+                then[8..12].copy_from_slice(&(x as f32).to_le_bytes());
+                now[8..12].copy_from_slice(&(y as f32).to_le_bytes());
+            } else {
+                then[8..16].copy_from_slice(&x.to_le_bytes());
+                now[8..16].copy_from_slice(&y.to_le_bytes());
+            }
+            let a = Access { addr: 0x1000, len: 16, write: true, float, ..Default::default() };
+            let got = judge_element(&a, 8, el, &then, &now, precision);
+            let want = if then[8..8 + el] == now[8..8 + el] {
+                judge_bytes(8, el, &then, &now)
+            } else {
+                judge_element_watched(&a, 8, el, &then, &now, precision)
+            };
+            assert_eq!(got, want, "{x} then, {y} now, {float:?}, precision {precision}");
+            seen[match got {
+                Verdict::Waste { approx: false, .. } => 0,
+                Verdict::Waste { approx: true, .. } => 1,
+                _ => 2,
+            }] += 1;
+        }
+    }
+    assert!(seen.iter().all(|&n| n > 100), "every verdict: {seen:?}");
+}
