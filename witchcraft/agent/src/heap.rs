@@ -111,42 +111,6 @@ fn boot_alloc(n: usize, align: usize) -> *mut c_void {
     }
 }
 
-extern "C" {
-    fn witch_own_malloc(n: usize) -> *mut c_void;
-    fn witch_own_calloc(n: usize, m: usize) -> *mut c_void;
-    fn witch_own_realloc(p: *mut c_void, n: usize) -> *mut c_void;
-    fn witch_own_free(p: *mut c_void);
-    fn witch_own_aligned_alloc(a: usize, n: usize) -> *mut c_void;
-    fn witch_own_memalign(a: usize, n: usize) -> *mut c_void;
-    fn witch_own_posix_memalign(out: *mut *mut c_void, a: usize, n: usize) -> i32;
-}
-
-/// The definition the agent's allocation entry at `pc` calls on to, for
-/// the exact mode's recording windows to run instead
-/// ([`witchcraft::engine::Engine::calls_on`]): the same call without the
-/// agent's books of heap blocks, which the exact mode does not use (it
-/// names no heap objects). `free` and `realloc` only while no block of
-/// the static region exists nor can (every next definition known: the
-/// region serves only calls made before), since the agent's own entries
-/// must take those blocks. Async-signal-safe: atomics only.
-pub(crate) fn calls_on(pc: u64) -> Option<u64> {
-    let entries: [(u64, usize); 7] = [
-        (witch_own_malloc as *const () as u64, MALLOC),
-        (witch_own_calloc as *const () as u64, CALLOC),
-        (witch_own_realloc as *const () as u64, REALLOC),
-        (witch_own_free as *const () as u64, FREE),
-        (witch_own_aligned_alloc as *const () as u64, ALIGNED_ALLOC),
-        (witch_own_memalign as *const () as u64, MEMALIGN),
-        (witch_own_posix_memalign as *const () as u64, POSIX_MEMALIGN),
-    ];
-    let &(_, i) = entries.iter().find(|e| e.0 == pc)?;
-    if matches!(i, FREE | REALLOC) && (BOOT_NEXT.load(Ordering::Acquire) != 0 || REAL.iter().any(|r| r.load(Ordering::Acquire).is_null())) {
-        return None;
-    }
-    let f = REAL[i].load(Ordering::Acquire);
-    (!f.is_null()).then_some(f as u64)
-}
-
 /// Look the next definitions up (preloaded: the ones after the agent).
 /// Returns with them set, unless another thread is at it (or this one,
 /// from inside `dlsym`): then the caller makes do without.
@@ -617,6 +581,9 @@ pub unsafe extern "C" fn witch_heap_mremap(
     }
     p
 }
+
+mod own_entries;
+pub(crate) use own_entries::calls_on;
 
 #[cfg(test)]
 mod tests;

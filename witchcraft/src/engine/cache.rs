@@ -29,67 +29,8 @@ use crate::modules::{self, ProcessMap};
 use crate::sys::mem;
 use crate::x86::translate::{self, Block, Counted, Env, Exit, Host, Point, Request, Slots, Spilled, Translator, Variant, EXIT_STUB_LEN};
 
-/// Entries of the dispatch table (16 bytes each).
-const DISPATCH_ENTRIES: u32 = 8192;
-
-const PAGE: usize = 4096;
-const DATA_AT: usize = 0;
-const DISPATCH_AT: usize = PAGE;
-const INDEX_AT: usize = DISPATCH_AT + DISPATCH_ENTRIES as usize * 16;
-const LINK_STACK_BYTES: usize = 64 * 1024;
-
-/// Where the parts of a cache's mapping lie: the data page, the dispatch
-/// table, the index (24 bytes an entry, at most half used), the copies'
-/// records (24 bytes each, as many as index entries), the dispatch stub,
-/// the link stub, the partial-`rep` area, scratch for translating a block
-/// again (for its points), the copies, then the link stack's guard page
-/// and the stack (touched only as deep as the engine's link path goes: the
-/// translator, the agent's lookup of the thread, the processor's extended
-/// state saved on it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Layout {
-    entries: usize,
-    code_bytes: usize,
-}
-
-impl Layout {
-    /// For burst windows: a few thousand instructions at a time, where the
-    /// ticks land.
-    const WINDOWS: Layout = Layout { entries: 8192, code_bytes: 768 * 1024 };
-    /// For the exact mode's recording threads, which run all of a
-    /// program's code from the cache, in copies several times the size of
-    /// the native code: a database engine's working set emptied the
-    /// windows' cache again and again, and translating took most of its
-    /// run (`sqlite 40 200`: 390 times native). The mapping is reserved,
-    /// not committed: a thread pays for the pages its copies touch.
-    const RECORDING: Layout = Layout { entries: 65536, code_bytes: 16 << 20 };
-
-    fn records_at(self) -> usize {
-        INDEX_AT + self.entries * 24
-    }
-    fn stubs_at(self) -> usize {
-        self.records_at() + self.entries * 24
-    }
-    fn link_at(self) -> usize {
-        self.stubs_at() + 256
-    }
-    fn rep_at(self) -> usize {
-        self.stubs_at() + 512
-    }
-    fn scratch_at(self) -> usize {
-        self.stubs_at() + 1024
-    }
-    fn code_at(self) -> usize {
-        self.scratch_at() + translate::MAX_BLOCK_BYTES + PAGE
-    }
-    fn guard_at(self) -> usize {
-        (self.code_at() + self.code_bytes).next_multiple_of(PAGE)
-    }
-    /// The whole mapping.
-    fn bytes(self) -> usize {
-        self.guard_at() + PAGE + LINK_STACK_BYTES
-    }
-}
+mod layout;
+use layout::{Layout, DATA_AT, DISPATCH_AT, DISPATCH_ENTRIES, INDEX_AT, PAGE};
 
 /// The data page: what the copies read and write besides the program's
 /// memory.
