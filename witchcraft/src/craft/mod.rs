@@ -141,14 +141,7 @@ pub fn compare(w: &Watched, trap: &Access, now: &[u8], precision: f64) -> Verdic
         let mut any = false;
         let mut i = first;
         while i + el <= e {
-            let (a, b) = if el == 4 {
-                let f = |x: &[u8]| f32::from_le_bytes([x[0], x[1], x[2], x[3]]) as f64;
-                (f(&w.value[i..]), f(&now[i..]))
-            } else {
-                let f = |x: &[u8]| f64::from_le_bytes(x[..8].try_into().unwrap());
-                (f(&w.value[i..]), f(&now[i..]))
-            };
-            if !((a - b).abs() <= precision * a.abs() || a == b) {
+            if !float_within(&w.value[i..], &now[i..], el, precision) {
                 return Verdict::Use { bytes };
             }
             any = true;
@@ -159,6 +152,21 @@ pub fn compare(w: &Watched, trap: &Access, now: &[u8], precision: f64) -> Verdic
         }
     }
     Verdict::Use { bytes }
+}
+
+/// Is the float of `el` bytes (4 or 8) at the start of `now` within
+/// relative `precision` of the one at the start of `then` (RedSpy/LoadSpy's
+/// |new − old| ≤ p·|old|, or equal)?
+#[inline]
+pub fn float_within(then: &[u8], now: &[u8], el: usize, precision: f64) -> bool {
+    let (a, b) = if el == 4 {
+        let f = |x: &[u8]| f32::from_le_bytes([x[0], x[1], x[2], x[3]]) as f64;
+        (f(then), f(now))
+    } else {
+        let f = |x: &[u8]| f64::from_le_bytes([x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]]);
+        (f(then), f(now))
+    };
+    (a - b).abs() <= precision * a.abs() || a == b
 }
 
 #[cfg(test)]

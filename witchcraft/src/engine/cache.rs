@@ -193,14 +193,14 @@ impl CodeCache {
     /// The bytes of the mapping a thread's cache reserves (see
     /// [`CodeCache::new`]).
     pub fn mapping_bytes(recording: bool) -> usize {
-        if recording { Layout::RECORDING } else { Layout::WINDOWS }.bytes()
+        Layout::of(recording).bytes()
     }
 
     /// `recording`: for a thread the exact mode records, which runs all of
     /// its code from the cache (a larger mapping, see [`Layout`]).
     pub fn new(recording: bool) -> CodeCache {
         CodeCache {
-            layout: if recording { Layout::RECORDING } else { Layout::WINDOWS },
+            layout: Layout::of(recording),
             base: std::ptr::null_mut(),
             failed: false,
             code_pos: 0,

@@ -37,6 +37,15 @@ impl Layout {
     /// not committed: a thread pays for the pages its copies touch.
     pub(super) const RECORDING: Layout = Layout { entries: 65536, code_bytes: 16 << 20 };
 
+    /// The layout for a thread that records (the exact mode) or not.
+    pub(super) fn of(recording: bool) -> Layout {
+        if recording {
+            Layout::RECORDING
+        } else {
+            Layout::WINDOWS
+        }
+    }
+
     pub(super) fn records_at(self) -> usize {
         INDEX_AT + self.entries * 24
     }

@@ -61,14 +61,7 @@ fn judge_element(a: &Access, off: usize, el: usize, then: &[u8], now: &[u8], pre
         if precision <= 0.0 {
             return Verdict::Use { bytes: el as u64 };
         }
-        let (x, y) = if size == 4 {
-            let f = |b: &[u8]| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64;
-            (f(&then[off..]), f(&now[off..]))
-        } else {
-            let f = |b: &[u8]| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
-            (f(&then[off..]), f(&now[off..]))
-        };
-        return if (x - y).abs() <= precision * x.abs() || x == y {
+        return if crate::craft::float_within(&then[off..], &now[off..], size, precision) {
             Verdict::Waste { bytes: el as u64, approx: true }
         } else {
             Verdict::Use { bytes: el as u64 }

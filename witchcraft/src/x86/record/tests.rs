@@ -51,14 +51,18 @@ fn a_short_record_says_what_a_long_one_says() {
     assert_eq!(Record::parse(&odd[1..odd.len() - 8]).count(), want.len() - 1);
 }
 
-#[test]
-fn an_instruction_run_outside_the_cache_gets_the_records_a_copy_writes() {
-    use crate::x86::decode::{Analyzer, Regs};
-    let mut an = Analyzer::new();
-    let mut regs = Regs { rip: 0x1000, ..Default::default() };
+/// A decoder, and registers at 0x1000 with rsp, rsi and rdi set.
+fn decoder() -> (crate::x86::decode::Analyzer, crate::x86::decode::Regs) {
+    let mut regs = crate::x86::decode::Regs { rip: 0x1000, ..Default::default() };
     regs.gpr[4] = 0x7000; // rsp
     regs.gpr[6] = 0x2000; // rsi
     regs.gpr[7] = 0x3000; // rdi
+    (crate::x86::decode::Analyzer::new(), regs)
+}
+
+#[test]
+fn an_instruction_run_outside_the_cache_gets_the_records_a_copy_writes() {
+    let (mut an, mut regs) = decoder();
     regs.df = true;
     // call rel32: the return address pushed, and the shadow stack's event.
     let d = an.decode(&[0xE8, 0, 0, 0, 0], 0x1000, &regs, false).unwrap();
@@ -82,14 +86,9 @@ fn an_instruction_run_outside_the_cache_gets_the_records_a_copy_writes() {
 
 #[test]
 fn a_value_craft_records_its_kind_with_the_bytes_it_compares() {
-    use crate::x86::decode::{Analyzer, Regs};
-    let mut an = Analyzer::new();
-    let mut regs = Regs { rip: 0x1000, ..Default::default() };
-    regs.gpr[4] = 0x7000; // rsp
-    regs.gpr[6] = 0x2000; // rsi
-    regs.gpr[7] = 0x3000; // rdi
-                          // call rel32: a store of the return address (silent stores: with
-                          // both values); for redundant loads only the shadow stack's record.
+    let (mut an, regs) = decoder();
+    // call rel32: a store of the return address (silent stores: with
+    // both values); for redundant loads only the shadow stack's record.
     let call = an.decode(&[0xE8, 0, 0, 0, 0], 0x1000, &regs, false).unwrap();
     let (r, n) = of_instruction_for(Kind::StoreValues, &call, Transfer::Call(0x1005));
     assert_eq!(n, 1);
