@@ -94,3 +94,31 @@ fn a_program_without_pie_that_takes_mallocs_address_survives_attaching() {
     let native = prog.run_native(&[&end.rounds.to_string()]);
     assert_eq!((end.code(), end.stdout.as_str()), (native.code(), native.stdout_str().as_ref()), "after two attaches\n{}", end.stderr);
 }
+
+/// The program's heap is the program's: witch's agent keeps its own
+/// memory out of the C library's heap (and reads the first thread's stack
+/// without the thread library's `malloc`), so the program's blocks land
+/// where they land natively, sampled or exact. (A program that aligns its
+/// tables to absolute addresses, as zstd does, laid them out differently
+/// under the agent, and the two exact modes disagreed on the pairs whose
+/// bytes one block left to the next.)
+#[test]
+fn the_programs_heap_is_laid_out_as_natively() {
+    let dir = Scratch::new("heap-layout");
+    let prog = Program::build("heap_layout", dir.path());
+    let native = prog.run_native(&[]);
+    assert_eq!(native.code(), Some(7), "native run:\n{}", native.describe());
+    assert!(native.stdout_str().contains("at main: arena=0 inuse=0"), "native run:\n{}", native.describe());
+    for (craft, extra) in [
+        ("dead", &[][..]),
+        ("silent-load", &[][..]),
+        ("dead", &["--exact"][..]),
+        ("silent-store", &["--exact"][..]),
+        ("dead", &["--exact=step"][..]),
+    ] {
+        let out = dir.join(&format!("{craft}-{}.json", extra.len()));
+        let run = WitchCmd::new(craft).args(&["-q"]).args(extra).out(&out).run(&prog.exe, &[]);
+        assert_same_behaviour(&native, &run);
+        assert!(out.is_file(), "no profile at {} ({craft} {extra:?})\n{}", out.display(), run.describe());
+    }
+}

@@ -1,14 +1,15 @@
-//! The agent's allocator: the C library's `malloc`, except while a crash
-//! handler writes the profile.
+//! The agent's allocator: a heap of its own (dlmalloc over witch's own
+//! mappings, never the program's `malloc`: see [`OwnPages`]), except while
+//! a crash handler writes the profile.
 //!
-//! A fatal signal may arrive while the program is inside `malloc`, holding
-//! its lock (glibc aborts from inside `free` on heap corruption, for one).
-//! Writing the profile allocates; through `malloc` it would wait on that
-//! lock forever. So [`enter_crash_mode`] switches every allocation of the
-//! agent's code to a region mapped for the purpose (`mmap` is a plain
-//! system call) and makes frees of `malloc`'s blocks no-ops: the process is
-//! about to die, nothing needs to be given back.
-
+//! A fatal signal may arrive while a thread is inside the heap, holding its
+//! lock (or inside the C library's `malloc`, which the agent's own code
+//! may reach through a C library function). Writing the profile allocates;
+//! through the heap it could wait on that lock forever. So
+//! [`enter_crash_mode`] switches every allocation of the agent's code to a
+//! region mapped for the purpose (`mmap` is a plain system call) and makes
+//! frees no-ops: the process is about to die, nothing needs to be given
+//! back.
 //!
 //! It also checks the rule that signal handlers never allocate: with
 //! `WITCH_CHECK_HANDLER_ALLOC=1` (tests), every allocation made while a
@@ -16,7 +17,7 @@
 //! profile says how many there were.
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::cell::Cell;
+use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 pub struct AgentAlloc;
@@ -117,115 +118,167 @@ fn bump(layout: Layout) -> *mut u8 {
     }
 }
 
-/// Blocks this large are mappings of the agent's own, in witch's region
-/// ([`witchcraft::sys::mem::map_own`]), not `malloc`'s: for blocks this
-/// size `malloc` maps memory where the kernel likes, which may be a hole
-/// the program made in its own mappings and unmaps later with the rest
-/// (an attached agent's tables were lost so).
-const OWN_MAPPING: usize = 64 << 10;
+/// The agent's heap: dlmalloc over mappings of witch's own region
+/// ([`witchcraft::sys::mem::map_own`]), never the C library's `malloc`.
+///
+/// The program's heap is the program's: a block of witch's in its arena
+/// moves every block the program allocates after it (the first exact
+/// profiles made with the agent loaded and without it disagreed on pairs
+/// whose bytes were reused from one block to another), changes when its
+/// arena grows, trims or fragments, and the program's own heap bugs would
+/// meet witch's data. Mappings of witch's region also stay out of holes the
+/// program made in its own mappings (an attached agent's tables were once
+/// lost with a hole the program unmapped).
+struct OwnPages;
 
-fn own_bytes(size: usize) -> usize {
-    size.next_multiple_of(4096)
+// SAFETY: every region handed out is a fresh private mapping of `size`
+// bytes (page-aligned, zeroed), given back only when dlmalloc frees it.
+unsafe impl dlmalloc::Allocator for OwnPages {
+    fn alloc(&self, size: usize) -> (*mut u8, usize, u32) {
+        let p = witchcraft::sys::mem::map_own(size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_NORESERVE);
+        if p == libc::MAP_FAILED {
+            (std::ptr::null_mut(), 0, 0)
+        } else {
+            (p as *mut u8, size, 0)
+        }
+    }
+
+    fn remap(&self, _ptr: *mut u8, _old: usize, _new: usize, _can_move: bool) -> *mut u8 {
+        // (Not offered: the region's addresses are handed out in order.)
+        std::ptr::null_mut()
+    }
+
+    fn free_part(&self, ptr: *mut u8, old: usize, new: usize) -> bool {
+        // SAFETY: the tail of a region this allocator mapped, which
+        // dlmalloc no longer uses.
+        unsafe { witchcraft::sys::mem::unmap_own(ptr.add(new) as *mut libc::c_void, old - new) };
+        true
+    }
+
+    fn free(&self, ptr: *mut u8, size: usize) -> bool {
+        // SAFETY: a whole region this allocator mapped, no longer used.
+        unsafe { witchcraft::sys::mem::unmap_own(ptr as *mut libc::c_void, size) };
+        true
+    }
+
+    fn can_release_part(&self, _flags: u32) -> bool {
+        true
+    }
+
+    fn allocates_zeros(&self) -> bool {
+        true
+    }
+
+    fn page_size(&self) -> usize {
+        4096
+    }
 }
 
-/// A block of at least [`OWN_MAPPING`] bytes in witch's region, or null
-/// (then `malloc`'s). Page-aligned, so good for any alignment up to 4096.
-fn map_block(layout: Layout) -> *mut u8 {
-    if layout.size() < OWN_MAPPING || layout.align() > 4096 {
-        return std::ptr::null_mut();
+/// dlmalloc's state, behind [`LOCK`].
+struct Heap(UnsafeCell<dlmalloc::Dlmalloc<OwnPages>>);
+
+// SAFETY: the state is only reached under `LOCK` (see `with_heap`).
+unsafe impl Sync for Heap {}
+
+static HEAP: Heap = Heap(UnsafeCell::new(dlmalloc::Dlmalloc::new_with_allocator(OwnPages)));
+
+/// Held while a thread is inside dlmalloc, and across `fork` by the
+/// forking thread (so a child never inherits the heap half-changed).
+/// A spin lock: nothing else of the C library's is needed to take it, and
+/// it is never taken in a signal handler (handlers do not allocate; a crash
+/// handler allocates from the crash region without it).
+static LOCK: AtomicBool = AtomicBool::new(false);
+
+fn lock() {
+    let mut spins = 0u32;
+    while LOCK.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        spins += 1;
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            // SAFETY: no preconditions.
+            unsafe { libc::sched_yield() };
+        }
     }
-    let n = own_bytes(layout.size());
-    let p = witchcraft::sys::mem::map_own(n, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_NORESERVE);
-    if p == libc::MAP_FAILED {
-        return std::ptr::null_mut();
-    }
-    if !in_own_region(p as *mut u8) {
-        // The kernel put it elsewhere: a free could not tell it from
-        // `malloc`'s. Given back; `malloc` makes the block.
-        // SAFETY: the mapping just made, unused.
-        unsafe { witchcraft::sys::mem::unmap_own(p, n) };
-        return std::ptr::null_mut();
-    }
-    p as *mut u8
 }
 
-fn in_own_region(p: *mut u8) -> bool {
-    let (lo, hi) = witchcraft::sys::mem::own_region();
-    (p as u64) >= lo && (p as u64) < hi
+fn unlock() {
+    LOCK.store(false, Ordering::Release);
+}
+
+fn with_heap<R>(f: impl FnOnce(&mut dlmalloc::Dlmalloc<OwnPages>) -> R) -> R {
+    lock();
+    // SAFETY: `LOCK` is held: no other thread is inside the heap.
+    let r = f(unsafe { &mut *HEAP.0.get() });
+    unlock();
+    r
+}
+
+extern "C" fn before_fork() {
+    lock();
+}
+
+extern "C" fn after_fork() {
+    unlock();
+}
+
+/// Hold the heap's lock across `fork` (prepare in the parent, release in
+/// both). Registered once per process, before the agent's other fork
+/// handlers, so the child's release runs before anything of the agent's
+/// allocates in the child.
+pub fn keep_across_fork() {
+    static DONE: AtomicBool = AtomicBool::new(false);
+    if !DONE.swap(true, Ordering::AcqRel) {
+        // SAFETY: registers three handlers that only take or release the lock.
+        unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) };
+    }
 }
 
 // SAFETY: every path returns memory of at least `layout.size()` bytes
 // aligned to `layout.align()`, or null; blocks are freed only by the
-// allocator that made them (malloc's by `free`, the arena's never).
+// allocator that made them (the heap's by dlmalloc, the crash region's
+// never).
 unsafe impl GlobalAlloc for AgentAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         count_if_handling();
         if CRASH.load(Ordering::Acquire) {
             return bump(layout);
         }
-        let own = map_block(layout);
-        if !own.is_null() {
-            return own;
+        // SAFETY: a valid layout, under the heap's lock.
+        with_heap(|h| unsafe { h.malloc(layout.size(), layout.align()) })
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count_if_handling();
+        if CRASH.load(Ordering::Acquire) {
+            // (The crash region is a fresh mapping: zeroed.)
+            return bump(layout);
         }
-        if layout.align() <= 16 {
-            // SAFETY: plain malloc.
-            unsafe { libc::malloc(layout.size().max(1)) as *mut u8 }
-        } else {
-            let mut p = std::ptr::null_mut();
-            // SAFETY: the alignment is a power of two and a multiple of the pointer size.
-            let r = unsafe { libc::posix_memalign(&mut p, layout.align(), layout.size().max(1)) };
-            if r == 0 {
-                p as *mut u8
-            } else {
-                std::ptr::null_mut()
-            }
-        }
+        // SAFETY: as in `alloc`.
+        with_heap(|h| unsafe { h.calloc(layout.size(), layout.align()) })
     }
 
     unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
         if in_arena(p) || CRASH.load(Ordering::Acquire) {
             return;
         }
-        if in_own_region(p) {
-            // SAFETY: a block `map_block` mapped, of this layout's size.
-            unsafe { witchcraft::sys::mem::unmap_own(p as *mut libc::c_void, own_bytes(layout.size())) };
-            return;
-        }
-        // SAFETY: `p` came from malloc or posix_memalign above.
-        unsafe { libc::free(p as *mut libc::c_void) }
+        // SAFETY: `p` came from the heap with this layout.
+        with_heap(|h| unsafe { h.free(p, layout.size(), layout.align()) })
     }
 
     unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         count_if_handling();
-        if in_arena(p) || CRASH.load(Ordering::Acquire) || in_own_region(p) || new_size >= OWN_MAPPING {
-            // (A block of witch's region, or one that becomes as large:
-            // made anew, copied, and the old one freed by its allocator.)
+        if in_arena(p) || CRASH.load(Ordering::Acquire) {
             // SAFETY: the new layout has the old alignment and a valid size.
             let new = unsafe { self.alloc(Layout::from_size_align_unchecked(new_size, layout.align())) };
             if !new.is_null() {
                 // SAFETY: both blocks are at least min(old, new) bytes and
-                // distinct; the old one is freed by the allocator that made
-                // it (a no-op for the arena's and in crash mode).
-                unsafe {
-                    std::ptr::copy_nonoverlapping(p, new, layout.size().min(new_size));
-                    self.dealloc(p, layout);
-                }
+                // distinct; the old one is never freed (crash mode).
+                unsafe { std::ptr::copy_nonoverlapping(p, new, layout.size().min(new_size)) };
             }
             return new;
         }
-        if layout.align() <= 16 {
-            // SAFETY: `p` came from malloc.
-            unsafe { libc::realloc(p as *mut libc::c_void, new_size.max(1)) as *mut u8 }
-        } else {
-            // SAFETY: as in `alloc`, then the old block is copied and freed by its allocator.
-            unsafe {
-                let new = self.alloc(Layout::from_size_align_unchecked(new_size, layout.align()));
-                if !new.is_null() {
-                    std::ptr::copy_nonoverlapping(p, new, layout.size().min(new_size));
-                    self.dealloc(p, layout);
-                }
-                new
-            }
-        }
+        // SAFETY: `p` came from the heap with this layout.
+        with_heap(|h| unsafe { h.realloc(p, layout.size(), layout.align(), new_size) })
     }
 }

@@ -100,6 +100,7 @@ fn start(controller: i32) -> AttachCode {
     if fd::reserved().is_none() {
         fd::reserve_top();
     }
+    crate::alloc::keep_across_fork();
     // Before the program runs on: its `munmap` keeps off the agent.
     crate::imports::hook_munmap();
     // The controller, watched until its settings come. Opened now, while

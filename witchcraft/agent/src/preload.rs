@@ -75,6 +75,9 @@ extern "C" fn init() {
     if AGENT.begin(engine, Mode::Preloaded, sink).is_err() {
         return;
     }
+    // First, so that a fork child's heap lock is released before the
+    // agent's own child handler (below) runs.
+    crate::alloc::keep_across_fork();
     // SAFETY: registers callbacks with the C library; `KEY` is written once here.
     unsafe {
         let mut key: libc::pthread_key_t = 0;
