@@ -253,6 +253,33 @@ fn windows_in_the_code_cache_leave_the_program_as_it_was() {
     }
 }
 
+/// Windows run the vDSO's `clock_gettime` from the cache too (it reads
+/// the kernel's time pages, with `rdtscp`): a program that calls it between
+/// its stores, windows at every tick, every craft, is left as it was, and
+/// its windows go on through the calls (the picks land on its stores).
+#[test]
+fn windows_through_the_vdso_leave_the_program_as_it_was() {
+    let dir = Scratch::new("cache-vdso");
+    let prog = Program::build("vdso_calls", dir.path());
+    let native = prog.run_native(&["400000"]);
+    assert_eq!(native.code(), Some(0), "{}", native.describe());
+    for craft in ["dead", "silent-store", "silent-load"] {
+        let out = dir.join(&format!("{craft}.json"));
+        let run =
+            WitchCmd::new(craft).wrapper(&["env", "WITCH_OVERHEAD=0"]).args(&["-q", "-p", "200000"]).out(&out).run(&prog.exe, &["400000"]);
+        assert_same_behaviour(&native, &run);
+        let p = raw_profile(&out);
+        if p["sampler"]["kind"] != "software" {
+            continue;
+        }
+        let c = &p["counters"];
+        assert!(
+            c["windows"].as_u64().unwrap_or(0) >= 20 && c["window_picks"].as_u64().unwrap_or(0) >= 20,
+            "{craft}: expected windows and picks: {c}"
+        );
+    }
+}
+
 /// Whole-run counting (`-e sw-stores`, `-e sw-loads`): the program runs
 /// from the code cache from its first tick to its end, and every access of
 /// the craft's kind is picked with the same probability. The two stores of

@@ -127,8 +127,17 @@ struct Program<'a> {
 
 impl Host for Program<'_> {
     fn code(&mut self, pc: u64, out: &mut [u8]) -> usize {
-        let Some(m) = self.map.module(pc) else { return 0 };
-        let n = ((m.end - pc) as usize).min(out.len());
+        let end = match self.map.module(pc) {
+            Some(m) => m.end,
+            None if crate::sys::vdso::holds(pc) => {
+                let n = ((crate::sys::vdso::code().1 - pc) as usize).min(out.len());
+                // SAFETY: [pc, pc+n) lies in the vDSO, mapped for the process's life.
+                unsafe { std::ptr::copy_nonoverlapping(pc as *const u8, out.as_mut_ptr(), n) };
+                return n;
+            }
+            None => return 0,
+        };
+        let n = ((end - pc) as usize).min(out.len());
         if !modules::checked_reads() {
             // SAFETY: [pc, pc+n) lies inside a module mapped in this process.
             unsafe { std::ptr::copy_nonoverlapping(pc as *const u8, out.as_mut_ptr(), n) };
@@ -147,7 +156,7 @@ impl Host for Program<'_> {
     }
 
     fn translatable(&self, pc: u64) -> bool {
-        self.map.module(pc).is_some() && !(pc >= self.own.0 && pc < self.own.1)
+        runs_from_cache(self.map, self.own, pc)
     }
 
     fn resolve(&self, native: u64) -> Option<u64> {
@@ -155,6 +164,14 @@ impl Host for Program<'_> {
         let e = unsafe { find(self.index, self.entries, native) }?;
         (e.fast != 0).then_some(e.fast)
     }
+}
+
+/// May the code at `pc` run from the cache: the program's modules and the
+/// vDSO (whose calls would otherwise leave a window, and whose accesses
+/// `--exact=step` counts as the program's), never the agent's own code
+/// (`own`). Async-signal-safe.
+pub fn runs_from_cache(map: &ProcessMap, own: (u64, u64), pc: u64) -> bool {
+    (map.module(pc).is_some() || crate::sys::vdso::holds(pc)) && !(pc >= own.0 && pc < own.1)
 }
 
 /// The index entry for `native`, if any.

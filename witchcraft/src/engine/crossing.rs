@@ -157,7 +157,7 @@ impl ThreadState {
     }
 
     pub(super) fn translatable(&self, engine: &Engine, map: &ProcessMap, pc: u64) -> bool {
-        map.module(pc).is_some() && !engine.is_own_code(pc)
+        super::cache::runs_from_cache(map, engine.own_code, pc)
     }
 
     /// Leave the cache wherever the thread is in it, for good (the session

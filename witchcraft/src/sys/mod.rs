@@ -14,4 +14,5 @@ pub mod procfs;
 pub mod siginfo;
 pub mod sock_diag;
 pub mod task;
+pub mod vdso;
 pub mod watchpoint;
