@@ -162,3 +162,38 @@ fn no_children_and_exe_choose_the_processes() {
     assert_eq!(procs.len(), 3, "only the three dead_loop processes: {procs:?}");
     assert!(procs.iter().all(|(_, prog)| prog.ends_with("/dead_loop")), "{procs:?}");
 }
+
+/// A fork child starts its profile afresh: its thread counters, and the
+/// notes the parent's run made (here, that threads past witch's share of
+/// the address-space limit went unprofiled). The child had one thread, all
+/// profiled; its section said "threads past 2 were not profiled" anyway.
+/// The notes of the engine's set-up (the sampler chosen, the costs
+/// measured) hold for the child too, and stay.
+#[test]
+fn a_fork_child_keeps_none_of_its_parents_run_notes() {
+    let dir = Scratch::new("fork-notes");
+    let prog = Program::build("fork_after_threads", dir.path());
+    let native = prog.run_native(&["8", "64"]);
+    assert_eq!(native.stdout_str(), "created 8\nchild 0\n", "{}", native.describe());
+    let out = dir.join("fn.json");
+    let run = WitchCmd::new("dead").arg("-q").out(&out).run(&prog.exe, &["8", "64"]);
+    assert_same_behaviour(&native, &run);
+    let p = raw_profile(&out);
+    let notes = |s: &serde_json::Value| -> Vec<String> {
+        s["notes"].as_array().into_iter().flatten().filter_map(|n| n.as_str().map(String::from)).collect()
+    };
+    let unprofiled = |s: &serde_json::Value| notes(s).into_iter().filter(|n| n.contains("were not profiled")).collect::<Vec<_>>();
+    let failed = p["counters"]["threads_failed"].as_u64().unwrap_or(0);
+    assert!(
+        failed > 0 && !unprofiled(&p).is_empty(),
+        "the parent's threads all fit (the test's premise): {failed} failed, notes {:?}",
+        notes(&p)
+    );
+    let children = p["processes"].as_array().cloned().unwrap_or_default();
+    assert_eq!(children.len(), 1, "one child section: {}", p["processes"]);
+    let child = &children[0];
+    assert_eq!(child["counters"]["threads_failed"].as_u64(), Some(0), "{}", child["counters"]);
+    assert!(unprofiled(child).is_empty(), "the child's notes carry the parent's: {:?}", notes(child));
+    let setup = |s: &serde_json::Value| notes(s).into_iter().filter(|n| n.starts_with("measured round trips")).count();
+    assert_eq!((setup(&p), setup(child)), (1, 1), "the engine's set-up notes: parent {:?}, child {:?}", notes(&p), notes(child));
+}

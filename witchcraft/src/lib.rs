@@ -18,6 +18,7 @@ pub mod heap;
 pub mod modules;
 pub mod objects;
 pub mod pair;
+#[cfg(feature = "controller")]
 pub mod probe;
 pub mod profile;
 pub mod replacement;

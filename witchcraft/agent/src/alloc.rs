@@ -90,6 +90,11 @@ pub fn allocations_in_handlers() -> u64 {
     IN_HANDLERS.load(Ordering::Relaxed)
 }
 
+/// In a fork child: the allocations counted so far were its parent's.
+pub fn after_fork() {
+    IN_HANDLERS.store(0, Ordering::Relaxed);
+}
+
 fn count_if_handling() {
     if CHECK.load(Ordering::Relaxed) && HANDLING.with(|h| h.get()) {
         IN_HANDLERS.fetch_add(1, Ordering::Relaxed);

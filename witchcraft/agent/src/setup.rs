@@ -20,11 +20,11 @@ pub fn make_engine(cfg: Config, install: fn(), guarded: bool) -> (Engine, Vec<St
     modules::refresh();
     let mut notes = Vec::new();
     let (sampler, period) = SampleSource::choose(&cfg, &mut notes);
-    let sigtrap = !cfg.no_sigtrap && witchcraft::probe::sigtrap_supported();
+    let sigtrap = !cfg.no_sigtrap && witchcraft::sys::watchpoint::sigtrap_supported();
     if !sigtrap {
         notes.push("sigtrap unavailable (Linux < 5.13?): traps use F_SETSIG with a real-time signal".into());
     }
-    let modify = !cfg.no_modify && witchcraft::probe::modify_attributes_supported();
+    let modify = !cfg.no_modify && witchcraft::sys::watchpoint::modify_attributes_supported();
     if !modify {
         notes.push("PERF_EVENT_IOC_MODIFY_ATTRIBUTES unavailable: watchpoints re-armed by close+reopen".into());
     }

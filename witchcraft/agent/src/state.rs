@@ -4,13 +4,14 @@
 //! a session), whether profiling is stopping, the notes for the profile,
 //! where the profile goes, and the thread table. Every flag is reset in
 //! one place, [`Agent::begin`] (and [`Agent::after_fork`] for a fork
-//! child), and the stop-and-wait that ends profiling is [`Agent::quiesce`].
+//! child, which keeps of the notes only the engine's set-up's), and the
+//! stop-and-wait that ends profiling is [`Agent::quiesce`].
 
 use crate::alloc;
 use crate::attach_state::SESSION;
 use crate::threads::{Entry, Quiesced, ThreadTable};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use witchcraft::engine::{Engine, ThreadState};
 use witchcraft::modules;
@@ -60,6 +61,10 @@ pub struct Agent {
     sink_ino: AtomicU64,
     sink_path: Mutex<std::path::PathBuf>,
     notes: Mutex<Vec<String>>,
+    /// How many of `notes` the engine's set-up made (those before
+    /// [`Agent::begin`]): a fork child keeps them, and not the rest,
+    /// which tell of its parent's run.
+    setup_notes: AtomicUsize,
     /// The program and its arguments, read when profiling began (reading
     /// them at the end may need rights or descriptors it no longer has).
     identity: Mutex<(String, Vec<String>)>,
@@ -99,6 +104,7 @@ impl Agent {
             sink_ino: AtomicU64::new(0),
             sink_path: Mutex::new(std::path::PathBuf::new()),
             notes: Mutex::new(Vec::new()),
+            setup_notes: AtomicUsize::new(0),
             identity: Mutex::new((String::new(), Vec::new())),
             threads: ThreadTable::new(),
         }
@@ -158,6 +164,7 @@ impl Agent {
         self.owner.store(std::process::id(), Ordering::Relaxed);
         self.start_ns.store(start, Ordering::Relaxed);
         self.set_sink(sink);
+        self.setup_notes.store(self.notes.lock().map_or(0, |n| n.len()), Ordering::Relaxed);
         self.mode.store(mode as u8, Ordering::Release);
         if let Ok(mut id) = self.identity.lock() {
             *id = identity();
@@ -193,6 +200,11 @@ impl Agent {
         self.owner.store(std::process::id(), Ordering::Relaxed);
         self.start_ns.store(start_ns, Ordering::Relaxed);
         self.set_sink(sink);
+        // (try_lock: a thread of the parent's that held them is not here to let go.)
+        if let Ok(mut n) = self.notes.try_lock() {
+            n.truncate(self.setup_notes.load(Ordering::Relaxed));
+        }
+        alloc::after_fork();
         MINE.with(|m| m.set(std::ptr::null()));
         kept
     }

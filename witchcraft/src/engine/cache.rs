@@ -8,7 +8,7 @@
 //! nothing and one that does costs what its hot code takes:
 //!
 //! ```text
-//!   data page   slots the copies address RIP-relatively (Slots)
+//!   data page   slots the copies address RIP-relatively (translate::Data)
 //!   dispatch    native → copy, direct-mapped, read by the dispatch stub
 //!   index       native → fast and slow copies (open addressing), the handlers'
 //!   records     every copy in address order: its native block and variant
@@ -27,45 +27,12 @@
 
 use crate::modules::{self, ProcessMap};
 use crate::sys::mem;
-use crate::x86::translate::{self, Block, Counted, Env, Exit, Host, Point, Request, Slots, Spilled, Translator, Variant, EXIT_STUB_LEN};
+use crate::x86::translate::{
+    self, Block, Counted, Data, Env, Exit, Host, Point, Request, Slots, Spilled, Translator, Variant, EXIT_STUB_LEN,
+};
 
 mod layout;
 use layout::{Layout, DATA_AT, DISPATCH_AT, DISPATCH_ENTRIES, INDEX_AT, PAGE};
-
-/// The data page: what the copies read and write besides the program's
-/// memory.
-#[repr(C)]
-#[derive(Default)]
-pub struct Data {
-    pub countdown: i64,
-    pub instr_left: i64,
-    pub save_rax: u64,
-    pub save_rcx: u64,
-    pub save_scratch: u64,
-    pub save_flags: u64,
-    pub target: u64,
-    pub jump: u64,
-    pub table: u64,
-    /// A partial `rep`: the instruction, and the elements it leaves for later.
-    pub rep_native: u64,
-    pub rep_rest: u64,
-    pub rep_len: u64,
-    /// After the part: step the next element as a pick (1), or go on (0).
-    pub rep_pick: u64,
-    /// Recording copies: where the next access record goes, three spill
-    /// slots, and the thread's FS and GS bases.
-    pub rec_ptr: u64,
-    pub save_rec_a: u64,
-    pub save_rec_b: u64,
-    pub save_rec_c: u64,
-    pub fs_base: u64,
-    pub gs_base: u64,
-    /// The link stub's: the program's stack pointer, the link stack's
-    /// top, the engine's entry.
-    pub save_rsp: u64,
-    pub link_stack: u64,
-    pub link_entry: u64,
-}
 
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -341,28 +308,7 @@ impl CodeCache {
     }
 
     fn slots(&self) -> Slots {
-        let d = self.addr(DATA_AT);
-        let f = |o: usize| d + o as u64;
-        Slots {
-            countdown: f(std::mem::offset_of!(Data, countdown)),
-            instr_left: f(std::mem::offset_of!(Data, instr_left)),
-            save_rax: f(std::mem::offset_of!(Data, save_rax)),
-            save_rcx: f(std::mem::offset_of!(Data, save_rcx)),
-            save_scratch: f(std::mem::offset_of!(Data, save_scratch)),
-            save_flags: f(std::mem::offset_of!(Data, save_flags)),
-            target: f(std::mem::offset_of!(Data, target)),
-            jump: f(std::mem::offset_of!(Data, jump)),
-            table: f(std::mem::offset_of!(Data, table)),
-            rec_ptr: f(std::mem::offset_of!(Data, rec_ptr)),
-            save_rec_a: f(std::mem::offset_of!(Data, save_rec_a)),
-            save_rec_b: f(std::mem::offset_of!(Data, save_rec_b)),
-            save_rec_c: f(std::mem::offset_of!(Data, save_rec_c)),
-            fs_base: f(std::mem::offset_of!(Data, fs_base)),
-            gs_base: f(std::mem::offset_of!(Data, gs_base)),
-            save_rsp: f(std::mem::offset_of!(Data, save_rsp)),
-            link_stack: f(std::mem::offset_of!(Data, link_stack)),
-            link_entry: f(std::mem::offset_of!(Data, link_entry)),
-        }
+        Slots::at(self.addr(DATA_AT))
     }
 
     /// Is `addr` inside the cache's mapping (its memory is the engine's)?

@@ -25,15 +25,15 @@ pub const CHUNK_BYTES: usize = 256 * 1024;
 /// Chunks in a ring: how far a thread may run ahead of witch's judging.
 pub const CHUNKS: u32 = 8;
 /// The control page.
-const CONTROL_BYTES: usize = 4096;
+pub(super) const CONTROL_BYTES: usize = 4096;
 /// Bytes of a ring's mapping.
 pub const RING_BYTES: usize = CONTROL_BYTES + CHUNKS as usize * CHUNK_BYTES;
 
 /// The control page's start.
 #[repr(C)]
-struct Control {
+pub(super) struct Control {
     /// Chunks witch has judged (written by witch; the thread's futex).
-    consumed: AtomicU32,
+    pub(super) consumed: AtomicU32,
     _pad: u32,
     /// The ring's number (see [`Ring::id`]), for a check.
     id: AtomicU64,
@@ -150,54 +150,5 @@ impl Drop for Ring {
         // SAFETY: the ring's own mapping, unused from here on (witch keeps
         // its own mapping of the memory until the notice).
         unsafe { mem::unmap_own(self.base as *mut libc::c_void, RING_BYTES) };
-    }
-}
-
-/// Witch's side: a ring a thread registered, mapped from its memfd.
-pub struct Mapped {
-    base: *mut u8,
-    bytes: usize,
-}
-
-// SAFETY: the mapping is witch's own; its judging thread holds it.
-unsafe impl Send for Mapped {}
-
-impl Mapped {
-    /// Map the ring `memfd` of `bytes` bytes (closed here either way).
-    pub fn map(memfd: i32, bytes: u64) -> Option<Mapped> {
-        if bytes != RING_BYTES as u64 {
-            fd::close(memfd);
-            return None;
-        }
-        // SAFETY: a new shared mapping of the descriptor, not MAP_FIXED.
-        let base = unsafe { libc::mmap(std::ptr::null_mut(), RING_BYTES, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, memfd, 0) };
-        fd::close(memfd);
-        (base != libc::MAP_FAILED).then_some(Mapped { base: base as *mut u8, bytes: RING_BYTES })
-    }
-
-    /// The chunk at `offset` holding `words` words of records after its
-    /// header, as the datagram it stands for. None if it does not lie in
-    /// a chunk.
-    pub fn chunk(&self, offset: u64, words: u32) -> Option<&[u8]> {
-        let len = super::stream::HEADER_BYTES + words as usize * 8;
-        let offset = offset as usize;
-        let slot_ok = offset >= CONTROL_BYTES && (offset - CONTROL_BYTES).is_multiple_of(CHUNK_BYTES) && offset + CHUNK_BYTES <= self.bytes;
-        // SAFETY: within the mapping, which lives as long as `self`.
-        (slot_ok && len <= CHUNK_BYTES).then(|| unsafe { std::slice::from_raw_parts(self.base.add(offset), len) })
-    }
-
-    /// One more chunk judged: the thread may write over it.
-    pub fn consumed(&self) {
-        // SAFETY: the mapping starts with the control page.
-        let c = unsafe { &*(self.base as *const Control) };
-        c.consumed.fetch_add(1, Ordering::Release);
-        futex::wake(&c.consumed);
-    }
-}
-
-impl Drop for Mapped {
-    fn drop(&mut self) {
-        // SAFETY: witch's own mapping, unused from here on.
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.bytes) };
     }
 }

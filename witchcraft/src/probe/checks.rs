@@ -1,12 +1,9 @@
 //! `witch doctor`'s checks: each feature Witch uses, whether this
 //! machine offers it (ok, degraded, missing), in one line, with advice.
 
-use super::{
-    count_breakpoints, modify_attributes_supported, open_task_clock, perf_event_paranoid, pmu_events, read_int, sigtrap_supported,
-    single_step_ns, try_open,
-};
+use super::{open_task_clock, perf_event_paranoid, pmu_events, read_int, single_step_ns, try_open};
 use crate::sys::pmu;
-use crate::sys::watchpoint::KernelCaps;
+use crate::sys::watchpoint::{count_breakpoints, modify_attributes_supported, sigtrap_supported, KernelCaps};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]

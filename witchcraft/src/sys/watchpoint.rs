@@ -38,6 +38,74 @@ impl KernelCaps {
     }
 }
 
+/// x86 has at most 4 debug registers; 8 bounds the probe on other hardware.
+pub const MAX_BREAKPOINTS: usize = 8;
+
+/// A disabled write watchpoint on `word` of the calling thread: it still
+/// takes a debug-register slot (the kernel reserves slots at creation)
+/// but cannot fire during a probe.
+fn probe_attr(word: &u64) -> Attr {
+    Attr::breakpoint(word as *const u64 as u64, 8, BpType::W).expect("an aligned u64").disabled()
+}
+
+fn open_probe(a: Attr) -> Result<i32, std::io::Error> {
+    a.open(0).map_err(std::io::Error::from_raw_os_error)
+}
+
+/// Debug registers free to this thread: open write breakpoints until the
+/// kernel says ENOSPC (or anything else); 0 if breakpoints are unsupported.
+pub fn debug_registers() -> usize {
+    count_breakpoints().0
+}
+
+/// The count, and the error that ended it (None when the cap was reached).
+pub fn count_breakpoints() -> (usize, Option<std::io::Error>) {
+    let slots = [0u64; MAX_BREAKPOINTS];
+    let mut fds = Vec::with_capacity(MAX_BREAKPOINTS);
+    let mut err = None;
+    for s in &slots {
+        match open_probe(probe_attr(s)) {
+            Ok(fd) => fds.push(fd),
+            Err(e) => {
+                err = Some(e);
+                break;
+            }
+        }
+    }
+    let n = fds.len();
+    fds.into_iter().for_each(perf::close);
+    std::hint::black_box(&slots);
+    (n, err)
+}
+
+/// PERF_EVENT_IOC_MODIFY_ATTRIBUTES (Linux 4.17+) retargets a breakpoint in
+/// one ioctl; without it each re-arm is a close + perf_event_open.
+pub fn modify_attributes_supported() -> bool {
+    let words = [0u64; 2];
+    let Ok(fd) = open_probe(probe_attr(&words[0])) else {
+        return false;
+    };
+    let ok = probe_attr(&words[1]).modify(fd);
+    perf::close(fd);
+    std::hint::black_box(&words);
+    ok
+}
+
+/// `sigtrap` (Linux 5.13+) delivers SIGTRAP synchronously to the accessing
+/// thread; without it signals are routed with F_SETSIG.
+pub fn sigtrap_supported() -> bool {
+    let word = 0u64;
+    let ok = match open_probe(probe_attr(&word).sigtrap(1)) {
+        Ok(fd) => {
+            perf::close(fd);
+            true
+        }
+        Err(_) => false,
+    };
+    std::hint::black_box(&word);
+    ok
+}
+
 /// How a thread's breakpoints are armed: fixed for its lifetime.
 #[derive(Clone, Copy, Debug)]
 pub struct Arming {
@@ -218,6 +286,21 @@ pub fn watch_piece(addr: u64, len: u32, pick: u64) -> (u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_register_count() {
+        let n = debug_registers();
+        println!("debug registers free: {n}");
+        assert!((1..=MAX_BREAKPOINTS).contains(&n), "{n}");
+        // Probing leaves no slot behind.
+        assert_eq!(debug_registers(), n);
+    }
+
+    #[test]
+    fn breakpoint_features() {
+        assert!(sigtrap_supported());
+        assert!(modify_attributes_supported());
+    }
 
     #[test]
     fn kernel_caps_are_read_from_the_breakpoint_pmu() {

@@ -58,7 +58,7 @@ pub struct Judged {
     judge: Judge,
 }
 
-use witchcraft::exact::stream::{Judge, MAX_DATAGRAM};
+use witchcraft::exact::{stream::MAX_DATAGRAM, Judge};
 use witchcraft::sys::fd as fds;
 
 impl Recording {

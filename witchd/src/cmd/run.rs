@@ -179,7 +179,7 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     } else {
         crate::agent::sampler_env(craft, a.event.as_deref(), timed)?
     };
-    let free = witchcraft::probe::debug_registers();
+    let free = witchcraft::sys::watchpoint::debug_registers();
     if free == 0 {
         bail!("no free debug registers on this thread (is a debugger attached?); witch needs at least one");
     }

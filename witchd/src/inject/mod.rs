@@ -68,7 +68,7 @@ impl Options {
         c.fp_precision = self.fp_precision;
         c.overhead_percent = self.overhead_percent.or(c.overhead_percent);
         c.heap_threshold = self.heap_threshold;
-        let free = witchcraft::probe::debug_registers().clamp(1, 4) as u32;
+        let free = witchcraft::sys::watchpoint::debug_registers().clamp(1, 4) as u32;
         c.debug_registers = self.debug_registers.unwrap_or(free).clamp(1, 4) as usize;
         Ok(c)
     }

@@ -8,6 +8,8 @@ pub(super) const DISPATCH_ENTRIES: u32 = 8192;
 pub(super) const PAGE: usize = 4096;
 pub(super) const DATA_AT: usize = 0;
 pub(super) const DISPATCH_AT: usize = PAGE;
+// The data page holds the copies' slots.
+const _: () = assert!(std::mem::size_of::<translate::Data>() <= DISPATCH_AT - DATA_AT);
 pub(super) const INDEX_AT: usize = DISPATCH_AT + DISPATCH_ENTRIES as usize * 16;
 const LINK_STACK_BYTES: usize = 64 * 1024;
 

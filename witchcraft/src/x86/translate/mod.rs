@@ -46,6 +46,7 @@
 //! reserved, and the decoder's and encoder's buffers are reused.
 
 mod block;
+mod data;
 mod dispatch;
 mod emit;
 mod operands;
@@ -54,6 +55,7 @@ mod rewrite;
 #[cfg(test)]
 mod tests;
 
+pub use data::{Data, Slots};
 pub use dispatch::{dispatch_index, emit_dispatch, emit_link};
 pub use emit::{EXIT_STUB_LEN, LINK_PREFIX_LEN};
 
@@ -77,41 +79,6 @@ pub const MAX_REP_ELEMENTS: u32 = 1 << 16;
 /// a window (a window's length bounds its time; an element takes less than
 /// an instruction).
 pub const REP_PER_INSTRUCTION_SHIFT: u32 = 6;
-
-/// The cache's data slots (absolute addresses, within ±2 GiB of every
-/// copy, so copies address them RIP-relatively without a register).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Slots {
-    /// Counted accesses until the pick: the pick is the countdown-th.
-    pub countdown: u64,
-    /// Instructions left in the window.
-    pub instr_left: u64,
-    pub save_rax: u64,
-    pub save_rcx: u64,
-    pub save_scratch: u64,
-    pub save_flags: u64,
-    /// The native target of an indirect branch, for the dispatch stub.
-    pub target: u64,
-    /// Where the dispatch stub jumps (a copy's address).
-    pub jump: u64,
-    /// The address of the dispatch table (a slot holding a pointer).
-    pub table: u64,
-    /// Recording copies ([`Counted::Records`]): the slot holding where the
-    /// next access record goes, three spill slots, and the thread's FS and
-    /// GS bases (for operands with a segment override).
-    pub rec_ptr: u64,
-    pub save_rec_a: u64,
-    pub save_rec_b: u64,
-    pub save_rec_c: u64,
-    pub fs_base: u64,
-    pub gs_base: u64,
-    /// The link stub ([`emit_link`]): where it keeps the program's stack
-    /// pointer, the top of the stack it switches to, and a slot holding the
-    /// address of the engine's entry it calls.
-    pub save_rsp: u64,
-    pub link_stack: u64,
-    pub link_entry: u64,
-}
 
 /// Which accesses the copies count (the craft's kind).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -26,32 +26,8 @@ impl Host for Code {
 const NATIVE: u64 = 0x5555_0000_1000;
 const CACHE: u64 = 0x7f00_0000_0000;
 
-/// The data slots of a data page at `d`, in the engine's order.
-fn slots_at(d: u64) -> Slots {
-    Slots {
-        countdown: d,
-        instr_left: d + 8,
-        save_rax: d + 16,
-        save_rcx: d + 24,
-        save_scratch: d + 32,
-        save_flags: d + 40,
-        target: d + 48,
-        jump: d + 56,
-        table: d + 64,
-        rec_ptr: d + 72,
-        save_rec_a: d + 80,
-        save_rec_b: d + 88,
-        fs_base: d + 96,
-        gs_base: d + 104,
-        save_rec_c: d + 112,
-        save_rsp: d + 120,
-        link_stack: d + 128,
-        link_entry: d + 136,
-    }
-}
-
 fn slots() -> Slots {
-    slots_at(CACHE - 0x1000)
+    Slots::at(CACHE - 0x1000)
 }
 
 fn env(dispatch: u64) -> Env {
@@ -275,7 +251,7 @@ impl Rig {
         assert_ne!(base, libc::MAP_FAILED);
         let base = base as u64;
         let (data, table, stub, copy, native, buf) = (base, base + 0x1000, base + 0x2000, base + 0x3000, base + 0x6000, base + 0x8000);
-        let slots = slots_at(data);
+        let slots = Slots::at(data);
         let mut rig = Rig { base, table, copy, native, buf, slots, block: Block::default() };
         let mem = rig.mem();
         mem[rig.off(native)..rig.off(native) + code.len()].copy_from_slice(code);
@@ -580,7 +556,7 @@ fn a_link_through_the_engines_entry_keeps_registers_flags_and_vectors() {
     let off = |a: u64| (a - base) as usize;
     mem[off(native)..off(native) + code.len()].copy_from_slice(&code);
     mem[off(landing)] = 0xC3; // ret
-    let slots = slots_at(data);
+    let slots = Slots::at(data);
     let put = |mem: &mut [u8], a: u64, v: u64| mem[off(a)..off(a) + 8].copy_from_slice(&v.to_le_bytes());
     assert!(crate::engine::link::set_hook(link_test_hook), "XSAVE on this machine");
     put(mem, slots.countdown, 1000);
