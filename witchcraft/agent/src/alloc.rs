@@ -219,11 +219,11 @@ fn with_heap<R>(f: impl FnOnce(&mut dlmalloc::Dlmalloc<OwnPages>) -> R) -> R {
     r
 }
 
-extern "C" fn before_fork() {
+extern "C" fn lock_for_fork() {
     lock();
 }
 
-extern "C" fn after_fork() {
+extern "C" fn unlock_after_fork() {
     unlock();
 }
 
@@ -235,7 +235,7 @@ pub fn keep_across_fork() {
     static DONE: AtomicBool = AtomicBool::new(false);
     if !DONE.swap(true, Ordering::AcqRel) {
         // SAFETY: registers three handlers that only take or release the lock.
-        unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) };
+        unsafe { libc::pthread_atfork(Some(lock_for_fork), Some(unlock_after_fork), Some(unlock_after_fork)) };
     }
 }
 
