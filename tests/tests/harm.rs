@@ -386,16 +386,24 @@ fn attaching_leaves_a_program_that_unmaps_its_own_holes_running() {
 fn a_burst_given_up_in_the_programs_long_handler_leaves_no_trap_behind() {
     let dir = Scratch::new("harm-slow-handler");
     let prog = Program::build_with("slow_handler", dir.path(), "slow_handler", &["-pthread"]).expect("build slow_handler");
+    // A burst is given up in the handler in about one run in eight of a
+    // few tenths of a second: passes of every craft and mode until one
+    // was (each pass checking the program's behaviour all the same).
     let mut lost = 0;
-    for mode in ["default", "own"] {
-        let native = prog.run_native(&["400", mode]);
-        assert_eq!(native.code(), Some(0), "{}", native.describe());
-        assert!(native.stdout_str().contains("handled=yes traps=0"), "{}", native.describe());
-        for craft in ["dead", "silent-load"] {
-            let out = dir.join(&format!("{craft}-{mode}.json"));
-            let run = WitchCmd::new(craft).args(&["-q", "-p", "200000"]).out(&out).run(&prog.exe, &["400", mode]);
-            assert_same_behaviour(&native, &run);
-            lost += raw_profile(&out)["counters"]["bursts_lost"].as_u64().unwrap_or(0);
+    for _pass in 0..4 {
+        for mode in ["default", "own"] {
+            let native = prog.run_native(&["2000", mode]);
+            assert_eq!(native.code(), Some(0), "{}", native.describe());
+            assert!(native.stdout_str().contains("handled=yes traps=0"), "{}", native.describe());
+            for craft in ["dead", "silent-load"] {
+                let out = dir.join(&format!("{craft}-{mode}.json"));
+                let run = WitchCmd::new(craft).args(&["-q", "-p", "200000"]).out(&out).run(&prog.exe, &["2000", mode]);
+                assert_same_behaviour(&native, &run);
+                lost += raw_profile(&out)["counters"]["bursts_lost"].as_u64().unwrap_or(0);
+            }
+        }
+        if lost > 0 {
+            break;
         }
     }
     // The case it guards: bursts given up while the program's handler ran.
