@@ -51,16 +51,17 @@ impl Translator {
                 // Count the accesses of the craft's kind (addresses do not
                 // matter here), and refuse what the decoder cannot place.
                 let d = self.analyzer.analyze(&instr, &Regs::default(), false);
+                let state = saves_state(&instr);
                 if d.steppable {
                     insn.counted = d.accesses().iter().filter(|a| counted.counts(a)).count() as u32;
                     insn.accesses = d.n > 0;
-                    if d.partial && (insn.counted > 0 || d.n == 0) {
+                    if d.partial && (insn.counted > 0 || d.n == 0) && !state {
                         insn.class = Class::Native;
                     }
                     if insn.instr.is_string_instruction() && d.n == 0 {
                         insn.class = Class::Native;
                     }
-                    if let (Counted::Records(kind), false) = (counted, insn.class == Class::Native) {
+                    if let (Counted::Records(kind), false) = (counted, insn.class == Class::Native || state) {
                         match self.refs(&instr) {
                             Some((refs, n)) => {
                                 insn.refs = refs;
@@ -148,6 +149,21 @@ impl Translator {
 }
 
 /// How an instruction is copied.
+/// An `xsave` or `xrstor` of any kind: its area's size depends on the
+/// processor's state components, so the decoder gives it none, and the
+/// single-stepping exact mode judges no access of it. Copied as it is and
+/// counted as no access, as that mode counts it, so that what runs around
+/// it (the dynamic loader's lazy binding saves and restores the vector
+/// state so) is recorded; leaving the cache there left a function's first
+/// call through its binding, and the function, unrecorded.
+fn saves_state(i: &Instruction) -> bool {
+    use Mnemonic::*;
+    matches!(
+        i.mnemonic(),
+        Xsave | Xsave64 | Xsavec | Xsavec64 | Xsaveopt | Xsaveopt64 | Xsaves | Xsaves64 | Xrstor | Xrstor64 | Xrstors | Xrstors64
+    )
+}
+
 pub(super) fn classify(i: &Instruction) -> Class {
     use Mnemonic::*;
     if matches!(i.mnemonic(), Popf | Popfd | Popfq | Syscall | Sysenter | Sysexit | Sysret) {

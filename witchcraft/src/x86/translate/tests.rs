@@ -189,6 +189,20 @@ fn what_cannot_run_from_the_cache_ends_the_block_before_it() {
     assert_eq!(exits(&out), vec![(CACHE + 1, Exit::Native { native: NATIVE })]);
 }
 
+/// `xsavec` and `xrstor` (the dynamic loader's lazy binding saves and
+/// restores the vector state so) are copied and counted as no access, as
+/// the single-stepping exact mode judges them: the block goes on past them.
+#[test]
+fn state_saves_run_from_the_cache_and_count_as_no_access() {
+    // xsavec [rsp+0x40]; xrstor [rsp+0x40]; mov [rdi], eax; syscall
+    let code = [0x0F, 0xC7, 0x64, 0x24, 0x40, 0x0F, 0xAE, 0x6C, 0x24, 0x40, 0x89, 0x07, 0x0F, 0x05];
+    let (_, b, out) = translate(&code, Variant::Fast, false);
+    assert_eq!((b.insns, b.counted), (3, 1), "two state saves and a store copied, the store counted");
+    let copied: Vec<Mnemonic> = listing(&out).iter().map(|(_, i)| i.mnemonic()).collect();
+    assert!(copied.contains(&Mnemonic::Xsavec) && copied.contains(&Mnemonic::Xrstor), "{copied:?}");
+    assert!(exits(&out).iter().any(|(_, e)| *e == Exit::Native { native: NATIVE + 12 }));
+}
+
 #[test]
 fn a_rep_string_is_a_block_of_its_own_counted_by_rcx() {
     // mov [rdi], eax; rep stosb
