@@ -373,7 +373,9 @@ fn exact_mode_counts_every_store_around_vdso_calls() {
     let run = WitchCmd::new("dead").args(&["--exact", "-q"]).out(&out).run(&prog.exe, &["20000"]);
     assert_same_behaviour(&native, &run);
     let raw = raw_profile(&out);
-    // (A counter that is zero is left out of the profile.)
+    // The exact profile carries the recording agent's code-cache counters
+    // (its other counters are the judge's); one that is zero is left out.
+    assert!(raw["counters"]["cache_blocks"].as_u64().unwrap_or(0) > 0, "no code-cache counters: {}", raw["counters"]);
     assert_eq!(raw["counters"]["window_gaps"].as_u64().unwrap_or(0), 0, "recording lost the thread: {}", raw["notes"]);
     let rep = report_all(&out);
     let f = &prog.file;

@@ -170,6 +170,28 @@ fn is_zero(v: &u64) -> bool {
 }
 
 impl Counters {
+    /// Take the code cache's figures from `o`: an exact profile's counters
+    /// are the judge's, and these are the recording agent's (its windows,
+    /// translations, flushes, exits, resumptions and gaps).
+    pub fn keep_code_cache(&mut self, o: &Counters) {
+        self.cache_ns = o.cache_ns;
+        self.exit_ns = o.exit_ns;
+        self.windows = o.windows;
+        self.window_instructions = o.window_instructions;
+        self.window_accesses = o.window_accesses;
+        self.windows_cut = o.windows_cut;
+        self.window_shortest = o.window_shortest;
+        self.window_longest = o.window_longest;
+        self.cache_blocks = o.cache_blocks;
+        self.cache_flushes = o.cache_flushes;
+        self.cache_exits = o.cache_exits;
+        self.cache_lookups = o.cache_lookups;
+        self.cache_links = o.cache_links;
+        self.window_bridges = o.window_bridges;
+        self.window_resumes = o.window_resumes;
+        self.window_gaps = o.window_gaps;
+    }
+
     pub fn add(&mut self, o: &Counters) {
         self.interrupts += o.interrupts;
         self.samples += o.samples;

@@ -144,6 +144,7 @@ impl Judged {
             let (n, records, threads, mut counters) = images.take(p.pid, p.start_unix_ns).unwrap_or_default();
             counters.interrupts = n;
             counters.threads = p.counters.threads;
+            counters.keep_code_cache(&p.counters);
             p.threads = threads;
             p.counters = counters;
             p.sampler = witchcraft::exact::exact_sampler("code-cache");
