@@ -99,16 +99,20 @@ fn with_bytes(v: Verdict, n: usize) -> Verdict {
     }
 }
 
-/// A scalar's shadow entries (1 to 8): the first, all of them or-ed, and
-/// whether all are alike. Whole arrays for the usual widths, so the
-/// compiler makes a few vector instructions of it.
+/// An access's shadow entries (1 to 64, in one page): the first, all of
+/// them or-ed, and whether all are alike. Whole arrays for the usual
+/// widths, so the compiler makes a few vector instructions of it.
 #[inline(always)]
 fn survey(e: &[u32]) -> (u32, u32, bool) {
+    #[inline(always)]
     fn of<const N: usize>(e: &[u32; N]) -> (u32, u32, bool) {
         let first = e[0];
         (first, e.iter().fold(0, |m, s| m | s), e.iter().all(|&s| s == first))
     }
     match e.len() {
+        64 => of::<64>(e.try_into().unwrap_or(&[0; 64])),
+        32 => of::<32>(e.try_into().unwrap_or(&[0; 32])),
+        16 => of::<16>(e.try_into().unwrap_or(&[0; 16])),
         8 => of::<8>(e.try_into().unwrap_or(&[0; 8])),
         4 => of::<4>(e.try_into().unwrap_or(&[0; 4])),
         2 => of::<2>(e.try_into().unwrap_or(&[0; 2])),
@@ -394,7 +398,7 @@ impl ThreadShadow {
     /// nothing and credits nothing: its context is not even looked up.
     #[inline]
     pub fn dead_access(&mut self, pc: u64, addr: u64, len: u64, read: bool, write: bool) {
-        if read && !write && len <= 8 && addr % PAGE + len <= PAGE {
+        if read && !write && len <= WIDE as u64 && addr % PAGE + len <= PAGE {
             let part = self.dead.part(addr, addr + len);
             // SAFETY: as in `dead_load`: the entries are not touched by the
             // context lookup or the credit below, and the slice is not used
@@ -418,9 +422,9 @@ impl ThreadShadow {
     /// context stored is credited at once (as that many one-byte credits).
     #[inline]
     pub fn dead_load(&mut self, ctx: u32, addr: u64, len: u64) {
-        if len <= 8 && addr % PAGE + len <= PAGE {
-            // Most loads: a scalar in one page, whose bytes are all read
-            // already or all pending from one store.
+        if len <= WIDE as u64 && addr % PAGE + len <= PAGE {
+            // Most loads: a scalar or a vector in one page, whose bytes
+            // are all read already or all pending from one store.
             let part = self.dead.part(addr, addr + len);
             // SAFETY: as below; the slice is dropped before the credit.
             let e = unsafe { Shadow::entries(part) };
@@ -462,9 +466,9 @@ impl ThreadShadow {
     #[inline]
     pub fn dead_store(&mut self, ctx: u32, addr: u64, len: u64) {
         debug_assert!(ctx & PENDING == 0, "context ids fit in 31 bits");
-        if len <= 8 && addr % PAGE + len <= PAGE {
-            // Most stores: a scalar in one page, over bytes one access
-            // left alike.
+        if len <= WIDE as u64 && addr % PAGE + len <= PAGE {
+            // Most stores: a scalar or a vector in one page, over bytes
+            // one access left alike.
             let part = self.dead.part(addr, addr + len);
             // SAFETY: as in `dead_stores`; the slice is dropped before the credit.
             let e = unsafe { Shadow::entries(part) };
