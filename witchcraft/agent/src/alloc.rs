@@ -140,12 +140,23 @@ struct OwnPages;
 // bytes (page-aligned, zeroed), given back only when dlmalloc frees it.
 unsafe impl dlmalloc::Allocator for OwnPages {
     fn alloc(&self, size: usize) -> (*mut u8, usize, u32) {
-        let p = witchcraft::sys::mem::map_own(size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_NORESERVE);
-        if p == libc::MAP_FAILED {
-            (std::ptr::null_mut(), 0, 0)
-        } else {
-            (p as *mut u8, size, 0)
+        // In witch's region only: the agent's `munmap` entry spares that
+        // region, not a mapping the kernel put elsewhere (in a hole the
+        // program made, which it may unmap with the rest). Each try asks
+        // further on.
+        for _ in 0..4 {
+            let p = witchcraft::sys::mem::map_own(size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_NORESERVE);
+            if p == libc::MAP_FAILED {
+                break;
+            }
+            let (lo, hi) = witchcraft::sys::mem::own_region();
+            if (p as u64) >= lo && (p as u64) < hi {
+                return (p as *mut u8, size, 0);
+            }
+            // SAFETY: the mapping just made, unused.
+            unsafe { witchcraft::sys::mem::unmap_own(p, size) };
         }
+        (std::ptr::null_mut(), 0, 0)
     }
 
     fn remap(&self, _ptr: *mut u8, _old: usize, _new: usize, _can_move: bool) -> *mut u8 {
