@@ -113,8 +113,11 @@ fn boot_alloc(n: usize, align: usize) -> *mut c_void {
 
 /// Look the next definitions up (preloaded: the ones after the agent).
 /// Returns with them set, unless another thread is at it (or this one,
-/// from inside `dlsym`): then the caller makes do without.
-fn resolve_next() {
+/// from inside `dlsym`): then the caller makes do without. The preloaded
+/// agent calls it at its start, so that a recording window's first call
+/// of each goes on to its definition in the cache (`calls_on`) rather
+/// than through the entry's own first-call lookup, natively.
+pub(crate) fn resolve_next() {
     if RESOLVING.swap(true, Ordering::AcqRel) {
         return;
     }

@@ -86,6 +86,7 @@ extern "C" fn init() {
         libc::pthread_atfork(None, None, Some(witch_after_fork_child));
         libc::atexit(at_exit);
     }
+    crate::heap::resolve_next();
     thread_life::start_thread();
     // Whole-run windows (the exact mode, the access counters) run the
     // program from its entry point on.
