@@ -165,22 +165,29 @@ LUA_SCRIPT = os.path.join(ROOT, "benches/workloads/bench.lua")
 # (a change to the code of any of them, not to its comments or layout, or to
 # the decoder crate's version, keys new references of that mode). Both
 # modes: the judge (the crafts' definitions, shadow memory, comparisons,
-# exact/judge/), the context tree and pair table, the decoder, and exact.rs
-# (the single-stepper, and the profile's threads both modes make). The code
-# cache's mode (`--exact=cache`) also: how records are made (the recording
+# exact/judge/), the context tree and pair table, the decoder, exact.rs and
+# exact/output.rs (the profile's threads both modes make); the single
+# steps' mode also exact/step.rs. The code cache's mode (`--exact=cache`)
+# also: what may run in the cache (engine/cache.rs, sys/vdso.rs), the
+# agent's heap entries and allocator (where the program's blocks land, and
+# which allocation calls are recorded: agent/src/heap.rs, heap/, alloc.rs),
+# how records are made (the recording
 # copies of x86/translate/, the records of x86/record.rs, the engine's own
 # records of instructions the cache does not copy, engine/recording.rs),
 # buffered, taken back and published (engine/recorder.rs, engine/window.rs,
 # exact/ring.rs, exact/stream.rs), where a whole-run window leaves the cache
 # and comes back (engine/cache_exit.rs, engine/resume.rs), and how witch
-# replays them (exact/replay.rs, exact/string.rs) into the profile (witchd's
-# cmd/exact.rs). Test files (tests.rs) are not in the build: left out.
-EXACT_JUDGE = ["witchcraft/src/exact.rs", "witchcraft/src/exact/judge/*.rs", "witchcraft/src/exact/shadow.rs",
+# replays them (exact/reader.rs, exact/replay.rs, exact/string.rs) into the
+# profile (witchd's cmd/exact.rs). Test files (tests.rs) are not in the build: left out.
+EXACT_JUDGE = ["witchcraft/src/exact.rs", "witchcraft/src/exact/output.rs", "witchcraft/src/exact/judge/*.rs", "witchcraft/src/exact/shadow.rs",
                "witchcraft/src/x86/decode.rs", "witchcraft/src/context.rs", "witchcraft/src/craft/*.rs",
                "witchcraft/src/pair.rs", "witchcraft/src/sys/mem.rs"]
 EXACT_SOURCES = {
-    "step": EXACT_JUDGE,
-    "cache": EXACT_JUDGE + ["witchcraft/src/exact/replay.rs", "witchcraft/src/exact/string.rs",
+    "step": EXACT_JUDGE + ["witchcraft/src/exact/step.rs"],
+    "cache": EXACT_JUDGE + ["witchcraft/src/exact/reader.rs", "witchcraft/src/exact/replay.rs", "witchcraft/src/exact/string.rs",
+                            "witchcraft/src/engine/cache.rs", "witchcraft/src/sys/vdso.rs",
+                            "witchcraft/agent/src/heap.rs", "witchcraft/agent/src/heap/*.rs", "witchcraft/agent/src/heap_entry.c",
+                            "witchcraft/agent/src/alloc.rs",
                             "witchcraft/src/exact/stream.rs", "witchcraft/src/exact/ring.rs",
                             "witchcraft/src/x86/record.rs", "witchcraft/src/x86/translate/*.rs",
                             "witchcraft/src/engine/recorder.rs", "witchcraft/src/engine/recording.rs",
