@@ -24,7 +24,7 @@ pub mod slots;
 pub mod store;
 
 use anyhow::{Context, Result};
-use config::Config;
+use config::DaemonConfig;
 use metrics::Counters;
 use scheduler::Targets;
 use session::Attacher;
@@ -47,7 +47,7 @@ pub(crate) use say;
 
 /// State shared by the daemon's tasks.
 pub struct Daemon {
-    pub cfg: Config,
+    pub cfg: DaemonConfig,
     pub started: Instant,
     /// Where HTTP actually listens (the config may say port 0).
     pub http_addr: std::sync::OnceLock<std::net::SocketAddr>,
@@ -72,7 +72,7 @@ pub struct Daemon {
 
 impl Daemon {
     /// Opens the store and builds the state; logs what re-indexing found.
-    pub fn new(cfg: Config, attacher: Arc<dyn Attacher>) -> Result<Arc<Daemon>> {
+    pub fn new(cfg: DaemonConfig, attacher: Arc<dyn Attacher>) -> Result<Arc<Daemon>> {
         let (store, notes) = Store::open(&cfg.store)?;
         for n in notes {
             say!("{n}");
@@ -245,7 +245,7 @@ impl Drop for Claim {
 /// Runs the daemon until SIGTERM, SIGINT or SIGHUP (which would otherwise
 /// kill it without a word; it does not reload the configuration), then
 /// detaches from every target and returns. Errors are start-up failures (socket, store, HTTP address).
-pub fn run(cfg: Config) -> Result<()> {
+pub fn run(cfg: DaemonConfig) -> Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     tame_malloc();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -287,7 +287,7 @@ fn tame_malloc() {
 
 /// The daemon proper, until `stop` resolves (to the reason, for the log);
 /// `attacher` is replaceable for tests.
-pub async fn serve(cfg: Config, attacher: Arc<dyn Attacher>, stop: impl std::future::Future<Output = &'static str>) -> Result<()> {
+pub async fn serve(cfg: DaemonConfig, attacher: Arc<dyn Attacher>, stop: impl std::future::Future<Output = &'static str>) -> Result<()> {
     let d = Daemon::new(cfg, attacher)?;
     let listener = api::bind(&d.cfg)?;
     let http = match d.cfg.http {

@@ -371,14 +371,14 @@ mod tests {
     }
 
     fn rules() -> Vec<Watch> {
-        let c = super::super::config::Config::parse("[[watch]]\nexe = \"x\"\nevery = \"1s\"\nduration = \"0.5s\"\n", "t").unwrap();
+        let c = super::super::config::DaemonConfig::parse("[[watch]]\nexe = \"x\"\nevery = \"1s\"\nduration = \"0.5s\"\n", "t").unwrap();
         c.watch
     }
 
     /// A session's options carry the rule's settings to the agent.
     #[test]
     fn options_carry_the_rules_settings() {
-        let c = super::super::config::Config::parse("[[watch]]\nexe = \"x\"\nperiod = 200000\noverhead = \"0.5%\"\n", "t").unwrap();
+        let c = super::super::config::DaemonConfig::parse("[[watch]]\nexe = \"x\"\nperiod = 200000\noverhead = \"0.5%\"\n", "t").unwrap();
         let o = options(&c.watch[0].profiling, Craft::SilentStore);
         assert_eq!((o.craft, o.period, o.overhead_percent), (Craft::SilentStore, Some(200_000), Some(0.5)));
         assert_eq!(options(&c.defaults, Craft::Dead).overhead_percent, None);
@@ -466,7 +466,7 @@ mod tests {
     fn scan_finds_a_child_by_pid_and_exe() {
         let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         let pid = child.id() as i32;
-        let c = super::super::config::Config::parse(
+        let c = super::super::config::DaemonConfig::parse(
             &format!("[[watch]]\npid = {pid}\n[[watch]]\nexe = \"sleep\"\n[[watch]]\nexe = \"no-such-exe\"\n"),
             "t",
         )
@@ -477,7 +477,7 @@ mod tests {
         assert!(found.iter().any(|(p, r)| p.pid == pid && *r == 0), "{found:?}");
         assert!(scan(&c.watch[2..]).is_empty());
         let me = std::process::id() as i32;
-        let own = super::super::config::Config::parse(&format!("[[watch]]\npid = {me}\n"), "t").unwrap();
+        let own = super::super::config::DaemonConfig::parse(&format!("[[watch]]\npid = {me}\n"), "t").unwrap();
         assert!(scan(&own.watch).is_empty(), "never watches itself");
         let _ = child.kill();
         let _ = child.wait();
