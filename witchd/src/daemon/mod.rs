@@ -25,7 +25,7 @@ pub mod store;
 
 use anyhow::{Context, Result};
 use config::DaemonConfig;
-use metrics::Counters;
+use metrics::Totals;
 use scheduler::Targets;
 use session::Attacher;
 use std::collections::HashMap;
@@ -51,7 +51,7 @@ pub struct Daemon {
     pub started: Instant,
     /// Where HTTP actually listens (the config may say port 0).
     pub http_addr: std::sync::OnceLock<std::net::SocketAddr>,
-    pub counters: Counters,
+    pub counters: Totals,
     // std Mutexes: never held across an await.
     pub store: Mutex<Store>,
     pub targets: Mutex<Targets>,
@@ -85,7 +85,7 @@ impl Daemon {
             cfg,
             started: Instant::now(),
             http_addr: std::sync::OnceLock::new(),
-            counters: Counters::default(),
+            counters: Totals::default(),
             store: Mutex::new(store),
             targets: Mutex::new(Targets::default()),
             attacher,
