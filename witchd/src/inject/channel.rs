@@ -27,10 +27,12 @@ pub enum Event {
     Closed(Option<String>),
 }
 
-pub struct Channel {
+/// The controller's end of the session socket (the agent's is the agent's
+/// `channel::AgentEnd`).
+pub struct ControllerEnd {
     sock: UnixStream,
     rx: mpsc::Receiver<Event>,
-    /// Events read ahead by [`Channel::closed`], for [`Channel::recv`].
+    /// Events read ahead by [`ControllerEnd::closed`], for [`ControllerEnd::recv`].
     early: Mutex<VecDeque<Event>>,
 }
 
@@ -44,11 +46,11 @@ pub fn pidfd_open(pid: i32) -> Result<OwnedFd> {
     }
 }
 
-impl Channel {
+impl ControllerEnd {
     /// Copy the target's descriptor `fd` into this process (`pidfd_getfd`,
     /// which needs the right to ptrace it) and check it is the session's
     /// socket: a Unix stream socket made by that very process.
-    pub fn take(pidfd: &OwnedFd, pid: i32, fd: i32) -> Result<Channel> {
+    pub fn take(pidfd: &OwnedFd, pid: i32, fd: i32) -> Result<ControllerEnd> {
         // SAFETY: plain system call; the result is a new descriptor or -1.
         let mine = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) } as i32;
         if mine < 0 {
@@ -62,7 +64,7 @@ impl Channel {
         let reader = sock.try_clone()?;
         let (tx, rx) = mpsc::channel();
         std::thread::Builder::new().name("witch-session".into()).spawn(move || read_loop(reader, tx))?;
-        Ok(Channel { sock, rx, early: Mutex::new(VecDeque::new()) })
+        Ok(ControllerEnd { sock, rx, early: Mutex::new(VecDeque::new()) })
     }
 
     /// Send `m`; false if the agent is gone or stopped reading.
@@ -83,13 +85,13 @@ impl Channel {
     }
 
     /// Has the agent's end closed? Reads what came without waiting, and
-    /// keeps it for [`Channel::recv`].
+    /// keeps it for [`ControllerEnd::recv`].
     pub fn closed(&self) -> bool {
         self.came(|e| matches!(e, Event::Closed(_)))
     }
 
     /// Has an event that `is` came (by now)? Reads what came without
-    /// waiting, and keeps it for [`Channel::recv`].
+    /// waiting, and keeps it for [`ControllerEnd::recv`].
     pub fn came(&self, is: impl Fn(&Event) -> bool) -> bool {
         let mut early = self.early.lock().unwrap();
         loop {
@@ -108,7 +110,7 @@ impl Channel {
     }
 }
 
-impl Drop for Channel {
+impl Drop for ControllerEnd {
     fn drop(&mut self) {
         // Ends the reader, and tells the agent its controller is gone.
         let _ = self.sock.shutdown(std::net::Shutdown::Both);

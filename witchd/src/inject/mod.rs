@@ -25,7 +25,7 @@ pub mod stopped;
 pub mod target;
 
 use anyhow::{anyhow, bail, Result};
-use channel::{Channel, Event};
+use channel::{ControllerEnd, Event};
 use ptrace::{Arg, Return, Tracee};
 use std::time::{Duration, Instant};
 use target::{file_name, is_c_library, Target};
@@ -78,7 +78,7 @@ impl Options {
 /// [`Session::detach`]) ends the session too: the agent sees its socket close.
 pub struct Session {
     pub pid: i32,
-    chan: Channel,
+    chan: ControllerEnd,
     /// The process's image as the attach found it: the one the agent is in.
     image: Option<Image>,
     /// The process's start time as the attach found it (its identity, with the pid).
@@ -332,7 +332,7 @@ fn attach_in(pid: i32, image: Option<Image>, opts: &Options) -> Result<Session> 
     })();
     let injected = injected.map_err(|e| if e.is::<ptrace::Stopped>() { e.context(format!("cannot profile pid {pid}")) } else { e });
     // Taking the socket needs the process alive, not stopped: before or after resuming is alike.
-    let taken = injected.and_then(|fd| Channel::take(&pidfd, pid, fd));
+    let taken = injected.and_then(|fd| ControllerEnd::take(&pidfd, pid, fd));
     tracee.resume();
     let chan = taken?;
 
