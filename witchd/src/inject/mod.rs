@@ -25,7 +25,7 @@ pub mod stopped;
 pub mod target;
 
 use anyhow::{anyhow, bail, Result};
-use channel::{ControllerEnd, Event};
+use channel::{ControllerEnd, Incoming};
 use ptrace::{Arg, Return, Tracee};
 use std::time::{Duration, Instant};
 use target::{file_name, is_c_library, Target};
@@ -344,12 +344,12 @@ fn attach_in(pid: i32, image: Option<Image>, opts: &Options) -> Result<Session> 
     loop {
         let left = until.saturating_duration_since(Instant::now());
         match chan.recv(left.min(STOP_CHECK)) {
-            Some(Event::Message(Message::Ready { .. })) => {
+            Some(Incoming::Message(Message::Ready { .. })) => {
                 return Ok(Session { pid, chan, image, start: procfs::Stat::read(pid).map(|s| s.start_time) })
             }
-            Some(Event::Message(Message::Error(e))) => bail!("cannot profile pid {pid}: {}", e.trim()),
-            Some(Event::Message(_)) => {}
-            Some(Event::Closed(why)) => {
+            Some(Incoming::Message(Message::Error(e))) => bail!("cannot profile pid {pid}: {}", e.trim()),
+            Some(Incoming::Message(_)) => {}
+            Some(Incoming::Closed(why)) => {
                 if !alive(pid) {
                     bail!("pid {pid} exited while witch was attaching");
                 }
@@ -395,11 +395,11 @@ impl Session {
             }
             let left = until.saturating_duration_since(Instant::now());
             match self.chan.recv(left.min(STOP_CHECK)) {
-                Some(Event::Message(Message::Profile(p))) => profile = Some(p),
-                Some(Event::Message(Message::Detached)) => break,
-                Some(Event::Message(Message::Error(e))) => error = Some(e),
-                Some(Event::Message(_)) => {}
-                Some(Event::Closed(_)) => {
+                Some(Incoming::Message(Message::Profile(p))) => profile = Some(p),
+                Some(Incoming::Message(Message::Detached)) => break,
+                Some(Incoming::Message(Message::Error(e))) => error = Some(e),
+                Some(Incoming::Message(_)) => {}
+                Some(Incoming::Closed(_)) => {
                     closed = true;
                     break;
                 }
@@ -423,7 +423,7 @@ impl Session {
             // (briefly) for both, so that no thread of witch's is left in
             // the target when this returns.
             let until = Instant::now() + AGENT_EXIT_WAIT;
-            while let Some(Event::Message(_)) = self.chan.recv(until.saturating_duration_since(Instant::now())) {}
+            while let Some(Incoming::Message(_)) = self.chan.recv(until.saturating_duration_since(Instant::now())) {}
             while agent_thread_in(self.pid) && Instant::now() < until {
                 if let Some(l) = &mut lent {
                     l.tend();
@@ -461,7 +461,7 @@ impl SessionFacts for Session {
     /// What it reads stays for [`Session::detach`]. (A process that exits
     /// sends its profile and no `Detached`.)
     fn agent_ended(&self) -> bool {
-        self.chan.came(|e| matches!(e, Event::Message(Message::Detached)))
+        self.chan.came(|e| matches!(e, Incoming::Message(Message::Detached)))
     }
 
     /// It does when the process exits or replaces its program, or when the
