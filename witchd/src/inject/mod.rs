@@ -74,9 +74,11 @@ impl Options {
     }
 }
 
-/// An agent session running inside a target process. Dropping it (without
-/// [`Session::detach`]) ends the session too: the agent sees its socket close.
-pub struct Session {
+/// The controller's hold on an attach session: the agent running inside
+/// a target process, and its socket (the agent's own state of the session
+/// is the agent's `attach_state::Session`). Dropping it (without
+/// [`Attachment::detach`]) ends the session too: the agent sees its socket close.
+pub struct Attachment {
     pub pid: i32,
     chan: ControllerEnd,
     /// The process's image as the attach found it: the one the agent is in.
@@ -124,7 +126,7 @@ pub struct Ended {
 /// How long the agent may take to set the process up.
 const READY_WAIT: Duration = Duration::from_secs(20);
 
-pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
+pub fn attach(pid: i32, opts: &Options) -> Result<Attachment> {
     // Read before the maps are: the image they describe, unless it changes.
     let image = laid_out(pid);
     let attached = attach_in(pid, image, opts);
@@ -185,7 +187,7 @@ fn c_library_calls(target: &Target) -> Result<(Option<u64>, Option<u64>, Option<
     Ok((dlopen, dlerror, getpid))
 }
 
-fn attach_in(pid: i32, image: Option<Image>, opts: &Options) -> Result<Session> {
+fn attach_in(pid: i32, image: Option<Image>, opts: &Options) -> Result<Attachment> {
     let mut target = Target::inspect(pid)?;
     let pid = target.pid;
     target.check_x86_64()?;
@@ -345,7 +347,7 @@ fn attach_in(pid: i32, image: Option<Image>, opts: &Options) -> Result<Session> 
         let left = until.saturating_duration_since(Instant::now());
         match chan.recv(left.min(STOP_CHECK)) {
             Some(Incoming::Message(Message::Ready { .. })) => {
-                return Ok(Session { pid, chan, image, start: procfs::Stat::read(pid).map(|s| s.start_time) })
+                return Ok(Attachment { pid, chan, image, start: procfs::Stat::read(pid).map(|s| s.start_time) })
             }
             Some(Incoming::Message(Message::Error(e))) => bail!("cannot profile pid {pid}: {}", e.trim()),
             Some(Incoming::Message(_)) => {}
@@ -364,7 +366,7 @@ fn attach_in(pid: i32, image: Option<Image>, opts: &Options) -> Result<Session> 
     }
 }
 
-impl Attached for Session {
+impl Attached for Attachment {
     fn pid(&self) -> i32 {
         self.pid
     }
@@ -375,11 +377,11 @@ impl Attached for Session {
         self.start
     }
     fn detach(self: Box<Self>, timeout: Duration) -> Result<Ended> {
-        Session::detach(*self, timeout)
+        Attachment::detach(*self, timeout)
     }
 }
 
-impl Session {
+impl Attachment {
     /// Ask the agent to stop and wait (at most `timeout`) for its profile.
     pub fn detach(self, timeout: Duration) -> Result<Ended> {
         let _ = self.chan.send(&Message::Detach);
@@ -446,7 +448,7 @@ impl Session {
 }
 
 /// What a [`Poll`] asks of a real session.
-impl SessionFacts for Session {
+impl SessionFacts for Attachment {
     fn target_alive(&self) -> bool {
         alive(self.pid)
     }
@@ -458,7 +460,7 @@ impl SessionFacts for Session {
 
     /// It said `Detached` unasked: it has undone everything and sent its
     /// profile, which says why (`ended_by`, a note); the process runs on.
-    /// What it reads stays for [`Session::detach`]. (A process that exits
+    /// What it reads stays for [`Attachment::detach`]. (A process that exits
     /// sends its profile and no `Detached`.)
     fn agent_ended(&self) -> bool {
         self.chan.came(|e| matches!(e, Incoming::Message(Message::Detached)))
@@ -466,7 +468,7 @@ impl SessionFacts for Session {
 
     /// It does when the process exits or replaces its program, or when the
     /// agent ends the session (a debugger attached, a seccomp sandbox).
-    /// What it reads stays for [`Session::detach`].
+    /// What it reads stays for [`Attachment::detach`].
     fn agent_closed(&self) -> bool {
         self.chan.closed()
     }
