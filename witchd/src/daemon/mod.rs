@@ -62,7 +62,7 @@ pub struct Daemon {
     /// Signalled whenever a pid leaves `busy`.
     freed: Notify,
     /// Sessions at once (max_sessions), shared between rules and users ([`slots`]).
-    slots: Mutex<slots::Slots>,
+    slots: Mutex<slots::SessionSlots>,
     /// Signalled whenever slots are handed on.
     slots_moved: Notify,
     /// Sessions in flight (queued or running), awaited at shutdown.
@@ -80,7 +80,7 @@ impl Daemon {
         let (n, bytes) = (store.usage().1, store.usage().0);
         say!("store {}: {n} profiles, {bytes} bytes", cfg.store.dir.display());
         Ok(Arc::new(Daemon {
-            slots: Mutex::new(slots::Slots::new(cfg.max_sessions, !cfg.watch.is_empty(), cfg.max_user_sessions)),
+            slots: Mutex::new(slots::SessionSlots::new(cfg.max_sessions, !cfg.watch.is_empty(), cfg.max_user_sessions)),
             slots_moved: Notify::new(),
             cfg,
             started: Instant::now(),
