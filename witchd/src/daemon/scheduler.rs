@@ -45,8 +45,10 @@ pub enum State {
     Exited,
 }
 
+/// A process a `[[watch]]` rule matched, and when its next session is due
+/// (what attaching needs of a process is `inject::target::Target`).
 #[derive(Debug, Clone)]
-pub struct Target {
+pub struct RuleTarget {
     pub proc: Proc,
     /// Index of the matching rule in the config.
     pub rule: usize,
@@ -68,7 +70,7 @@ pub struct Target {
 /// Every target, by pid.
 #[derive(Default)]
 pub struct Targets {
-    pub map: BTreeMap<i32, Target>,
+    pub map: BTreeMap<i32, RuleTarget>,
     /// A match was left out for max_targets (logged once until it clears).
     full: bool,
     /// Slots in use, by rule and name.
@@ -160,7 +162,7 @@ impl Targets {
                     // Spread first sessions so targets found together don't attach together.
                     let every = rules[rule].profiling.every;
                     let jitter = every.min(Duration::from_secs(10)).mul_f64(rand::rng().random::<f64>() * 0.5);
-                    let t = Target {
+                    let t = RuleTarget {
                         proc: p,
                         rule,
                         next_due: now + jitter,
