@@ -28,7 +28,7 @@
 use crate::modules::{self, ProcessMap};
 use crate::sys::mem;
 use crate::x86::translate::{
-    self, Block, Counted, Data, Env, Exit, Host, Point, Request, DataAddrs, Spilled, Translator, Variant, EXIT_STUB_LEN,
+    self, Block, Counted, Data, DataAddrs, Env, Exit, Host, Point, Request, Spilled, Translator, Variant, EXIT_STUB_LEN,
 };
 
 mod layout;

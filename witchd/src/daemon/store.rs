@@ -338,7 +338,7 @@ impl Store {
 /// A small synthetic profile, for tests here and in the daemon's.
 #[cfg(test)]
 pub mod tests_support {
-    use witchcraft::profile::{Counters, Craft, EndedBy, Pair, PeriodUnit, Profile, SamplerSettings, SamplerKind, Thread};
+    use witchcraft::profile::{Counters, Craft, EndedBy, Pair, PeriodUnit, Profile, SamplerKind, SamplerSettings, Thread};
 
     pub fn profile(pid: u32, start_ms: u64, pad: usize) -> Profile {
         Profile {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
-pub use witchcraft::profile::{Counters, Craft, Module, Node, Pair, PeriodUnit, Profile, SamplerSettings, SamplerKind, Thread, SCHEMA};
+pub use witchcraft::profile::{Counters, Craft, Module, Node, Pair, PeriodUnit, Profile, SamplerKind, SamplerSettings, Thread, SCHEMA};
 
 pub const SOURCE: &str = r#"#include <stdio.h>
 

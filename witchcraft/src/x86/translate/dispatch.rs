@@ -2,7 +2,7 @@
 //! returns reach their target's copy.
 
 use super::emit::Emitter;
-use super::{Error, Exit, DataAddrs};
+use super::{DataAddrs, Error, Exit};
 
 /// The dispatch stub, at `at`: the native target of an indirect branch
 /// is in the target slot; look it up in the dispatch table (a pointer to

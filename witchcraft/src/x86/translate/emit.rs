@@ -1,7 +1,7 @@
 //! Code emission: machine code written into a copy's buffer, the cache's
 //! slots addressed RIP-relatively, and exit stubs.
 
-use super::{Ctx, Error, Exit, DataAddrs, REP_PER_INSTRUCTION_SHIFT};
+use super::{Ctx, DataAddrs, Error, Exit, REP_PER_INSTRUCTION_SHIFT};
 use iced_x86::{Encoder, Instruction};
 
 /// Bytes of an exit stub: `int3` and a 17-byte record.

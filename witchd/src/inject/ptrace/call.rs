@@ -3,9 +3,9 @@
 //! stuck) and its result read.
 
 use super::{
-    signals, Arg, Call, Called, CallState, Resume, Return, Stopped, Stuck, Tracee, CALL_LIMIT, FP_XSTATE_MAGIC1, FP_XSTATE_MAGIC2, GROUP_STOP,
-    MASK_WHILE_WAITING, SIGFRAME, SIGMASK_AT, STUCK_CHECK, STUCK_PATIENCE, SYSCALL_STOP, SYS_RT_SIGRETURN, UC_FP_XSTATE, UC_SIGCONTEXT_SS,
-    UC_STRICT_RESTORE_SS,
+    signals, Arg, Call, CallState, Called, Resume, Return, Stopped, Stuck, Tracee, CALL_LIMIT, FP_XSTATE_MAGIC1, FP_XSTATE_MAGIC2,
+    GROUP_STOP, MASK_WHILE_WAITING, SIGFRAME, SIGMASK_AT, STUCK_CHECK, STUCK_PATIENCE, SYSCALL_STOP, SYS_RT_SIGRETURN, UC_FP_XSTATE,
+    UC_SIGCONTEXT_SS, UC_STRICT_RESTORE_SS,
 };
 use anyhow::{bail, Result};
 use std::time::{Duration, Instant};
