@@ -94,7 +94,10 @@ impl Drop for FileMap {
     }
 }
 
-pub struct Module {
+/// A module loaded in the process: its mapped code, with the function
+/// starts and unwind tables read from its file (its record in a profile is
+/// [`profile::Module`]).
+pub struct LoadedModule {
     pub path: String,
     pub build_id: Option<String>,
     pub start: u64,
@@ -112,7 +115,7 @@ pub struct Module {
 }
 
 pub struct ProcessMap {
-    pub modules: Vec<Arc<Module>>,
+    pub modules: Vec<Arc<LoadedModule>>,
     pub unwinder: Unwind,
     /// The agent's executable mapping, left out of `modules`.
     pub own: (u64, u64),
@@ -273,7 +276,7 @@ fn with_gone(mut current: Vec<profile::Module>, gone: &[profile::Module]) -> Vec
 static GONE: Mutex<Vec<profile::Module>> = Mutex::new(Vec::new());
 const MAX_GONE: usize = 4096;
 
-fn note_gone(m: &Module) {
+fn note_gone(m: &LoadedModule) {
     let mut gone = GONE.lock().unwrap_or_else(|e| e.into_inner());
     let seen = gone.iter().any(|g| g.path == m.path && g.start == m.start && g.end == m.end && g.bias == m.bias);
     if !seen && gone.len() < MAX_GONE {
@@ -323,12 +326,12 @@ pub unsafe fn reclaim() {
 }
 
 /// The modules of the last map built, for reuse by the next.
-static LOADED: Mutex<Vec<Arc<Module>>> = Mutex::new(Vec::new());
+static LOADED: Mutex<Vec<Arc<LoadedModule>>> = Mutex::new(Vec::new());
 /// A map was built: modules first seen from now on are transient.
 static FIRST_BUILT: AtomicBool = AtomicBool::new(false);
 
 impl ProcessMap {
-    fn assemble(modules: Vec<Arc<Module>>, own: (u64, u64)) -> ProcessMap {
+    fn assemble(modules: Vec<Arc<LoadedModule>>, own: (u64, u64)) -> ProcessMap {
         let mut unwinder = Unwind::new();
         for m in &modules {
             unwinder.add_module(m.unwind.clone());
@@ -341,7 +344,7 @@ impl ProcessMap {
         ProcessMap::assemble(self.modules.iter().filter(|m| !m.transient).cloned().collect(), self.own)
     }
 
-    pub fn module(&self, pc: u64) -> Option<&Module> {
+    pub fn module(&self, pc: u64) -> Option<&LoadedModule> {
         let i = self.modules.partition_point(|m| m.start <= pc);
         let m = self.modules.get(i.checked_sub(1)?)?;
         (pc < m.end).then_some(m)
@@ -442,7 +445,7 @@ pub fn profile_modules(maps: &str) -> Vec<profile::Module> {
     out
 }
 
-fn load_module(m: &Mapping, transient: bool) -> Option<Module> {
+fn load_module(m: &Mapping, transient: bool) -> Option<LoadedModule> {
     let fm = FileMap::open(&m.path)?;
     let file = object::File::parse(fm.bytes()).ok()?;
     let bias = bias_of(&file, m)?;
@@ -498,7 +501,7 @@ fn load_module(m: &Mapping, transient: bool) -> Option<Module> {
     };
     let unwind = framehop::Module::new(m.path.clone(), m.start..m.end, bias, info);
     let key = (m.start, m.end, m.offset, m.inode);
-    Some(Module {
+    Some(LoadedModule {
         path: m.path.clone(),
         build_id,
         start: m.start,

@@ -22,7 +22,7 @@
 //!   again reuses it.
 
 use crate::attach_state::SESSION;
-use crate::channel::{Channel, Received};
+use crate::channel::{AgentEnd, Received};
 use crate::handler_stack;
 use crate::handlers;
 use crate::state::{now_ns, Mode, Sink, AGENT};
@@ -113,7 +113,7 @@ fn start(controller: i32) -> AttachCode {
         Some(Ok(c)) => Some(c),
         Some(Err(_)) | None => None,
     };
-    let Some((chan, theirs)) = Channel::pair() else {
+    let Some((chan, theirs)) = AgentEnd::pair() else {
         watch.into_iter().for_each(Controller::close);
         return AttachCode::NoChannel;
     };
@@ -244,7 +244,7 @@ impl Controller {
 /// they come, this process holds the controller's end too, so the stream
 /// would not end if the controller died (killed between its call and its
 /// settings); its pidfd (`watch`) says so instead.
-fn settings(chan: &mut Channel, watch: Option<Controller>) -> Option<String> {
+fn settings(chan: &mut AgentEnd, watch: Option<Controller>) -> Option<String> {
     let until = Instant::now() + SETTINGS_WAIT;
     loop {
         let left = until.saturating_duration_since(Instant::now());
@@ -256,7 +256,7 @@ fn settings(chan: &mut Channel, watch: Option<Controller>) -> Option<String> {
     }
 }
 
-fn control(mut chan: Channel, theirs: i32, watch: Option<Controller>) {
+fn control(mut chan: AgentEnd, theirs: i32, watch: Option<Controller>) {
     SESSION.set_control_thread();
     let settings = settings(&mut chan, watch);
     watch.into_iter().for_each(Controller::close);
@@ -291,7 +291,7 @@ fn control(mut chan: Channel, theirs: i32, watch: Option<Controller>) {
     // The thread's own exit follows (a thread entering a sandbox waits for it).
 }
 
-fn session(chan: &mut Channel, text: &str) -> Result<End, (String, Option<Release>)> {
+fn session(chan: &mut AgentEnd, text: &str) -> Result<End, (String, Option<Release>)> {
     let cfg = Config::from_lines(text).map_err(|e| (e, None))?.ok_or(("no WITCH_CRAFT in the settings".to_string(), None))?;
     if let Some(leave) = SESSION.leaving() {
         return Err((leave.note(None), None));

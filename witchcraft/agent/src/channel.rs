@@ -9,7 +9,9 @@ use witchcraft::sys::fd as fds;
 /// stopped reading must not hold up the program (its exit, say).
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub struct Channel {
+/// The agent's end of the session socket (the controller's is witchd's
+/// `inject::channel::ControllerEnd`).
+pub struct AgentEnd {
     fd: i32,
     /// What `fd` refers to: a program that closes every descriptor (and
     /// reuses the numbers) ends the session, and the number is left alone.
@@ -28,10 +30,10 @@ pub enum Received {
     Closed,
 }
 
-impl Channel {
+impl AgentEnd {
     /// A connected pair: (the agent's end, the end for the controller).
     /// Both are placed out of the program's descriptor range, close-on-exec.
-    pub fn pair() -> Option<(Channel, i32)> {
+    pub fn pair() -> Option<(AgentEnd, i32)> {
         let mut sv = [-1i32; 2];
         // SAFETY: `sv` has room for the two descriptors.
         if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, sv.as_mut_ptr()) } != 0 {
@@ -56,7 +58,7 @@ impl Channel {
             )
         };
         let id = fds::identity(ours).unwrap_or((0, 0));
-        Some((Channel { fd: ours, id, decoder: Decoder::default(), closed: false }, theirs))
+        Some((AgentEnd { fd: ours, id, decoder: Decoder::default(), closed: false }, theirs))
     }
 
     pub fn fd(&self) -> i32 {
@@ -145,7 +147,7 @@ impl Channel {
     }
 }
 
-impl Drop for Channel {
+impl Drop for AgentEnd {
     fn drop(&mut self) {
         if self.fd >= 0 && fds::still(self.fd, self.id) {
             fds::close(self.fd);

@@ -28,7 +28,7 @@
 use crate::modules::{self, ProcessMap};
 use crate::sys::mem;
 use crate::x86::translate::{
-    self, Block, Counted, Data, Env, Exit, Host, Point, Request, Slots, Spilled, Translator, Variant, EXIT_STUB_LEN,
+    self, Block, Counted, Data, DataAddrs, Env, Exit, Host, Point, Request, Spilled, Translator, Variant, EXIT_STUB_LEN,
 };
 
 mod layout;
@@ -307,8 +307,8 @@ impl CodeCache {
         !self.failed
     }
 
-    fn slots(&self) -> Slots {
-        Slots::at(self.addr(DATA_AT))
+    fn slots(&self) -> DataAddrs {
+        DataAddrs::at(self.addr(DATA_AT))
     }
 
     /// Is `addr` inside the cache's mapping (its memory is the engine's)?

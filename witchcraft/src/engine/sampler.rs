@@ -98,7 +98,7 @@ impl SampleSource {
 
     /// The profile's description of this sampler at `period`, with
     /// single-step bursts as `burst` says (None: none).
-    pub fn to_profile(&self, period: u64, burst: Option<BurstSettings>) -> profile::Sampler {
+    pub fn to_profile(&self, period: u64, burst: Option<BurstSettings>) -> profile::SamplerSettings {
         let burst_steps = burst.map_or(0, |b| b.steps);
         use profile::{PeriodUnit, SamplerKind as Kind, ValueUnit};
         let (kind, unit) = match self {
@@ -111,7 +111,7 @@ impl SampleSource {
         // `Engine::unit_scale`).
         let counts = kind == Kind::Pmu || burst.is_some_and(|b| b.counts_accesses());
         let weight_unit = if counts { ValueUnit::Bytes } else { ValueUnit::ByteNs };
-        profile::Sampler {
+        profile::SamplerSettings {
             kind,
             event: self.event_name(),
             period,

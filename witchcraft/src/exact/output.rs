@@ -23,8 +23,8 @@ pub fn thread_profiles<'a>(shadows: impl Iterator<Item = (i32, &'a ThreadShadow)
 }
 
 /// An exact profile's sampler: every access, observed by `how`.
-pub fn exact_sampler(how: &str) -> profile::Sampler {
-    profile::Sampler {
+pub fn exact_sampler(how: &str) -> profile::SamplerSettings {
+    profile::SamplerSettings {
         kind: profile::SamplerKind::Exact,
         event: how.into(),
         period: 1,

@@ -6,8 +6,8 @@
 //!
 //! Units: `waste`/`use` are estimated by proportional attribution (Witch
 //! §4.4.2): each trap adds (µ−η)·P·M where P is the sampler period in the
-//! sampler's unit (`Sampler::unit`). What that makes them is recorded as
-//! data, in `Sampler::weight_unit` ([`Profile::value_unit`]): bytes when
+//! sampler's unit (`SamplerSettings::unit`). What that makes them is recorded as
+//! data, in `SamplerSettings::weight_unit` ([`Profile::value_unit`]): bytes when
 //! samples are count-proportional, byte·ns for the time-proportional
 //! software sampler. Fractions (Equation 4.1) are unit-free and comparable.
 //!
@@ -147,8 +147,10 @@ fn weight_unit<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<ValueUni
     }
 }
 
+/// The sampler a profile was taken with, as the profile records it (what
+/// takes the samples is `engine::sampler`).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
-pub struct Sampler {
+pub struct SamplerSettings {
     pub kind: SamplerKind,
     /// Event name, e.g. "task-clock" or "cpu/mem-stores/".
     pub event: String,
@@ -180,7 +182,7 @@ pub struct Sampler {
     pub overhead_percent: Option<f64>,
 }
 
-impl Sampler {
+impl SamplerSettings {
     /// The unit of waste and use totals (see `weight_unit`).
     pub fn totals_unit(&self) -> ValueUnit {
         self.weight_unit.unwrap_or(match self.unit {
@@ -432,7 +434,7 @@ pub struct Profile {
     /// Unix time (ns) when profiling of this process began.
     pub start_unix_ns: u64,
     pub duration_ns: u64,
-    pub sampler: Sampler,
+    pub sampler: SamplerSettings,
     pub replacement: String,
     pub debug_registers: u32,
     /// Relative precision for floating-point equality (0 = exact only).
@@ -462,7 +464,7 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// The unit of `waste`/`use` (see `Sampler::weight_unit`).
+    /// The unit of `waste`/`use` (see `SamplerSettings::weight_unit`).
     pub fn value_unit(&self) -> ValueUnit {
         self.sampler.totals_unit()
     }

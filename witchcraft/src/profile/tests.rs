@@ -12,7 +12,7 @@ fn sample() -> Profile {
         ppid: 0,
         start_unix_ns: 0,
         duration_ns: 1,
-        sampler: Sampler {
+        sampler: SamplerSettings {
             kind: SamplerKind::Software,
             event: "task-clock".into(),
             period: 1000,

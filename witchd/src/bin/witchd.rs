@@ -5,11 +5,11 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 use clap::Parser;
-use witchd::daemon::{self, args::Args, config::Config};
+use witchd::daemon::{self, args::Args, config::DaemonConfig};
 
 fn main() {
     let a = Args::parse();
-    let cfg = match Config::load(&a.config) {
+    let cfg = match DaemonConfig::load(&a.config) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("witchd: {e:#}");

@@ -66,7 +66,7 @@ pub enum Action {
         #[arg(long, conflicts_with = "id")]
         craft: Option<String>,
         #[command(flatten)]
-        out: Output,
+        out: OutputArgs,
     },
     /// Profile a process now, for --duration, and write its profile (witchd stores it too)
     Profile {
@@ -80,13 +80,13 @@ pub enum Action {
         #[arg(long, value_name = "TIME", value_parser = crate::cli::parse_duration)]
         duration: Option<Duration>,
         #[command(flatten)]
-        out: Output,
+        out: OutputArgs,
     },
 }
 
 /// Where a profile goes.
 #[derive(Args, Debug, Clone)]
-pub struct Output {
+pub struct OutputArgs {
     /// Write to FILE ("-": stdout) [default: stdout, unless --report]
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -201,7 +201,7 @@ pub fn run(a: &DaemonArgs) -> Result<i32> {
 }
 
 /// Writes a received profile as asked; returns it parsed.
-fn write_profile(body: &[u8], out: &Output, meta: Option<&Meta>) -> Result<Profile> {
+fn write_profile(body: &[u8], out: &OutputArgs, meta: Option<&Meta>) -> Result<Profile> {
     let p = Profile::from_bytes(body).map_err(|e| anyhow::anyhow!("witchd sent a bad profile: {e}"))?;
     let to_stdout = match &out.output {
         Some(f) => f.as_os_str() == "-",

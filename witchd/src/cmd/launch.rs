@@ -51,13 +51,13 @@ pub fn forward_signals(pid: u32) {
 }
 
 /// How the program ended: its exit code, or the signal that killed it.
-pub struct Ended {
+pub struct ProgramExit {
     pub code: Option<i32>,
     pub signal: Option<i32>,
 }
 
 /// Waits for `pid` to end, resuming every ptrace stop it makes witch see.
-pub fn wait(pid: u32) -> std::io::Result<Ended> {
+pub fn wait(pid: u32) -> std::io::Result<ProgramExit> {
     let pid = pid as libc::pid_t;
     loop {
         let mut st = 0;
@@ -71,10 +71,10 @@ pub fn wait(pid: u32) -> std::io::Result<Ended> {
             return Err(e);
         }
         if libc::WIFEXITED(st) {
-            return Ok(Ended { code: Some(libc::WEXITSTATUS(st)), signal: None });
+            return Ok(ProgramExit { code: Some(libc::WEXITSTATUS(st)), signal: None });
         }
         if libc::WIFSIGNALED(st) {
-            return Ok(Ended { code: None, signal: Some(libc::WTERMSIG(st)) });
+            return Ok(ProgramExit { code: None, signal: Some(libc::WTERMSIG(st)) });
         }
         if libc::WIFSTOPPED(st) {
             resume(pid, libc::WSTOPSIG(st));

@@ -348,7 +348,7 @@ fn has_file_capabilities(prog: &Path) -> bool {
 /// Why a run left no profile, as far as witch can tell: the loader ignored
 /// the agent, a signal ended the program before the agent could write, the
 /// program ended without exit handlers, or the agent never started.
-fn why_no_profile(prog: &Path, ended: &launch::Ended, parts: &Path) -> String {
+fn why_no_profile(prog: &Path, ended: &launch::ProgramExit, parts: &Path) -> String {
     if let Some(why) = secure_execution(prog) {
         return why;
     }

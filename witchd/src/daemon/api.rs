@@ -6,7 +6,7 @@
 //! root sees everything, anyone else only the processes (and profiles of
 //! processes) they could ptrace themselves.
 
-use super::config::Config;
+use super::config::DaemonConfig;
 use super::metrics::{ErrorKind, Outcome};
 use super::procfs::{self, Proc};
 use super::proto::{Reply, Request, Status, TargetStatus, MAX_REQUEST};
@@ -85,7 +85,7 @@ impl Caller {
 /// and renamed into place, so it is never reachable with wider permissions
 /// than asked, and the process-wide umask (shared by every thread of the
 /// daemon) is never changed.
-pub fn bind(cfg: &Config) -> Result<UnixListener> {
+pub fn bind(cfg: &DaemonConfig) -> Result<UnixListener> {
     let path = &cfg.socket;
     if let Ok(m) = std::fs::symlink_metadata(path) {
         if !m.file_type().is_socket() {

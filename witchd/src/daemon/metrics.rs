@@ -54,9 +54,10 @@ impl ErrorKind {
     }
 }
 
-/// Counters that only ever grow; fixed size, so the daemon does not.
+/// The daemon's Prometheus totals: counters that only ever grow; fixed
+/// size, so the daemon does not.
 #[derive(Default)]
-pub struct Counters {
+pub struct Totals {
     sessions: [AtomicU64; Outcome::ALL.len()],
     errors: [AtomicU64; 4],
     pub samples: AtomicU64,
@@ -67,7 +68,7 @@ pub struct Counters {
     pub denied: AtomicU64,
 }
 
-impl Counters {
+impl Totals {
     pub fn session(&self, o: Outcome) {
         self.sessions[o as usize].fetch_add(1, Relaxed);
     }
@@ -303,7 +304,7 @@ mod tests {
 
     #[test]
     fn counters() {
-        let c = Counters::default();
+        let c = Totals::default();
         c.session(Outcome::TargetExited);
         c.error(ErrorKind::Store);
         c.error(ErrorKind::Store);

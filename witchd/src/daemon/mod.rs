@@ -24,8 +24,8 @@ pub mod slots;
 pub mod store;
 
 use anyhow::{Context, Result};
-use config::Config;
-use metrics::Counters;
+use config::DaemonConfig;
+use metrics::Totals;
 use scheduler::Targets;
 use session::Attacher;
 use std::collections::HashMap;
@@ -47,11 +47,11 @@ pub(crate) use say;
 
 /// State shared by the daemon's tasks.
 pub struct Daemon {
-    pub cfg: Config,
+    pub cfg: DaemonConfig,
     pub started: Instant,
     /// Where HTTP actually listens (the config may say port 0).
     pub http_addr: std::sync::OnceLock<std::net::SocketAddr>,
-    pub counters: Counters,
+    pub counters: Totals,
     // std Mutexes: never held across an await.
     pub store: Mutex<Store>,
     pub targets: Mutex<Targets>,
@@ -62,7 +62,7 @@ pub struct Daemon {
     /// Signalled whenever a pid leaves `busy`.
     freed: Notify,
     /// Sessions at once (max_sessions), shared between rules and users ([`slots`]).
-    slots: Mutex<slots::Slots>,
+    slots: Mutex<slots::SessionSlots>,
     /// Signalled whenever slots are handed on.
     slots_moved: Notify,
     /// Sessions in flight (queued or running), awaited at shutdown.
@@ -72,7 +72,7 @@ pub struct Daemon {
 
 impl Daemon {
     /// Opens the store and builds the state; logs what re-indexing found.
-    pub fn new(cfg: Config, attacher: Arc<dyn Attacher>) -> Result<Arc<Daemon>> {
+    pub fn new(cfg: DaemonConfig, attacher: Arc<dyn Attacher>) -> Result<Arc<Daemon>> {
         let (store, notes) = Store::open(&cfg.store)?;
         for n in notes {
             say!("{n}");
@@ -80,12 +80,12 @@ impl Daemon {
         let (n, bytes) = (store.usage().1, store.usage().0);
         say!("store {}: {n} profiles, {bytes} bytes", cfg.store.dir.display());
         Ok(Arc::new(Daemon {
-            slots: Mutex::new(slots::Slots::new(cfg.max_sessions, !cfg.watch.is_empty(), cfg.max_user_sessions)),
+            slots: Mutex::new(slots::SessionSlots::new(cfg.max_sessions, !cfg.watch.is_empty(), cfg.max_user_sessions)),
             slots_moved: Notify::new(),
             cfg,
             started: Instant::now(),
             http_addr: std::sync::OnceLock::new(),
-            counters: Counters::default(),
+            counters: Totals::default(),
             store: Mutex::new(store),
             targets: Mutex::new(Targets::default()),
             attacher,
@@ -245,7 +245,7 @@ impl Drop for Claim {
 /// Runs the daemon until SIGTERM, SIGINT or SIGHUP (which would otherwise
 /// kill it without a word; it does not reload the configuration), then
 /// detaches from every target and returns. Errors are start-up failures (socket, store, HTTP address).
-pub fn run(cfg: Config) -> Result<()> {
+pub fn run(cfg: DaemonConfig) -> Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     tame_malloc();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -287,7 +287,7 @@ fn tame_malloc() {
 
 /// The daemon proper, until `stop` resolves (to the reason, for the log);
 /// `attacher` is replaceable for tests.
-pub async fn serve(cfg: Config, attacher: Arc<dyn Attacher>, stop: impl std::future::Future<Output = &'static str>) -> Result<()> {
+pub async fn serve(cfg: DaemonConfig, attacher: Arc<dyn Attacher>, stop: impl std::future::Future<Output = &'static str>) -> Result<()> {
     let d = Daemon::new(cfg, attacher)?;
     let listener = api::bind(&d.cfg)?;
     let http = match d.cfg.http {

@@ -45,8 +45,10 @@ pub enum State {
     Exited,
 }
 
+/// A process a `[[watch]]` rule matched, and when its next session is due
+/// (what attaching needs of a process is `inject::target::Target`).
 #[derive(Debug, Clone)]
-pub struct Target {
+pub struct RuleTarget {
     pub proc: Proc,
     /// Index of the matching rule in the config.
     pub rule: usize,
@@ -68,7 +70,7 @@ pub struct Target {
 /// Every target, by pid.
 #[derive(Default)]
 pub struct Targets {
-    pub map: BTreeMap<i32, Target>,
+    pub map: BTreeMap<i32, RuleTarget>,
     /// A match was left out for max_targets (logged once until it clears).
     full: bool,
     /// Slots in use, by rule and name.
@@ -160,7 +162,7 @@ impl Targets {
                     // Spread first sessions so targets found together don't attach together.
                     let every = rules[rule].profiling.every;
                     let jitter = every.min(Duration::from_secs(10)).mul_f64(rand::rng().random::<f64>() * 0.5);
-                    let t = Target {
+                    let t = RuleTarget {
                         proc: p,
                         rule,
                         next_due: now + jitter,
@@ -371,14 +373,14 @@ mod tests {
     }
 
     fn rules() -> Vec<Watch> {
-        let c = super::super::config::Config::parse("[[watch]]\nexe = \"x\"\nevery = \"1s\"\nduration = \"0.5s\"\n", "t").unwrap();
+        let c = super::super::config::DaemonConfig::parse("[[watch]]\nexe = \"x\"\nevery = \"1s\"\nduration = \"0.5s\"\n", "t").unwrap();
         c.watch
     }
 
     /// A session's options carry the rule's settings to the agent.
     #[test]
     fn options_carry_the_rules_settings() {
-        let c = super::super::config::Config::parse("[[watch]]\nexe = \"x\"\nperiod = 200000\noverhead = \"0.5%\"\n", "t").unwrap();
+        let c = super::super::config::DaemonConfig::parse("[[watch]]\nexe = \"x\"\nperiod = 200000\noverhead = \"0.5%\"\n", "t").unwrap();
         let o = options(&c.watch[0].profiling, Craft::SilentStore);
         assert_eq!((o.craft, o.period, o.overhead_percent), (Craft::SilentStore, Some(200_000), Some(0.5)));
         assert_eq!(options(&c.defaults, Craft::Dead).overhead_percent, None);
@@ -466,7 +468,7 @@ mod tests {
     fn scan_finds_a_child_by_pid_and_exe() {
         let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         let pid = child.id() as i32;
-        let c = super::super::config::Config::parse(
+        let c = super::super::config::DaemonConfig::parse(
             &format!("[[watch]]\npid = {pid}\n[[watch]]\nexe = \"sleep\"\n[[watch]]\nexe = \"no-such-exe\"\n"),
             "t",
         )
@@ -477,7 +479,7 @@ mod tests {
         assert!(found.iter().any(|(p, r)| p.pid == pid && *r == 0), "{found:?}");
         assert!(scan(&c.watch[2..]).is_empty());
         let me = std::process::id() as i32;
-        let own = super::super::config::Config::parse(&format!("[[watch]]\npid = {me}\n"), "t").unwrap();
+        let own = super::super::config::DaemonConfig::parse(&format!("[[watch]]\npid = {me}\n"), "t").unwrap();
         assert!(scan(&own.watch).is_empty(), "never watches itself");
         let _ = child.kill();
         let _ = child.wait();

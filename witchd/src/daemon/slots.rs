@@ -24,10 +24,11 @@ pub enum Who {
     User(u32),
 }
 
-/// A place in the queue (or a slot held), for [`Slots::granted`] and [`Slots::release`].
+/// A place in the queue (or a slot held), for [`SessionSlots::granted`] and [`SessionSlots::release`].
 pub type Ticket = u64;
 
-pub struct Slots {
+/// The daemon's `max_sessions` session slots and the queue for them.
+pub struct SessionSlots {
     max: usize,
     /// Slots requests may hold at once.
     for_requests: usize,
@@ -39,13 +40,13 @@ pub struct Slots {
     next: Ticket,
 }
 
-impl Slots {
+impl SessionSlots {
     /// `max` slots; `rules`: whether any `[[watch]]` rule is configured;
     /// `per_user`: requests one user may have in flight.
-    pub fn new(max: usize, rules: bool, per_user: usize) -> Slots {
+    pub fn new(max: usize, rules: bool, per_user: usize) -> SessionSlots {
         let max = max.max(1);
         let for_requests = if rules && max > 1 { max - 1 } else { max };
-        Slots {
+        SessionSlots {
             max,
             for_requests,
             per_user: per_user.max(1),
@@ -62,7 +63,7 @@ impl Slots {
     }
 
     /// A request of `uid` comes in: Err(how many it has in flight) when
-    /// that is already `max_user_sessions`. Each Ok is ended by [`Slots::done`].
+    /// that is already `max_user_sessions`. Each Ok is ended by [`SessionSlots::done`].
     pub fn admit(&mut self, uid: u32) -> Result<(), usize> {
         let n = self.in_flight.entry(uid).or_insert(0);
         if *n >= self.per_user {
@@ -149,7 +150,7 @@ mod tests {
     /// session due meanwhile gets a slot at once.
     #[test]
     fn one_user_never_starves_the_rules() {
-        let mut s = Slots::new(2, true, 2);
+        let mut s = SessionSlots::new(2, true, 2);
         assert_eq!(s.admit(1000), Ok(()));
         assert_eq!(s.admit(1000), Ok(()));
         for _ in 0..4 {
@@ -172,7 +173,7 @@ mod tests {
     /// The schedule goes first; requests share by who holds fewer slots.
     #[test]
     fn rules_first_then_the_user_holding_fewest() {
-        let mut s = Slots::new(3, true, 5);
+        let mut s = SessionSlots::new(3, true, 5);
         let held = [s.wait(Who::User(1)), s.wait(Who::User(1))];
         assert!(held.iter().all(|t| s.granted(*t)));
         let one_more = s.wait(Who::User(1));
@@ -184,11 +185,11 @@ mod tests {
         assert!(s.granted(other), "user 2 holds none, user 1 holds one: user 2 goes first");
         assert!(!s.granted(one_more));
         // Without rules, requests may hold every slot.
-        let mut s = Slots::new(2, false, 5);
+        let mut s = SessionSlots::new(2, false, 5);
         let (a, b) = (s.wait(Who::User(1)), s.wait(Who::User(1)));
         assert!(s.granted(a) && s.granted(b));
         // With one slot, a request may hold it; a rule waiting goes next.
-        let mut s = Slots::new(1, true, 5);
+        let mut s = SessionSlots::new(1, true, 5);
         let a = s.wait(Who::User(1));
         let (r, b) = (s.wait(Who::Rule), s.wait(Who::User(2)));
         assert!(s.granted(a));

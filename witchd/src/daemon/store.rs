@@ -338,7 +338,7 @@ impl Store {
 /// A small synthetic profile, for tests here and in the daemon's.
 #[cfg(test)]
 pub mod tests_support {
-    use witchcraft::profile::{Counters, Craft, EndedBy, Pair, PeriodUnit, Profile, Sampler, SamplerKind, Thread};
+    use witchcraft::profile::{Counters, Craft, EndedBy, Pair, PeriodUnit, Profile, SamplerKind, SamplerSettings, Thread};
 
     pub fn profile(pid: u32, start_ms: u64, pad: usize) -> Profile {
         Profile {
@@ -351,7 +351,7 @@ pub mod tests_support {
             ppid: 1,
             start_unix_ns: start_ms * 1_000_000,
             duration_ns: 1_000_000_000,
-            sampler: Sampler {
+            sampler: SamplerSettings {
                 kind: SamplerKind::Software,
                 event: "task-clock".into(),
                 period: 1,

@@ -3,7 +3,7 @@
 //! pprof, store limits and shutdown. (tests/tests/daemon.rs does the same
 //! with real attaches.)
 
-use super::config::Config;
+use super::config::DaemonConfig;
 use super::proto::Request;
 use super::session::Attacher;
 use super::*;
@@ -138,7 +138,7 @@ fn daemon_with_a_fake_attacher() {
     let (mut a, mut b) = (sleeper(), sleeper());
     let sock = dir.join("w.sock");
     let max_bytes = 20_000;
-    let cfg = Config::parse(
+    let cfg = DaemonConfig::parse(
         &format!(
             r#"
 socket = "{}"
@@ -272,11 +272,11 @@ struct Running {
 }
 
 impl Running {
-    fn start(cfg: Config) -> Running {
+    fn start(cfg: DaemonConfig) -> Running {
         Self::start_with(cfg, Arc::new(Fake::default()))
     }
 
-    fn start_with(cfg: Config, fake: Arc<Fake>) -> Running {
+    fn start_with(cfg: DaemonConfig, fake: Arc<Fake>) -> Running {
         let sock = cfg.socket.clone();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
@@ -352,7 +352,7 @@ fn pprof_export_of_a_profile_naming_a_fifo_or_dev_zero_answers() {
         t.pairs[0].trap = 1;
         st.put(&p, store::Meta::new(&p, None, false, "schedule")).unwrap().id
     };
-    let cfg = Config::parse(
+    let cfg = DaemonConfig::parse(
         &format!("socket = \"{}\"\nhttp = \"127.0.0.1:0\"\n[store]\ndir = \"{}\"\n", dir.join("w.sock").display(), store_cfg.dir.display()),
         "test.toml",
     )
@@ -381,7 +381,7 @@ fn idle_connections_of_one_user_do_not_shut_out_the_others() {
     let dir = tmpdir("idle");
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let sock = dir.join("w.sock");
-    let cfg = Config::parse(
+    let cfg = DaemonConfig::parse(
         &format!(
             "socket = \"{}\"\nsocket_mode = 0o666\nhttp = \"off\"\n[store]\ndir = \"{}\"\n",
             sock.display(),
@@ -436,7 +436,7 @@ fn sessions_waiting_for_a_slot_are_queued_not_profiling() {
     let dir = tmpdir("queued");
     let mut kids = [sleeper(), sleeper(), sleeper()];
     let rules: String = kids.iter().map(|k| format!("[[watch]]\npid = {}\n", k.id())).collect();
-    let cfg = Config::parse(
+    let cfg = DaemonConfig::parse(
         &format!(
             "socket = \"{}\"\nhttp = \"127.0.0.1:0\"\nscan_every = \"100ms\"\nmax_sessions = 1\n[store]\ndir = \"{}\"\n\
              [defaults]\nevery = \"200ms\"\nduration = \"150ms\"\ncrafts = [\"dead\"]\n{rules}",
@@ -493,7 +493,7 @@ fn a_target_that_execs_during_a_session_is_not_taken_for_exited() {
     let dir = tmpdir("exec");
     let mut kid = Command::new("sh").args(["-c", "read line; exec sleep 60"]).stdin(std::process::Stdio::piped()).spawn().unwrap();
     let pid = kid.id() as i32;
-    let cfg = Config::parse(
+    let cfg = DaemonConfig::parse(
         &format!(
             "socket = \"{}\"\nhttp = \"off\"\nscan_every = \"100ms\"\n[store]\ndir = \"{}\"\n\
              [defaults]\nevery = \"6s\"\nduration = \"5s\"\ncrafts = [\"dead\"]\n[[watch]]\npid = {pid}\n",
@@ -553,7 +553,7 @@ fn a_target_that_execs_during_a_session_is_not_taken_for_exited() {
 /// A daemon with HTTP on an ephemeral port and nothing to watch; its HTTP address.
 fn http_daemon(tag: &str, extra: &str) -> (PathBuf, Running, String) {
     let dir = tmpdir(tag);
-    let cfg = Config::parse(
+    let cfg = DaemonConfig::parse(
         &format!(
             "socket = \"{}\"\nhttp = \"127.0.0.1:0\"\n{extra}\n[store]\ndir = \"{}\"\n",
             dir.join("w.sock").display(),
@@ -744,7 +744,7 @@ fn http_serves_profiles_only_as_configured() {
         (r, n)
     };
     for (access, nobody_sees) in [("", Some(&nobodys)), ("http_profiles = \"none\"", None)] {
-        let cfg = Config::parse(
+        let cfg = DaemonConfig::parse(
             &format!(
                 "socket = \"{}\"\nhttp = \"127.0.0.1:0\"\n{access}\n[store]\ndir = \"{}\"\n",
                 dir.join("w.sock").display(),
@@ -795,7 +795,7 @@ fn one_user_cannot_starve_the_daemon() {
     let dir = tmpdir("starve");
     let mut watched = sleeper();
     let mut own: Vec<Child> = (0..6).map(|_| sleeper()).collect();
-    let cfg = Config::parse(
+    let cfg = DaemonConfig::parse(
         &format!(
             "socket = \"{}\"\nhttp = \"off\"\nscan_every = \"100ms\"\nmax_sessions = 2\nmax_request_duration = \"1m\"\n[store]\ndir = \"{}\"\n\
              [defaults]\nevery = \"400ms\"\nduration = \"200ms\"\ncrafts = [\"dead\"]\n[[watch]]\npid = {}\n",

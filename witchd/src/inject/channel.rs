@@ -20,18 +20,20 @@ const MAX_BYTES: usize = 2 * witchcraft::session::MAX_PROFILE + (1 << 20);
 const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the reader saw.
-pub enum Event {
+pub enum Incoming {
     Message(Message),
     /// The agent's end closed (the session is over, or the target exited),
     /// or it sent something that is not the protocol (why).
     Closed(Option<String>),
 }
 
-pub struct Channel {
+/// The controller's end of the session socket (the agent's is the agent's
+/// `channel::AgentEnd`).
+pub struct ControllerEnd {
     sock: UnixStream,
-    rx: mpsc::Receiver<Event>,
-    /// Events read ahead by [`Channel::closed`], for [`Channel::recv`].
-    early: Mutex<VecDeque<Event>>,
+    rx: mpsc::Receiver<Incoming>,
+    /// Events read ahead by [`ControllerEnd::closed`], for [`ControllerEnd::recv`].
+    early: Mutex<VecDeque<Incoming>>,
 }
 
 /// A pidfd for `pid`: it names that process, not whatever reuses the pid.
@@ -44,11 +46,11 @@ pub fn pidfd_open(pid: i32) -> Result<OwnedFd> {
     }
 }
 
-impl Channel {
+impl ControllerEnd {
     /// Copy the target's descriptor `fd` into this process (`pidfd_getfd`,
     /// which needs the right to ptrace it) and check it is the session's
     /// socket: a Unix stream socket made by that very process.
-    pub fn take(pidfd: &OwnedFd, pid: i32, fd: i32) -> Result<Channel> {
+    pub fn take(pidfd: &OwnedFd, pid: i32, fd: i32) -> Result<ControllerEnd> {
         // SAFETY: plain system call; the result is a new descriptor or -1.
         let mine = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) } as i32;
         if mine < 0 {
@@ -62,7 +64,7 @@ impl Channel {
         let reader = sock.try_clone()?;
         let (tx, rx) = mpsc::channel();
         std::thread::Builder::new().name("witch-session".into()).spawn(move || read_loop(reader, tx))?;
-        Ok(Channel { sock, rx, early: Mutex::new(VecDeque::new()) })
+        Ok(ControllerEnd { sock, rx, early: Mutex::new(VecDeque::new()) })
     }
 
     /// Send `m`; false if the agent is gone or stopped reading.
@@ -71,34 +73,34 @@ impl Channel {
     }
 
     /// The next event, waiting at most `wait`.
-    pub fn recv(&self, wait: Duration) -> Option<Event> {
+    pub fn recv(&self, wait: Duration) -> Option<Incoming> {
         if let Some(e) = self.early.lock().unwrap().pop_front() {
             return Some(e);
         }
         match self.rx.recv_timeout(wait) {
             Ok(e) => Some(e),
             Err(mpsc::RecvTimeoutError::Timeout) => None,
-            Err(mpsc::RecvTimeoutError::Disconnected) => Some(Event::Closed(None)),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Some(Incoming::Closed(None)),
         }
     }
 
     /// Has the agent's end closed? Reads what came without waiting, and
-    /// keeps it for [`Channel::recv`].
+    /// keeps it for [`ControllerEnd::recv`].
     pub fn closed(&self) -> bool {
-        self.came(|e| matches!(e, Event::Closed(_)))
+        self.came(|e| matches!(e, Incoming::Closed(_)))
     }
 
     /// Has an event that `is` came (by now)? Reads what came without
-    /// waiting, and keeps it for [`Channel::recv`].
-    pub fn came(&self, is: impl Fn(&Event) -> bool) -> bool {
+    /// waiting, and keeps it for [`ControllerEnd::recv`].
+    pub fn came(&self, is: impl Fn(&Incoming) -> bool) -> bool {
         let mut early = self.early.lock().unwrap();
         loop {
             match self.rx.try_recv() {
                 Ok(e) => early.push_back(e),
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => {
-                    if !early.iter().any(|e| matches!(e, Event::Closed(_))) {
-                        early.push_back(Event::Closed(None));
+                    if !early.iter().any(|e| matches!(e, Incoming::Closed(_))) {
+                        early.push_back(Incoming::Closed(None));
                     }
                     break;
                 }
@@ -108,7 +110,7 @@ impl Channel {
     }
 }
 
-impl Drop for Channel {
+impl Drop for ControllerEnd {
     fn drop(&mut self) {
         // Ends the reader, and tells the agent its controller is gone.
         let _ = self.sock.shutdown(std::net::Shutdown::Both);
@@ -139,7 +141,7 @@ fn check_socket(fd: &OwnedFd, pid: i32) -> Result<()> {
     Ok(())
 }
 
-fn read_loop(mut sock: UnixStream, tx: mpsc::Sender<Event>) {
+fn read_loop(mut sock: UnixStream, tx: mpsc::Sender<Incoming>) {
     let mut d = Decoder::default();
     let mut buf = vec![0u8; 64 << 10];
     let mut count = 0;
@@ -149,17 +151,17 @@ fn read_loop(mut sock: UnixStream, tx: mpsc::Sender<Event>) {
             Ok(Some(m)) => {
                 count += 1;
                 if count > MAX_MESSAGES {
-                    let _ = tx.send(Event::Closed(Some("the agent sent too many messages".into())));
+                    let _ = tx.send(Incoming::Closed(Some("the agent sent too many messages".into())));
                     return;
                 }
-                if tx.send(Event::Message(m)).is_err() {
+                if tx.send(Incoming::Message(m)).is_err() {
                     return;
                 }
                 continue;
             }
             Ok(None) => {}
             Err(e) => {
-                let _ = tx.send(Event::Closed(Some(format!("the agent broke the protocol: {e}"))));
+                let _ = tx.send(Incoming::Closed(Some(format!("the agent broke the protocol: {e}"))));
                 return;
             }
         }
@@ -167,26 +169,26 @@ fn read_loop(mut sock: UnixStream, tx: mpsc::Sender<Event>) {
         let want = match d.wanted() {
             Ok(n) => n.min(buf.len()),
             Err(e) => {
-                let _ = tx.send(Event::Closed(Some(format!("the agent broke the protocol: {e}"))));
+                let _ = tx.send(Incoming::Closed(Some(format!("the agent broke the protocol: {e}"))));
                 return;
             }
         };
         match sock.read(&mut buf[..want]) {
             Ok(0) => {
-                let _ = tx.send(Event::Closed(None));
+                let _ = tx.send(Incoming::Closed(None));
                 return;
             }
             Ok(n) => {
                 total += n;
                 if total > MAX_BYTES {
-                    let _ = tx.send(Event::Closed(Some("the agent sent more than a session may".into())));
+                    let _ = tx.send(Incoming::Closed(Some("the agent sent more than a session may".into())));
                     return;
                 }
                 d.push(&buf[..n]);
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => {
-                let _ = tx.send(Event::Closed(None));
+                let _ = tx.send(Incoming::Closed(None));
                 return;
             }
         }

@@ -24,7 +24,7 @@ use witchcraft::profile::Profile;
 use witchcraft::sys::procfs::{Image, Stat};
 
 /// A session running inside a target: what a poll asks of it
-/// ([`SessionFacts`]), and its end. [`super::Session`] is the real one; witchd's
+/// ([`SessionFacts`]), and its end. [`super::Attachment`] is the real one; witchd's
 /// tests fake it.
 pub trait Attached: SessionFacts + Send {
     /// The target's pid.

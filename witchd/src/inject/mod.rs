@@ -25,7 +25,7 @@ pub mod stopped;
 pub mod target;
 
 use anyhow::{anyhow, bail, Result};
-use channel::{Channel, Event};
+use channel::{ControllerEnd, Incoming};
 use ptrace::{Arg, Return, Tracee};
 use std::time::{Duration, Instant};
 use target::{file_name, is_c_library, Target};
@@ -74,11 +74,13 @@ impl Options {
     }
 }
 
-/// An agent session running inside a target process. Dropping it (without
-/// [`Session::detach`]) ends the session too: the agent sees its socket close.
-pub struct Session {
+/// The controller's hold on an attach session: the agent running inside
+/// a target process, and its socket (the agent's own state of the session
+/// is the agent's `attach_state::Session`). Dropping it (without
+/// [`Attachment::detach`]) ends the session too: the agent sees its socket close.
+pub struct Attachment {
     pub pid: i32,
-    chan: Channel,
+    chan: ControllerEnd,
     /// The process's image as the attach found it: the one the agent is in.
     image: Option<Image>,
     /// The process's start time as the attach found it (its identity, with the pid).
@@ -124,7 +126,7 @@ pub struct Ended {
 /// How long the agent may take to set the process up.
 const READY_WAIT: Duration = Duration::from_secs(20);
 
-pub fn attach(pid: i32, opts: &Options) -> Result<Session> {
+pub fn attach(pid: i32, opts: &Options) -> Result<Attachment> {
     // Read before the maps are: the image they describe, unless it changes.
     let image = laid_out(pid);
     let attached = attach_in(pid, image, opts);
@@ -185,7 +187,7 @@ fn c_library_calls(target: &Target) -> Result<(Option<u64>, Option<u64>, Option<
     Ok((dlopen, dlerror, getpid))
 }
 
-fn attach_in(pid: i32, image: Option<Image>, opts: &Options) -> Result<Session> {
+fn attach_in(pid: i32, image: Option<Image>, opts: &Options) -> Result<Attachment> {
     let mut target = Target::inspect(pid)?;
     let pid = target.pid;
     target.check_x86_64()?;
@@ -332,7 +334,7 @@ fn attach_in(pid: i32, image: Option<Image>, opts: &Options) -> Result<Session> 
     })();
     let injected = injected.map_err(|e| if e.is::<ptrace::Stopped>() { e.context(format!("cannot profile pid {pid}")) } else { e });
     // Taking the socket needs the process alive, not stopped: before or after resuming is alike.
-    let taken = injected.and_then(|fd| Channel::take(&pidfd, pid, fd));
+    let taken = injected.and_then(|fd| ControllerEnd::take(&pidfd, pid, fd));
     tracee.resume();
     let chan = taken?;
 
@@ -344,12 +346,12 @@ fn attach_in(pid: i32, image: Option<Image>, opts: &Options) -> Result<Session> 
     loop {
         let left = until.saturating_duration_since(Instant::now());
         match chan.recv(left.min(STOP_CHECK)) {
-            Some(Event::Message(Message::Ready { .. })) => {
-                return Ok(Session { pid, chan, image, start: procfs::Stat::read(pid).map(|s| s.start_time) })
+            Some(Incoming::Message(Message::Ready { .. })) => {
+                return Ok(Attachment { pid, chan, image, start: procfs::Stat::read(pid).map(|s| s.start_time) })
             }
-            Some(Event::Message(Message::Error(e))) => bail!("cannot profile pid {pid}: {}", e.trim()),
-            Some(Event::Message(_)) => {}
-            Some(Event::Closed(why)) => {
+            Some(Incoming::Message(Message::Error(e))) => bail!("cannot profile pid {pid}: {}", e.trim()),
+            Some(Incoming::Message(_)) => {}
+            Some(Incoming::Closed(why)) => {
                 if !alive(pid) {
                     bail!("pid {pid} exited while witch was attaching");
                 }
@@ -364,7 +366,7 @@ fn attach_in(pid: i32, image: Option<Image>, opts: &Options) -> Result<Session> 
     }
 }
 
-impl Attached for Session {
+impl Attached for Attachment {
     fn pid(&self) -> i32 {
         self.pid
     }
@@ -375,11 +377,11 @@ impl Attached for Session {
         self.start
     }
     fn detach(self: Box<Self>, timeout: Duration) -> Result<Ended> {
-        Session::detach(*self, timeout)
+        Attachment::detach(*self, timeout)
     }
 }
 
-impl Session {
+impl Attachment {
     /// Ask the agent to stop and wait (at most `timeout`) for its profile.
     pub fn detach(self, timeout: Duration) -> Result<Ended> {
         let _ = self.chan.send(&Message::Detach);
@@ -395,11 +397,11 @@ impl Session {
             }
             let left = until.saturating_duration_since(Instant::now());
             match self.chan.recv(left.min(STOP_CHECK)) {
-                Some(Event::Message(Message::Profile(p))) => profile = Some(p),
-                Some(Event::Message(Message::Detached)) => break,
-                Some(Event::Message(Message::Error(e))) => error = Some(e),
-                Some(Event::Message(_)) => {}
-                Some(Event::Closed(_)) => {
+                Some(Incoming::Message(Message::Profile(p))) => profile = Some(p),
+                Some(Incoming::Message(Message::Detached)) => break,
+                Some(Incoming::Message(Message::Error(e))) => error = Some(e),
+                Some(Incoming::Message(_)) => {}
+                Some(Incoming::Closed(_)) => {
                     closed = true;
                     break;
                 }
@@ -423,7 +425,7 @@ impl Session {
             // (briefly) for both, so that no thread of witch's is left in
             // the target when this returns.
             let until = Instant::now() + AGENT_EXIT_WAIT;
-            while let Some(Event::Message(_)) = self.chan.recv(until.saturating_duration_since(Instant::now())) {}
+            while let Some(Incoming::Message(_)) = self.chan.recv(until.saturating_duration_since(Instant::now())) {}
             while agent_thread_in(self.pid) && Instant::now() < until {
                 if let Some(l) = &mut lent {
                     l.tend();
@@ -446,7 +448,7 @@ impl Session {
 }
 
 /// What a [`Poll`] asks of a real session.
-impl SessionFacts for Session {
+impl SessionFacts for Attachment {
     fn target_alive(&self) -> bool {
         alive(self.pid)
     }
@@ -458,15 +460,15 @@ impl SessionFacts for Session {
 
     /// It said `Detached` unasked: it has undone everything and sent its
     /// profile, which says why (`ended_by`, a note); the process runs on.
-    /// What it reads stays for [`Session::detach`]. (A process that exits
+    /// What it reads stays for [`Attachment::detach`]. (A process that exits
     /// sends its profile and no `Detached`.)
     fn agent_ended(&self) -> bool {
-        self.chan.came(|e| matches!(e, Event::Message(Message::Detached)))
+        self.chan.came(|e| matches!(e, Incoming::Message(Message::Detached)))
     }
 
     /// It does when the process exits or replaces its program, or when the
     /// agent ends the session (a debugger attached, a seccomp sandbox).
-    /// What it reads stays for [`Session::detach`].
+    /// What it reads stays for [`Attachment::detach`].
     fn agent_closed(&self) -> bool {
         self.chan.closed()
     }

@@ -28,7 +28,7 @@ pub enum Why {
     AgentEnded,
 }
 
-/// What a poll reads of a session. [`super::Session`] reads the process;
+/// What a poll reads of a session. [`super::Attachment`] reads the process;
 /// witchd's tests fake it.
 pub trait SessionFacts {
     /// Is the target still running (not a zombie)?

@@ -59,9 +59,10 @@ const DEFAULT_CACHE_MISS: Duration = Duration::from_secs(600);
 /// What must arrive per timeout on average (elfutils: the first 100 kB).
 const PROGRESS_BYTES: u64 = 100_000;
 
-/// Where a module's debug info came from, for the report's one-line note.
+/// What this run's debuginfod lookups found: where modules' debug info
+/// came from, for the report's one-line note.
 #[derive(Default, Debug, Clone)]
-pub struct Outcome {
+pub struct Lookups {
     /// Build-ids whose debug file was downloaded in this run.
     pub downloaded: usize,
     /// Build-ids whose debug file was already in the cache.
@@ -83,7 +84,7 @@ pub struct Client {
     agent: ureq::Agent,
     /// Build-ids already asked about in this run, and the answer.
     asked: std::collections::HashMap<String, Option<PathBuf>>,
-    pub outcome: Outcome,
+    pub outcome: Lookups,
 }
 
 struct Server {
@@ -150,7 +151,7 @@ impl Client {
             cache_miss,
             agent: config.into(),
             asked: Default::default(),
-            outcome: Outcome::default(),
+            outcome: Lookups::default(),
         })
     }
 

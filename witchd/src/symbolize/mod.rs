@@ -231,7 +231,7 @@ impl Symbolizer {
     }
 
     /// Where debug info came from over debuginfod; None when it is off.
-    pub fn debuginfod_outcome(&self) -> Option<&debuginfod::Outcome> {
+    pub fn debuginfod_outcome(&self) -> Option<&debuginfod::Lookups> {
         self.debuginfod.as_ref().map(|c| &c.outcome)
     }
 

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
-pub use witchcraft::profile::{Counters, Craft, Module, Node, Pair, PeriodUnit, Profile, Sampler, SamplerKind, Thread, SCHEMA};
+pub use witchcraft::profile::{Counters, Craft, Module, Node, Pair, PeriodUnit, Profile, SamplerKind, SamplerSettings, Thread, SCHEMA};
 
 pub const SOURCE: &str = r#"#include <stdio.h>
 
@@ -279,7 +279,7 @@ pub fn skeleton(craft: Craft, program: &str, modules: Vec<Module>, threads: Vec<
         ppid: 1,
         start_unix_ns: 1_700_000_000_000_000_000,
         duration_ns: 1_500_000_000,
-        sampler: Sampler {
+        sampler: SamplerSettings {
             kind: SamplerKind::Software,
             event: "task-clock".into(),
             period: 100_000,

@@ -92,13 +92,14 @@ fn parse_num(s: &str) -> Option<u64> {
     }
 }
 
-/// Accumulates config words from `term[=value]` lists.
+/// A PMU event's `perf_event_attr` config words (config, config1,
+/// config2), accumulated from `term[=value]` lists.
 #[derive(Default)]
-struct Config {
+struct ConfigWords {
     words: [u64; 3],
 }
 
-impl Config {
+impl ConfigWords {
     /// Apply "event=0xd0,umask=0x82" style terms of PMU `dir`. A bare term is
     /// a flag (value 1) if the PMU has that format, else a named event alias.
     fn apply(&mut self, dir: &Path, terms: &str, depth: u32) -> Result<(), String> {
@@ -141,7 +142,7 @@ impl Config {
 }
 
 fn event_in(dir: &Path, pmu: &str, terms: &str, display: &str, kind: AccessKind, precise: u8) -> Result<PmuEvent, String> {
-    let mut c = Config::default();
+    let mut c = ConfigWords::default();
     c.apply(dir, terms, 0)?;
     Ok(PmuEvent {
         name: format!("{pmu}/{display}/"),
@@ -166,7 +167,7 @@ fn ibs_event(dir: &Path, kind: AccessKind) -> Result<PmuEvent, String> {
         }
     }
     let terms = terms.join(",");
-    let mut c = Config::default();
+    let mut c = ConfigWords::default();
     c.apply(dir, &terms, 0)?;
     Ok(PmuEvent {
         name: format!("ibs_op/{terms}/"),
@@ -282,7 +283,7 @@ pub fn parse_event(sysfs_root: &Path, spec: &str, kind: AccessKind) -> Result<Pm
             return Err("ibs_fetch samples instruction fetches, which have no data address; use ibs_op".into());
         }
         if pmu.starts_with("ibs_op") {
-            let mut c = Config::default();
+            let mut c = ConfigWords::default();
             c.apply(&dir, terms, 0)?;
             PmuEvent {
                 name: format!("{pmu}/{terms}/"),

@@ -1,10 +1,10 @@
 //! The data page of a code cache: what the copies read and write besides
 //! the program's memory. One list of its fields makes both views of it:
 //! [`Data`], the page itself as the engine reads and writes it, and
-//! [`Slots`], the absolute address of each field, which the translator
+//! [`DataAddrs`], the absolute address of each field, which the translator
 //! aims the copies' RIP-relative operands at.
 
-/// Defines [`Data`] and [`Slots`] from one list of fields, so the two
+/// Defines [`Data`] and [`DataAddrs`] from one list of fields, so the two
 /// cannot disagree on a field or its place.
 macro_rules! data_page {
     ($($(#[$doc:meta])* $name:ident: $ty:ty,)*) => {
@@ -19,14 +19,14 @@ macro_rules! data_page {
         /// every copy, so copies address them RIP-relatively without a
         /// register).
         #[derive(Clone, Copy, Debug, Default)]
-        pub struct Slots {
+        pub struct DataAddrs {
             $($(#[$doc])* pub $name: u64,)*
         }
 
-        impl Slots {
-            /// The slots of a data page at `page`.
-            pub fn at(page: u64) -> Slots {
-                Slots { $($name: page + std::mem::offset_of!(Data, $name) as u64,)* }
+        impl DataAddrs {
+            /// The field addresses of a data page at `page`.
+            pub fn at(page: u64) -> DataAddrs {
+                DataAddrs { $($name: page + std::mem::offset_of!(Data, $name) as u64,)* }
             }
         }
     };
@@ -79,14 +79,14 @@ mod tests {
     #[test]
     fn slots_are_the_fields_addresses() {
         let page = 0x7f00_0000_0000u64;
-        let s = Slots::at(page);
+        let s = DataAddrs::at(page);
         assert_eq!(s.countdown, page);
         assert_eq!(s.instr_left, page + 8);
         assert_eq!(s.link_entry, page + std::mem::size_of::<Data>() as u64 - 8);
         let d = Data { rec_ptr: 7, ..Default::default() };
         let base = &d as *const Data as u64;
         // SAFETY: the slot is the field's offset within `d`.
-        let read = unsafe { *((Slots::at(base).rec_ptr) as *const u64) };
+        let read = unsafe { *((DataAddrs::at(base).rec_ptr) as *const u64) };
         assert_eq!(read, 7);
     }
 }

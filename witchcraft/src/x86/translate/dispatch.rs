@@ -2,7 +2,7 @@
 //! returns reach their target's copy.
 
 use super::emit::Emitter;
-use super::{Error, Exit, Slots};
+use super::{DataAddrs, Error, Exit};
 
 /// The dispatch stub, at `at`: the native target of an indirect branch
 /// is in the target slot; look it up in the dispatch table (a pointer to
@@ -10,7 +10,7 @@ use super::{Error, Exit, Slots};
 /// a power of two) and jump to the copy, every register and flag as the
 /// program left them; on a miss, leave by an [`Exit::Lookup`] exit (through
 /// the link stub at `link` first, if there is one: not 0).
-pub fn emit_dispatch(slots: &Slots, entries: u32, at: u64, link: u64, out: &mut [u8]) -> Result<usize, Error> {
+pub fn emit_dispatch(slots: &DataAddrs, entries: u32, at: u64, link: u64, out: &mut [u8]) -> Result<usize, Error> {
     let mut e = Emitter { buf: out, base: at, pos: 0, full: false, slots: *slots };
     let s = *slots;
     e.mov_slot_reg(s.save_rax, 0);
@@ -67,7 +67,7 @@ pub fn dispatch_index(native: u64, entries: u32) -> usize {
 /// Then back on the program's stack, it jumps where the slot says: the
 /// copy, or the exit's `int3` (the trap takes the exit as before). No
 /// instruction here changes the flags.
-pub fn emit_link(slots: &Slots, at: u64, out: &mut [u8]) -> Result<usize, Error> {
+pub fn emit_link(slots: &DataAddrs, at: u64, out: &mut [u8]) -> Result<usize, Error> {
     let mut e = Emitter { buf: out, base: at, pos: 0, full: false, slots: *slots };
     let s = *slots;
     e.mov_slot_reg(s.save_rsp, 4); // mov [save_rsp], rsp

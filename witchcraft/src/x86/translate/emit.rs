@@ -1,7 +1,7 @@
 //! Code emission: machine code written into a copy's buffer, the cache's
 //! slots addressed RIP-relatively, and exit stubs.
 
-use super::{Ctx, Error, Exit, Slots, REP_PER_INSTRUCTION_SHIFT};
+use super::{Ctx, DataAddrs, Error, Exit, REP_PER_INSTRUCTION_SHIFT};
 use iced_x86::{Encoder, Instruction};
 
 /// Bytes of an exit stub: `int3` and a 17-byte record.
@@ -16,7 +16,7 @@ pub(super) struct Emitter<'a> {
     pub(super) base: u64,
     pub(super) pos: usize,
     pub(super) full: bool,
-    pub(super) slots: Slots,
+    pub(super) slots: DataAddrs,
 }
 
 impl Emitter<'_> {

@@ -55,7 +55,7 @@ mod rewrite;
 #[cfg(test)]
 mod tests;
 
-pub use data::{Data, Slots};
+pub use data::{Data, DataAddrs};
 pub use dispatch::{dispatch_index, emit_dispatch, emit_link};
 pub use emit::{EXIT_STUB_LEN, LINK_PREFIX_LEN};
 
@@ -181,7 +181,7 @@ pub enum Variant {
 /// Where copies go and what they count: fixed for a thread's cache.
 #[derive(Clone, Copy, Debug)]
 pub struct Env {
-    pub slots: Slots,
+    pub slots: DataAddrs,
     pub counted: Counted,
     /// The dispatch stub's address.
     pub dispatch: u64,

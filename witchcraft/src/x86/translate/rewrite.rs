@@ -6,7 +6,9 @@
 use super::block::classify;
 use super::emit::Emitter;
 use super::operands::{condition_code, gpr_number, kills_flags, spare_register};
-use super::{Block, Class, Ctx, Error, Exit, Host, Insn, Point, Slots, Spilled, Translator, Variant, ARITH, MAX_INSNS, MAX_REP_ELEMENTS};
+use super::{
+    Block, Class, Ctx, DataAddrs, Error, Exit, Host, Insn, Point, Spilled, Translator, Variant, ARITH, MAX_INSNS, MAX_REP_ELEMENTS,
+};
 use crate::x86::record::Kind;
 use iced_x86::{Decoder, DecoderOptions, OpKind, Register};
 
@@ -366,7 +368,14 @@ impl Translator {
 
     /// The `rep` instruction at `native`, copied alone and followed by
     /// the [`Exit::RepDone`] exit (for running part of its elements).
-    pub fn translate_rep_part(&mut self, host: &mut dyn Host, slots: &Slots, native: u64, at: u64, out: &mut [u8]) -> Result<usize, Error> {
+    pub fn translate_rep_part(
+        &mut self,
+        host: &mut dyn Host,
+        slots: &DataAddrs,
+        native: u64,
+        at: u64,
+        out: &mut [u8],
+    ) -> Result<usize, Error> {
         let mut bytes = [0u8; 16];
         let got = host.code(native, &mut bytes[..15]);
         let mut dec = Decoder::with_ip(64, &bytes[..got], native, DecoderOptions::NONE);

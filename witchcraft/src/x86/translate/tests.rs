@@ -26,8 +26,8 @@ impl Host for Code {
 const NATIVE: u64 = 0x5555_0000_1000;
 const CACHE: u64 = 0x7f00_0000_0000;
 
-fn slots() -> Slots {
-    Slots::at(CACHE - 0x1000)
+fn slots() -> DataAddrs {
+    DataAddrs::at(CACHE - 0x1000)
 }
 
 fn env(dispatch: u64) -> Env {
@@ -242,7 +242,7 @@ struct Rig {
     copy: u64,
     native: u64,
     buf: u64,
-    slots: Slots,
+    slots: DataAddrs,
     block: Block,
 }
 
@@ -265,7 +265,7 @@ impl Rig {
         assert_ne!(base, libc::MAP_FAILED);
         let base = base as u64;
         let (data, table, stub, copy, native, buf) = (base, base + 0x1000, base + 0x2000, base + 0x3000, base + 0x6000, base + 0x8000);
-        let slots = Slots::at(data);
+        let slots = DataAddrs::at(data);
         let mut rig = Rig { base, table, copy, native, buf, slots, block: Block::default() };
         let mem = rig.mem();
         mem[rig.off(native)..rig.off(native) + code.len()].copy_from_slice(code);
@@ -570,7 +570,7 @@ fn a_link_through_the_engines_entry_keeps_registers_flags_and_vectors() {
     let off = |a: u64| (a - base) as usize;
     mem[off(native)..off(native) + code.len()].copy_from_slice(&code);
     mem[off(landing)] = 0xC3; // ret
-    let slots = Slots::at(data);
+    let slots = DataAddrs::at(data);
     let put = |mem: &mut [u8], a: u64, v: u64| mem[off(a)..off(a) + 8].copy_from_slice(&v.to_le_bytes());
     assert!(crate::engine::link::set_hook(link_test_hook), "XSAVE on this machine");
     put(mem, slots.countdown, 1000);

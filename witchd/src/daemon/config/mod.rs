@@ -32,7 +32,7 @@ use witchcraft::replacement::Policy;
 
 /// The daemon's whole configuration, defaults filled in.
 #[derive(Debug, Clone)]
-pub struct Config {
+pub struct DaemonConfig {
     pub socket: PathBuf,
     /// Permission bits of the socket; every request is checked whatever they are.
     pub socket_mode: u32,
@@ -327,9 +327,9 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, col)
 }
 
-impl Config {
+impl DaemonConfig {
     /// Reads and checks a configuration file; errors read `FILE:LINE:COL: what`.
-    pub fn load(path: &Path) -> Result<Config> {
+    pub fn load(path: &Path) -> Result<DaemonConfig> {
         use witchcraft::profile::{read_capped, Capped};
         const MAX: u64 = 1 << 20;
         let fail = |why: String| anyhow::anyhow!("cannot read config {}: {why}", path.display());
@@ -346,7 +346,7 @@ impl Config {
     }
 
     /// Parses configuration text; `name` is the file name used in errors.
-    pub fn parse(text: &str, name: &str) -> Result<Config> {
+    pub fn parse(text: &str, name: &str) -> Result<DaemonConfig> {
         let file: File = toml::from_str(text).map_err(|e| {
             let msg = e.message().trim().replace('\n', "; ");
             match e.span() {
@@ -360,7 +360,7 @@ impl Config {
         Self::from_file(file).map_err(|e| anyhow::anyhow!("{name}: {e}"))
     }
 
-    fn from_file(f: File) -> Result<Config> {
+    fn from_file(f: File) -> Result<DaemonConfig> {
         let http = match f.http.as_deref().map(str::trim) {
             None => Some(SocketAddr::from(([127, 0, 0, 1], 9465))),
             Some("off" | "") => None,
@@ -419,7 +419,7 @@ impl Config {
         if max_targets == 0 {
             bail!("max_targets must be at least 1");
         }
-        Ok(Config {
+        Ok(DaemonConfig {
             socket: f.socket.unwrap_or_else(default_socket),
             socket_mode: f.socket_mode.unwrap_or(0o600),
             http,

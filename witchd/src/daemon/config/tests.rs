@@ -10,9 +10,9 @@ fn the_manual_lists_every_key() {
             "watch" => format!("[[watch]]\n{} = {}\n", k.name, k.example),
             s => format!("[{s}]\n{} = {}\n", k.name, k.example),
         };
-        Config::parse(&text, "t").unwrap_or_else(|e| panic!("{text}: {e}"));
+        DaemonConfig::parse(&text, "t").unwrap_or_else(|e| panic!("{text}: {e}"));
         if k.section == "defaults" {
-            Config::parse(&format!("[[watch]]\nexe = \"x\"\n{} = {}\n", k.name, k.example), "t").unwrap();
+            DaemonConfig::parse(&format!("[[watch]]\nexe = \"x\"\n{} = {}\n", k.name, k.example), "t").unwrap();
         }
     }
     let example = include_str!("../../../../dist/witchd.toml");
@@ -28,14 +28,14 @@ fn the_manual_lists_every_key() {
 #[test]
 fn a_file_that_is_no_text_is_refused_at_once() {
     for (path, want) in [("/dev/zero", "NUL"), ("/no/such/witchd.toml", "No such file")] {
-        let e = Config::load(Path::new(path)).unwrap_err().to_string();
+        let e = DaemonConfig::load(Path::new(path)).unwrap_err().to_string();
         assert!(e.contains(path) && e.contains(want), "{e}");
     }
 }
 
 #[test]
 fn full_file() {
-    let c = Config::parse(
+    let c = DaemonConfig::parse(
         r#"
 socket = "/tmp/w.sock"
 socket_mode = 0o666
@@ -88,17 +88,17 @@ period = 1000000
 
 #[test]
 fn defaults() {
-    let c = Config::parse("", "t.toml").unwrap();
+    let c = DaemonConfig::parse("", "t.toml").unwrap();
     assert_eq!(c.http, Some("127.0.0.1:9465".parse().unwrap()));
     assert_eq!(c.socket_mode, 0o600);
     assert!(c.watch.is_empty());
     let p = c.defaults;
     assert_eq!((p.every, p.duration), (Duration::from_secs(300), Duration::from_secs(10)));
-    assert!(Config::parse("http = \"off\"", "t").unwrap().http.is_none());
+    assert!(DaemonConfig::parse("http = \"off\"", "t").unwrap().http.is_none());
 }
 
 fn err(text: &str) -> String {
-    format!("{:#}", Config::parse(text, "w.toml").unwrap_err())
+    format!("{:#}", DaemonConfig::parse(text, "w.toml").unwrap_err())
 }
 
 #[test]
@@ -123,7 +123,7 @@ fn errors_say_where() {
 
 #[test]
 fn overhead_as_on_the_command_line() {
-    let c = Config::parse(
+    let c = DaemonConfig::parse(
         "[defaults]\noverhead = \"1.5%\"\n[[watch]]\npid = 1\n[[watch]]\npid = 2\noverhead = 0\n[[watch]]\npid = 3\noverhead = 10\n",
         "t.toml",
     )
@@ -132,7 +132,7 @@ fn overhead_as_on_the_command_line() {
     let budgets: Vec<_> = c.watch.iter().map(|w| w.profiling.overhead_percent).collect();
     assert_eq!(budgets, [Some(1.5), Some(0.0), Some(10.0)]);
     // Unset: the engine's default (None), as without --overhead.
-    assert_eq!(Config::parse("", "t").unwrap().defaults.overhead_percent, None);
+    assert_eq!(DaemonConfig::parse("", "t").unwrap().defaults.overhead_percent, None);
     for bad in ["-1", "101", "\"lots\"", "\"200%\"", "nan", "inf", "true"] {
         let e = err(&format!("[[watch]]\npid = 1\noverhead = {bad}\n"));
         assert!(e.starts_with("w.toml:3:12: "), "{bad}: {e}");

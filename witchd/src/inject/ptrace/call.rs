@@ -3,9 +3,9 @@
 //! stuck) and its result read.
 
 use super::{
-    signals, Arg, Call, Called, Phase, Resume, Return, Stopped, Stuck, Tracee, CALL_LIMIT, FP_XSTATE_MAGIC1, FP_XSTATE_MAGIC2, GROUP_STOP,
-    MASK_WHILE_WAITING, SIGFRAME, SIGMASK_AT, STUCK_CHECK, STUCK_PATIENCE, SYSCALL_STOP, SYS_RT_SIGRETURN, UC_FP_XSTATE, UC_SIGCONTEXT_SS,
-    UC_STRICT_RESTORE_SS,
+    signals, Arg, Call, CallState, Called, Resume, Return, Stopped, Stuck, Tracee, CALL_LIMIT, FP_XSTATE_MAGIC1, FP_XSTATE_MAGIC2,
+    GROUP_STOP, MASK_WHILE_WAITING, SIGFRAME, SIGMASK_AT, STUCK_CHECK, STUCK_PATIENCE, SYSCALL_STOP, SYS_RT_SIGRETURN, UC_FP_XSTATE,
+    UC_SIGCONTEXT_SS, UC_STRICT_RESTORE_SS,
 };
 use anyhow::{bail, Result};
 use std::time::{Duration, Instant};
@@ -63,7 +63,7 @@ impl Tracee {
                 }
             }
         }
-        self.phase.set(Phase::Own);
+        self.phase.set(CallState::Own);
         Ok(())
     }
 
@@ -148,7 +148,7 @@ impl Tracee {
             *slot = v;
         }
         self.set_regs(&r)?;
-        self.phase.set(if restorer.is_some() { Phase::Restoring } else { Phase::Faulting });
+        self.phase.set(if restorer.is_some() { CallState::Restoring } else { CallState::Faulting });
         Ok(Call { restorer, out, init, rax_at })
     }
 
@@ -206,7 +206,7 @@ impl Tracee {
                     }
                     let now = self.regs()?;
                     if now.orig_rax == SYS_RT_SIGRETURN && now.rip == sr.after && now.rsp == past_ret {
-                        self.phase.set(Phase::AtSigreturn);
+                        self.phase.set(CallState::AtSigreturn);
                         let rax = rax_at.map(|at| read_word(at).map_or(0, u64::from_le_bytes));
                         return Ok(Called { rax, out: read_out() });
                     }
@@ -218,7 +218,7 @@ impl Tracee {
                 if now.rip == 0 {
                     let out = read_out();
                     self.set_regs(&self.saved)?;
-                    self.phase.set(Phase::Own);
+                    self.phase.set(CallState::Own);
                     return Ok(Called { rax: Some(now.rax), out });
                 }
             }

@@ -176,7 +176,7 @@ enum Resume {
 
 /// Where the thread is, as far as its injected calls go.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Phase {
+enum CallState {
     /// Stopped with its own registers, or with ones that a resume replaces.
     Own,
     /// Running (or stopped inside) a call that returns into a restoring
@@ -210,7 +210,7 @@ pub struct Tracee {
     sigmask: Cell<u64>,
     /// The mask was read again after the thread left its stop.
     sigmask_settled: Cell<bool>,
-    phase: Cell<Phase>,
+    phase: Cell<CallState>,
 }
 
 impl Tracee {
@@ -345,7 +345,7 @@ impl Tracee {
             pending: false,
             sigmask: Cell::new(0),
             sigmask_settled: Cell::new(false),
-            phase: Cell::new(Phase::Own),
+            phase: Cell::new(CallState::Own),
         };
         // The interrupt's stop may come after a signal-delivery stop: the
         // thread was about to take one of the program's signals. Resuming it
@@ -473,8 +473,8 @@ impl Tracee {
             }
         }
         match self.phase.get() {
-            Phase::Restoring => {}
-            Phase::AtSigreturn => {
+            CallState::Restoring => {}
+            CallState::AtSigreturn => {
                 // At the entry of the frame's `rt_sigreturn`, which is not
                 // made (-1); the thread's own call goes on from user mode,
                 // as the kernel restarts one.
@@ -483,10 +483,10 @@ impl Tracee {
                 let _ = self.set_regs(&r);
                 let _ = self.set_xstate();
             }
-            Phase::Own | Phase::Faulting => {
+            CallState::Own | CallState::Faulting => {
                 let _ = self.set_regs(&self.resumed(Resume::Own));
                 let _ = self.set_xstate();
-                if sig == libc::SIGSEGV && self.phase.get() == Phase::Faulting {
+                if sig == libc::SIGSEGV && self.phase.get() == CallState::Faulting {
                     sig = 0; // the call's own return to address 0
                 }
             }
