@@ -94,19 +94,15 @@ struct Program<'a> {
 
 impl Host for Program<'_> {
     fn code(&mut self, pc: u64, out: &mut [u8]) -> usize {
+        // The module's code, or the vDSO's (mapped for the process's life).
         let end = match self.map.module(pc) {
             Some(m) => m.end,
-            None if crate::sys::vdso::holds(pc) => {
-                let n = ((crate::sys::vdso::code().1 - pc) as usize).min(out.len());
-                // SAFETY: [pc, pc+n) lies in the vDSO, mapped for the process's life.
-                unsafe { std::ptr::copy_nonoverlapping(pc as *const u8, out.as_mut_ptr(), n) };
-                return n;
-            }
+            None if crate::sys::vdso::holds(pc) => crate::sys::vdso::code().1,
             None => return 0,
         };
         let n = ((end - pc) as usize).min(out.len());
         if !modules::checked_reads() {
-            // SAFETY: [pc, pc+n) lies inside a module mapped in this process.
+            // SAFETY: [pc, pc+n) lies inside a module or the vDSO, mapped in this process.
             unsafe { std::ptr::copy_nonoverlapping(pc as *const u8, out.as_mut_ptr(), n) };
             return n;
         }
