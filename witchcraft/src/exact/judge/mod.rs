@@ -124,6 +124,13 @@ fn survey(e: &[u32]) -> (u32, u32, bool) {
     }
 }
 
+/// Is the access judged in one step: at most [`WIDE`] bytes, in one page
+/// of shadow.
+#[inline(always)]
+fn one_step(addr: u64, len: u64) -> bool {
+    len <= WIDE as u64 && addr % PAGE + len <= PAGE
+}
+
 /// Runs of equal contexts: (start, length, context).
 fn runs(ctxs: &[u32]) -> impl Iterator<Item = (usize, usize, u32)> + '_ {
     let mut i = 0;
@@ -398,7 +405,7 @@ impl ThreadShadow {
     /// nothing and credits nothing: its context is not even looked up.
     #[inline]
     pub fn dead_access(&mut self, pc: u64, addr: u64, len: u64, read: bool, write: bool) {
-        if read && !write && len <= WIDE as u64 && addr % PAGE + len <= PAGE {
+        if read && !write && one_step(addr, len) {
             let part = self.dead.part(addr, addr + len);
             // SAFETY: as in `dead_load`: the entries are not touched by the
             // context lookup or the credit below, and the slice is not used
@@ -422,7 +429,7 @@ impl ThreadShadow {
     /// context stored is credited at once (as that many one-byte credits).
     #[inline]
     pub fn dead_load(&mut self, ctx: u32, addr: u64, len: u64) {
-        if len <= WIDE as u64 && addr % PAGE + len <= PAGE {
+        if one_step(addr, len) {
             // Most loads: a scalar or a vector in one page, whose bytes
             // are all read already or all pending from one store.
             let part = self.dead.part(addr, addr + len);
@@ -466,7 +473,7 @@ impl ThreadShadow {
     #[inline]
     pub fn dead_store(&mut self, ctx: u32, addr: u64, len: u64) {
         debug_assert!(ctx & PENDING == 0, "context ids fit in 31 bits");
-        if len <= WIDE as u64 && addr % PAGE + len <= PAGE {
+        if one_step(addr, len) {
             // Most stores: a scalar or a vector in one page, over bytes
             // one access left alike.
             let part = self.dead.part(addr, addr + len);
