@@ -7,8 +7,8 @@ use super::*;
 /// What the redundant loads' shadow remembers about a page of memory:
 /// for each byte, the context node of the last load of it (0: none yet)
 /// and the byte that load read (the silent stores' shadow is the context
-/// of the last store, a word a byte; the dead craft's a word with
-/// [`PENDING`]). The contexts are kept a word (8 aligned bytes) at a time
+/// of the last store, a word a byte; the dead craft's a pending bit and a
+/// context a byte, [`super::dead::DeadPage`]). The contexts are kept a word (8 aligned bytes) at a time
 /// while one load read all of a word's bytes last, as an aligned 8-byte
 /// load leaves them, and byte by byte ([`SPLIT`]) otherwise; the values
 /// apart. An aligned 8-byte load then reads one context and one word of

@@ -19,14 +19,13 @@ use crate::craft::{compare, Verdict, Watched};
 use crate::pair::Pairs;
 use crate::profile::{self, Craft};
 use crate::x86::decode::{Access, Float};
+use dead::DeadPage;
 use loads::LoadPage;
 
+mod dead;
 mod loads;
 #[cfg(test)]
 mod tests;
-
-/// The dead craft's mark of a byte whose store no access has followed.
-const PENDING: u32 = 1 << 31;
 
 /// Widest access (AVX-512): its bytes before and after are kept whole.
 pub const WIDE: usize = 64;
@@ -167,9 +166,9 @@ pub struct ThreadShadow {
     stores: Shadow<u32>,
     /// Redundant loads: each byte's last load.
     loads: Pages<LoadPage>,
-    /// The dead craft's: the context of the byte's last store, with
-    /// [`PENDING`] while no access has followed it.
-    dead: Shadow<u32>,
+    /// The dead craft's: whether a store left each byte pending, and its
+    /// context.
+    dead: Pages<DeadPage>,
     /// Tree node of the current frame (the chain of call sites).
     frame: u32,
     /// Return addresses of the shadow stack, innermost last.
@@ -251,7 +250,7 @@ impl ThreadShadow {
         ThreadShadow {
             stores: Shadow::default(),
             loads: Pages::default(),
-            dead: Shadow::default(),
+            dead: Pages::default(),
             frame: ROOT,
             returns: Vec::new(),
             tree: Tree::with_capacity(1 << 20),
@@ -396,134 +395,6 @@ impl ThreadShadow {
             Craft::SilentStore if a.write => self.silent_store(precision, ctx, a, before, after),
             Craft::SilentLoad if a.read => self.silent_load(precision, ctx, a, before),
             _ => {}
-        }
-    }
-
-    /// Dead craft: one plain access (a load, a store, or a read-modify-write,
-    /// which reads first) of `len` bytes at `addr` by the instruction at
-    /// `pc`. A load whose bytes no store left pending (most loads) changes
-    /// nothing and credits nothing: its context is not even looked up.
-    #[inline]
-    pub fn dead_access(&mut self, pc: u64, addr: u64, len: u64, read: bool, write: bool) {
-        if read && !write && one_step(addr, len) {
-            let part = self.dead.part(addr, addr + len);
-            // SAFETY: as in `dead_load`: the entries are not touched by the
-            // context lookup or the credit below, and the slice is not used
-            // after them.
-            let (_, any, _) = survey(unsafe { Shadow::entries(part) });
-            if any & PENDING == 0 {
-                return;
-            }
-        }
-        let ctx = self.context(pc);
-        if read {
-            self.dead_load(ctx, addr, len);
-        }
-        if write {
-            self.dead_store(ctx, addr, len);
-        }
-    }
-
-    /// Dead craft: `len` bytes at `addr` read. Each byte a store left
-    /// pending is used, credited to that store's pair; a run of bytes one
-    /// context stored is credited at once (as that many one-byte credits).
-    #[inline]
-    pub fn dead_load(&mut self, ctx: u32, addr: u64, len: u64) {
-        if one_step(addr, len) {
-            // Most loads: a scalar or a vector in one page, whose bytes
-            // are all read already or all pending from one store.
-            let part = self.dead.part(addr, addr + len);
-            // SAFETY: as below; the slice is dropped before the credit.
-            let e = unsafe { Shadow::entries(part) };
-            let (first, any, alike) = survey(e);
-            if any & PENDING == 0 {
-                return;
-            }
-            if alike {
-                e.fill(first & !PENDING);
-                self.flush_run(ctx, (first & !PENDING, len), false);
-                return;
-            }
-        }
-        self.dead_load_bytes(ctx, addr, len);
-    }
-
-    /// `dead_load` byte by byte.
-    #[inline(never)]
-    fn dead_load_bytes(&mut self, ctx: u32, addr: u64, len: u64) {
-        let mut run = (0, 0);
-        let end = addr.saturating_add(len);
-        let mut a = addr;
-        while a < end {
-            let part = self.dead.part(a, end);
-            // SAFETY: one part at a time, of the live shadow; crediting
-            // pairs (`count_runs`) does not touch the shadow.
-            for s in unsafe { Shadow::entries(part) } {
-                if *s & PENDING != 0 {
-                    *s &= !PENDING;
-                    self.count_runs(ctx, &mut run, *s, false);
-                }
-            }
-            a += part.1 as u64;
-        }
-        self.flush_run(ctx, run, false);
-    }
-
-    /// Dead craft: `len` bytes at `addr` written, by one store.
-    #[inline]
-    pub fn dead_store(&mut self, ctx: u32, addr: u64, len: u64) {
-        debug_assert!(ctx & PENDING == 0, "context ids fit in 31 bits");
-        if one_step(addr, len) {
-            // Most stores: a scalar or a vector in one page, over bytes
-            // one access left alike.
-            let part = self.dead.part(addr, addr + len);
-            // SAFETY: as in `dead_stores`; the slice is dropped before the credit.
-            let e = unsafe { Shadow::entries(part) };
-            let (first, _, alike) = survey(e);
-            if alike {
-                e.fill(ctx | PENDING);
-                if first & PENDING != 0 {
-                    self.flush_run(ctx, (first & !PENDING, len), true);
-                }
-                self.counters.samples += 1;
-                return;
-            }
-        }
-        self.dead_stores(ctx, addr, len, 1);
-    }
-
-    /// `len` bytes at `addr` written by `elements` stores (a `rep` string's).
-    #[inline(never)]
-    fn dead_stores(&mut self, ctx: u32, addr: u64, len: u64, elements: u64) {
-        debug_assert!(ctx & PENDING == 0, "context ids fit in 31 bits");
-        let mut run = (0, 0);
-        let end = addr.saturating_add(len);
-        let mut a = addr;
-        while a < end {
-            let part = self.dead.part(a, end);
-            // SAFETY: as in `dead_load`.
-            for s in unsafe { Shadow::entries(part) } {
-                if *s & PENDING != 0 {
-                    self.count_runs(ctx, &mut run, *s & !PENDING, true);
-                }
-                *s = ctx | PENDING;
-            }
-            a += part.1 as u64;
-        }
-        self.flush_run(ctx, run, true);
-        self.counters.samples += elements;
-    }
-
-    /// Dead craft: a `rep` string instruction's `elements` elements over
-    /// the ranges `reads` and `writes` (lowest address, bytes), none of
-    /// which overlaps another: its element order cannot change a verdict,
-    /// so every read is judged, then every write, a range at a time.
-    pub fn dead_string(&mut self, ctx: u32, reads: &[(u64, u64)], writes: &[(u64, u64)], elements: u64) {
-        for &(addr, len) in reads {
-            self.dead_load(ctx, addr, len);
-        }
-        for &(addr, len) in writes {
-            self.dead_stores(ctx, addr, len, elements);
         }
     }
 
