@@ -377,6 +377,11 @@ fn exact_mode_counts_every_store_around_vdso_calls() {
     // (its other counters are the judge's); one that is zero is left out.
     assert!(raw["counters"]["cache_blocks"].as_u64().unwrap_or(0) > 0, "no code-cache counters: {}", raw["counters"]);
     assert_eq!(raw["counters"]["window_gaps"].as_u64().unwrap_or(0), 0, "recording lost the thread: {}", raw["notes"]);
+    // The text report says what the cache did, gaps included.
+    let text = witch_raw(&["report", out.to_str().unwrap()]).stdout_str().split_whitespace().collect::<Vec<_>>().join(" ");
+    let blocks = raw["counters"]["cache_blocks"].as_u64().unwrap_or(0);
+    assert!(text.contains(&format!("cache {blocks} blocks translated")), "no code-cache line:\n{text}");
+    assert!(text.contains("0 stretches run natively unrecorded"), "no gaps line:\n{text}");
     let rep = report_all(&out);
     let f = &prog.file;
     assert_eq!(rep.pair(f, store, store).waste, (n - 64.0) * 8.0, "<{store},{store}> dead bytes\n{}", rep.dump());

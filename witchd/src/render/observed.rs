@@ -71,6 +71,19 @@ pub(super) fn burst_engine(p: &Profile, c: &Counters) -> Vec<String> {
     out
 }
 
+/// The code cache of an exact run (`--exact=cache`): what it translated
+/// and how often the program left it, and the stretches it ran natively
+/// unrecorded (each an uncounted gap in an exact count). None for a
+/// profile without them (single steps; builds before they were kept).
+pub(super) fn exact_cache(c: &Counters) -> Option<String> {
+    (c.cache_blocks > 0).then(|| {
+        format!(
+            "  cache     {} blocks translated, {} links made, {} exits to witch ({} dispatch misses), {} flushes; {} returns to the cache after native code, {} stretches run natively unrecorded",
+            c.cache_blocks, c.cache_links, c.cache_exits, c.cache_lookups, c.cache_flushes, c.window_resumes, c.window_gaps
+        )
+    })
+}
+
 /// What the reader should know before trusting the figures.
 pub fn notes(p: &Profile, c: &Counters) -> Vec<String> {
     let mut v = p.notes.clone();

@@ -4,7 +4,7 @@
 //! For a run of several processes, the processes with findings come next,
 //! heaviest first. Every figure that is an estimate carries its 95% interval.
 
-use super::observed::{burst_engine, notes};
+use super::observed::{burst_engine, exact_cache, notes};
 use super::units::{amount, duration, interval, pct, printable, uncertainty};
 use super::width::{fit, terminal_width};
 use super::Recorder;
@@ -167,6 +167,9 @@ impl Page<'_> {
         };
         if p.sampler.kind.is_exhaustive() {
             self.line(format!("  observed  {} {}s, {} judgements of one by the next access to its bytes", c.samples, w.access, c.traps))?;
+            if let Some(l) = exact_cache(&c) {
+                self.line(l)?;
+            }
         } else {
             self.line(format!("  observed  {} samples, {} traps, {} imprecise PCs{cost}", c.samples, c.traps, c.imprecise))?;
         }
