@@ -381,7 +381,7 @@ extern "C" fn at_exit() {
 /// The pid tracing this process, if any. Called by the control thread,
 /// which may allocate.
 fn traced_by_other() -> Option<i32> {
-    procfs::Status::read(procfs::Of::ThisProcess).ok()?.tracer()
+    procfs::ProcStatus::read(procfs::Of::ThisProcess).ok()?.tracer()
 }
 
 /// Open events for threads not seen before and start their samplers;
@@ -546,7 +546,7 @@ fn pending_signals() -> Vec<i32> {
     let ours = [libc::SIGTRAP, sampler_signal()];
     let mut mask = 0u64;
     for tid in procfs::tasks(None) {
-        let Ok(s) = procfs::Status::read(procfs::Of::OwnTask(tid)) else { continue };
+        let Ok(s) = procfs::ProcStatus::read(procfs::Of::OwnTask(tid)) else { continue };
         mask |= s.pending.unwrap_or(0) | s.shared_pending.unwrap_or(0);
     }
     ours.into_iter().filter(|&s| mask & (1u64 << (s - 1)) != 0).collect()

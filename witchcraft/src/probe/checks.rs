@@ -86,7 +86,7 @@ fn step_check(pmu_ok: bool) -> Check {
 
 /// Effective capability bits from /proc/self/status.
 fn cap_eff() -> Option<u64> {
-    crate::sys::procfs::Status::read(crate::sys::procfs::Of::ThisProcess).ok()?.cap_eff
+    crate::sys::procfs::ProcStatus::read(crate::sys::procfs::Of::ThisProcess).ok()?.cap_eff
 }
 const CAP_SYS_PTRACE: u32 = 19;
 const CAP_SYS_ADMIN: u32 = 21;

@@ -47,7 +47,7 @@ use anyhow::{anyhow, bail, Result};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-use witchcraft::sys::procfs::{Of, Status};
+use witchcraft::sys::procfs::{Of, ProcStatus};
 
 /// Blocking calls a thread may be stopped in without holding a C library lock.
 /// (read, poll, select, pause, nanosleep, accept, recvfrom, recvmsg,
@@ -527,7 +527,7 @@ fn reissued_in_full(whereabouts: &str) -> bool {
 /// Does thread `tid` have a signal pending that it does not block, and
 /// which signals does it block?
 fn signals(tid: i32) -> (bool, u64) {
-    let Ok(s) = Status::read(Of::Process(tid)) else { return (false, 0) };
+    let Ok(s) = ProcStatus::read(Of::Process(tid)) else { return (false, 0) };
     let blocked = s.blocked.unwrap_or(0);
     ((s.pending.unwrap_or(0) | s.shared_pending.unwrap_or(0)) & !blocked != 0, blocked)
 }
