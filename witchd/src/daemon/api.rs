@@ -9,7 +9,7 @@
 use super::config::DaemonConfig;
 use super::metrics::{ErrorKind, Outcome};
 use super::procfs::{self, Proc};
-use super::proto::{Reply, Request, Status, TargetStatus, MAX_REQUEST};
+use super::proto::{DaemonStatus, Reply, Request, TargetStatus, MAX_REQUEST};
 use super::scheduler::{options, State};
 use super::session::{self, Plan};
 use super::{say, Daemon};
@@ -348,7 +348,7 @@ async fn profile(
 }
 
 /// What the caller may see of the daemon's state.
-pub fn status(d: &Daemon, caller: Caller) -> Status {
+pub fn status(d: &Daemon, caller: Caller) -> DaemonStatus {
     let (store_bytes, store_profiles) = d.store.lock().unwrap().usage();
     let now = tokio::time::Instant::now();
     let targets = {
@@ -383,7 +383,7 @@ pub fn status(d: &Daemon, caller: Caller) -> Status {
             .collect()
     };
     let c = &d.counters;
-    Status {
+    DaemonStatus {
         pid: std::process::id(),
         version: env!("CARGO_PKG_VERSION").into(),
         uptime_s: d.started.elapsed().as_secs_f64(),
