@@ -36,7 +36,7 @@ pub struct DaemonArgs {
 
 #[derive(Subcommand, Debug, Clone)]
 pub enum Action {
-    /// SessionFacts targets, sessions in flight, and store usage
+    /// Watched targets, sessions in flight, and store usage
     Status {
         /// Print the status as JSON
         #[arg(long)]
