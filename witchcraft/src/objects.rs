@@ -7,11 +7,11 @@
 //! and, beside it, to ⟨C_watch, C_trap, object⟩ in this table. The object
 //! of the watched address is found in the signal handler without allocating
 //! and without locks:
-//! - the thread's own **stack** range → [`Kind::Stack`];
+//! - the thread's own **stack** range → [`AddrKind::Stack`];
 //! - a block the agent tracks in the [`crate::heap`] table (allocations at
-//!   or above its size threshold) → [`Kind::Heap`], keyed by the calling
+//!   or above its size threshold) → [`AddrKind::Heap`], keyed by the calling
 //!   context of its allocation, so every block allocated there is one object;
-//! - anything else → [`Kind::Address`]: the address is kept and resolved at
+//! - anything else → [`AddrKind::Address`]: the address is kept and resolved at
 //!   report time, offline, to the symbol of the module whose `.data`,
 //!   `.bss` or `.rodata` holds it (a static object), else "unknown". These
 //!   entries are keyed by the address's 64-byte line, so a big array makes
@@ -35,7 +35,7 @@ pub const SITE_FRAMES: usize = 6;
 /// What kind of data an address is, as the handler can tell.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(u8)]
-pub enum Kind {
+pub enum AddrKind {
     /// Resolved offline (a static object, or unknown).
     #[default]
     Address = 0,
@@ -46,7 +46,7 @@ pub enum Kind {
 /// An object as the handler found it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Object {
-    pub kind: Kind,
+    pub kind: AddrKind,
     /// What tells two objects apart: the line of an address, the hash of an
     /// allocation's context, 0 for the stack.
     pub key: u64,
@@ -63,18 +63,18 @@ impl Object {
     /// The object holding `addr` for a thread whose stack is `stack`.
     pub fn of(addr: u64, stack: (u64, u64)) -> Object {
         if addr >= stack.0 && addr < stack.1 {
-            return Object { kind: Kind::Stack, ..Default::default() };
+            return Object { kind: AddrKind::Stack, ..Default::default() };
         }
         if let Some(b) = crate::heap::find(addr) {
             return Object::heap(&b);
         }
-        Object { kind: Kind::Address, key: addr >> 6, addr, ..Default::default() }
+        Object { kind: AddrKind::Address, key: addr >> 6, addr, ..Default::default() }
     }
 
     /// The object of a tracked heap block: every block allocated from one
     /// calling context is one object.
     pub fn heap(b: &crate::heap::Block) -> Object {
-        Object { kind: Kind::Heap, key: b.hash, addr: b.start, size: b.size, site: b.site }
+        Object { kind: AddrKind::Heap, key: b.hash, addr: b.start, size: b.size, site: b.site }
     }
 
     fn hash(&self, watch: u32, trap: u32) -> u64 {
@@ -84,9 +84,9 @@ impl Object {
 
     fn to_profile(self) -> profile::DataRef {
         match self.kind {
-            Kind::Address => profile::DataRef::Address { addr: self.addr },
-            Kind::Stack => profile::DataRef::Stack,
-            Kind::Heap => {
+            AddrKind::Address => profile::DataRef::Address { addr: self.addr },
+            AddrKind::Stack => profile::DataRef::Stack,
+            AddrKind::Heap => {
                 let n = self.site.iter().position(|&pc| pc == 0).unwrap_or(SITE_FRAMES);
                 profile::DataRef::Heap { addr: self.addr, size: self.size, site: self.site[..n].to_vec() }
             }
@@ -210,7 +210,7 @@ mod tests {
     fn credits_split_by_object() {
         let mut t = Objects::try_with_capacity(4).unwrap();
         let stack = Object::of(0x1008, (0x1000, 0x2000));
-        assert_eq!(stack.kind, Kind::Stack);
+        assert_eq!(stack.kind, AddrKind::Stack);
         let a = Object::of(0x5000_0010, (0x1000, 0x2000));
         let a2 = Object::of(0x5000_0030, (0x1000, 0x2000)); // same line
         let b = Object::of(0x5000_0040, (0x1000, 0x2000)); // next line
