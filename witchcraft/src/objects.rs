@@ -45,7 +45,7 @@ pub enum AddrKind {
 
 /// An object as the handler found it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Object {
+pub struct FoundObject {
     pub kind: AddrKind,
     /// What tells two objects apart: the line of an address, the hash of an
     /// allocation's context, 0 for the stack.
@@ -59,22 +59,22 @@ pub struct Object {
     pub site: [u64; SITE_FRAMES],
 }
 
-impl Object {
+impl FoundObject {
     /// The object holding `addr` for a thread whose stack is `stack`.
-    pub fn of(addr: u64, stack: (u64, u64)) -> Object {
+    pub fn of(addr: u64, stack: (u64, u64)) -> FoundObject {
         if addr >= stack.0 && addr < stack.1 {
-            return Object { kind: AddrKind::Stack, ..Default::default() };
+            return FoundObject { kind: AddrKind::Stack, ..Default::default() };
         }
         if let Some(b) = crate::heap::find(addr) {
-            return Object::heap(&b);
+            return FoundObject::heap(&b);
         }
-        Object { kind: AddrKind::Address, key: addr >> 6, addr, ..Default::default() }
+        FoundObject { kind: AddrKind::Address, key: addr >> 6, addr, ..Default::default() }
     }
 
     /// The object of a tracked heap block: every block allocated from one
     /// calling context is one object.
-    pub fn heap(b: &crate::heap::Block) -> Object {
-        Object { kind: AddrKind::Heap, key: b.hash, addr: b.start, size: b.size, site: b.site }
+    pub fn heap(b: &crate::heap::Block) -> FoundObject {
+        FoundObject { kind: AddrKind::Heap, key: b.hash, addr: b.start, size: b.size, site: b.site }
     }
 
     fn hash(&self, watch: u32, trap: u32) -> u64 {
@@ -98,7 +98,7 @@ impl Object {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Entry {
     pub credits: PairEntry,
-    pub object: Object,
+    pub object: FoundObject,
 }
 
 // SAFETY: numbers only (the kind's 0 is Address); all zero is the empty entry.
@@ -152,14 +152,14 @@ impl Objects {
     }
 
     /// Credit one verdict (as the pair got it) to its object too.
-    pub fn credit(&mut self, watch: u32, trap: u32, object: &Object, verdict: Verdict, scale: f64, cluster: u64) {
+    pub fn credit(&mut self, watch: u32, trap: u32, object: &FoundObject, verdict: Verdict, scale: f64, cluster: u64) {
         if let Some(e) = self.get(watch, trap, object) {
             let (waste, used) = e.credits.credit(verdict, scale);
             e.credits.cluster.add(cluster, waste, used);
         }
     }
 
-    fn get(&mut self, watch: u32, trap: u32, object: &Object) -> Option<&mut Entry> {
+    fn get(&mut self, watch: u32, trap: u32, object: &FoundObject) -> Option<&mut Entry> {
         if self.cap == 0 {
             self.overflow += 1;
             return None;
@@ -209,11 +209,11 @@ mod tests {
     #[test]
     fn credits_split_by_object() {
         let mut t = Objects::try_with_capacity(4).unwrap();
-        let stack = Object::of(0x1008, (0x1000, 0x2000));
+        let stack = FoundObject::of(0x1008, (0x1000, 0x2000));
         assert_eq!(stack.kind, AddrKind::Stack);
-        let a = Object::of(0x5000_0010, (0x1000, 0x2000));
-        let a2 = Object::of(0x5000_0030, (0x1000, 0x2000)); // same line
-        let b = Object::of(0x5000_0040, (0x1000, 0x2000)); // next line
+        let a = FoundObject::of(0x5000_0010, (0x1000, 0x2000));
+        let a2 = FoundObject::of(0x5000_0030, (0x1000, 0x2000)); // same line
+        let b = FoundObject::of(0x5000_0040, (0x1000, 0x2000)); // next line
         let waste = Verdict::Waste { bytes: 8, approx: false };
         t.credit(1, 2, &a, waste, 1.0, 0);
         t.credit(1, 2, &a2, waste, 1.0, 0);

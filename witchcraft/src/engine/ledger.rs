@@ -19,7 +19,7 @@ use super::watch::{snapshot, SelfTrap, Slot, Watchpoints};
 use crate::context::Tree;
 use crate::craft::{Verdict, Watched, SNAPSHOT};
 use crate::modules::{self, ProcessMap};
-use crate::objects::{Object, Objects, OBJECT_ENTRIES};
+use crate::objects::{FoundObject, Objects, OBJECT_ENTRIES};
 use crate::pair::{ClusterSums, Pairs};
 use crate::profile::{self, Counters};
 use crate::sys::mem;
@@ -320,7 +320,7 @@ impl Ledger {
             let (waste, used) = p.credit(verdict, scale);
             p.cluster.add(self.cluster, waste, used);
             self.clusters.add(self.cluster, waste, used);
-            let object = Object::of(addr, self.place.stack);
+            let object = FoundObject::of(addr, self.place.stack);
             self.objects.credit(watch_ctx, trap_ctx, &object, verdict, scale, self.cluster);
         }
     }
