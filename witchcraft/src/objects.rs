@@ -96,20 +96,20 @@ impl FoundObject {
 
 /// One ⟨C_watch, C_trap, object⟩ and its credits.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Entry {
+pub struct ObjectEntry {
     pub credits: PairEntry,
     pub object: FoundObject,
 }
 
 // SAFETY: numbers only (the kind's 0 is Address); all zero is the empty entry.
-unsafe impl Zeroable for Entry {}
+unsafe impl Zeroable for ObjectEntry {}
 
 /// The most entries a thread's table holds (about 200 bytes each).
 pub const OBJECT_ENTRIES: usize = 1 << 13;
 
 /// ⟨C_watch, C_trap, object⟩ → credits, preallocated like the pair table.
 pub struct Objects {
-    entries: Reserved<Entry>,
+    entries: Reserved<ObjectEntry>,
     len: usize,
     index: Reserved<u32>,
     slots: usize,
@@ -133,7 +133,7 @@ impl Objects {
 
     /// What [`Objects::try_with_capacity`] reserves for `cap`, in bytes.
     pub fn reserved_bytes_for(cap: usize) -> usize {
-        (cap + 1) * std::mem::size_of::<Entry>() + max_slots(cap + 1) * std::mem::size_of::<u32>()
+        (cap + 1) * std::mem::size_of::<ObjectEntry>() + max_slots(cap + 1) * std::mem::size_of::<u32>()
     }
 
     pub fn reserved_bytes(&self) -> usize {
@@ -159,7 +159,7 @@ impl Objects {
         }
     }
 
-    fn get(&mut self, watch: u32, trap: u32, object: &FoundObject) -> Option<&mut Entry> {
+    fn get(&mut self, watch: u32, trap: u32, object: &FoundObject) -> Option<&mut ObjectEntry> {
         if self.cap == 0 {
             self.overflow += 1;
             return None;
@@ -180,7 +180,7 @@ impl Objects {
                 }
                 let n = self.len;
                 self.index[h] = n as u32;
-                self.entries[n] = Entry { credits: PairEntry { watch, trap, ..Default::default() }, object: *object };
+                self.entries[n] = ObjectEntry { credits: PairEntry { watch, trap, ..Default::default() }, object: *object };
                 self.len += 1;
                 return Some(&mut self.entries[n]);
             }
@@ -192,7 +192,7 @@ impl Objects {
         }
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Entry> {
+    pub fn iter(&self) -> impl Iterator<Item = &ObjectEntry> {
         self.entries.get(1..self.len).unwrap_or(&[]).iter()
     }
 
