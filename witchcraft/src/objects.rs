@@ -108,7 +108,7 @@ unsafe impl Zeroable for ObjectEntry {}
 pub const OBJECT_ENTRIES: usize = 1 << 13;
 
 /// ⟨C_watch, C_trap, object⟩ → credits, preallocated like the pair table.
-pub struct Objects {
+pub struct ObjectTable {
     entries: Reserved<ObjectEntry>,
     len: usize,
     index: Reserved<u32>,
@@ -117,21 +117,21 @@ pub struct Objects {
     pub overflow: u64,
 }
 
-impl Objects {
+impl ObjectTable {
     /// `cap` entries at most, or None if their memory cannot be reserved.
-    pub fn try_with_capacity(cap: usize) -> Option<Objects> {
+    pub fn try_with_capacity(cap: usize) -> Option<ObjectTable> {
         let cap = cap.max(1);
         let entries = Reserved::new(cap + 1)?;
         let index = Reserved::new(max_slots(cap + 1))?;
-        Some(Objects { entries, len: 1, index, slots: FIRST_SLOTS, cap, overflow: 0 })
+        Some(ObjectTable { entries, len: 1, index, slots: FIRST_SLOTS, cap, overflow: 0 })
     }
 
     /// A table that holds nothing (every credit counted as overflow).
-    pub fn none() -> Objects {
-        Objects { entries: Reserved::empty(), len: 1, index: Reserved::empty(), slots: 0, cap: 0, overflow: 0 }
+    pub fn none() -> ObjectTable {
+        ObjectTable { entries: Reserved::empty(), len: 1, index: Reserved::empty(), slots: 0, cap: 0, overflow: 0 }
     }
 
-    /// What [`Objects::try_with_capacity`] reserves for `cap`, in bytes.
+    /// What [`ObjectTable::try_with_capacity`] reserves for `cap`, in bytes.
     pub fn reserved_bytes_for(cap: usize) -> usize {
         (cap + 1) * std::mem::size_of::<ObjectEntry>() + max_slots(cap + 1) * std::mem::size_of::<u32>()
     }
@@ -208,7 +208,7 @@ mod tests {
 
     #[test]
     fn credits_split_by_object() {
-        let mut t = Objects::try_with_capacity(4).unwrap();
+        let mut t = ObjectTable::try_with_capacity(4).unwrap();
         let stack = FoundObject::of(0x1008, (0x1000, 0x2000));
         assert_eq!(stack.kind, AddrKind::Stack);
         let a = FoundObject::of(0x5000_0010, (0x1000, 0x2000));
@@ -228,7 +228,7 @@ mod tests {
         assert_eq!((p[0].pair.waste, p[0].pair.traps), (16.0, 2));
         assert_eq!((p[1].pair.r#use, p[2].pair.waste), (4.0, 16.0));
         assert_eq!(p[2].object, profile::DataRef::Stack);
-        let mut none = Objects::none();
+        let mut none = ObjectTable::none();
         none.credit(1, 2, &a, waste, 1.0, 0);
         assert_eq!((none.iter().count(), none.overflow), (0, 1));
         t.clear();
