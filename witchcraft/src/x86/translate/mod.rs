@@ -60,7 +60,7 @@ pub use dispatch::{dispatch_index, emit_dispatch, emit_link};
 pub use emit::{EXIT_STUB_LEN, LINK_PREFIX_LEN};
 
 use super::decode::{Access, Analyzer};
-use super::record::Kind;
+use super::record::RecordKind;
 use emit::Emitter;
 use iced_x86::{Encoder, Instruction, InstructionInfoFactory, InstructionInfoOptions, Register};
 
@@ -94,7 +94,7 @@ pub enum Counted {
     /// fit (an [`Exit::Pick`]). A `rep` string instruction with elements
     /// to run always leaves for the engine ([`Exit::BigRep`]), which
     /// records it whole.
-    Records(Kind),
+    Records(RecordKind),
 }
 
 impl Counted {
@@ -465,5 +465,5 @@ struct Ctx<'a> {
     /// The link stub (0: none).
     link: u64,
     /// Recording copies ([`Counted::Records`]): what they record.
-    record: Option<Kind>,
+    record: Option<RecordKind>,
 }

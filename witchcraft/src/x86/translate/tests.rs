@@ -250,7 +250,7 @@ const RIG_BYTES: usize = 1 << 16;
 
 impl Rig {
     /// `code` translated for `kind` into a fresh mapping.
-    fn new(code: &[u8], kind: record::Kind) -> Rig {
+    fn new(code: &[u8], kind: record::RecordKind) -> Rig {
         // SAFETY: a new private anonymous mapping, checked for failure.
         let base = unsafe {
             libc::mmap(
@@ -339,7 +339,7 @@ fn a_recording_copy_records_every_access_and_keeps_the_registers() {
         0x4C, 0x8B, 0x05, 0x00, 0x01, 0x00, 0x00, // mov r8, [rip+0x100]
         0xC3, // ret
     ];
-    let rig = Rig::new(&code, record::Kind::Addresses);
+    let rig = Rig::new(&code, record::RecordKind::Addresses);
     let (native, table, copy) = (rig.native, rig.table, rig.copy);
     assert_eq!(
         (rig.block.insns, rig.block.counted),
@@ -418,7 +418,7 @@ fn value_recording_copies_record_the_bytes_their_craft_compares() {
         0x66, 0x8B, 0x16, // mov dx, [rsi]
         0xC3, // ret
     ];
-    for kind in [record::Kind::StoreValues, record::Kind::LoadValues] {
+    for kind in [record::RecordKind::StoreValues, record::RecordKind::LoadValues] {
         let rig = Rig::new(&code, kind);
         let (native, table, copy) = (rig.native, rig.table, rig.copy);
         let src = [0x0102_0304_0506_0708u64, 11, 12];
@@ -464,7 +464,7 @@ fn value_recording_copies_record_the_bytes_their_craft_compares() {
         let le = |v: u64, n: usize| v.to_le_bytes()[..n].to_vec();
         let ret_to = rig.get(table);
         let bytes16 = |w: [u32; 4]| w.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        if kind == record::Kind::StoreValues {
+        if kind == record::RecordKind::StoreValues {
             assert_eq!(seen.len(), 5, "{seen:x?}");
             assert_eq!(seen[0], (0, 4, le(0, 4), le(7, 4)), "mov [rdi], eax");
             assert_eq!(seen[1], (2, 4, le(5, 4), le(5, 4)), "add [rdi+4], 0: silent");
@@ -658,7 +658,7 @@ fn wide_value_records_end_a_block_before_it_outgrows_its_room() {
         code.extend(enc.take_buffer());
     }
     code.push(0xC3);
-    for kind in [record::Kind::StoreValues, record::Kind::LoadValues, record::Kind::Addresses] {
+    for kind in [record::RecordKind::StoreValues, record::RecordKind::LoadValues, record::RecordKind::Addresses] {
         for variant in [Variant::Fast, Variant::Slow] {
             let mut t = Translator::new();
             let mut host = Code { base: NATIVE, bytes: code.clone() };
@@ -667,7 +667,7 @@ fn wide_value_records_end_a_block_before_it_outgrows_its_room() {
             let b = t.translate(&mut host, &env, Request { native: NATIVE, variant, at: CACHE, points: false }, &mut out);
             let b = b.unwrap_or_else(|e| panic!("{kind:?} {variant:?}: {e:?}"));
             assert!(b.insns >= 8, "{kind:?} {variant:?}: {} instructions", b.insns);
-            if kind == record::Kind::StoreValues {
+            if kind == record::RecordKind::StoreValues {
                 assert!(b.insns < 32, "cut: {} instructions in {} bytes", b.insns, b.len);
             }
         }
