@@ -145,7 +145,7 @@ fn answers_to(o: &crate::analysis::objects::Object, name: &str) -> bool {
     }
     // "heap from main (src/app.c:38)": a heap object by its allocation site
     // (a static object's parentheses name its module, not a site).
-    if o.kind != crate::analysis::objects::Kind::Heap {
+    if o.kind != crate::analysis::objects::ObjectKind::Heap {
         return false;
     }
     let site = o.name.strip_suffix(')').and_then(|n| n.rsplit_once('(')).map(|(_, s)| s);
@@ -275,7 +275,7 @@ mod tests {
 
     #[test]
     fn objects_answer_to_their_symbol_site_name_or_key() {
-        use crate::analysis::objects::{Kind, Object};
+        use crate::analysis::objects::{Object, ObjectKind};
         let o = |kind, name: &str, key: &str| Object {
             kind,
             name: name.into(),
@@ -284,19 +284,19 @@ mod tests {
             site: Vec::new(),
             sums: Default::default(),
         };
-        let table = o(Kind::Static, "table (app)", "static:app:table");
+        let table = o(ObjectKind::Static, "table (app)", "static:app:table");
         for n in ["table", "table (app)", "static:app:table"] {
             assert!(answers_to(&table, n), "{n}");
         }
         assert!(!answers_to(&table, "tab") && !answers_to(&table, "app"));
-        let heap = o(Kind::Heap, "heap from main (src/app.c:38)", "heap:main@src/app.c:38");
+        let heap = o(ObjectKind::Heap, "heap from main (src/app.c:38)", "heap:main@src/app.c:38");
         for n in ["app.c:38", "src/app.c:38", "heap from main (src/app.c:38)"] {
             assert!(answers_to(&heap, n), "{n}");
         }
         for n in ["p.c:38", "app.c:3", "main"] {
             assert!(!answers_to(&heap, n), "{n}");
         }
-        assert!(answers_to(&o(Kind::Stack, "stack", "stack"), "stack"));
+        assert!(answers_to(&o(ObjectKind::Stack, "stack", "stack"), "stack"));
     }
 
     #[test]

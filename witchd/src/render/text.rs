@@ -307,7 +307,7 @@ impl Page<'_> {
     /// The data objects with the most waste: each one's share of all waste
     /// and its interval, and the craft's fraction within it.
     fn objects(&mut self, run: &Analysis, total: &Sums, top: usize) -> anyhow::Result<()> {
-        use crate::analysis::objects::{self, Kind};
+        use crate::analysis::objects::{self, ObjectKind};
         let w = analysis::words(run.main().profile.craft);
         if !objects::kept(run) {
             self.line("Objects: this profile keeps no data objects (an exact run, or a profile from an older witch).".into())?;
@@ -326,8 +326,8 @@ impl Page<'_> {
             let ci = if total.exhaustive { String::new() } else { format!("{:<12}  ", interval(share.lo, share.hi)) };
             let size = o.size.map_or(String::new(), |b| format!(", {}", super::units::size(b)));
             let kind = match o.kind {
-                Kind::Static => "static ",
-                Kind::Heap | Kind::Stack | Kind::Unknown => "",
+                ObjectKind::Static => "static ",
+                ObjectKind::Heap | ObjectKind::Stack | ObjectKind::Unknown => "",
             };
             let procs = if run.procs.len() > 1 {
                 format!(", pid {}", pids.iter().map(u32::to_string).collect::<Vec<_>>().join(" "))
