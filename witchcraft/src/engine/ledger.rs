@@ -125,7 +125,7 @@ impl Ledger {
     /// What [`Tables::try_reserve`] reserves, in bytes.
     pub(super) fn reserved_bytes_each() -> usize {
         let index = |cap: usize| crate::context::max_slots(cap) * std::mem::size_of::<u32>();
-        TREE_NODES * std::mem::size_of::<crate::context::Node>()
+        TREE_NODES * std::mem::size_of::<crate::context::LiveNode>()
             + index(TREE_NODES)
             + (PAIRS + 1) * std::mem::size_of::<crate::pair::PairEntry>()
             + index(PAIRS + 1)
