@@ -73,7 +73,7 @@ impl FoundObject {
 
     /// The object of a tracked heap block: every block allocated from one
     /// calling context is one object.
-    pub fn heap(b: &crate::heap::Block) -> FoundObject {
+    pub fn heap(b: &crate::heap::HeapBlock) -> FoundObject {
         FoundObject { kind: AddrKind::Heap, key: b.hash, addr: b.start, size: b.size, site: b.site }
     }
 
