@@ -536,7 +536,7 @@ impl Release {
 
 /// Is this slot's thread out of witch's code (no handler of witch's on
 /// it, not in a burst window), or gone?
-fn settled(s: &threads::Entry) -> bool {
+fn settled(s: &threads::ThreadSlot) -> bool {
     let busy = s.engine_busy() || s.in_use();
     !busy || !std::path::Path::new(&format!("/proc/self/task/{}", s.tid())).exists()
 }
