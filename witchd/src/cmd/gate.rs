@@ -23,7 +23,7 @@ enum BoundVerdict {
 }
 
 /// One bound's outcome, also one JUnit test case.
-struct Check {
+struct BoundCheck {
     name: String,
     verdict: BoundVerdict,
     /// The figures, e.g. "waste 34.2% (95% interval 30.1–38.4%) > max 20.0%".
@@ -65,7 +65,7 @@ pub fn run(a: &GateArgs) -> anyhow::Result<i32> {
     let mut checks = Vec::new();
     if let Some(max) = a.max_waste {
         let v = verdict(pc(f.lo), pc(f.hi), max);
-        checks.push(Check {
+        checks.push(BoundCheck {
             name: format!("max-waste {max:.1}%"),
             verdict: v,
             detail: format!("waste {:.1}% ({}) {} max {max:.1}%", pc(f.value), crate::render::units::uncertainty(&f), word(v, "<=", ">")),
@@ -91,7 +91,7 @@ pub fn run(a: &GateArgs) -> anyhow::Result<i32> {
             anyhow::bail!("{}: the waste fraction's increase over it cannot be computed", base.display());
         }
         let v = verdict(pc(inc.lo), pc(inc.hi), max);
-        checks.push(Check {
+        checks.push(BoundCheck {
             name: format!("max-increase {max:.1}pp"),
             verdict: v,
             detail: format!(
@@ -156,7 +156,7 @@ fn answers_to(o: &crate::analysis::objects::Object, name: &str) -> bool {
 /// objects with the most waste (for stderr; none when the profile keeps no
 /// objects). An object bound that names no object of the profile is an
 /// error (a misspelt name would pass forever).
-fn objects(p: &witchcraft::profile::Profile, a: &GateArgs, checks: &mut Vec<Check>) -> anyhow::Result<Vec<String>> {
+fn objects(p: &witchcraft::profile::Profile, a: &GateArgs, checks: &mut Vec<BoundCheck>) -> anyhow::Result<Vec<String>> {
     use crate::analysis::objects;
     let run = model::Analysis::of(p);
     if !objects::kept(&run) {
@@ -177,7 +177,7 @@ fn objects(p: &witchcraft::profile::Profile, a: &GateArgs, checks: &mut Vec<Chec
         for o in found {
             let f = o.sums.fraction();
             let v = verdict(pc(f.lo), pc(f.hi), *max);
-            checks.push(Check {
+            checks.push(BoundCheck {
                 name: format!("max-object-waste {} {max:.1}%", o.name),
                 verdict: v,
                 detail: format!(
@@ -227,7 +227,7 @@ fn esc(s: &str) -> String {
 
 /// One test suite, one test case per bound; a failed bound has a `<failure>`,
 /// one the data cannot decide is `<skipped>` with the reason.
-fn junit(checks: &[Check], craft: &str, program: &str) -> String {
+fn junit(checks: &[BoundCheck], craft: &str, program: &str) -> String {
     let failures = checks.iter().filter(|c| c.verdict == BoundVerdict::Fail).count();
     let skipped = checks.iter().filter(|c| c.verdict == BoundVerdict::CannotTell).count();
     let mut o = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
@@ -261,9 +261,9 @@ mod tests {
     #[test]
     fn junit_escapes_and_counts() {
         let c = [
-            Check { name: "a".into(), verdict: BoundVerdict::Pass, detail: "x <= y".into() },
-            Check { name: "b".into(), verdict: BoundVerdict::Fail, detail: "x > \"y\"".into() },
-            Check { name: "c".into(), verdict: BoundVerdict::CannotTell, detail: "x ~ y".into() },
+            BoundCheck { name: "a".into(), verdict: BoundVerdict::Pass, detail: "x <= y".into() },
+            BoundCheck { name: "b".into(), verdict: BoundVerdict::Fail, detail: "x > \"y\"".into() },
+            BoundCheck { name: "c".into(), verdict: BoundVerdict::CannotTell, detail: "x ~ y".into() },
         ];
         let x = junit(&c, "dead", "./a&b");
         assert!(x.contains("tests=\"3\" failures=\"1\" errors=\"0\" skipped=\"1\""));
