@@ -196,8 +196,8 @@ fn spawn_on_own_stack(f: Box<dyn FnOnce() + Send>) -> Result<(), ()> {
     Ok(())
 }
 
-/// How a session ended.
-enum End {
+/// How a session ended, on the agent's side.
+enum SessionEnd {
     /// Detached: profiling undone, the profile sent; the handlers and
     /// memory are given back by the [`Release`].
     Detached(Release),
@@ -272,11 +272,11 @@ fn control(mut chan: AgentEnd, theirs: i32, watch: Option<Controller>) {
         witchcraft::heap::stop();
         let _one = SESSION.sending();
         match end {
-            Ok(End::Detached(release)) => {
+            Ok(SessionEnd::Detached(release)) => {
                 chan.send(&Message::Detached);
                 owed = Some(release);
             }
-            Ok(End::Exiting) => {}
+            Ok(SessionEnd::Exiting) => {}
             Err((e, release)) => {
                 chan.send(&Message::Error(e));
                 chan.send(&Message::Detached);
@@ -291,7 +291,7 @@ fn control(mut chan: AgentEnd, theirs: i32, watch: Option<Controller>) {
     // The thread's own exit follows (a thread entering a sandbox waits for it).
 }
 
-fn session(chan: &mut AgentEnd, text: &str) -> Result<End, (String, Option<Release>)> {
+fn session(chan: &mut AgentEnd, text: &str) -> Result<SessionEnd, (String, Option<Release>)> {
     let cfg = Config::from_lines(text).map_err(|e| (e, None))?.ok_or(("no WITCH_CRAFT in the settings".to_string(), None))?;
     if let Some(leave) = SESSION.leaving() {
         return Err((leave.note(None), None));
@@ -340,7 +340,7 @@ fn session(chan: &mut AgentEnd, text: &str) -> Result<End, (String, Option<Relea
             Received::Message(_) | Received::Nothing => {}
         }
         if AGENT.finished() {
-            return Ok(End::Exiting); // at_exit delivered the profile
+            return Ok(SessionEnd::Exiting); // at_exit delivered the profile
         }
         if let Some(leave) = SESSION.leaving() {
             AGENT.note(leave.note(Some((now_ns().saturating_sub(AGENT.start_ns())) as f64 / 1e9)));
@@ -369,7 +369,7 @@ fn session(chan: &mut AgentEnd, text: &str) -> Result<End, (String, Option<Relea
         // agent interposes nothing, so it looks every POLL).
         crate::loading::keep_map_current(false);
     }
-    Ok(End::Detached(teardown(Some(ended_by))))
+    Ok(SessionEnd::Detached(teardown(Some(ended_by))))
 }
 
 extern "C" fn at_exit() {
