@@ -338,10 +338,10 @@ mod tests {
     }
 
     /// (watch pc, trap pc) → waste, use, traps, sum of squares of waste.
-    type Figures = Vec<((u64, u64), [u64; 4])>;
+    type FiguresByPair = Vec<((u64, u64), [u64; 4])>;
 
     /// Every pair's figures, traps included, and the stores counted.
-    fn figures(r: Replay) -> (Figures, u64) {
+    fn figures(r: Replay) -> (FiguresByPair, u64) {
         let mut v = Vec::new();
         let mut stores = 0;
         for (_, t) in r.into_threads() {
