@@ -268,7 +268,7 @@ struct JsonLine<'a> {
 
 struct Lines<'a> {
     run: &'a Analysis<'a>,
-    lines: Vec<summary::Line>,
+    lines: Vec<summary::LineSummary>,
     total: Sums,
 }
 

@@ -243,7 +243,7 @@ impl Page<'_> {
     }
 
     /// The summary: the program's own lines by waste, each with its partner lines.
-    fn lines(&mut self, run: &Analysis, total: &Sums, lines: &[summary::Line], top: usize) -> anyhow::Result<()> {
+    fn lines(&mut self, run: &Analysis, total: &Sums, lines: &[summary::LineSummary], top: usize) -> anyhow::Result<()> {
         let w = analysis::words(run.main().profile.craft);
         let n = if top == 0 { lines.len() } else { top.min(lines.len()) };
         let of = if n < lines.len() { format!(" (top {n} of {}; --top N for more)", lines.len()) } else { String::new() };
@@ -401,7 +401,7 @@ impl Page<'_> {
 
     /// The heaviest pair of each of the top lines in full, start-up frames
     /// left out; `top` 0: every pair with waste, heaviest first.
-    fn pairs(&mut self, run: &Analysis, total: &Sums, lines: &[summary::Line], top: usize) -> anyhow::Result<()> {
+    fn pairs(&mut self, run: &Analysis, total: &Sums, lines: &[summary::LineSummary], top: usize) -> anyhow::Result<()> {
         let w = analysis::words(run.main().profile.craft);
         let total_pairs: usize = run.procs.iter().map(|x| x.pairs.iter().filter(|sp| sp.waste() > 0.0).count()).sum();
         // (process, pair, other pairs at its line), in the order shown.
