@@ -41,7 +41,7 @@ struct SockId {
 /// `struct inet_diag_req_v2`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-struct Request {
+struct InetDiagReq {
     hdr: NlMsgHdr,
     family: u8,
     protocol: u8,
@@ -103,8 +103,14 @@ pub fn tcp_peer_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
         libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&tv as *const libc::timeval).cast(), size_of::<libc::timeval>() as u32)
     };
     // The client's socket, as it sees itself: its own address is our peer.
-    let req = Request {
-        hdr: NlMsgHdr { len: size_of::<Request>() as u32, kind: SOCK_DIAG_BY_FAMILY, flags: libc::NLM_F_REQUEST as u16, seq: 1, pid: 0 },
+    let req = InetDiagReq {
+        hdr: NlMsgHdr {
+            len: size_of::<InetDiagReq>() as u32,
+            kind: SOCK_DIAG_BY_FAMILY,
+            flags: libc::NLM_F_REQUEST as u16,
+            seq: 1,
+            pid: 0,
+        },
         family: family as u8,
         protocol: libc::IPPROTO_TCP as u8,
         states: 1 << TCP_ESTABLISHED,
@@ -125,14 +131,14 @@ pub fn tcp_peer_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
     let sent = unsafe {
         libc::sendto(
             sock.as_raw_fd(),
-            (&req as *const Request).cast(),
-            size_of::<Request>(),
+            (&req as *const InetDiagReq).cast(),
+            size_of::<InetDiagReq>(),
             0,
             (&kernel as *const libc::sockaddr_nl).cast(),
             size_of::<libc::sockaddr_nl>() as u32,
         )
     };
-    if sent != size_of::<Request>() as isize {
+    if sent != size_of::<InetDiagReq>() as isize {
         return None;
     }
     let mut buf = [0u64; 128];
