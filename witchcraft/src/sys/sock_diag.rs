@@ -54,7 +54,7 @@ struct InetDiagReq {
 /// `struct inet_diag_msg`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-struct Message {
+struct InetDiagMsg {
     family: u8,
     state: u8,
     timer: u8,
@@ -145,13 +145,13 @@ pub fn tcp_peer_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
     // SAFETY: receives at most the buffer's size into it.
     let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), size_of_val(&buf), 0) };
     let hdr_len = size_of::<NlMsgHdr>();
-    if n < (hdr_len + size_of::<Message>()) as isize {
+    if n < (hdr_len + size_of::<InetDiagMsg>()) as isize {
         return None; // an error message (no such socket), or nothing
     }
     // SAFETY: the buffer holds at least a header and a message, and is 8-byte aligned.
     let (hdr, msg) = unsafe {
         let p = buf.as_ptr().cast::<u8>();
-        (std::ptr::read_unaligned(p.cast::<NlMsgHdr>()), std::ptr::read_unaligned(p.add(hdr_len).cast::<Message>()))
+        (std::ptr::read_unaligned(p.cast::<NlMsgHdr>()), std::ptr::read_unaligned(p.add(hdr_len).cast::<InetDiagMsg>()))
     };
     let same = msg.id.sport == req.id.sport && msg.id.dport == req.id.dport && msg.id.src == req.id.src && msg.id.dst == req.id.dst;
     (hdr.kind == SOCK_DIAG_BY_FAMILY && msg.state == TCP_ESTABLISHED && msg.inode != 0 && same).then_some(msg.uid)
