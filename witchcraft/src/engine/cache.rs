@@ -28,7 +28,7 @@
 use crate::modules::{self, ProcessMap};
 use crate::sys::mem;
 use crate::x86::translate::{
-    self, Block, Counted, Data, DataAddrs, Env, Exit, Host, Point, Request, Spilled, Translator, Variant, EXIT_STUB_LEN,
+    self, Block, Counted, Data, DataAddrs, Env, Exit, Host, Point, Spilled, TranslateRequest, Translator, Variant, EXIT_STUB_LEN,
 };
 
 mod layout;
@@ -396,7 +396,7 @@ impl CodeCache {
         let out =
             unsafe { std::slice::from_raw_parts_mut(self.base.add(self.layout.code_at() + self.code_pos), translate::MAX_BLOCK_BYTES) };
         let env = Env { slots, counted, dispatch, link: self.link };
-        let b: Block = self.translator.translate(&mut host, &env, Request { native, variant, at, points: false }, out)?;
+        let b: Block = self.translator.translate(&mut host, &env, TranslateRequest { native, variant, at, points: false }, out)?;
         self.code_pos += (b.len as usize).next_multiple_of(16);
         // SAFETY: records < RECORDS (checked above).
         unsafe {
@@ -521,7 +521,7 @@ impl CodeCache {
         let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(self.layout.scratch_at()), translate::MAX_BLOCK_BYTES) };
         let variant = if r.slow != 0 { Variant::Slow } else { Variant::Fast };
         let env = Env { slots, counted, dispatch, link: self.link };
-        self.translator.translate(&mut host, &env, Request { native: r.native, variant, at: r.start, points: true }, out).ok()?;
+        self.translator.translate(&mut host, &env, TranslateRequest { native: r.native, variant, at: r.start, points: true }, out).ok()?;
         self.translator.point_at(addr, after)
     }
 

@@ -192,7 +192,7 @@ pub struct Env {
 
 /// One block to translate.
 #[derive(Clone, Copy, Debug)]
-pub struct Request {
+pub struct TranslateRequest {
     pub native: u64,
     pub variant: Variant,
     /// Where the copy will run.
@@ -431,7 +431,7 @@ impl Translator {
     /// remember where each emitted instruction stands (see
     /// [`Translator::point_at`]): a translation again of a block already in
     /// the cache, into scratch space.
-    pub fn translate(&mut self, host: &mut dyn Host, env: &Env, req: Request, out: &mut [u8]) -> Result<Block, Error> {
+    pub fn translate(&mut self, host: &mut dyn Host, env: &Env, req: TranslateRequest, out: &mut [u8]) -> Result<Block, Error> {
         self.npoints = 0;
         let n = self.decode_block(host, req.native, env.counted);
         if n == 0 {

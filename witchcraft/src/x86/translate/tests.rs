@@ -38,7 +38,7 @@ fn translate(code: &[u8], variant: Variant, points: bool) -> (Translator, Block,
     let mut t = Translator::new();
     let mut host = Code { base: NATIVE, bytes: code.to_vec() };
     let mut out = vec![0u8; MAX_BLOCK_BYTES];
-    let b = t.translate(&mut host, &env(CACHE - 0x800), Request { native: NATIVE, variant, at: CACHE, points }, &mut out).unwrap();
+    let b = t.translate(&mut host, &env(CACHE - 0x800), TranslateRequest { native: NATIVE, variant, at: CACHE, points }, &mut out).unwrap();
     out.truncate(b.len as usize);
     (t, b, out)
 }
@@ -156,8 +156,9 @@ fn a_rip_relative_operand_within_reach_keeps_its_form() {
     let mut host = Code { base: NATIVE, bytes: code.to_vec() };
     let mut out = vec![0u8; MAX_BLOCK_BYTES];
     let near = NATIVE + 0x4000_0000;
-    let b =
-        t.translate(&mut host, &env(near), Request { native: NATIVE, variant: Variant::Fast, at: near, points: false }, &mut out).unwrap();
+    let b = t
+        .translate(&mut host, &env(near), TranslateRequest { native: NATIVE, variant: Variant::Fast, at: near, points: false }, &mut out)
+        .unwrap();
     let mut d = Decoder::with_ip(64, &out[..b.len as usize], near, DecoderOptions::NONE);
     let lea = std::iter::from_fn(|| d.can_decode().then(|| d.decode())).find(|i| i.mnemonic() == Mnemonic::Lea).unwrap();
     assert_eq!(lea.ip_rel_memory_address(), NATIVE + 7 - 0x20);
@@ -212,7 +213,7 @@ fn a_rep_string_is_a_block_of_its_own_counted_by_rcx() {
     let mut host = Code { base: NATIVE, bytes: vec![0xF3, 0xAA, 0xC3] };
     let mut out = vec![0u8; MAX_BLOCK_BYTES];
     let b = t
-        .translate(&mut host, &env(CACHE), Request { native: NATIVE, variant: Variant::Fast, at: CACHE, points: false }, &mut out)
+        .translate(&mut host, &env(CACHE), TranslateRequest { native: NATIVE, variant: Variant::Fast, at: CACHE, points: false }, &mut out)
         .unwrap();
     assert!(b.rep);
     let l = listing(&out[..b.len as usize]);
@@ -284,7 +285,7 @@ impl Rig {
         let mut t = Translator::new();
         let mut host = Code { base: native, bytes: code.to_vec() };
         let env = Env { slots, counted: Counted::Records(kind), dispatch: stub, link: 0 };
-        let req = Request { native, variant: Variant::Fast, at: copy, points: false };
+        let req = TranslateRequest { native, variant: Variant::Fast, at: copy, points: false };
         let (o, mem) = (rig.off(copy), rig.mem());
         rig.block = t.translate(&mut host, &env, req, &mut mem[o..o + MAX_BLOCK_BYTES]).unwrap();
         rig
@@ -584,7 +585,7 @@ fn a_link_through_the_engines_entry_keeps_registers_flags_and_vectors() {
     let mut t = Translator::new();
     let mut host = Code { base: native, bytes: code.to_vec() };
     let env = Env { slots, counted: Counted::Stores, dispatch: stub + 0x400, link: stub };
-    let req = Request { native, variant: Variant::Fast, at: copy, points: false };
+    let req = TranslateRequest { native, variant: Variant::Fast, at: copy, points: false };
     let b = t.translate(&mut host, &env, req, &mut mem[off(copy)..off(copy) + MAX_BLOCK_BYTES]).unwrap();
     let listed = exits(&mem[off(copy)..off(copy) + b.len as usize]);
     assert!(listed.iter().any(|(_, e)| matches!(e, Exit::Link { native: n, .. } if *n == native + 7 + 0x100)), "{listed:?}");
@@ -664,7 +665,7 @@ fn wide_value_records_end_a_block_before_it_outgrows_its_room() {
             let mut host = Code { base: NATIVE, bytes: code.clone() };
             let mut out = vec![0u8; MAX_BLOCK_BYTES];
             let env = Env { slots: slots(), counted: Counted::Records(kind), dispatch: CACHE - 0x800, link: 0 };
-            let b = t.translate(&mut host, &env, Request { native: NATIVE, variant, at: CACHE, points: false }, &mut out);
+            let b = t.translate(&mut host, &env, TranslateRequest { native: NATIVE, variant, at: CACHE, points: false }, &mut out);
             let b = b.unwrap_or_else(|e| panic!("{kind:?} {variant:?}: {e:?}"));
             assert!(b.insns >= 8, "{kind:?} {variant:?}: {} instructions", b.insns);
             if kind == record::RecordKind::StoreValues {
