@@ -11,7 +11,7 @@ use super::metrics::{ErrorKind, Outcome};
 use super::procfs::{self, Proc};
 use super::proto::{DaemonStatus, Reply, Request, TargetStatus, MAX_REQUEST};
 use super::scheduler::{options, State};
-use super::session::{self, Plan};
+use super::session::{self, SessionPlan};
 use super::{say, Daemon};
 use anyhow::{bail, Context, Result};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
@@ -332,8 +332,13 @@ async fn profile(
         craft.name(),
         target.name()
     );
-    let plan =
-        Plan { target: target.clone(), opts: options(&prof, craft), duration, origin: "request", who: super::slots::Who::User(caller.uid) };
+    let plan = SessionPlan {
+        target: target.clone(),
+        opts: options(&prof, craft),
+        duration,
+        origin: "request",
+        who: super::slots::Who::User(caller.uid),
+    };
     let done = session::run(d.clone(), claim, plan).await;
     let Some(p) = done.profile else {
         let msg = done.note.unwrap_or_else(|| "no profile".into());
