@@ -93,7 +93,7 @@ fn size_of_sa() -> usize {
 
 /// Every signal's recorded disposition, and which of them the agent has
 /// taken over.
-pub struct Program {
+pub struct Dispositions {
     actions: [Disposition; NSIG],
     /// Bits (signal n: bit n - 1) the agent added to the `sa_mask` of the
     /// program's handler for each signal, which the program must not see.
@@ -110,7 +110,7 @@ pub struct Program {
     guarded: [AtomicBool; NSIG],
 }
 
-pub static PROGRAM: Program = Program {
+pub static PROGRAM: Dispositions = Dispositions {
     actions: [const { Disposition::new() }; NSIG],
     added_mask: [const { AtomicU64::new(0) }; NSIG],
     owned: [const { AtomicBool::new(false) }; NSIG],
@@ -122,7 +122,7 @@ fn index(sig: i32) -> Option<usize> {
     (1..NSIG as i32).contains(&sig).then_some(sig as usize)
 }
 
-impl Program {
+impl Dispositions {
     pub fn action(&self, sig: i32) -> libc::sigaction {
         match index(sig) {
             Some(i) => self.actions[i].load(),
