@@ -18,7 +18,8 @@ pub const NSIG: usize = 65;
 const WORDS: usize = std::mem::size_of::<libc::sigaction>().div_ceil(8);
 const COPIES: u64 = 4;
 
-struct Copy {
+/// One copy of a signal's `sigaction`, under its sequence number.
+struct SavedAction {
     /// 2n while copy number n is complete, odd while it is being written.
     seq: AtomicU64,
     words: [AtomicU64; WORDS],
@@ -30,7 +31,7 @@ pub struct Disposition {
     latest: AtomicU64,
     /// The number the next writer takes.
     next: AtomicU64,
-    copies: [Copy; COPIES as usize],
+    copies: [SavedAction; COPIES as usize],
 }
 
 impl Disposition {
@@ -38,7 +39,7 @@ impl Disposition {
         Disposition {
             latest: AtomicU64::new(0),
             next: AtomicU64::new(0),
-            copies: [const { Copy { seq: AtomicU64::new(0), words: [const { AtomicU64::new(0) }; WORDS] } }; COPIES as usize],
+            copies: [const { SavedAction { seq: AtomicU64::new(0), words: [const { AtomicU64::new(0) }; WORDS] } }; COPIES as usize],
         }
     }
 
