@@ -85,14 +85,14 @@ pub struct CodeCache {
 unsafe impl Send for CodeCache {}
 
 /// Reads code and answers translation's questions about the program.
-struct Program<'a> {
+struct ProgramHost<'a> {
     map: &'a ProcessMap,
     own: (u64, u64),
     index: *const IndexEntry,
     entries: usize,
 }
 
-impl Host for Program<'_> {
+impl Host for ProgramHost<'_> {
     fn code(&mut self, pc: u64, out: &mut [u8]) -> usize {
         // The module's code, or the vDSO's (mapped for the process's life).
         let end = match self.map.module(pc) {
@@ -391,7 +391,7 @@ impl CodeCache {
         let slots = self.slots();
         let at = self.addr(self.layout.code_at() + self.code_pos);
         let dispatch = self.addr(self.layout.stubs_at());
-        let mut host = Program { map, own, index: self.index(), entries: self.layout.entries };
+        let mut host = ProgramHost { map, own, index: self.index(), entries: self.layout.entries };
         // SAFETY: the code area from code_pos, MAX_BLOCK_BYTES of it free.
         let out =
             unsafe { std::slice::from_raw_parts_mut(self.base.add(self.layout.code_at() + self.code_pos), translate::MAX_BLOCK_BYTES) };
@@ -516,7 +516,7 @@ impl CodeCache {
         }
         let slots = self.slots();
         let dispatch = self.addr(self.layout.stubs_at());
-        let mut host = Program { map, own, index: self.index(), entries: self.layout.entries };
+        let mut host = ProgramHost { map, own, index: self.index(), entries: self.layout.entries };
         // SAFETY: the scratch area, MAX_BLOCK_BYTES long, inside the mapping.
         let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(self.layout.scratch_at()), translate::MAX_BLOCK_BYTES) };
         let variant = if r.slow != 0 { Variant::Slow } else { Variant::Fast };
@@ -530,7 +530,7 @@ impl CodeCache {
     pub fn rep_part(&mut self, map: &ProcessMap, own: (u64, u64), native: u64) -> Option<u64> {
         let slots = self.slots();
         let at = self.addr(self.layout.rep_at());
-        let mut host = Program { map, own, index: self.index(), entries: self.layout.entries };
+        let mut host = ProgramHost { map, own, index: self.index(), entries: self.layout.entries };
         // SAFETY: the partial-rep area, REP_AT..SCRATCH_AT of the mapping.
         let out =
             unsafe { std::slice::from_raw_parts_mut(self.base.add(self.layout.rep_at()), self.layout.scratch_at() - self.layout.rep_at()) };
