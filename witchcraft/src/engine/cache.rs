@@ -42,9 +42,11 @@ struct IndexEntry {
     slow: u64,
 }
 
+/// Where one translated copy lies in the cache: its start, the native
+/// address it copies, its length, and whether it is the slow variant.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-struct Record {
+struct CopyRecord {
     start: u64,
     native: u64,
     len: u32,
@@ -322,9 +324,9 @@ impl CodeCache {
         unsafe { self.base.add(INDEX_AT) as *mut IndexEntry }
     }
 
-    fn record(&self, i: usize) -> Record {
+    fn record(&self, i: usize) -> CopyRecord {
         // SAFETY: i < RECORDS, inside the mapping.
-        unsafe { *(self.base.add(self.layout.records_at()) as *const Record).add(i) }
+        unsafe { *(self.base.add(self.layout.records_at()) as *const CopyRecord).add(i) }
     }
 
     /// The copy of `native` in `variant`, if made.
@@ -400,8 +402,8 @@ impl CodeCache {
         self.code_pos += (b.len as usize).next_multiple_of(16);
         // SAFETY: records < RECORDS (checked above).
         unsafe {
-            *(self.base.add(self.layout.records_at()) as *mut Record).add(self.records) =
-                Record { start: at, native, len: b.len, slow: (variant == Variant::Slow) as u32 };
+            *(self.base.add(self.layout.records_at()) as *mut CopyRecord).add(self.records) =
+                CopyRecord { start: at, native, len: b.len, slow: (variant == Variant::Slow) as u32 };
         }
         self.records += 1;
         self.insert(native, variant, at);
