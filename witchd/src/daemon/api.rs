@@ -186,9 +186,9 @@ async fn handle(d: Arc<Daemon>, mut s: UnixStream) {
 }
 
 /// A request's failure: one line for the user.
-type Refusal = String;
+type Rejection = String;
 
-fn craft_arg(c: Option<&str>) -> std::result::Result<Option<Craft>, Refusal> {
+fn craft_arg(c: Option<&str>) -> std::result::Result<Option<Craft>, Rejection> {
     match c {
         None => Ok(None),
         Some(s) => Craft::parse(s).map(Some).ok_or_else(|| format!("unknown craft {s:?} (dead, silent-store, silent-load)")),
@@ -229,7 +229,7 @@ async fn fetch(
     id: Option<String>,
     pid: Option<u32>,
     craft: Option<String>,
-) -> std::result::Result<(Reply, Vec<u8>), Refusal> {
+) -> std::result::Result<(Reply, Vec<u8>), Rejection> {
     let craft = craft_arg(craft.as_deref())?;
     let meta = {
         let store = d.store.lock().unwrap();
@@ -266,7 +266,7 @@ async fn profile(
     pid: i32,
     craft: Option<String>,
     duration_ms: Option<u64>,
-) -> std::result::Result<(Reply, Vec<u8>), Refusal> {
+) -> std::result::Result<(Reply, Vec<u8>), Rejection> {
     let craft = craft_arg(craft.as_deref())?;
     let target = match Proc::read(pid) {
         Some(p) if pid > 0 && !p.is_zombie() => p,
