@@ -707,7 +707,7 @@ fn a_wrapper_started_program_is_one_story() {
 #[test]
 fn pprof_totals_agree_with_the_report() {
     let fx = fixture();
-    let small = Bytes { init_fill: (0.6, 0.6), fill_fill: 0.6, fill_sum_use: 0.6, sum_init: 0.6 };
+    let small = PairBytes { init_fill: (0.6, 0.6), fill_fill: 0.6, fill_sum_use: 0.6, sum_init: 0.6 };
     let path = save(&profile(fx, 0, small), "small.witch");
     let pb = fx.dir.join("small.pb.gz");
     let o = witch(["report".as_ref(), path.as_os_str(), "--pprof".as_ref(), pb.as_os_str(), "--json".as_ref()]);
