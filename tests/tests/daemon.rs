@@ -478,8 +478,8 @@ crafts = ["silent-store"]
         assert_eq!(code, 200, "GET {path}: {}", String::from_utf8_lossy(&gz));
         let mut raw = Vec::new();
         flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut raw).unwrap_or_else(|e| panic!("GET {path}: not gzip: {e}"));
-        let p =
-            <witchd::render::pprof::Profile as prost::Message>::decode(&raw[..]).unwrap_or_else(|e| panic!("GET {path}: not pprof: {e}"));
+        let p = <witchd::render::pprof::PprofProfile as prost::Message>::decode(&raw[..])
+            .unwrap_or_else(|e| panic!("GET {path}: not pprof: {e}"));
         assert_eq!(p.string_table.first().map(String::as_str), Some(""), "pprof string 0 must be empty");
         let types: Vec<&str> = p.sample_type.iter().map(|t| p.string_table[t.r#type as usize].as_str()).collect();
         assert_eq!(types, ["waste", "use"]);

@@ -240,7 +240,7 @@ pid = {}
     assert_eq!(code, 200);
     let mut raw = Vec::new();
     flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut raw).unwrap();
-    let pp = <crate::render::pprof::Profile as prost::Message>::decode(&raw[..]).unwrap();
+    let pp = <crate::render::pprof::PprofProfile as prost::Message>::decode(&raw[..]).unwrap();
     assert!(!pp.sample.is_empty());
     assert_eq!(http_get(&addr, "/pprof/latest?pid=1&craft=dead").0, 404);
     assert_eq!(http_get(&addr, "/pprof/nope").0, 404);
@@ -364,7 +364,7 @@ fn pprof_export_of_a_profile_naming_a_fifo_or_dev_zero_answers() {
     assert_eq!(code, 200);
     let mut raw = Vec::new();
     flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut raw).unwrap();
-    let pp = <crate::render::pprof::Profile as prost::Message>::decode(&raw[..]).unwrap();
+    let pp = <crate::render::pprof::PprofProfile as prost::Message>::decode(&raw[..]).unwrap();
     assert!(!pp.sample.is_empty());
     drop(d);
     let _ = std::fs::remove_dir_all(&dir);
