@@ -243,7 +243,7 @@ fn a_debugger_that_attaches_during_the_session_ends_it_at_once() {
     let pid = t.pid();
     let threads = thread_names(pid).len();
     let (err, out) = (dir.join("witch.err"), dir.join("profile.json"));
-    let witch = Attached::start(pid, "20s", &out, &err);
+    let witch = AttachedWitch::start(pid, "20s", &out, &err);
     std::thread::sleep(Duration::from_millis(500));
     let mut holder = Command::new(&tracer.exe).args([&pid.to_string(), "10"]).stdout(std::process::Stdio::piped()).spawn().unwrap();
     let mut said = [0u8; 8];
@@ -490,20 +490,20 @@ impl Drop for KillOnDrop {
 
 /// `witch dead --pid PID --duration DURATION -o OUT` in the background, its
 /// stderr in `err`, once it said it attached (20 s at most).
-struct Attached {
+struct AttachedWitch {
     witch: KillOnDrop,
     err: PathBuf,
 }
 
-impl Attached {
-    fn start(pid: u32, duration: &str, out: &Path, err: &Path) -> Attached {
+impl AttachedWitch {
+    fn start(pid: u32, duration: &str, out: &Path, err: &Path) -> AttachedWitch {
         let child = Command::new(witch_bin())
             .args(["dead", "--pid", &pid.to_string(), "--duration", duration, "-o", out.to_str().unwrap()])
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(err).unwrap())
             .spawn()
             .unwrap();
-        let a = Attached { witch: KillOnDrop(child), err: err.to_path_buf() };
+        let a = AttachedWitch { witch: KillOnDrop(child), err: err.to_path_buf() };
         assert!(eventually(std::time::Duration::from_secs(20), || a.said().contains("attached to pid")), "{}", a.said());
         a
     }
@@ -625,7 +625,7 @@ fn a_process_that_sandboxes_itself_during_the_session_is_left_first() {
         let t = Target::start(&prog.exe, &args, &[]);
         let pid = t.pid();
         let (err, out) = (dir.join(&format!("{how}-{action}.err")), dir.join(&format!("{how}-{action}.json")));
-        let witch = Attached::start(pid, "30s", &out, &err);
+        let witch = AttachedWitch::start(pid, "30s", &out, &err);
         std::thread::sleep(Duration::from_millis(700));
         // Closing its stdin sends the program into its sandbox.
         let closed = Instant::now();
@@ -747,7 +747,7 @@ fn exec_keeps_the_sessions_profile(via: &str, command: &[u8], env: Environment) 
     let (cmdline_before, environ_before) = (cmdline(), environ());
     assert!(cmdline_before.ends_with(b"\x005\x00"), "{:?}", String::from_utf8_lossy(&cmdline_before));
     let (out, err) = (dir.join(&format!("{via}.json")), dir.join(&format!("{via}.err")));
-    let witch = Attached::start(pid, "60s", &out, &err);
+    let witch = AttachedWitch::start(pid, "60s", &out, &err);
     std::thread::sleep(std::time::Duration::from_millis(700));
     let exec_at = std::time::Instant::now();
     t.send(command);
@@ -825,7 +825,7 @@ fn a_failed_execl_keeps_the_process_and_the_next_session_as_they_were() {
     t.wait_ready(2, None);
     let pid = t.pid();
     let (out, err) = (dir.join("failed.json"), dir.join("failed.err"));
-    let witch = Attached::start(pid, "60s", &out, &err);
+    let witch = AttachedWitch::start(pid, "60s", &out, &err);
     std::thread::sleep(std::time::Duration::from_millis(700));
     t.send(b"x\n");
     let text = || std::fs::read_to_string(&err).unwrap_or_default();

@@ -10,48 +10,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+use witch_tests::attach::{Finished, Target};
 use witch_tests::*;
-
-/// A test program running until its stdin closes.
-struct Target {
-    child: Option<Child>,
-}
-
-impl Target {
-    fn start(exe: &Path) -> Target {
-        let child = Command::new(exe)
-            .arg("0")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", exe.display()));
-        Target { child: Some(child) }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
-    }
-
-    /// Close stdin; returns (rounds, stdout, status).
-    fn finish(mut self) -> (u64, String, ExitStatus) {
-        let mut child = self.child.take().unwrap();
-        drop(child.stdin.take());
-        let out = child.wait_with_output().expect("wait target");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let rounds = text.split_whitespace().nth(1).and_then(|r| r.parse().ok()).unwrap_or(0);
-        (rounds, text, out.status)
-    }
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 /// A witchd process, killed if the test ends early.
 struct Witchd {
@@ -329,8 +289,8 @@ fn witchd_watches_two_programs_and_leaves_them_as_they_were() {
     let dead = Program::build_with("daemon_dead", dir.path(), &dead_name, &[]).unwrap_or_else(|e| panic!("{e}"));
     let silent = Program::build("daemon_silent", dir.path());
     let (dw, dk, ss) = (dead.line("@dw"), dead.line("@dk"), silent.line("@ss"));
-    let mut t_dead = Target::start(&dead.exe);
-    let mut t_silent = Target::start(&silent.exe);
+    let mut t_dead = Target::start(&dead.exe, &["0"], &[]);
+    let mut t_silent = Target::start(&silent.exe, &["0"], &[]);
     std::thread::sleep(Duration::from_millis(200));
 
     let socket = dir.join("witchd.sock");
@@ -478,8 +438,8 @@ crafts = ["silent-store"]
         assert_eq!(code, 200, "GET {path}: {}", String::from_utf8_lossy(&gz));
         let mut raw = Vec::new();
         flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut raw).unwrap_or_else(|e| panic!("GET {path}: not gzip: {e}"));
-        let p =
-            <witchd::render::pprof::Profile as prost::Message>::decode(&raw[..]).unwrap_or_else(|e| panic!("GET {path}: not pprof: {e}"));
+        let p = <witchd::render::pprof::PprofProfile as prost::Message>::decode(&raw[..])
+            .unwrap_or_else(|e| panic!("GET {path}: not pprof: {e}"));
         assert_eq!(p.string_table.first().map(String::as_str), Some(""), "pprof string 0 must be empty");
         let types: Vec<&str> = p.sample_type.iter().map(|t| p.string_table[t.r#type as usize].as_str()).collect();
         assert_eq!(types, ["waste", "use"]);
@@ -506,7 +466,7 @@ crafts = ["silent-store"]
 
     // A target that exits during a requested session: its last profile comes
     // back, marked as such, and it ends as an unprofiled run would.
-    let t_exit = Target::start(&silent.exe);
+    let t_exit = Target::start(&silent.exe, &["0"], &[]);
     std::thread::sleep(Duration::from_millis(200));
     let f_exit = dir.join("exit.json");
     let req = {
@@ -522,7 +482,7 @@ crafts = ["silent-store"]
         })
     };
     std::thread::sleep(Duration::from_millis(1500));
-    let (rounds, out, status) = t_exit.finish();
+    let Finished { rounds, stdout: out, status, .. } = t_exit.finish();
     let native = silent.run_native(&[&rounds.to_string()]);
     assert_eq!(String::from_utf8_lossy(&native.stdout), out, "a target profiled until its exit prints what an unprofiled run does");
     assert_eq!(status.code(), native.code());
@@ -533,8 +493,8 @@ crafts = ["silent-store"]
     let rep = report(&f_exit);
     assert!(rep.samples() > 0.0, "{}", rep.dump());
     for t in [&mut t_dead, &mut t_silent] {
-        if let Ok(Some(st)) = t.child.as_mut().unwrap().try_wait() {
-            panic!("a watched target ended while witchd profiled it: {st}\n{}", d.log());
+        if !t.alive() {
+            panic!("a watched target ended while witchd profiled it: {}\n{}", t.how_it_ended(), d.log());
         }
     }
     let m = parse_prometheus(&String::from_utf8(http_get(&http, "/metrics").1).unwrap());
@@ -580,7 +540,7 @@ crafts = ["silent-store"]
     // The targets run on, then end as an unprofiled run of the same length.
     std::thread::sleep(Duration::from_millis(300));
     for (t, prog) in [(t_dead, &dead), (t_silent, &silent)] {
-        let (rounds, out, status) = t.finish();
+        let Finished { rounds, stdout: out, status, .. } = t.finish();
         assert!(rounds > 0, "{} printed {out:?}", prog.file);
         let native = prog.run_native(&[&rounds.to_string()]);
         assert_eq!(String::from_utf8_lossy(&native.stdout), out, "{} output differs from an unprofiled run", prog.file);
@@ -786,7 +746,7 @@ fn sessions_waiting_for_a_slot_show_as_queued() {
     let witch = witch_bin();
     let name = format!("daemon_queued_{}", std::process::id());
     let prog = Program::build_with("daemon_dead", dir.path(), &name, &[]).unwrap_or_else(|e| panic!("{e}"));
-    let targets: Vec<Target> = (0..3).map(|_| Target::start(&prog.exe)).collect();
+    let targets: Vec<Target> = (0..3).map(|_| Target::start(&prog.exe, &["0"], &[])).collect();
     let pids: Vec<u32> = targets.iter().map(Target::pid).collect();
     let (mut d, socket, http) = witchd_watching(
         &dir,
@@ -827,7 +787,7 @@ fn sessions_waiting_for_a_slot_show_as_queued() {
     let (st, _) = d.term(Duration::from_secs(30));
     assert_eq!(st.code(), Some(0), "{}", d.log());
     for t in targets {
-        let (rounds, out, status) = t.finish();
+        let Finished { rounds, stdout: out, status, .. } = t.finish();
         assert!(rounds > 0 && status.code() == Some(5), "{out:?} {status}");
     }
 }
@@ -1000,7 +960,7 @@ fn a_session_a_debugger_ends_is_taken_at_once() {
     let name = format!("daemon_traced_{}", std::process::id());
     let prog = Program::build_with("daemon_dead", dir.path(), &name, &[]).unwrap_or_else(|e| panic!("{e}"));
     let tracer = Program::build("tracer", dir.path());
-    let target = Target::start(&prog.exe);
+    let target = Target::start(&prog.exe, &["0"], &[]);
     let pid = target.pid();
     let (mut d, socket, http) = witchd_watching(
         &dir,
@@ -1036,7 +996,7 @@ fn a_session_a_debugger_ends_is_taken_at_once() {
     assert!(holder.wait().unwrap().success());
     let (st, _) = d.term(Duration::from_secs(30));
     assert_eq!(st.code(), Some(0), "{}", d.log());
-    let (rounds, _, status) = target.finish();
+    let Finished { rounds, status, .. } = target.finish();
     assert!(rounds > 0 && status.code() == Some(5), "the program ran on: {rounds} rounds, {status:?}");
 }
 

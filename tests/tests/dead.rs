@@ -175,7 +175,7 @@ fn figure_4_2_three_two_one() {
 /// a watchpoint over a whole aligned piece let the first toucher of any of
 /// its bytes decide for all (42% measured); a verdict judged within a
 /// burst took the weight of armed samples of the same context too (78.1 to
-/// 78.4% in 3 runs), which the unit test of `context::Node::claim` checks.
+/// 78.4% in 3 runs), which the unit test of `context::LiveNode::claim` checks.
 #[test]
 fn vector_stores_are_judged_byte_by_byte() {
     let dir = Scratch::new("dead-vector-index");

@@ -17,15 +17,16 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use witch_tests::*;
 
-struct Server {
+/// The test's debuginfod server (`debuginfod_server.py`), serving `dir`.
+struct TestServer {
     child: Child,
     url: String,
     /// The request lines it printed ("404 /buildid/.../debuginfo").
     log: mpsc::Receiver<String>,
 }
 
-impl Server {
-    fn start(dir: &Path) -> Server {
+impl TestServer {
+    fn start(dir: &Path) -> TestServer {
         let mut child = Command::new("python3")
             .arg(programs_dir().join("debuginfod_server.py"))
             .arg(dir)
@@ -42,7 +43,7 @@ impl Server {
                 let _ = tx.send(l);
             }
         });
-        Server { child, url: format!("http://127.0.0.1:{port}"), log }
+        TestServer { child, url: format!("http://127.0.0.1:{port}"), log }
     }
 
     /// The requests answered so far.
@@ -54,7 +55,7 @@ impl Server {
     }
 }
 
-impl Drop for Server {
+impl Drop for TestServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -133,7 +134,7 @@ fn lines_come_from_the_server_then_from_its_cache() {
     assert!(!cache.exists(), "the cache was touched with debuginfod off");
 
     // On: the debug file comes from the server, the top pair has its lines.
-    let server = Server::start(&s.served);
+    let server = TestServer::start(&s.served);
     let url = server.url.clone();
     let env = [("DEBUGINFOD_URLS", url.as_str()), ("DEBUGINFOD_CACHE_PATH", cache_s), ("DEBUGINFOD_TIMEOUT", "5")];
     let (r, v) = report_env(&s, &env);
@@ -174,7 +175,7 @@ fn lines_come_from_the_server_then_from_its_cache() {
 fn a_miss_is_cached_and_a_dead_or_hostile_server_is_one_warning() {
     let s = setup("debuginfod-miss");
     let id = &s.build_id;
-    let server = Server::start(&s.served);
+    let server = TestServer::start(&s.served);
     let url = server.url.clone();
     let cache = s.dir.join("cache");
     let cache_s = cache.to_str().unwrap();

@@ -17,8 +17,10 @@ pub const ROOT: u32 = 0;
 /// Index entries a table starts with (4 KiB).
 pub(crate) const FIRST_SLOTS: usize = 1024;
 
+/// A node of a thread's live context tree, as its handlers keep it (the
+/// profile's [`crate::profile::Node`] is what it becomes when written).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Node {
+pub struct LiveNode {
     pub parent: u32,
     pub pc: u64,
     /// Samples taken in this context.
@@ -32,7 +34,7 @@ pub struct Node {
     pub armed: u32,
 }
 
-impl Node {
+impl LiveNode {
     /// A trap's share of this context's samples not yet accounted for
     /// (Witch §4.4.2): (µ − η) over the watchpoints armed from it, counting
     /// the trapping sample among them. `unarmed`: that sample holds no
@@ -47,10 +49,10 @@ impl Node {
 }
 
 // SAFETY: numbers only; all zero is the empty node.
-unsafe impl Zeroable for Node {}
+unsafe impl Zeroable for LiveNode {}
 
 pub struct Tree {
-    nodes: Reserved<Node>,
+    nodes: Reserved<LiveNode>,
     /// Nodes in use (the root included).
     len: usize,
     index: Reserved<u32>,
@@ -108,7 +110,7 @@ impl Tree {
     }
 
     /// The nodes, the root first.
-    pub fn nodes(&self) -> &[Node] {
+    pub fn nodes(&self) -> &[LiveNode] {
         &self.nodes[..self.len]
     }
 
@@ -154,7 +156,7 @@ impl Tree {
                     return parent;
                 }
                 let n = self.len as u32;
-                self.nodes[self.len] = Node { parent, pc, ..Default::default() };
+                self.nodes[self.len] = LiveNode { parent, pc, ..Default::default() };
                 self.len += 1;
                 self.index[h] = n;
                 return n;
@@ -176,14 +178,14 @@ impl Tree {
         n
     }
 
-    pub fn node(&mut self, i: u32) -> &mut Node {
+    pub fn node(&mut self, i: u32) -> &mut LiveNode {
         &mut self.nodes[i as usize]
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::Node;
+    use super::LiveNode;
 
     /// Two samples of one context, one weight each: one watched by a debug
     /// register, its next access still to come; one judged within its
@@ -191,7 +193,7 @@ mod tests {
     /// all of µ − η, the sooner fate got both weights and the other none.)
     #[test]
     fn a_verdict_judged_in_software_shares_with_the_armed_watchpoints() {
-        let mut n = Node { mu: 2.0, armed: 1, ..Default::default() };
+        let mut n = LiveNode { mu: 2.0, armed: 1, ..Default::default() };
         assert_eq!(n.claim(true), 1.0);
         // The armed sample's trap, its register still counted.
         assert_eq!(n.claim(false), 1.0);
@@ -199,9 +201,9 @@ mod tests {
         // Nothing left, however many claim.
         assert_eq!(n.claim(true), 0.0);
         // A lone trap with no register armed takes all that is left.
-        let mut lone = Node { mu: 3.0, eta: 1.0, ..Default::default() };
+        let mut lone = LiveNode { mu: 3.0, eta: 1.0, ..Default::default() };
         assert_eq!(lone.claim(false), 2.0);
-        let mut in_burst = Node { mu: 3.0, eta: 1.0, ..Default::default() };
+        let mut in_burst = LiveNode { mu: 3.0, eta: 1.0, ..Default::default() };
         assert_eq!(in_burst.claim(true), 2.0);
     }
 

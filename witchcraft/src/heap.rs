@@ -52,7 +52,7 @@ const WORDS: usize = 4 + SITE_FRAMES;
 
 /// A tracked block, as a reader found it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Block {
+pub struct HeapBlock {
     pub start: u64,
     pub size: u64,
     /// The hash of the allocation's calling context (what names the object).
@@ -62,11 +62,11 @@ pub struct Block {
     pub site: [u64; SITE_FRAMES],
 }
 
-impl Block {
+impl HeapBlock {
     /// A block allocated from `site` (innermost first, 0-padded), its hash
     /// made from the site.
-    pub fn new(start: u64, size: u64, site: [u64; SITE_FRAMES]) -> Block {
-        Block { start, size, hash: site_hash(&site), site }
+    pub fn new(start: u64, size: u64, site: [u64; SITE_FRAMES]) -> HeapBlock {
+        HeapBlock { start, size, hash: site_hash(&site), site }
     }
 }
 
@@ -155,7 +155,7 @@ impl Table {
 
     /// Record `b`, a mapping of the program's (`mmap`, `mremap`): a block
     /// that [`Table::trim`] looks for.
-    pub fn insert_mapping(&self, b: &Block) -> bool {
+    pub fn insert_mapping(&self, b: &HeapBlock) -> bool {
         let bit = 1 << level(b.size);
         if self.map_levels.load(Ordering::Relaxed) & bit == 0 {
             self.map_levels.fetch_or(bit, Ordering::Relaxed);
@@ -166,7 +166,7 @@ impl Table {
     /// Record `b`. Any thread, never a handler that may have interrupted a
     /// writer of the same slot (handlers only read). False if no entry was
     /// free (counted).
-    pub fn insert(&self, b: &Block) -> bool {
+    pub fn insert(&self, b: &HeapBlock) -> bool {
         let l = level(b.size);
         let h = home(l, b.start >> l);
         let mask = self.cap - 1;
@@ -195,22 +195,22 @@ impl Table {
     /// Read slot `s` consistently: its tag and block (start 0: a
     /// tombstone), or None if a writer owns it or wrote it meanwhile, or it
     /// was never used (`Some((0, _))`).
-    fn read(&self, s: usize) -> Option<(u64, Block)> {
+    fn read(&self, s: usize) -> Option<(u64, HeapBlock)> {
         self.read_with(s, || {})
     }
 
     /// [`Table::read`], running `between` after the first field is read
     /// (tests: a writer that comes in the middle of a read).
     #[inline(always)]
-    fn read_with(&self, s: usize, between: impl FnOnce()) -> Option<(u64, Block)> {
+    fn read_with(&self, s: usize, between: impl FnOnce()) -> Option<(u64, HeapBlock)> {
         let t1 = self.word(s, 0).load(Ordering::Acquire);
         if t1 == 0 {
-            return Some((0, Block::default()));
+            return Some((0, HeapBlock::default()));
         }
         if t1 & 1 == 1 {
             return None;
         }
-        let mut b = Block {
+        let mut b = HeapBlock {
             start: self.word(s, 1).load(Ordering::Relaxed),
             size: {
                 between();
@@ -228,7 +228,7 @@ impl Table {
 
     /// The block holding `addr`, if one is tracked. Async-signal-safe: a
     /// bounded number of plain reads, no waiting.
-    pub fn find(&self, addr: u64) -> Option<Block> {
+    pub fn find(&self, addr: u64) -> Option<HeapBlock> {
         let mut levels = self.levels.load(Ordering::Relaxed);
         let mask = self.cap - 1;
         while levels != 0 {
@@ -252,12 +252,12 @@ impl Table {
     /// Forget the block starting at `start`, returning it, if it is
     /// tracked. Any thread, as [`Table::insert`]; one read when the filter
     /// says no block starts there.
-    pub fn remove(&self, start: u64) -> Option<Block> {
+    pub fn remove(&self, start: u64) -> Option<HeapBlock> {
         self.remove_where(start, |_| true)
     }
 
     /// Forget the block starting at `start` that satisfies `is`.
-    fn remove_where(&self, start: u64, is: impl Fn(&Block) -> bool) -> Option<Block> {
+    fn remove_where(&self, start: u64, is: impl Fn(&HeapBlock) -> bool) -> Option<HeapBlock> {
         if start == 0 || self.counter(start).load(Ordering::Relaxed) == 0 {
             return None;
         }
@@ -315,7 +315,7 @@ impl Table {
     /// start in (two when the range is smaller than the level's mappings;
     /// a run nearly always ends at its first entry); when there are more of
     /// these than half the table's entries, one pass over the table.
-    pub fn trim(&self, lo: u64, hi: u64, removed: &mut [Block]) -> usize {
+    pub fn trim(&self, lo: u64, hi: u64, removed: &mut [HeapBlock]) -> usize {
         let levels = self.map_levels.load(Ordering::Relaxed);
         if lo >= hi || levels == 0 {
             return 0;
@@ -373,17 +373,17 @@ impl Table {
     /// Take the block `b`, read from slot `s` with tag `t`, out of the
     /// table, leaving its parts outside `lo..hi`. False if another writer
     /// got to it first.
-    fn cut(&self, s: usize, t: u64, b: &Block, lo: u64, hi: u64) -> bool {
+    fn cut(&self, s: usize, t: u64, b: &HeapBlock, lo: u64, hi: u64) -> bool {
         if self.word(s, 0).compare_exchange(t, t + 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
             return false;
         }
         fence(Ordering::Release);
         let end = b.start.saturating_add(b.size);
         if b.start < lo {
-            self.insert_mapping(&Block { start: b.start, size: lo - b.start, ..*b });
+            self.insert_mapping(&HeapBlock { start: b.start, size: lo - b.start, ..*b });
         }
         if end > hi {
-            self.insert_mapping(&Block { start: hi, size: end - hi, ..*b });
+            self.insert_mapping(&HeapBlock { start: hi, size: end - hi, ..*b });
         }
         self.clear(s, t + 2, b.start);
         true
@@ -392,7 +392,7 @@ impl Table {
     /// Undo [`Table::trim`]`(lo, hi)` that took `removed` out (the call
     /// it was for failed): their parts outside the range go, they come
     /// back.
-    pub fn untrim(&self, lo: u64, hi: u64, removed: &[Block]) {
+    pub fn untrim(&self, lo: u64, hi: u64, removed: &[HeapBlock]) {
         for b in removed {
             let end = b.start.saturating_add(b.size);
             if b.start < lo {
@@ -452,7 +452,7 @@ pub fn table() -> Option<&'static Table> {
 }
 
 /// The tracked block holding `addr` (async-signal-safe).
-pub fn find(addr: u64) -> Option<Block> {
+pub fn find(addr: u64) -> Option<HeapBlock> {
     TABLE.get()?.find(addr)
 }
 

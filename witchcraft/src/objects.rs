@@ -7,11 +7,11 @@
 //! and, beside it, to ⟨C_watch, C_trap, object⟩ in this table. The object
 //! of the watched address is found in the signal handler without allocating
 //! and without locks:
-//! - the thread's own **stack** range → [`Kind::Stack`];
+//! - the thread's own **stack** range → [`AddrKind::Stack`];
 //! - a block the agent tracks in the [`crate::heap`] table (allocations at
-//!   or above its size threshold) → [`Kind::Heap`], keyed by the calling
+//!   or above its size threshold) → [`AddrKind::Heap`], keyed by the calling
 //!   context of its allocation, so every block allocated there is one object;
-//! - anything else → [`Kind::Address`]: the address is kept and resolved at
+//! - anything else → [`AddrKind::Address`]: the address is kept and resolved at
 //!   report time, offline, to the symbol of the module whose `.data`,
 //!   `.bss` or `.rodata` holds it (a static object), else "unknown". These
 //!   entries are keyed by the address's 64-byte line, so a big array makes
@@ -35,7 +35,7 @@ pub const SITE_FRAMES: usize = 6;
 /// What kind of data an address is, as the handler can tell.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(u8)]
-pub enum Kind {
+pub enum AddrKind {
     /// Resolved offline (a static object, or unknown).
     #[default]
     Address = 0,
@@ -45,8 +45,8 @@ pub enum Kind {
 
 /// An object as the handler found it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Object {
-    pub kind: Kind,
+pub struct FoundObject {
+    pub kind: AddrKind,
     /// What tells two objects apart: the line of an address, the hash of an
     /// allocation's context, 0 for the stack.
     pub key: u64,
@@ -59,22 +59,22 @@ pub struct Object {
     pub site: [u64; SITE_FRAMES],
 }
 
-impl Object {
+impl FoundObject {
     /// The object holding `addr` for a thread whose stack is `stack`.
-    pub fn of(addr: u64, stack: (u64, u64)) -> Object {
+    pub fn of(addr: u64, stack: (u64, u64)) -> FoundObject {
         if addr >= stack.0 && addr < stack.1 {
-            return Object { kind: Kind::Stack, ..Default::default() };
+            return FoundObject { kind: AddrKind::Stack, ..Default::default() };
         }
         if let Some(b) = crate::heap::find(addr) {
-            return Object::heap(&b);
+            return FoundObject::heap(&b);
         }
-        Object { kind: Kind::Address, key: addr >> 6, addr, ..Default::default() }
+        FoundObject { kind: AddrKind::Address, key: addr >> 6, addr, ..Default::default() }
     }
 
     /// The object of a tracked heap block: every block allocated from one
     /// calling context is one object.
-    pub fn heap(b: &crate::heap::Block) -> Object {
-        Object { kind: Kind::Heap, key: b.hash, addr: b.start, size: b.size, site: b.site }
+    pub fn heap(b: &crate::heap::HeapBlock) -> FoundObject {
+        FoundObject { kind: AddrKind::Heap, key: b.hash, addr: b.start, size: b.size, site: b.site }
     }
 
     fn hash(&self, watch: u32, trap: u32) -> u64 {
@@ -84,9 +84,9 @@ impl Object {
 
     fn to_profile(self) -> profile::DataRef {
         match self.kind {
-            Kind::Address => profile::DataRef::Address { addr: self.addr },
-            Kind::Stack => profile::DataRef::Stack,
-            Kind::Heap => {
+            AddrKind::Address => profile::DataRef::Address { addr: self.addr },
+            AddrKind::Stack => profile::DataRef::Stack,
+            AddrKind::Heap => {
                 let n = self.site.iter().position(|&pc| pc == 0).unwrap_or(SITE_FRAMES);
                 profile::DataRef::Heap { addr: self.addr, size: self.size, site: self.site[..n].to_vec() }
             }
@@ -96,20 +96,20 @@ impl Object {
 
 /// One ⟨C_watch, C_trap, object⟩ and its credits.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Entry {
+pub struct ObjectEntry {
     pub credits: PairEntry,
-    pub object: Object,
+    pub object: FoundObject,
 }
 
 // SAFETY: numbers only (the kind's 0 is Address); all zero is the empty entry.
-unsafe impl Zeroable for Entry {}
+unsafe impl Zeroable for ObjectEntry {}
 
 /// The most entries a thread's table holds (about 200 bytes each).
 pub const OBJECT_ENTRIES: usize = 1 << 13;
 
 /// ⟨C_watch, C_trap, object⟩ → credits, preallocated like the pair table.
-pub struct Objects {
-    entries: Reserved<Entry>,
+pub struct ObjectTable {
+    entries: Reserved<ObjectEntry>,
     len: usize,
     index: Reserved<u32>,
     slots: usize,
@@ -117,23 +117,23 @@ pub struct Objects {
     pub overflow: u64,
 }
 
-impl Objects {
+impl ObjectTable {
     /// `cap` entries at most, or None if their memory cannot be reserved.
-    pub fn try_with_capacity(cap: usize) -> Option<Objects> {
+    pub fn try_with_capacity(cap: usize) -> Option<ObjectTable> {
         let cap = cap.max(1);
         let entries = Reserved::new(cap + 1)?;
         let index = Reserved::new(max_slots(cap + 1))?;
-        Some(Objects { entries, len: 1, index, slots: FIRST_SLOTS, cap, overflow: 0 })
+        Some(ObjectTable { entries, len: 1, index, slots: FIRST_SLOTS, cap, overflow: 0 })
     }
 
     /// A table that holds nothing (every credit counted as overflow).
-    pub fn none() -> Objects {
-        Objects { entries: Reserved::empty(), len: 1, index: Reserved::empty(), slots: 0, cap: 0, overflow: 0 }
+    pub fn none() -> ObjectTable {
+        ObjectTable { entries: Reserved::empty(), len: 1, index: Reserved::empty(), slots: 0, cap: 0, overflow: 0 }
     }
 
-    /// What [`Objects::try_with_capacity`] reserves for `cap`, in bytes.
+    /// What [`ObjectTable::try_with_capacity`] reserves for `cap`, in bytes.
     pub fn reserved_bytes_for(cap: usize) -> usize {
-        (cap + 1) * std::mem::size_of::<Entry>() + max_slots(cap + 1) * std::mem::size_of::<u32>()
+        (cap + 1) * std::mem::size_of::<ObjectEntry>() + max_slots(cap + 1) * std::mem::size_of::<u32>()
     }
 
     pub fn reserved_bytes(&self) -> usize {
@@ -152,14 +152,14 @@ impl Objects {
     }
 
     /// Credit one verdict (as the pair got it) to its object too.
-    pub fn credit(&mut self, watch: u32, trap: u32, object: &Object, verdict: Verdict, scale: f64, cluster: u64) {
+    pub fn credit(&mut self, watch: u32, trap: u32, object: &FoundObject, verdict: Verdict, scale: f64, cluster: u64) {
         if let Some(e) = self.get(watch, trap, object) {
             let (waste, used) = e.credits.credit(verdict, scale);
             e.credits.cluster.add(cluster, waste, used);
         }
     }
 
-    fn get(&mut self, watch: u32, trap: u32, object: &Object) -> Option<&mut Entry> {
+    fn get(&mut self, watch: u32, trap: u32, object: &FoundObject) -> Option<&mut ObjectEntry> {
         if self.cap == 0 {
             self.overflow += 1;
             return None;
@@ -180,7 +180,7 @@ impl Objects {
                 }
                 let n = self.len;
                 self.index[h] = n as u32;
-                self.entries[n] = Entry { credits: PairEntry { watch, trap, ..Default::default() }, object: *object };
+                self.entries[n] = ObjectEntry { credits: PairEntry { watch, trap, ..Default::default() }, object: *object };
                 self.len += 1;
                 return Some(&mut self.entries[n]);
             }
@@ -192,7 +192,7 @@ impl Objects {
         }
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Entry> {
+    pub fn iter(&self) -> impl Iterator<Item = &ObjectEntry> {
         self.entries.get(1..self.len).unwrap_or(&[]).iter()
     }
 
@@ -208,12 +208,12 @@ mod tests {
 
     #[test]
     fn credits_split_by_object() {
-        let mut t = Objects::try_with_capacity(4).unwrap();
-        let stack = Object::of(0x1008, (0x1000, 0x2000));
-        assert_eq!(stack.kind, Kind::Stack);
-        let a = Object::of(0x5000_0010, (0x1000, 0x2000));
-        let a2 = Object::of(0x5000_0030, (0x1000, 0x2000)); // same line
-        let b = Object::of(0x5000_0040, (0x1000, 0x2000)); // next line
+        let mut t = ObjectTable::try_with_capacity(4).unwrap();
+        let stack = FoundObject::of(0x1008, (0x1000, 0x2000));
+        assert_eq!(stack.kind, AddrKind::Stack);
+        let a = FoundObject::of(0x5000_0010, (0x1000, 0x2000));
+        let a2 = FoundObject::of(0x5000_0030, (0x1000, 0x2000)); // same line
+        let b = FoundObject::of(0x5000_0040, (0x1000, 0x2000)); // next line
         let waste = Verdict::Waste { bytes: 8, approx: false };
         t.credit(1, 2, &a, waste, 1.0, 0);
         t.credit(1, 2, &a2, waste, 1.0, 0);
@@ -228,7 +228,7 @@ mod tests {
         assert_eq!((p[0].pair.waste, p[0].pair.traps), (16.0, 2));
         assert_eq!((p[1].pair.r#use, p[2].pair.waste), (4.0, 16.0));
         assert_eq!(p[2].object, profile::DataRef::Stack);
-        let mut none = Objects::none();
+        let mut none = ObjectTable::none();
         none.credit(1, 2, &a, waste, 1.0, 0);
         assert_eq!((none.iter().count(), none.overflow), (0, 1));
         t.clear();

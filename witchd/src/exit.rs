@@ -33,30 +33,30 @@ pub const TARGET_EXEC: i32 = 3;
 
 /// An error that says which status witch exits with.
 #[derive(Debug)]
-pub struct Status {
+pub struct ExitError {
     pub code: i32,
     pub msg: String,
 }
 
-impl std::fmt::Display for Status {
+impl std::fmt::Display for ExitError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.msg)
     }
 }
 
-impl std::error::Error for Status {}
+impl std::error::Error for ExitError {}
 
 pub fn not_found(msg: impl Into<String>) -> anyhow::Error {
-    Status { code: NOT_FOUND, msg: msg.into() }.into()
+    ExitError { code: NOT_FOUND, msg: msg.into() }.into()
 }
 
 pub fn cannot_run(msg: impl Into<String>) -> anyhow::Error {
-    Status { code: CANNOT_RUN, msg: msg.into() }.into()
+    ExitError { code: CANNOT_RUN, msg: msg.into() }.into()
 }
 
 /// The status for an error: its own when it carries one, else `default`.
 pub fn code_of(e: &anyhow::Error, default: i32) -> i32 {
-    e.chain().find_map(|c| c.downcast_ref::<Status>()).map_or(default, |s| s.code)
+    e.chain().find_map(|c| c.downcast_ref::<ExitError>()).map_or(default, |s| s.code)
 }
 
 /// The status witch exits with when it runs out of memory: [`FAILED`] where

@@ -24,7 +24,7 @@ fn gate_passes_and_fails_on_max_waste() {
 fn gate_baseline_increase_and_junit() {
     let fx = fixture();
     let worse = save(&profile(fx, 0, BASE), "gate-worse.witch"); // 75%
-    let better = Bytes { init_fill: (50.0, 50.0), fill_fill: 100.0, ..BASE }; // 200/500 = 40%
+    let better = PairBytes { init_fill: (50.0, 50.0), fill_fill: 100.0, ..BASE }; // 200/500 = 40%
     let base = save(&profile(fx, 0, better), "gate-base.witch");
     let junit = fx.dir.join("gate.xml");
     let _ = std::fs::remove_file(&junit);
@@ -110,7 +110,7 @@ fn diff_matches_pairs_by_source_location() {
     let fx = fixture();
     let base = save(&profile(fx, 0, BASE), "diff-base.witch");
     // Loaded 1 MiB higher: every raw address differs; the same source lines.
-    let newer = Bytes { init_fill: (50.0, 50.0), fill_fill: 100.0, fill_sum_use: 300.0, sum_init: 100.0 };
+    let newer = PairBytes { init_fill: (50.0, 50.0), fill_fill: 100.0, fill_sum_use: 300.0, sum_init: 100.0 };
     let new = save(&profile(fx, 0x100000, newer), "diff-new.witch");
     let o = witch(["diff".as_ref(), "--json".as_ref(), base.as_os_str(), new.as_os_str()]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -161,7 +161,7 @@ fn gate_cannot_tell_within_the_noise() {
     let o = witch(["gate".as_ref(), "--max-waste".as_ref(), "10".as_ref(), few.as_os_str()]);
     assert_eq!(code(&o), 1, "{}", stdout(&o));
     // An increase within the noise of the difference cannot fail either.
-    let base = save(&few_traps(profile(fx, 0, Bytes { init_fill: (500.0, 200.0), ..BASE }), 3), "gate-few-base.witch");
+    let base = save(&few_traps(profile(fx, 0, PairBytes { init_fill: (500.0, 200.0), ..BASE }), 3), "gate-few-base.witch");
     let junit = fx.dir.join("gate-few.xml");
     let o = witch([
         "gate".as_ref(),
@@ -202,9 +202,9 @@ fn negative_waste_is_refused() {
 #[test]
 fn waste_that_sums_to_infinity_is_refused_never_passed() {
     let fx = fixture();
-    let huge = save(&profile(fx, 0, Bytes { init_fill: (1e308, 1e308), ..BASE }), "infinite.witch");
+    let huge = save(&profile(fx, 0, PairBytes { init_fill: (1e308, 1e308), ..BASE }), "infinite.witch");
     // Finite sums whose squares are not: no interval can be computed either.
-    let wide = save(&profile(fx, 0, Bytes { init_fill: (1e200, 1e200), ..BASE }), "unsquarable.witch");
+    let wide = save(&profile(fx, 0, PairBytes { init_fill: (1e200, 1e200), ..BASE }), "unsquarable.witch");
     let good = save(&profile(fx, 0, BASE), "finite-base.witch");
     for bad in [&huge, &wide] {
         let runs: [Vec<&std::ffi::OsStr>; 5] = [
@@ -230,8 +230,8 @@ fn waste_that_sums_to_infinity_is_refused_never_passed() {
 #[test]
 fn the_interval_of_a_change_stays_within_100_points() {
     let fx = fixture();
-    let all = save(&few_traps(profile(fx, 0, Bytes { fill_sum_use: 0.0, ..BASE }), 1), "bounds-all.witch");
-    let none = Bytes { init_fill: (0.0, 0.0), fill_fill: 0.0, ..BASE };
+    let all = save(&few_traps(profile(fx, 0, PairBytes { fill_sum_use: 0.0, ..BASE }), 1), "bounds-all.witch");
+    let none = PairBytes { init_fill: (0.0, 0.0), fill_fill: 0.0, ..BASE };
     let none = save(&few_traps(profile(fx, 0, none), 1), "bounds-none.witch");
     let pp = |s: &str| -> Vec<f64> {
         // Every "+12.3pp" or "-12.3pp" figure of a line.

@@ -206,8 +206,9 @@ fn stripped_binary_falls_back_to_symbols() {
 
 /// Decoding side of pprof, written independently of witch's encoder.
 mod pb {
+    /// The pprof `Profile` message.
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Profile {
+    pub struct PprofProfile {
         #[prost(message, repeated, tag = "1")]
         pub sample_type: Vec<ValueType>,
         #[prost(message, repeated, tag = "2")]
@@ -270,7 +271,7 @@ fn pprof_decodes_to_the_same_totals_and_synthetic_stacks() {
     assert!(o.status.success(), "{}", stderr(&o));
     let mut raw = Vec::new();
     flate2::read::GzDecoder::new(std::fs::File::open(&out).unwrap()).read_to_end(&mut raw).unwrap();
-    let p = pb::Profile::decode(&*raw).unwrap();
+    let p = pb::PprofProfile::decode(&*raw).unwrap();
     let s = |i: i64| p.string_table[i as usize].as_str();
     let types: Vec<(&str, &str)> = p.sample_type.iter().map(|t| (s(t.r#type), s(t.unit))).collect();
     // The fixture's period is CPU time: its figures are byte·ns, not bytes.
@@ -528,7 +529,7 @@ fn pprof_leaf_watch_puts_the_dead_store_at_the_leaf() {
     assert!(o.status.success(), "{}", stderr(&o));
     let mut raw = Vec::new();
     flate2::read::GzDecoder::new(std::fs::File::open(&out).unwrap()).read_to_end(&mut raw).unwrap();
-    let p = pb::Profile::decode(&*raw).unwrap();
+    let p = pb::PprofProfile::decode(&*raw).unwrap();
     let s = |i: i64| p.string_table[i as usize].as_str();
     let fname = |fid: u64| s(p.function.iter().find(|f| f.id == fid).unwrap().name).to_string();
     let stack = |smp: &pb::Sample| -> Vec<String> {
@@ -694,7 +695,7 @@ fn a_wrapper_started_program_is_one_story() {
     use std::io::Read;
     let mut raw = Vec::new();
     GzDecoder::new(std::fs::File::open(&pb).unwrap()).read_to_end(&mut raw).unwrap();
-    let p = witchd::render::pprof::Profile::decode(raw.as_slice()).unwrap();
+    let p = witchd::render::pprof::PprofProfile::decode(raw.as_slice()).unwrap();
     let first = &p.string_table[p.mapping[0].filename as usize];
     assert_eq!(first, &fx.bin.display().to_string());
     assert_eq!(p.duration_nanos, 1_500_000_000);
@@ -707,7 +708,7 @@ fn a_wrapper_started_program_is_one_story() {
 #[test]
 fn pprof_totals_agree_with_the_report() {
     let fx = fixture();
-    let small = Bytes { init_fill: (0.6, 0.6), fill_fill: 0.6, fill_sum_use: 0.6, sum_init: 0.6 };
+    let small = PairBytes { init_fill: (0.6, 0.6), fill_fill: 0.6, fill_sum_use: 0.6, sum_init: 0.6 };
     let path = save(&profile(fx, 0, small), "small.witch");
     let pb = fx.dir.join("small.pb.gz");
     let o = witch(["report".as_ref(), path.as_os_str(), "--pprof".as_ref(), pb.as_os_str(), "--json".as_ref()]);
@@ -719,7 +720,7 @@ fn pprof_totals_agree_with_the_report() {
     use std::io::Read;
     let mut raw = Vec::new();
     GzDecoder::new(std::fs::File::open(&pb).unwrap()).read_to_end(&mut raw).unwrap();
-    let p = witchd::render::pprof::Profile::decode(raw.as_slice()).unwrap();
+    let p = witchd::render::pprof::PprofProfile::decode(raw.as_slice()).unwrap();
     let waste: i64 = p.sample.iter().map(|s| s.value[0]).sum();
     assert_eq!(waste, want.round() as i64, "pprof's total waste vs the report's {want}");
     assert_eq!(p.string_table[p.sample_type[0].unit as usize], "byte·ns");

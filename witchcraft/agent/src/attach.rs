@@ -196,8 +196,8 @@ fn spawn_on_own_stack(f: Box<dyn FnOnce() + Send>) -> Result<(), ()> {
     Ok(())
 }
 
-/// How a session ended.
-enum End {
+/// How a session ended, on the agent's side.
+enum SessionEnd {
     /// Detached: profiling undone, the profile sent; the handlers and
     /// memory are given back by the [`Release`].
     Detached(Release),
@@ -272,11 +272,11 @@ fn control(mut chan: AgentEnd, theirs: i32, watch: Option<Controller>) {
         witchcraft::heap::stop();
         let _one = SESSION.sending();
         match end {
-            Ok(End::Detached(release)) => {
+            Ok(SessionEnd::Detached(release)) => {
                 chan.send(&Message::Detached);
                 owed = Some(release);
             }
-            Ok(End::Exiting) => {}
+            Ok(SessionEnd::Exiting) => {}
             Err((e, release)) => {
                 chan.send(&Message::Error(e));
                 chan.send(&Message::Detached);
@@ -291,7 +291,7 @@ fn control(mut chan: AgentEnd, theirs: i32, watch: Option<Controller>) {
     // The thread's own exit follows (a thread entering a sandbox waits for it).
 }
 
-fn session(chan: &mut AgentEnd, text: &str) -> Result<End, (String, Option<Release>)> {
+fn session(chan: &mut AgentEnd, text: &str) -> Result<SessionEnd, (String, Option<Release>)> {
     let cfg = Config::from_lines(text).map_err(|e| (e, None))?.ok_or(("no WITCH_CRAFT in the settings".to_string(), None))?;
     if let Some(leave) = SESSION.leaving() {
         return Err((leave.note(None), None));
@@ -340,7 +340,7 @@ fn session(chan: &mut AgentEnd, text: &str) -> Result<End, (String, Option<Relea
             Received::Message(_) | Received::Nothing => {}
         }
         if AGENT.finished() {
-            return Ok(End::Exiting); // at_exit delivered the profile
+            return Ok(SessionEnd::Exiting); // at_exit delivered the profile
         }
         if let Some(leave) = SESSION.leaving() {
             AGENT.note(leave.note(Some((now_ns().saturating_sub(AGENT.start_ns())) as f64 / 1e9)));
@@ -369,7 +369,7 @@ fn session(chan: &mut AgentEnd, text: &str) -> Result<End, (String, Option<Relea
         // agent interposes nothing, so it looks every POLL).
         crate::loading::keep_map_current(false);
     }
-    Ok(End::Detached(teardown(Some(ended_by))))
+    Ok(SessionEnd::Detached(teardown(Some(ended_by))))
 }
 
 extern "C" fn at_exit() {
@@ -381,7 +381,7 @@ extern "C" fn at_exit() {
 /// The pid tracing this process, if any. Called by the control thread,
 /// which may allocate.
 fn traced_by_other() -> Option<i32> {
-    procfs::Status::read(procfs::Of::ThisProcess).ok()?.tracer()
+    procfs::ProcStatus::read(procfs::Of::ThisProcess).ok()?.tracer()
 }
 
 /// Open events for threads not seen before and start their samplers;
@@ -536,7 +536,7 @@ impl Release {
 
 /// Is this slot's thread out of witch's code (no handler of witch's on
 /// it, not in a burst window), or gone?
-fn settled(s: &threads::Entry) -> bool {
+fn settled(s: &threads::ThreadSlot) -> bool {
     let busy = s.engine_busy() || s.in_use();
     !busy || !std::path::Path::new(&format!("/proc/self/task/{}", s.tid())).exists()
 }
@@ -546,7 +546,7 @@ fn pending_signals() -> Vec<i32> {
     let ours = [libc::SIGTRAP, sampler_signal()];
     let mut mask = 0u64;
     for tid in procfs::tasks(None) {
-        let Ok(s) = procfs::Status::read(procfs::Of::OwnTask(tid)) else { continue };
+        let Ok(s) = procfs::ProcStatus::read(procfs::Of::OwnTask(tid)) else { continue };
         mask |= s.pending.unwrap_or(0) | s.shared_pending.unwrap_or(0);
     }
     ours.into_iter().filter(|&s| mask & (1u64 << (s - 1)) != 0).collect()

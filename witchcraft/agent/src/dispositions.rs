@@ -6,11 +6,9 @@
 
 use crate::program::PROGRAM;
 use crate::state::{Mode, AGENT};
-use crate::symbols::next;
+use crate::symbols::{next, SigactionFn};
 use std::sync::atomic::AtomicPtr;
 use witchcraft::sys::siginfo::sampler_signal;
-
-type SigactionFn = unsafe extern "C" fn(libc::c_int, *const libc::sigaction, *mut libc::sigaction) -> libc::c_int;
 
 /// `sigaction` as the program sees it: the signals the agent owns keep its
 /// handler while the program's choice is remembered and reported back

@@ -21,7 +21,7 @@ use crate::handler_stack::Prior;
 use crate::program::PROGRAM;
 use crate::state::{Mode, AGENT};
 use crate::symbols::real_sigaction;
-use crate::threads::{Entered, Entry, Life};
+use crate::threads::{Entered, Life, ThreadSlot};
 use witchcraft::engine::{self, Place};
 use witchcraft::profile::EndedBy;
 use witchcraft::sys::siginfo::{self, sampler_signal};
@@ -149,7 +149,7 @@ pub fn guard_existing() {
 pub extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *mut libc::c_void) {
     let ucp = uc as *mut libc::ucontext_t;
     let slot = AGENT.current();
-    if let (Some(engine), Some(slot), Some(mut entered)) = (AGENT.engine(), slot, slot.and_then(Entry::enter)) {
+    if let (Some(engine), Some(slot), Some(mut entered)) = (AGENT.engine(), slot, slot.and_then(ThreadSlot::enter)) {
         let stack = entered.stack;
         if let Some(ts) = entered.state() {
             if ts.in_window() {
@@ -256,7 +256,7 @@ pub extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *m
             // first thread before the program runs, or the control thread).
             crate::calibrate::on_signal(sig, info, uc)
         } else {
-            match AGENT.current().and_then(Entry::enter) {
+            match AGENT.current().and_then(ThreadSlot::enter) {
                 Some(mut entered) => handler_stack::run(entered.stack, uc, || dispatch(sig, info, uc, &mut entered)),
                 // No handler stack, so no engine state: only whether it is ours.
                 None => stateless(sig, info),
@@ -415,7 +415,7 @@ pub fn enable_links() {
 /// blocked in a call): where its stack is, from the interrupted stack
 /// pointer, and its segment bases. Its alternate signal stack stays the
 /// program's (see the module comment). Async-signal-safe.
-fn adopt(slot: &Entry, ts: &mut engine::ThreadState, uc: *mut libc::ucontext_t) {
+fn adopt(slot: &ThreadSlot, ts: &mut engine::ThreadState, uc: *mut libc::ucontext_t) {
     // SAFETY: `uc` is the kernel's context for this signal; only read.
     let (sp, own) = unsafe { ((*uc).uc_mcontext.gregs[libc::REG_RSP as usize] as u64, Prior::from_stack(&(*uc).uc_stack)) };
     // The interrupted code runs on the program's alternate stack (in a
@@ -485,7 +485,7 @@ pub extern "C" fn on_fatal(sig: libc::c_int, _info: *mut libc::siginfo_t, uc: *m
     if AGENT.claim_finish() {
         // Writing the profile takes far more stack than a program's own
         // alternate stack may have: on the handler stack.
-        match AGENT.current().map(Entry::alt_stack) {
+        match AGENT.current().map(ThreadSlot::alt_stack) {
             Some(stack) if stack.0 != 0 => {
                 handler_stack::run(stack, uc as *const libc::ucontext_t, || {
                     write_crash_profile(sig);

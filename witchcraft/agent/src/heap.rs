@@ -42,7 +42,7 @@
 
 use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use witchcraft::heap::{self, Block};
+use witchcraft::heap::{self, HeapBlock};
 use witchcraft::objects::SITE_FRAMES;
 
 const MALLOC: usize = 0;
@@ -226,7 +226,7 @@ fn track(p: *mut c_void, n: usize, ret: *mut c_void, mapped: bool) {
     let mut site = [0u64; SITE_FRAMES];
     // A lookup address, like a context tree's: the call, not the return.
     site[0] = ret.saturating_sub(1);
-    let b = Block::new(p as u64, n as u64, site);
+    let b = HeapBlock::new(p as u64, n as u64, site);
     if mapped {
         table.insert_mapping(&b);
     } else {
@@ -238,7 +238,7 @@ fn wanted(n: usize) -> bool {
     n as u64 >= heap::threshold()
 }
 
-fn forget(p: *mut c_void) -> Option<Block> {
+fn forget(p: *mut c_void) -> Option<HeapBlock> {
     heap::table()?.remove(p as u64)
 }
 
@@ -478,7 +478,7 @@ pub unsafe extern "C" fn witch_heap_munmap(addr: *mut c_void, len: usize) -> lib
     }
     let table = heap::table();
     let range = pages(addr, len);
-    let mut removed = [Block::default(); UNDO];
+    let mut removed = [HeapBlock::default(); UNDO];
     let n = match (table, range) {
         (Some(t), Some((lo, hi))) => t.trim(lo, hi, &mut removed),
         _ => 0,
@@ -564,7 +564,7 @@ pub unsafe extern "C" fn witch_heap_mremap(
     let site = t.find(old as u64);
     // `old_len` 0 makes a second mapping of a shared one: nothing goes.
     let gone = if flags & libc::MREMAP_DONTUNMAP != 0 { None } else { pages(old, old_len) };
-    let mut removed = [Block::default(); UNDO];
+    let mut removed = [HeapBlock::default(); UNDO];
     let n = gone.map_or(0, |(lo, hi)| t.trim(lo, hi, &mut removed));
     let p = call();
     if p == libc::MAP_FAILED {
@@ -580,7 +580,7 @@ pub unsafe extern "C" fn witch_heap_mremap(
         t.trim(lo, hi, &mut []);
     }
     if let Some(b) = site.filter(|_| heap::threshold() != u64::MAX) {
-        t.insert_mapping(&Block { start: p as u64, size: new_len as u64, ..b });
+        t.insert_mapping(&HeapBlock { start: p as u64, size: new_len as u64, ..b });
     }
     p
 }

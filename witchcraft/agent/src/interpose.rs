@@ -36,7 +36,7 @@ type PthreadCreate = unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pth
 /// `thread_life::prepare_thread`).
 extern "C" fn trampoline(p: *mut libc::c_void) -> *mut libc::c_void {
     // SAFETY: `pthread_create` below passes a slot of the static table.
-    let slot = unsafe { &*(p as *const crate::threads::Entry) };
+    let slot = unsafe { &*(p as *const crate::threads::ThreadSlot) };
     let (start, arg, stack) = slot.start();
     thread_life::adopt_thread(slot, thread_life::created_thread_stack(stack));
     thread_life::whole_run_from(start as u64);
@@ -98,7 +98,7 @@ pub unsafe extern "C" fn pthread_create(
     };
     slot.set_start(start as usize, arg as usize, stack_size(attr));
     // SAFETY: as above, the thread starting in the trampoline with its slot.
-    let r = unsafe { real(thread, attr, trampoline, slot as *const crate::threads::Entry as *mut libc::c_void) };
+    let r = unsafe { real(thread, attr, trampoline, slot as *const crate::threads::ThreadSlot as *mut libc::c_void) };
     if r != 0 {
         thread_life::unprepare_thread(slot);
     }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 /// The process's mappings, snapshot by the control thread, for a thread to
 /// find its stack from its stack pointer in a handler (no file reads there).
 const MAX_MAPS: usize = 8192;
-static MAPS: Snapshot<MAX_MAPS> = Snapshot::new();
+static MAPS: PublishedRanges<MAX_MAPS> = PublishedRanges::new();
 
 /// Take a new snapshot of this process's mappings (not for handlers).
 pub fn snapshot_mappings() {
@@ -27,18 +27,18 @@ pub fn stack_of(sp: u64) -> (u64, u64) {
 /// end (a range that would let the unwinder read past a stack). Readers
 /// never wait on the writer: a handler that interrupted the writer itself
 /// (or keeps losing the race) gives up after a few tries and finds nothing.
-struct Snapshot<const N: usize> {
+struct PublishedRanges<const N: usize> {
     /// Odd while a publish is under way; bumped before and after one.
     seq: AtomicU64,
     len: AtomicUsize,
     ranges: [[AtomicU64; 2]; N],
 }
 
-impl<const N: usize> Snapshot<N> {
+impl<const N: usize> PublishedRanges<N> {
     const TRIES: usize = 4;
 
     const fn new() -> Self {
-        Snapshot { seq: AtomicU64::new(0), len: AtomicUsize::new(0), ranges: [const { [AtomicU64::new(0), AtomicU64::new(0)] }; N] }
+        PublishedRanges { seq: AtomicU64::new(0), len: AtomicUsize::new(0), ranges: [const { [AtomicU64::new(0), AtomicU64::new(0)] }; N] }
     }
 
     /// Replace the ranges (the first `N`). One writer at a time.
@@ -93,7 +93,7 @@ mod tests {
     fn a_reader_never_pairs_two_snapshots_ranges() {
         const N: usize = 4096;
         const X: u64 = 1 << 40;
-        static S: Snapshot<N> = Snapshot::new();
+        static S: PublishedRanges<N> = PublishedRanges::new();
         static STOP: AtomicBool = AtomicBool::new(false);
         let below = |i: usize| (i as u64, i as u64 + 1);
         let above = |i: usize| (X + 1 + i as u64, X + 2 + i as u64);

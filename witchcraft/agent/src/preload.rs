@@ -24,7 +24,7 @@ use std::sync::atomic::Ordering;
 use witchcraft::config::Config;
 use witchcraft::profile::EndedBy;
 use witchcraft::sys::fd;
-use witchcraft::sys::procfs::{Of, Status};
+use witchcraft::sys::procfs::{Of, ProcStatus};
 
 #[used]
 #[link_section = ".init_array"]
@@ -136,7 +136,7 @@ fn create_output(dir: &std::path::Path) -> Sink {
 /// with `openat`, `read` and `close` as the dynamic loader made them to
 /// load the agent, so a filter that let it load lets this through.
 fn sandboxed() -> bool {
-    Status::read(Of::ThisThread).is_ok_and(|s| s.sandboxed())
+    ProcStatus::read(Of::ThisThread).is_ok_and(|s| s.sandboxed())
 }
 
 /// Is this process traced (by a debugger)? Why, if so. Called at load (the
@@ -144,7 +144,7 @@ fn sandboxed() -> bool {
 /// allocates already), never in a signal handler: the read allocates
 /// nothing, the reason is formatted only when there is one.
 fn traced_by_debugger() -> Option<String> {
-    let tracer = Status::read(Of::ThisProcess).ok()?.tracer()?;
+    let tracer = ProcStatus::read(Of::ThisProcess).ok()?.tracer()?;
     Some(format!("it is traced by pid {tracer} (a debugger)"))
 }
 

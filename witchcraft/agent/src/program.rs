@@ -18,7 +18,8 @@ pub const NSIG: usize = 65;
 const WORDS: usize = std::mem::size_of::<libc::sigaction>().div_ceil(8);
 const COPIES: u64 = 4;
 
-struct Copy {
+/// One copy of a signal's `sigaction`, under its sequence number.
+struct SavedAction {
     /// 2n while copy number n is complete, odd while it is being written.
     seq: AtomicU64,
     words: [AtomicU64; WORDS],
@@ -30,7 +31,7 @@ pub struct Disposition {
     latest: AtomicU64,
     /// The number the next writer takes.
     next: AtomicU64,
-    copies: [Copy; COPIES as usize],
+    copies: [SavedAction; COPIES as usize],
 }
 
 impl Disposition {
@@ -38,7 +39,7 @@ impl Disposition {
         Disposition {
             latest: AtomicU64::new(0),
             next: AtomicU64::new(0),
-            copies: [const { Copy { seq: AtomicU64::new(0), words: [const { AtomicU64::new(0) }; WORDS] } }; COPIES as usize],
+            copies: [const { SavedAction { seq: AtomicU64::new(0), words: [const { AtomicU64::new(0) }; WORDS] } }; COPIES as usize],
         }
     }
 
@@ -93,7 +94,7 @@ fn size_of_sa() -> usize {
 
 /// Every signal's recorded disposition, and which of them the agent has
 /// taken over.
-pub struct Program {
+pub struct Dispositions {
     actions: [Disposition; NSIG],
     /// Bits (signal n: bit n - 1) the agent added to the `sa_mask` of the
     /// program's handler for each signal, which the program must not see.
@@ -110,7 +111,7 @@ pub struct Program {
     guarded: [AtomicBool; NSIG],
 }
 
-pub static PROGRAM: Program = Program {
+pub static PROGRAM: Dispositions = Dispositions {
     actions: [const { Disposition::new() }; NSIG],
     added_mask: [const { AtomicU64::new(0) }; NSIG],
     owned: [const { AtomicBool::new(false) }; NSIG],
@@ -122,7 +123,7 @@ fn index(sig: i32) -> Option<usize> {
     (1..NSIG as i32).contains(&sig).then_some(sig as usize)
 }
 
-impl Program {
+impl Dispositions {
     pub fn action(&self, sig: i32) -> libc::sigaction {
         match index(sig) {
             Some(i) => self.actions[i].load(),

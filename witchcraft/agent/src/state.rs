@@ -9,7 +9,7 @@
 
 use crate::alloc;
 use crate::attach_state::SESSION;
-use crate::threads::{Entry, Quiesced, ThreadTable};
+use crate::threads::{Quiesced, ThreadSlot, ThreadTable};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -81,7 +81,7 @@ pub fn preloaded() -> bool {
 thread_local! {
     /// A preloaded thread's slot (never touched attached: a dlopen'ed
     /// library's TLS is allocated lazily, with malloc).
-    static MINE: Cell<*const Entry> = const { Cell::new(std::ptr::null()) };
+    static MINE: Cell<*const ThreadSlot> = const { Cell::new(std::ptr::null()) };
 }
 
 pub fn now_ns() -> u64 {
@@ -193,7 +193,7 @@ impl Agent {
     /// In a fork child: the state is now this process's, with only the
     /// forking thread; the parent's other threads don't exist here.
     /// Gives back `keep`'s state (the forking thread's slot), to add again.
-    pub fn after_fork(&self, sink: Sink, start_ns: u64, keep: Option<&Entry>) -> Option<Box<ThreadState>> {
+    pub fn after_fork(&self, sink: Sink, start_ns: u64, keep: Option<&ThreadSlot>) -> Option<Box<ThreadState>> {
         let kept = self.threads.forget(keep);
         self.stopping.store(false, Ordering::Release);
         self.finished.store(false, Ordering::Release);
@@ -264,7 +264,7 @@ impl Agent {
 
     /// This thread's slot, if it has one. Async-signal-safe: a TLS read
     /// when preloaded, a scan of the table when attached.
-    pub fn current(&self) -> Option<&Entry> {
+    pub fn current(&self) -> Option<&ThreadSlot> {
         if self.mode() != Mode::Preloaded {
             return self.threads.find(task::gettid());
         }
@@ -273,8 +273,8 @@ impl Agent {
     }
 
     /// Remember the calling (preloaded) thread's slot.
-    pub fn set_current(&self, slot: Option<&Entry>) {
-        MINE.with(|m| m.set(slot.map_or(std::ptr::null(), |s| s as *const Entry)));
+    pub fn set_current(&self, slot: Option<&ThreadSlot>) {
+        MINE.with(|m| m.set(slot.map_or(std::ptr::null(), |s| s as *const ThreadSlot)));
     }
 
     /// Wait for the handlers running on other threads to return
@@ -290,7 +290,7 @@ impl Agent {
     /// proof reads the threads' states.
     /// `keep_sampling` says which slots keep their sampler (an attached
     /// thread gives its alternate stack back at its next sample).
-    pub fn quiesce(&self, keep_sampling: impl Fn(&Entry) -> bool) -> Quiesced {
+    pub fn quiesce(&self, keep_sampling: impl Fn(&ThreadSlot) -> bool) -> Quiesced {
         self.stopping.store(true, Ordering::Release);
         self.threads.quiesce(keep_sampling)
     }

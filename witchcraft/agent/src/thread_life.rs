@@ -53,7 +53,7 @@ pub fn start_thread() {
 /// be profiled: the process profiles no more threads, or witch's address
 /// space for threads ([`address_space_cap`]) or the system's is used up;
 /// the profile counts it and says why, and the thread runs on.
-pub fn prepare_thread() -> Option<&'static threads::Entry> {
+pub fn prepare_thread() -> Option<&'static threads::ThreadSlot> {
     let engine = AGENT.engine()?;
     // A process whose profile is written (one that does not follow, say)
     // or that is sandboxed sets up no more threads.
@@ -86,7 +86,7 @@ pub fn prepare_thread() -> Option<&'static threads::Entry> {
 
 /// A prepared thread that never started (its creation failed): its slot
 /// is free again.
-pub fn unprepare_thread(slot: &threads::Entry) {
+pub fn unprepare_thread(slot: &threads::ThreadSlot) {
     slot.set_lent(false);
     slot.set_phase(Life::Gone);
 }
@@ -128,7 +128,7 @@ pub fn address_space_cap() -> u64 {
 /// stack installed as its alternate signal stack, its events opened and
 /// started. `stack`: the thread's stack. Allocates nothing (see
 /// [`prepare_thread`]). Not for signal handlers.
-pub fn adopt_thread(slot: &threads::Entry, stack: (u64, u64)) {
+pub fn adopt_thread(slot: &threads::ThreadSlot, stack: (u64, u64)) {
     let Some(engine) = AGENT.engine() else { return };
     slot.claim(witchcraft::sys::task::gettid());
     if AGENT.stopping() || AGENT.finished() {
@@ -159,7 +159,7 @@ pub fn adopt_thread(slot: &threads::Entry, stack: (u64, u64)) {
     unsafe { libc::sigaltstack(&ss, &mut prev) };
     slot.set_prior(Prior::from_stack(&prev));
     // SAFETY: the key made in `init`; the value is the slot, read back in `thread_end`.
-    unsafe { libc::pthread_setspecific(KEY.load(Ordering::Acquire), slot as *const threads::Entry as *const libc::c_void) };
+    unsafe { libc::pthread_setspecific(KEY.load(Ordering::Acquire), slot as *const threads::ThreadSlot as *const libc::c_void) };
 }
 
 /// The calling thread's stack, for a thread the C library started: its
@@ -176,7 +176,7 @@ pub fn created_thread_stack(size: usize) -> (u64, u64) {
 /// back the alternate stack it had.
 pub extern "C" fn thread_end(p: *mut libc::c_void) {
     // SAFETY: the value set by `start_thread`: a slot of the static table.
-    let Some(slot) = (unsafe { (p as *const threads::Entry).as_ref() }) else { return };
+    let Some(slot) = (unsafe { (p as *const threads::ThreadSlot).as_ref() }) else { return };
     // SAFETY: this thread's slot (not `Gone` until below), in its key's
     // destructor, outside its handlers.
     if let Some(ts) = unsafe { slot.own_state() } {

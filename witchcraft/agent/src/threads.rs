@@ -6,7 +6,7 @@
 //! its alternate signal stack at its start; an attached session never
 //! changes a thread's alternate stack (`handlers.rs`), so none is left
 //! installed when the session ends. A handler announces itself on its
-//! slot ([`Entry::enter`]) before it reads the slot's state or stack, and
+//! slot ([`ThreadSlot::enter`]) before it reads the slot's state or stack, and
 //! [`ThreadTable::clear`] takes both out of the table, then waits until no
 //! handler is announced, before it frees them.
 //!
@@ -56,8 +56,8 @@ impl Life {
     }
 }
 
-/// One thread's entry.
-pub struct Entry {
+/// One thread's slot of the table.
+pub struct ThreadSlot {
     state: AtomicPtr<ThreadState>,
     tid: AtomicI32,
     phase: AtomicU8,
@@ -66,7 +66,7 @@ pub struct Entry {
     /// That stack is installed as the thread's alternate signal stack (a
     /// preloaded thread, from its start until it ends).
     lent: AtomicBool,
-    /// Handlers of the thread between [`Entry::enter`] and leaving (a
+    /// Handlers of the thread between [`ThreadSlot::enter`] and leaving (a
     /// fault inside witch's work nests).
     users: AtomicU32,
     prior_sp: AtomicU64,
@@ -85,9 +85,9 @@ pub struct Entry {
     stack_size: AtomicUsize,
 }
 
-impl Entry {
-    const fn new() -> Entry {
-        Entry {
+impl ThreadSlot {
+    const fn new() -> ThreadSlot {
+        ThreadSlot {
             state: AtomicPtr::new(std::ptr::null_mut()),
             tid: AtomicI32::new(0),
             phase: AtomicU8::new(Life::New as u8),
@@ -117,7 +117,7 @@ impl Entry {
         self.stack_size.store(stack_size, Ordering::Release);
     }
 
-    /// What [`Entry::set_start`] left.
+    /// What [`ThreadSlot::set_start`] left.
     pub fn start(&self) -> (usize, usize, usize) {
         (self.start.load(Ordering::Acquire), self.arg.load(Ordering::Acquire), self.stack_size.load(Ordering::Acquire))
     }
@@ -138,7 +138,7 @@ impl Entry {
         Some(Entered { slot: self, stack: (alt, alt + HANDLER_STACK as u64) })
     }
 
-    /// Is a handler of this slot's thread between [`Entry::enter`] and
+    /// Is a handler of this slot's thread between [`ThreadSlot::enter`] and
     /// leaving? Other threads ask. Async-signal-safe.
     pub fn in_use(&self) -> bool {
         self.users.load(Ordering::SeqCst) != 0
@@ -251,20 +251,20 @@ impl Entry {
     }
 }
 
-/// A handler announced on its slot ([`Entry::enter`]), with the slot's
+/// A handler announced on its slot ([`ThreadSlot::enter`]), with the slot's
 /// handler stack.
 pub struct Entered<'a> {
-    slot: &'a Entry,
+    slot: &'a ThreadSlot,
     pub stack: (u64, u64),
 }
 
 impl<'a> Entered<'a> {
-    pub fn slot(&self) -> &'a Entry {
+    pub fn slot(&self) -> &'a ThreadSlot {
         self.slot
     }
 
     /// The thread's state, for its own handler (or link path) that entered
-    /// ([`Entry::enter`], which only a slot's own thread calls); None if the
+    /// ([`ThreadSlot::enter`], which only a slot's own thread calls); None if the
     /// table let go of it meanwhile. Async-signal-safe.
     pub fn state(&mut self) -> Option<&mut ThreadState> {
         // SAFETY: the thread's own, which only it uses (a handler nested in
@@ -280,7 +280,7 @@ impl<'a> Entered<'a> {
 pub struct Quiesced(());
 
 /// A slot [`ThreadTable::add`] filled, and its new state.
-pub type Added<'a> = (&'a Entry, &'a mut ThreadState);
+pub type Added<'a> = (&'a ThreadSlot, &'a mut ThreadState);
 
 impl Quiesced {
     /// # Safety
@@ -297,7 +297,7 @@ impl Drop for Entered<'_> {
 }
 
 pub struct ThreadTable {
-    slots: [Entry; MAX_THREADS],
+    slots: [ThreadSlot; MAX_THREADS],
     len: AtomicUsize,
     /// Threads that could not be set up (table full, events refused).
     pub failed: AtomicU64,
@@ -330,7 +330,7 @@ impl Drop for Held<'_> {
 impl ThreadTable {
     pub const fn new() -> ThreadTable {
         ThreadTable {
-            slots: [const { Entry::new() }; MAX_THREADS],
+            slots: [const { ThreadSlot::new() }; MAX_THREADS],
             len: AtomicUsize::new(0),
             failed: AtomicU64::new(0),
             added: AtomicU64::new(0),
@@ -358,7 +358,7 @@ impl ThreadTable {
     /// every state stops handling its signals (its sampler pauses unless
     /// `keep_sampling`), then wait (briefly) for other threads to leave the
     /// engine's handlers and windows. Undone by [`ThreadTable::thaw`].
-    pub fn quiesce(&self, keep_sampling: impl Fn(&Entry) -> bool) -> Quiesced {
+    pub fn quiesce(&self, keep_sampling: impl Fn(&ThreadSlot) -> bool) -> Quiesced {
         // No new thread takes over an ended one's slot (and frees its state)
         // while the states are read, here and in the profile.
         let held = self.lock();
@@ -411,7 +411,7 @@ impl ThreadTable {
     }
 
     /// The slots in use. Async-signal-safe.
-    pub fn slots(&self) -> &[Entry] {
+    pub fn slots(&self) -> &[ThreadSlot] {
         &self.slots[..self.len()]
     }
 
@@ -423,7 +423,7 @@ impl ThreadTable {
 
     /// Every engine state in the table, once profiling stopped.
     pub fn states_quiesced<'a>(&'a self, _quiesced: &'a mut Quiesced) -> impl Iterator<Item = &'a mut ThreadState> + 'a {
-        // SAFETY: as in `Entry::state_quiesced`; each slot has its own state.
+        // SAFETY: as in `ThreadSlot::state_quiesced`; each slot has its own state.
         self.slots().iter().filter_map(|s| unsafe { s.state_ptr().as_mut() })
     }
 
@@ -438,7 +438,7 @@ impl ThreadTable {
     }
 
     /// The slot of thread `tid`, if it has one. Async-signal-safe.
-    pub fn find(&self, tid: i32) -> Option<&Entry> {
+    pub fn find(&self, tid: i32) -> Option<&ThreadSlot> {
         self.slots().iter().find(|s| s.tid() == tid && s.has_state() && s.phase() != Life::Gone)
     }
 
@@ -484,7 +484,7 @@ impl ThreadTable {
 
     /// Fill slot `s`, and give back its new state.
     #[allow(clippy::too_many_arguments, clippy::mut_from_ref)]
-    fn init(&self, s: &Entry, tid: i32, state: Box<ThreadState>, alt: u64, lent: bool, prior: Prior, phase: Life) -> &mut ThreadState {
+    fn init(&self, s: &ThreadSlot, tid: i32, state: Box<ThreadState>, alt: u64, lent: bool, prior: Prior, phase: Life) -> &mut ThreadState {
         s.tid.store(tid, Ordering::Release);
         s.alt.store(alt, Ordering::Release);
         s.set_lent(lent);
@@ -539,7 +539,7 @@ impl ThreadTable {
     /// second later keeps its state and stack: they are leaked). Not for
     /// handlers.
     pub fn clear(&self) {
-        let taken: Vec<(&Entry, *mut ThreadState, u64)> = self
+        let taken: Vec<(&ThreadSlot, *mut ThreadState, u64)> = self
             .slots()
             .iter()
             .map(|s| (s, s.state.swap(std::ptr::null_mut(), Ordering::SeqCst), s.alt.swap(0, Ordering::SeqCst)))
@@ -581,7 +581,7 @@ impl ThreadTable {
     /// parent's other threads don't exist here, and one of them may have
     /// held the lock), but give back the state of `keep` (the calling
     /// thread's slot), to add again.
-    pub fn forget(&self, keep: Option<&Entry>) -> Option<Box<ThreadState>> {
+    pub fn forget(&self, keep: Option<&ThreadSlot>) -> Option<Box<ThreadState>> {
         let kept = keep.map(|s| s.state.swap(std::ptr::null_mut(), Ordering::AcqRel)).filter(|p| !p.is_null());
         for s in self.slots() {
             s.state.store(std::ptr::null_mut(), Ordering::Release);

@@ -15,16 +15,16 @@
 //! bytes, but whichever of the two came first to a watched 8-byte piece
 //! decided it all (and its untouched bytes were never judged).
 
-use super::{credited, Craft, Verdict, Watched};
-use crate::profile::Craft as Kind;
+use super::{credited, CraftRules, Verdict, Watched};
+use crate::profile::Craft;
 use crate::sys::perf::BpType;
 use crate::x86::decode::Access;
 
 pub struct DeadCraft;
 
-impl Craft for DeadCraft {
-    fn kind(&self) -> Kind {
-        Kind::Dead
+impl CraftRules for DeadCraft {
+    fn kind(&self) -> Craft {
+        Craft::Dead
     }
     fn samples(&self, a: &Access) -> bool {
         a.write

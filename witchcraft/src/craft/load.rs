@@ -5,8 +5,8 @@
 //! stays armed: an intervening store that writes the value back does not
 //! break the redundancy. On the next load, compare like SilentCraft.
 
-use super::{compare, Craft, Verdict, Watched};
-use crate::profile::Craft as Kind;
+use super::{compare, CraftRules, Verdict, Watched};
+use crate::profile::Craft;
 use crate::sys::perf::BpType;
 use crate::x86::decode::Access;
 
@@ -14,9 +14,9 @@ pub struct LoadCraft {
     pub precision: f64,
 }
 
-impl Craft for LoadCraft {
-    fn kind(&self) -> Kind {
-        Kind::SilentLoad
+impl CraftRules for LoadCraft {
+    fn kind(&self) -> Craft {
+        Craft::SilentLoad
     }
     fn samples(&self, a: &Access) -> bool {
         a.read

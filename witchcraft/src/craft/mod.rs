@@ -8,7 +8,7 @@ pub mod dead;
 pub mod load;
 pub mod silent;
 
-use crate::profile::Craft as Kind;
+use crate::profile::Craft;
 use crate::sys::perf::BpType;
 use crate::x86::decode::{Access, Float};
 
@@ -59,8 +59,10 @@ pub enum Verdict {
     Ignore,
 }
 
-pub trait Craft: Sync {
-    fn kind(&self) -> Kind;
+/// What one craft decides (its [`Craft`] is which one): which accesses to
+/// sample, which watchpoint to arm, and how to judge the access that traps.
+pub trait CraftRules: Sync {
+    fn kind(&self) -> Craft;
     /// Does this access of an instruction make a sample for the craft?
     fn samples(&self, a: &Access) -> bool;
     fn watch(&self) -> BpType;
@@ -79,11 +81,11 @@ pub trait Craft: Sync {
     }
 }
 
-pub fn for_kind(kind: Kind, fp_precision: f64) -> &'static dyn Craft {
+pub fn for_kind(kind: Craft, fp_precision: f64) -> &'static dyn CraftRules {
     match kind {
-        Kind::Dead => &dead::DeadCraft,
-        Kind::SilentStore => Box::leak(Box::new(silent::SilentCraft { precision: fp_precision })),
-        Kind::SilentLoad => Box::leak(Box::new(load::LoadCraft { precision: fp_precision })),
+        Craft::Dead => &dead::DeadCraft,
+        Craft::SilentStore => Box::leak(Box::new(silent::SilentCraft { precision: fp_precision })),
+        Craft::SilentLoad => Box::leak(Box::new(load::LoadCraft { precision: fp_precision })),
     }
 }
 

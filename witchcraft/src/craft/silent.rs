@@ -5,8 +5,8 @@
 //! compare the overlapping bytes: unchanged (or, for floating point, within
 //! the relative precision) means the store was silent.
 
-use super::{compare, Craft, Verdict, Watched};
-use crate::profile::Craft as Kind;
+use super::{compare, CraftRules, Verdict, Watched};
+use crate::profile::Craft;
 use crate::sys::perf::BpType;
 use crate::x86::decode::Access;
 
@@ -14,9 +14,9 @@ pub struct SilentCraft {
     pub precision: f64,
 }
 
-impl Craft for SilentCraft {
-    fn kind(&self) -> Kind {
-        Kind::SilentStore
+impl CraftRules for SilentCraft {
+    fn kind(&self) -> Craft {
+        Craft::SilentStore
     }
     fn samples(&self, a: &Access) -> bool {
         a.write

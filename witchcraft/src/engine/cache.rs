@@ -28,7 +28,7 @@
 use crate::modules::{self, ProcessMap};
 use crate::sys::mem;
 use crate::x86::translate::{
-    self, Block, Counted, Data, DataAddrs, Env, Exit, Host, Point, Request, Spilled, Translator, Variant, EXIT_STUB_LEN,
+    self, Block, Counted, Data, DataAddrs, Env, Exit, Host, Point, Spilled, TranslateRequest, Translator, Variant, EXIT_STUB_LEN,
 };
 
 mod layout;
@@ -42,9 +42,11 @@ struct IndexEntry {
     slow: u64,
 }
 
+/// Where one translated copy lies in the cache: its start, the native
+/// address it copies, its length, and whether it is the slow variant.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-struct Record {
+struct CopyRecord {
     start: u64,
     native: u64,
     len: u32,
@@ -85,14 +87,14 @@ pub struct CodeCache {
 unsafe impl Send for CodeCache {}
 
 /// Reads code and answers translation's questions about the program.
-struct Program<'a> {
+struct ProgramHost<'a> {
     map: &'a ProcessMap,
     own: (u64, u64),
     index: *const IndexEntry,
     entries: usize,
 }
 
-impl Host for Program<'_> {
+impl Host for ProgramHost<'_> {
     fn code(&mut self, pc: u64, out: &mut [u8]) -> usize {
         // The module's code, or the vDSO's (mapped for the process's life).
         let end = match self.map.module(pc) {
@@ -322,9 +324,9 @@ impl CodeCache {
         unsafe { self.base.add(INDEX_AT) as *mut IndexEntry }
     }
 
-    fn record(&self, i: usize) -> Record {
+    fn record(&self, i: usize) -> CopyRecord {
         // SAFETY: i < RECORDS, inside the mapping.
-        unsafe { *(self.base.add(self.layout.records_at()) as *const Record).add(i) }
+        unsafe { *(self.base.add(self.layout.records_at()) as *const CopyRecord).add(i) }
     }
 
     /// The copy of `native` in `variant`, if made.
@@ -391,17 +393,17 @@ impl CodeCache {
         let slots = self.slots();
         let at = self.addr(self.layout.code_at() + self.code_pos);
         let dispatch = self.addr(self.layout.stubs_at());
-        let mut host = Program { map, own, index: self.index(), entries: self.layout.entries };
+        let mut host = ProgramHost { map, own, index: self.index(), entries: self.layout.entries };
         // SAFETY: the code area from code_pos, MAX_BLOCK_BYTES of it free.
         let out =
             unsafe { std::slice::from_raw_parts_mut(self.base.add(self.layout.code_at() + self.code_pos), translate::MAX_BLOCK_BYTES) };
         let env = Env { slots, counted, dispatch, link: self.link };
-        let b: Block = self.translator.translate(&mut host, &env, Request { native, variant, at, points: false }, out)?;
+        let b: Block = self.translator.translate(&mut host, &env, TranslateRequest { native, variant, at, points: false }, out)?;
         self.code_pos += (b.len as usize).next_multiple_of(16);
         // SAFETY: records < RECORDS (checked above).
         unsafe {
-            *(self.base.add(self.layout.records_at()) as *mut Record).add(self.records) =
-                Record { start: at, native, len: b.len, slow: (variant == Variant::Slow) as u32 };
+            *(self.base.add(self.layout.records_at()) as *mut CopyRecord).add(self.records) =
+                CopyRecord { start: at, native, len: b.len, slow: (variant == Variant::Slow) as u32 };
         }
         self.records += 1;
         self.insert(native, variant, at);
@@ -516,12 +518,12 @@ impl CodeCache {
         }
         let slots = self.slots();
         let dispatch = self.addr(self.layout.stubs_at());
-        let mut host = Program { map, own, index: self.index(), entries: self.layout.entries };
+        let mut host = ProgramHost { map, own, index: self.index(), entries: self.layout.entries };
         // SAFETY: the scratch area, MAX_BLOCK_BYTES long, inside the mapping.
         let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(self.layout.scratch_at()), translate::MAX_BLOCK_BYTES) };
         let variant = if r.slow != 0 { Variant::Slow } else { Variant::Fast };
         let env = Env { slots, counted, dispatch, link: self.link };
-        self.translator.translate(&mut host, &env, Request { native: r.native, variant, at: r.start, points: true }, out).ok()?;
+        self.translator.translate(&mut host, &env, TranslateRequest { native: r.native, variant, at: r.start, points: true }, out).ok()?;
         self.translator.point_at(addr, after)
     }
 
@@ -530,7 +532,7 @@ impl CodeCache {
     pub fn rep_part(&mut self, map: &ProcessMap, own: (u64, u64), native: u64) -> Option<u64> {
         let slots = self.slots();
         let at = self.addr(self.layout.rep_at());
-        let mut host = Program { map, own, index: self.index(), entries: self.layout.entries };
+        let mut host = ProgramHost { map, own, index: self.index(), entries: self.layout.entries };
         // SAFETY: the partial-rep area, REP_AT..SCRATCH_AT of the mapping.
         let out =
             unsafe { std::slice::from_raw_parts_mut(self.base.add(self.layout.rep_at()), self.layout.scratch_at() - self.layout.rep_at()) };

@@ -104,11 +104,11 @@ impl ThreadState {
                 // return, which reads the return address: credited to the
                 // code it returns from, and its frame ends at once for the
                 // shadow call stack.
-                use crate::x86::record::{self, Kind};
+                use crate::x86::record::{self, RecordKind};
                 if let Some(kind) = self.window.record_kind() {
                     let load = crate::x86::decode::Access { addr: sp, len: 8, read: true, ..Default::default() };
                     let r = match kind {
-                        Kind::StoreValues => record::Record { addr: 0, pc: native, info: record::NONE | record::RET, extra: ret },
+                        RecordKind::StoreValues => record::Record { addr: 0, pc: native, info: record::NONE | record::RET, extra: ret },
                         k => record::Record { addr: sp, pc: native, info: record::info(&load) | k.value_flags() | record::RET, extra: ret },
                     };
                     self.window.push_records(&[r], 0);

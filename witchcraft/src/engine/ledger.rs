@@ -19,7 +19,7 @@ use super::watch::{snapshot, SelfTrap, Slot, Watchpoints};
 use crate::context::Tree;
 use crate::craft::{Verdict, Watched, SNAPSHOT};
 use crate::modules::{self, ProcessMap};
-use crate::objects::{Object, Objects, OBJECT_ENTRIES};
+use crate::objects::{FoundObject, ObjectTable, OBJECT_ENTRIES};
 use crate::pair::{ClusterSums, Pairs};
 use crate::profile::{self, Counters};
 use crate::sys::mem;
@@ -50,7 +50,7 @@ pub struct Ledger {
     tree: Tree,
     pairs: Pairs,
     /// The same credits by data object.
-    objects: Objects,
+    objects: ObjectTable,
     /// The events each path counts (the profile's counters): a tally, each
     /// field its own count, with no invariant between them.
     pub(super) counters: Counters,
@@ -73,7 +73,7 @@ pub struct Ledger {
 pub(super) struct Tables {
     tree: Tree,
     pairs: Pairs,
-    objects: Objects,
+    objects: ObjectTable,
     pc: PrecisePcCache,
 }
 
@@ -83,7 +83,7 @@ impl Tables {
     pub(super) fn try_reserve() -> Option<Tables> {
         let tree = Tree::try_with_capacity(TREE_NODES)?;
         let pairs = Pairs::try_with_capacity(PAIRS)?;
-        let objects = Objects::try_with_capacity(OBJECT_ENTRIES)?;
+        let objects = ObjectTable::try_with_capacity(OBJECT_ENTRIES)?;
         let pc = PrecisePcCache::try_new()?;
         Some(Tables { tree, pairs, objects, pc })
     }
@@ -91,7 +91,7 @@ impl Tables {
     /// Tables that hold one context and one pair (the rest counted as
     /// overflow): for a thread the address space could not be had for.
     pub(super) fn minimal() -> Tables {
-        Tables { tree: Tree::with_capacity(1), pairs: Pairs::with_capacity(1), objects: Objects::none(), pc: PrecisePcCache::default() }
+        Tables { tree: Tree::with_capacity(1), pairs: Pairs::with_capacity(1), objects: ObjectTable::none(), pc: PrecisePcCache::default() }
     }
 }
 
@@ -125,11 +125,11 @@ impl Ledger {
     /// What [`Tables::try_reserve`] reserves, in bytes.
     pub(super) fn reserved_bytes_each() -> usize {
         let index = |cap: usize| crate::context::max_slots(cap) * std::mem::size_of::<u32>();
-        TREE_NODES * std::mem::size_of::<crate::context::Node>()
+        TREE_NODES * std::mem::size_of::<crate::context::LiveNode>()
             + index(TREE_NODES)
             + (PAIRS + 1) * std::mem::size_of::<crate::pair::PairEntry>()
             + index(PAIRS + 1)
-            + Objects::reserved_bytes_for(OBJECT_ENTRIES)
+            + ObjectTable::reserved_bytes_for(OBJECT_ENTRIES)
             + PrecisePcCache::RESERVED_BYTES
     }
 
@@ -320,7 +320,7 @@ impl Ledger {
             let (waste, used) = p.credit(verdict, scale);
             p.cluster.add(self.cluster, waste, used);
             self.clusters.add(self.cluster, waste, used);
-            let object = Object::of(addr, self.place.stack);
+            let object = FoundObject::of(addr, self.place.stack);
             self.objects.credit(watch_ctx, trap_ctx, &object, verdict, scale, self.cluster);
         }
     }

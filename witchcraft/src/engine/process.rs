@@ -6,7 +6,7 @@ use super::budget::{HeadStart, HEAD_START_NS};
 use super::sampler::SampleSource;
 use super::settings::BurstSettings;
 use crate::config::{Config, DEFAULT_SOFTWARE_PERIOD_NS};
-use crate::craft::Craft;
+use crate::craft::CraftRules;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Process-wide, immutable after start-up but for three atomics: the head
@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 /// start a fork child restarts.
 pub struct Engine {
     pub(crate) config: Config,
-    pub(crate) craft: &'static dyn Craft,
+    pub(crate) craft: &'static dyn CraftRules,
     pub(crate) sampler: SampleSource,
     pub(crate) period: u64,
     pub(crate) sigtrap: bool,

@@ -29,7 +29,7 @@
 
 use crate::exact::ring::{Ring, CHUNK_BYTES};
 use crate::exact::stream;
-use crate::x86::record::{Kind, Record, CALL, DOWN, LEN_MASK, MAX_RECORDS, RECORD_WORDS, REP};
+use crate::x86::record::{Record, RecordKind, CALL, DOWN, LEN_MASK, MAX_RECORDS, RECORD_WORDS, REP};
 
 /// Words of records a buffer holds: a chunk of the ring, less its header.
 pub const CAPACITY: usize = (CHUNK_BYTES - stream::HEADER_BYTES) / 8;
@@ -56,7 +56,7 @@ pub struct RecordBuffer {
     /// The process image the records come from (see `exact::stream`).
     image: u32,
     /// What the thread records (its craft's kind).
-    pub kind: Kind,
+    pub kind: RecordKind,
     /// Stores the engine recorded before they ran natively, whose bytes
     /// after are read when the thread is back: (the word their bytes go
     /// to, address, bytes).
@@ -68,7 +68,7 @@ pub struct RecordBuffer {
 }
 
 impl RecordBuffer {
-    pub fn new(fd: i32, kind: Kind, image: u32) -> RecordBuffer {
+    pub fn new(fd: i32, kind: RecordKind, image: u32) -> RecordBuffer {
         let words = stream::HEADER_BYTES / 8 + CAPACITY;
         RecordBuffer {
             ring: None,
@@ -146,7 +146,7 @@ impl RecordBuffer {
     /// with their values if the kind has any (`rax`: the program's, for a
     /// `rep stos`). Async-signal-safe.
     pub fn push_for(&mut self, recs: &[Record], rax: u64) {
-        if self.kind == Kind::Addresses {
+        if self.kind == RecordKind::Addresses {
             self.push(recs);
         } else {
             self.push_valued(recs, rax);

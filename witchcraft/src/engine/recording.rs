@@ -9,7 +9,7 @@ use super::thread::ThreadState;
 use super::window::Plan;
 use crate::modules::ProcessMap;
 use crate::x86::decode::{Decoded, Regs};
-use crate::x86::record::{of_instruction_for, Kind, Transfer};
+use crate::x86::record::{of_instruction_for, RecordKind, Transfer};
 use crate::x86::translate;
 
 impl ThreadState {
@@ -43,8 +43,8 @@ impl ThreadState {
             self.window.note_gap(native);
             return self.window.end(uc, native, true);
         };
-        let kind = self.window.record_kind().unwrap_or(Kind::Addresses);
-        if kind != Kind::Addresses {
+        let kind = self.window.record_kind().unwrap_or(RecordKind::Addresses);
+        if kind != RecordKind::Addresses {
             // Bytes of values an element adds, and the words of the records
             // without them (an element's worth of padding each).
             let (recs, n) = of_instruction_for(kind, &d, Transfer::Rep(1));

@@ -100,16 +100,16 @@ impl SampleSource {
     /// single-step bursts as `burst` says (None: none).
     pub fn to_profile(&self, period: u64, burst: Option<BurstSettings>) -> profile::SamplerSettings {
         let burst_steps = burst.map_or(0, |b| b.steps);
-        use profile::{PeriodUnit, SamplerKind as Kind, ValueUnit};
+        use profile::{PeriodUnit, SamplerKind, ValueUnit};
         let (kind, unit) = match self {
-            SampleSource::Pmu(e) if e.kind == AccessKind::Load => (Kind::Pmu, PeriodUnit::Loads),
-            SampleSource::Pmu(_) => (Kind::Pmu, PeriodUnit::Stores),
-            _ => (Kind::Software, PeriodUnit::Ns),
+            SampleSource::Pmu(e) if e.kind == AccessKind::Load => (SamplerKind::Pmu, PeriodUnit::Loads),
+            SampleSource::Pmu(_) => (SamplerKind::Pmu, PeriodUnit::Stores),
+            _ => (SamplerKind::Software, PeriodUnit::Ns),
         };
         // Bytes where samples count accesses (a PMU, the whole-run access
         // counters); byte·ns where ticks of CPU time choose them (see
         // `Engine::unit_scale`).
-        let counts = kind == Kind::Pmu || burst.is_some_and(|b| b.counts_accesses());
+        let counts = kind == SamplerKind::Pmu || burst.is_some_and(|b| b.counts_accesses());
         let weight_unit = if counts { ValueUnit::Bytes } else { ValueUnit::ByteNs };
         profile::SamplerSettings {
             kind,

@@ -85,7 +85,7 @@ impl ThreadState {
             burst: Burst::new(seed),
             window: Window::new(
                 seed,
-                engine.config.record_fd.map(|fd| (fd, crate::x86::record::Kind::of(engine.config.craft), engine.image())),
+                engine.config.record_fd.map(|fd| (fd, crate::x86::record::RecordKind::of(engine.config.craft), engine.image())),
             ),
             ledger: Ledger::new(engine, seed, tables),
         })

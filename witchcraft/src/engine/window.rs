@@ -48,7 +48,7 @@ use super::settings::WindowSettings;
 use super::stepping::set_trap_flag;
 use crate::profile::Counters;
 use crate::sys::siginfo;
-use crate::x86::record::{Kind, Record};
+use crate::x86::record::{Record, RecordKind};
 use crate::x86::translate::Counted;
 use rand::{rngs::SmallRng, RngExt, SeedableRng};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -172,7 +172,7 @@ fn window_mask() -> u64 {
 }
 
 impl Window {
-    pub fn new(seed: u64, record: Option<(i32, Kind, u32)>) -> Window {
+    pub fn new(seed: u64, record: Option<(i32, RecordKind, u32)>) -> Window {
         Window {
             cache: CodeCache::new(record.is_some()),
             phase: Phase::Native,
@@ -444,12 +444,12 @@ impl Window {
     }
 
     /// The exact mode: what this thread records (None: it does not).
-    pub(super) fn record_kind(&self) -> Option<Kind> {
+    pub(super) fn record_kind(&self) -> Option<RecordKind> {
         self.rec.as_ref().map(|r| r.kind)
     }
 
     /// Recording: add the records the engine made of an instruction it
-    /// runs itself (`recs`, of this thread's [`Kind`]), with their values
+    /// runs itself (`recs`, of this thread's [`RecordKind`]), with their values
     /// if the kind has any (`rax`: the program's, for a `rep stos`); the
     /// buffer is sent when full.
     pub(super) fn push_records(&mut self, recs: &[Record], rax: u64) {
@@ -578,7 +578,7 @@ impl Window {
 
 pub(super) fn counted(engine: &Engine) -> Counted {
     if engine.config.record_fd.is_some() {
-        Counted::Records(Kind::of(engine.config.craft))
+        Counted::Records(RecordKind::of(engine.config.craft))
     } else if engine.craft.samples(&crate::x86::decode::Access { write: true, ..Default::default() }) {
         Counted::Stores
     } else {

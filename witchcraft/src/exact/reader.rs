@@ -1,5 +1,5 @@
 //! Witch's side of the code-cache exact mode's stream: it maps each ring
-//! a thread registers ([`Mapped`]), judges each chunk where it lies as its
+//! a thread registers ([`MappedRing`]), judges each chunk where it lies as its
 //! notice comes, and gives the chunk back to its thread. The threads' side
 //! (the agent's) is [`super::ring::Ring`]; the notices' format,
 //! [`super::stream`].
@@ -31,7 +31,7 @@ pub struct Judge {
     precision: f64,
     processes: HashMap<(i32, u32), Replay>,
     /// The threads' rings, by number.
-    rings: HashMap<u64, Mapped>,
+    rings: HashMap<u64, MappedRing>,
     /// Datagrams that were not whole records (never expected).
     pub malformed: u64,
     pub records: u64,
@@ -47,7 +47,7 @@ impl Judge {
     /// a ring, or judge a chunk and give it back to its thread.
     pub fn take_notice(&mut self, d: &[u8], passed: Option<i32>) {
         match (Notice::parse(d), passed) {
-            (Some((_, Notice::Register { id, bytes })), Some(memfd)) => match Mapped::map(memfd, bytes) {
+            (Some((_, Notice::Register { id, bytes })), Some(memfd)) => match MappedRing::map(memfd, bytes) {
                 // (A ring of a number seen before replaces it: its
                 // process exec'd, after its last chunk was judged.)
                 Some(ring) => drop(self.rings.insert(id, ring)),
@@ -118,17 +118,17 @@ impl Judge {
 }
 
 /// Witch's side: a ring a thread registered, mapped from its memfd.
-pub struct Mapped {
+pub struct MappedRing {
     base: *mut u8,
     bytes: usize,
 }
 
 // SAFETY: the mapping is witch's own; its judging thread holds it.
-unsafe impl Send for Mapped {}
+unsafe impl Send for MappedRing {}
 
-impl Mapped {
+impl MappedRing {
     /// Map the ring `memfd` of `bytes` bytes (closed here either way).
-    pub fn map(memfd: i32, bytes: u64) -> Option<Mapped> {
+    pub fn map(memfd: i32, bytes: u64) -> Option<MappedRing> {
         if bytes != RING_BYTES as u64 {
             fd::close(memfd);
             return None;
@@ -136,7 +136,7 @@ impl Mapped {
         // SAFETY: a new shared mapping of the descriptor, not MAP_FIXED.
         let base = unsafe { libc::mmap(std::ptr::null_mut(), RING_BYTES, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, memfd, 0) };
         fd::close(memfd);
-        (base != libc::MAP_FAILED).then_some(Mapped { base: base as *mut u8, bytes: RING_BYTES })
+        (base != libc::MAP_FAILED).then_some(MappedRing { base: base as *mut u8, bytes: RING_BYTES })
     }
 
     /// The chunk at `offset` holding `words` words of records after its
@@ -159,7 +159,7 @@ impl Mapped {
     }
 }
 
-impl Drop for Mapped {
+impl Drop for MappedRing {
     fn drop(&mut self) {
         // SAFETY: witch's own mapping, unused from here on.
         unsafe { libc::munmap(self.base as *mut libc::c_void, self.bytes) };

@@ -338,10 +338,10 @@ mod tests {
     }
 
     /// (watch pc, trap pc) → waste, use, traps, sum of squares of waste.
-    type Figures = Vec<((u64, u64), [u64; 4])>;
+    type FiguresByPair = Vec<((u64, u64), [u64; 4])>;
 
     /// Every pair's figures, traps included, and the stores counted.
-    fn figures(r: Replay) -> (Figures, u64) {
+    fn figures(r: Replay) -> (FiguresByPair, u64) {
         let mut v = Vec::new();
         let mut stores = 0;
         for (_, t) in r.into_threads() {
@@ -445,14 +445,14 @@ mod tests {
             v
         };
         for craft in [Craft::SilentStore, Craft::SilentLoad] {
-            let kind = crate::x86::record::Kind::of(craft);
+            let kind = crate::x86::record::RecordKind::of(craft);
             // rep movsb, 6 elements, from base to base + 1; then rep stosw,
             // 2 elements of 0x0909 at base + 8.
             let mut whole = setup(craft);
             let mut src = rec(0x40, base, 1, true, false);
             let mut dst = rec(0x40, base + 1, 1, false, true);
             src.info |= REP | MORE | BEFORE;
-            dst.info |= REP | if kind == crate::x86::record::Kind::StoreValues { BEFORE } else { 0 };
+            dst.info |= REP | if kind == crate::x86::record::RecordKind::StoreValues { BEFORE } else { 0 };
             src.extra = 6;
             dst.extra = 6;
             whole.extend(valued(src, &mem[..6], &[]));

@@ -44,7 +44,7 @@ fn slot(n: u64) -> usize {
 
 /// What a page of shadow holds: made on first use, all zero (every
 /// entry "nothing yet").
-pub trait Page {
+pub trait ShadowPage {
     fn fresh() -> Box<Self>;
 }
 
@@ -52,14 +52,14 @@ pub trait Page {
 #[repr(transparent)]
 pub struct Entries<T>([T; PAGE as usize]);
 
-impl<T: Copy + Default> Page for Entries<T> {
+impl<T: Copy + Default> ShadowPage for Entries<T> {
     fn fresh() -> Box<Self> {
         Box::new(Entries([T::default(); PAGE as usize]))
     }
 }
 
 /// A page of shadow per page of memory, of any layout.
-pub struct Pages<P: Page> {
+pub struct Pages<P: ShadowPage> {
     pages: HashMap<u64, Box<P>, std::hash::BuildHasherDefault<PageHasher>>,
     /// Recently used pages: (page number, the page; boxed, so it does not
     /// move when the map grows). `u64::MAX`: empty.
@@ -68,15 +68,15 @@ pub struct Pages<P: Page> {
 
 // SAFETY: the raw pointers in `recent` point into pages the map owns;
 // they move with it and are never shared.
-unsafe impl<P: Page + Send> Send for Pages<P> {}
+unsafe impl<P: ShadowPage + Send> Send for Pages<P> {}
 
-impl<P: Page> Default for Pages<P> {
+impl<P: ShadowPage> Default for Pages<P> {
     fn default() -> Self {
         Pages { pages: HashMap::default(), recent: vec![(u64::MAX, std::ptr::null_mut()); RECENT].into_boxed_slice() }
     }
 }
 
-impl<P: Page> Pages<P> {
+impl<P: ShadowPage> Pages<P> {
     /// Page number `n`'s shadow. It stays where it is for the map's life
     /// (pages are never removed, and a box keeps its address when the map
     /// grows); the caller may use it while it uses the rest of the judge,

@@ -11,13 +11,13 @@ use crate::x86::record::{Record, AFTER, DOWN, LEN_MASK, MAX_RECORDS, NONE, READ,
 /// The memory a `rep` string's elements see as they run: its ranges'
 /// bytes before it ran (ranges that overlap, merged), changed by each
 /// element's stores.
-struct Image {
+struct RepMemory {
     parts: Vec<(u64, Vec<u8>)>,
 }
 
-impl Image {
-    fn new() -> Image {
-        Image { parts: Vec::new() }
+impl RepMemory {
+    fn new() -> RepMemory {
+        RepMemory { parts: Vec::new() }
     }
 
     /// Add a range (its bytes, or None: not known, only written).
@@ -79,7 +79,7 @@ pub(super) fn replay(
             r.addr.wrapping_add(step)
         }
     };
-    let mut image = Image::new();
+    let mut image = RepMemory::new();
     // Known ranges first, so a range only written merges with them.
     for pass in [true, false] {
         for (k, r) in recs.iter().enumerate() {

@@ -8,9 +8,9 @@ fn site(x: u64) -> [u64; SITE_FRAMES] {
 #[test]
 fn blocks_are_found_by_any_address_inside_and_removed_by_start() {
     let t = Table::new(64).unwrap();
-    let a = Block::new(0x10_0000, 4096, site(1));
-    let b = Block::new(0x10_1000, 100_000, site(2));
-    let c = Block::new(0x7f00_0000_0000, 1 << 30, site(3));
+    let a = HeapBlock::new(0x10_0000, 4096, site(1));
+    let b = HeapBlock::new(0x10_1000, 100_000, site(2));
+    let c = HeapBlock::new(0x7f00_0000_0000, 1 << 30, site(3));
     for x in [&a, &b, &c] {
         assert!(t.insert(x));
     }
@@ -26,7 +26,7 @@ fn blocks_are_found_by_any_address_inside_and_removed_by_start() {
     assert_eq!(t.find(0x10_0010), None);
     assert_eq!(t.remove(0x10_0000), None);
     // The tombstone is reused.
-    let d = Block::new(0x10_0000, 4000, site(4));
+    let d = HeapBlock::new(0x10_0000, 4000, site(4));
     assert!(t.insert(&d));
     assert_eq!(t.find(0x10_0f00), Some(d));
     assert_eq!(t.live(), 3);
@@ -39,13 +39,13 @@ fn blocks_are_found_by_any_address_inside_and_removed_by_start() {
 fn a_range_trims_the_blocks_it_covers_and_keeps_their_parts_outside() {
     const M: u64 = 1 << 20;
     let t = Table::new(64).unwrap();
-    let big = Block::new(0x4000_0000, 4 * M, site(1));
-    let small = Block::new(0x4000_0000 + 5 * M, 64 << 10, site(2));
-    let other = Block::new(0x5000_0000, M, site(3));
+    let big = HeapBlock::new(0x4000_0000, 4 * M, site(1));
+    let small = HeapBlock::new(0x4000_0000 + 5 * M, 64 << 10, site(2));
+    let other = HeapBlock::new(0x5000_0000, M, site(3));
     for b in [&big, &small, &other] {
         assert!(t.insert_mapping(b));
     }
-    let mut removed = [Block::default(); 4];
+    let mut removed = [HeapBlock::default(); 4];
     // Nothing there: nothing changes.
     assert_eq!(t.trim(0x3000_0000, 0x3000_0000 + M, &mut removed), 0);
     assert_eq!(t.live(), 3);
@@ -55,7 +55,7 @@ fn a_range_trims_the_blocks_it_covers_and_keeps_their_parts_outside() {
     let mut got = removed[..2].to_vec();
     got.sort_by_key(|b| b.start);
     assert_eq!(got, [big, small]);
-    assert_eq!(t.find(big.start + M - 1), Some(Block::new(big.start, M, site(1))), "the part before");
+    assert_eq!(t.find(big.start + M - 1), Some(HeapBlock::new(big.start, M, site(1))), "the part before");
     assert_eq!(t.find(big.start + M), None);
     assert_eq!(t.find(small.start), None);
     assert_eq!(t.find(other.start), Some(other));
@@ -71,10 +71,10 @@ fn a_range_trims_the_blocks_it_covers_and_keeps_their_parts_outside() {
     // A suffix of `big` and a prefix of `other`, then a hole in `big`.
     assert_eq!(t.trim(big.start + 3 * M, other.start + 4096, &mut removed), 3);
     assert_eq!(t.find(big.start + 3 * M - 1).map(|b| (b.start, b.size)), Some((big.start, 3 * M)));
-    assert_eq!(t.find(other.start + 4096), Some(Block::new(other.start + 4096, M - 4096, site(3))));
+    assert_eq!(t.find(other.start + 4096), Some(HeapBlock::new(other.start + 4096, M - 4096, site(3))));
     assert_eq!(t.find(other.start), None);
     assert_eq!(t.trim(big.start + M, big.start + 2 * M, &mut removed[..1]), 1);
-    assert_eq!(t.find(big.start), Some(Block::new(big.start, M, site(1))));
+    assert_eq!(t.find(big.start), Some(HeapBlock::new(big.start, M, site(1))));
     assert_eq!(t.find(big.start + 2 * M).map(|b| (b.start, b.size, b.hash)), Some((big.start + 2 * M, M, big.hash)));
     assert_eq!(t.find(big.start + M + 100), None);
     // The parts are freed by their starts like any block.
@@ -87,10 +87,10 @@ fn a_range_trims_the_blocks_it_covers_and_keeps_their_parts_outside() {
 #[test]
 fn a_huge_range_is_one_pass_over_the_table() {
     let t = Table::new(64).unwrap();
-    let b = Block::new(0x7000_0000, 64 << 10, site(1));
+    let b = HeapBlock::new(0x7000_0000, 64 << 10, site(1));
     assert!(t.insert_mapping(&b));
     // A block of `malloc`'s at another level is not looked for.
-    let m = Block::new(0x9000_0000, 1 << 30, site(2));
+    let m = HeapBlock::new(0x9000_0000, 1 << 30, site(2));
     assert!(t.insert(&m));
     assert_eq!(t.trim(m.start, m.start + 4096, &mut []), 0);
     assert_eq!(t.find(m.start), Some(m));
@@ -102,9 +102,9 @@ fn a_huge_range_is_one_pass_over_the_table() {
 fn a_full_run_is_counted_not_waited_on() {
     let t = Table::new(PROBES).unwrap();
     for i in 0..PROBES as u64 {
-        assert!(t.insert(&Block::new(0x1000 * (i + 1), 64, site(i))));
+        assert!(t.insert(&HeapBlock::new(0x1000 * (i + 1), 64, site(i))));
     }
-    assert!(!t.insert(&Block::new(0x100_0000, 64, site(9))));
+    assert!(!t.insert(&HeapBlock::new(0x100_0000, 64, site(9))));
     assert_eq!(t.overflow(), 1);
     for i in 0..PROBES as u64 {
         assert_eq!(t.find(0x1000 * (i + 1) + 8).map(|b| b.site[0]), Some(i));
@@ -117,7 +117,7 @@ fn a_full_run_is_counted_not_waited_on() {
 #[test]
 fn a_block_rewritten_during_a_read_is_not_taken() {
     let t = Table::new(64).unwrap();
-    let (a, b) = (Block::new(0x4000, 128, site(1)), Block::new(0x4000, 120, site(2)));
+    let (a, b) = (HeapBlock::new(0x4000, 128, site(1)), HeapBlock::new(0x4000, 120, site(2)));
     assert!(t.insert(&a));
     let s = (0..t.cap).find(|&s| t.read(s).is_some_and(|(tag, x)| tag != 0 && x == a)).unwrap();
     let got = t.read_with(s, || {
@@ -145,7 +145,7 @@ fn a_reader_never_sees_half_of_one_block_and_half_of_another() {
     const X: u64 = 1 << 32;
     static STOP: AtomicBool = AtomicBool::new(false);
     let t: &'static Table = Box::leak(Box::new(Table::new(64).unwrap()));
-    let block = |k: u64| Block { start: X + 128 * (k % 2), size: 100 + k % 16, hash: k, site: site(k) };
+    let block = |k: u64| HeapBlock { start: X + 128 * (k % 2), size: 100 + k % 16, hash: k, site: site(k) };
     let writers: Vec<_> = (0..2u64)
         .map(|w| {
             std::thread::spawn(move || {

@@ -7,7 +7,7 @@ use crate::sys::watchpoint::{count_breakpoints, modify_attributes_supported, sig
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Status {
+pub enum CheckStatus {
     Ok,
     Degraded,
     Missing,
@@ -16,7 +16,7 @@ pub enum Status {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Check {
     pub name: String,
-    pub status: Status,
+    pub status: CheckStatus,
     /// One line.
     pub detail: String,
     pub advice: Option<String>,
@@ -65,7 +65,7 @@ fn step_check(pmu_ok: bool) -> Check {
             let default = if pmu_ok { "used where the PMU event is missing" } else { "the default here (no PMU)" };
             check(
                 CHECK_STEP,
-                Status::Ok,
+                CheckStatus::Ok,
                 format!(
                     "count-proportional bursts, {default}: windows of up to {window} instructions run from an in-process code cache (its cost: the next line), single steps where the cache cannot run; a step costs {:.1} µs, so with single steps alone (WITCH_WINDOW=0) a {budget}% budget at a {} ms period buys a burst of {steps} steps at most every {every:.1} ticks",
                     ns as f64 / 1e3,
@@ -77,7 +77,7 @@ fn step_check(pmu_ok: bool) -> Check {
         }
         None => check(
             CHECK_STEP,
-            Status::Degraded,
+            CheckStatus::Degraded,
             "single steps do not work here: bursts would end at once".into(),
             Some("use a PMU event, or WITCH_BURST=0 for the time-proportional software sampler"),
         ),
@@ -86,7 +86,7 @@ fn step_check(pmu_ok: bool) -> Check {
 
 /// Effective capability bits from /proc/self/status.
 fn cap_eff() -> Option<u64> {
-    crate::sys::procfs::Status::read(crate::sys::procfs::Of::ThisProcess).ok()?.cap_eff
+    crate::sys::procfs::ProcStatus::read(crate::sys::procfs::Of::ThisProcess).ok()?.cap_eff
 }
 const CAP_SYS_PTRACE: u32 = 19;
 const CAP_SYS_ADMIN: u32 = 21;
@@ -96,7 +96,7 @@ fn has_cap(caps: Option<u64>, bit: u32) -> bool {
     caps.is_some_and(|c| c >> bit & 1 != 0)
 }
 
-fn check(name: &str, status: Status, detail: String, advice: Option<&str>) -> Check {
+fn check(name: &str, status: CheckStatus, detail: String, advice: Option<&str>) -> Check {
     Check { name: name.to_string(), status, detail, advice: advice.map(str::to_string) }
 }
 
@@ -117,9 +117,9 @@ fn pmu_check() -> Check {
         }
     }
     let status = match ok {
-        2 => Status::Ok,
-        1 => Status::Degraded,
-        _ => Status::Missing,
+        2 => CheckStatus::Ok,
+        1 => CheckStatus::Degraded,
+        _ => CheckStatus::Missing,
     };
     // Both usually fail for the same reason; say it once.
     let detail = if ok == 0 && parts.len() == 2 && parts[0].split_once(": ").map(|p| p.1) == parts[1].split_once(": ").map(|p| p.1) {
@@ -127,7 +127,7 @@ fn pmu_check() -> Check {
     } else {
         parts.join("; ")
     };
-    let advice = (status != Status::Ok).then_some("software task-clock sampling is used instead");
+    let advice = (status != CheckStatus::Ok).then_some("software task-clock sampling is used instead");
     check(CHECK_PMU, status, detail, advice)
 }
 
@@ -154,9 +154,9 @@ fn memlock_check() -> Check {
         ring / 1024
     );
     if enough {
-        check(CHECK_MEMLOCK, Status::Ok, detail, None)
+        check(CHECK_MEMLOCK, CheckStatus::Ok, detail, None)
     } else {
-        check(CHECK_MEMLOCK, Status::Degraded, detail, Some("raise it with `ulimit -l` so PMU ring buffers can be mapped"))
+        check(CHECK_MEMLOCK, CheckStatus::Degraded, detail, Some("raise it with `ulimit -l` so PMU ring buffers can be mapped"))
     }
 }
 
@@ -165,17 +165,17 @@ fn memlock_check() -> Check {
 pub fn signal_queue_check(limit: Option<u64>) -> Check {
     use crate::engine::sampler::queue;
     let Some(l) = limit else {
-        return check(CHECK_SIGNAL_QUEUE, Status::Ok, "unlimited".into(), None);
+        return check(CHECK_SIGNAL_QUEUE, CheckStatus::Ok, "unlimited".into(), None);
     };
     let room = queue::perf_sampler_room(Some(l));
     let detail = format!(
         "{l} queued signals (the user's, all processes): task-clock sampling (periods under 4 ms) and PMU sampling for up to {room} threads at once"
     );
     match queue::note(Some(l)) {
-        None => check(CHECK_SIGNAL_QUEUE, Status::Ok, detail, None),
+        None => check(CHECK_SIGNAL_QUEUE, CheckStatus::Ok, detail, None),
         Some(_) => check(
             CHECK_SIGNAL_QUEUE,
-            Status::Degraded,
+            CheckStatus::Degraded,
             format!("{detail}; past them, task-clock threads sample at the 4 ms scheduler tick and PMU threads are not profiled"),
             Some("raise it with `ulimit -i`"),
         ),
@@ -184,25 +184,25 @@ pub fn signal_queue_check(limit: Option<u64>) -> Check {
 
 fn ptrace_check(caps: Option<u64>) -> Check {
     let Some(scope) = read_int("/proc/sys/kernel/yama/ptrace_scope") else {
-        return check(CHECK_PTRACE, Status::Ok, "no Yama LSM: attach is unrestricted".into(), None);
+        return check(CHECK_PTRACE, CheckStatus::Ok, "no Yama LSM: attach is unrestricted".into(), None);
     };
     let cap = has_cap(caps, CAP_SYS_PTRACE);
     match scope {
-        0 => check(CHECK_PTRACE, Status::Ok, "0: attach to own processes allowed".into(), None),
-        1 | 2 if cap => check(CHECK_PTRACE, Status::Ok, format!("{scope}: attach allowed by CAP_SYS_PTRACE"), None),
+        0 => check(CHECK_PTRACE, CheckStatus::Ok, "0: attach to own processes allowed".into(), None),
+        1 | 2 if cap => check(CHECK_PTRACE, CheckStatus::Ok, format!("{scope}: attach allowed by CAP_SYS_PTRACE"), None),
         1 => check(
             CHECK_PTRACE,
-            Status::Degraded,
+            CheckStatus::Degraded,
             "1: attach only to descendants; launching under witch works".into(),
             Some("to attach to running processes: sysctl kernel.yama.ptrace_scope=0"),
         ),
         2 => check(
             CHECK_PTRACE,
-            Status::Degraded,
+            CheckStatus::Degraded,
             "2: attach needs CAP_SYS_PTRACE; launching under witch works".into(),
             Some("to attach to running processes: run as root or sysctl kernel.yama.ptrace_scope=0"),
         ),
-        _ => check(CHECK_PTRACE, Status::Missing, format!("{scope}: attach disabled until reboot; launching under witch works"), None),
+        _ => check(CHECK_PTRACE, CheckStatus::Missing, format!("{scope}: attach disabled until reboot; launching under witch works"), None),
     }
 }
 
@@ -211,26 +211,26 @@ fn ptrace_check(caps: Option<u64>) -> Check {
 /// have, so their absence is not a fault.
 pub fn kernel_patch_checks(k: KernelCaps) -> [Check; 2] {
     let in_place = if k.modify_in_place {
-        check(CHECK_IN_PLACE, Status::Ok, "yes: enabled watchpoints are re-targeted in place, and witch uses it".into(), None)
+        check(CHECK_IN_PLACE, CheckStatus::Ok, "yes: enabled watchpoints are re-targeted in place, and witch uses it".into(), None)
     } else {
         check(
             CHECK_IN_PLACE,
-            Status::Ok,
+            CheckStatus::Ok,
             "no (stock kernel): each re-arm of an enabled watchpoint disables and re-enables it through the perf core".into(),
             Some("optional: witch's kernel-patch/ makes it several times faster"),
         )
     };
     let branch_stack = match k.branch_stack {
-        Some(true) => check(CHECK_BRANCH_STACK, Status::Ok, "yes: breakpoint samples can carry the LBR branch stack".into(), None),
+        Some(true) => check(CHECK_BRANCH_STACK, CheckStatus::Ok, "yes: breakpoint samples can carry the LBR branch stack".into(), None),
         Some(false) => check(
             CHECK_BRANCH_STACK,
-            Status::Ok,
+            CheckStatus::Ok,
             "patched, but this CPU has no LBR: trap PCs are found by decoding from the function start".into(),
             None,
         ),
         None => check(
             CHECK_BRANCH_STACK,
-            Status::Ok,
+            CheckStatus::Ok,
             "no (stock kernel): trap PCs are found by decoding from the function start".into(),
             Some("optional: witch's kernel-patch/ lets CPUs with LBR name the last branch before the access"),
         ),
@@ -243,14 +243,14 @@ pub fn checks() -> Vec<Check> {
     let caps = cap_eff();
     let perfmon = has_cap(caps, CAP_PERFMON) || has_cap(caps, CAP_SYS_ADMIN);
     let pmu = pmu_check();
-    let pmu_ok = pmu.status != Status::Missing;
+    let pmu_ok = pmu.status != CheckStatus::Missing;
     let mut out = vec![pmu];
 
     out.push(match open_task_clock() {
-        Ok(()) => check(CHECK_TASK_CLOCK, Status::Ok, "task-clock sampling opens on this thread".into(), None),
+        Ok(()) => check(CHECK_TASK_CLOCK, CheckStatus::Ok, "task-clock sampling opens on this thread".into(), None),
         Err(e) => check(
             CHECK_TASK_CLOCK,
-            Status::Missing,
+            CheckStatus::Missing,
             format!("cannot open task-clock: {e}"),
             Some("check kernel.perf_event_paranoid and seccomp/container policies for perf_event_open"),
         ),
@@ -260,25 +260,25 @@ pub fn checks() -> Vec<Check> {
     out.push(match n {
         0 => check(
             CHECK_BREAKPOINTS,
-            Status::Missing,
+            CheckStatus::Missing,
             format!("no hardware breakpoint could be opened: {}", bp_err.map_or(String::new(), |e| e.to_string())),
             Some("Witch needs debug registers; VMs must expose them and containers must allow perf_event_open"),
         ),
         1..=3 => check(
             CHECK_BREAKPOINTS,
-            Status::Degraded,
+            CheckStatus::Degraded,
             format!("{n} free"),
             Some("fewer watchpoints at once: another tool (debugger?) may hold debug registers"),
         ),
-        _ => check(CHECK_BREAKPOINTS, Status::Ok, format!("{n} free"), None),
+        _ => check(CHECK_BREAKPOINTS, CheckStatus::Ok, format!("{n} free"), None),
     });
 
     out.push(if modify_attributes_supported() {
-        check(CHECK_MODIFY, Status::Ok, "breakpoints are re-targeted with one ioctl".into(), None)
+        check(CHECK_MODIFY, CheckStatus::Ok, "breakpoints are re-targeted with one ioctl".into(), None)
     } else {
         check(
             CHECK_MODIFY,
-            Status::Degraded,
+            CheckStatus::Degraded,
             "not supported: watchpoints are re-armed by close + reopen (slower)".into(),
             Some("Linux >= 4.17 re-arms in one ioctl"),
         )
@@ -287,11 +287,11 @@ pub fn checks() -> Vec<Check> {
     out.extend(kernel_patch_checks(KernelCaps::read()));
 
     out.push(if sigtrap_supported() {
-        check(CHECK_SIGTRAP, Status::Ok, "synchronous SIGTRAP with sig_data".into(), None)
+        check(CHECK_SIGTRAP, CheckStatus::Ok, "synchronous SIGTRAP with sig_data".into(), None)
     } else {
         check(
             CHECK_SIGTRAP,
-            Status::Degraded,
+            CheckStatus::Degraded,
             "not supported: signals are routed with F_SETSIG".into(),
             Some("Linux >= 5.13 delivers watchpoint traps synchronously"),
         )
@@ -300,15 +300,15 @@ pub fn checks() -> Vec<Check> {
     out.push(match perf_event_paranoid() {
         None => check(
             CHECK_PARANOID,
-            Status::Missing,
+            CheckStatus::Missing,
             "/proc/sys/kernel/perf_event_paranoid is missing: no perf events in this kernel?".into(),
             Some("use a kernel built with CONFIG_PERF_EVENTS and CONFIG_HAVE_HW_BREAKPOINT"),
         ),
-        Some(p) if p <= 2 => check(CHECK_PARANOID, Status::Ok, format!("{p}: user-space measurement allowed"), None),
-        Some(p) if perfmon => check(CHECK_PARANOID, Status::Ok, format!("{p}: bypassed by CAP_PERFMON/CAP_SYS_ADMIN"), None),
+        Some(p) if p <= 2 => check(CHECK_PARANOID, CheckStatus::Ok, format!("{p}: user-space measurement allowed"), None),
+        Some(p) if perfmon => check(CHECK_PARANOID, CheckStatus::Ok, format!("{p}: bypassed by CAP_PERFMON/CAP_SYS_ADMIN"), None),
         Some(p) => check(
             CHECK_PARANOID,
-            Status::Missing,
+            CheckStatus::Missing,
             format!("{p}: unprivileged perf events are disabled"),
             Some("sysctl kernel.perf_event_paranoid=2"),
         ),
@@ -317,7 +317,7 @@ pub fn checks() -> Vec<Check> {
     let yn = |bit| if has_cap(caps, bit) { "yes" } else { "no" };
     out.push(check(
         CHECK_CAPS,
-        Status::Ok,
+        CheckStatus::Ok,
         match caps {
             Some(_) => {
                 format!("CAP_PERFMON {}, CAP_SYS_ADMIN {} (not needed: Witch measures user space only)", yn(CAP_PERFMON), yn(CAP_SYS_ADMIN))

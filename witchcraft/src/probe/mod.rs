@@ -11,7 +11,7 @@
 mod checks;
 
 pub use checks::{
-    checks, kernel_patch_checks, signal_queue_check, Check, Status, CHECK_BRANCH_STACK, CHECK_BREAKPOINTS, CHECK_CAPS, CHECK_IN_PLACE,
+    checks, kernel_patch_checks, signal_queue_check, Check, CheckStatus, CHECK_BRANCH_STACK, CHECK_BREAKPOINTS, CHECK_CAPS, CHECK_IN_PLACE,
     CHECK_MEMLOCK, CHECK_MODIFY, CHECK_NAMES, CHECK_PARANOID, CHECK_PMU, CHECK_PTRACE, CHECK_SIGNAL_QUEUE, CHECK_SIGTRAP, CHECK_STEP,
     CHECK_TASK_CLOCK,
 };
@@ -173,7 +173,7 @@ mod tests {
         let bp = cs.iter().find(|c| c.name == CHECK_BREAKPOINTS).unwrap();
         assert!(bp.detail.ends_with("free"), "{bp:?}");
         let pmu = cs.iter().find(|c| c.name == CHECK_PMU).unwrap();
-        if pmu.status != Status::Ok {
+        if pmu.status != CheckStatus::Ok {
             assert_eq!(pmu.advice.as_deref(), Some("software task-clock sampling is used instead"));
         }
         let json = serde_json::to_string(&cs[0]).unwrap();
@@ -188,10 +188,10 @@ mod tests {
     #[test]
     fn the_signal_queue_limit_is_reported_with_what_it_leaves() {
         let small = signal_queue_check(Some(1));
-        assert_eq!(small.status, Status::Degraded, "{small:?}");
+        assert_eq!(small.status, CheckStatus::Degraded, "{small:?}");
         assert!(small.detail.contains("up to 0 threads") && small.advice.is_some(), "{small:?}");
         let usual = signal_queue_check(Some(62_509));
-        assert_eq!(usual.status, Status::Ok, "{usual:?}");
+        assert_eq!(usual.status, CheckStatus::Ok, "{usual:?}");
         assert!(usual.detail.contains("up to 31246 threads"), "{usual:?}");
         assert_eq!(signal_queue_check(None).detail, "unlimited");
     }
@@ -205,7 +205,7 @@ mod tests {
         let lbr = kernel_patch_checks(KernelCaps { modify_in_place: true, branch_stack: Some(true) });
         assert!(lbr[1].detail.starts_with("yes"), "{lbr:?}");
         for c in stock.iter().chain(&patched).chain(&lbr) {
-            assert_eq!(c.status, Status::Ok, "a missing optional patch is not a fault: {c:?}");
+            assert_eq!(c.status, CheckStatus::Ok, "a missing optional patch is not a fault: {c:?}");
         }
         // This machine's kernel is as its caps directory says.
         let here = KernelCaps::read();

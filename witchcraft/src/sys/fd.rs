@@ -213,13 +213,15 @@ pub fn send_datagram_with_fd(fd: i32, data: &[u8], passed: i32) -> bool {
     send_message(fd, data, Some(passed))
 }
 
+/// Room for a control message carrying one descriptor, aligned for
+/// `cmsghdr`: what both `sendmsg` and `recvmsg` below pass.
+#[repr(C, align(8))]
+struct CmsgSpace([u8; 64]);
+
 /// One datagram of `data`, with descriptor `passed` attached if any; the
 /// one `sendmsg` loop of both senders above. Async-signal-safe.
 fn send_message(fd: i32, data: &[u8], passed: Option<i32>) -> bool {
-    // A control message with room for one descriptor, aligned for cmsghdr.
-    #[repr(C, align(8))]
-    struct Control([u8; 64]);
-    let mut control = Control([0; 64]);
+    let mut control = CmsgSpace([0; 64]);
     let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
     // SAFETY: msghdr is plain data.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -266,8 +268,6 @@ pub fn peer_gone(fd: i32) -> bool {
 /// for one (-1: until one comes). Ok(None): none came in time;
 /// Ok(Some((0, None))): the other end is closed and nothing is left.
 pub fn recv_datagram_fd(fd: i32, buf: &mut [u8], timeout_ms: i32) -> std::io::Result<Option<(usize, Option<i32>)>> {
-    #[repr(C, align(8))]
-    struct Control([u8; 64]);
     let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
     loop {
         // SAFETY: one pollfd.
@@ -282,7 +282,7 @@ pub fn recv_datagram_fd(fd: i32, buf: &mut [u8], timeout_ms: i32) -> std::io::Re
         if r == 0 {
             return Ok(None);
         }
-        let mut control = Control([0; 64]);
+        let mut control = CmsgSpace([0; 64]);
         let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
         // SAFETY: msghdr is plain data.
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };

@@ -212,7 +212,7 @@ pub enum Of {
 /// from the first line with its key; None where the line is missing or its
 /// value is not what the kernel writes there.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Status {
+pub struct ProcStatus {
     /// `State:`'s letter: `R` running, `S` sleeping, `T` stopped (SIGSTOP,
     /// job control), `t` stopped by its tracer, `Z` zombie, ...
     pub state: Option<u8>,
@@ -238,10 +238,10 @@ pub struct Status {
 
 /// The longest line kept whole while a status file is read; longer ones
 /// (`Groups:` of a process in many groups, CPU lists of a large machine)
-/// hold no field [`Status`] reads and are skipped.
+/// hold no field [`ProcStatus`] reads and are skipped.
 const STATUS_LINE_MAX: usize = 256;
 
-impl Status {
+impl ProcStatus {
     /// Reads and parses one status file.
     ///
     /// It allocates nothing (the path and the text go through fixed buffers
@@ -250,7 +250,7 @@ impl Status {
     /// touched (a fork child of a threaded program; a signal handler, which
     /// must keep `errno` itself) and under a seccomp filter that let the
     /// dynamic loader open and read a library.
-    pub fn read(of: Of) -> std::io::Result<Status> {
+    pub fn read(of: Of) -> std::io::Result<ProcStatus> {
         use std::io::Write;
         let mut path = [0u8; 64];
         let mut w = &mut path[..];
@@ -269,7 +269,7 @@ impl Status {
             return Err(std::io::Error::last_os_error());
         }
         let mut error = None;
-        let status = Status::parse_from(|buf| loop {
+        let status = ProcStatus::parse_from(|buf| loop {
             // SAFETY: `buf` is ours to write, `buf.len()` bytes long; `fd` is open.
             let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
             if n >= 0 {
@@ -287,9 +287,9 @@ impl Status {
     }
 
     /// Parses a status file's text.
-    pub fn parse(text: &str) -> Status {
+    pub fn parse(text: &str) -> ProcStatus {
         let mut rest = text.as_bytes();
-        let status = Status::parse_from(|buf| {
+        let status = ProcStatus::parse_from(|buf| {
             let n = rest.len().min(buf.len());
             buf[..n].copy_from_slice(&rest[..n]);
             rest = &rest[n..];
@@ -301,8 +301,8 @@ impl Status {
     /// Parses the text that `read` gives (the number of bytes it put in the
     /// buffer, 0 at the end, None on an error), line by line through a
     /// fixed buffer.
-    fn parse_from(mut read: impl FnMut(&mut [u8]) -> Option<usize>) -> Option<Status> {
-        let mut status = Status::default();
+    fn parse_from(mut read: impl FnMut(&mut [u8]) -> Option<usize>) -> Option<ProcStatus> {
+        let mut status = ProcStatus::default();
         let mut seen = 0u16;
         let mut buf = [0u8; STATUS_LINE_MAX];
         let mut len = 0;
@@ -449,8 +449,8 @@ mod tests {
 
     #[test]
     fn status_fields_parse_from_a_real_status_text() {
-        let s = Status::parse(STATUS);
-        let want = Status {
+        let s = ProcStatus::parse(STATUS);
+        let want = ProcStatus {
             state: Some(b'T'),
             tgid: Some(4242),
             uid: Some(1000),
@@ -464,34 +464,34 @@ mod tests {
         assert_eq!(s, want);
         assert!(s.stopped() && !s.zombie() && s.sandboxed());
         assert_eq!(s.tracer(), Some(977));
-        let running = Status::parse("State:\tR (running)\nTracerPid:\t0\nSeccomp:\t0\n");
+        let running = ProcStatus::parse("State:\tR (running)\nTracerPid:\t0\nSeccomp:\t0\n");
         assert!(!running.stopped() && !running.sandboxed());
         assert_eq!(running.tracer(), None);
         // Stopped by its tracer is not stopped by a signal.
-        assert!(!Status::parse("State:\tt (tracing stop)\n").stopped());
-        assert!(Status::parse("State:\tZ (zombie)\n").zombie());
+        assert!(!ProcStatus::parse("State:\tt (tracing stop)\n").stopped());
+        assert!(ProcStatus::parse("State:\tZ (zombie)\n").zombie());
     }
 
     #[test]
     fn status_fields_that_are_missing_or_garbage_are_none() {
-        assert_eq!(Status::parse(""), Status::default());
-        assert_eq!(Status::parse("Name:\tx\nPid:\t1\n"), Status::default());
+        assert_eq!(ProcStatus::parse(""), ProcStatus::default());
+        assert_eq!(ProcStatus::parse("Name:\tx\nPid:\t1\n"), ProcStatus::default());
         // A kernel without seccomp writes no Seccomp line.
-        let s = Status::parse("State:\tS (sleeping)\nTgid:\t7\nUid:\t0\t0\t0\t0\nTracerPid:\t0\n");
+        let s = ProcStatus::parse("State:\tS (sleeping)\nTgid:\t7\nUid:\t0\t0\t0\t0\nTracerPid:\t0\n");
         assert_eq!((s.state, s.tgid, s.uid, s.tracer_pid, s.seccomp), (Some(b'S'), Some(7), Some(0), Some(0), None));
         let garbage = "State:\t\nTgid:\tseven\nUid:\t-1\nTracerPid:\t12x\nSeccomp:  \nSigPnd:\t0x1\nShdPnd:\tg\n\
                        SigBlk:\t1ffffffffffffffff\n:\nno colon\nState\n\0\u{fffd}:\n";
-        assert_eq!(Status::parse(garbage), Status::default());
-        assert_eq!(Status::parse("State:\t? (what)\n").state, None);
+        assert_eq!(ProcStatus::parse(garbage), ProcStatus::default());
+        assert_eq!(ProcStatus::parse("State:\t? (what)\n").state, None);
         // Out of range for its type.
-        assert_eq!(Status::parse("Tgid:\t99999999999\nSeccomp:\t4294967296\n"), Status::default());
+        assert_eq!(ProcStatus::parse("Tgid:\t99999999999\nSeccomp:\t4294967296\n"), ProcStatus::default());
         // A negative tracer is no tracer; the first of repeated keys counts,
         // garbage or not; a key must match whole; the last line needs no newline.
-        let s = Status::parse("TracerPid:\t-3\nSeccomp:\tx\nSeccomp:\t2\nSeccomp_filters:\t1\nState:\tR\nTgid:\t5");
+        let s = ProcStatus::parse("TracerPid:\t-3\nSeccomp:\tx\nSeccomp:\t2\nSeccomp_filters:\t1\nState:\tR\nTgid:\t5");
         assert_eq!((s.tracer(), s.seccomp, s.state, s.tgid), (None, None, Some(b'R'), Some(5)));
         // Not UTF-8: the line is garbage, the others count.
         let mut bytes = b"Tgid:\t\xff1\nUid:\t3\n".to_vec();
-        let s = Status::parse_from(|buf| {
+        let s = ProcStatus::parse_from(|buf| {
             let n = bytes.len().min(buf.len());
             buf[..n].copy_from_slice(&bytes[..n]);
             bytes.drain(..n);
@@ -499,13 +499,13 @@ mod tests {
         });
         assert_eq!(s.map(|s| (s.tgid, s.uid)), Some((None, Some(3))));
         // A read error is no status.
-        assert_eq!(Status::parse_from(|_| None), None);
+        assert_eq!(ProcStatus::parse_from(|_| None), None);
     }
 
     /// Feeds `text` `chunk` bytes a read.
-    fn parse_in_chunks(text: &str, chunk: usize) -> Option<Status> {
+    fn parse_in_chunks(text: &str, chunk: usize) -> Option<ProcStatus> {
         let mut rest = text.as_bytes();
-        Status::parse_from(|buf| {
+        ProcStatus::parse_from(|buf| {
             let n = rest.len().min(buf.len()).min(chunk);
             buf[..n].copy_from_slice(&rest[..n]);
             rest = &rest[n..];
@@ -527,8 +527,8 @@ mod tests {
         let tail = format!("Name:\t{}Seccomp:\t1", "x".repeat(STATUS_LINE_MAX - 6));
         let edges = format!("{longest}\n{skipped}\n{tail}\nState:\tR\n{skipped}");
         for chunk in [1, 2, 7, 255, 256, 257, 4096, usize::MAX] {
-            assert_eq!(parse_in_chunks(STATUS, chunk), Some(Status::parse(STATUS)), "chunk {chunk}");
-            assert_eq!(parse_in_chunks(&long, chunk), Some(Status::parse(STATUS)), "chunk {chunk}");
+            assert_eq!(parse_in_chunks(STATUS, chunk), Some(ProcStatus::parse(STATUS)), "chunk {chunk}");
+            assert_eq!(parse_in_chunks(&long, chunk), Some(ProcStatus::parse(STATUS)), "chunk {chunk}");
             let s = parse_in_chunks(&edges, chunk).unwrap();
             assert_eq!((s.tgid, s.uid, s.seccomp, s.state), (Some(31), None, None, Some(b'R')), "chunk {chunk}");
         }
@@ -563,9 +563,9 @@ mod tests {
         let process = [Of::ThisProcess, Of::Process(pid)];
         let thread = [Of::ThisThread, Of::Task(pid, tid), Of::Process(tid), Of::OwnTask(tid)];
         let before = ALLOCATIONS.with(|a| a.get());
-        let process = process.map(|of| Status::read(of).expect("this process's status is readable"));
-        let thread = thread.map(|of| Status::read(of).expect("this thread's status is readable"));
-        let gone = [Of::Process(-1), Of::Process(i32::MAX), Of::Task(pid, i32::MAX)].map(|of| Status::read(of).map_err(|e| e.kind()));
+        let process = process.map(|of| ProcStatus::read(of).expect("this process's status is readable"));
+        let thread = thread.map(|of| ProcStatus::read(of).expect("this thread's status is readable"));
+        let gone = [Of::Process(-1), Of::Process(i32::MAX), Of::Task(pid, i32::MAX)].map(|of| ProcStatus::read(of).map_err(|e| e.kind()));
         let allocated = ALLOCATIONS.with(|a| a.get()) - before;
         assert_eq!(allocated, 0, "reading status files allocated");
         for s in process.into_iter().chain(thread) {
@@ -576,7 +576,7 @@ mod tests {
         assert_eq!(gone, [Err(std::io::ErrorKind::NotFound); 3]);
         // The reader and `std`'s agree on the thread's seccomp mode.
         let text = std::fs::read_to_string("/proc/thread-self/status").unwrap();
-        assert_eq!(Status::read(Of::ThisThread).unwrap().seccomp, Status::parse(&text).seccomp);
+        assert_eq!(ProcStatus::read(Of::ThisThread).unwrap().seccomp, ProcStatus::parse(&text).seccomp);
     }
 
     #[test]

@@ -41,7 +41,7 @@ struct SockId {
 /// `struct inet_diag_req_v2`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-struct Request {
+struct InetDiagReq {
     hdr: NlMsgHdr,
     family: u8,
     protocol: u8,
@@ -54,7 +54,7 @@ struct Request {
 /// `struct inet_diag_msg`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-struct Message {
+struct InetDiagMsg {
     family: u8,
     state: u8,
     timer: u8,
@@ -103,8 +103,14 @@ pub fn tcp_peer_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
         libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&tv as *const libc::timeval).cast(), size_of::<libc::timeval>() as u32)
     };
     // The client's socket, as it sees itself: its own address is our peer.
-    let req = Request {
-        hdr: NlMsgHdr { len: size_of::<Request>() as u32, kind: SOCK_DIAG_BY_FAMILY, flags: libc::NLM_F_REQUEST as u16, seq: 1, pid: 0 },
+    let req = InetDiagReq {
+        hdr: NlMsgHdr {
+            len: size_of::<InetDiagReq>() as u32,
+            kind: SOCK_DIAG_BY_FAMILY,
+            flags: libc::NLM_F_REQUEST as u16,
+            seq: 1,
+            pid: 0,
+        },
         family: family as u8,
         protocol: libc::IPPROTO_TCP as u8,
         states: 1 << TCP_ESTABLISHED,
@@ -125,27 +131,27 @@ pub fn tcp_peer_uid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
     let sent = unsafe {
         libc::sendto(
             sock.as_raw_fd(),
-            (&req as *const Request).cast(),
-            size_of::<Request>(),
+            (&req as *const InetDiagReq).cast(),
+            size_of::<InetDiagReq>(),
             0,
             (&kernel as *const libc::sockaddr_nl).cast(),
             size_of::<libc::sockaddr_nl>() as u32,
         )
     };
-    if sent != size_of::<Request>() as isize {
+    if sent != size_of::<InetDiagReq>() as isize {
         return None;
     }
     let mut buf = [0u64; 128];
     // SAFETY: receives at most the buffer's size into it.
     let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), size_of_val(&buf), 0) };
     let hdr_len = size_of::<NlMsgHdr>();
-    if n < (hdr_len + size_of::<Message>()) as isize {
+    if n < (hdr_len + size_of::<InetDiagMsg>()) as isize {
         return None; // an error message (no such socket), or nothing
     }
     // SAFETY: the buffer holds at least a header and a message, and is 8-byte aligned.
     let (hdr, msg) = unsafe {
         let p = buf.as_ptr().cast::<u8>();
-        (std::ptr::read_unaligned(p.cast::<NlMsgHdr>()), std::ptr::read_unaligned(p.add(hdr_len).cast::<Message>()))
+        (std::ptr::read_unaligned(p.cast::<NlMsgHdr>()), std::ptr::read_unaligned(p.add(hdr_len).cast::<InetDiagMsg>()))
     };
     let same = msg.id.sport == req.id.sport && msg.id.dport == req.id.dport && msg.id.src == req.id.src && msg.id.dst == req.id.dst;
     (hdr.kind == SOCK_DIAG_BY_FAMILY && msg.state == TCP_ESTABLISHED && msg.inode != 0 && same).then_some(msg.uid)

@@ -23,7 +23,7 @@ const MAX_SCAN: u64 = 1 << 16;
 pub struct PrecisePcCache {
     keys: Reserved<u64>,
     vals: Reserved<u64>,
-    funcs: [Layout; FUNCS],
+    funcs: [FuncLayout; FUNCS],
     /// Each function's instruction starts and direct-branch targets, a bit
     /// per byte: `2 * WORDS` words a function (starts, then targets).
     bits: Reserved<u64>,
@@ -38,13 +38,13 @@ const WORDS: usize = (MAX_SCAN / 64) as usize;
 
 /// Which function a layout slot holds.
 #[derive(Clone, Copy, Default)]
-struct Layout {
+struct FuncLayout {
     start: u64,
     /// End of what decoded (0: slot unused).
     end: u64,
 }
 
-impl Layout {
+impl FuncLayout {
     /// Words of each bit set the function's bytes reach.
     fn words(&self) -> usize {
         (self.end.saturating_sub(self.start) as usize).div_ceil(64).min(WORDS)
@@ -76,7 +76,7 @@ impl PrecisePcCache {
         Some(PrecisePcCache {
             keys: Reserved::new(CACHE)?,
             vals: Reserved::new(CACHE)?,
-            funcs: [Layout::default(); FUNCS],
+            funcs: [FuncLayout::default(); FUNCS],
             bits: Reserved::new(FUNCS * 2 * WORDS)?,
             next_func: 0,
         })
@@ -149,11 +149,11 @@ fn layout(map: &ProcessMap, cache: &mut PrecisePcCache, k: usize, start: u64, li
         if i.is_invalid() {
             break;
         }
-        Layout::set(starts, ip - start);
+        FuncLayout::set(starts, ip - start);
         if matches!(i.op0_kind(), iced_x86::OpKind::NearBranch64) {
             let t = i.near_branch64();
             if t >= start && t < stop {
-                Layout::set(targets, t - start);
+                FuncLayout::set(targets, t - start);
             }
         }
         ip = i.next_ip();
@@ -210,10 +210,10 @@ pub fn previous_instruction(map: &ProcessMap, cache: &mut PrecisePcCache, end: u
     let off = end - start;
     // `end` must be an instruction boundary (or where decoding stopped).
     let mut found = 0;
-    if end <= f.end && (end == f.end || Layout::bit(starts, off)) {
-        found = (0..off).rev().find(|&o| Layout::bit(starts, o)).map(|o| start + o).unwrap_or(0);
+    if end <= f.end && (end == f.end || FuncLayout::bit(starts, off)) {
+        found = (0..off).rev().find(|&o| FuncLayout::bit(starts, o)).map(|o| start + o).unwrap_or(0);
     }
-    let target = Layout::bit(targets, off);
+    let target = FuncLayout::bit(targets, off);
     cache.put(end, found | if target { TARGET } else { 0 });
     ((found != 0).then_some(found), target)
 }

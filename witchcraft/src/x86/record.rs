@@ -28,7 +28,7 @@
 //! Half the bytes per access for both sides of the exact mode: the
 //! program writes them, witch's judge reads them from another core.
 //!
-//! What is recorded depends on the craft ([`Kind`]): the dead craft needs
+//! What is recorded depends on the craft ([`RecordKind`]): the dead craft needs
 //! addresses only, and records every access; the value crafts record only
 //! the accesses of their kind (stores, or loads), each followed by the
 //! bytes they compare (RedSpy's and LoadSpy's definitions):
@@ -88,7 +88,7 @@ pub const VALUE_BYTES: usize = 64;
 
 /// What a recording thread records: what its craft judges.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub enum RecordKind {
     /// Every access, addresses only (the dead craft).
     Addresses,
     /// Stores, with the bytes before and after each (silent stores).
@@ -97,30 +97,30 @@ pub enum Kind {
     LoadValues,
 }
 
-impl Kind {
-    pub fn of(craft: crate::profile::Craft) -> Kind {
+impl RecordKind {
+    pub fn of(craft: crate::profile::Craft) -> RecordKind {
         match craft {
-            crate::profile::Craft::Dead => Kind::Addresses,
-            crate::profile::Craft::SilentStore => Kind::StoreValues,
-            crate::profile::Craft::SilentLoad => Kind::LoadValues,
+            crate::profile::Craft::Dead => RecordKind::Addresses,
+            crate::profile::Craft::SilentStore => RecordKind::StoreValues,
+            crate::profile::Craft::SilentLoad => RecordKind::LoadValues,
         }
     }
 
     /// Is the access recorded?
     pub fn records(self, a: &Access) -> bool {
         match self {
-            Kind::Addresses => a.read || a.write,
-            Kind::StoreValues => a.write,
-            Kind::LoadValues => a.read,
+            RecordKind::Addresses => a.read || a.write,
+            RecordKind::StoreValues => a.write,
+            RecordKind::LoadValues => a.read,
         }
     }
 
     /// The value flags of a recorded access's record.
     pub fn value_flags(self) -> u64 {
         match self {
-            Kind::Addresses => 0,
-            Kind::StoreValues => BEFORE | AFTER,
-            Kind::LoadValues => BEFORE,
+            RecordKind::Addresses => 0,
+            RecordKind::StoreValues => BEFORE | AFTER,
+            RecordKind::LoadValues => BEFORE,
         }
     }
 
@@ -129,9 +129,9 @@ impl Kind {
     pub fn words(self, len: u32) -> usize {
         let v = value_words(len as usize);
         match self {
-            Kind::Addresses => RECORD_WORDS,
-            Kind::StoreValues => RECORD_WORDS + 2 * v,
-            Kind::LoadValues => RECORD_WORDS + v,
+            RecordKind::Addresses => RECORD_WORDS,
+            RecordKind::StoreValues => RECORD_WORDS + 2 * v,
+            RecordKind::LoadValues => RECORD_WORDS + v,
         }
     }
 }
@@ -415,9 +415,9 @@ pub const MAX_RECORDS: usize = MAX_ACCESSES + 1;
 /// overlapping copy reads what it wrote). A `rep stos`'s record carries
 /// the element it stores (after). Nothing for an instruction without a
 /// recorded access or a transfer.
-pub fn of_instruction_for(kind: Kind, d: &Decoded, t: Transfer) -> ([Record; MAX_RECORDS], usize) {
+pub fn of_instruction_for(kind: RecordKind, d: &Decoded, t: Transfer) -> ([Record; MAX_RECORDS], usize) {
     let mut out = [Record::default(); MAX_RECORDS];
-    if kind == Kind::Addresses {
+    if kind == RecordKind::Addresses {
         let (recs, n) = of_instruction(d, t);
         out[..n].copy_from_slice(&recs[..n]);
         return (out, n);
@@ -432,8 +432,8 @@ pub fn of_instruction_for(kind: Kind, d: &Decoded, t: Transfer) -> ([Record; MAX
         }
         for a in all {
             let flags = match (kind, a.read, a.write) {
-                (Kind::StoreValues, _, true) if !reads => BEFORE | AFTER,
-                (Kind::StoreValues, _, _) => BEFORE,
+                (RecordKind::StoreValues, _, true) if !reads => BEFORE | AFTER,
+                (RecordKind::StoreValues, _, _) => BEFORE,
                 (_, true, _) => BEFORE,
                 _ => 0,
             };

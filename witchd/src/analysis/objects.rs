@@ -20,20 +20,20 @@ use witchcraft::profile::{DataRef, Profile};
 /// What kind of data an object is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Kind {
+pub enum ObjectKind {
     Static,
     Stack,
     Heap,
     Unknown,
 }
 
-impl Kind {
+impl ObjectKind {
     pub fn name(self) -> &'static str {
         match self {
-            Kind::Static => "static",
-            Kind::Stack => "stack",
-            Kind::Heap => "heap",
-            Kind::Unknown => "unknown",
+            ObjectKind::Static => "static",
+            ObjectKind::Stack => "stack",
+            ObjectKind::Heap => "heap",
+            ObjectKind::Unknown => "unknown",
         }
     }
 }
@@ -41,7 +41,7 @@ impl Kind {
 /// One data object of a process, merged over its threads.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Object {
-    pub kind: Kind,
+    pub kind: ObjectKind,
     /// What people read: `table (prog)`, `stack`, `heap from main
     /// (prog.c:12)`, `unknown`.
     pub name: String,
@@ -75,7 +75,7 @@ impl<'m> Resolver<'m> {
         frames_of: &mut impl FnMut(u64, &mut Symbolizer, &mut Interner) -> Box<[FrameId]>,
     ) -> Resolved {
         match r {
-            DataRef::Stack => ("stack".into(), Kind::Stack, "stack".into(), None, Vec::new()),
+            DataRef::Stack => ("stack".into(), ObjectKind::Stack, "stack".into(), None, Vec::new()),
             DataRef::Address { addr } => {
                 let list = &self.modules.modules;
                 let found = self.statics.entry(*addr).or_insert_with(|| sym.data_object(list, *addr)).clone();
@@ -86,9 +86,9 @@ impl<'m> Resolver<'m> {
                             Some(n) => (format!("{n} ({m})"), format!("static:{m}:{n}")),
                             None => (format!("{m}+{:#x}", d.offset), format!("static:{m}+{:#x}", d.offset)),
                         };
-                        (key, Kind::Static, name, (d.size > 0).then_some(d.size), Vec::new())
+                        (key, ObjectKind::Static, name, (d.size > 0).then_some(d.size), Vec::new())
                     }
-                    None => ("unknown".into(), Kind::Unknown, "unknown".into(), None, Vec::new()),
+                    None => ("unknown".into(), ObjectKind::Unknown, "unknown".into(), None, Vec::new()),
                 }
             }
             DataRef::Heap { size, site, .. } => {
@@ -99,14 +99,14 @@ impl<'m> Resolver<'m> {
                     None => "heap (allocation site unknown)".into(),
                 };
                 let key = format!("heap:{}", frames.iter().map(|&f| names.get(f).key()).collect::<Vec<_>>().join(";"));
-                (key, Kind::Heap, name, Some(*size), frames)
+                (key, ObjectKind::Heap, name, Some(*size), frames)
             }
         }
     }
 }
 
 /// A raw object resolved: its key, kind, name, size and allocation site.
-pub type Resolved = (String, Kind, String, Option<u64>, Vec<FrameId>);
+pub type Resolved = (String, ObjectKind, String, Option<u64>, Vec<FrameId>);
 
 /// Adds a credit to the object `key`, made on first sight.
 pub fn add(out: &mut Vec<Object>, index: &mut HashMap<String, usize>, resolved: Resolved, sums: &Sums) -> usize {
@@ -115,7 +115,7 @@ pub fn add(out: &mut Vec<Object>, index: &mut HashMap<String, usize>, resolved: 
         Some(&i) => {
             let o = &mut out[i];
             o.sums.add(sums);
-            if kind == Kind::Heap {
+            if kind == ObjectKind::Heap {
                 o.size = o.size.max(size);
             }
             i

@@ -33,7 +33,7 @@ pub struct Site {
 
 /// One row of the summary.
 #[derive(Debug, Clone)]
-pub struct Line {
+pub struct LineSummary {
     /// The watch site (the first one seen with this line's identity).
     pub site: Site,
     /// Over every pair watched at this line, in every process.
@@ -131,10 +131,10 @@ pub fn site(names: &Interner, ctx: CtxId) -> Option<Site> {
 }
 
 /// Every watch line of the run, by waste (then use), descending.
-pub fn lines(run: &Analysis) -> Vec<Line> {
+pub fn lines(run: &Analysis) -> Vec<LineSummary> {
     let names = &run.names;
     let mut index: HashMap<u32, usize> = HashMap::new();
-    let mut out: Vec<Line> = Vec::new();
+    let mut out: Vec<LineSummary> = Vec::new();
     let mut partner_index: Vec<HashMap<u32, usize>> = Vec::new();
     for (pi, proc) in run.procs.iter().enumerate() {
         let mut memo: HashMap<CtxId, Option<Site>> = HashMap::new();
@@ -143,7 +143,7 @@ pub fn lines(run: &Analysis) -> Vec<Line> {
             let (Some(w), Some(t)) = (site_of(sp.watch), site_of(sp.trap)) else { continue };
             let key = names.site_key(w.frame);
             let i = *index.entry(key).or_insert_with(|| {
-                out.push(Line { site: w, sums: Sums::default(), approx_waste: 0.0, partners: Vec::new(), procs: Vec::new() });
+                out.push(LineSummary { site: w, sums: Sums::default(), approx_waste: 0.0, partners: Vec::new(), procs: Vec::new() });
                 partner_index.push(HashMap::new());
                 out.len() - 1
             });

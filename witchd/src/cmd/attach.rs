@@ -49,7 +49,7 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
         unsafe { libc::signal(sig, interrupted as *const () as libc::sighandler_t) };
     }
     let session = inject::attach(pid, &opts).map_err(|e| match e.downcast::<Exec>() {
-        Ok(x) => exit::Status { code: exit::TARGET_EXEC, msg: x.0 }.into(),
+        Ok(x) => exit::ExitError { code: exit::TARGET_EXEC, msg: x.0 }.into(),
         Err(e) => e,
     })?;
     let pid = session.pid;
@@ -79,7 +79,7 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
     let (profile, target_exited, exec) = match inject::end(Box::new(session), why, std::time::Duration::from_secs(30)) {
         End::Profiled { profile, target_exited, exec } => (*profile, target_exited, exec),
         End::Replaced => {
-            return Err(exit::Status {
+            return Err(exit::ExitError {
                 code: exit::TARGET_EXEC,
                 msg: format!(
                     "pid {pid} ({name}) replaced its program (exec{}) {:.1} s into the session: the agent, and the profile it was gathering, went with the old program; the process runs on",

@@ -2,7 +2,7 @@
 //!
 //! Plain blocking I/O: one request, one reply (see [`crate::daemon::proto`]).
 
-use crate::daemon::proto::{Reply, Request, Status};
+use crate::daemon::proto::{DaemonStatus, Reply, Request};
 use crate::daemon::store::Meta;
 use crate::render::units::{duration as fmt_duration, pct, size};
 use anyhow::{bail, Context, Result};
@@ -36,7 +36,7 @@ pub struct DaemonArgs {
 
 #[derive(Subcommand, Debug, Clone)]
 pub enum Action {
-    /// SessionFacts targets, sessions in flight, and store usage
+    /// Watched targets, sessions in flight, and store usage
     Status {
         /// Print the status as JSON
         #[arg(long)]
@@ -225,7 +225,7 @@ fn write_profile(body: &[u8], out: &OutputArgs, meta: Option<&Meta>) -> Result<P
     Ok(p)
 }
 
-fn render_status(s: &Status) -> String {
+fn render_status(s: &DaemonStatus) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
     let up = humantime::format_duration(Duration::from_secs(s.uptime_s as u64));
@@ -318,7 +318,7 @@ mod tests {
         let old = r#"{"pid":1,"version":"0.1.0","uptime_s":5.0,"socket":"/s","http":null,"store_dir":"/d","store_bytes":0,
             "store_max_bytes":10,"store_profiles":0,"sessions_active":1,"sessions_ok":2,"sessions_target_exited":0,
             "sessions_failed":0,"rules":[],"targets":[]}"#;
-        let mut s: Status = serde_json::from_str(old).unwrap();
+        let mut s: DaemonStatus = serde_json::from_str(old).unwrap();
         assert_eq!((s.sessions_waiting, s.max_sessions, s.sessions_target_exec), (0, 0, 0));
         assert!(render_status(&s).contains("sessions: 1 running, 0 queued; 2 ok, 0 target exited, 0 target exec'd, 0 failed"));
         s.max_sessions = 1;

@@ -126,12 +126,12 @@ fn object_changes(an: &Analysis, b: Range<usize>, n: Range<usize>, bt: &Sums, nt
 }
 
 /// A pair's identity across profiles: its two contexts by frame identity.
-type Key = (KeyCtx, KeyCtx);
+type PairKey = (KeyCtx, KeyCtx);
 
 /// A run's pairs merged across its processes, by identity, and their total.
-fn by_key<'a>(an: &'a Analysis<'a>, procs: Range<usize>) -> (Vec<(Key, SymPair)>, Sums) {
+fn by_key<'a>(an: &'a Analysis<'a>, procs: Range<usize>) -> (Vec<(PairKey, SymPair)>, Sums) {
     let mut index: HashMap<(KeyCtx, KeyCtx), usize> = HashMap::new();
-    let mut out: Vec<(Key, SymPair)> = Vec::new();
+    let mut out: Vec<(PairKey, SymPair)> = Vec::new();
     let mut total = Sums::default();
     for x in &an.procs[procs] {
         total.add(&x.total);

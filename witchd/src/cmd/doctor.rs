@@ -4,7 +4,7 @@ use crate::cli::DoctorArgs;
 use std::os::unix::fs::DirBuilderExt;
 use std::process::{Command, Stdio};
 use witchcraft::config::Config;
-use witchcraft::probe::{checks, Check, Status, CHECK_STEP};
+use witchcraft::probe::{checks, Check, CheckStatus, CHECK_STEP};
 use witchcraft::profile::{Counters, Craft};
 
 /// The doctor's line about the code cache's cost.
@@ -26,7 +26,7 @@ fn cache_check() -> Check {
                 .map(|ns| format!("; a single step costs {:.1} µs", ns as f64 / 1e3))
                 .unwrap_or_default();
             (
-                Status::Ok,
+                CheckStatus::Ok,
                 format!(
                     "a window of {:.0} instructions took {:.1} µs of CPU time in the cache ({:.1} ns an instruction, the program's own work and the kernel's entries and exits included{step}), and {:.1} µs at its {:.1} exits that trapped (each {:.1} µs: {:.1} picks, its end, what the link stub left; {} blocks translated in all, {:.1} a window linked without a trap, {:.1} dispatch-table misses trapped); measured on {} windows of a shell loop under the agent, so first translations weigh more than in a longer run",
                     c.window_instructions as f64 / n,
@@ -45,16 +45,16 @@ fn cache_check() -> Check {
             )
         }
         Ok(_) if std::env::var_os(witchcraft::config::keys::WINDOW).is_some_and(|v| v == "0") => (
-            Status::Degraded,
+            CheckStatus::Degraded,
             "off: WITCH_WINDOW=0 is set, so bursts single-step every instruction".to_string(),
             Some("unset WITCH_WINDOW for windows in the code cache"),
         ),
         Ok(_) => (
-            Status::Degraded,
+            CheckStatus::Degraded,
             "a shell loop under the agent ran no window in the code cache: bursts single-step every instruction".to_string(),
             Some("bursts are shorter for the same budget; `witch dead` on your program says why in its report"),
         ),
-        Err(e) => (Status::Degraded, format!("not measured: {e}"), None),
+        Err(e) => (CheckStatus::Degraded, format!("not measured: {e}"), None),
     };
     Check { name: CHECK_CACHE.to_string(), status, detail, advice: advice.map(str::to_string) }
 }
@@ -94,11 +94,11 @@ fn measure_cache() -> anyhow::Result<Counters> {
     Ok(c)
 }
 
-fn word(s: &Status) -> &'static str {
+fn word(s: &CheckStatus) -> &'static str {
     match s {
-        Status::Ok => "ok",
-        Status::Degraded => "degraded",
-        Status::Missing => "missing",
+        CheckStatus::Ok => "ok",
+        CheckStatus::Degraded => "degraded",
+        CheckStatus::Missing => "missing",
     }
 }
 

@@ -111,18 +111,20 @@ impl Recording {
     }
 }
 
-type JudgedImage = (u64, u64, Vec<witchcraft::profile::Thread>, witchcraft::profile::Counters);
+/// A [`witchcraft::exact::JudgedImage`] as profile parts: the instructions
+/// and records judged, the threads and the counters.
+type ImageParts = (u64, u64, Vec<witchcraft::profile::Thread>, witchcraft::profile::Counters);
 
 /// The judged records of each process image, by pid: a process that
 /// execs has one section, and one image number, per image.
 #[derive(Default)]
-struct Images(std::collections::HashMap<u32, Vec<(u32, JudgedImage)>>);
+struct Images(std::collections::HashMap<u32, Vec<(u32, ImageParts)>>);
 
 impl Images {
     /// The judged records of the section of process `pid` that started at
     /// `start_unix_ns`: those of the image of that number (a fork child's
     /// is its own: its engine restarts at the fork).
-    fn take(&mut self, pid: u32, start_unix_ns: u64) -> Option<JudgedImage> {
+    fn take(&mut self, pid: u32, start_unix_ns: u64) -> Option<ImageParts> {
         let left = self.0.get_mut(&pid)?;
         let at = left.iter().position(|(image, _)| *image == start_unix_ns as u32)?;
         Some(left.swap_remove(at).1)

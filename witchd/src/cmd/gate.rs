@@ -15,7 +15,7 @@ use crate::render::units::printable;
 
 /// How one bound came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Verdict {
+enum BoundVerdict {
     Pass,
     Fail,
     /// The bound lies within the interval: the data cannot say.
@@ -23,9 +23,9 @@ enum Verdict {
 }
 
 /// One bound's outcome, also one JUnit test case.
-struct Check {
+struct BoundCheck {
     name: String,
-    verdict: Verdict,
+    verdict: BoundVerdict,
     /// The figures, e.g. "waste 34.2% (95% interval 30.1–38.4%) > max 20.0%".
     detail: String,
 }
@@ -33,21 +33,21 @@ struct Check {
 /// Tolerance so a fraction printed as equal to the bound does not fail on float noise.
 const EPS: f64 = 1e-9;
 
-fn verdict(lo: f64, hi: f64, max: f64) -> Verdict {
+fn verdict(lo: f64, hi: f64, max: f64) -> BoundVerdict {
     if lo > max + EPS {
-        Verdict::Fail
+        BoundVerdict::Fail
     } else if hi <= max + EPS {
-        Verdict::Pass
+        BoundVerdict::Pass
     } else {
-        Verdict::CannotTell
+        BoundVerdict::CannotTell
     }
 }
 
-fn word(v: Verdict, pass: &'static str, fail: &'static str) -> &'static str {
+fn word(v: BoundVerdict, pass: &'static str, fail: &'static str) -> &'static str {
     match v {
-        Verdict::Pass => pass,
-        Verdict::Fail => fail,
-        Verdict::CannotTell => "within the noise of",
+        BoundVerdict::Pass => pass,
+        BoundVerdict::Fail => fail,
+        BoundVerdict::CannotTell => "within the noise of",
     }
 }
 
@@ -65,7 +65,7 @@ pub fn run(a: &GateArgs) -> anyhow::Result<i32> {
     let mut checks = Vec::new();
     if let Some(max) = a.max_waste {
         let v = verdict(pc(f.lo), pc(f.hi), max);
-        checks.push(Check {
+        checks.push(BoundCheck {
             name: format!("max-waste {max:.1}%"),
             verdict: v,
             detail: format!("waste {:.1}% ({}) {} max {max:.1}%", pc(f.value), crate::render::units::uncertainty(&f), word(v, "<=", ">")),
@@ -91,7 +91,7 @@ pub fn run(a: &GateArgs) -> anyhow::Result<i32> {
             anyhow::bail!("{}: the waste fraction's increase over it cannot be computed", base.display());
         }
         let v = verdict(pc(inc.lo), pc(inc.hi), max);
-        checks.push(Check {
+        checks.push(BoundCheck {
             name: format!("max-increase {max:.1}pp"),
             verdict: v,
             detail: format!(
@@ -108,8 +108,8 @@ pub fn run(a: &GateArgs) -> anyhow::Result<i32> {
     if checks.is_empty() {
         anyhow::bail!("give a bound: --max-waste PERCENT, --max-object-waste NAME=PERCENT, or --baseline BASE with --max-increase POINTS");
     }
-    let fail = checks.iter().any(|c| c.verdict == Verdict::Fail);
-    let unsure = checks.iter().any(|c| c.verdict == Verdict::CannotTell);
+    let fail = checks.iter().any(|c| c.verdict == BoundVerdict::Fail);
+    let unsure = checks.iter().any(|c| c.verdict == BoundVerdict::CannotTell);
     let head = match (fail, unsure) {
         (true, _) => "FAIL",
         (false, true) => "PASS (cannot tell)",
@@ -145,7 +145,7 @@ fn answers_to(o: &crate::analysis::objects::Object, name: &str) -> bool {
     }
     // "heap from main (src/app.c:38)": a heap object by its allocation site
     // (a static object's parentheses name its module, not a site).
-    if o.kind != crate::analysis::objects::Kind::Heap {
+    if o.kind != crate::analysis::objects::ObjectKind::Heap {
         return false;
     }
     let site = o.name.strip_suffix(')').and_then(|n| n.rsplit_once('(')).map(|(_, s)| s);
@@ -156,7 +156,7 @@ fn answers_to(o: &crate::analysis::objects::Object, name: &str) -> bool {
 /// objects with the most waste (for stderr; none when the profile keeps no
 /// objects). An object bound that names no object of the profile is an
 /// error (a misspelt name would pass forever).
-fn objects(p: &witchcraft::profile::Profile, a: &GateArgs, checks: &mut Vec<Check>) -> anyhow::Result<Vec<String>> {
+fn objects(p: &witchcraft::profile::Profile, a: &GateArgs, checks: &mut Vec<BoundCheck>) -> anyhow::Result<Vec<String>> {
     use crate::analysis::objects;
     let run = model::Analysis::of(p);
     if !objects::kept(&run) {
@@ -177,7 +177,7 @@ fn objects(p: &witchcraft::profile::Profile, a: &GateArgs, checks: &mut Vec<Chec
         for o in found {
             let f = o.sums.fraction();
             let v = verdict(pc(f.lo), pc(f.hi), *max);
-            checks.push(Check {
+            checks.push(BoundCheck {
                 name: format!("max-object-waste {} {max:.1}%", o.name),
                 verdict: v,
                 detail: format!(
@@ -227,9 +227,9 @@ fn esc(s: &str) -> String {
 
 /// One test suite, one test case per bound; a failed bound has a `<failure>`,
 /// one the data cannot decide is `<skipped>` with the reason.
-fn junit(checks: &[Check], craft: &str, program: &str) -> String {
-    let failures = checks.iter().filter(|c| c.verdict == Verdict::Fail).count();
-    let skipped = checks.iter().filter(|c| c.verdict == Verdict::CannotTell).count();
+fn junit(checks: &[BoundCheck], craft: &str, program: &str) -> String {
+    let failures = checks.iter().filter(|c| c.verdict == BoundVerdict::Fail).count();
+    let skipped = checks.iter().filter(|c| c.verdict == BoundVerdict::CannotTell).count();
     let mut o = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     o += &format!(
         "<testsuite name=\"witch gate\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\" time=\"0\">\n",
@@ -239,15 +239,15 @@ fn junit(checks: &[Check], craft: &str, program: &str) -> String {
         let class = esc(&format!("witch.{craft}.{program}"));
         o += &format!("  <testcase classname=\"{class}\" name=\"{}\" time=\"0\"", esc(&c.name));
         match c.verdict {
-            Verdict::Pass => o += &format!(">\n    <system-out>{}</system-out>\n  </testcase>\n", esc(&c.detail)),
-            Verdict::Fail => {
+            BoundVerdict::Pass => o += &format!(">\n    <system-out>{}</system-out>\n  </testcase>\n", esc(&c.detail)),
+            BoundVerdict::Fail => {
                 o += &format!(
                     ">\n    <failure message=\"{}\" type=\"witch.gate\">{}</failure>\n  </testcase>\n",
                     esc(&c.detail),
                     esc(&format!("{} ({craft}, {program})", c.detail))
                 )
             }
-            Verdict::CannotTell => o += &format!(">\n    <skipped message=\"cannot tell: {}\"/>\n  </testcase>\n", esc(&c.detail)),
+            BoundVerdict::CannotTell => o += &format!(">\n    <skipped message=\"cannot tell: {}\"/>\n  </testcase>\n", esc(&c.detail)),
         }
     }
     o += "</testsuite>\n";
@@ -261,9 +261,9 @@ mod tests {
     #[test]
     fn junit_escapes_and_counts() {
         let c = [
-            Check { name: "a".into(), verdict: Verdict::Pass, detail: "x <= y".into() },
-            Check { name: "b".into(), verdict: Verdict::Fail, detail: "x > \"y\"".into() },
-            Check { name: "c".into(), verdict: Verdict::CannotTell, detail: "x ~ y".into() },
+            BoundCheck { name: "a".into(), verdict: BoundVerdict::Pass, detail: "x <= y".into() },
+            BoundCheck { name: "b".into(), verdict: BoundVerdict::Fail, detail: "x > \"y\"".into() },
+            BoundCheck { name: "c".into(), verdict: BoundVerdict::CannotTell, detail: "x ~ y".into() },
         ];
         let x = junit(&c, "dead", "./a&b");
         assert!(x.contains("tests=\"3\" failures=\"1\" errors=\"0\" skipped=\"1\""));
@@ -275,7 +275,7 @@ mod tests {
 
     #[test]
     fn objects_answer_to_their_symbol_site_name_or_key() {
-        use crate::analysis::objects::{Kind, Object};
+        use crate::analysis::objects::{Object, ObjectKind};
         let o = |kind, name: &str, key: &str| Object {
             kind,
             name: name.into(),
@@ -284,25 +284,25 @@ mod tests {
             site: Vec::new(),
             sums: Default::default(),
         };
-        let table = o(Kind::Static, "table (app)", "static:app:table");
+        let table = o(ObjectKind::Static, "table (app)", "static:app:table");
         for n in ["table", "table (app)", "static:app:table"] {
             assert!(answers_to(&table, n), "{n}");
         }
         assert!(!answers_to(&table, "tab") && !answers_to(&table, "app"));
-        let heap = o(Kind::Heap, "heap from main (src/app.c:38)", "heap:main@src/app.c:38");
+        let heap = o(ObjectKind::Heap, "heap from main (src/app.c:38)", "heap:main@src/app.c:38");
         for n in ["app.c:38", "src/app.c:38", "heap from main (src/app.c:38)"] {
             assert!(answers_to(&heap, n), "{n}");
         }
         for n in ["p.c:38", "app.c:3", "main"] {
             assert!(!answers_to(&heap, n), "{n}");
         }
-        assert!(answers_to(&o(Kind::Stack, "stack", "stack"), "stack"));
+        assert!(answers_to(&o(ObjectKind::Stack, "stack", "stack"), "stack"));
     }
 
     #[test]
     fn a_bound_fails_only_beyond_the_noise() {
-        assert_eq!(verdict(21.0, 25.0, 20.0), Verdict::Fail);
-        assert_eq!(verdict(15.0, 19.0, 20.0), Verdict::Pass);
-        assert_eq!(verdict(18.0, 23.0, 20.0), Verdict::CannotTell);
+        assert_eq!(verdict(21.0, 25.0, 20.0), BoundVerdict::Fail);
+        assert_eq!(verdict(15.0, 19.0, 20.0), BoundVerdict::Pass);
+        assert_eq!(verdict(18.0, 23.0, 20.0), BoundVerdict::CannotTell);
     }
 }

@@ -17,7 +17,7 @@ use std::process::Command;
 use witchcraft::config::Config;
 use witchcraft::profile::Craft;
 use witchcraft::sys::pmu;
-use witchcraft::sys::procfs::{Of, Status};
+use witchcraft::sys::procfs::{Of, ProcStatus};
 
 /// PATH lookup the way a shell does it, with clear errors.
 fn resolve(program: &OsString) -> Result<PathBuf> {
@@ -167,7 +167,7 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
         None => {}
     }
     check_dynamic(&prog)?;
-    if let Some(mode @ 1..) = Status::read(Of::ThisThread).ok().and_then(|s| s.seccomp) {
+    if let Some(mode @ 1..) = ProcStatus::read(Of::ThisThread).ok().and_then(|s| s.seccomp) {
         return Err(exit::cannot_run(format!(
             "witch itself runs under a seccomp filter (Seccomp: {mode}, a container's or a sandbox's), which the program would inherit; a filter may kill the program for a system call the agent makes, so the agent does not profile under one: run witch outside the sandbox (Docker: --security-opt seccomp=unconfined)"
         )));

@@ -9,9 +9,9 @@
 use super::config::DaemonConfig;
 use super::metrics::{ErrorKind, Outcome};
 use super::procfs::{self, Proc};
-use super::proto::{Reply, Request, Status, TargetStatus, MAX_REQUEST};
+use super::proto::{DaemonStatus, Reply, Request, TargetStatus, MAX_REQUEST};
 use super::scheduler::{options, State};
-use super::session::{self, Plan};
+use super::session::{self, SessionPlan};
 use super::{say, Daemon};
 use anyhow::{bail, Context, Result};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
@@ -186,9 +186,9 @@ async fn handle(d: Arc<Daemon>, mut s: UnixStream) {
 }
 
 /// A request's failure: one line for the user.
-type Refusal = String;
+type Rejection = String;
 
-fn craft_arg(c: Option<&str>) -> std::result::Result<Option<Craft>, Refusal> {
+fn craft_arg(c: Option<&str>) -> std::result::Result<Option<Craft>, Rejection> {
     match c {
         None => Ok(None),
         Some(s) => Craft::parse(s).map(Some).ok_or_else(|| format!("unknown craft {s:?} (dead, silent-store, silent-load)")),
@@ -229,7 +229,7 @@ async fn fetch(
     id: Option<String>,
     pid: Option<u32>,
     craft: Option<String>,
-) -> std::result::Result<(Reply, Vec<u8>), Refusal> {
+) -> std::result::Result<(Reply, Vec<u8>), Rejection> {
     let craft = craft_arg(craft.as_deref())?;
     let meta = {
         let store = d.store.lock().unwrap();
@@ -266,7 +266,7 @@ async fn profile(
     pid: i32,
     craft: Option<String>,
     duration_ms: Option<u64>,
-) -> std::result::Result<(Reply, Vec<u8>), Refusal> {
+) -> std::result::Result<(Reply, Vec<u8>), Rejection> {
     let craft = craft_arg(craft.as_deref())?;
     let target = match Proc::read(pid) {
         Some(p) if pid > 0 && !p.is_zombie() => p,
@@ -332,8 +332,13 @@ async fn profile(
         craft.name(),
         target.name()
     );
-    let plan =
-        Plan { target: target.clone(), opts: options(&prof, craft), duration, origin: "request", who: super::slots::Who::User(caller.uid) };
+    let plan = SessionPlan {
+        target: target.clone(),
+        opts: options(&prof, craft),
+        duration,
+        origin: "request",
+        who: super::slots::Who::User(caller.uid),
+    };
     let done = session::run(d.clone(), claim, plan).await;
     let Some(p) = done.profile else {
         let msg = done.note.unwrap_or_else(|| "no profile".into());
@@ -348,7 +353,7 @@ async fn profile(
 }
 
 /// What the caller may see of the daemon's state.
-pub fn status(d: &Daemon, caller: Caller) -> Status {
+pub fn status(d: &Daemon, caller: Caller) -> DaemonStatus {
     let (store_bytes, store_profiles) = d.store.lock().unwrap().usage();
     let now = tokio::time::Instant::now();
     let targets = {
@@ -383,7 +388,7 @@ pub fn status(d: &Daemon, caller: Caller) -> Status {
             .collect()
     };
     let c = &d.counters;
-    Status {
+    DaemonStatus {
         pid: std::process::id(),
         version: env!("CARGO_PKG_VERSION").into(),
         uptime_s: d.started.elapsed().as_secs_f64(),

@@ -12,7 +12,7 @@
 //!   ([`witchcraft::sys::sock_diag`]): that uid is the client's *user*.
 //!   (Another host's client, or a connection the kernel no longer lists as
 //!   established, has no user: it is known by its address alone.)
-//! - **Profiles** are served as `http_profiles` says ([`Access`]): by
+//! - **Profiles** are served as `http_profiles` says ([`ProfileAccess`]): by
 //!   default only to the user whose processes they are, and all of them
 //!   to root, as over the Unix socket.
 //! - **Host.** A request is answered only if its `Host` names this host
@@ -30,7 +30,7 @@
 //!   closed [`CONNECTION_LIFETIME`] after it was accepted, so idle or slow
 //!   clients cannot take witchd's descriptors (its Unix socket needs them too).
 
-use super::config::Access;
+use super::config::ProfileAccess;
 use super::{metrics, say, store, Daemon};
 use anyhow::{Context, Result};
 use axum::extract::{Path, Query, State};
@@ -91,13 +91,13 @@ impl Peer {
     }
 
     /// May this client read a profile whose process's owner was `owner`?
-    fn may_read(&self, access: Access, owner: Option<(u32, u32)>) -> bool {
+    fn may_read(&self, access: ProfileAccess, owner: Option<(u32, u32)>) -> bool {
         match (access, *self) {
-            (Access::All, _) => true,
-            (Access::None, _) => false,
-            (Access::Owner, Peer::User(0)) => true,
-            (Access::Owner, Peer::User(uid)) => owner.is_some_and(|(o, _)| o == uid),
-            (Access::Owner, Peer::Address(_)) => false,
+            (ProfileAccess::All, _) => true,
+            (ProfileAccess::None, _) => false,
+            (ProfileAccess::Owner, Peer::User(0)) => true,
+            (ProfileAccess::Owner, Peer::User(uid)) => owner.is_some_and(|(o, _)| o == uid),
+            (ProfileAccess::Owner, Peer::Address(_)) => false,
         }
     }
 }
@@ -333,8 +333,8 @@ async fn metrics(State(d): State<Arc<Daemon>>) -> Response {
 }
 
 /// Profiles are not served to this client (`http_profiles`).
-fn not_served(access: Access) -> Option<Response> {
-    (access == Access::None).then(|| {
+fn not_served(access: ProfileAccess) -> Option<Response> {
+    (access == ProfileAccess::None).then(|| {
         (StatusCode::FORBIDDEN, "witchd serves no profiles over HTTP (http_profiles = \"none\"); use `witch daemon fetch`\n")
             .into_response()
     })
@@ -499,9 +499,13 @@ mod tests {
     fn profiles_go_to_whom_the_configuration_says() {
         let mine = Some((1000, 1000));
         let (u, root, remote) = (Peer::User(1000), Peer::User(0), Peer::Address("10.0.0.1".parse().unwrap()));
-        assert!(u.may_read(Access::Owner, mine) && root.may_read(Access::Owner, mine) && root.may_read(Access::Owner, None));
-        assert!(!u.may_read(Access::Owner, None) && !u.may_read(Access::Owner, Some((1001, 1000))));
-        assert!(!remote.may_read(Access::Owner, mine) && remote.may_read(Access::All, None));
-        assert!(!root.may_read(Access::None, mine));
+        assert!(
+            u.may_read(ProfileAccess::Owner, mine)
+                && root.may_read(ProfileAccess::Owner, mine)
+                && root.may_read(ProfileAccess::Owner, None)
+        );
+        assert!(!u.may_read(ProfileAccess::Owner, None) && !u.may_read(ProfileAccess::Owner, Some((1001, 1000))));
+        assert!(!remote.may_read(ProfileAccess::Owner, mine) && remote.may_read(ProfileAccess::All, None));
+        assert!(!root.may_read(ProfileAccess::None, mine));
     }
 }

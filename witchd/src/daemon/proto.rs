@@ -41,7 +41,7 @@ pub struct Reply {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<Status>,
+    pub status: Option<DaemonStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profiles: Option<Vec<Meta>>,
     /// The profile sent as the body (fetch, profile).
@@ -66,7 +66,7 @@ impl Reply {
 
 /// What `witch daemon status` shows.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-pub struct Status {
+pub struct DaemonStatus {
     pub pid: u32,
     pub version: String,
     pub uptime_s: f64,

@@ -12,7 +12,7 @@
 use super::config::{Profiling, Watch};
 use super::metrics::Outcome;
 use super::procfs::{self, Proc};
-use super::session::{self, Plan};
+use super::session::{self, SessionPlan};
 use super::store::Meta;
 use super::{say, Daemon};
 use crate::inject::Options;
@@ -308,7 +308,7 @@ pub async fn run(d: Arc<Daemon>) {
                 t.sessions += 1;
                 t.next_due = now + prof.every;
                 t.state = State::Scheduled;
-                let plan = Plan {
+                let plan = SessionPlan {
                     target: t.proc.clone(),
                     opts: options(prof, craft),
                     duration: prof.duration,
@@ -329,7 +329,7 @@ pub async fn run(d: Arc<Daemon>) {
 }
 
 /// One scheduled session, and what it leaves on its target.
-async fn scheduled(d: Arc<Daemon>, claim: super::Claim, plan: Plan) {
+async fn scheduled(d: Arc<Daemon>, claim: super::Claim, plan: SessionPlan) {
     let target = plan.target.clone();
     let done = session::run(d.clone(), claim, plan).await;
     let mut ts = d.targets.lock().unwrap();

@@ -35,7 +35,7 @@ impl Attacher for RealAttacher {
 }
 
 /// What was asked for.
-pub struct Plan {
+pub struct SessionPlan {
     /// The process, as identified when the session was planned.
     pub target: Proc,
     pub opts: Options,
@@ -88,7 +88,7 @@ fn same_process(p: &Proc) -> bool {
 /// Runs one session on a claimed pid. Never fails: failures are outcomes,
 /// counted here, with a one-line note that the caller logs or relays (the
 /// scheduler logs a target's error only when it changes).
-pub async fn run(d: Arc<Daemon>, claim: Claim, plan: Plan) -> Done {
+pub async fn run(d: Arc<Daemon>, claim: Claim, plan: SessionPlan) -> Done {
     let _in_flight = InFlight::new(&d);
     let pid = claim.pid();
     let craft = plan.opts.craft;

@@ -72,7 +72,8 @@ impl Meta {
     }
 }
 
-struct Entry {
+/// One profile in the store, as the index keeps it.
+struct StoredProfile {
     meta: Meta,
     /// Profile and meta file together, as they take room in the directory.
     disk: u64,
@@ -84,7 +85,7 @@ pub struct Store {
     /// The directory, opened once: every file is made, read and removed
     /// relative to it, temporary files exclusively (see [`crate::write`]).
     dir: crate::write::Dir,
-    index: BTreeMap<String, Entry>,
+    index: BTreeMap<String, StoredProfile>,
     total: u64,
     /// Profiles removed to respect the limits, since start.
     pub evicted: u64,
@@ -231,7 +232,7 @@ impl Store {
         };
         let disk = bytes + self.regular(&Self::meta_name(id)).map_or(0, |(n, _)| n);
         self.total += disk;
-        self.index.insert(id.into(), Entry { meta, disk });
+        self.index.insert(id.into(), StoredProfile { meta, disk });
         Ok(note)
     }
 
@@ -266,7 +267,7 @@ impl Store {
             bail!("cannot write profile to store {}: {e:#}", self.cfg.dir.display());
         }
         self.total += need;
-        self.index.insert(id, Entry { meta: meta.clone(), disk: need });
+        self.index.insert(id, StoredProfile { meta: meta.clone(), disk: need });
         Ok(meta)
     }
 

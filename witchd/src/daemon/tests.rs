@@ -18,7 +18,7 @@ use std::time::Duration;
 use witchcraft::profile::Profile;
 
 #[derive(Default)]
-struct Fake {
+struct FakeAttacher {
     /// Sessions open per pid right now, and the most ever seen at once.
     open: Mutex<HashMap<i32, usize>>,
     max_overlap: AtomicUsize,
@@ -34,13 +34,13 @@ struct Fake {
 struct FakeSession {
     pid: i32,
     craft: witchcraft::profile::Craft,
-    fake: Arc<Fake>,
+    fake: Arc<FakeAttacher>,
     start_ns: u64,
     /// The image the "agent" went into: an exec takes it away, as it does a real one.
     image: Option<procfs::Image>,
 }
 
-impl Attacher for Arc<Fake> {
+impl Attacher for Arc<FakeAttacher> {
     fn attach(&self, pid: i32, opts: &Options) -> anyhow::Result<Box<dyn Attached>> {
         // SAFETY: kill with signal 0 only checks that the pid exists.
         if unsafe { libc::kill(pid, 0) } != 0 {
@@ -164,7 +164,7 @@ pid = {}
         "test.toml",
     )
     .unwrap();
-    let fake = Arc::new(Fake { pad: 3000, ..Default::default() });
+    let fake = Arc::new(FakeAttacher { pad: 3000, ..Default::default() });
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let f2 = fake.clone();
     let daemon = std::thread::spawn(move || {
@@ -240,7 +240,7 @@ pid = {}
     assert_eq!(code, 200);
     let mut raw = Vec::new();
     flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut raw).unwrap();
-    let pp = <crate::render::pprof::Profile as prost::Message>::decode(&raw[..]).unwrap();
+    let pp = <crate::render::pprof::PprofProfile as prost::Message>::decode(&raw[..]).unwrap();
     assert!(!pp.sample.is_empty());
     assert_eq!(http_get(&addr, "/pprof/latest?pid=1&craft=dead").0, 404);
     assert_eq!(http_get(&addr, "/pprof/nope").0, 404);
@@ -273,10 +273,10 @@ struct Running {
 
 impl Running {
     fn start(cfg: DaemonConfig) -> Running {
-        Self::start_with(cfg, Arc::new(Fake::default()))
+        Self::start_with(cfg, Arc::new(FakeAttacher::default()))
     }
 
-    fn start_with(cfg: DaemonConfig, fake: Arc<Fake>) -> Running {
+    fn start_with(cfg: DaemonConfig, fake: Arc<FakeAttacher>) -> Running {
         let sock = cfg.socket.clone();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
@@ -364,7 +364,7 @@ fn pprof_export_of_a_profile_naming_a_fifo_or_dev_zero_answers() {
     assert_eq!(code, 200);
     let mut raw = Vec::new();
     flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut raw).unwrap();
-    let pp = <crate::render::pprof::Profile as prost::Message>::decode(&raw[..]).unwrap();
+    let pp = <crate::render::pprof::PprofProfile as prost::Message>::decode(&raw[..]).unwrap();
     assert!(!pp.sample.is_empty());
     drop(d);
     let _ = std::fs::remove_dir_all(&dir);
@@ -446,7 +446,7 @@ fn sessions_waiting_for_a_slot_are_queued_not_profiling() {
         "test.toml",
     )
     .unwrap();
-    let fake = Arc::new(Fake::default());
+    let fake = Arc::new(FakeAttacher::default());
     let d = Running::start_with(cfg, fake.clone());
     let addr = d.call(&Request::Status).unwrap().0.status.unwrap().http.unwrap();
     let (mut queued_seen, mut waiting_seen, mut ok) = (0, 0, 0);
@@ -806,7 +806,7 @@ fn one_user_cannot_starve_the_daemon() {
         "test.toml",
     )
     .unwrap();
-    let fake = Arc::new(Fake::default());
+    let fake = Arc::new(FakeAttacher::default());
     let d = Arc::new(Running::start_with(cfg, fake.clone()));
     let requests: Vec<_> = own
         .iter()

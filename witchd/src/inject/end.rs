@@ -118,14 +118,14 @@ mod tests {
 
     /// A session whose facts are set: the process is this test's own (alive,
     /// its image as read) or a reaped child's (gone).
-    struct Fake {
+    struct FixedSession {
         pid: i32,
         image: Option<Image>,
         gone_agent: bool,
         detached: Result<Ended, &'static str>,
     }
 
-    impl SessionFacts for Fake {
+    impl SessionFacts for FixedSession {
         fn target_alive(&self) -> bool {
             super::super::alive(self.pid)
         }
@@ -143,7 +143,7 @@ mod tests {
         }
     }
 
-    impl Attached for Fake {
+    impl Attached for FixedSession {
         fn pid(&self) -> i32 {
             self.pid
         }
@@ -158,9 +158,9 @@ mod tests {
         }
     }
 
-    fn me(detached: Result<Ended, &'static str>) -> Fake {
+    fn me(detached: Result<Ended, &'static str>) -> FixedSession {
         let pid = std::process::id() as i32;
-        Fake { pid, image: Image::of(pid), gone_agent: false, detached }
+        FixedSession { pid, image: Image::of(pid), gone_agent: false, detached }
     }
 
     fn profile() -> Ended {
@@ -171,7 +171,7 @@ mod tests {
         Ended { profile: None, target_exited: false }
     }
 
-    fn of(f: Fake, why: Option<Why>) -> &'static str {
+    fn of(f: FixedSession, why: Option<Why>) -> &'static str {
         match end(Box::new(f), why, Duration::from_secs(1)) {
             End::Profiled { target_exited: true, .. } => "profiled, exited",
             End::Profiled { exec: true, .. } => "profiled, exec",
@@ -194,8 +194,8 @@ mod tests {
         // agent gone from the maps, asked before the detach), or a new image
         // found only after the detach.
         assert_eq!(of(me(Ok(none())), Some(Why::Exec)), "replaced");
-        assert_eq!(of(Fake { gone_agent: true, ..me(Ok(none())) }, None), "replaced");
-        assert_eq!(of(Fake { image: Some(Image([1; 6])), ..me(Ok(none())) }, None), "replaced");
+        assert_eq!(of(FixedSession { gone_agent: true, ..me(Ok(none())) }, None), "replaced");
+        assert_eq!(of(FixedSession { image: Some(Image([1; 6])), ..me(Ok(none())) }, None), "replaced");
         // No profile, nothing changed: a failure, also when the detach failed.
         assert_eq!(of(me(Ok(none())), None), "failed");
         assert_eq!(of(me(Err("stuck")), None), "failed");
@@ -211,7 +211,7 @@ mod tests {
         let pid = child.id() as i32;
         child.wait().unwrap();
         for detached in [Ok(none()), Err("no answer")] {
-            let f = Fake { pid, image: None, gone_agent: false, detached };
+            let f = FixedSession { pid, image: None, gone_agent: false, detached };
             assert_eq!(of(f, None), "exited");
         }
         // Its pid, another process (another start time).

@@ -32,7 +32,7 @@ use target::{file_name, is_c_library, Target};
 use witchcraft::config::Config;
 use witchcraft::profile::{Craft, Profile};
 use witchcraft::session::{AttachCode, Message, ATTACH_SYMBOL, NO_ANSWER};
-use witchcraft::sys::procfs::{self, Image, Of, Status};
+use witchcraft::sys::procfs::{self, Image, Of, ProcStatus};
 
 pub use end::{end, Attached, End};
 pub use poll::{Poll, SessionFacts, Why};
@@ -484,7 +484,7 @@ const STOP_CHECK: Duration = Duration::from_millis(100);
 
 /// Is process `pid` stopped (SIGSTOP, job control)?
 fn stopped(pid: i32) -> bool {
-    Status::read(Of::Process(pid)).is_ok_and(|s| s.stopped())
+    ProcStatus::read(Of::Process(pid)).is_ok_and(|s| s.stopped())
 }
 
 /// How long a detach waits for the agent's control thread to end after it

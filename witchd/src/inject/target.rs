@@ -12,7 +12,7 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::time::Duration;
-use witchcraft::sys::procfs::{self, Mapping, Of, Status};
+use witchcraft::sys::procfs::{self, Mapping, Of, ProcStatus};
 
 /// Largest object file read for its symbols (libc is ~2 MB).
 const MAX_OBJECT_BYTES: u64 = 512 << 20;
@@ -54,7 +54,7 @@ impl Target {
         if pid <= 0 {
             bail!("no process with pid {pid}");
         }
-        let status = Status::read(Of::Process(pid)).map_err(|e| permission(pid, e))?;
+        let status = ProcStatus::read(Of::Process(pid)).map_err(|e| permission(pid, e))?;
         let tgid = status.tgid.unwrap_or(pid);
         let uid = status.uid.unwrap_or(0);
         if status.zombie() {
@@ -109,7 +109,7 @@ impl Target {
     pub fn check_free(&self) -> Result<()> {
         let pid = self.pid;
         for tid in procfs::tasks(Some(pid)) {
-            let Ok(status) = Status::read(Of::Task(pid, tid)) else { continue };
+            let Ok(status) = ProcStatus::read(Of::Task(pid, tid)) else { continue };
             if let Some(mode @ 1..) = status.seccomp {
                 bail!(
                     "pid {pid} runs in a seccomp sandbox (thread {tid}: {}), whose filter may kill it for a system call the agent makes, so witch does not attach to it; a program that sandboxes itself can be profiled up to its filter when started under witch",
@@ -378,7 +378,7 @@ pub fn not_permitted(pid: i32) -> anyhow::Error {
     }
     if me == 0 {
         // Root was refused: advising root would send the user in a circle.
-        let tracer = Status::read(Of::Process(pid)).ok().and_then(|s| s.tracer_pid).filter(|&t| t != 0);
+        let tracer = ProcStatus::read(Of::Process(pid)).ok().and_then(|s| s.tracer_pid).filter(|&t| t != 0);
         let what = match tracer {
             Some(t) => format!("pid {pid} is being traced already, by pid {t} (a debugger, or another profiler)"),
             None if yama == Some(3) => "kernel.yama.ptrace_scope = 3 forbids ptrace to everyone until reboot".into(),
@@ -393,7 +393,7 @@ pub fn not_permitted(pid: i32) -> anyhow::Error {
 pub fn alive(pid: i32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
     let gone = unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-    !gone && !Status::read(Of::Process(pid)).is_ok_and(|s| s.zombie())
+    !gone && !ProcStatus::read(Of::Process(pid)).is_ok_and(|s| s.zombie())
 }
 
 #[cfg(test)]

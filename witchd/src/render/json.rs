@@ -98,7 +98,7 @@ fn report<'a>(run: &'a Analysis<'a>, top: usize) -> JsonReport<'a> {
         notes: super::observed::notes(p, &main.counters).into_iter().chain(run.symbol_notes()).collect(),
         counters: c,
         lines: Lines { run, lines, total },
-        pairs: Pairs { run, pairs, total },
+        pairs: JsonPairs { run, pairs, total },
         objects: crate::analysis::objects::merged(run)
             .into_iter()
             .map(|(o, pids)| {
@@ -198,13 +198,14 @@ impl<'a> JsonPair<'a> {
     }
 }
 
-struct Pairs<'a> {
+/// The report's pairs, each written as a [`JsonPair`] (a sequence).
+struct JsonPairs<'a> {
     run: &'a Analysis<'a>,
     pairs: Vec<(usize, &'a SymPair)>,
     total: Sums,
 }
 
-impl Serialize for Pairs<'_> {
+impl Serialize for JsonPairs<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut seq = s.serialize_seq(Some(self.pairs.len()))?;
         for (pi, sp) in &self.pairs {
@@ -268,7 +269,7 @@ struct JsonLine<'a> {
 
 struct Lines<'a> {
     run: &'a Analysis<'a>,
-    lines: Vec<summary::Line>,
+    lines: Vec<summary::LineSummary>,
     total: Sums,
 }
 
@@ -407,7 +408,7 @@ struct JsonReport<'a> {
     notes: Vec<String>,
     /// The program's own source lines, by waste.
     lines: Lines<'a>,
-    pairs: Pairs<'a>,
+    pairs: JsonPairs<'a>,
     /// Data objects by waste, merged over processes (empty for profiles
     /// that keep none).
     objects: Vec<JsonObject>,

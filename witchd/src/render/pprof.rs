@@ -19,10 +19,11 @@ use crate::symbolize::{Frame, Modules};
 use flate2::write::GzEncoder;
 use std::collections::HashMap;
 use std::io::Write;
-use witchcraft::profile::Profile as WitchProfile;
+use witchcraft::profile::Profile;
 
+/// The pprof `Profile` message (witch's own is [`Profile`]).
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct Profile {
+pub struct PprofProfile {
     #[prost(message, repeated, tag = "1")]
     pub sample_type: Vec<ValueType>,
     #[prost(message, repeated, tag = "2")]
@@ -148,7 +149,7 @@ pub struct Function {
 
 /// Interning tables; ids are 1-based as pprof wants (0 = none).
 struct Builder {
-    out: Profile,
+    out: PprofProfile,
     strings: HashMap<String, i64>,
     functions: HashMap<(String, String), u64>,
     /// By process (index in the analysis) and runtime address.
@@ -261,9 +262,9 @@ fn relation(craft: witchcraft::profile::Craft, used: bool, leaf: Leaf) -> &'stat
 }
 
 /// Builds the pprof message of every process of a run. Values are rounded to integers.
-pub fn build(run: &Analysis, leaf: Leaf) -> Profile {
+pub fn build(run: &Analysis, leaf: Leaf) -> PprofProfile {
     let mut b = Builder {
-        out: Profile { string_table: vec![String::new()], ..Default::default() },
+        out: PprofProfile { string_table: vec![String::new()], ..Default::default() },
         strings: HashMap::from([(String::new(), 0)]),
         functions: HashMap::new(),
         locations: HashMap::new(),
@@ -295,7 +296,7 @@ pub fn build(run: &Analysis, leaf: Leaf) -> Profile {
 
 /// One process's mappings and samples.
 fn process(b: &mut Builder, run: &Analysis, pi: usize, proc: &Process, leaf: Leaf) {
-    let p: &WitchProfile = proc.profile;
+    let p: &Profile = proc.profile;
     let first_mapping = b.out.mapping.len() as u64;
     for (i, m) in p.modules.iter().enumerate() {
         let (f, id) = (b.s(&m.path), b.s(m.build_id.as_deref().unwrap_or("")));
@@ -339,7 +340,7 @@ fn process(b: &mut Builder, run: &Analysis, pi: usize, proc: &Process, leaf: Lea
         }
         for (pair, waste, used, object) in parts {
             let locs = |b: &mut Builder, node: u32| -> Vec<u64> {
-                WitchProfile::context(t, node).into_iter().map(|a| b.location(run, pi, a, proc.frames_at(a), mapping_of(a))).collect()
+                Profile::context(t, node).into_iter().map(|a| b.location(run, pi, a, proc.frames_at(a), mapping_of(a))).collect()
             };
             if waste == 0.0 && used == 0.0 {
                 continue;
@@ -402,7 +403,7 @@ impl<'a> Recorder<'a> for Pprof {
 }
 
 /// A profile as gzipped pprof, as `witch report --pprof` writes it.
-pub fn gzipped(p: &WitchProfile) -> anyhow::Result<Vec<u8>> {
+pub fn gzipped(p: &Profile) -> anyhow::Result<Vec<u8>> {
     let run = Analysis::of(p);
     let mut r = Pprof::default();
     super::render(&mut r, &run)

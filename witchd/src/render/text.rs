@@ -246,7 +246,7 @@ impl Page<'_> {
     }
 
     /// The summary: the program's own lines by waste, each with its partner lines.
-    fn lines(&mut self, run: &Analysis, total: &Sums, lines: &[summary::Line], top: usize) -> anyhow::Result<()> {
+    fn lines(&mut self, run: &Analysis, total: &Sums, lines: &[summary::LineSummary], top: usize) -> anyhow::Result<()> {
         let w = analysis::words(run.main().profile.craft);
         let n = if top == 0 { lines.len() } else { top.min(lines.len()) };
         let of = if n < lines.len() { format!(" (top {n} of {}; --top N for more)", lines.len()) } else { String::new() };
@@ -310,7 +310,7 @@ impl Page<'_> {
     /// The data objects with the most waste: each one's share of all waste
     /// and its interval, and the craft's fraction within it.
     fn objects(&mut self, run: &Analysis, total: &Sums, top: usize) -> anyhow::Result<()> {
-        use crate::analysis::objects::{self, Kind};
+        use crate::analysis::objects::{self, ObjectKind};
         let w = analysis::words(run.main().profile.craft);
         if !objects::kept(run) {
             self.line("Objects: this profile keeps no data objects (an exact run, or a profile from an older witch).".into())?;
@@ -329,8 +329,8 @@ impl Page<'_> {
             let ci = if total.exhaustive { String::new() } else { format!("{:<12}  ", interval(share.lo, share.hi)) };
             let size = o.size.map_or(String::new(), |b| format!(", {}", super::units::size(b)));
             let kind = match o.kind {
-                Kind::Static => "static ",
-                Kind::Heap | Kind::Stack | Kind::Unknown => "",
+                ObjectKind::Static => "static ",
+                ObjectKind::Heap | ObjectKind::Stack | ObjectKind::Unknown => "",
             };
             let procs = if run.procs.len() > 1 {
                 format!(", pid {}", pids.iter().map(u32::to_string).collect::<Vec<_>>().join(" "))
@@ -404,7 +404,7 @@ impl Page<'_> {
 
     /// The heaviest pair of each of the top lines in full, start-up frames
     /// left out; `top` 0: every pair with waste, heaviest first.
-    fn pairs(&mut self, run: &Analysis, total: &Sums, lines: &[summary::Line], top: usize) -> anyhow::Result<()> {
+    fn pairs(&mut self, run: &Analysis, total: &Sums, lines: &[summary::LineSummary], top: usize) -> anyhow::Result<()> {
         let w = analysis::words(run.main().profile.craft);
         let total_pairs: usize = run.procs.iter().map(|x| x.pairs.iter().filter(|sp| sp.waste() > 0.0).count()).sum();
         // (process, pair, other pairs at its line), in the order shown.

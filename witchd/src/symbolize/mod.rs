@@ -83,7 +83,7 @@ pub fn short_path(p: &str) -> String {
 }
 
 /// Debug info and symbols of one module file, loaded once.
-struct Debug {
+struct DebugInfo {
     /// DWARF (from the separate debug file when found); None when there is none.
     dwarf: Option<addr2line::Context<elf::Reader>>,
     /// Sorted (address, size, demangled name) from the symbol table (or .dynsym).
@@ -110,7 +110,7 @@ pub struct DataSymbol {
     pub size: u64,
 }
 
-impl Debug {
+impl DebugInfo {
     fn frames(&self, m: &Module, vaddr: u64) -> Vec<Frame> {
         let mut out = Vec::new();
         if let Some(ctx) = &self.dwarf {
@@ -202,7 +202,7 @@ impl<'a> Modules<'a> {
 /// for every process and profile it serves.
 pub struct Symbolizer {
     debug_roots: Vec<PathBuf>,
-    loaded: HashMap<(String, Option<String>), Option<Debug>>,
+    loaded: HashMap<(String, Option<String>), Option<DebugInfo>>,
     /// Off (None) unless `DEBUGINFOD_URLS` names a server.
     debuginfod: Option<debuginfod::Client>,
 }
@@ -311,7 +311,7 @@ pub fn file_build_id(path: &Path) -> Option<String> {
 }
 
 /// Finds and loads one module's debug info and symbols; None when no usable file exists.
-fn load(m: &Module, roots: &[PathBuf], mut dfd: Option<&mut debuginfod::Client>) -> Option<Debug> {
+fn load(m: &Module, roots: &[PathBuf], mut dfd: Option<&mut debuginfod::Client>) -> Option<DebugInfo> {
     if m.path.starts_with('[') || m.path.is_empty() {
         return None; // [vdso], [anon]: no file to read
     }
@@ -358,7 +358,7 @@ fn load(m: &Module, roots: &[PathBuf], mut dfd: Option<&mut debuginfod::Client>)
         bin.as_ref().or(debug.as_ref().map(|d| &d.1)).map(|e| e.segments.iter().map(|s| (s.0, s.1)).collect()).unwrap_or_default();
     // Keep the binary's segments only; its bytes are not needed any more.
     let bin = bin.map(|b| Elf { data: Default::default(), symbols: Vec::new(), data_symbols: Vec::new(), ..b });
-    Some(Debug { dwarf, symbols, bin, data, segments })
+    Some(DebugInfo { dwarf, symbols, bin, data, segments })
 }
 
 /// `ROOT/.build-id/xx/rest.debug` whose build-id is `id`.

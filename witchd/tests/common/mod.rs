@@ -192,7 +192,7 @@ pub fn fixture() -> &'static Fixture {
 
 /// Bytes of each pair kind in a synthetic profile.
 #[derive(Clone, Copy)]
-pub struct Bytes {
+pub struct PairBytes {
     /// init's store killed by fill's store, thread 1 and thread 2.
     pub init_fill: (f64, f64),
     /// fill's store killed by fill's store.
@@ -203,11 +203,11 @@ pub struct Bytes {
     pub sum_init: f64,
 }
 
-pub const BASE: Bytes = Bytes { init_fill: (600.0, 200.0), fill_fill: 100.0, fill_sum_use: 300.0, sum_init: 0.0 };
+pub const BASE: PairBytes = PairBytes { init_fill: (600.0, 200.0), fill_fill: 100.0, fill_sum_use: 300.0, sum_init: 0.0 };
 
 /// A dead-store profile over the fixture, all addresses shifted by `shift` (as if
 /// loaded elsewhere: bias = shift), so raw addresses differ but source lines don't.
-pub fn profile(fx: &Fixture, shift: u64, b: Bytes) -> Profile {
+pub fn profile(fx: &Fixture, shift: u64, b: PairBytes) -> Profile {
     let s = |a: u64| a + shift;
     let node = |parent, pc| Node { parent, pc, samples: 1 };
     // Many traps per pair, so the figures are well above the noise (see `few_traps`).

@@ -23,7 +23,7 @@ pub(crate) struct DeadPage {
     ctx: [u32; PAGE as usize],
 }
 
-impl Page for DeadPage {
+impl ShadowPage for DeadPage {
     fn fresh() -> Box<Self> {
         let page = Box::<DeadPage>::new_zeroed();
         // SAFETY: integers, all zero: nothing pending.

@@ -30,7 +30,7 @@ const WORDS: usize = PAGE as usize / 8;
 /// node is this large).
 const SPLIT: u32 = u32::MAX;
 
-impl Page for LoadPage {
+impl ShadowPage for LoadPage {
     fn fresh() -> Box<Self> {
         let page = Box::<LoadPage>::new_zeroed();
         // SAFETY: a page of integers, all zero: every word unsplit, with

@@ -13,7 +13,7 @@
 //!   same bytes read is redundant, whatever stores came between (its shadow
 //!   and paths in `loads.rs`).
 
-use super::shadow::{Page, Pages, Shadow, PAGE};
+use super::shadow::{Pages, Shadow, ShadowPage, PAGE};
 use crate::context::{Tree, ROOT};
 use crate::craft::{compare, Verdict, Watched};
 use crate::pair::Pairs;

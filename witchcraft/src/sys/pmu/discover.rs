@@ -43,12 +43,12 @@ fn intel_precise(dir: &Path) -> u8 {
 
 /// One `<pmu>/format/<term>` file: which attr field and which bits.
 #[derive(Debug, PartialEq)]
-struct Format {
+struct TermFormat {
     field: u8, // 0 = config, 1 = config1, 2 = config2
     ranges: Vec<(u32, u32)>,
 }
 
-fn parse_format(s: &str) -> Result<Format, String> {
+fn parse_format(s: &str) -> Result<TermFormat, String> {
     let (field, bits) = s.trim().split_once(':').ok_or_else(|| format!("bad format {s:?}"))?;
     let field = match field {
         "config" => 0,
@@ -69,11 +69,11 @@ fn parse_format(s: &str) -> Result<Format, String> {
         }
         ranges.push((lo, hi));
     }
-    Ok(Format { field, ranges })
+    Ok(TermFormat { field, ranges })
 }
 
 /// Spread `value`'s low bits over the format's bit ranges, in order.
-fn deposit(f: &Format, mut value: u64) -> Option<u64> {
+fn deposit(f: &TermFormat, mut value: u64) -> Option<u64> {
     let mut out = 0u64;
     for &(lo, hi) in &f.ranges {
         for bit in lo..=hi {
@@ -392,7 +392,7 @@ mod tests {
     #[test]
     fn format_ranges_and_deposit() {
         let f = parse_format("config:0-7,32-35").unwrap();
-        assert_eq!(f, Format { field: 0, ranges: vec![(0, 7), (32, 35)] });
+        assert_eq!(f, TermFormat { field: 0, ranges: vec![(0, 7), (32, 35)] });
         assert_eq!(deposit(&f, 0x1d0), Some(0x1_0000_00d0));
         assert_eq!(deposit(&f, 0x1000), None);
         let f = parse_format("config1:0-15").unwrap();

@@ -23,12 +23,13 @@ pub struct PmuRecord {
     pub len: u8,
 }
 
-struct Reader<'a> {
+/// The fields of a sample body, read in order.
+struct SampleCursor<'a> {
     b: &'a [u8],
     pos: usize,
 }
 
-impl<'a> Reader<'a> {
+impl<'a> SampleCursor<'a> {
     fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
         let end = self.pos.checked_add(n)?;
         let s = self.b.get(self.pos..end)?;
@@ -67,7 +68,7 @@ fn is_kernel(addr: u64) -> bool {
 /// or was in the kernel.
 pub fn parse_sample(body: &[u8], sample_type: u64, ibs: bool) -> Option<PmuRecord> {
     let has = |bit: u32| sample_type & bit as u64 != 0;
-    let mut r = Reader { b: body, pos: 0 };
+    let mut r = SampleCursor { b: body, pos: 0 };
     let mut rec = PmuRecord::default();
     if has(b::PERF_SAMPLE_IDENTIFIER) {
         r.u64()?;

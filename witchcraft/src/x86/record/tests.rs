@@ -90,29 +90,29 @@ fn a_value_craft_records_its_kind_with_the_bytes_it_compares() {
     // call rel32: a store of the return address (silent stores: with
     // both values); for redundant loads only the shadow stack's record.
     let call = an.decode(&[0xE8, 0, 0, 0, 0], 0x1000, &regs, false).unwrap();
-    let (r, n) = of_instruction_for(Kind::StoreValues, &call, Transfer::Call(0x1005));
+    let (r, n) = of_instruction_for(RecordKind::StoreValues, &call, Transfer::Call(0x1005));
     assert_eq!(n, 1);
     assert!(r[0].is(WRITE) && r[0].is(CALL) && r[0].is(BEFORE) && r[0].is(AFTER) && r[0].extra == 0x1005);
     assert_eq!(r[0].value_lens(), (8, 8));
-    let (r, n) = of_instruction_for(Kind::LoadValues, &call, Transfer::Call(0x1005));
+    let (r, n) = of_instruction_for(RecordKind::LoadValues, &call, Transfer::Call(0x1005));
     assert_eq!((n, r[0].is(NONE), r[0].is(CALL), r[0].extra, r[0].value_lens()), (1, true, true, 0x1005, (0, 0)));
     // rep movsq of 5: both ranges for silent stores (the source's bytes
     // are what it stores); for redundant loads the source with its
     // bytes and the destination without (the replay's image).
     let movs = an.decode(&[0xF3, 0x48, 0xA5], 0x1000, &regs, false).unwrap();
-    let (r, n) = of_instruction_for(Kind::StoreValues, &movs, Transfer::Rep(5));
+    let (r, n) = of_instruction_for(RecordKind::StoreValues, &movs, Transfer::Rep(5));
     assert_eq!(n, 2);
     assert!(r[..2].iter().all(|r| r.is(REP) && r.is(BEFORE) && !r.is(AFTER) && r.value_lens() == (40, 0)));
     assert!(r[0].is(MORE) && !r[1].is(MORE));
-    let (r, n) = of_instruction_for(Kind::LoadValues, &movs, Transfer::Rep(5));
+    let (r, n) = of_instruction_for(RecordKind::LoadValues, &movs, Transfer::Rep(5));
     assert_eq!(n, 2);
     let (read, write) = if r[0].is(READ) { (r[0], r[1]) } else { (r[1], r[0]) };
     assert_eq!((read.value_lens(), write.value_lens()), ((40, 0), (0, 0)));
     // rep stosq: its element stored (after); nothing for redundant loads.
     let stos = an.decode(&[0xF3, 0x48, 0xAB], 0x1000, &regs, false).unwrap();
-    let (r, n) = of_instruction_for(Kind::StoreValues, &stos, Transfer::Rep(3));
+    let (r, n) = of_instruction_for(RecordKind::StoreValues, &stos, Transfer::Rep(3));
     assert_eq!((n, r[0].value_lens()), (1, (24, 8)));
-    assert_eq!(of_instruction_for(Kind::LoadValues, &stos, Transfer::Rep(3)).1, 0);
+    assert_eq!(of_instruction_for(RecordKind::LoadValues, &stos, Transfer::Rep(3)).1, 0);
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 use super::{Class, Counted, Host, Insn, MemRef, Translator, MAX_INSNS, MAX_REFS};
 use crate::x86::decode::{Access, Float, Regs};
-use crate::x86::record::Kind;
+use crate::x86::record::RecordKind;
 use iced_x86::{
     Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoOptions, MemorySize, Mnemonic, OpAccess, OpKind, Register,
 };
@@ -79,7 +79,7 @@ impl Translator {
                 // A rep string is a block of its own: end this one before it.
                 break;
             }
-            if let Counted::Records(kind @ (Kind::StoreValues | Kind::LoadValues)) = counted {
+            if let Counted::Records(kind @ (RecordKind::StoreValues | RecordKind::LoadValues)) = counted {
                 // A value craft's recording code is long (wide stores the
                 // longest): the block ends before it would outgrow a copy's
                 // room, and goes on in the next. (The dead craft's, a few

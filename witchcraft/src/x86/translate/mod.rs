@@ -60,7 +60,7 @@ pub use dispatch::{dispatch_index, emit_dispatch, emit_link};
 pub use emit::{EXIT_STUB_LEN, LINK_PREFIX_LEN};
 
 use super::decode::{Access, Analyzer};
-use super::record::Kind;
+use super::record::RecordKind;
 use emit::Emitter;
 use iced_x86::{Encoder, Instruction, InstructionInfoFactory, InstructionInfoOptions, Register};
 
@@ -94,7 +94,7 @@ pub enum Counted {
     /// fit (an [`Exit::Pick`]). A `rep` string instruction with elements
     /// to run always leaves for the engine ([`Exit::BigRep`]), which
     /// records it whole.
-    Records(Kind),
+    Records(RecordKind),
 }
 
 impl Counted {
@@ -192,7 +192,7 @@ pub struct Env {
 
 /// One block to translate.
 #[derive(Clone, Copy, Debug)]
-pub struct Request {
+pub struct TranslateRequest {
     pub native: u64,
     pub variant: Variant,
     /// Where the copy will run.
@@ -431,7 +431,7 @@ impl Translator {
     /// remember where each emitted instruction stands (see
     /// [`Translator::point_at`]): a translation again of a block already in
     /// the cache, into scratch space.
-    pub fn translate(&mut self, host: &mut dyn Host, env: &Env, req: Request, out: &mut [u8]) -> Result<Block, Error> {
+    pub fn translate(&mut self, host: &mut dyn Host, env: &Env, req: TranslateRequest, out: &mut [u8]) -> Result<Block, Error> {
         self.npoints = 0;
         let n = self.decode_block(host, req.native, env.counted);
         if n == 0 {
@@ -465,5 +465,5 @@ struct Ctx<'a> {
     /// The link stub (0: none).
     link: u64,
     /// Recording copies ([`Counted::Records`]): what they record.
-    record: Option<Kind>,
+    record: Option<RecordKind>,
 }

@@ -1,12 +1,12 @@
 //! A recording copy's records: before each instruction, the address,
 //! native PC and kind of each access it makes, into the record buffer;
-//! for the value crafts ([`Kind`]) only the accesses of their kind, with
+//! for the value crafts ([`RecordKind`]) only the accesses of their kind, with
 //! the bytes before the instruction and (stores) after it.
 
 use super::emit::Emitter;
 use super::operands::{gpr_number, spare_pair, spare_triple};
 use super::{Class, Ctx, Insn, Point, Spilled, Translator};
-use crate::x86::record::{self, Kind};
+use crate::x86::record::{self, RecordKind};
 use iced_x86::{Code, Instruction, MemoryOperand, Mnemonic, Register};
 
 /// One record a copied instruction writes: the access it describes (an
@@ -37,7 +37,7 @@ impl Planned {
 /// The records `kind` makes of instruction `x`, in order (see
 /// [`record::of_instruction_for`], which the engine uses for what it runs
 /// itself: the two agree).
-pub(super) fn plan(kind: Kind, x: &Insn) -> ([Planned; record::MAX_RECORDS], usize) {
+pub(super) fn plan(kind: RecordKind, x: &Insn) -> ([Planned; record::MAX_RECORDS], usize) {
     let mut out = [Planned::default(); record::MAX_RECORDS];
     let mut n = 0;
     let call = matches!(x.class, Class::Call | Class::CallIndirect);
@@ -57,12 +57,12 @@ pub(super) fn plan(kind: Kind, x: &Insn) -> ([Planned; record::MAX_RECORDS], usi
             info |= record::RET;
             returned = true;
         }
-        let value = if kind == Kind::Addresses { 0 } else { record::value_len(m.access.len as usize) };
+        let value = if kind == RecordKind::Addresses { 0 } else { record::value_len(m.access.len as usize) };
         let values = (kind.words(m.access.len) - record::RECORD_WORDS) * 8;
         out[n] = Planned { mref: Some(k as u8), info, bytes: values, value, short: None };
         n += 1;
     }
-    if kind != Kind::Addresses && (call && !called || ret && !returned) {
+    if kind != RecordKind::Addresses && (call && !called || ret && !returned) {
         let info = record::NONE | if call { record::CALL } else { record::RET };
         out[n] = Planned { mref: None, info, bytes: 0, value: 0, short: None };
         n += 1;
@@ -78,12 +78,12 @@ pub(super) fn plan(kind: Kind, x: &Insn) -> ([Planned; record::MAX_RECORDS], usi
 }
 
 /// The words of the records `kind` makes of `x` (what the copies count).
-pub(super) fn words(kind: Kind, x: &Insn) -> u32 {
+pub(super) fn words(kind: RecordKind, x: &Insn) -> u32 {
     bytes(kind, x) / 8
 }
 
 /// The bytes of the records `kind` makes of `x`.
-pub(super) fn bytes(kind: Kind, x: &Insn) -> u32 {
+pub(super) fn bytes(kind: RecordKind, x: &Insn) -> u32 {
     let (p, n) = plan(kind, x);
     p[..n].iter().map(|p| p.bytes).sum::<usize>() as u32
 }
@@ -93,14 +93,14 @@ pub(super) fn bytes(kind: Kind, x: &Insn) -> u32 {
 /// budget. Generous per
 /// instruction: a spill or reload of a slot is 7 bytes, `mov r64, imm64`
 /// 10, an access through a register with a 32-bit displacement 8.
-pub(super) fn code_bytes(kind: Kind, x: &Insn) -> usize {
+pub(super) fn code_bytes(kind: RecordKind, x: &Insn) -> usize {
     let (plan, n) = plan(kind, x);
     if n == 0 {
         return 0;
     }
     let per_value = |p: &Planned| pieces(p.value).count() * 16;
     let before: usize = plan[..n].iter().map(|p| 80 + per_value(p)).sum();
-    let after: usize = if kind == Kind::StoreValues { plan[..n].iter().map(|p| 8 + per_value(p)).sum() } else { 0 };
+    let after: usize = if kind == RecordKind::StoreValues { plan[..n].iter().map(|p| 8 + per_value(p)).sum() } else { 0 };
     2 * 42 + 14 + before + if after > 0 { 2 * 42 + 7 + after } else { 0 }
 }
 
@@ -130,8 +130,8 @@ fn narrow(r: Register, size: usize) -> Register {
 
 impl Translator {
     /// A recording copy's records for instruction `x`, before it runs.
-    pub(super) fn emit_records(&mut self, e: &mut Emitter, ctx: &mut Ctx, x: &Insn, kind: Kind) {
-        if kind == Kind::Addresses {
+    pub(super) fn emit_records(&mut self, e: &mut Emitter, ctx: &mut Ctx, x: &Insn, kind: RecordKind) {
+        if kind == RecordKind::Addresses {
             self.emit_addresses(e, x);
         } else {
             self.emit_values(e, ctx, x, kind);
@@ -146,7 +146,7 @@ impl Translator {
     /// all of the instruction's records. Registers and flags are as the
     /// program left them afterwards (`lea` and `mov` leave the flags).
     fn emit_addresses(&mut self, e: &mut Emitter, x: &Insn) {
-        let (plan, n) = plan(Kind::Addresses, x);
+        let (plan, n) = plan(RecordKind::Addresses, x);
         if n == 0 {
             return;
         }
@@ -217,7 +217,7 @@ impl Translator {
     /// after. Three spare registers, in their slots while this runs (a
     /// fault reading the bytes is the instruction's own, reported before
     /// it with the program's registers).
-    fn emit_values(&mut self, e: &mut Emitter, ctx: &mut Ctx, x: &Insn, kind: Kind) {
+    fn emit_values(&mut self, e: &mut Emitter, ctx: &mut Ctx, x: &Insn, kind: RecordKind) {
         let (plan, n) = plan(kind, x);
         if n == 0 {
             return;
@@ -273,7 +273,7 @@ impl Translator {
     /// its store records' addresses holds now, into the record (those
     /// `emit_values` wrote just before it, which end at the record slot).
     pub(super) fn emit_after_values(&mut self, e: &mut Emitter, ctx: &mut Ctx, x: &Insn) {
-        let (plan, n) = plan(Kind::StoreValues, x);
+        let (plan, n) = plan(RecordKind::StoreValues, x);
         let total: usize = plan[..n].iter().map(|p| p.bytes).sum();
         if !plan[..n].iter().any(|p| p.info & record::AFTER != 0 && p.info & record::CALL == 0) {
             return;

@@ -9,7 +9,7 @@ use super::operands::{condition_code, gpr_number, kills_flags, spare_register};
 use super::{
     Block, Class, Ctx, DataAddrs, Error, Exit, Host, Insn, Point, Spilled, Translator, Variant, ARITH, MAX_INSNS, MAX_REP_ELEMENTS,
 };
-use crate::x86::record::Kind;
+use crate::x86::record::RecordKind;
 use iced_x86::{Decoder, DecoderOptions, OpKind, Register};
 
 impl Translator {
@@ -147,7 +147,7 @@ impl Translator {
         match x.class {
             Class::Plain => {
                 self.copy_plain(e, ctx, &x);
-                if ctx.record == Some(Kind::StoreValues) {
+                if ctx.record == Some(RecordKind::StoreValues) {
                     self.emit_after_values(e, ctx, &x);
                 }
                 if last && copied == n {

@@ -38,7 +38,7 @@ fn translate(code: &[u8], variant: Variant, points: bool) -> (Translator, Block,
     let mut t = Translator::new();
     let mut host = Code { base: NATIVE, bytes: code.to_vec() };
     let mut out = vec![0u8; MAX_BLOCK_BYTES];
-    let b = t.translate(&mut host, &env(CACHE - 0x800), Request { native: NATIVE, variant, at: CACHE, points }, &mut out).unwrap();
+    let b = t.translate(&mut host, &env(CACHE - 0x800), TranslateRequest { native: NATIVE, variant, at: CACHE, points }, &mut out).unwrap();
     out.truncate(b.len as usize);
     (t, b, out)
 }
@@ -156,8 +156,9 @@ fn a_rip_relative_operand_within_reach_keeps_its_form() {
     let mut host = Code { base: NATIVE, bytes: code.to_vec() };
     let mut out = vec![0u8; MAX_BLOCK_BYTES];
     let near = NATIVE + 0x4000_0000;
-    let b =
-        t.translate(&mut host, &env(near), Request { native: NATIVE, variant: Variant::Fast, at: near, points: false }, &mut out).unwrap();
+    let b = t
+        .translate(&mut host, &env(near), TranslateRequest { native: NATIVE, variant: Variant::Fast, at: near, points: false }, &mut out)
+        .unwrap();
     let mut d = Decoder::with_ip(64, &out[..b.len as usize], near, DecoderOptions::NONE);
     let lea = std::iter::from_fn(|| d.can_decode().then(|| d.decode())).find(|i| i.mnemonic() == Mnemonic::Lea).unwrap();
     assert_eq!(lea.ip_rel_memory_address(), NATIVE + 7 - 0x20);
@@ -212,7 +213,7 @@ fn a_rep_string_is_a_block_of_its_own_counted_by_rcx() {
     let mut host = Code { base: NATIVE, bytes: vec![0xF3, 0xAA, 0xC3] };
     let mut out = vec![0u8; MAX_BLOCK_BYTES];
     let b = t
-        .translate(&mut host, &env(CACHE), Request { native: NATIVE, variant: Variant::Fast, at: CACHE, points: false }, &mut out)
+        .translate(&mut host, &env(CACHE), TranslateRequest { native: NATIVE, variant: Variant::Fast, at: CACHE, points: false }, &mut out)
         .unwrap();
     assert!(b.rep);
     let l = listing(&out[..b.len as usize]);
@@ -250,7 +251,7 @@ const RIG_BYTES: usize = 1 << 16;
 
 impl Rig {
     /// `code` translated for `kind` into a fresh mapping.
-    fn new(code: &[u8], kind: record::Kind) -> Rig {
+    fn new(code: &[u8], kind: record::RecordKind) -> Rig {
         // SAFETY: a new private anonymous mapping, checked for failure.
         let base = unsafe {
             libc::mmap(
@@ -284,7 +285,7 @@ impl Rig {
         let mut t = Translator::new();
         let mut host = Code { base: native, bytes: code.to_vec() };
         let env = Env { slots, counted: Counted::Records(kind), dispatch: stub, link: 0 };
-        let req = Request { native, variant: Variant::Fast, at: copy, points: false };
+        let req = TranslateRequest { native, variant: Variant::Fast, at: copy, points: false };
         let (o, mem) = (rig.off(copy), rig.mem());
         rig.block = t.translate(&mut host, &env, req, &mut mem[o..o + MAX_BLOCK_BYTES]).unwrap();
         rig
@@ -339,7 +340,7 @@ fn a_recording_copy_records_every_access_and_keeps_the_registers() {
         0x4C, 0x8B, 0x05, 0x00, 0x01, 0x00, 0x00, // mov r8, [rip+0x100]
         0xC3, // ret
     ];
-    let rig = Rig::new(&code, record::Kind::Addresses);
+    let rig = Rig::new(&code, record::RecordKind::Addresses);
     let (native, table, copy) = (rig.native, rig.table, rig.copy);
     assert_eq!(
         (rig.block.insns, rig.block.counted),
@@ -418,7 +419,7 @@ fn value_recording_copies_record_the_bytes_their_craft_compares() {
         0x66, 0x8B, 0x16, // mov dx, [rsi]
         0xC3, // ret
     ];
-    for kind in [record::Kind::StoreValues, record::Kind::LoadValues] {
+    for kind in [record::RecordKind::StoreValues, record::RecordKind::LoadValues] {
         let rig = Rig::new(&code, kind);
         let (native, table, copy) = (rig.native, rig.table, rig.copy);
         let src = [0x0102_0304_0506_0708u64, 11, 12];
@@ -464,7 +465,7 @@ fn value_recording_copies_record_the_bytes_their_craft_compares() {
         let le = |v: u64, n: usize| v.to_le_bytes()[..n].to_vec();
         let ret_to = rig.get(table);
         let bytes16 = |w: [u32; 4]| w.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        if kind == record::Kind::StoreValues {
+        if kind == record::RecordKind::StoreValues {
             assert_eq!(seen.len(), 5, "{seen:x?}");
             assert_eq!(seen[0], (0, 4, le(0, 4), le(7, 4)), "mov [rdi], eax");
             assert_eq!(seen[1], (2, 4, le(5, 4), le(5, 4)), "add [rdi+4], 0: silent");
@@ -584,7 +585,7 @@ fn a_link_through_the_engines_entry_keeps_registers_flags_and_vectors() {
     let mut t = Translator::new();
     let mut host = Code { base: native, bytes: code.to_vec() };
     let env = Env { slots, counted: Counted::Stores, dispatch: stub + 0x400, link: stub };
-    let req = Request { native, variant: Variant::Fast, at: copy, points: false };
+    let req = TranslateRequest { native, variant: Variant::Fast, at: copy, points: false };
     let b = t.translate(&mut host, &env, req, &mut mem[off(copy)..off(copy) + MAX_BLOCK_BYTES]).unwrap();
     let listed = exits(&mem[off(copy)..off(copy) + b.len as usize]);
     assert!(listed.iter().any(|(_, e)| matches!(e, Exit::Link { native: n, .. } if *n == native + 7 + 0x100)), "{listed:?}");
@@ -658,16 +659,16 @@ fn wide_value_records_end_a_block_before_it_outgrows_its_room() {
         code.extend(enc.take_buffer());
     }
     code.push(0xC3);
-    for kind in [record::Kind::StoreValues, record::Kind::LoadValues, record::Kind::Addresses] {
+    for kind in [record::RecordKind::StoreValues, record::RecordKind::LoadValues, record::RecordKind::Addresses] {
         for variant in [Variant::Fast, Variant::Slow] {
             let mut t = Translator::new();
             let mut host = Code { base: NATIVE, bytes: code.clone() };
             let mut out = vec![0u8; MAX_BLOCK_BYTES];
             let env = Env { slots: slots(), counted: Counted::Records(kind), dispatch: CACHE - 0x800, link: 0 };
-            let b = t.translate(&mut host, &env, Request { native: NATIVE, variant, at: CACHE, points: false }, &mut out);
+            let b = t.translate(&mut host, &env, TranslateRequest { native: NATIVE, variant, at: CACHE, points: false }, &mut out);
             let b = b.unwrap_or_else(|e| panic!("{kind:?} {variant:?}: {e:?}"));
             assert!(b.insns >= 8, "{kind:?} {variant:?}: {} instructions", b.insns);
-            if kind == record::Kind::StoreValues {
+            if kind == record::RecordKind::StoreValues {
                 assert!(b.insns < 32, "cut: {} instructions in {} bytes", b.insns, b.len);
             }
         }

@@ -42,7 +42,7 @@ pub struct DaemonConfig {
     /// (`Host: NAME[:PORT]`); see `daemon::http`.
     pub http_hosts: Vec<String>,
     /// Which stored profiles HTTP serves, and to whom.
-    pub http_profiles: Access,
+    pub http_profiles: ProfileAccess,
     /// How often /proc is scanned for targets appearing and going away.
     pub scan_every: Duration,
     /// Sessions running at once, over all targets.
@@ -66,7 +66,7 @@ pub struct DaemonConfig {
 /// credentials: a client is known by the user owning its socket when it
 /// connects from this host, and by its address otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
+pub enum ProfileAccess {
     /// `"owner"` (the default): a profile to the user whose process it was,
     /// every profile to root; nothing to a client whose user is not known.
     /// As the Unix socket does, by uid alone (a TCP connection has no gid).
@@ -370,9 +370,9 @@ impl DaemonConfig {
             ),
         };
         let http_profiles = match f.http_profiles.as_deref().map(str::trim) {
-            None | Some("owner") => Access::Owner,
-            Some("all") => Access::All,
-            Some("none") => Access::None,
+            None | Some("owner") => ProfileAccess::Owner,
+            Some("all") => ProfileAccess::All,
+            Some("none") => ProfileAccess::None,
             Some(s) => {
                 bail!("http_profiles = {s:?}: give \"owner\" (each user their own processes' profiles, root all), \"all\" or \"none\"")
             }

@@ -3,7 +3,7 @@
 //! stuck) and its result read.
 
 use super::{
-    signals, Arg, Call, CallState, Called, Resume, Return, Stopped, Stuck, Tracee, CALL_LIMIT, FP_XSTATE_MAGIC1, FP_XSTATE_MAGIC2,
+    signals, Arg, Call, CallState, Called, ResumeFrom, Return, Stopped, Stuck, Tracee, CALL_LIMIT, FP_XSTATE_MAGIC1, FP_XSTATE_MAGIC2,
     GROUP_STOP, MASK_WHILE_WAITING, SIGFRAME, SIGMASK_AT, STUCK_CHECK, STUCK_PATIENCE, SYSCALL_STOP, SYS_RT_SIGRETURN, UC_FP_XSTATE,
     UC_SIGCONTEXT_SS, UC_STRICT_RESTORE_SS,
 };
@@ -117,7 +117,7 @@ impl Tracee {
                 // rsp just past the return address, where the kernel expects
                 // the frame's `ucontext`.
                 let frame = ((fp - SIGFRAME as u64) & !0xf) - 8;
-                let regs = self.resumed(Resume::Frame);
+                let regs = self.resumed(ResumeFrom::Frame);
                 self.write(frame, &sigframe(sr.start, &regs, self.sigmask.get(), fp))?;
                 sp = frame;
                 if let Return::RestoreKeeping(_, store_rax) = ret {

@@ -47,7 +47,7 @@ use anyhow::{anyhow, bail, Result};
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-use witchcraft::sys::procfs::{Of, Status};
+use witchcraft::sys::procfs::{Of, ProcStatus};
 
 /// Blocking calls a thread may be stopped in without holding a C library lock.
 /// (read, poll, select, pause, nanosleep, accept, recvfrom, recvmsg,
@@ -161,7 +161,7 @@ pub struct Called {
 
 /// How the thread's registers are put back.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Resume {
+enum ResumeFrom {
     /// From a ptrace stop outside any system call: the kernel then restarts
     /// an interrupted call itself.
     Own,
@@ -431,12 +431,12 @@ impl Tracee {
     /// The registers the thread goes on with: its own, with a system call
     /// that returned `-EINTR` to the stop re-issued (see the module
     /// comment), and as `how` says.
-    fn resumed(&self, how: Resume) -> libc::user_regs_struct {
+    fn resumed(&self, how: ResumeFrom) -> libc::user_regs_struct {
         let mut r = self.saved;
         let (nr, rv) = (r.orig_rax as i64, r.rax as i64);
         let restart = nr >= 0 && (RESTART.contains(&rv) || rv == RESTART_BLOCK);
-        if self.eintr_again() || (how != Resume::Own && restart) {
-            r.rax = if how == Resume::Stop && rv == RESTART_BLOCK { SYS_RESTART_SYSCALL } else { r.orig_rax };
+        if self.eintr_again() || (how != ResumeFrom::Own && restart) {
+            r.rax = if how == ResumeFrom::Stop && rv == RESTART_BLOCK { SYS_RESTART_SYSCALL } else { r.orig_rax };
             r.rip -= 2;
         }
         r
@@ -478,13 +478,13 @@ impl Tracee {
                 // At the entry of the frame's `rt_sigreturn`, which is not
                 // made (-1); the thread's own call goes on from user mode,
                 // as the kernel restarts one.
-                let mut r = self.resumed(Resume::Stop);
+                let mut r = self.resumed(ResumeFrom::Stop);
                 r.orig_rax = u64::MAX;
                 let _ = self.set_regs(&r);
                 let _ = self.set_xstate();
             }
             CallState::Own | CallState::Faulting => {
-                let _ = self.set_regs(&self.resumed(Resume::Own));
+                let _ = self.set_regs(&self.resumed(ResumeFrom::Own));
                 let _ = self.set_xstate();
                 if sig == libc::SIGSEGV && self.phase.get() == CallState::Faulting {
                     sig = 0; // the call's own return to address 0
@@ -527,7 +527,7 @@ fn reissued_in_full(whereabouts: &str) -> bool {
 /// Does thread `tid` have a signal pending that it does not block, and
 /// which signals does it block?
 fn signals(tid: i32) -> (bool, u64) {
-    let Ok(s) = Status::read(Of::Process(tid)) else { return (false, 0) };
+    let Ok(s) = ProcStatus::read(Of::Process(tid)) else { return (false, 0) };
     let blocked = s.blocked.unwrap_or(0);
     ((s.pending.unwrap_or(0) | s.shared_pending.unwrap_or(0)) & !blocked != 0, blocked)
 }
