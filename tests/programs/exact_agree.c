@@ -6,7 +6,8 @@
  * stores and loads values that repeat from pass to pass, or nearly, or
  * change: doubles that move by less than the default precision (@fstore,
  * @fload), a 16-byte vector store and load (@vstore, @vload), a `rep
- * movsq` between distinct buffers (@copy), an overlapping forward `rep
+ * movsq` between distinct buffers (@copy; again with a count of zero on
+ * every other pass, which accesses nothing), an overlapping forward `rep
  * movsb` (a memmove-like shift, each element reading the byte the one
  * before it wrote: @shift), calls and returns of a function (@leaf: its
  * return address pushed and loaded), and a pipe's bytes written by the
@@ -56,6 +57,7 @@ static long values(long p, int pipe_out, int pipe_in) {
     s += _mm_cvtsi128_si32(v);
     for (int i = 0; i < 8; i++) src[i] = i * (p / 2);
     copy(dst, src, 8);
+    copy(dst + 4, src, p & 1 ? 2 : 0); /* a zero count on even passes: no access */
     bytes[0] = (char)(p / 2 + 'a');
     shift(bytes, 32);
     for (int i = 0; i < 8; i++) s += dst[i] + bytes[i * 4];

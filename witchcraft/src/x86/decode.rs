@@ -236,7 +236,16 @@ impl Analyzer {
             return None;
         }
         let instr = self.instr;
-        Some(self.analyze(&instr, regs, after))
+        let mut d = self.analyze(&instr, regs, after);
+        // A `rep` string instruction whose count is zero runs no
+        // iteration: it accesses nothing (single steps see it end at once;
+        // the code cache's copies count it by its elements). Only before
+        // it runs: after it, the count is zero whenever it ended. (Not in
+        // `analyze`, which the translator calls without registers.)
+        if d.rep && !after && rep_count(&instr, regs) == Some(0) {
+            d.n = 0;
+        }
+        Some(d)
     }
 
     /// [`Analyzer::decode`] of an instruction already decoded (valid).
@@ -415,6 +424,14 @@ fn undo_implicit_updates(instr: &Instruction, regs: &mut Regs) {
     }
 }
 
+/// The count register of a `rep` string instruction: `rcx`, or `ecx`
+/// under a 32-bit address size.
+fn rep_count(instr: &Instruction, regs: &Regs) -> Option<u64> {
+    use iced_x86::OpKind::*;
+    let addr32 = (0..instr.op_count()).any(|i| matches!(instr.op_kind(i), MemorySegESI | MemorySegEDI | MemoryESEDI));
+    regs.value(if addr32 { iced_x86::Register::ECX } else { iced_x86::Register::RCX })
+}
+
 /// Does the instruction write one of its own address registers (so a
 /// post-execution address cannot be checked)?
 pub fn clobbers_address(bytes: &[u8], ip: u64) -> bool {
@@ -482,7 +499,9 @@ mod tests {
         let d = a.decode(&[0xf2, 0x0f, 0x11, 0x04, 0xd7], 0, &after, true).unwrap(); // movsd [rdi+rdx*8], xmm0
         assert_eq!(d.accesses()[0].addr, 0x3000);
         // rep movsq: read [rsi], write [rdi]; after one element both advanced by 8
-        let d = a.decode(&[0xf3, 0x48, 0xa5], 0, &regs(), false).unwrap();
+        let mut counted = regs();
+        counted.gpr[1] = 4; // rcx
+        let d = a.decode(&[0xf3, 0x48, 0xa5], 0, &counted, false).unwrap();
         assert!(d.rep);
         assert!(d.accesses().iter().any(|x| x.addr == 0x2000 && x.read));
         assert!(d.accesses().iter().any(|x| x.addr == 0x3000 && x.write && x.len == 8));
@@ -491,6 +510,18 @@ mod tests {
         after.gpr[7] += 8;
         let d = a.decode(&[0xf3, 0x48, 0xa5], 0, &after, true).unwrap();
         assert!(d.accesses().iter().any(|x| x.addr == 0x3000 && x.write));
+        // With a zero count it runs no iteration: no access (rcx, or ecx
+        // under a 32-bit address size); after its last one, the count is
+        // zero and the access was made.
+        let d = a.decode(&[0xf3, 0x48, 0xa5], 0, &regs(), false).unwrap();
+        assert!(d.rep && d.accesses().is_empty(), "{:?}", d.accesses());
+        let mut high = regs();
+        high.gpr[1] = 1 << 32;
+        assert!(a.decode(&[0x67, 0xf3, 0x48, 0xa5], 0, &high, false).unwrap().accesses().is_empty());
+        assert_eq!(a.decode(&[0xf3, 0x48, 0xa5], 0, &high, false).unwrap().accesses().len(), 2);
+        assert_eq!(a.decode(&[0xf3, 0x48, 0xab], 0, &counted, false).unwrap().accesses().len(), 1); // rep stosq
+        assert!(a.decode(&[0xf3, 0x48, 0xab], 0, &regs(), false).unwrap().accesses().is_empty());
+        assert_eq!(a.decode(&[0xf3, 0x48, 0xa5], 0, &after, true).unwrap().accesses().len(), 2);
     }
 
     #[test]

@@ -54,6 +54,7 @@ fn a_short_record_says_what_a_long_one_says() {
 /// A decoder, and registers at 0x1000 with rsp, rsi and rdi set.
 fn decoder() -> (crate::x86::decode::Analyzer, crate::x86::decode::Regs) {
     let mut regs = crate::x86::decode::Regs { rip: 0x1000, ..Default::default() };
+    regs.gpr[1] = 5; // rcx: the rep strings below are of 5 elements
     regs.gpr[4] = 0x7000; // rsp
     regs.gpr[6] = 0x2000; // rsi
     regs.gpr[7] = 0x3000; // rdi
