@@ -189,6 +189,33 @@ fn a_refused_second_attach_leaves_the_running_session_alone() {
     assert_eq!((native.code(), native.stdout_str()), (code, text));
 }
 
+/// A program that forks all the time (tests/programs/fork_loop.c), its
+/// children each raising the sampler's signal (SIGRTMIN+7, which a program
+/// may use for itself) at its own handler, attached to ten times: a child
+/// forked while the session's control thread calibrates (the session's
+/// first milliseconds) is no part of that calibration, and its signal
+/// reaches its handler as in every other child. (Before, the attached agent
+/// registered no fork handler: such a child inherited the calibration as
+/// running, and witch's handler took the child's signal for the
+/// calibration's, for good.)
+#[test]
+fn children_forked_while_a_session_starts_keep_their_own_signals() {
+    let dir = Scratch::new("attach-fork-loop");
+    let prog = Program::build("fork_loop", dir.path());
+    let t = Target::start(&prog.exe, &["0"], &[]);
+    let pid = t.pid();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    for i in 0..10 {
+        let out = dir.join(&format!("fork{i}.json"));
+        let run = attach_cmd(&witch_bin(), &[], "dead", pid, &["--duration", "200ms", "-q", "-o", out.to_str().unwrap()]);
+        assert_eq!(run.code(), Some(0), "attach #{i} failed:\n{}", run.describe());
+    }
+    let end = t.finish();
+    assert_eq!(end.code(), Some(0), "{}{}", end.stdout, end.stderr);
+    assert!(end.rounds > 0, "{:?}", end.stdout);
+    assert!(end.stdout.ends_with(" missed 0\n"), "children whose own signal never reached their handler: {:?}", end.stdout);
+}
+
 /// A process that is stopped (SIGSTOP), or that another tracer holds, is
 /// refused at once in one line that says so, and left as it was. (Before:
 /// 20 s to "did not report ready", with the agent's thread left in the

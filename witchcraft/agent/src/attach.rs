@@ -101,6 +101,9 @@ fn start(controller: i32) -> AttachCode {
         fd::reserve_top();
     }
     crate::alloc::keep_across_fork();
+    // Before the control thread calibrates: a child the program forks
+    // meanwhile runs no calibration.
+    crate::calibrate::keep_out_of_fork_children();
     // Before the program runs on: its `munmap` keeps off the agent.
     crate::imports::hook_munmap();
     // The controller, watched until its settings come. Opened now, while
