@@ -216,6 +216,38 @@ fn children_forked_while_a_session_starts_keep_their_own_signals() {
     assert!(end.stdout.ends_with(" missed 0\n"), "children whose own signal never reached their handler: {:?}", end.stdout);
 }
 
+/// A program that forks a long-lived child (as a server forks a worker)
+/// during an attached session (tests/programs/fork_on_input.c): the child
+/// keeps no copy of the session's perf events, so the session's end gives
+/// the parent's debug registers back, and the parent can be attached again
+/// while the child lives. (Before, the child held the events open, and
+/// with them the parent's debug registers, for its whole life: the next
+/// attach to the parent was refused, "all of its debug registers are in
+/// use".)
+#[test]
+fn a_child_forked_during_a_session_keeps_none_of_its_events() {
+    use std::time::Duration;
+    let dir = Scratch::new("attach-fork-child");
+    let prog = Program::build("fork_on_input", dir.path());
+    let mut t = Target::start(&prog.exe, &["0"], &[]);
+    let pid = t.pid();
+    std::thread::sleep(Duration::from_millis(200));
+    let witch = Attached::start(pid, "2s", &dir.join("first.json"), &dir.join("first.err"));
+    assert!(eventually(Duration::from_secs(5), || perf_fds(pid) > 0), "no perf event in the target during the session: {}", witch.said());
+    t.send(b"f");
+    let children = || std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    assert!(eventually(Duration::from_secs(5), || !children().trim().is_empty()), "no child forked");
+    let child: u32 = children().split_whitespace().next().and_then(|c| c.parse().ok()).unwrap();
+    let said = witch.said();
+    assert_eq!(witch.end_within(Duration::from_secs(30)).and_then(|s| s.code()), Some(0), "{said}");
+    assert_eq!(perf_fds(child), 0, "the child {child} holds perf events of its parent's session");
+    let again = dir.join("again.json");
+    let run = attach_cmd(&witch_bin(), &[], "dead", pid, &["--duration", "300ms", "-q", "-o", again.to_str().unwrap()]);
+    assert_eq!(run.code(), Some(0), "attaching again while the child lives:\n{}", run.describe());
+    let end = t.finish();
+    assert_eq!((end.code(), end.stdout.ends_with(" children 1\n")), (Some(0), true), "{}{}", end.stdout, end.stderr);
+}
+
 /// A process that is stopped (SIGSTOP), or that another tracer holds, is
 /// refused at once in one line that says so, and left as it was. (Before:
 /// 20 s to "did not report ready", with the agent's thread left in the
