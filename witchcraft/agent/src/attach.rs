@@ -101,6 +101,10 @@ fn start(controller: i32) -> AttachCode {
         fd::reserve_top();
     }
     crate::alloc::keep_across_fork();
+    // Before the control thread calibrates: a child the program forks
+    // meanwhile runs no calibration.
+    crate::calibrate::keep_out_of_fork_children();
+    keep_events_out_of_fork_children();
     // Before the program runs on: its `munmap` keeps off the agent.
     crate::imports::hook_munmap();
     // The controller, watched until its settings come. Opened now, while
@@ -144,6 +148,26 @@ fn start(controller: i32) -> AttachCode {
             watch.into_iter().for_each(Controller::close);
             AttachCode::NoThread
         }
+    }
+}
+
+/// A fork child of a process attached to runs no session (the control
+/// thread is not there, nor any other of the parent's threads): its copies
+/// of the session's perf events are closed. (Kept, they held the events,
+/// and the parent's debug registers, as long as the child lived: the
+/// parent could not be attached again meanwhile.) Async-signal-safe.
+extern "C" fn close_events_in_fork_child() {
+    fd::close_all_perf();
+}
+
+/// Register [`close_events_in_fork_child`], once per process (a program
+/// may be attached to many times; the agent stays loaded).
+fn keep_events_out_of_fork_children() {
+    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !DONE.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        // SAFETY: registers a child handler that only closes descriptors
+        // the agent recorded as its own perf events.
+        unsafe { libc::pthread_atfork(None, None, Some(close_events_in_fork_child)) };
     }
 }
 

@@ -21,6 +21,27 @@ pub fn running() -> bool {
     RUNNING.load(Ordering::Acquire)
 }
 
+/// A fork child runs no calibration: the one thread that runs it (the
+/// control thread of an attach session, or a preloaded program's first
+/// thread) is not the forking thread, and is not in the child. A child
+/// forked during one must not inherit it as running (the handlers would
+/// take the child's own SIGTRAP and sampler's signal for the calibration's,
+/// for good). Async-signal-safe: a `fork` in a signal handler runs it too.
+extern "C" fn none_in_fork_child() {
+    RUNNING.store(false, Ordering::Release);
+}
+
+/// Register [`none_in_fork_child`] with the C library, once per process (a
+/// program may be attached to many times; the agent stays loaded), before
+/// the first calibration.
+pub fn keep_out_of_fork_children() {
+    static DONE: AtomicBool = AtomicBool::new(false);
+    if !DONE.swap(true, Ordering::AcqRel) {
+        // SAFETY: registers a child handler that only stores to an atomic.
+        unsafe { libc::pthread_atfork(None, None, Some(none_in_fork_child)) };
+    }
+}
+
 /// A signal during calibration: true if it was the calibration's.
 pub fn on_signal(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -> bool {
     // SAFETY: `info` is the kernel's siginfo for this signal.

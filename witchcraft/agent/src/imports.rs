@@ -34,14 +34,28 @@ static HOOKED_AT: AtomicU64 = AtomicU64::new(0);
 /// files); cheap when nothing was loaded.
 pub fn hook() {
     let (adds, _) = crate::loading::link_counts();
-    if HOOKED_AT.swap(adds, Ordering::AcqRel) == adds {
+    hook_since(&HOOKED_AT, adds, crate::interpose::resolve_for_attached, || each_module(take));
+}
+
+/// Run `take_all` unless `at` says the modules were hooked at this count
+/// of loads (`adds`); `at` takes the count only once they are. What the
+/// agent's definitions call on to is resolved first (`resolve`): while it
+/// cannot be, nothing is taken, and the next call tries again (a count
+/// recorded before the resolution succeeded would have left the modules
+/// unhooked until the next load). Only the control thread calls this, one
+/// session at a time.
+fn hook_since(at: &AtomicU64, adds: u64, resolve: impl FnOnce() -> bool, take_all: impl FnOnce()) {
+    if at.load(Ordering::Acquire) == adds {
         return;
     }
     // What the agent's definitions call on to: without it, nothing is taken.
-    if !crate::interpose::resolve_for_attached() {
+    if !resolve() {
         return;
     }
-    each_module(take);
+    take_all();
+    // (A module loaded meanwhile raised the count past `adds`: the next
+    // call hooks it.)
+    at.store(adds, Ordering::Release);
 }
 
 /// Attached, first of all (on the program's thread, in the injected call,
@@ -116,7 +130,25 @@ fn skipped(name: &CStr) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::skipped;
+    use super::{hook_since, skipped};
+    use std::sync::atomic::AtomicU64;
+
+    /// A resolution that fails leaves the modules to the next call, which
+    /// tries again with the same count of loads; once they are hooked, the
+    /// same count hooks nothing more, and a new load hooks again.
+    #[test]
+    fn a_failed_resolution_is_tried_again_at_the_next_call() {
+        let at = AtomicU64::new(0);
+        let mut hooked = 0;
+        hook_since(&at, 7, || false, || hooked += 1);
+        assert_eq!(hooked, 0, "nothing is hooked without the resolution");
+        hook_since(&at, 7, || true, || hooked += 1);
+        assert_eq!(hooked, 1, "the next call, with the same loads, resolves and hooks");
+        hook_since(&at, 7, || true, || hooked += 1);
+        assert_eq!(hooked, 1, "nothing loaded since: nothing to hook");
+        hook_since(&at, 8, || true, || hooked += 1);
+        assert_eq!(hooked, 2, "a module loaded since is hooked");
+    }
 
     #[test]
     fn the_c_library_the_loader_and_the_vdso_are_left_alone() {

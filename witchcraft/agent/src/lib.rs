@@ -30,7 +30,8 @@
 //!   rebuild, never a missed one), the snapshot of mappings a handler finds
 //!   a stack in (`mappings.rs`: taken again before any thread is added);
 //! - a measurement's own scratch, set and cleared around it, read by the
-//!   handler it runs through (`calibrate.rs`);
+//!   handler it runs through (`calibrate.rs`; a fork child, which runs no
+//!   measurement, finds it cleared);
 //! - the handler-allocation check (`alloc.rs`): switched on once at start;
 //!   its count is the process's, started again in a fork child by
 //!   `Agent::after_fork`.

@@ -69,6 +69,9 @@ extern "C" fn init() {
         return;
     }
     let out_dir = cfg.out_dir.clone();
+    // Before the calibration (in `make_engine`): a thread that an earlier
+    // library's constructor started may fork meanwhile.
+    crate::calibrate::keep_out_of_fork_children();
     let (engine, notes) = crate::setup::make_engine(cfg, handlers::install_preloaded, true);
     notes.into_iter().for_each(|n| AGENT.note(n));
     let sink = create_output(&out_dir);

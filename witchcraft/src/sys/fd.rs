@@ -137,6 +137,18 @@ pub fn close_perf(fd: i32) {
     }
 }
 
+/// Close every perf event [`own_perf`] recorded that is still there (as
+/// [`close_perf`]). In a fork child of a process attached to: its copies
+/// of the session's events, which would otherwise keep them open, and the
+/// parent's debug registers taken, for as long as the child lives.
+pub fn close_all_perf() {
+    for (fd, slot) in IDS.iter().enumerate() {
+        if slot.load(Ordering::Acquire) != 0 {
+            close_perf(fd as i32);
+        }
+    }
+}
+
 /// What descriptor `fd` refers to (device and inode), to tell later
 /// whether the number still holds the same file.
 pub fn identity(fd: i32) -> Option<(u64, u64)> {
