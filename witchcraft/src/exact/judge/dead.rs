@@ -41,7 +41,33 @@ fn mask(len: usize) -> u64 {
     }
 }
 
+/// What the bytes of one access (in one page) hold.
+enum Marks {
+    /// Nothing pending.
+    None,
+    /// All pending, from the store of this context.
+    AllFrom(u32),
+    /// Some pending, or pending from several stores: byte by byte.
+    Mixed,
+}
+
 impl DeadPage {
+    /// The marks of bytes `[lo, lo+n)` (1 to 64, in the page).
+    #[inline(always)]
+    fn marks(&self, lo: usize, n: usize) -> Marks {
+        let bits = self.bits(lo, n);
+        if bits == 0 {
+            return Marks::None;
+        }
+        if bits == mask(n) {
+            let (first, _, alike) = survey(&self.ctx[lo..lo + n]);
+            if alike {
+                return Marks::AllFrom(first);
+            }
+        }
+        Marks::Mixed
+    }
+
     /// The pending bits of bytes `[lo, lo+len)` (1 to 64 bytes, in the
     /// page), bit `i` for byte `lo + i`.
     #[inline(always)]
@@ -80,6 +106,18 @@ impl ThreadShadow {
         unsafe { &mut *self.dead.page(addr / PAGE) }
     }
 
+    /// Count the bytes of `bits` (bit `i`: byte `lo + i` of `page`),
+    /// pending until this access by `ctx`, to their stores' pairs, in
+    /// order: waste for a store, use for a load.
+    #[inline(always)]
+    fn count_pending(&mut self, ctx: u32, run: &mut (u32, u64), page: &DeadPage, lo: usize, mut bits: u64, waste: bool) {
+        while bits != 0 {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            self.count_runs(ctx, run, page.ctx[lo + i], waste);
+        }
+    }
+
     /// Dead craft: one plain access (a load, a store, or a read-modify-write,
     /// which reads first) of `len` bytes at `addr` by the instruction at
     /// `pc`. A load of bytes no store left pending (most loads) changes
@@ -113,17 +151,14 @@ impl ThreadShadow {
             // SAFETY: the page is not used after the credit.
             let page = unsafe { self.dead_page(addr) };
             let (lo, n) = ((addr % PAGE) as usize, len as usize);
-            let bits = page.bits(lo, n);
-            if bits == 0 {
-                return;
-            }
-            if bits == mask(n) {
-                let (first, _, alike) = survey(&page.ctx[lo..lo + n]);
-                if alike {
+            match page.marks(lo, n) {
+                Marks::None => return,
+                Marks::AllFrom(store) => {
                     page.mark(lo, n, false);
-                    self.flush_run(ctx, (first, len), false);
+                    self.flush_run(ctx, (store, len), false);
                     return;
                 }
+                Marks::Mixed => {}
             }
         }
         self.dead_load_bytes(ctx, addr, len);
@@ -140,14 +175,10 @@ impl ThreadShadow {
             // SAFETY: one page at a time; crediting pairs (`count_runs`)
             // does not touch the shadow.
             let page = unsafe { self.dead_page(a) };
-            let mut bits = page.bits(lo, n);
+            let bits = page.bits(lo, n);
             if bits != 0 {
                 page.mark(lo, n, false);
-                while bits != 0 {
-                    let i = bits.trailing_zeros() as usize;
-                    bits &= bits - 1;
-                    self.count_runs(ctx, &mut run, page.ctx[lo + i], false);
-                }
+                self.count_pending(ctx, &mut run, page, lo, bits, false);
             }
             a += n as u64;
         }
@@ -163,21 +194,20 @@ impl ThreadShadow {
             // SAFETY: the page is not used after the credit.
             let page = unsafe { self.dead_page(addr) };
             let (lo, n) = ((addr % PAGE) as usize, len as usize);
-            let bits = page.bits(lo, n);
-            if bits == 0 {
-                page.mark(lo, n, true);
-                page.ctx[lo..lo + n].fill(ctx);
-                self.counters.samples += 1;
-                return;
-            }
-            if bits == mask(n) {
-                let (first, _, alike) = survey(&page.ctx[lo..lo + n]);
-                if alike {
+            match page.marks(lo, n) {
+                Marks::None => {
+                    page.mark(lo, n, true);
                     page.ctx[lo..lo + n].fill(ctx);
-                    self.flush_run(ctx, (first, len), true);
                     self.counters.samples += 1;
                     return;
                 }
+                Marks::AllFrom(store) => {
+                    page.ctx[lo..lo + n].fill(ctx);
+                    self.flush_run(ctx, (store, len), true);
+                    self.counters.samples += 1;
+                    return;
+                }
+                Marks::Mixed => {}
             }
         }
         self.dead_stores(ctx, addr, len, 1);
@@ -193,12 +223,8 @@ impl ThreadShadow {
             let (lo, n) = ((a % PAGE) as usize, (64 - a % 64).min(end - a) as usize);
             // SAFETY: as in `dead_load_bytes`.
             let page = unsafe { self.dead_page(a) };
-            let mut bits = page.bits(lo, n);
-            while bits != 0 {
-                let i = bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                self.count_runs(ctx, &mut run, page.ctx[lo + i], true);
-            }
+            let bits = page.bits(lo, n);
+            self.count_pending(ctx, &mut run, page, lo, bits, true);
             page.mark(lo, n, true);
             page.ctx[lo..lo + n].fill(ctx);
             a += n as u64;
