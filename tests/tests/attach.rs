@@ -220,10 +220,12 @@ fn children_forked_while_a_session_starts_keep_their_own_signals() {
 /// during an attached session (tests/programs/fork_on_input.c): the child
 /// keeps no copy of the session's perf events, so the session's end gives
 /// the parent's debug registers back, and the parent can be attached again
-/// while the child lives. (Before, the child held the events open, and
+/// while the child lives; and the child, which runs no session, can be
+/// attached to as well. (Before, the child held the events open, and
 /// with them the parent's debug registers, for its whole life: the next
 /// attach to the parent was refused, "all of its debug registers are in
-/// use".)
+/// use". And the child inherited the parent's mark of a running session,
+/// so an attach to it was refused as if one ran there.)
 #[test]
 fn a_child_forked_during_a_session_keeps_none_of_its_events() {
     use std::time::Duration;
@@ -241,9 +243,20 @@ fn a_child_forked_during_a_session_keeps_none_of_its_events() {
     let said = witch.said();
     assert_eq!(witch.end_within(Duration::from_secs(30)).and_then(|s| s.code()), Some(0), "{said}");
     assert_eq!(perf_fds(child), 0, "the child {child} holds perf events of its parent's session");
+    let sockets = |pid: u32| {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| d.flatten().filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))).count())
+            .unwrap_or(0)
+    };
+    assert_eq!(sockets(child), 0, "the child {child} holds a socket of its parent's session (the program opens none)");
     let again = dir.join("again.json");
     let run = attach_cmd(&witch_bin(), &[], "dead", pid, &["--duration", "300ms", "-q", "-o", again.to_str().unwrap()]);
     assert_eq!(run.code(), Some(0), "attaching again while the child lives:\n{}", run.describe());
+    // The child runs no session: it can be attached to itself.
+    let theirs = dir.join("child.json");
+    let run = attach_cmd(&witch_bin(), &[], "dead", child, &["--duration", "300ms", "-q", "-o", theirs.to_str().unwrap()]);
+    assert_eq!(run.code(), Some(0), "attaching to the child forked during the first session:\n{}", run.describe());
+    assert!(theirs.exists(), "no profile of the child");
     let end = t.finish();
     assert_eq!((end.code(), end.stdout.ends_with(" children 1\n")), (Some(0), true), "{}{}", end.stdout, end.stderr);
 }

@@ -153,11 +153,22 @@ fn start(controller: i32) -> AttachCode {
 
 /// A fork child of a process attached to runs no session (the control
 /// thread is not there, nor any other of the parent's threads): its copies
-/// of the session's perf events are closed. (Kept, they held the events,
+/// of the session's perf events are closed (kept, they held the events,
 /// and the parent's debug registers, as long as the child lived: the
-/// parent could not be attached again meanwhile.) Async-signal-safe.
+/// parent could not be attached again meanwhile), the program's handlers
+/// are given back, and it is left as a session's end leaves a process, so
+/// it can be attached to itself (it inherited the parent's running
+/// session, and every attach to it was refused as if one ran there).
+/// Async-signal-safe.
 extern "C" fn close_events_in_fork_child() {
     fd::close_all_perf();
+    if AGENT.mode() == Mode::Attached {
+        // No signal of witch's can come here (the parent's timers and
+        // events are not the child's, nor its pending signals).
+        handlers::restore_attached();
+    }
+    AGENT.forget_session_in_fork_child();
+    SESSION.forget_in_fork_child();
 }
 
 /// Register [`close_events_in_fork_child`], once per process (a program

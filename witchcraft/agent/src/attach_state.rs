@@ -114,6 +114,19 @@ impl Session {
         self.running.store(false, Ordering::Release);
     }
 
+    /// In a fork child (its `pthread_atfork` handler; async-signal-safe):
+    /// the child runs no session, whatever its parent ran (the control
+    /// thread is not there), so one may begin in it; its copy of a
+    /// controller's end not yet taken is closed.
+    pub fn forget_in_fork_child(&self) {
+        let end = self.controller_end.swap(-1, Ordering::AcqRel);
+        if end >= 0 {
+            witchcraft::sys::fd::close(end);
+        }
+        self.control_tid.store(0, Ordering::Release);
+        self.running.store(false, Ordering::Release);
+    }
+
     /// The calling thread is the session's control thread.
     pub fn set_control_thread(&self) {
         self.control_tid.store(task::gettid(), Ordering::Release);

@@ -190,6 +190,27 @@ impl Agent {
         self.set_sink(Sink::None);
     }
 
+    /// In the fork child of a process in an attach session (its
+    /// `pthread_atfork` handler; async-signal-safe): the parent's session
+    /// does not go on here (its control thread is not in the child), so
+    /// the child is left as a session's end leaves a process, ready for
+    /// one of its own: the engine withdrawn and the child's copy of the
+    /// session's socket closed. The engine is the parent's copy, left
+    /// allocated (freeing it here would run the allocator in a fork
+    /// handler; its pages are shared with the parent's until written).
+    pub fn forget_session_in_fork_child(&self) {
+        if self.mode() != Mode::Attached {
+            return;
+        }
+        self.mode.store(Mode::Off as u8, Ordering::Release);
+        self.engine.store(std::ptr::null_mut(), Ordering::Release);
+        let sink = self.sink.load(Ordering::Acquire);
+        if self.sink_is_session.load(Ordering::Acquire) && sink >= 0 {
+            fd::close(sink);
+        }
+        self.set_sink(Sink::None);
+    }
+
     /// In a fork child: the state is now this process's, with only the
     /// forking thread; the parent's other threads don't exist here.
     /// Gives back `keep`'s state (the forking thread's slot), to add again.
