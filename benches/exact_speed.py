@@ -69,14 +69,14 @@ def main():
         progs = {k: v for k, v in progs.items() if any(k.split()[0] == o for o in keep)}
     env = dict(os.environ, GLIBC_TUNABLES=TUNABLES)
     print(f"{a.craft} craft, {a.reps} round(s), median wall-time ratios to the native run of the same round; runs capped at {a.timeout:.0f} s.\n")
-    print("| program | native s | exact=cache x | exact=step x | default x | cache records |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| program | native s | exact=cache x | exact=step x | default x | cache records | judge: ns a record, busy |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as d:
         for name, cmd in progs.items():
             small = "(small)" in name
             rows = {"cache": [], "step": [], "default": []}
             tns = []
-            rec = ""
+            rec, judge = "", ""
             for r in range(a.reps):
                 tn, _ = timed(cmd, env, a.timeout)
                 tns.append(tn)
@@ -89,6 +89,13 @@ def main():
                     if mode == "cache" and t is not None:
                         n = note(out, "exact from the code cache:", "judged")
                         rec = n.split(":", 1)[1].split(",")[0].strip() if n else ""
+                        # The judge's CPU time per record, and its share of
+                        # the run (near 100%: the judge set the pace).
+                        j = note(out, "exact from the code cache:", "the judge took")
+                        if j and "ns a record" in j and "busy" in j:
+                            per = j.split("), ", 1)[1].split(" ns")[0]
+                            busy = j.split("busy ", 1)[1].split(" ")[0]
+                            judge = f"{per}, {busy}"
 
             def cell(v):
                 if not v:
@@ -98,7 +105,7 @@ def main():
                 return f"{statistics.median(v):.1f}"
 
             print(f"| {name} | {statistics.median(tns):.3f} | {cell(rows['cache'])} | {cell(rows['step'])} "
-                  f"| {cell(rows['default'])} | {rec} |", flush=True)
+                  f"| {cell(rows['default'])} | {rec} | {judge} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -384,6 +384,16 @@ fn exact_mode_counts_every_store_around_vdso_calls() {
     let blocks = raw["counters"]["cache_blocks"].as_u64().unwrap_or(0);
     assert!(text.contains(&format!("cache {blocks} blocks translated")), "no code-cache line:\n{text}");
     assert!(text.contains("0 stretches run natively unrecorded"), "no gaps line:\n{text}");
+    // And what judging cost: the judge's CPU time, per record and as a
+    // share of the run (which it cannot exceed by much: one thread).
+    let judge =
+        raw["notes"].as_array().into_iter().flatten().filter_map(|n| n.as_str()).find(|n| n.contains("the judge took")).unwrap_or("");
+    let num = |after: &str| {
+        judge.split(after).nth(1).and_then(|r| r.split_whitespace().next()).and_then(|w| w.trim_end_matches('%').parse::<f64>().ok())
+    };
+    let (cpu, per, busy) = (num("took "), num("), "), num("busy "));
+    assert!(cpu.is_some_and(|c| c > 0.0) && per.is_some_and(|p| p > 0.0 && p < 1e6), "no judge's cost: {judge:?}");
+    assert!(busy.is_some_and(|b| b > 0.0 && b <= 110.0), "the judge's share of the run: {judge:?}");
     let rep = report_all(&out);
     let f = &prog.file;
     assert_eq!(rep.pair(f, store, store).waste, (n - 64.0) * 8.0, "<{store},{store}> dead bytes\n{}", rep.dump());

@@ -50,12 +50,16 @@ pub fn run(craft: Craft, a: &RunArgs, prog: &Path, program: &OsString, out: &Out
 pub struct Recording {
     theirs: i32,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    reader: std::thread::JoinHandle<Judge>,
+    reader: std::thread::JoinHandle<(Judge, u64)>,
+    started: std::time::Instant,
 }
 
 /// What the reader judged, to go into the profile.
 pub struct Judged {
     judge: Judge,
+    /// The reader thread's CPU time (ns) and the recording's wall time.
+    judge_cpu_ns: u64,
+    wall: std::time::Duration,
 }
 
 use witchcraft::exact::{stream::MAX_DATAGRAM, Judge};
@@ -86,10 +90,10 @@ impl Recording {
                     }
                 }
                 fds::close(ours);
-                judge
+                (judge, witchcraft::sys::task::thread_cpu_ns())
             })
             .map_err(|e| anyhow::anyhow!("cannot start the judging thread: {e}"))?;
-        Ok(Recording { theirs, stop, reader })
+        Ok(Recording { theirs, stop, reader, started: std::time::Instant::now() })
     }
 
     /// The descriptor the program sends on.
@@ -106,8 +110,8 @@ impl Recording {
     /// The program ended: judge what is left and stop.
     pub fn finish(self) -> Judged {
         self.stop.store(true, std::sync::atomic::Ordering::Release);
-        let judge = self.reader.join().unwrap_or_else(|_| Judge::new(Craft::Dead, 0.0));
-        Judged { judge }
+        let (judge, judge_cpu_ns) = self.reader.join().unwrap_or_else(|_| (Judge::new(Craft::Dead, 0.0), 0));
+        Judged { judge, judge_cpu_ns, wall: self.started.elapsed() }
     }
 }
 
@@ -137,6 +141,7 @@ impl Judged {
     /// judged, so `report`, `diff` and `gate` treat it as a count.
     pub fn apply(self, run: &mut witchcraft::profile::Profile) {
         let malformed = self.judge.malformed;
+        let total = self.judge.records;
         let mut images = Images::default();
         for j in self.judge.into_processes() {
             let (threads, counters) = witchcraft::exact::thread_profiles(j.threads.iter().map(|(t, s)| (*t, s)));
@@ -159,5 +164,20 @@ impl Judged {
         for p in &mut run.processes {
             one(p);
         }
+        run.notes.push(judge_note(self.judge_cpu_ns, total, self.wall));
     }
+}
+
+/// What judging cost: the judge's CPU time, per record, and its share of
+/// the recording's wall time (near 100%: the program's threads waited for
+/// the judge, which set the run's pace).
+fn judge_note(cpu_ns: u64, records: u64, wall: std::time::Duration) -> String {
+    let cpu = cpu_ns as f64 / 1e9;
+    let per = if records > 0 { format!(", {:.1} ns a record", cpu_ns as f64 / records as f64) } else { String::new() };
+    let share = if wall.as_secs_f64() > 0.0 {
+        format!(", busy {:.0}% of the run's {:.1} s", 100.0 * cpu / wall.as_secs_f64(), wall.as_secs_f64())
+    } else {
+        String::new()
+    };
+    format!("exact from the code cache: the judge took {cpu:.2} s of CPU time (one thread){per}{share}")
 }
