@@ -405,6 +405,19 @@ impl ThreadShadow {
         // what that store wrote.
         let len = (a.len as usize).min(WIDE);
         let el = element_size(a);
+        if a.addr % PAGE + len as u64 <= PAGE {
+            // Within a page (nearly all stores): its entries at once.
+            let part = self.stores.part(a.addr, a.addr + len as u64);
+            // SAFETY: the live shadow's entries of this store, used before
+            // any other part; crediting pairs does not touch the shadow.
+            let entries = unsafe { Shadow::entries(part) };
+            for off in (0..len).step_by(el) {
+                let el = el.min(len - off);
+                self.stored(precision, ctx, a, off, &mut entries[off..off + el], before, after);
+            }
+            self.counters.samples += 1;
+            return;
+        }
         for off in (0..len).step_by(el) {
             let el = el.min(len - off);
             let mut prevs = [0u32; 8];
@@ -417,15 +430,44 @@ impl ThreadShadow {
                     b += 1;
                 }
             }
-            for (start, n, prev) in runs(&prevs[..el]) {
-                if prev == 0 {
-                    continue;
-                }
-                let v =
-                    if n == el { judge_element(a, off, el, before, after, precision) } else { judge_bytes(off + start, n, before, after) };
-                self.add(prev, ctx, with_bytes(v, n));
-            }
+            self.credit_stored(precision, ctx, a, off, &prevs[..el], before, after);
         }
         self.counters.samples += 1;
+    }
+
+    /// Element `[off, off+el)` of store `a`, its bytes' entries `prevs`
+    /// (the contexts of their last stores, made this store's here).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn stored(&mut self, precision: f64, ctx: u32, a: &Access, off: usize, prevs: &mut [u32], before: &[u8], after: &[u8]) {
+        let el = prevs.len();
+        let prev = prevs[0];
+        if prevs.iter().all(|&c| c == prev) {
+            // One previous store for the whole value (the usual case).
+            prevs.fill(ctx);
+            if prev != 0 {
+                let v = judge_element(a, off, el, before, after, precision);
+                self.add(prev, ctx, with_bytes(v, el));
+            }
+        } else {
+            let mut p = [0u32; 8];
+            p[..el].copy_from_slice(prevs);
+            prevs.fill(ctx);
+            self.credit_stored(precision, ctx, a, off, &p[..el], before, after);
+        }
+    }
+
+    /// Element `[off, off+el)` of store `a` whose bytes' last stores were
+    /// `prevs`: each run of bytes one store left judged by itself.
+    #[allow(clippy::too_many_arguments)]
+    fn credit_stored(&mut self, precision: f64, ctx: u32, a: &Access, off: usize, prevs: &[u32], before: &[u8], after: &[u8]) {
+        let el = prevs.len();
+        for (start, n, prev) in runs(prevs) {
+            if prev == 0 {
+                continue;
+            }
+            let v = if n == el { judge_element(a, off, el, before, after, precision) } else { judge_bytes(off + start, n, before, after) };
+            self.add(prev, ctx, with_bytes(v, n));
+        }
     }
 }

@@ -152,6 +152,69 @@ fn redundant_loads_are_judged_as_byte_by_byte() {
     }
 }
 
+/// Random stores (overlapping, of every width, across a page boundary,
+/// integer and float, from a few contexts, some leaving their bytes as
+/// they were) judged by the judge and byte by byte (each byte's last
+/// store in a map; each value's bytes split into runs of one previous
+/// store, each run judged and credited) agree pair by pair, figure by
+/// figure.
+#[test]
+fn silent_stores_are_judged_as_byte_by_byte() {
+    use rand::{rngs::SmallRng, RngExt, SeedableRng};
+    for (seed, precision) in [(1u64, 0.0), (2, 0.01), (3, 0.5)] {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut t = ThreadShadow::new();
+        let mut last: std::collections::HashMap<u64, u32> = Default::default();
+        let mut want: std::collections::BTreeMap<(u32, u32), crate::pair::PairEntry> = Default::default();
+        let ctxs: Vec<u32> = (0..6).map(|i| t.context(0x100 + i)).collect();
+        let floats = [1.0f64, 1.001, 1.5, -2.0];
+        for _ in 0..20000 {
+            let len = [1u32, 2, 3, 4, 4, 8, 8, 8, 12, 16, 32, 64][rng.random_range(0..12)];
+            let float = [Float::No, Float::F32, Float::F64][rng.random_range(0..3)];
+            let elem = [0u8, 1, 2, 4, 8][rng.random_range(0..5)];
+            let mut addr = 3 * PAGE - 48 + rng.random_range(0..96u64);
+            if rng.random_range(0..2) == 0 {
+                addr &= !7;
+            }
+            let a = Access { addr, len, write: true, float, elem, ..Default::default() };
+            let value = |rng: &mut SmallRng, v: &mut [u8; WIDE]| match float {
+                Float::No => v.iter_mut().for_each(|b| *b = rng.random_range(0..2)),
+                Float::F32 => v.chunks_mut(4).for_each(|c| c.copy_from_slice(&(floats[rng.random_range(0..4)] as f32).to_le_bytes())),
+                Float::F64 => v.chunks_mut(8).for_each(|c| c.copy_from_slice(&floats[rng.random_range(0..4)].to_le_bytes())),
+            };
+            let (mut before, mut after) = ([0u8; WIDE], [0u8; WIDE]);
+            value(&mut rng, &mut before);
+            value(&mut rng, &mut after);
+            let ctx = ctxs[rng.random_range(0..ctxs.len())];
+            t.judge(Craft::SilentStore, precision, ctx, &[Observed { access: a, before, after }]);
+            let n = (len as usize).min(WIDE);
+            let el = element_size(&a);
+            for off in (0..n).step_by(el) {
+                let el = el.min(n - off);
+                let prevs: Vec<u32> = (0..el).map(|b| last.insert(addr + (off + b) as u64, ctx).unwrap_or(0)).collect();
+                for (start, k, prev) in runs(&prevs) {
+                    if prev != 0 {
+                        let v = if k == el {
+                            judge_element(&a, off, el, &before, &after, precision)
+                        } else {
+                            judge_bytes(off + start, k, &before, &after)
+                        };
+                        want.entry((prev, ctx)).or_default().credit(with_bytes(v, k), 1.0);
+                    }
+                }
+            }
+        }
+        let got = all_figures(t.pairs.iter().map(|p| (&p.watch, &p.trap, p)));
+        let want = all_figures(want.iter().map(|((w, t), e)| (w, t, e)));
+        let sum = |k: usize| got.iter().map(|p| p.1[k]).sum::<f64>();
+        assert!(sum(0) > 0.0 && sum(2) > 0.0, "seed {seed}: both verdicts");
+        if precision > 0.0 {
+            assert!(sum(1) > 0.0, "seed {seed}: approximate waste");
+        }
+        assert_eq!(got, want, "seed {seed}: the judge (left) and byte by byte (right)");
+    }
+}
+
 #[test]
 fn the_shadow_stack_follows_calls_and_returns() {
     let mut t = ThreadShadow::new();
