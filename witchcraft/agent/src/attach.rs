@@ -162,9 +162,12 @@ fn start(controller: i32) -> AttachCode {
 /// Async-signal-safe.
 extern "C" fn close_events_in_fork_child() {
     fd::close_all_perf();
-    if AGENT.mode() == Mode::Attached {
+    if AGENT.mode() != Mode::Preloaded {
         // No signal of witch's can come here (the parent's timers and
-        // events are not the child's, nor its pending signals).
+        // events are not the child's, nor its pending signals), and the
+        // child's one thread is in `fork`, not in witch's code: the
+        // program's handlers go back even if the parent's session was
+        // still starting, or ending with its threads inside witch's code.
         handlers::restore_attached();
     }
     AGENT.forget_session_in_fork_child();
