@@ -392,7 +392,7 @@ fn exact_mode_counts_every_store_around_vdso_calls() {
         judge.split(after).nth(1).and_then(|r| r.split_whitespace().next()).and_then(|w| w.trim_end_matches('%').parse::<f64>().ok())
     };
     let (cpu, per, busy) = (num("took "), num("), "), num("busy "));
-    assert!(cpu.is_some_and(|c| c > 0.0) && per.is_some_and(|p| p > 0.0 && p < 1e6), "no judge's cost: {judge:?}");
+    assert!(cpu.is_some_and(|c| c >= 0.0) && per.is_some_and(|p| p > 0.0 && p < 1e6), "no judge's cost: {judge:?}");
     assert!(busy.is_some_and(|b| b > 0.0 && b <= 110.0), "the judge's share of the run: {judge:?}");
     let rep = report_all(&out);
     let f = &prog.file;

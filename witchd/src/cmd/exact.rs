@@ -175,9 +175,9 @@ fn judge_note(cpu_ns: u64, records: u64, wall: std::time::Duration) -> String {
     let cpu = cpu_ns as f64 / 1e9;
     let per = if records > 0 { format!(", {:.1} ns a record", cpu_ns as f64 / records as f64) } else { String::new() };
     let share = if wall.as_secs_f64() > 0.0 {
-        format!(", busy {:.0}% of the run's {:.1} s", 100.0 * cpu / wall.as_secs_f64(), wall.as_secs_f64())
+        format!(", busy {:.0}% of the run's {:.3} s", 100.0 * cpu / wall.as_secs_f64(), wall.as_secs_f64())
     } else {
         String::new()
     };
-    format!("exact from the code cache: the judge took {cpu:.2} s of CPU time (one thread){per}{share}")
+    format!("exact from the code cache: the judge took {cpu:.3} s of CPU time (one thread){per}{share}")
 }
