@@ -213,11 +213,21 @@ pub fn thread_names(pid: u32) -> Vec<String> {
 
 /// How many perf events the process holds open.
 pub fn perf_fds(pid: u32) -> usize {
+    fds_to(pid, |link| link.contains("perf_event"))
+}
+
+/// How many sockets the process holds open.
+pub fn socket_fds(pid: u32) -> usize {
+    fds_to(pid, |link| link.starts_with("socket:"))
+}
+
+/// How many of the process's descriptors link to what `is` accepts.
+fn fds_to(pid: u32, is: impl Fn(&str) -> bool) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().contains("perf_event")))
+        .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| is(&l.to_string_lossy())))
         .count()
 }
 

@@ -243,12 +243,7 @@ fn a_child_forked_during_a_session_keeps_none_of_its_events() {
     let said = witch.said();
     assert_eq!(witch.end_within(Duration::from_secs(30)).and_then(|s| s.code()), Some(0), "{said}");
     assert_eq!(perf_fds(child), 0, "the child {child} holds perf events of its parent's session");
-    let sockets = |pid: u32| {
-        std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .map(|d| d.flatten().filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))).count())
-            .unwrap_or(0)
-    };
-    assert_eq!(sockets(child), 0, "the child {child} holds a socket of its parent's session (the program opens none)");
+    assert_eq!(socket_fds(child), 0, "the child {child} holds a socket of its parent's session (the program opens none)");
     let again = dir.join("again.json");
     let run = attach_cmd(&witch_bin(), &[], "dead", pid, &["--duration", "300ms", "-q", "-o", again.to_str().unwrap()]);
     assert_eq!(run.code(), Some(0), "attaching again while the child lives:\n{}", run.describe());
