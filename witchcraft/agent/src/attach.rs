@@ -104,7 +104,7 @@ fn start(controller: i32) -> AttachCode {
     // Before the control thread calibrates: a child the program forks
     // meanwhile runs no calibration.
     crate::calibrate::keep_out_of_fork_children();
-    keep_events_out_of_fork_children();
+    keep_sessions_out_of_fork_children();
     // Before the program runs on: its `munmap` keeps off the agent.
     crate::imports::hook_munmap();
     // The controller, watched until its settings come. Opened now, while
@@ -160,7 +160,7 @@ fn start(controller: i32) -> AttachCode {
 /// it can be attached to itself (it inherited the parent's running
 /// session, and every attach to it was refused as if one ran there).
 /// Async-signal-safe.
-extern "C" fn close_events_in_fork_child() {
+extern "C" fn leave_session_in_fork_child() {
     fd::close_all_perf();
     if AGENT.mode() != Mode::Preloaded {
         // No signal of witch's can come here (the parent's timers and
@@ -174,14 +174,16 @@ extern "C" fn close_events_in_fork_child() {
     SESSION.forget_in_fork_child();
 }
 
-/// Register [`close_events_in_fork_child`], once per process (a program
+/// Register [`leave_session_in_fork_child`], once per process (a program
 /// may be attached to many times; the agent stays loaded).
-fn keep_events_out_of_fork_children() {
+fn keep_sessions_out_of_fork_children() {
     static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if !DONE.swap(true, std::sync::atomic::Ordering::AcqRel) {
         // SAFETY: registers a child handler that only closes descriptors
-        // the agent recorded as its own perf events.
-        unsafe { libc::pthread_atfork(None, None, Some(close_events_in_fork_child)) };
+        // the agent recorded as its own, gives back two signal dispositions
+        // and stores to atomics: async-signal-safe, as a child handler of
+        // a `fork` in a signal handler must be.
+        unsafe { libc::pthread_atfork(None, None, Some(leave_session_in_fork_child)) };
     }
 }
 
