@@ -179,6 +179,10 @@ extern "C" fn leave_session_in_fork_child() {
 fn keep_sessions_out_of_fork_children() {
     static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if !DONE.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        // The C library's `sigaction`, which the handler calls, resolved
+        // now (a lookup in the handler would take the loader's lock in the
+        // child of a fork made before the session installed its handlers).
+        crate::symbols::real_sigaction();
         // SAFETY: registers a child handler that only closes descriptors
         // the agent recorded as its own, gives back two signal dispositions
         // and stores to atomics: async-signal-safe, as a child handler of
