@@ -159,7 +159,7 @@ pub fn compare(w: &Watched, trap: &Access, now: &[u8], precision: f64) -> Verdic
 /// Is the float of `el` bytes (4 or 8) at the start of `now` within
 /// relative `precision` of the one at the start of `then` (RedSpy/LoadSpy's
 /// |new − old| ≤ p·|old|, or equal)?
-#[inline]
+#[inline(always)]
 pub fn float_within(then: &[u8], now: &[u8], el: usize, precision: f64) -> bool {
     let (a, b) = if el == 4 {
         let f = |x: &[u8]| f32::from_le_bytes([x[0], x[1], x[2], x[3]]) as f64;

@@ -62,23 +62,6 @@ impl LoadPage {
     }
 }
 
-/// Whether `a` and `b` (equally long, at most [`WIDE`]) hold the same
-/// bytes: a value's 1, 2, 4 or 8 bytes in one compare.
-#[inline]
-fn same(a: &[u8], b: &[u8]) -> bool {
-    fn word<const N: usize>(x: &[u8]) -> [u8; N] {
-        x[..N].try_into().unwrap_or([0; N])
-    }
-    match a.len() {
-        8 if b.len() == 8 => u64::from_ne_bytes(word(a)) == u64::from_ne_bytes(word(b)),
-        4 if b.len() == 4 => u32::from_ne_bytes(word(a)) == u32::from_ne_bytes(word(b)),
-        2 if b.len() == 2 => u16::from_ne_bytes(word(a)) == u16::from_ne_bytes(word(b)),
-        1 if b.len() == 1 => a[0] == b[0],
-        // (A loop: too short for `memcmp`.)
-        _ => a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y),
-    }
-}
-
 /// Element `[off, off+el)` of access `a`, judged as [`judge_element`]
 /// judges it, without building a watched access for a float whose bytes
 /// changed (a stencil's loads are mostly those).
@@ -129,6 +112,9 @@ impl ThreadShadow {
             if lo.is_multiple_of(8) && len.is_multiple_of(8) && element_size(a) == 8 {
                 // Aligned words (8-byte values): a context each.
                 self.loaded_words(precision, ctx, a, before, page, lo);
+            } else if a.float == Float::F32 && (lo | len).is_multiple_of(8) && self.loaded_alike(precision, ctx, before, page, lo, len) {
+                // Whole words of single floats that one load read last
+                // (a vector loop over an array it read before): judged.
             } else if a.float == Float::No
                 && (element_size(a) < len)
                 && (lo | len).is_multiple_of(element_size(a))
@@ -187,6 +173,53 @@ impl ThreadShadow {
             page.word[w] = ctx;
             values[off..off + 8].copy_from_slice(&before[off..off + 8]);
         }
+    }
+
+    /// A load of single floats over whole words `[lo, lo+len)` of `page`,
+    /// if one load read all their bytes last (false, and nothing done,
+    /// otherwise): each float judged as [`judge_value`] judges it, and
+    /// that load's pair credited once per verdict, with as many credits as
+    /// floats (the same figures as a credit per float: sums of whole
+    /// numbers).
+    fn loaded_alike(&mut self, precision: f64, ctx: u32, before: &[u8], page: &mut LoadPage, lo: usize, len: usize) -> bool {
+        let words = &mut page.word[lo / 8..(lo + len) / 8];
+        let prev = words[0];
+        if prev == SPLIT || words.iter().any(|&w| w != prev) {
+            return false;
+        }
+        words.fill(ctx);
+        let values = &mut page.value[lo..lo + len];
+        if prev != 0 {
+            // (values unchanged, changed within the precision, changed)
+            let (mut unchanged, mut near, mut changed) = (0u64, 0u64, 0u64);
+            for (x, y) in values.chunks_exact(4).zip(before[..len].chunks_exact(4)) {
+                if same(x, y) {
+                    unchanged += 1;
+                } else if precision > 0.0 && crate::craft::float_within(x, y, 4, precision) {
+                    near += 1;
+                } else {
+                    changed += 1;
+                }
+            }
+            match self.pair(prev, ctx) {
+                Some(i) => {
+                    let p = self.pairs.at(i);
+                    for (n, v) in [
+                        (unchanged, Verdict::Waste { bytes: 4, approx: false }),
+                        (near, Verdict::Waste { bytes: 4, approx: true }),
+                        (changed, Verdict::Use { bytes: 4 }),
+                    ] {
+                        if n > 0 {
+                            p.credit_many(v, n);
+                        }
+                    }
+                }
+                // (As many misses as credits.)
+                None => self.pairs.overflow += unchanged + near + changed - 1,
+            }
+        }
+        values.copy_from_slice(&before[..len]);
+        true
     }
 
     /// Visit the loads' shadow entries of `[addr, addr+len)` in order

@@ -45,6 +45,23 @@ fn element_size(a: &Access) -> usize {
     }
 }
 
+/// Whether `a` and `b` (equally long, at most [`WIDE`]) hold the same
+/// bytes: a value's 1, 2, 4 or 8 bytes in one compare.
+#[inline(always)]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    fn word<const N: usize>(x: &[u8]) -> [u8; N] {
+        x[..N].try_into().unwrap_or([0; N])
+    }
+    match a.len() {
+        8 if b.len() == 8 => u64::from_ne_bytes(word(a)) == u64::from_ne_bytes(word(b)),
+        4 if b.len() == 4 => u32::from_ne_bytes(word(a)) == u32::from_ne_bytes(word(b)),
+        2 if b.len() == 2 => u16::from_ne_bytes(word(a)) == u16::from_ne_bytes(word(b)),
+        1 if b.len() == 1 => a[0] == b[0],
+        // (A loop: too short for `memcmp`.)
+        _ => a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y),
+    }
+}
+
 /// Judge element `[off, off+el)` of access `a`: `then` held the bytes it is
 /// compared with, `now` the bytes now (both indexed from `a.addr`).
 fn judge_element(a: &Access, off: usize, el: usize, then: &[u8], now: &[u8], precision: f64) -> Verdict {
@@ -411,6 +428,20 @@ impl ThreadShadow {
             // SAFETY: the live shadow's entries of this store, used before
             // any other part; crediting pairs does not touch the shadow.
             let entries = unsafe { Shadow::entries(part) };
+            if len > el && len.is_multiple_of(el) {
+                // A vector of values whose bytes one store left (a loop
+                // storing an array over itself): its values judged one by
+                // one, credited to that one pair at once.
+                let (prev, _, alike) = survey(entries);
+                if alike {
+                    entries.fill(ctx);
+                    if prev != 0 {
+                        self.stored_alike(precision, prev, ctx, a, el, &before[..len], &after[..len]);
+                    }
+                    self.counters.samples += 1;
+                    return;
+                }
+            }
             for off in (0..len).step_by(el) {
                 let el = el.min(len - off);
                 self.stored(precision, ctx, a, off, &mut entries[off..off + el], before, after);
@@ -433,6 +464,47 @@ impl ThreadShadow {
             self.credit_stored(precision, ctx, a, off, &prevs[..el], before, after);
         }
         self.counters.samples += 1;
+    }
+
+    /// Store `a` of values of `el` bytes (`before` and `after` its whole
+    /// bytes), all of whose bytes `prev` stored last: each value judged as
+    /// [`judge_element`] judges it, and the pair credited once per verdict
+    /// with as many credits as values (the same figures as a credit per
+    /// value: sums of whole numbers).
+    #[allow(clippy::too_many_arguments)]
+    fn stored_alike(&mut self, precision: f64, prev: u32, ctx: u32, a: &Access, el: usize, before: &[u8], after: &[u8]) {
+        let float = match a.float {
+            Float::F32 if el == 4 && precision > 0.0 => true,
+            Float::F64 if el == 8 && precision > 0.0 => true,
+            _ => false,
+        };
+        // (values unchanged, changed within the precision, changed)
+        let (mut unchanged, mut near, mut changed) = (0u64, 0u64, 0u64);
+        for (x, y) in before.chunks_exact(el).zip(after.chunks_exact(el)) {
+            if same(x, y) {
+                unchanged += 1;
+            } else if float && crate::craft::float_within(x, y, el, precision) {
+                near += 1;
+            } else {
+                changed += 1;
+            }
+        }
+        let Some(i) = self.pair(prev, ctx) else {
+            // (As many misses as credits.)
+            self.pairs.overflow += unchanged + near + changed - 1;
+            return;
+        };
+        let p = self.pairs.at(i);
+        let bytes = el as u64;
+        if unchanged > 0 {
+            p.credit_many(Verdict::Waste { bytes, approx: false }, unchanged);
+        }
+        if near > 0 {
+            p.credit_many(Verdict::Waste { bytes, approx: true }, near);
+        }
+        if changed > 0 {
+            p.credit_many(Verdict::Use { bytes }, changed);
+        }
     }
 
     /// Element `[off, off+el)` of store `a`, its bytes' entries `prevs`
