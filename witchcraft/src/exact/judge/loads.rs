@@ -112,6 +112,9 @@ impl ThreadShadow {
             if lo.is_multiple_of(8) && len.is_multiple_of(8) && element_size(a) == 8 {
                 // Aligned words (8-byte values): a context each.
                 self.loaded_words(precision, ctx, a, before, page, lo);
+            } else if len < 8 && lo / 8 == (lo + len - 1) / 8 && element_size(a) == len {
+                // One value within a word (a byte, a character, an int).
+                self.loaded_in_word(precision, ctx, a, before, page, lo, len);
             } else if a.float == Float::F32 && (lo | len).is_multiple_of(8) && self.loaded_alike(precision, ctx, before, page, lo, len) {
                 // Whole words of single floats that one load read last
                 // (a vector loop over an array it read before): judged.
@@ -173,6 +176,48 @@ impl ThreadShadow {
             page.word[w] = ctx;
             values[off..off + 8].copy_from_slice(&before[off..off + 8]);
         }
+    }
+
+    /// A load of one value of `len` bytes (1 to 7) at `lo` in `page`, within
+    /// one word (see [`ThreadShadow::loaded`]): judged against the word's
+    /// context when one load read all its bytes last, and the word kept
+    /// whole when that load was of the same context (a loop reading a
+    /// buffer byte by byte leaves it so).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn loaded_in_word(&mut self, precision: f64, ctx: u32, a: &Access, before: &[u8], page: &mut LoadPage, lo: usize, len: usize) {
+        let w = lo / 8;
+        let word = page.word[w];
+        let values = &mut page.value[lo..lo + len];
+        if word != SPLIT {
+            if word != 0 {
+                let v = judge_value(a, 0, len, values, before, precision);
+                self.add(word, ctx, v);
+            }
+            if word != ctx {
+                page.ctx[8 * w..8 * w + 8].fill(word);
+                page.ctx[lo..lo + len].fill(ctx);
+                page.word[w] = SPLIT;
+            }
+        } else {
+            let prevs = &mut page.ctx[lo..lo + len];
+            let prev = prevs[0];
+            if prevs.iter().all(|&c| c == prev) {
+                if prev != 0 {
+                    let v = judge_value(a, 0, len, values, before, precision);
+                    self.add(prev, ctx, v);
+                }
+            } else {
+                let mut p = [0u32; 8];
+                p[..len].copy_from_slice(prevs);
+                self.credit_runs(ctx, &p[..len], 0, values, before);
+            }
+            page.ctx[lo..lo + len].fill(ctx);
+            if page.ctx[8 * w..8 * w + 8].iter().all(|&c| c == ctx) {
+                page.word[w] = ctx;
+            }
+        }
+        page.value[lo..lo + len].copy_from_slice(&before[..len]);
     }
 
     /// A load of single floats over whole words `[lo, lo+len)` of `page`,
