@@ -68,7 +68,7 @@ def main():
         keep = a.only.split(",")
         progs = {k: v for k, v in progs.items() if any(k.split()[0] == o for o in keep)}
     env = dict(os.environ, GLIBC_TUNABLES=TUNABLES)
-    print(f"{a.craft} craft, {a.reps} round(s), median wall-time ratios to the native run of the same round; runs capped at {a.timeout:.0f} s.\n")
+    print(f"{a.craft} craft, {a.reps} round(s), median wall-time ratios to the median native run of the same round (one before each witch run, one after the last; the native column: their median and range); runs capped at {a.timeout:.0f} s.\n")
     print("| program | native s | exact=cache x | exact=step x | default x | cache records | judge: ns a record, busy |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as d:
@@ -78,14 +78,18 @@ def main():
             tns = []
             rec, judge = "", ""
             for r in range(a.reps):
-                tn, _ = timed(cmd, env, a.timeout)
-                tns.append(tn)
+                # The native time of a round: the median of a native run
+                # before each witch run and one after the last (this VM's
+                # native times moved up to 60% between single runs).
+                natives = []
+                times = {}
                 for mode, opts in (("cache", ["--exact"]), ("step", ["--exact=step"]), ("default", [])):
                     if mode == "step" and not small:
                         continue
+                    natives.append(timed(cmd, env, a.timeout)[0])
                     out = os.path.join(d, f"{mode}{r}.json")
                     t, _ = timed([a.witch, a.craft, "-q", "-o", out] + opts + ["--"] + cmd, env, a.timeout)
-                    rows[mode].append(None if t is None else t / tn)
+                    times[mode] = t
                     if mode == "cache" and t is not None:
                         n = note(out, "exact from the code cache:", "judged")
                         rec = n.split(":", 1)[1].split(",")[0].strip() if n else ""
@@ -96,6 +100,11 @@ def main():
                             per = j.split("), ", 1)[1].split(" ns")[0]
                             busy = j.split("busy ", 1)[1].split(" ")[0]
                             judge = f"{per}, {busy}"
+                natives.append(timed(cmd, env, a.timeout)[0])
+                tn = statistics.median(x for x in natives if x is not None)
+                tns.extend(x for x in natives if x is not None)
+                for mode, t in times.items():
+                    rows[mode].append(None if t is None else t / tn)
 
             def cell(v):
                 if not v:
@@ -104,7 +113,8 @@ def main():
                     return f"> {a.timeout / statistics.median(tns):.0f}"
                 return f"{statistics.median(v):.1f}"
 
-            print(f"| {name} | {statistics.median(tns):.3f} | {cell(rows['cache'])} | {cell(rows['step'])} "
+            spread = f" ({min(tns):.2f}-{max(tns):.2f})" if len(tns) > 1 else ""
+            print(f"| {name} | {statistics.median(tns):.3f}{spread} | {cell(rows['cache'])} | {cell(rows['step'])} "
                   f"| {cell(rows['default'])} | {rec} | {judge} |", flush=True)
 
 
