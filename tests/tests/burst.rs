@@ -250,6 +250,10 @@ fn windows_in_the_code_cache_leave_the_program_as_it_was() {
         // link stub, without a trap (the rest at a window's start or pick).
         let (blocks, links) = (c["cache_blocks"].as_u64().unwrap_or(0), c["cache_links"].as_u64().unwrap_or(0));
         assert!(blocks > 0 && 2 * links >= blocks, "{craft}: {links} copies linked without a trap of {blocks}: {c}");
+        // Their time is counted apart, within the windows' time in the
+        // cache: the copies' own running is what is left.
+        let (link_ns, cache_ns) = (c["link_ns"].as_u64().unwrap_or(0), c["cache_ns"].as_u64().unwrap_or(0));
+        assert!(link_ns > 0 && link_ns < cache_ns, "{craft}: link time {link_ns} ns of {cache_ns} ns in the cache: {c}");
     }
 }
 

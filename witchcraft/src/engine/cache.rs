@@ -63,6 +63,9 @@ pub struct CacheStats {
     pub lookups: u64,
     /// Copies made and linked at an exit without a trap (the link stub).
     pub links: u64,
+    /// CPU time in the link stub's calls into the engine (translating, in
+    /// the main), part of a window's time in the cache.
+    pub link_ns: u64,
 }
 
 pub struct CodeCache {

@@ -7,6 +7,7 @@ use super::process::Engine;
 use super::thread::ThreadState;
 use super::window::{counted, gregs, Phase, Plan};
 use crate::modules::ProcessMap;
+use crate::sys::task;
 use crate::x86::decode::Regs;
 use crate::x86::translate::{self, Exit, Variant};
 
@@ -158,15 +159,6 @@ impl ThreadState {
         }
     }
 
-    /// A copy reached an exit that asks for a copy, through the link stub
-    /// (see [`super::link`]), the exit's `int3` address in the jump slot:
-    /// make the copy (a link, a slow variant, a dispatch miss) and aim the
-    /// jump slot, the branch that exited and the dispatch table at it, as
-    /// the exit's trap would have. Anything else is left to the trap: the
-    /// slot is not changed (code the cache does not run, a full cache,
-    /// which the trap empties, a window that is not running copies).
-    /// Called on the cache's link stack, with the window's signal mask,
-    /// from the agent's hook; async-signal-safe.
     /// Where a copy's branch to `native` goes: there, or, in a recording
     /// window, on to the definition an agent entry calls on to
     /// ([`Engine::calls_on`]; the dispatch table and links still key the
@@ -179,7 +171,26 @@ impl ThreadState {
         }
     }
 
+    /// A copy reached an exit that asks for a copy, through the link stub
+    /// (see [`super::link`]), the exit's `int3` address in the jump slot:
+    /// make the copy (a link, a slow variant, a dispatch miss) and aim the
+    /// jump slot, the branch that exited and the dispatch table at it, as
+    /// the exit's trap would have. Anything else is left to the trap: the
+    /// slot is not changed (code the cache does not run, a full cache,
+    /// which the trap empties, a window that is not running copies).
+    /// Called on the cache's link stack, with the window's signal mask,
+    /// from the agent's hook; async-signal-safe.
+    /// Its time is counted apart (`link_ns`): part of the window's time
+    /// in the cache that is the engine's, not the copies' running.
     pub fn link_in_cache(&mut self, engine: &Engine, map: &ProcessMap) {
+        let c0 = task::cycles();
+        self.link(engine, map);
+        let ns = (task::cycles().wrapping_sub(c0) as f64 * engine.ns_per_cycle) as u64;
+        self.window.cache.stats.link_ns += ns;
+    }
+
+    /// [`ThreadState::link_in_cache`], untimed.
+    fn link(&mut self, engine: &Engine, map: &ProcessMap) {
         if self.window.phase() != Phase::Cache || !self.window.cache.has_mapping() {
             return;
         }

@@ -538,6 +538,7 @@ impl Window {
         counters.cache_exits = self.cache.stats.exits;
         counters.cache_lookups = self.cache.stats.lookups;
         counters.cache_links = self.cache.stats.links;
+        counters.link_ns = self.cache.stats.link_ns;
         counters.window_bridges = w.bridges;
         counters.window_resumes = w.resumes;
         counters.window_gaps = w.gaps;

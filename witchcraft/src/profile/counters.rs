@@ -105,6 +105,11 @@ pub struct Counters {
     /// (burst windows), the program's own instructions included.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_ns: u64,
+    /// The part of `cache_ns` spent in the engine through the cache's link
+    /// stub (translating blocks the copies branched to, without a trap):
+    /// `cache_ns - link_ns` is the copies' own running time.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub link_ns: u64,
     /// The part spent at the cache's exits (a window's picks, its end,
     /// translating blocks).
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -175,6 +180,7 @@ impl Counters {
     /// translations, flushes, exits, resumptions and gaps).
     pub fn keep_code_cache(&mut self, o: &Counters) {
         self.cache_ns = o.cache_ns;
+        self.link_ns = o.link_ns;
         self.exit_ns = o.exit_ns;
         self.windows = o.windows;
         self.window_instructions = o.window_instructions;
@@ -224,6 +230,7 @@ impl Counters {
         self.step_ns += o.step_ns;
         self.trap_ns += o.trap_ns;
         self.cache_ns += o.cache_ns;
+        self.link_ns += o.link_ns;
         self.exit_ns += o.exit_ns;
         self.windows += o.windows;
         self.window_instructions += o.window_instructions;
