@@ -47,6 +47,7 @@ pub mod recording;
 pub mod resume;
 pub mod sample;
 pub mod sampler;
+pub mod schedule;
 pub mod settings;
 pub mod signal;
 mod stepping;

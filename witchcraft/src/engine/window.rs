@@ -23,7 +23,10 @@
 //! the same estimate the bursts make, from windows a hundred times longer.
 //! p is chosen before each window from the thread's recent accesses per
 //! instruction, so that a window of W instructions expects m picks; being
-//! fixed before the window, it does not bias the estimate.
+//! fixed before the window, it does not bias the estimate. Where the
+//! window's accesses come far faster than planned, p is cut as it goes
+//! ([`super::schedule`]): each access's p is still fixed before it runs,
+//! and its pick credits t_b / p with that p.
 //!
 //! *Signals.* While a thread runs in the cache, every signal but the
 //! synchronous ones (and SIGTRAP, through which the cache and the
@@ -44,6 +47,7 @@ use super::place::Place;
 use super::process::Engine;
 use super::recorder::RecordBuffer;
 use super::resume::Resume;
+use super::schedule::Schedule;
 use super::settings::WindowSettings;
 use super::stepping::set_trap_flag;
 use crate::profile::Counters;
@@ -92,8 +96,8 @@ pub struct Window {
     /// `phase` is not Native, for other threads to read (the session's
     /// end waits for windows to end before it frees their caches).
     busy: AtomicBool,
-    /// Pick probability per counted access in the window under way.
-    p: f64,
+    /// When the window under way picks (its probability per counted access).
+    schedule: Schedule,
     /// The program-time weight of the tick that began it.
     time_weight: f64,
     /// The settings it began with.
@@ -112,9 +116,7 @@ pub struct Window {
     per_instruction: f64,
     /// Counted accesses a `rep` string element makes (the craft's kind).
     counted_per_element: i64,
-    /// Picks the window under way may still take: past its plan by far
-    /// (its accesses per instruction misjudged), it picks no more.
-    picks_left: u64,
+
     rng: SmallRng,
     /// The engine's time spent when the last window began, and its picks
     /// (None: no window yet).
@@ -139,6 +141,9 @@ pub struct WindowStats {
     /// Windows that ended before their instructions ran out (a system
     /// call, code the cache does not run).
     pub cut: u64,
+    /// Times a window's pick probability was cut to a quarter (its
+    /// accesses came far faster than planned).
+    pub thinned: u64,
     pub shortest: u64,
     pub longest: u64,
     /// Whole-run counting: crossings between windows to deliver signals.
@@ -177,7 +182,7 @@ impl Window {
             cache: CodeCache::new(record.is_some()),
             phase: Phase::Native,
             busy: AtomicBool::new(false),
-            p: 1.0,
+            schedule: Schedule::every(1),
             time_weight: 0.0,
             settings: WindowSettings { instructions: 0, picks: 0.0, count: None },
             drawn: 0,
@@ -187,7 +192,6 @@ impl Window {
             saved_mask: 0,
             per_instruction: 0.0,
             counted_per_element: 1,
-            picks_left: 0,
             rng: SmallRng::seed_from_u64(seed ^ 0x0c0d_eca5),
             last_start: None,
             unit_ns: 0.0,
@@ -268,14 +272,12 @@ impl Window {
         }
         if let Some(n) = settings.count {
             // Every access alike, for the whole run: a pick stands for n.
-            self.picks_left = u64::MAX;
-            self.p = 1.0 / n.max(1) as f64;
+            self.schedule = Schedule::every(n);
             self.time_weight = 1.0;
         } else {
             let per = if self.per_instruction > 0.0 { self.per_instruction } else { START_PER_INSTRUCTION };
             let expected = settings.instructions as f64 * per.max(1e-3);
-            self.picks_left = 2 * picks.max(1) as u64 + 2;
-            self.p = (picks.max(1) as f64 / expected).clamp(1e-9, 1.0);
+            self.schedule = Schedule::planned(picks, expected);
             self.time_weight = weight;
         }
         self.settings = settings;
@@ -378,7 +380,7 @@ impl Window {
     /// The picked instruction is stepped natively: the weight its pick
     /// stands for.
     pub(super) fn step_pick(&mut self) -> f64 {
-        let weight = self.time_weight / self.p;
+        let weight = self.time_weight * self.schedule.weight();
         self.set_phase(Phase::Step);
         self.stats.picks += 1;
         weight
@@ -391,11 +393,14 @@ impl Window {
         self.accesses += 1;
     }
 
-    /// The countdown to the next pick, set for the copies: none once the
-    /// window took its picks.
+    /// The countdown to the next pick, set for the copies (a window whose
+    /// accesses came far faster than planned picks the rest at a lower
+    /// probability: [`Schedule::picked`]).
     pub(super) fn next_countdown(&mut self) {
-        self.picks_left = self.picks_left.saturating_sub(1);
-        let d = if self.picks_left == 0 { i64::MAX / 4 } else { self.draw() };
+        if self.schedule.picked() {
+            self.stats.thinned += 1;
+        }
+        let d = self.draw();
         self.drawn = d;
         self.cache.data().countdown = d;
     }
@@ -531,6 +536,7 @@ impl Window {
         counters.window_accesses = w.accesses;
         counters.window_picks = w.picks;
         counters.windows_cut = w.cut;
+        counters.windows_thinned = w.thinned;
         counters.window_shortest = w.shortest;
         counters.window_longest = w.longest;
         counters.cache_blocks = self.cache.stats.blocks;
@@ -561,12 +567,8 @@ impl Window {
 
     /// The countdown to the next pick: geometric on 1, 2, ... with `p`.
     fn draw(&mut self) -> i64 {
-        if self.p >= 1.0 {
-            return 1;
-        }
         let u: f64 = 1.0 - self.rng.random::<f64>(); // (0, 1]
-        let d = 1.0 + (u.ln() / (1.0 - self.p).ln()).floor();
-        d.clamp(1.0, i64::MAX as f64 / 2.0) as i64
+        self.schedule.countdown(u)
     }
 
     /// Accesses counted since the countdown was last set.

@@ -129,6 +129,10 @@ pub struct Counters {
     /// code the cache does not run).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub windows_cut: u64,
+    /// Times a window's pick probability was cut to a quarter, its
+    /// accesses having come far faster than planned.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub windows_thinned: u64,
     /// The shortest and longest window (instructions).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub window_shortest: u64,
@@ -186,6 +190,7 @@ impl Counters {
         self.window_instructions = o.window_instructions;
         self.window_accesses = o.window_accesses;
         self.windows_cut = o.windows_cut;
+        self.windows_thinned = o.windows_thinned;
         self.window_shortest = o.window_shortest;
         self.window_longest = o.window_longest;
         self.cache_blocks = o.cache_blocks;
@@ -237,6 +242,7 @@ impl Counters {
         self.window_accesses += o.window_accesses;
         self.window_picks += o.window_picks;
         self.windows_cut += o.windows_cut;
+        self.windows_thinned += o.windows_thinned;
         self.window_shortest = match (self.window_shortest, o.window_shortest) {
             (0, b) => b,
             (a, 0) => a,

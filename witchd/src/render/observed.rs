@@ -32,14 +32,19 @@ pub(super) fn burst_engine(p: &Profile, c: &Counters) -> Vec<String> {
             c.windows, p.sampler.window_instructions
         ));
         out.push(format!(
-            "            a window: {:.0} instructions (mean; {}–{}), {:.1} {}s, {:.1} picked; {} cut short",
+            "            a window: {:.0} instructions (mean; {}–{}), {:.1} {}s, {:.1} picked; {} cut short{}",
             c.window_instructions as f64 / n,
             c.window_shortest,
             c.window_longest,
             c.window_accesses as f64 / n,
             analysis::words(p.craft).access,
             c.window_picks as f64 / n,
-            c.windows_cut
+            c.windows_cut,
+            if c.windows_thinned > 0 {
+                format!("; pick rate cut {} times (accesses far faster than planned)", c.windows_thinned)
+            } else {
+                String::new()
+            }
         ));
         if c.window_instructions > 0 && c.cache_ns + c.exit_ns > 0 {
             let each = |ns: u64| ns as f64 / c.window_instructions as f64;
