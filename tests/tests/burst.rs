@@ -213,6 +213,15 @@ fn ticks_in_the_agents_wrappers_earn_the_budget() {
     // The report is fitted to 80 columns: compare words, not lines.
     let line = text.stdout_str().split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(line.contains(" at ticks, ") && line.contains(" at single steps"), "the report does not split the cost:\n{line}");
+    if c["windows"].as_u64().unwrap_or(0) > 0 {
+        // And an instruction's cost in the windows: running, translating, exits.
+        assert!(
+            line.contains(" ns running copies ")
+                && line.contains(" ns translating at links, ")
+                && line.contains(" ns at exits that trapped"),
+            "the report does not split a window's cost:\n{line}"
+        );
+    }
 }
 
 /// Burst windows run from the code cache, at every tick of a short period

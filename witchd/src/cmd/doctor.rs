@@ -28,7 +28,7 @@ fn cache_check() -> Check {
             (
                 CheckStatus::Ok,
                 format!(
-                    "a window of {:.0} instructions took {:.1} µs of CPU time in the cache ({:.1} ns an instruction running copies, the program's own work and the kernel's entries and exits included{step}; {:.1} µs of it translating at links), and {:.1} µs at its {:.1} exits that trapped (each {:.1} µs: {:.1} picks, its end, what the link stub left; {} blocks translated in all, {:.1} a window linked without a trap, {:.1} dispatch-table misses trapped); measured on {} windows of a shell loop under the agent, so first translations weigh more than in a longer run",
+                    "a window of {:.0} instructions took {:.1} µs of CPU time in the cache ({:.1} ns an instruction running copies, the program's own work and the kernel's entries and exits included; {:.1} µs of it translating at links{step}), and {:.1} µs at its {:.1} exits that trapped (each {:.1} µs: {:.1} picks, its end, what the link stub left; {} blocks translated in all, {:.1} a window linked without a trap, {:.1} dispatch-table misses trapped); measured on {} windows of a shell loop under the agent, so first translations weigh more than in a longer run",
                     c.window_instructions as f64 / n,
                     c.cache_ns as f64 / n / 1e3,
                     c.cache_ns.saturating_sub(c.link_ns) as f64 / c.window_instructions as f64,
