@@ -217,3 +217,38 @@ fn a_short_memset_run_gets_silent_loads() {
         "silent-load at the defaults: {traps} judged loads from a 100 ms run (interval {lo:.3}-{hi:.3}):\n{err}"
     );
 }
+
+/// count_cuts.c leaves the cache three times a rep (a system call, and
+/// calls into the agent's `malloc` and `free`), so at the defaults many of
+/// its windows end before their instructions run out; the code after those
+/// points is then looked at less often. The report says so, and what it
+/// means for the figures.
+#[test]
+fn windows_that_end_early_are_reported() {
+    let dir = Scratch::new("window-cuts");
+    let prog = Program::build("count_cuts", dir.path());
+    // About a second: some 120 windows, 39-44% of them cut in five runs
+    // (at 200,000 reps, 40 windows, one run in fifteen had fewer than a
+    // quarter cut).
+    let args = ["600000"];
+    let native = prog.run_native(&args);
+    assert_eq!(native.code(), Some(3), "{}", native.describe());
+    let out = dir.join("cuts.json");
+    let run = WitchCmd::new("dead").arg("-q").out(&out).run(&prog.exe, &args);
+    assert_same_behaviour(&native, &run);
+    let raw = raw_profile(&out);
+    if raw["sampler"]["kind"] != "software" {
+        return;
+    }
+    let c = &raw["counters"];
+    let (windows, cut) = (c["windows"].as_u64().unwrap_or(0), c["windows_cut"].as_u64().unwrap_or(0));
+    assert!(windows >= 5 && cut * 4 > windows, "expected many of its windows to end early: {c}");
+    let text = witch_raw(&[std::ffi::OsStr::new("report"), out.as_os_str()]);
+    // The report is fitted to 80 columns: compare words, not lines.
+    let line = text.stdout_str().split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        line.contains(&format!("{cut} of {windows} code-cache windows ended before their"))
+            && line.contains("calls into witch's own interposers"),
+        "the report does not say that windows ended early:\n{line}"
+    );
+}
