@@ -199,25 +199,14 @@ impl ThreadShadow {
                 page.ctx[lo..lo + len].fill(ctx);
                 page.word[w] = SPLIT;
             }
+            values.copy_from_slice(&before[..len]);
         } else {
-            let prevs = &mut page.ctx[lo..lo + len];
-            let prev = prevs[0];
-            if prevs.iter().all(|&c| c == prev) {
-                if prev != 0 {
-                    let v = judge_value(a, 0, len, values, before, precision);
-                    self.add(prev, ctx, v);
-                }
-            } else {
-                let mut p = [0u32; 8];
-                p[..len].copy_from_slice(prevs);
-                self.credit_runs(ctx, &p[..len], 0, values, before);
-            }
-            page.ctx[lo..lo + len].fill(ctx);
+            // Its bytes' contexts one by one, as any value's.
+            self.loaded_bytes(precision, ctx, a, 0, len, before, &mut page.ctx[lo..lo + len], values);
             if page.ctx[8 * w..8 * w + 8].iter().all(|&c| c == ctx) {
                 page.word[w] = ctx;
             }
         }
-        page.value[lo..lo + len].copy_from_slice(&before[..len]);
     }
 
     /// A load of single floats over whole words `[lo, lo+len)` of `page`,
@@ -235,33 +224,7 @@ impl ThreadShadow {
         words.fill(ctx);
         let values = &mut page.value[lo..lo + len];
         if prev != 0 {
-            // (values unchanged, changed within the precision, changed)
-            let (mut unchanged, mut near, mut changed) = (0u64, 0u64, 0u64);
-            for (x, y) in values.chunks_exact(4).zip(before[..len].chunks_exact(4)) {
-                if same(x, y) {
-                    unchanged += 1;
-                } else if precision > 0.0 && crate::craft::float_within(x, y, 4, precision) {
-                    near += 1;
-                } else {
-                    changed += 1;
-                }
-            }
-            match self.pair(prev, ctx) {
-                Some(i) => {
-                    let p = self.pairs.at(i);
-                    for (n, v) in [
-                        (unchanged, Verdict::Waste { bytes: 4, approx: false }),
-                        (near, Verdict::Waste { bytes: 4, approx: true }),
-                        (changed, Verdict::Use { bytes: 4 }),
-                    ] {
-                        if n > 0 {
-                            p.credit_many(v, n);
-                        }
-                    }
-                }
-                // (As many misses as credits.)
-                None => self.pairs.overflow += unchanged + near + changed - 1,
-            }
+            self.credit_tally(prev, ctx, 4, tally(values, &before[..len], 4, precision > 0.0, precision));
         }
         values.copy_from_slice(&before[..len]);
         true
@@ -428,21 +391,7 @@ impl ThreadShadow {
     /// Credit a run of values of `size` bytes one load read last (see
     /// [`ThreadShadow::loaded_elements`]).
     fn credit_values(&mut self, ctx: u32, (prev, same, changed): (u32, u64, u64), size: usize) {
-        if same + changed == 0 {
-            return;
-        }
-        let Some(i) = self.pair(prev, ctx) else {
-            // (As many misses as credits.)
-            self.pairs.overflow += same + changed - 1;
-            return;
-        };
-        let p = self.pairs.at(i);
-        if same > 0 {
-            p.credit_many(Verdict::Waste { bytes: size as u64, approx: false }, same);
-        }
-        if changed > 0 {
-            p.credit_many(Verdict::Use { bytes: size as u64 }, changed);
-        }
+        self.credit_tally(prev, ctx, size, Tally { unchanged: same, near: 0, changed });
     }
 
     /// Value `[off, off+N)` of a load (see [`ThreadShadow::loaded`]).

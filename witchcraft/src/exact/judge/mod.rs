@@ -62,6 +62,33 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     }
 }
 
+/// The values of `el` bytes in `then` against `now` (equally long): how
+/// many are unchanged, how many changed within the relative `precision`
+/// (only where `float`, single or double floats of `el` bytes), and how
+/// many changed: the verdicts [`judge_element`] gives them, counted.
+#[inline]
+fn tally(then: &[u8], now: &[u8], el: usize, float: bool, precision: f64) -> Tally {
+    let mut t = Tally::default();
+    for (x, y) in then.chunks_exact(el).zip(now.chunks_exact(el)) {
+        if same(x, y) {
+            t.unchanged += 1;
+        } else if float && crate::craft::float_within(x, y, el, precision) {
+            t.near += 1;
+        } else {
+            t.changed += 1;
+        }
+    }
+    t
+}
+
+/// Values of one size counted by verdict (see [`tally`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct Tally {
+    unchanged: u64,
+    near: u64,
+    changed: u64,
+}
+
 /// Judge element `[off, off+el)` of access `a`: `then` held the bytes it is
 /// compared with, `now` the bytes now (both indexed from `a.addr`).
 fn judge_element(a: &Access, off: usize, el: usize, then: &[u8], now: &[u8], precision: f64) -> Verdict {
@@ -478,32 +505,33 @@ impl ThreadShadow {
             Float::F64 if el == 8 && precision > 0.0 => true,
             _ => false,
         };
-        // (values unchanged, changed within the precision, changed)
-        let (mut unchanged, mut near, mut changed) = (0u64, 0u64, 0u64);
-        for (x, y) in before.chunks_exact(el).zip(after.chunks_exact(el)) {
-            if same(x, y) {
-                unchanged += 1;
-            } else if float && crate::craft::float_within(x, y, el, precision) {
-                near += 1;
-            } else {
-                changed += 1;
-            }
+        self.credit_tally(prev, ctx, el, tally(before, after, el, float, precision));
+    }
+
+    /// Pair ⟨prev, ctx⟩ credited with `t`'s values of `el` bytes, a credit
+    /// per value, given at once per verdict (sums of whole numbers: the
+    /// same figures), in the order a credit per value makes them: exact
+    /// waste, approximate waste, use.
+    fn credit_tally(&mut self, prev: u32, ctx: u32, el: usize, t: Tally) {
+        let n = t.unchanged + t.near + t.changed;
+        if n == 0 {
+            return;
         }
         let Some(i) = self.pair(prev, ctx) else {
             // (As many misses as credits.)
-            self.pairs.overflow += unchanged + near + changed - 1;
+            self.pairs.overflow += n - 1;
             return;
         };
         let p = self.pairs.at(i);
         let bytes = el as u64;
-        if unchanged > 0 {
-            p.credit_many(Verdict::Waste { bytes, approx: false }, unchanged);
-        }
-        if near > 0 {
-            p.credit_many(Verdict::Waste { bytes, approx: true }, near);
-        }
-        if changed > 0 {
-            p.credit_many(Verdict::Use { bytes }, changed);
+        for (k, v) in [
+            (t.unchanged, Verdict::Waste { bytes, approx: false }),
+            (t.near, Verdict::Waste { bytes, approx: true }),
+            (t.changed, Verdict::Use { bytes }),
+        ] {
+            if k > 0 {
+                p.credit_many(v, k);
+            }
         }
     }
 
