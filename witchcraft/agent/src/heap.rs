@@ -586,7 +586,7 @@ pub unsafe extern "C" fn witch_heap_mremap(
 }
 
 mod own_entries;
-pub(crate) use own_entries::calls_on;
+pub(crate) use own_entries::{calls_on, native_calls};
 
 #[cfg(test)]
 mod tests;

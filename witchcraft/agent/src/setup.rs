@@ -47,7 +47,8 @@ pub fn make_engine(cfg: Config, install: fn(), guarded: bool) -> (Engine, Vec<St
     ));
     let windows_allowed = guarded || crate::handlers::faults_without_handlers();
     let calls_on = Some(crate::heap::calls_on as witchcraft::engine::process::CallsOn);
-    let found = Found { sampler, period, sigtrap, modify, in_place, own_code: own, calls_on, costs, windows_allowed };
+    let native_calls = crate::heap::native_calls();
+    let found = Found { sampler, period, sigtrap, modify, in_place, own_code: own, calls_on, native_calls, costs, windows_allowed };
     let engine = Engine::new(cfg, found, &mut notes);
     (engine, notes)
 }

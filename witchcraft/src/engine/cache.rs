@@ -28,10 +28,12 @@
 use crate::modules::{self, ProcessMap};
 use crate::sys::mem;
 use crate::x86::translate::{
-    self, Block, Counted, Data, DataAddrs, Env, Exit, Host, Point, Spilled, TranslateRequest, Translator, Variant, EXIT_STUB_LEN,
+    self, Block, Counted, Data, DataAddrs, Env, Exit, Host, NativeCalls, Point, Spilled, TranslateRequest, Translator, Variant,
+    EXIT_STUB_LEN,
 };
 
 mod layout;
+mod native_calls;
 use layout::{Layout, DATA_AT, DISPATCH_AT, DISPATCH_ENTRIES, INDEX_AT, PAGE};
 
 #[repr(C)]
@@ -43,15 +45,22 @@ struct IndexEntry {
 }
 
 /// Where one translated copy lies in the cache: its start, the native
-/// address it copies, its length, and whether it is the slow variant.
+/// address it copies, its length, and what it is ([`COPY_FAST`],
+/// [`COPY_SLOW`], [`COPY_NATIVE_CALL`]).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 struct CopyRecord {
     start: u64,
     native: u64,
     len: u32,
-    slow: u32,
+    what: u32,
 }
+
+const COPY_FAST: u32 = 0;
+const COPY_SLOW: u32 = 1;
+/// Not a copy: a native call of an entry the cache does not run
+/// ([`translate::NativeCall`]).
+const COPY_NATIVE_CALL: u32 = 2;
 
 /// What translating costs and how full the cache got, for the profile.
 #[derive(Clone, Copy, Debug, Default)]
@@ -81,6 +90,10 @@ pub struct CodeCache {
     /// The link stub's address, if the copies use it (0: every exit traps),
     /// fixed when the mapping is made.
     link: u64,
+    /// The entries a window calls natively and goes on after (none for
+    /// whole-run windows, which run the C library's allocator in the cache
+    /// or come back at a breakpoint).
+    calls: NativeCalls,
     translator: Translator,
     pub stats: CacheStats,
 }
@@ -93,6 +106,7 @@ unsafe impl Send for CodeCache {}
 struct ProgramHost<'a> {
     map: &'a ProcessMap,
     own: (u64, u64),
+    calls: NativeCalls,
     index: *const IndexEntry,
     entries: usize,
 }
@@ -124,7 +138,7 @@ impl Host for ProgramHost<'_> {
     }
 
     fn translatable(&self, pc: u64) -> bool {
-        runs_from_cache(self.map, self.own, pc)
+        runs_from_cache(self.map, self.own, pc) || self.calls.find(pc).is_some()
     }
 
     fn resolve(&self, native: u64) -> Option<u64> {
@@ -193,6 +207,7 @@ impl CodeCache {
             indexed: 0,
             map_id: 0,
             link: 0,
+            calls: NativeCalls::default(),
             translator: Translator::new(),
             stats: CacheStats::default(),
         }
@@ -396,17 +411,22 @@ impl CodeCache {
         let slots = self.slots();
         let at = self.addr(self.layout.code_at() + self.code_pos);
         let dispatch = self.addr(self.layout.stubs_at());
-        let mut host = ProgramHost { map, own, index: self.index(), entries: self.layout.entries };
+        let mut host = ProgramHost { map, own, calls: self.calls, index: self.index(), entries: self.layout.entries };
         // SAFETY: the code area from code_pos, MAX_BLOCK_BYTES of it free.
         let out =
             unsafe { std::slice::from_raw_parts_mut(self.base.add(self.layout.code_at() + self.code_pos), translate::MAX_BLOCK_BYTES) };
-        let env = Env { slots, counted, dispatch, link: self.link };
-        let b: Block = self.translator.translate(&mut host, &env, TranslateRequest { native, variant, at, points: false }, out)?;
-        self.code_pos += (b.len as usize).next_multiple_of(16);
+        let (len, what) = match self.calls.find(native) {
+            Some(call) => (translate::emit_native_call(&slots, &call, at, dispatch, out)? as u32, COPY_NATIVE_CALL),
+            None => {
+                let env = Env { slots, counted, dispatch, link: self.link };
+                let b: Block = self.translator.translate(&mut host, &env, TranslateRequest { native, variant, at, points: false }, out)?;
+                (b.len, if variant == Variant::Slow { COPY_SLOW } else { COPY_FAST })
+            }
+        };
+        self.code_pos += (len as usize).next_multiple_of(16);
         // SAFETY: records < RECORDS (checked above).
         unsafe {
-            *(self.base.add(self.layout.records_at()) as *mut CopyRecord).add(self.records) =
-                CopyRecord { start: at, native, len: b.len, slow: (variant == Variant::Slow) as u32 };
+            *(self.base.add(self.layout.records_at()) as *mut CopyRecord).add(self.records) = CopyRecord { start: at, native, len, what };
         }
         self.records += 1;
         self.insert(native, variant, at);
@@ -499,6 +519,7 @@ impl CodeCache {
                 target_slot: false,
                 rep: true,
                 recorded: 0,
+                native_return: false,
             });
         }
         if !self.is_code(addr) || addr < self.addr(self.layout.code_at()) {
@@ -519,12 +540,24 @@ impl CodeCache {
         if probe >= r.start + r.len as u64 {
             return None;
         }
+        if r.what == COPY_NATIVE_CALL {
+            // Only the entry's `ret` (its load of the return address) is
+            // the program's: after it, the program is where it returned.
+            let size = self.calls.find(r.native)?.size;
+            let ret = (after && addr == r.start + translate::after_return(size) as u64).then_some(Point {
+                pc: r.native,
+                target_slot: true,
+                native_return: true,
+                ..Default::default()
+            });
+            return ret;
+        }
         let slots = self.slots();
         let dispatch = self.addr(self.layout.stubs_at());
-        let mut host = ProgramHost { map, own, index: self.index(), entries: self.layout.entries };
+        let mut host = ProgramHost { map, own, calls: self.calls, index: self.index(), entries: self.layout.entries };
         // SAFETY: the scratch area, MAX_BLOCK_BYTES long, inside the mapping.
         let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(self.layout.scratch_at()), translate::MAX_BLOCK_BYTES) };
-        let variant = if r.slow != 0 { Variant::Slow } else { Variant::Fast };
+        let variant = if r.what == COPY_SLOW { Variant::Slow } else { Variant::Fast };
         let env = Env { slots, counted, dispatch, link: self.link };
         self.translator.translate(&mut host, &env, TranslateRequest { native: r.native, variant, at: r.start, points: true }, out).ok()?;
         self.translator.point_at(addr, after)
@@ -535,7 +568,7 @@ impl CodeCache {
     pub fn rep_part(&mut self, map: &ProcessMap, own: (u64, u64), native: u64) -> Option<u64> {
         let slots = self.slots();
         let at = self.addr(self.layout.rep_at());
-        let mut host = ProgramHost { map, own, index: self.index(), entries: self.layout.entries };
+        let mut host = ProgramHost { map, own, calls: self.calls, index: self.index(), entries: self.layout.entries };
         // SAFETY: the partial-rep area, REP_AT..SCRATCH_AT of the mapping.
         let out =
             unsafe { std::slice::from_raw_parts_mut(self.base.add(self.layout.rep_at()), self.layout.scratch_at() - self.layout.rep_at()) };

@@ -14,7 +14,7 @@ use super::thread::ThreadState;
 use super::window::{counted, gregs, Phase, Plan};
 use crate::modules::ProcessMap;
 use crate::x86::decode::Regs;
-use crate::x86::translate::{Exit, Point, Variant};
+use crate::x86::translate::{Exit, NativeCalls, Point, Variant};
 
 impl ThreadState {
     /// A tick begins a window at the interrupted instruction (`regs`),
@@ -35,6 +35,15 @@ impl ThreadState {
         if !self.window.cache.ready(map) {
             return false;
         }
+        // Windows at ticks call the agent's allocation entries natively
+        // and go on after them; whole-run windows run the allocator in the
+        // cache (recording) or come back at a breakpoint (counting), which
+        // count its accesses as the program's.
+        let calls = if plan.settings.count.is_some() { NativeCalls::default() } else { engine.native_calls };
+        self.window.cache.set_native_calls(calls);
+        let data = self.window.cache.data();
+        data.heap_threshold = crate::heap::threshold();
+        data.away_sp = 0;
         let kind = counted(engine);
         let Ok(entry) = self.window.cache.get(map, engine.own_code, kind, regs.rip, Variant::Fast) else { return false };
         // Begun otherwise (a tick), the window needs no breakpoint to come
@@ -156,8 +165,37 @@ impl ThreadState {
         self.window.run_rep_part();
     }
 
+    /// Does a handler return into the window's time at `rip`: its copies,
+    /// or an entry it calls natively (whose time is the window's: the
+    /// window goes on when it returns)?
+    pub(super) fn returns_into_window(&mut self, rip: u64) -> bool {
+        self.window.cache.is_code(rip) || (self.window.active() && self.window.cache.away_sp().is_some())
+    }
+
+    /// May the window go on at `pc` (code the cache runs, or an entry it
+    /// calls natively)?
     pub(super) fn translatable(&self, engine: &Engine, map: &ProcessMap, pc: u64) -> bool {
-        super::cache::runs_from_cache(map, engine.own_code, pc)
+        self.window.cache.runs(map, engine.own_code, pc)
+    }
+
+    /// The window ends while the thread is away in a native call's entry
+    /// (its context is there): the entry returns natively to the program,
+    /// not into the cache (see [`super::window::Window::end`]). False if
+    /// the thread is not away.
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    unsafe fn come_back_natively(&mut self, uc: *mut libc::ucontext_t) -> bool {
+        // SAFETY: forwarded from the caller.
+        let rip = unsafe { gregs(uc)[libc::REG_RIP as usize] as u64 };
+        if self.window.cache.away_sp().is_none() || self.window.cache.is_code(rip) {
+            // Not away, or in the native call itself, before the call or
+            // after the return (not expected here: no exit nor access of
+            // the program's is there).
+            return false;
+        }
+        self.window.end(uc, rip, true);
+        true
     }
 
     /// Leave the cache wherever the thread is in it, for good (the session
@@ -174,6 +212,11 @@ impl ThreadState {
             return;
         }
         if !self.window.active() {
+            return;
+        }
+        // SAFETY: forwarded from the caller.
+        if unsafe { self.come_back_natively(uc) } {
+            self.burst.reset();
             return;
         }
         // SAFETY: forwarded from the caller.
@@ -232,7 +275,16 @@ impl ThreadState {
         // SAFETY: forwarded from the caller.
         let g = unsafe { gregs(uc) };
         let rip = g[libc::REG_RIP as usize] as u64;
-        if !self.window.active() || !self.window.cache.is_code(rip) {
+        if !self.window.active() {
+            return false;
+        }
+        // A fault in a native call's entry (the agent's or the C library's
+        // allocator): the program's handler sees the native stack.
+        // SAFETY: forwarded from the caller.
+        if unsafe { self.come_back_natively(uc) } {
+            return true;
+        }
+        if !self.window.cache.is_code(rip) {
             return false;
         }
         let Some(map) = crate::modules::current() else { return false };

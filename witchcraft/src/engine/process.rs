@@ -7,6 +7,7 @@ use super::sampler::SampleSource;
 use super::settings::BurstSettings;
 use crate::config::{Config, DEFAULT_SOFTWARE_PERIOD_NS};
 use crate::craft::CraftRules;
+use crate::x86::translate::NativeCalls;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Process-wide, immutable after start-up but for three atomics: the head
@@ -27,6 +28,9 @@ pub struct Engine {
     /// The definition one of the agent's entries calls on to, where a
     /// recording window may go instead (see [`Engine::calls_on`]).
     pub(crate) calls_on: Option<CallsOn>,
+    /// The agent's entries a window at a tick calls natively and goes on
+    /// after (its allocation functions; see [`crate::x86::translate::NativeCall`]).
+    pub(crate) native_calls: NativeCalls,
     /// Measured CPU cost (ns) of one watchpoint trap round trip and of one
     /// sampler signal, outside our handler code (kernel, and hypervisor in a
     /// VM). See [`super::clock`].
@@ -68,6 +72,8 @@ pub struct Found {
     pub own_code: (u64, u64),
     /// See [`Engine::calls_on`].
     pub calls_on: Option<CallsOn>,
+    /// See [`Engine::native_calls`](Engine).
+    pub native_calls: NativeCalls,
     pub costs: Costs,
     pub windows_allowed: bool,
 }
@@ -87,6 +93,7 @@ impl Engine {
             in_place: found.in_place,
             own_code: found.own_code,
             calls_on: found.calls_on,
+            native_calls: found.native_calls,
             trap_cost_ns: found.costs.trap_ns,
             signal_cost_ns: found.costs.signal_ns,
             step_cost_ns: found.costs.step_ns,
@@ -111,6 +118,7 @@ impl Engine {
             in_place: false,
             own_code: (0, 0),
             calls_on: None,
+            native_calls: NativeCalls::default(),
             trap_cost_ns: 0,
             signal_cost_ns: 0,
             step_cost_ns: 0,

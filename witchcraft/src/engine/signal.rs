@@ -117,7 +117,8 @@ impl ThreadState {
             }
             // SAFETY: forwarded from the caller.
             let rip = unsafe { (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] as u64 };
-            self.clock.set_in_cache(self.window.cache.is_code(rip));
+            let into = self.returns_into_window(rip);
+            self.clock.set_in_cache(into);
             // The burst's last step reads the clock once, to time the burst.
             let ended = !self.burst.is_active();
             let now = if ended { task::thread_cpu_ns() } else { 0 };
@@ -184,7 +185,8 @@ impl ThreadState {
         };
         // SAFETY: forwarded from the caller.
         let rip = unsafe { (*uc).uc_mcontext.gregs[libc::REG_RIP as usize] as u64 };
-        self.clock.set_in_cache(self.window.cache.is_code(rip));
+        let into = self.returns_into_window(rip);
+        self.clock.set_in_cache(into);
         self.ledger.counters.engine_ns += cost;
         self.in_handler.store(false, Ordering::Release);
     }

@@ -308,6 +308,7 @@ impl Window {
     /// The window is over: the thread goes on natively at `native` with
     /// its own signal mask. `cut`: before its instructions ran out.
     pub(super) fn end(&mut self, uc: *mut libc::ucontext_t, native: u64, cut: bool) {
+        self.cache.end_away(native);
         // SAFETY: `uc` is the kernel's context (every caller's contract).
         unsafe {
             gregs(uc)[libc::REG_RIP as usize] = native as i64;

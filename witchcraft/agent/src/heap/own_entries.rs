@@ -4,6 +4,7 @@
 use super::{ALIGNED_ALLOC, BOOT_NEXT, CALLOC, FREE, MALLOC, MEMALIGN, POSIX_MEMALIGN, REAL, REALLOC};
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
+use witchcraft::x86::translate::{NativeCall, NativeCalls, SizeArg};
 
 extern "C" {
     fn witch_own_malloc(n: usize) -> *mut c_void;
@@ -13,6 +14,40 @@ extern "C" {
     fn witch_own_aligned_alloc(a: usize, n: usize) -> *mut c_void;
     fn witch_own_memalign(a: usize, n: usize) -> *mut c_void;
     fn witch_own_posix_memalign(out: *mut *mut c_void, a: usize, n: usize) -> i32;
+    fn witch_attached_malloc(n: usize) -> *mut c_void;
+    fn witch_attached_calloc(n: usize, m: usize) -> *mut c_void;
+    fn witch_attached_realloc(p: *mut c_void, n: usize) -> *mut c_void;
+    fn witch_attached_free(p: *mut c_void);
+    fn witch_attached_aligned_alloc(a: usize, n: usize) -> *mut c_void;
+    fn witch_attached_memalign(a: usize, n: usize) -> *mut c_void;
+    fn witch_attached_posix_memalign(out: *mut *mut c_void, a: usize, n: usize) -> i32;
+}
+
+/// The allocation entries (preloaded and attached) a window at a tick
+/// calls natively and goes on after, with the argument that is each
+/// one's size: an allocation the agent tracks (that size at least the
+/// heap threshold) leaves the window instead, so that the agent names the
+/// block by the program's own return address
+/// ([`witchcraft::x86::translate::NativeCall`]).
+pub(crate) fn native_calls() -> NativeCalls {
+    use SizeArg::*;
+    let e = |f: *const (), size| NativeCall { pc: f as u64, size };
+    NativeCalls::of(&[
+        e(witch_own_malloc as *const (), Rdi),
+        e(witch_own_calloc as *const (), RdiTimesRsi),
+        e(witch_own_realloc as *const (), Rsi),
+        e(witch_own_free as *const (), None),
+        e(witch_own_aligned_alloc as *const (), Rsi),
+        e(witch_own_memalign as *const (), Rsi),
+        e(witch_own_posix_memalign as *const (), Rdx),
+        e(witch_attached_malloc as *const (), Rdi),
+        e(witch_attached_calloc as *const (), RdiTimesRsi),
+        e(witch_attached_realloc as *const (), Rsi),
+        e(witch_attached_free as *const (), None),
+        e(witch_attached_aligned_alloc as *const (), Rsi),
+        e(witch_attached_memalign as *const (), Rsi),
+        e(witch_attached_posix_memalign as *const (), Rdx),
+    ])
 }
 
 /// The definition the agent's allocation entry at `pc` calls on to, for

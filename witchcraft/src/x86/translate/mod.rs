@@ -49,6 +49,7 @@ mod block;
 mod data;
 mod dispatch;
 mod emit;
+mod native_call;
 mod operands;
 mod recording;
 mod rewrite;
@@ -58,6 +59,7 @@ mod tests;
 pub use data::{Data, DataAddrs};
 pub use dispatch::{dispatch_index, emit_dispatch, emit_link};
 pub use emit::{EXIT_STUB_LEN, LINK_PREFIX_LEN};
+pub use native_call::{after_return, away_return_slot, emit_native_call, witch_native_call_return, NativeCall, NativeCalls, SizeArg};
 
 use super::decode::{Access, Analyzer};
 use super::record::RecordKind;
@@ -235,6 +237,10 @@ pub struct Point {
     /// instruction before this point. A fault here is the instruction's
     /// own: it did not run, and its records are taken back.
     pub recorded: u32,
+    /// A native call's return ([`native_call::after_return`]): the access
+    /// is the load of the return address just below the stack pointer,
+    /// made by code that is not the program's (`pc` is the entry).
+    pub native_return: bool,
 }
 
 impl Point {
