@@ -585,6 +585,7 @@ pub unsafe extern "C" fn witch_heap_mremap(
     p
 }
 
+mod next;
 mod own_entries;
 pub(crate) use own_entries::{calls_on, native_calls};
 

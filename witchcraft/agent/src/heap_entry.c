@@ -24,14 +24,45 @@ void *witch_heap_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t
 int witch_heap_munmap(void *addr, size_t len);
 void *witch_heap_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr);
 
+/* The direct way (heap/next.rs): the C library's definition to call as a
+ * sibling call (no frame of the agent's left between the program and its
+ * allocator), or NULL for the full way above. */
+typedef void *(*malloc_fn)(size_t);
+typedef void *(*calloc_fn)(size_t, size_t);
+typedef void *(*realloc_fn)(void *, size_t);
+typedef void (*free_fn)(void *);
+malloc_fn witch_heap_malloc_next(size_t n);
+calloc_fn witch_heap_calloc_next(size_t n, size_t m);
+realloc_fn witch_heap_realloc_next(void *p, size_t n);
+free_fn witch_heap_free_next(void *p);
+
 #define RET __builtin_return_address(0)
 
 #define ENTRIES(VIS, PFX)                                                                                   \
-    VIS void *PFX##malloc(size_t n) { return witch_heap_malloc(n, RET); }                                   \
-    VIS void *PFX##calloc(size_t n, size_t m) { return witch_heap_calloc(n, m, RET); }                      \
-    VIS void *PFX##realloc(void *p, size_t n) { return witch_heap_realloc(p, n, RET); }                     \
+    VIS void *PFX##malloc(size_t n) {                                                                       \
+        malloc_fn f = witch_heap_malloc_next(n);                                                            \
+        if (f) return f(n);                                                                                 \
+        return witch_heap_malloc(n, RET);                                                                   \
+    }                                                                                                       \
+    VIS void *PFX##calloc(size_t n, size_t m) {                                                             \
+        calloc_fn f = witch_heap_calloc_next(n, m);                                                         \
+        if (f) return f(n, m);                                                                              \
+        return witch_heap_calloc(n, m, RET);                                                                \
+    }                                                                                                       \
+    VIS void *PFX##realloc(void *p, size_t n) {                                                             \
+        realloc_fn f = witch_heap_realloc_next(p, n);                                                       \
+        if (f) return f(p, n);                                                                              \
+        return witch_heap_realloc(p, n, RET);                                                               \
+    }                                                                                                       \
     VIS void *PFX##reallocarray(void *p, size_t n, size_t m) { return witch_heap_reallocarray(p, n, m, RET); } \
-    VIS void PFX##free(void *p) { witch_heap_free(p); }                                                     \
+    VIS void PFX##free(void *p) {                                                                           \
+        free_fn f = witch_heap_free_next(p);                                                                \
+        if (f) {                                                                                            \
+            f(p);                                                                                           \
+            return;                                                                                         \
+        }                                                                                                   \
+        witch_heap_free(p);                                                                                 \
+    }                                                                                                       \
     VIS void *PFX##aligned_alloc(size_t a, size_t n) { return witch_heap_memalign(0, a, n, RET); }          \
     VIS void *PFX##memalign(size_t a, size_t n) { return witch_heap_memalign(1, a, n, RET); }               \
     VIS int PFX##posix_memalign(void **out, size_t a, size_t n) {                                           \
