@@ -35,11 +35,11 @@ impl ThreadState {
         if !self.window.cache.ready(map) {
             return false;
         }
-        // Windows at ticks call the agent's allocation entries natively
-        // and go on after them; whole-run windows run the allocator in the
-        // cache (recording) or come back at a breakpoint (counting), which
-        // count its accesses as the program's.
-        let calls = if plan.settings.count.is_some() { NativeCalls::default() } else { engine.native_calls };
+        // Windows call the agent's allocation entries natively and go on
+        // after them, but for the exact mode's recording windows, which
+        // run the C library's allocator in the cache (its accesses are the
+        // program's: see `Engine::calls_on`).
+        let calls = if self.window.recording() { NativeCalls::default() } else { engine.native_calls };
         self.window.cache.set_native_calls(calls);
         let data = self.window.cache.data();
         data.heap_threshold = crate::heap::threshold();

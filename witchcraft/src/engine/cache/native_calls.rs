@@ -16,10 +16,15 @@ impl CodeCache {
         }
     }
 
+    /// Is `pc` an entry the cache calls natively?
+    pub fn calls_natively(&self, pc: u64) -> bool {
+        self.calls.find(pc).is_some()
+    }
+
     /// May a window go on at `pc`: code the cache runs (see
     /// [`runs_from_cache`]), or an entry it calls natively.
     pub fn runs(&self, map: &ProcessMap, own: (u64, u64), pc: u64) -> bool {
-        runs_from_cache(map, own, pc) || self.calls.find(pc).is_some()
+        runs_from_cache(map, own, pc) || self.calls_natively(pc)
     }
 
     /// The stack pointer of a thread away in a native call's entry, if it
