@@ -218,8 +218,8 @@ fn a_short_memset_run_gets_silent_loads() {
     );
 }
 
-/// count_cuts.c leaves the cache three times a rep (a system call, and
-/// calls into the agent's `malloc` and `free`), so at the defaults many of
+/// count_cuts.c leaves the cache twice a rep (a system call, and a call
+/// into the agent's `malloc` for a block it tracks), so at the defaults many of
 /// its windows end before their instructions run out; the code after those
 /// points is then looked at less often. The report says so, and what it
 /// means for the figures.
@@ -286,5 +286,33 @@ fn windows_go_on_after_calls_into_the_allocator() {
             "{craft}: {cut} of {n} windows ended early, {mean:.0} instructions on average (given {given}): {}",
             raw["counters"]
         );
+    }
+}
+
+/// fault_in_free.c faults inside glibc's `free` every eighth rep (a
+/// pointer that is not a block) and leaves the fault by `siglongjmp`,
+/// between work and small allocations that windows call natively. A fault
+/// while a window is away in `free` must end the window before the
+/// program's handler runs (native stack, the program's signal mask), or
+/// the jump out leaves the thread in a window that never ends and
+/// sampling stops. The program is unharmed and windows go on all run.
+#[test]
+fn a_fault_in_the_allocator_during_a_window_reaches_the_program() {
+    let dir = Scratch::new("window-fault-in-free");
+    let prog = Program::build("fault_in_free", dir.path());
+    let args = ["1000000"];
+    let native = prog.run_native(&args);
+    assert_eq!(native.code(), Some(0), "{}", native.describe());
+    for craft in ["dead", "silent-load"] {
+        let out = dir.join(&format!("{craft}.json"));
+        let run = WitchCmd::new(craft).arg("-q").out(&out).run(&prog.exe, &args);
+        assert_same_behaviour(&native, &run);
+        let raw = raw_profile(&out);
+        if raw["sampler"]["kind"] != "software" {
+            return;
+        }
+        let c = &raw["counters"];
+        let (windows, picks) = (c["windows"].as_u64().unwrap_or(0), c["window_picks"].as_u64().unwrap_or(0));
+        assert!(windows >= 10 && picks >= 20, "{craft}: sampling stopped early ({windows} windows, {picks} picks): {c}");
     }
 }
