@@ -2,15 +2,18 @@
 //! return: the agent's allocation entries (`malloc`, `free` and the like,
 //! which interpose the C library's to name heap objects).
 //!
-//! A window at a tick used to end at such a call, as at a system call,
-//! and the code after it was looked at only by windows that began after
-//! it: in a program that allocates every few hundred instructions, every
-//! window ended after a few hundred, and the code right after the calls
-//! weighed less in the estimate. Instead, the entry's "copy" is a native
-//! call: the cache calls the entry natively and the window goes on at the
-//! return address when it returns. The entry's own instructions are not
-//! counted (they are witch's and the C library allocator's, as the
-//! stepped bursts and the PMU backends never see the agent's either).
+//! A window used to end at such a call, as at a system call, and the
+//! code after it was looked at only by windows that began after it: in a
+//! program that allocates every few hundred instructions, every window
+//! ended after a few hundred, and the code right after the calls weighed
+//! less in the estimate (whole-run counting came back at a breakpoint,
+//! two traps a call). Instead, the entry's "copy" is a native call: the
+//! cache calls the entry natively and the window goes on at the return
+//! address when it returns. The entry's own instructions are not counted:
+//! the agent's (never the program's to any sampler) and those of the C
+//! library's allocator it goes on to (which a window that begins in the
+//! allocator does count, and the exact mode's recording windows, which
+//! run the allocator in the cache instead: `Engine::calls_on`).
 //!
 //! The native call, entered where the program's `call` (or its PLT's
 //! `jmp`) would reach the entry, the program's return address `R` on top
@@ -176,11 +179,22 @@ std::arch::global_asm!(
     ".globl witch_native_call_return",
     ".hidden witch_native_call_return",
     ".type witch_native_call_return,@function",
+    // Unwind information, so that an unwinder in the program's handler of
+    // a fault in the entry (a backtrace, a debugger) goes on through here
+    // to R: the frame's canonical frame address is 16 above the stack
+    // pointer (the word below R, then R), and 8 after the `lea`. An
+    // unwinder looks a return address up less one: the `nop` before the
+    // entry point is inside this frame description.
+    ".cfi_startproc",
+    ".cfi_def_cfa_offset 16",
+    "nop",
     "witch_native_call_return:",
     // The entry returned here instead of into the cache: past the word
     // below R, and on to R natively.
     "lea rsp, [rsp+8]",
+    ".cfi_def_cfa_offset 8",
     "ret",
+    ".cfi_endproc",
     ".size witch_native_call_return, .-witch_native_call_return",
     ".popsection",
 );
