@@ -1,7 +1,9 @@
 /* Whole-run counting through code the cache does not run: each rep stores
  * N longs, makes a system call, and allocates and frees a block that
  * witch's heap tracking interposes (64 KiB, the default threshold), so a
- * window leaves the cache three times a rep.
+ * window leaves the cache twice a rep: at the system call, and at the
+ * allocation, which the agent tracks (the free is a native call, which
+ * the window goes on after).
  *
  * Stores: reps × N at @store, and reps at @keep (the block's pointer),
  * besides a few hundred at start-up and exit; the allocator's own run

@@ -28,8 +28,8 @@ pub struct Engine {
     /// The definition one of the agent's entries calls on to, where a
     /// recording window may go instead (see [`Engine::calls_on`]).
     pub(crate) calls_on: Option<CallsOn>,
-    /// The agent's entries a window at a tick calls natively and goes on
-    /// after (its allocation functions; see [`crate::x86::translate::NativeCall`]).
+    /// The agent's entries a window (not a recording one) calls natively
+    /// and goes on after (its allocation functions; see [`crate::x86::translate::NativeCall`]).
     pub(crate) native_calls: NativeCalls,
     /// Measured CPU cost (ns) of one watchpoint trap round trip and of one
     /// sampler signal, outside our handler code (kernel, and hypervisor in a

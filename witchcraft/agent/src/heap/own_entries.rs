@@ -23,9 +23,9 @@ extern "C" {
     fn witch_attached_posix_memalign(out: *mut *mut c_void, a: usize, n: usize) -> i32;
 }
 
-/// The allocation entries (preloaded and attached) a window at a tick
-/// calls natively and goes on after, with the argument that is each
-/// one's size: an allocation the agent tracks (that size at least the
+/// The allocation entries (preloaded and attached) a window (not a
+/// recording one) calls natively and goes on after, with the argument
+/// that is each one's size: an allocation the agent tracks (that size at least the
 /// heap threshold) leaves the window instead, so that the agent names the
 /// block by the program's own return address
 /// ([`witchcraft::x86::translate::NativeCall`]).

@@ -1,6 +1,6 @@
-//! The cache's native calls: the entries a window at a tick calls
-//! natively and goes on after (see [`translate::NativeCall`]), and the
-//! thread's state while it is away in one.
+//! The cache's native calls: the entries a window calls natively and
+//! goes on after (see [`translate::NativeCall`]; not a recording window),
+//! and the thread's state while it is away in one.
 
 use super::{runs_from_cache, CodeCache};
 use crate::modules::ProcessMap;
