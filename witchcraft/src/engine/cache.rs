@@ -541,16 +541,16 @@ impl CodeCache {
             return None;
         }
         if r.what == COPY_NATIVE_CALL {
-            // Only the entry's `ret` (its load of the return address) is
-            // the program's: after it, the program is where it returned.
-            let size = self.calls.find(r.native)?.size;
-            let ret = (after && addr == r.start + translate::after_return(size) as u64).then_some(Point {
-                pc: r.native,
-                target_slot: true,
-                native_return: true,
-                ..Default::default()
-            });
-            return ret;
+            // Only its loads of the program's return address stand for an
+            // access of the program's (the entry's `ret`).
+            let (arg, ret) = translate::return_loads(self.calls.find(r.native)?.ret);
+            let at = addr.checked_sub(r.start)? as usize;
+            let point = Point { pc: r.native, native_return: true, ..Default::default() };
+            return match after {
+                true if at == ret => Some(Point { target_slot: true, ..point }),
+                true if Some(at) == arg => Some(Point { before: true, ..point }),
+                _ => None,
+            };
         }
         let slots = self.slots();
         let dispatch = self.addr(self.layout.stubs_at());

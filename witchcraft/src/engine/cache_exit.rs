@@ -64,12 +64,6 @@ impl ThreadState {
                     None => self.window.end(uc, native, true),
                 }
             }
-            // A native call's allocation that the agent tracks (whole-run
-            // counting): back at the breakpoint after it, as from any
-            // call into the agent.
-            Exit::Native { native } if self.window.whole_run() && self.window.cache.calls_natively(native) => {
-                self.leave_for(engine, map, uc, native)
-            }
             Exit::Native { native } if self.window.whole_run() => {
                 // SAFETY: forwarded from the caller.
                 unsafe { self.record_native(engine, map, native, uc) };

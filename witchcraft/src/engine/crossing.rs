@@ -41,9 +41,7 @@ impl ThreadState {
         // program's: see `Engine::calls_on`).
         let calls = if self.window.recording() { NativeCalls::default() } else { engine.native_calls };
         self.window.cache.set_native_calls(calls);
-        let data = self.window.cache.data();
-        data.heap_threshold = crate::heap::threshold();
-        data.away_sp = 0;
+        self.window.cache.data().away_sp = 0;
         let kind = counted(engine);
         let Ok(entry) = self.window.cache.get(map, engine.own_code, kind, regs.rip, Variant::Fast) else { return false };
         // Begun otherwise (a tick), the window needs no breakpoint to come
@@ -328,6 +326,17 @@ impl ThreadState {
         for (reg, slot) in p.spilled.iter() {
             // SAFETY: the slot is in this thread's data page.
             view.gpr[reg as usize] = unsafe { *(slot as *const u64) };
+        }
+        if p.native_return && p.before {
+            // A native call read the program's return address before its
+            // function ran: the program as after the entry's `ret`.
+            let mut ret = [0u8; 8];
+            if !crate::sys::mem::read_own(regs.sp(), &mut ret) {
+                return None;
+            }
+            view.gpr[4] += 8;
+            view.rip = u64::from_le_bytes(ret);
+            return Some((p, view));
         }
         view.rip = if p.before {
             p.pc

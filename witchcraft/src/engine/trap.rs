@@ -58,8 +58,9 @@ impl ThreadState {
             }
         }
         let found = match cached {
-            // The entry's return (a native call's): its load of the return
-            // address, credited to the instruction it returns to.
+            // A native call's load of the program's return address (see
+            // `native_view`): the entry's `ret`, credited to the
+            // instruction it returns to.
             Some((p, view)) if p.native_return => {
                 let access = Access { addr: view.sp() - 8, len: 8, read: true, ..Default::default() };
                 (access.overlap(s.addr, s.len) > 0).then_some(precise_pc::TrapAccess { pc: view.rip, access, precise: true })

@@ -157,17 +157,18 @@ pub fn notes(p: &Profile, c: &Counters) -> Vec<String> {
     }
     // Windows at ticks of which more than a quarter ended early: each leaves the code after
     // the point where it ended (a system call, a call into witch's own
-    // interposers other than a small allocation's, code the cache does
-    // not run) to the windows that begin after that point, so that
+    // interposers other than the allocator's, code the cache does not
+    // run) to the windows that begin after that point, so that
     // code weighs less in the estimate. (Whole-run counting comes back
     // there: its figures are bytes, and it is not meant here.)
     let given = p.sampler.window_instructions;
     if p.value_unit() == witchcraft::profile::ValueUnit::ByteNs && c.windows >= 5 && c.windows_cut * 4 > c.windows && given > 0 {
         v.push(format!(
             "{} of {} code-cache windows ended before their {given} instructions ran ({:.0} on average), at system calls, \
-             calls into witch's own interposers (allocations big enough to be heap objects, sigaction, thread creation and \
-             the like) or code the cache does not run: the code right after those points is looked at less often than the \
-             rest, and its share of the figures is low (see docs/ACCURACY.md, \"Longer windows\")",
+             calls into witch's own interposers (sigaction, thread creation and the like, not the allocator's), returns \
+             into them (a window that began inside the allocator under a heap object's allocation) or code the cache does \
+             not run: the code right after those points is looked at less often than the rest, and its share of the \
+             figures is low (see docs/ACCURACY.md, \"Longer windows\")",
             c.windows_cut,
             c.windows,
             c.window_instructions as f64 / c.windows as f64

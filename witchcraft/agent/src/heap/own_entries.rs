@@ -4,7 +4,7 @@
 use super::{ALIGNED_ALLOC, BOOT_NEXT, CALLOC, FREE, MALLOC, MEMALIGN, POSIX_MEMALIGN, REAL, REALLOC};
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
-use witchcraft::x86::translate::{NativeCall, NativeCalls, SizeArg};
+use witchcraft::x86::translate::{NativeCall, NativeCalls, RetArg};
 
 extern "C" {
     fn witch_own_malloc(n: usize) -> *mut c_void;
@@ -18,35 +18,33 @@ extern "C" {
     fn witch_attached_calloc(n: usize, m: usize) -> *mut c_void;
     fn witch_attached_realloc(p: *mut c_void, n: usize) -> *mut c_void;
     fn witch_attached_free(p: *mut c_void);
-    fn witch_attached_aligned_alloc(a: usize, n: usize) -> *mut c_void;
-    fn witch_attached_memalign(a: usize, n: usize) -> *mut c_void;
     fn witch_attached_posix_memalign(out: *mut *mut c_void, a: usize, n: usize) -> i32;
 }
 
 /// The allocation entries (preloaded and attached) a window (not a
-/// recording one) calls natively and goes on after, with the argument
-/// that is each one's size: an allocation the agent tracks (that size at least the
-/// heap threshold) leaves the window instead, so that the agent names the
-/// block by the program's own return address
-/// ([`witchcraft::x86::translate::NativeCall`]).
+/// recording one) calls natively and goes on after, each with the function
+/// a native call runs for it: `free` itself, or the agent's allocation
+/// function that the entry calls with its own return address, given the
+/// program's ([`witchcraft::x86::translate::NativeCall`]), so a tracked
+/// block is named by the program's call as natively. `aligned_alloc` and
+/// `memalign` (whose function takes another first argument) leave the
+/// window as before.
 pub(crate) fn native_calls() -> NativeCalls {
-    use SizeArg::*;
-    let e = |f: *const (), size| NativeCall { pc: f as u64, size };
+    use RetArg::*;
+    let e = |pc: *const (), function: *const (), ret| NativeCall { pc: pc as u64, function: function as u64, ret };
+    let (malloc, calloc) = (super::witch_heap_malloc as *const (), super::witch_heap_calloc as *const ());
+    let (realloc, posix_memalign) = (super::witch_heap_realloc as *const (), super::witch_heap_posix_memalign as *const ());
     NativeCalls::of(&[
-        e(witch_own_malloc as *const (), Rdi),
-        e(witch_own_calloc as *const (), RdiTimesRsi),
-        e(witch_own_realloc as *const (), Rsi),
-        e(witch_own_free as *const (), None),
-        e(witch_own_aligned_alloc as *const (), Rsi),
-        e(witch_own_memalign as *const (), Rsi),
-        e(witch_own_posix_memalign as *const (), Rdx),
-        e(witch_attached_malloc as *const (), Rdi),
-        e(witch_attached_calloc as *const (), RdiTimesRsi),
-        e(witch_attached_realloc as *const (), Rsi),
-        e(witch_attached_free as *const (), None),
-        e(witch_attached_aligned_alloc as *const (), Rsi),
-        e(witch_attached_memalign as *const (), Rsi),
-        e(witch_attached_posix_memalign as *const (), Rdx),
+        e(witch_own_malloc as *const (), malloc, Rsi),
+        e(witch_own_calloc as *const (), calloc, Rdx),
+        e(witch_own_realloc as *const (), realloc, Rdx),
+        e(witch_own_free as *const (), witch_own_free as *const (), None),
+        e(witch_own_posix_memalign as *const (), posix_memalign, Rcx),
+        e(witch_attached_malloc as *const (), malloc, Rsi),
+        e(witch_attached_calloc as *const (), calloc, Rdx),
+        e(witch_attached_realloc as *const (), realloc, Rdx),
+        e(witch_attached_free as *const (), witch_attached_free as *const (), None),
+        e(witch_attached_posix_memalign as *const (), posix_memalign, Rcx),
     ])
 }
 

@@ -63,10 +63,8 @@ data_page! {
     fs_base: u64,
     gs_base: u64,
     /// A native call ([`super::native_call`]): the stack pointer while the
-    /// thread is away in the entry (0: it is not), and the heap threshold
-    /// from which an allocation leaves the window instead.
+    /// thread is away in the function (0: it is not).
     away_sp: u64,
-    heap_threshold: u64,
     /// The link stub ([`super::emit_link`]): where it keeps the program's
     /// stack pointer, the top of the stack it switches to, and a slot
     /// holding the address of the engine's entry it calls.

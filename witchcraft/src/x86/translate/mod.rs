@@ -59,7 +59,7 @@ mod tests;
 pub use data::{Data, DataAddrs};
 pub use dispatch::{dispatch_index, emit_dispatch, emit_link};
 pub use emit::{EXIT_STUB_LEN, LINK_PREFIX_LEN};
-pub use native_call::{after_return, away_return_slot, emit_native_call, witch_native_call_return, NativeCall, NativeCalls, SizeArg};
+pub use native_call::{away_return_slot, emit_native_call, return_loads, witch_native_call_return, NativeCall, NativeCalls, RetArg};
 
 use super::decode::{Access, Analyzer};
 use super::record::RecordKind;
@@ -237,9 +237,12 @@ pub struct Point {
     /// instruction before this point. A fault here is the instruction's
     /// own: it did not run, and its records are taken back.
     pub recorded: u32,
-    /// A native call's return ([`native_call::after_return`]): the access
-    /// is the load of the return address just below the stack pointer,
-    /// made by code that is not the program's (`pc` is the entry).
+    /// A load of the program's return address in a native call
+    /// ([`native_call::return_loads`]), made by code that is not the
+    /// program's: its next access to that word is the entry's `ret`.
+    /// `before`: the return address is at the stack pointer (the function
+    /// has not run); else just below it, and the program is where the
+    /// target slot says.
     pub native_return: bool,
 }
 

@@ -20,47 +20,61 @@
 //! of the stack:
 //!
 //! ```text
-//!   [size check]              an allocation the agent tracks as a data object
-//!                             (its size at least the heap threshold in the
-//!                             data page) leaves the window instead: the
-//!                             agent names the block by its return address,
-//!                             which must be the program's
+//!   mov reg, [rsp]            R as the function's argument `ret` (an
+//!                             allocation's: the agent names the block
+//!                             by the program's return address)
 //!   lea rsp, [rsp-8]          R stays where it is; the stack keeps its alignment
-//!   mov [away_sp], rsp        the entry runs natively ("away") from here ...
-//!   call [entry]              ... its return address the cache's, just below
+//!   mov [away_sp], rsp        the function runs natively ("away") from here ...
+//!   call [function]           ... its return address the cache's, just below
 //!   mov qword [away_sp], 0    back
 //!   lea rsp, [rsp+8]
 //!   pop qword [target]        the entry's `ret`, as a copy's: R looked up
 //!   jmp dispatch
 //! ```
 //!
-//! Flags and the scratch register r11 are the entry's to clobber at a
-//! call (the ABI keeps neither), so the check may use them. While the
-//! thread is away, a window that must end (a fault in the entry) puts the
-//! address of [`witch_native_call_return`] in the entry's return slot,
-//! which returns natively to `R` ([`away_return_slot`]).
+//! The function is the entry itself (`free`), or the agent's allocation
+//! function the entry calls with its own return address, here given `R`
+//! in the register after the entry's arguments (a scratch register at a
+//! call, which the entry does not read). While the thread is away, a
+//! window that must end (a fault in the function) puts the address of
+//! [`witch_native_call_return`] in the function's return slot, which
+//! returns natively to `R` ([`away_return_slot`]).
 
 use super::emit::Emitter;
-use super::{DataAddrs, Error, Exit};
+use super::{DataAddrs, Error};
 
-/// Which argument of an entry is the size of the block it allocates.
+/// Which register a native call's function takes the program's return
+/// address in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum SizeArg {
-    /// It allocates nothing (`free`).
+pub enum RetArg {
+    /// It takes none (`free`).
     #[default]
     None,
-    Rdi,
     Rsi,
     Rdx,
-    /// `calloc`: rdi × rsi.
-    RdiTimesRsi,
+    Rcx,
 }
 
-/// One entry the cache calls natively.
+impl RetArg {
+    /// `mov reg, [rsp]`, if any.
+    fn load(self) -> &'static [u8] {
+        match self {
+            RetArg::None => &[],
+            RetArg::Rsi => &[0x48, 0x8B, 0x34, 0x24],
+            RetArg::Rdx => &[0x48, 0x8B, 0x14, 0x24],
+            RetArg::Rcx => &[0x48, 0x8B, 0x0C, 0x24],
+        }
+    }
+}
+
+/// One entry the cache calls natively: the entry (where the program's
+/// branches go), the function the native call calls, and where that
+/// function takes the return address.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NativeCall {
     pub pc: u64,
-    pub size: SizeArg,
+    pub function: u64,
+    pub ret: RetArg,
 }
 
 /// The entries a cache calls natively (at most [`NativeCalls::MAX`]).
@@ -77,7 +91,7 @@ impl NativeCalls {
     /// at address 0, left out).
     pub fn of(calls: &[NativeCall]) -> NativeCalls {
         let mut s = NativeCalls::default();
-        for c in calls.iter().filter(|c| c.pc != 0).take(Self::MAX) {
+        for c in calls.iter().filter(|c| c.pc != 0 && c.function != 0).take(Self::MAX) {
             s.calls[s.n] = *c;
             s.n += 1;
         }
@@ -93,56 +107,27 @@ impl NativeCalls {
     }
 }
 
-/// The offset of `back` (the entry's return into the cache) from a native
-/// call's start, for a call with this size check.
-fn check_len(size: SizeArg) -> usize {
-    match size {
-        SizeArg::None => 0,
-        // cmp reg, [rip+d]; jae rel32
-        SizeArg::Rdi | SizeArg::Rsi | SizeArg::Rdx => 7 + 6,
-        // mov r11, rdi; imul r11, rsi; jo rel32; cmp r11, [rip+d]; jae rel32
-        SizeArg::RdiTimesRsi => 3 + 4 + 6 + 7 + 6,
-    }
-}
-
-/// The offset, from a native call's start, of the end of its `pop
-/// qword [target]` (the entry's `ret`, as a copy makes it): a watchpoint
-/// on the program's return address traps there, with the program's
-/// registers as after that `ret` and its PC in the target slot.
-pub fn after_return(size: SizeArg) -> usize {
-    // lea rsp; mov [away_sp], rsp; call [entry]; mov qword [away_sp], 0; lea rsp; pop [target]
-    check_len(size) + 8 + 7 + 6 + 11 + 8 + 6
+/// The offsets, from a native call's start, of the ends of its two
+/// loads of the program's return address: the `mov` that passes it to
+/// the function (none without one) and the `pop qword [target]` that is
+/// the entry's `ret`. A watchpoint on the return address traps after
+/// either; the program's next access to that word is the entry's `ret`.
+pub fn return_loads(ret: RetArg) -> (Option<usize>, usize) {
+    let arg = ret.load().len();
+    // mov reg, [rsp]; lea rsp; mov [away_sp], rsp; call [function];
+    // mov qword [away_sp], 0; lea rsp; pop [target]
+    ((arg > 0).then_some(arg), arg + 8 + 7 + 6 + 11 + 8 + 6)
 }
 
 /// The native call for `call` at `at` (see the module docs); its length.
 pub fn emit_native_call(slots: &DataAddrs, call: &NativeCall, at: u64, dispatch: u64, out: &mut [u8]) -> Result<usize, Error> {
     let mut e = Emitter { buf: out, base: at, pos: 0, full: false, slots: *slots };
     let s = *slots;
-    let mut to_native = [usize::MAX; 2];
-    match call.size {
-        SizeArg::None => {}
-        SizeArg::Rdi | SizeArg::Rsi | SizeArg::Rdx => {
-            let reg = match call.size {
-                SizeArg::Rdi => 7,
-                SizeArg::Rsi => 6,
-                _ => 2,
-            };
-            e.modrm_slot(&[0x48, 0x3B], reg, s.heap_threshold); // cmp reg, [heap_threshold]
-            to_native[0] = e.jcc_rel32(0x3); // jae
-        }
-        SizeArg::RdiTimesRsi => {
-            e.bytes(&[0x49, 0x89, 0xFB]); // mov r11, rdi
-            e.bytes(&[0x4C, 0x0F, 0xAF, 0xDE]); // imul r11, rsi
-            to_native[0] = e.jcc_rel32(0x0); // jo
-            e.modrm_slot(&[0x4C, 0x3B], 3, s.heap_threshold); // cmp r11, [heap_threshold]
-            to_native[1] = e.jcc_rel32(0x3); // jae
-        }
-    }
-    debug_assert!(e.full || e.pos == check_len(call.size));
+    e.bytes(call.ret.load());
     e.lea_rsp(-8);
     e.mov_slot_reg(s.away_sp, 4); // mov [away_sp], rsp
-    e.bytes(&[0xFF, 0x15]); // call [rip+entry]
-    let entry = e.pos;
+    e.bytes(&[0xFF, 0x15]); // call [rip+function]
+    let function = e.pos;
     e.bytes(&[0; 4]);
     // back:
     e.bytes(&[0x48, 0xC7, 0x05]); // mov qword [away_sp], 0
@@ -151,16 +136,9 @@ pub fn emit_native_call(slots: &DataAddrs, call: &NativeCall, at: u64, dispatch:
     e.bytes(&[0; 4]);
     e.lea_rsp(8);
     e.modrm_slot(&[0x8F], 0, s.target); // pop qword [target]
-    debug_assert!(e.full || e.pos == after_return(call.size));
+    debug_assert!(e.full || e.pos == return_loads(call.ret).1);
     e.jmp_abs(dispatch);
-    for at in to_native.into_iter().filter(|&a| a != usize::MAX) {
-        e.bind(at);
-    }
-    if to_native[0] != usize::MAX {
-        e.bytes(&[0xCC]);
-        e.bytes(&Exit::Native { native: call.pc }.encode());
-    }
-    e.literal(entry, call.pc);
+    e.literal(function, call.function);
     if e.full {
         return Err(Error::Full);
     }
@@ -208,22 +186,32 @@ extern "C" {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use iced_x86::{Decoder, DecoderOptions, Mnemonic, Register};
 
     #[test]
-    fn the_native_calls_points_are_where_planned() {
+    fn the_native_calls_loads_of_the_return_address_are_where_planned() {
         let slots = DataAddrs::at(0x7f00_0000_0000);
-        for size in [SizeArg::None, SizeArg::Rdi, SizeArg::Rsi, SizeArg::Rdx, SizeArg::RdiTimesRsi] {
+        let at = 0x7f00_0000_2000;
+        for ret in [RetArg::None, RetArg::Rsi, RetArg::Rdx, RetArg::Rcx] {
             let mut out = [0u8; 256];
-            let call = NativeCall { pc: 0x5555_0000_1000, size };
-            let n = emit_native_call(&slots, &call, 0x7f00_0000_2000, 0x7f00_0000_1800, &mut out).unwrap();
-            let mut d = iced_x86::Decoder::with_ip(64, &out[..n], 0x7f00_0000_2000, iced_x86::DecoderOptions::NONE);
-            let first_lea = d.iter().position(|i| i.mnemonic() == iced_x86::Mnemonic::Lea).unwrap();
-            let mut d = iced_x86::Decoder::with_ip(64, &out[..n], 0x7f00_0000_2000, iced_x86::DecoderOptions::NONE);
-            let lea_at = d.iter().nth(first_lea).unwrap().ip() - 0x7f00_0000_2000;
-            assert_eq!(lea_at as usize, check_len(size), "{size:?}");
-            let mut d = iced_x86::Decoder::with_ip(64, &out[..n], 0x7f00_0000_2000, iced_x86::DecoderOptions::NONE);
-            let pop = d.iter().find(|i| i.mnemonic() == iced_x86::Mnemonic::Pop).unwrap();
-            assert_eq!((pop.next_ip() - 0x7f00_0000_2000) as usize, after_return(size), "{size:?}");
+            let call = NativeCall { pc: 0x5555_0000_1000, function: 0x5555_0000_2000, ret };
+            let n = emit_native_call(&slots, &call, at, 0x7f00_0000_1800, &mut out).unwrap();
+            let insns: Vec<_> = Decoder::with_ip(64, &out[..n], at, DecoderOptions::NONE).iter().collect();
+            let pop = insns.iter().find(|i| i.mnemonic() == Mnemonic::Pop).unwrap();
+            let (arg, ret_end) = return_loads(ret);
+            assert_eq!((pop.next_ip() - at) as usize, ret_end, "{ret:?}");
+            let first = insns[0];
+            match arg {
+                Some(end) => {
+                    assert_eq!((first.mnemonic(), first.memory_base(), first.next_ip() - at), (Mnemonic::Mov, Register::RSP, end as u64));
+                    let reg = [Register::RSI, Register::RDX, Register::RCX][ret as usize - 1];
+                    assert_eq!(first.op0_register(), reg, "{ret:?}");
+                }
+                None => assert_eq!(first.mnemonic(), Mnemonic::Lea, "{ret:?}"),
+            }
+            let call_insn = insns.iter().find(|i| i.mnemonic() == Mnemonic::Call).unwrap();
+            let lit = call_insn.ip_rel_memory_address() - at;
+            assert_eq!(u64::from_le_bytes(out[lit as usize..lit as usize + 8].try_into().unwrap()), call.function);
         }
     }
 }
