@@ -326,8 +326,9 @@ fn whole_run_counting_counts_accesses() {
 /// ms later), leaving most of a program that calls them often uncounted:
 /// 28% of objects_known's stores were counted, and its byte totals were
 /// a quarter of its bytes. tests/programs/count_cuts.c leaves the cache
-/// twice a rep (a system call, and an allocation the agent tracks);
-/// nearly all of its stores are counted, and the totals are its bytes.
+/// at two system calls a rep (its `malloc` and `free` are native calls
+/// now); nearly all of its stores are counted, and the totals are its
+/// bytes.
 #[test]
 fn whole_run_counting_comes_back_after_system_calls_and_interposed_calls() {
     let dir = Scratch::new("count-cuts");

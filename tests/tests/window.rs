@@ -218,8 +218,8 @@ fn a_short_memset_run_gets_silent_loads() {
     );
 }
 
-/// count_cuts.c leaves the cache twice a rep (a system call, and a call
-/// into the agent's `malloc` for a block it tracks), so at the defaults many of
+/// count_cuts.c leaves the cache at two system calls a rep, so at the
+/// defaults many of
 /// its windows end before their instructions run out; the code after those
 /// points is then looked at less often. The report says so, and what it
 /// means for the figures.
@@ -227,9 +227,8 @@ fn a_short_memset_run_gets_silent_loads() {
 fn windows_that_end_early_are_reported() {
     let dir = Scratch::new("window-cuts");
     let prog = Program::build("count_cuts", dir.path());
-    // About a second: some 120 windows, 39-44% of them cut in five runs
-    // (at 200,000 reps, 40 windows, one run in fifteen had fewer than a
-    // quarter cut).
+    // About a second: some 170-180 windows, 72-86% of them cut in five
+    // runs (with one system call a rep, 30-47%).
     let args = ["600000"];
     let native = prog.run_native(&args);
     assert_eq!(native.code(), Some(3), "{}", native.describe());
