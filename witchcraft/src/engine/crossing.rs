@@ -271,6 +271,29 @@ impl ThreadState {
     /// `uc` must be the context the kernel passed to the signal handler.
     pub unsafe fn leave_cache_at_fault(&mut self, engine: &Engine, uc: *mut libc::ucontext_t) -> bool {
         // SAFETY: forwarded from the caller.
+        let left = unsafe { self.leave_at_fault(engine, uc) };
+        if left {
+            // Outside the engine's own handlers, whose clock would count
+            // all the time from here to the next one (the program's
+            // handler, and its native running after it: up to a tick)
+            // as the window's: the window's time ends here.
+            let now = crate::sys::task::thread_cpu_ns();
+            let cached = self.clock.enter(now);
+            let counters = &mut self.ledger.counters;
+            counters.engine_ns += cached;
+            counters.cache_ns += cached;
+            self.clock.set_in_cache(false);
+            self.clock.leave(false, 0, now, now);
+        }
+        left
+    }
+
+    /// [`ThreadState::leave_cache_at_fault`] but for the clock.
+    ///
+    /// # Safety
+    /// `uc` must be the context the kernel passed to the signal handler.
+    unsafe fn leave_at_fault(&mut self, engine: &Engine, uc: *mut libc::ucontext_t) -> bool {
+        // SAFETY: forwarded from the caller.
         let g = unsafe { gregs(uc) };
         let rip = g[libc::REG_RIP as usize] as u64;
         if !self.window.active() {
