@@ -265,19 +265,7 @@ fn windows_that_end_early_are_reported() {
 /// runs of each craft).
 #[test]
 fn windows_go_on_after_calls_into_the_allocator() {
-    let dir = Scratch::new("window-alloc");
-    let prog = Program::build("alloc_windows", dir.path());
-    let args = ["2000000"];
-    let native = prog.run_native(&args);
-    assert_eq!(native.code(), Some(0), "{}", native.describe());
-    for craft in ["dead", "silent-load"] {
-        let out = dir.join(&format!("{craft}.json"));
-        let run = WitchCmd::new(craft).arg("-q").out(&out).run(&prog.exe, &args);
-        assert_same_behaviour(&native, &run);
-        let raw = raw_profile(&out);
-        if raw["sampler"]["kind"] != "software" {
-            return;
-        }
+    for (craft, raw) in unharmed_default_runs("alloc_windows", &["2000000"], 0) {
         let (given, n, mean) = windows(&raw);
         let cut = raw["counters"]["windows_cut"].as_u64().unwrap_or(0);
         assert!(
@@ -286,6 +274,29 @@ fn windows_go_on_after_calls_into_the_allocator() {
             raw["counters"]
         );
     }
+}
+
+/// Build `name`, run it natively (exit status `code`), then under `witch
+/// dead` and `witch silent-load` at the defaults: each run behaves as the
+/// native one. The crafts' raw profiles, none if the sampler is not the
+/// software one (whose windows the tests look at).
+fn unharmed_default_runs(name: &str, args: &[&str], code: i32) -> Vec<(&'static str, serde_json::Value)> {
+    let dir = Scratch::new(&format!("window-{name}"));
+    let prog = Program::build(name, dir.path());
+    let native = prog.run_native(args);
+    assert_eq!(native.code(), Some(code), "{}", native.describe());
+    let mut raws = Vec::new();
+    for craft in ["dead", "silent-load"] {
+        let out = dir.join(&format!("{craft}.json"));
+        let run = WitchCmd::new(craft).arg("-q").out(&out).run(&prog.exe, args);
+        assert_same_behaviour(&native, &run);
+        let raw = raw_profile(&out);
+        if raw["sampler"]["kind"] != "software" {
+            return Vec::new();
+        }
+        raws.push((craft, raw));
+    }
+    raws
 }
 
 /// fault_in_free.c faults inside glibc's `free` every eighth rep (a
@@ -297,19 +308,7 @@ fn windows_go_on_after_calls_into_the_allocator() {
 /// sampling stops. The program is unharmed and windows go on all run.
 #[test]
 fn a_fault_in_the_allocator_during_a_window_reaches_the_program() {
-    let dir = Scratch::new("window-fault-in-free");
-    let prog = Program::build("fault_in_free", dir.path());
-    let args = ["1000000"];
-    let native = prog.run_native(&args);
-    assert_eq!(native.code(), Some(0), "{}", native.describe());
-    for craft in ["dead", "silent-load"] {
-        let out = dir.join(&format!("{craft}.json"));
-        let run = WitchCmd::new(craft).arg("-q").out(&out).run(&prog.exe, &args);
-        assert_same_behaviour(&native, &run);
-        let raw = raw_profile(&out);
-        if raw["sampler"]["kind"] != "software" {
-            return;
-        }
+    for (craft, raw) in unharmed_default_runs("fault_in_free", &["1000000"], 0) {
         let c = &raw["counters"];
         let (windows, picks) = (c["windows"].as_u64().unwrap_or(0), c["window_picks"].as_u64().unwrap_or(0));
         assert!(windows >= 10 && picks >= 20, "{craft}: sampling stopped early ({windows} windows, {picks} picks): {c}");
