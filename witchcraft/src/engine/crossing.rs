@@ -278,10 +278,7 @@ impl ThreadState {
             // handler, and its native running after it: up to a tick)
             // as the window's: the window's time ends here.
             let now = crate::sys::task::thread_cpu_ns();
-            let cached = self.clock.enter(now);
-            let counters = &mut self.ledger.counters;
-            counters.engine_ns += cached;
-            counters.cache_ns += cached;
+            self.enter_clock(now);
             self.clock.set_in_cache(false);
             self.clock.leave(false, 0, now, now);
         }

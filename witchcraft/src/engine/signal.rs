@@ -87,6 +87,17 @@ pub unsafe fn clear_trap_flag(uc: *mut libc::ucontext_t) {
 }
 
 impl ThreadState {
+    /// A handler begins at `entry_ns` (thread CPU time): the time the
+    /// thread spent in the code cache since the last one is the engine's.
+    pub(super) fn enter_clock(&mut self, entry_ns: u64) {
+        let cached = self.clock.enter(entry_ns);
+        if cached > 0 {
+            let counters = &mut self.ledger.counters;
+            counters.engine_ns += cached;
+            counters.cache_ns += cached;
+        }
+    }
+
     /// Handle one of our signals (see [`classify`]) on this thread: the
     /// sample or trap path, with the time accounting around it.
     ///
@@ -140,12 +151,7 @@ impl ThreadState {
         let counters = &mut self.ledger.counters;
         counters.engine_ns = counters.engine_ns.saturating_add_signed(fix);
         counters.step_ns = counters.step_ns.saturating_add_signed(fix);
-        let cached = self.clock.enter(entry);
-        if cached > 0 {
-            let counters = &mut self.ledger.counters;
-            counters.engine_ns += cached;
-            counters.cache_ns += cached;
-        }
+        self.enter_clock(entry);
         let cost = match event {
             Event::Sample => {
                 // SAFETY: forwarded from the caller.
