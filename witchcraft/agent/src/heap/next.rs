@@ -43,7 +43,7 @@ pub extern "C" fn witch_heap_calloc_next(n: usize, m: usize) -> *mut c_void {
 /// fails) or is the static region's.
 #[no_mangle]
 pub extern "C" fn witch_heap_realloc_next(p: *mut c_void, n: usize) -> *mut c_void {
-    let tracked = !p.is_null() && heap::table().is_some_and(|t| t.find(p as u64).is_some());
+    let tracked = !p.is_null() && heap::find(p as u64).is_some();
     if wanted(n) || in_boot(p) || tracked {
         return std::ptr::null_mut();
     }
