@@ -17,6 +17,17 @@ use crate::x86::decode::Regs;
 use crate::x86::translate::{Exit, NativeCalls, Point, Variant};
 
 impl ThreadState {
+    /// A handler begins at `entry_ns` (thread CPU time): the time the
+    /// thread spent in the code cache since the last one is the engine's.
+    pub(super) fn enter_clock(&mut self, entry_ns: u64) {
+        let cached = self.clock.enter(entry_ns);
+        if cached > 0 {
+            let counters = &mut self.ledger.counters;
+            counters.engine_ns += cached;
+            counters.cache_ns += cached;
+        }
+    }
+
     /// A tick begins a window at the interrupted instruction (`regs`),
     /// standing for `weight` periods of program time. False if the cache
     /// cannot take it (no mapping, code it cannot translate): the caller

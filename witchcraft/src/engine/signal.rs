@@ -87,17 +87,6 @@ pub unsafe fn clear_trap_flag(uc: *mut libc::ucontext_t) {
 }
 
 impl ThreadState {
-    /// A handler begins at `entry_ns` (thread CPU time): the time the
-    /// thread spent in the code cache since the last one is the engine's.
-    pub(super) fn enter_clock(&mut self, entry_ns: u64) {
-        let cached = self.clock.enter(entry_ns);
-        if cached > 0 {
-            let counters = &mut self.ledger.counters;
-            counters.engine_ns += cached;
-            counters.cache_ns += cached;
-        }
-    }
-
     /// Handle one of our signals (see [`classify`]) on this thread: the
     /// sample or trap path, with the time accounting around it.
     ///
