@@ -15,7 +15,7 @@ Two sources, one table:
   single-step bursts (`WITCH_WINDOW=0`) and with the code-cache windows
   (the default): what the engine measured itself paying per step
   (`counters.step_ns / steps`: the trap round trip plus witch's handler),
-  per instruction run in the cache (`(cache_ns - link_ns) /
+  per instruction run in the cache (`(cache_ns - link_ns - pick_ns) /
   window_instructions`: the copies' running, the program's own work
   included), per window translating blocks through the link stub
   (`link_ns / windows`, the rest of the windows' time in the cache), per exit from the cache (`exit_ns` over
@@ -29,6 +29,12 @@ Two sources, one table:
   the engine's time per block translated (`cache_ns + exit_ns` over
   `cache_blocks`: the translation, the way in and out, and the program's
   instructions run in the cache).
+- The same windows with every pick trapping (`WITCH_CACHE_PICKS=0`: the
+  exit's trap, then the picked instruction single-stepped natively),
+  beside the default, where a pick goes through the link stub and its
+  instruction runs from a copy of it alone: windows, picks and judged
+  samples (watchpoint traps) a run at the same budget, and the engine's
+  time a window all told.
 
 Needs `cargo build --release --workspace` first (and builds the bench).
 """
@@ -72,6 +78,13 @@ def counters(exe, args, env):
     return d["counters"], d["duration_ns"]
 
 
+def pick_figures(c):
+    """Windows, picks and watchpoint traps a run, and the engine's time a
+    window all told (its picks' and traps' included)."""
+    w = c.get("windows", 0)
+    return (w, c.get("window_picks", 0), c.get("traps", 0), c.get("engine_ns", 0) / max(1, w) / 1e3)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", type=int, default=5)
@@ -94,11 +107,12 @@ def main():
           "window length (instructions) | a step / an instruction in the cache |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     all_steps, all_instr = [], []
-    linked = {}
+    linked, picks = {}, {}
     for name, args in PROGRAMS.items():
         exe = workloads.build_one(name, OUT)[0][0]
         steps, instr, exits, blocks, length, links = [], [], [], [], [], []
         runs = {"links": [], "traps": []}
+        picked = {"cache": [], "traps": []}
         for _ in range(a.pairs):
             c, _ = counters(exe, args, {"WITCH_WINDOW": "0"})
             if c.get("steps"):
@@ -106,7 +120,8 @@ def main():
             c, _ = counters(exe, args, {})
             if c.get("window_instructions"):
                 link = min(c.get("link_ns", 0), c["cache_ns"])
-                instr.append((c["cache_ns"] - link) / c["window_instructions"])
+                pick = min(c.get("pick_ns", 0), c["cache_ns"] - link)
+                instr.append((c["cache_ns"] - link - pick) / c["window_instructions"])
                 links.append(link / max(1, c["windows"]) / 1e3)
                 exits.append(c["exit_ns"] / max(1, c.get("cache_exits", 0)) / 1e3)
                 blocks.append(c.get("cache_blocks", 0) / max(1, c["windows"]))
@@ -116,7 +131,11 @@ def main():
                 made = max(1, c.get("cache_blocks", 0))
                 runs[mode].append((c.get("windows", 0), c.get("samples", 0),
                                    (c.get("cache_ns", 0) + c.get("exit_ns", 0)) / made / 1e3))
+                if mode == "links":
+                    picked["cache"].append(pick_figures(c))
+            picked["traps"].append(pick_figures(counters(exe, args, {"WITCH_CACHE_PICKS": "0"})[0]))
         linked[name] = runs
+        picks[name] = picked
         if not steps or not instr:
             print(f"| {name} | no {'steps' if not steps else 'windows'} in its profiles | | | | | | |")
             continue
@@ -137,6 +156,19 @@ def main():
             for mode in ("links", "traps"):
                 v = [r[k] for r in runs[mode]]
                 fmt = "{:.1f}" if k == 2 else "{:.0f}"
+                cells.append(f"{fmt.format(statistics.median(v))} ({fmt.format(min(v))}-{fmt.format(max(v))})" if v else "-")
+        print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+    print("\nPicks taken in the cache without a trap (the default) against every pick trapping and stepped "
+          "natively (`WITCH_CACHE_PICKS=0`), the same budget, medians (range):\n")
+    print("| program | windows a run: in the cache | traps | picks a run: in the cache | traps | "
+          "judged samples (traps) a run: in the cache | traps | engine µs a window (all told): in the cache | traps |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, runs in picks.items():
+        cells = []
+        for k in range(4):
+            for mode in ("cache", "traps"):
+                v = [r[k] for r in runs[mode]]
+                fmt = "{:.0f}"
                 cells.append(f"{fmt.format(statistics.median(v))} ({fmt.format(min(v))}-{fmt.format(max(v))})" if v else "-")
         print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
     if all_steps and all_instr:

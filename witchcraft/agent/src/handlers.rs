@@ -374,9 +374,13 @@ fn dispatch(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t, ent
 /// The engine's link path, called from a thread's code cache without a
 /// trap (see `witchcraft::engine::link`): the window's signal mask holds,
 /// the program's registers are saved, and the thread runs on its cache's
-/// link stack. Makes the copy an exit asks for, or leaves it to the exit's
-/// trap (which also ends or drops the window when the session stops).
-extern "C" fn on_cache_link() {
+/// link stack. Makes the copy an exit asks for, or takes a window's pick
+/// (`saved`: the program's registers), or leaves it to the exit's trap
+/// (which also ends or drops the window when the session stops).
+extern "C" fn on_cache_link(saved: *const witchcraft::engine::link::Saved) {
+    // SAFETY: the engine's entry passes the registers it saved on the
+    // link stack, alive for this call.
+    let saved = unsafe { *saved };
     keeping_errno(|| {
         let Some(engine) = AGENT.engine() else { return };
         if AGENT.stopping() || AGENT.sandboxed() {
@@ -394,7 +398,7 @@ extern "C" fn on_cache_link() {
         slot.set_linking(true);
         let link = || {
             if let Some(map) = witchcraft::modules::current() {
-                ts.link_in_cache(engine, map);
+                ts.link_in_cache(engine, map, &saved);
             }
         };
         if AGENT.mode() == Mode::Preloaded {

@@ -170,6 +170,7 @@ pub mod keys {
     pub const WINDOW: &str = "WITCH_WINDOW";
     pub const WINDOW_PICKS: &str = "WITCH_WINDOW_PICKS";
     pub const LINKS: &str = "WITCH_LINKS";
+    pub const CACHE_PICKS: &str = "WITCH_CACHE_PICKS";
     pub const OVERHEAD: &str = "WITCH_OVERHEAD";
     pub const ONLY_PID: &str = "WITCH_ONLY_PID";
     pub const EXE: &str = "WITCH_EXE";
@@ -221,6 +222,10 @@ pub struct Config {
     /// copy (`WITCH_LINKS=0`; by default such exits go through the link
     /// stub, without a trap).
     pub no_links: bool,
+    /// Every pick of a window leaves the cache at a trap and is stepped
+    /// natively (`WITCH_CACHE_PICKS=0`; by default a pick goes through the
+    /// link stub and its instruction runs from a copy, without a trap).
+    pub no_cache_picks: bool,
     /// Overhead budget of bursts, percent of program CPU time (0: no
     /// limit); None: the default.
     pub overhead_percent: Option<f64>,
@@ -265,6 +270,7 @@ impl Config {
             window: None,
             window_picks: None,
             no_links: false,
+            no_cache_picks: false,
             overhead_percent: None,
             only_pid: None,
             exe_names: Vec::new(),
@@ -281,7 +287,7 @@ impl Config {
 
     /// The testing and experimental knobs (`WITCH_NO_SIGTRAP`,
     /// `WITCH_NO_MODIFY`, `WITCH_SEED`, `WITCH_BURST*`, `WITCH_WINDOW*`,
-    /// `WITCH_LINKS`, `WITCH_OVERHEAD`) from this process's environment, as
+    /// `WITCH_LINKS`, `WITCH_CACHE_PICKS`, `WITCH_OVERHEAD`) from this process's environment, as
     /// a controller passes them on to the agent it starts; checked as the
     /// agent checks them.
     pub fn with_knobs_from_env(mut self) -> Result<Config, String> {

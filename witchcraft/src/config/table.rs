@@ -217,6 +217,19 @@ pub(super) const SETTINGS: &[Setting] = &[
         write: |c| c.no_links.then(|| "0".to_string()),
     },
     Setting {
+        key: keys::CACHE_PICKS,
+        knob: true,
+        read: |c, v| {
+            c.no_cache_picks = match v {
+                "0" => true,
+                "1" => false,
+                _ => return Err("not 0 or 1".into()),
+            };
+            Ok(())
+        },
+        write: |c| c.no_cache_picks.then(|| "0".to_string()),
+    },
+    Setting {
         key: keys::OVERHEAD,
         knob: true,
         read: |c, v| {

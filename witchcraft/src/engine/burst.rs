@@ -170,6 +170,30 @@ impl ThreadState {
         go
     }
 
+    /// A window's pick at `regs.rip` taken without a trap, from the cache's
+    /// link stub (its `nth` counted access, standing for `weight`): as
+    /// [`ThreadState::begin_pick_step`], but the instruction then runs from
+    /// a copy of it alone, and [`ThreadState::end_pick_in_cache`] follows.
+    /// False (nothing held) if the instruction cannot be stepped.
+    pub(crate) fn begin_pick_in_cache(&mut self, engine: &Engine, map: &ProcessMap, regs: &Regs, nth: u32, weight: f64) -> bool {
+        self.burst.begin_pick(nth, weight);
+        let go = self.visit(engine, map, regs);
+        if !go {
+            self.burst.abandon_pick();
+        }
+        go
+    }
+
+    /// The instruction of [`ThreadState::begin_pick_in_cache`] ran: as at
+    /// its step's trap ([`ThreadState::on_step`]), take what needed it to
+    /// have run, and the pick becomes a sample (judged, or watched from now
+    /// on by a debug register).
+    pub(crate) fn end_pick_in_cache(&mut self, engine: &Engine) {
+        self.after_step(engine);
+        self.burst.step_taken();
+        self.end_burst(engine);
+    }
+
     /// A tick that begins no burst whatever the account holds: the
     /// program's time since the previous tick (`weight` periods) still
     /// earns the budget its share ([`super::budget::Budget::earn`]).

@@ -12,7 +12,8 @@
 //!   dispatch    native → copy, direct-mapped, read by the dispatch stub
 //!   index       native → fast and slow copies (open addressing), the handlers'
 //!   records     every copy in address order: its native block and variant
-//!   stubs       the dispatch stub, the link stub; room for a partial `rep`; scratch
+//!   stubs       the dispatch stub, the link stub; room for one instruction
+//!               alone (a partial `rep`, a picked instruction); scratch
 //!   code        the copies, one after another
 //!   guard       one page, no access
 //!   link stack  the stack the link stub switches to (see super::link)
@@ -28,10 +29,10 @@
 use crate::modules::{self, ProcessMap};
 use crate::sys::mem;
 use crate::x86::translate::{
-    self, Block, Counted, Data, DataAddrs, Env, Exit, Host, NativeCalls, Point, Spilled, TranslateRequest, Translator, Variant,
-    EXIT_STUB_LEN,
+    self, Block, Counted, Data, DataAddrs, Env, Exit, Host, NativeCalls, Point, TranslateRequest, Translator, Variant, EXIT_STUB_LEN,
 };
 
+mod alone;
 mod layout;
 mod native_calls;
 use layout::{Layout, DATA_AT, DISPATCH_AT, DISPATCH_ENTRIES, INDEX_AT, PAGE};
@@ -75,6 +76,11 @@ pub struct CacheStats {
     /// CPU time in the link stub's calls into the engine (translating, in
     /// the main), part of a window's time in the cache.
     pub link_ns: u64,
+    /// Picks taken through the link stub, without a trap, and the CPU time
+    /// the engine took for them (part of a window's time in the cache, not
+    /// of `link_ns`).
+    pub picks: u64,
+    pub pick_ns: u64,
 }
 
 pub struct CodeCache {
@@ -90,6 +96,8 @@ pub struct CodeCache {
     /// The link stub's address, if the copies use it (0: every exit traps),
     /// fixed when the mapping is made.
     link: u64,
+    /// The instruction whose copy alone is in the picked instruction's area.
+    step_native: u64,
     /// The entries a window calls natively and goes on after (none for
     /// whole-run windows, which run the C library's allocator in the cache
     /// or come back at a breakpoint).
@@ -207,6 +215,7 @@ impl CodeCache {
             indexed: 0,
             map_id: 0,
             link: 0,
+            step_native: 0,
             calls: NativeCalls::default(),
             translator: Translator::new(),
             stats: CacheStats::default(),
@@ -501,26 +510,8 @@ impl CodeCache {
     /// Where `addr`, inside a copy, stands in the program (see [`Point`]):
     /// `after` for a trap (the access just completed), else for a fault.
     pub fn point(&mut self, map: &ProcessMap, own: (u64, u64), counted: Counted, addr: u64, after: bool) -> Option<Point> {
-        let rep = self.addr(self.layout.rep_at());
-        if addr >= rep && addr < self.addr(self.layout.scratch_at()) {
-            // The partial `rep` (its copy alone, then an exit).
-            let d = self.data();
-            let (pc, len) = (d.rep_native, d.rep_len);
-            if addr > rep + len {
-                return None;
-            }
-            let next = if addr == rep { pc } else { pc + len };
-            return Some(Point {
-                pc,
-                len: len as u32,
-                before: !after,
-                spilled: Spilled::NONE,
-                next,
-                target_slot: false,
-                rep: true,
-                recorded: 0,
-                native_return: false,
-            });
+        if let Some(p) = self.point_alone(map, own, counted, addr, after) {
+            return p;
         }
         if !self.is_code(addr) || addr < self.addr(self.layout.code_at()) {
             return None;
@@ -561,20 +552,6 @@ impl CodeCache {
         let env = Env { slots, counted, dispatch, link: self.link };
         self.translator.translate(&mut host, &env, TranslateRequest { native: r.native, variant, at: r.start, points: true }, out).ok()?;
         self.translator.point_at(addr, after)
-    }
-
-    /// A copy of the `rep` instruction at `native` alone, followed by the
-    /// [`Exit::RepDone`] exit.
-    pub fn rep_part(&mut self, map: &ProcessMap, own: (u64, u64), native: u64) -> Option<u64> {
-        let slots = self.slots();
-        let at = self.addr(self.layout.rep_at());
-        let mut host = ProgramHost { map, own, calls: self.calls, index: self.index(), entries: self.layout.entries };
-        // SAFETY: the partial-rep area, REP_AT..SCRATCH_AT of the mapping.
-        let out =
-            unsafe { std::slice::from_raw_parts_mut(self.base.add(self.layout.rep_at()), self.layout.scratch_at() - self.layout.rep_at()) };
-        let len = self.translator.translate_rep_part(&mut host, &slots, native, at, out).ok()?;
-        self.data().rep_len = len as u64 - EXIT_STUB_LEN;
-        Some(at)
     }
 }
 

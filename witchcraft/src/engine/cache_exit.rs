@@ -3,6 +3,7 @@
 //! cache, a `rep` run in parts, the window's end, the bridge between
 //! whole-run windows).
 
+use super::link::Saved;
 use super::process::Engine;
 use super::thread::ThreadState;
 use super::window::{counted, gregs, Phase, Plan};
@@ -27,6 +28,22 @@ impl ThreadState {
         let Some(exit) = self.window.cache.exit_at(rip) else { return };
         self.window.cache.stats.exits += 1;
         self.window.cache.stats.lookups += matches!(exit, Exit::Lookup) as u64;
+        if let Exit::Stepped { native } = exit {
+            // A picked instruction ran alone from the cache, and the link
+            // stub could not go on (the window ends, or no copy could be
+            // made there): what is left of the pick's step, then on.
+            let native = if native == 0 { self.window.cache.data().target } else { native };
+            g[libc::REG_RIP as usize] = native as i64;
+            if self.burst.is_active() {
+                // SAFETY: forwarded from the caller.
+                unsafe { self.on_step(engine, map, uc) };
+            }
+            if !self.burst.is_active() && self.window.phase() == Phase::Step {
+                // SAFETY: forwarded from the caller.
+                unsafe { self.resume_window(engine, map, uc) };
+            }
+            return;
+        }
         if self.window.phase() != Phase::Cache && self.window.phase() != Phase::RepPart {
             // An exit from a window this thread already left (never
             // expected): go on natively where it points.
@@ -136,6 +153,8 @@ impl ThreadState {
                 // SAFETY: forwarded from the caller.
                 unsafe { self.rep_part(map, own, native, part, false, uc) };
             }
+            // (Taken above.)
+            Exit::Stepped { .. } => {}
             Exit::RepDone => {
                 let data = self.window.cache.data();
                 let (native, rest, pick, len) = (data.rep_native, data.rep_rest, data.rep_pick != 0, data.rep_len);
@@ -182,31 +201,51 @@ impl ThreadState {
     /// from the agent's hook; async-signal-safe.
     /// Its time is counted apart (`link_ns`): part of the window's time
     /// in the cache that is the engine's, not the copies' running.
-    pub fn link_in_cache(&mut self, engine: &Engine, map: &ProcessMap) {
+    ///
+    /// A window's pick comes this way too, with the program's registers
+    /// (`saved`): see [`ThreadState::pick_in_cache`].
+    pub fn link_in_cache(&mut self, engine: &Engine, map: &ProcessMap, saved: &Saved) {
         let c0 = task::cycles();
-        self.link(engine, map);
+        let pick = self.link(engine, map, saved);
         let ns = (task::cycles().wrapping_sub(c0) as f64 * engine.ns_per_cycle) as u64;
-        self.window.cache.stats.link_ns += ns;
+        let stats = &mut self.window.cache.stats;
+        if pick {
+            stats.pick_ns += ns;
+        } else {
+            stats.link_ns += ns;
+        }
     }
 
-    /// [`ThreadState::link_in_cache`], untimed.
-    fn link(&mut self, engine: &Engine, map: &ProcessMap) {
-        if self.window.phase() != Phase::Cache || !self.window.cache.has_mapping() {
-            return;
+    /// [`ThreadState::link_in_cache`], untimed; true for a pick's way.
+    fn link(&mut self, engine: &Engine, map: &ProcessMap, saved: &Saved) -> bool {
+        if !self.window.cache.has_mapping() {
+            return false;
         }
         let int3 = self.window.cache.data().jump;
-        let Some(exit) = self.window.cache.exit_at(int3.wrapping_add(1)) else { return };
+        let Some(exit) = self.window.cache.exit_at(int3.wrapping_add(1)) else { return false };
+        match exit {
+            Exit::Pick { native } => {
+                self.pick_in_cache(engine, map, saved, native);
+                return true;
+            }
+            Exit::Stepped { native } => {
+                self.stepped_in_cache(engine, map, native);
+                return true;
+            }
+            _ if self.window.phase() != Phase::Cache => return false,
+            _ => {}
+        }
         let (native, variant, patch) = match exit {
             Exit::Link { native, patch } => (native, Variant::Fast, Some(patch)),
             Exit::Slow { native, patch } => (native, Variant::Slow, Some(patch)),
             Exit::Lookup => (self.window.cache.data().target, Variant::Fast, None),
-            _ => return,
+            _ => return false,
         };
         let to = self.goes_to(engine, native);
         if !self.translatable(engine, map, to) {
-            return;
+            return false;
         }
-        let Ok(c) = self.window.cache.get_kept(map, engine.own_code, counted(engine), to, variant) else { return };
+        let Ok(c) = self.window.cache.get_kept(map, engine.own_code, counted(engine), to, variant) else { return false };
         match patch {
             Some(at) => self.window.cache.patch(at, c),
             None => self.window.cache.dispatch_to(native, c),
@@ -214,6 +253,70 @@ impl ThreadState {
         let cache = &mut self.window.cache;
         cache.stats.links += 1;
         cache.data().jump = c;
+        false
+    }
+
+    /// Picks without a trap. A pick taken at its exit's trap and stepped
+    /// natively costs two round trips through the kernel (the exit's
+    /// `int3`, then the step's debug exception: about 40 µs here, most of
+    /// a window's cost). From the link stub, with the program's registers
+    /// at hand (`saved`; its stack pointer in the data page), the engine
+    /// takes the pick as the exit's trap would ([`ThreadState::begin_pick_in_cache`]:
+    /// decode, context, values, the debug registers the instruction would
+    /// make fire held off), then aims the jump slot at a copy of the picked
+    /// instruction alone, whose exit ([`Exit::Stepped`]) comes back through
+    /// the stub once it ran ([`ThreadState::stepped_in_cache`]). Nothing
+    /// changes for the program: the instruction runs once, from a copy, as
+    /// the window's others do. An instruction such a copy does not run (a
+    /// `rep` string, a return that pops arguments) and a recording window's
+    /// full buffer are left to the trap, and so is every pick with
+    /// `WITCH_CACHE_PICKS=0`.
+    fn pick_in_cache(&mut self, engine: &Engine, map: &ProcessMap, saved: &Saved, native: u64) {
+        if self.window.phase() != Phase::Cache || self.window.recording() || engine.config.no_cache_picks || engine.is_own_code(native) {
+            return;
+        }
+        let rsp = self.window.cache.data().save_rsp;
+        let regs = self.ledger.regs_at(saved.gpr(rsp), native, saved.flags);
+        if !self.ledger.decode(map, native, &regs, false).is_some_and(|d| d.steppable && !d.partial && !d.rep) {
+            return;
+        }
+        let Some(copy) = self.window.cache.step_copy(map, engine.own_code, counted(engine), native) else { return };
+        self.window.take_counted();
+        let nth = self.window.cache.data().countdown.max(1) as u32;
+        let weight = self.window.step_pick();
+        if self.window.whole_run() {
+            // As at the trap ([`ThreadState::pick`]).
+            self.ledger.next_cluster();
+        }
+        // If it cannot be taken after all (never expected: it decoded),
+        // the exit's trap finds the window no longer in the cache and ends it.
+        if self.begin_pick_in_cache(engine, map, &regs, nth, weight) {
+            let cache = &mut self.window.cache;
+            cache.stats.picks += 1;
+            cache.data().jump = copy;
+        }
+    }
+
+    /// The picked instruction ran from its copy alone, the program is at
+    /// `native`: the pick becomes a sample as after a step's trap
+    /// ([`ThreadState::end_pick_in_cache`]), and the thread goes on at
+    /// `native`'s copy. Where the window ends there, or no copy can be
+    /// made without emptying the cache, the rest is left to the exit's
+    /// trap (see [`ThreadState::on_cache_exit`]).
+    fn stepped_in_cache(&mut self, engine: &Engine, map: &ProcessMap, native: u64) {
+        if self.window.phase() != Phase::Step || !self.burst.is_active() {
+            return;
+        }
+        let native = if native == 0 { self.window.cache.data().target } else { native };
+        self.end_pick_in_cache(engine);
+        if !self.translatable(engine, map, native) || self.window.cache.data().instr_left <= 0 {
+            return;
+        }
+        let Ok(c) = self.window.cache.get_kept(map, engine.own_code, counted(engine), native, Variant::Fast) else { return };
+        self.window.pick_stepped();
+        self.window.next_countdown();
+        self.window.back_in_cache();
+        self.window.cache.data().jump = c;
     }
 
     /// Step the picked instruction at `regs.rip` natively: its `nth`

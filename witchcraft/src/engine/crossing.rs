@@ -240,7 +240,8 @@ impl ThreadState {
                 | Exit::Pick { native }
                 | Exit::BigRep { native },
             ) => native,
-            Some(Exit::Lookup) => self.window.cache.data().target,
+            Some(Exit::Stepped { native }) if native != 0 => native,
+            Some(Exit::Lookup | Exit::Stepped { .. }) => self.window.cache.data().target,
             Some(Exit::RepDone) => {
                 let data = self.window.cache.data();
                 g[libc::REG_RCX as usize] = (g[libc::REG_RCX as usize] as u64).wrapping_add(data.rep_rest) as i64;
@@ -327,6 +328,16 @@ impl ThreadState {
         // The faulting instruction did not run: its records go; those
         // before it are kept.
         self.window.take_back_records(p.recorded as u64);
+        if self.burst.is_active() {
+            // A pick taken without a trap, whose copy faulted: it was not
+            // an access, so it is no sample; registers it held off watch again.
+            for (i, x) in self.burst.stop().iter().enumerate() {
+                if x.is_some() && self.ledger.armed(i).is_some() {
+                    self.ledger.hold_on(i);
+                }
+            }
+            self.burst.abandon_pick();
+        }
         let whole_run = self.window.whole_run();
         self.window.end(uc, p.pc, true);
         if whole_run {

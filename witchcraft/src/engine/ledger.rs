@@ -162,6 +162,12 @@ impl Ledger {
         unsafe { Regs::from_ucontext(uc, self.place.fs_base, self.place.gs_base) }
     }
 
+    /// The program's registers as the cache's link stub saved them
+    /// (`gpr` in hardware order, `flags`), at `rip`.
+    pub(super) fn regs_at(&self, gpr: [u64; 16], rip: u64, flags: u64) -> Regs {
+        Regs { gpr, rip, fs_base: self.place.fs_base, gs_base: self.place.gs_base, df: flags & (1 << 10) != 0 }
+    }
+
     pub(super) fn watch(&self) -> &Watchpoints {
         &self.watch
     }

@@ -8,14 +8,20 @@
 //! not yet translated, a pick inside a block that needs its slow variant, a
 //! dispatch-table miss) first goes to the cache's link stub
 //! ([`crate::x86::translate::emit_link`]), which switches to the cache's own
-//! stack and calls [`witch_cache_link`] here. It saves every register the
-//! C calling convention lets a callee change, the flags, and the
-//! processor's whole extended state (x87, SSE, AVX, AVX-512: the C
+//! stack and calls [`witch_cache_link`] here. It saves every
+//! general-purpose register ([`Saved`]: the hook reads the program's
+//! registers there, a pick's operands and stack among them), the flags,
+//! and the processor's whole extended state (x87, SSE, AVX, AVX-512: the C
 //! library's `memcpy` may use any of them, and `vzeroupper` would clear
 //! the program's), calls the hook the agent registered (which finds the
 //! thread's state and makes the copy, see `ThreadState::link_in_cache`),
 //! restores them all and returns to the stub, which jumps to the copy, or,
 //! when the hook could not make it, to the exit's `int3` as before.
+//!
+//! A window's pick goes the same way ([`super::cache_exit`], "picks without
+//! a trap"): the hook takes the pick as a single step would, and aims the
+//! jump slot at a copy of the picked instruction alone, whose exit comes
+//! back here after it ran.
 //!
 //! The thread runs with the window's signal mask meanwhile (every signal
 //! blocked but the synchronous ones and SIGTRAP), so no handler of the
@@ -27,8 +33,45 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// The agent's hook: makes the copy an exit asks for, or leaves the jump
 /// slot as it is. Called with signals blocked as in a window, on the
-/// cache's link stack.
-pub type Hook = extern "C" fn();
+/// cache's link stack, with the program's registers as the stub saved them.
+pub type Hook = extern "C" fn(*const Saved);
+
+/// The program's general-purpose registers and flags as
+/// [`witch_cache_link`] pushed them (lowest address first). Its stack
+/// pointer is not here: the link stub keeps it in the data page
+/// (`save_rsp`), and the hook runs on the cache's own stack.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Saved {
+    _pad: u64,
+    pub r15: u64,
+    pub r14: u64,
+    pub r13: u64,
+    pub r12: u64,
+    pub rbp: u64,
+    pub rbx: u64,
+    pub r11: u64,
+    pub r10: u64,
+    pub r9: u64,
+    pub r8: u64,
+    pub rdi: u64,
+    pub rsi: u64,
+    pub rdx: u64,
+    pub rcx: u64,
+    pub rax: u64,
+    pub flags: u64,
+}
+
+impl Saved {
+    /// The registers in hardware order (rax, rcx, rdx, rbx, rsp, rbp, rsi,
+    /// rdi, r8..r15), with `rsp` the program's stack pointer.
+    pub fn gpr(&self, rsp: u64) -> [u64; 16] {
+        [
+            self.rax, self.rcx, self.rdx, self.rbx, rsp, self.rbp, self.rsi, self.rdi, self.r8, self.r9, self.r10, self.r11, self.r12,
+            self.r13, self.r14, self.r15,
+        ]
+    }
+}
 
 static HOOK: AtomicUsize = AtomicUsize::new(0);
 /// Bytes of the XSAVE area for the features the system enabled, and the
@@ -82,13 +125,14 @@ fn xsave_layout() -> Option<(u32, u64)> {
     (size > 0 && size <= XSAVE_MOST).then_some((size, mask))
 }
 
-/// Calls the hook (from [`witch_cache_link`], with the program's state saved).
-extern "C" fn call_hook() {
+/// Calls the hook (from [`witch_cache_link`], with the program's state
+/// saved at `saved`).
+extern "C" fn call_hook(saved: *const Saved) {
     let h = HOOK.load(Ordering::Acquire);
     if h != 0 {
         // SAFETY: only `set_hook` stores a non-zero value, a `Hook`.
         let f = unsafe { std::mem::transmute::<usize, Hook>(h) };
-        f();
+        f(saved);
     }
 }
 
@@ -99,9 +143,11 @@ extern "C" {
 }
 
 // On entry the stack pointer is the link stack's top (16-byte aligned)
-// less the return address. Ten pushes and the flags leave it 16-byte
-// aligned; the XSAVE area below is 64-byte aligned, its header (bytes
-// 512..576) zeroed as XRSTOR requires of the standard form.
+// less the return address. The flags, the sixteen registers but rsp and
+// a pad word (17 pushes, `Saved`) leave it 16-byte aligned; the XSAVE
+// area below is 64-byte aligned, its header (bytes 512..576) zeroed as
+// XRSTOR requires of the standard form. No instruction between the
+// pushes and the pops changes a register the hook does not restore.
 std::arch::global_asm!(
     ".text",
     ".p2align 4",
@@ -120,6 +166,12 @@ std::arch::global_asm!(
     "push r10",
     "push r11",
     "push rbx",
+    "push rbp",
+    "push r12",
+    "push r13",
+    "push r14",
+    "push r15",
+    "push rax",
     "cld",
     "mov rbx, rsp",
     "sub rsp, qword ptr [rip + {size}]",
@@ -136,11 +188,18 @@ std::arch::global_asm!(
     "mov eax, dword ptr [rip + {mask}]",
     "mov edx, dword ptr [rip + {mask} + 4]",
     "xsave64 [rsp]",
+    "mov rdi, rbx",
     "call {hook}",
     "mov eax, dword ptr [rip + {mask}]",
     "mov edx, dword ptr [rip + {mask} + 4]",
     "xrstor64 [rsp]",
     "mov rsp, rbx",
+    "lea rsp, [rsp + 8]",
+    "pop r15",
+    "pop r14",
+    "pop r13",
+    "pop r12",
+    "pop rbp",
     "pop rbx",
     "pop r11",
     "pop r10",

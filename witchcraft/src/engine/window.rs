@@ -546,6 +546,7 @@ impl Window {
         counters.cache_lookups = self.cache.stats.lookups;
         counters.cache_links = self.cache.stats.links;
         counters.link_ns = self.cache.stats.link_ns;
+        (counters.cache_picks, counters.pick_ns) = (self.cache.stats.picks, self.cache.stats.pick_ns);
         counters.window_bridges = w.bridges;
         counters.window_resumes = w.resumes;
         counters.window_gaps = w.gaps;

@@ -110,6 +110,12 @@ pub struct Counters {
     /// `cache_ns - link_ns` is the copies' own running time.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub link_ns: u64,
+    /// Picks taken through the link stub without a trap (of
+    /// `window_picks`), and the part of `cache_ns` the engine spent on them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_picks: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pick_ns: u64,
     /// The part spent at the cache's exits (a window's picks, its end,
     /// translating blocks).
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -185,6 +191,8 @@ impl Counters {
     pub fn keep_code_cache(&mut self, o: &Counters) {
         self.cache_ns = o.cache_ns;
         self.link_ns = o.link_ns;
+        self.cache_picks = o.cache_picks;
+        self.pick_ns = o.pick_ns;
         self.exit_ns = o.exit_ns;
         self.windows = o.windows;
         self.window_instructions = o.window_instructions;
@@ -236,6 +244,8 @@ impl Counters {
         self.trap_ns += o.trap_ns;
         self.cache_ns += o.cache_ns;
         self.link_ns += o.link_ns;
+        self.cache_picks += o.cache_picks;
+        self.pick_ns += o.pick_ns;
         self.exit_ns += o.exit_ns;
         self.windows += o.windows;
         self.window_instructions += o.window_instructions;

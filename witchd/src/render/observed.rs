@@ -48,18 +48,28 @@ pub(super) fn burst_engine(p: &Profile, c: &Counters) -> Vec<String> {
         ));
         if c.window_instructions > 0 && c.cache_ns + c.exit_ns > 0 {
             let each = |ns: u64| ns as f64 / c.window_instructions as f64;
-            // (Links are timed within the cache's time; older profiles
-            // have none.)
+            // (Links and picks taken without a trap are timed within the
+            // cache's time; older profiles have neither.)
             let link = c.link_ns.min(c.cache_ns);
+            let pick = c.pick_ns.min(c.cache_ns - link);
             out.push(format!(
-                "            an instruction in a window cost {:.1} ns of CPU all told: {:.1} ns running copies (the program's own work included), {:.1} ns translating at links, {:.1} ns at exits that trapped; {} blocks translated, {} flushes",
+                "            an instruction in a window cost {:.1} ns of CPU all told: {:.1} ns running copies (the program's own work included), {:.1} ns translating at links, {:.1} ns at picks taken without a trap, {:.1} ns at exits that trapped; {} blocks translated, {} flushes",
                 each(c.cache_ns + c.exit_ns),
-                each(c.cache_ns - link),
+                each(c.cache_ns - link - pick),
                 each(link),
+                each(pick),
                 each(c.exit_ns),
                 c.cache_blocks,
                 c.cache_flushes
             ));
+            if c.cache_picks > 0 {
+                out.push(format!(
+                    "            {} of {} picks taken without a trap, {:.1} µs each; the rest stepped at their exit's trap (a branch, call, return or `rep` string)",
+                    c.cache_picks,
+                    c.window_picks,
+                    pick as f64 / c.cache_picks as f64 / 1e3
+                ));
+            }
         }
     } else {
         let mean =

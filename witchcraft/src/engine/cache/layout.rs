@@ -16,7 +16,8 @@ const LINK_STACK_BYTES: usize = 64 * 1024;
 /// Where the parts of a cache's mapping lie: the data page, the dispatch
 /// table, the index (24 bytes an entry, at most half used), the copies'
 /// records (24 bytes each, as many as index entries), the dispatch stub,
-/// the link stub, the partial-`rep` area, scratch for translating a block
+/// the link stub, the partial-`rep` area, the picked instruction's area
+/// (its copy alone, for a pick taken without a trap), scratch for translating a block
 /// again (for its points), the copies, then the link stack's guard page
 /// and the stack (touched only as deep as the engine's link path goes: the
 /// translator, the agent's lookup of the thread, the processor's extended
@@ -60,8 +61,11 @@ impl Layout {
     pub(super) fn rep_at(self) -> usize {
         self.stubs_at() + 512
     }
-    pub(super) fn scratch_at(self) -> usize {
+    pub(super) fn step_at(self) -> usize {
         self.stubs_at() + 1024
+    }
+    pub(super) fn scratch_at(self) -> usize {
+        self.stubs_at() + 1536
     }
     pub(super) fn code_at(self) -> usize {
         self.scratch_at() + translate::MAX_BLOCK_BYTES + PAGE

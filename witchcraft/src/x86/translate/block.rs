@@ -20,10 +20,16 @@ const COPY_SLACK: usize = 48;
 impl Translator {
     /// Decode the block's instructions; returns how many (0: none readable).
     pub(super) fn decode_block(&mut self, host: &mut dyn Host, native: u64, counted: Counted) -> usize {
+        self.decode_upto(host, native, counted, MAX_INSNS)
+    }
+
+    /// [`Translator::decode_block`], at most `most` instructions (a picked
+    /// instruction's copy needs one).
+    pub(super) fn decode_upto(&mut self, host: &mut dyn Host, native: u64, counted: Counted, most: usize) -> usize {
         let mut pc = native;
         let mut n = 0;
         let mut spent = 0;
-        while n < MAX_INSNS {
+        while n < most.min(MAX_INSNS) {
             if !host.translatable(pc) {
                 if n == 0 {
                     return 0;

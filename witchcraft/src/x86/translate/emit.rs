@@ -179,14 +179,19 @@ impl Emitter<'_> {
     /// An exit stub: `int3` and the exit's record after it, which the
     /// handler reads at the address the trap reports ([`Exit::read`]).
     ///
-    /// An exit that asks for a copy ([`Exit::Link`], [`Exit::Slow`]) first
-    /// tries the link stub (see [`super::emit_link`]), when the cache has
-    /// one: the `int3`'s address goes to the jump slot, where the stub
-    /// returns to when the engine cannot make the copy without a trap.
+    /// An exit that asks for a copy ([`Exit::Link`], [`Exit::Slow`]), or
+    /// a window's pick ([`Exit::Pick`], [`Exit::Stepped`]), first tries the
+    /// link stub (see [`super::emit_link`]), when the cache has one: the
+    /// `int3`'s address goes to the jump slot, where the stub returns to
+    /// when the engine cannot make the copy or take the pick without a trap.
     /// Returns the stub's start, where branches to the exit go.
     pub(super) fn exit(&mut self, ctx: &mut Ctx, kind: Exit) -> Result<u64, Error> {
         let start = self.here();
-        if ctx.link != 0 && matches!(kind, Exit::Link { .. } | Exit::Slow { .. }) {
+        // A pick, and the end of a picked instruction's copy, go to the
+        // engine's entry too (picks without a trap, `engine::cache_exit`);
+        // a recording copy's "pick" is a full buffer, left to the trap.
+        let pick = matches!(kind, Exit::Pick { .. } | Exit::Stepped { .. }) && ctx.record.is_none();
+        if ctx.link != 0 && (matches!(kind, Exit::Link { .. } | Exit::Slow { .. }) || pick) {
             self.link_prefix(ctx.link);
         }
         let rec = kind.encode();

@@ -133,6 +133,10 @@ pub enum Exit {
     /// A `rep` string instruction with more than [`MAX_REP_ELEMENTS`]
     /// elements at `native`, registers as before it.
     BigRep { native: u64 },
+    /// A picked instruction ran alone from the cache ([`Translator::translate_step`]):
+    /// the program goes on at `native` (0: where the target slot says, after
+    /// a return or an indirect call), registers as after it.
+    Stepped { native: u64 },
 }
 
 impl Exit {
@@ -147,6 +151,7 @@ impl Exit {
             Exit::Lookup => (6, 0, 0),
             Exit::RepDone => (7, 0, 0),
             Exit::BigRep { native } => (8, native, 0),
+            Exit::Stepped { native } => (9, native, 0),
         };
         let mut r = [0u8; 17];
         r[0] = k;
@@ -168,6 +173,7 @@ impl Exit {
             6 => Exit::Lookup,
             7 => Exit::RepDone,
             8 => Exit::BigRep { native: a },
+            9 => Exit::Stepped { native: a },
             _ => return None,
         })
     }

@@ -7,7 +7,7 @@ use super::block::classify;
 use super::emit::Emitter;
 use super::operands::{condition_code, gpr_number, kills_flags, spare_register};
 use super::{
-    Block, Class, Ctx, DataAddrs, Error, Exit, Host, Insn, Point, Spilled, Translator, Variant, ARITH, MAX_INSNS, MAX_REP_ELEMENTS,
+    Block, Class, Counted, Ctx, DataAddrs, Error, Exit, Host, Insn, Point, Spilled, Translator, Variant, ARITH, MAX_INSNS, MAX_REP_ELEMENTS,
 };
 use crate::x86::record::RecordKind;
 use iced_x86::{Decoder, DecoderOptions, OpKind, Register};
@@ -387,6 +387,75 @@ impl Translator {
         let mut ctx = Ctx { host, points: false, dispatch: 0, link: 0, record: None };
         e.bytes(&bytes[..instr.len()]);
         e.exit(&mut ctx, Exit::RepDone)?;
+        if e.full {
+            return Err(Error::Full);
+        }
+        Ok(e.pos)
+    }
+
+    /// A copy, at `at`, of the instruction at `native` alone, followed by
+    /// the [`Exit::Stepped`] exit to the instruction after it: a window's
+    /// pick runs there instead of being single-stepped natively
+    /// (`engine::cache_exit`, "picks without a trap"). An instruction a
+    /// copy runs as it is (re-aimed RIP-relative operands aside), a call
+    /// (the program's return address pushed) or a return; a jump, a
+    /// return that pops arguments, a `rep` string, or one the cache does
+    /// not run, is refused (`Unreadable`).
+    /// With `points`, the copy's points are remembered
+    /// ([`Translator::point_at`]); it counts nothing.
+    pub fn translate_step(
+        &mut self,
+        host: &mut dyn Host,
+        env: &super::Env,
+        native: u64,
+        at: u64,
+        points: bool,
+        out: &mut [u8],
+    ) -> Result<usize, Error> {
+        self.npoints = 0;
+        self.recorded = 0;
+        if env.counted != Counted::Stores && env.counted != Counted::Loads {
+            return Err(Error::Unreadable);
+        }
+        if self.decode_upto(host, native, env.counted, 1) == 0 {
+            return Err(Error::Unreadable);
+        }
+        let x = self.insns[0];
+        let next = x.ip + x.len as u64;
+        let mut e = Emitter { buf: out, base: at, pos: 0, full: false, slots: env.slots };
+        let mut ctx = Ctx { host, points, dispatch: env.dispatch, link: env.link, record: None };
+        // As a block's copy has each (`emit_insn`), but ending at the
+        // exit: to the next instruction, the call's target, or, for 0,
+        // where the target slot says (a return's, an indirect call's).
+        match x.class {
+            Class::Plain => {
+                self.copy_plain(&mut e, &mut ctx, &x);
+                e.exit(&mut ctx, Exit::Stepped { native: next })?;
+            }
+            Class::Call | Class::CallIndirect => {
+                let indirect = x.class == Class::CallIndirect;
+                if indirect {
+                    self.load_target(&mut e, &mut ctx, &x);
+                }
+                let start = e.here();
+                let lit = e.push_literal_slot();
+                let end = e.here();
+                let target = if indirect { 0 } else { x.instr.near_branch_target() };
+                let p = if indirect { Point::after_to_target(&x) } else { Point::after(&x, target) };
+                self.point(&mut ctx, start, end, p);
+                e.exit(&mut ctx, Exit::Stepped { native: target })?;
+                e.literal(lit, next);
+            }
+            Class::Ret if x.instr.op_count() == 0 => {
+                // pop qword [rip+target]
+                let start = e.here();
+                e.modrm_slot(&[0x8F], 0, e.slots.target);
+                let end = e.here();
+                self.point(&mut ctx, start, end, Point::after_to_target(&x));
+                e.exit(&mut ctx, Exit::Stepped { native: 0 })?;
+            }
+            _ => return Err(Error::Unreadable),
+        }
         if e.full {
             return Err(Error::Full);
         }

@@ -86,6 +86,7 @@ fn exit_records_read_back() {
         Exit::Lookup,
         Exit::RepDone,
         Exit::BigRep { native: 8 },
+        Exit::Stepped { native: 9 },
     ] {
         assert_eq!(Exit::read(&e.encode()), Some(e));
     }
@@ -146,6 +147,75 @@ fn a_rip_relative_operand_out_of_reach_goes_through_a_spare_register() {
     // Saved before, restored after.
     assert_eq!(l[k - 1].1.op1_register(), scratch);
     assert_eq!(l[k + 2].1.op0_register(), scratch);
+}
+
+/// A picked instruction's copy alone (a pick taken without a trap): the
+/// instruction as a block's copy has it (a RIP-relative store re-aimed at
+/// the same address), then its exit to the next instruction, through the
+/// link stub first; nothing counted. A call and a return end at their
+/// target; a jump, a `rep` string and what the cache does not run are
+/// refused, and so are recording copies, which never pick. Its points map
+/// the copy back.
+#[test]
+fn a_picked_instruction_is_copied_alone_with_its_exit_after_it() {
+    // mov dword [rip+0x100], 7 (10 bytes); ret
+    let code = [0xC7, 0x05, 0x00, 0x01, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, 0xC3];
+    let link = CACHE - 0x700;
+    let env = Env { link, ..env(CACHE - 0x800) };
+    let mut t = Translator::new();
+    let mut host = Code { base: NATIVE, bytes: code.to_vec() };
+    let mut out = vec![0u8; 512];
+    let len = t.translate_step(&mut host, &env, NATIVE, CACHE, true, &mut out).unwrap();
+    let out = &out[..len];
+    let l = listing(out);
+    let store = l
+        .iter()
+        .find(|(_, i)| i.mnemonic() == Mnemonic::Mov && i.op0_kind() == OpKind::Memory && i.op1_kind() == OpKind::Immediate32)
+        .expect("the store")
+        .1;
+    assert_eq!(store.immediate32(), 7);
+    let (a, b) = if store.is_ip_rel_memory_operand() {
+        (store.ip_rel_memory_address(), NATIVE + 10 + 0x100)
+    } else {
+        // Out of reach of the fake cache: through a spare register.
+        let k = l.iter().position(|(_, i)| i.op1_kind() == OpKind::Immediate64).expect("mov r, imm64");
+        (l[k].1.immediate64(), NATIVE + 10 + 0x100)
+    };
+    assert_eq!(a, b, "the store's address");
+    assert!(!l.iter().any(|(_, i)| i.op0_kind() == OpKind::Memory && i.memory_displacement64() == slots().countdown), "it counts nothing");
+    let jmp = l.last().expect("a jump to the link stub").1;
+    assert_eq!(jmp.mnemonic(), Mnemonic::Jmp);
+    assert_eq!(exits(out), vec![(CACHE + len as u64 - 17, Exit::Stepped { native: NATIVE + 10 })]);
+    let p = t.point_at(store.ip() + store.len() as u64, true).expect("the store's point");
+    assert_eq!((p.pc, p.next), (NATIVE, NATIVE + 10));
+    // A call pushes the program's return address and goes on at its
+    // target; a return and an indirect call where the target slot says.
+    let mut host = Code { base: NATIVE, bytes: vec![0xE8, 0x10, 0, 0, 0] };
+    let mut out = vec![0u8; 512];
+    let len = t.translate_step(&mut host, &env, NATIVE, CACHE, false, &mut out).unwrap();
+    let ex = exits(&out[..len]);
+    assert_eq!(ex.iter().map(|e| e.1).collect::<Vec<_>>(), vec![Exit::Stepped { native: NATIVE + 5 + 0x10 }]);
+    let push = listing(&out[..len])[0].1;
+    assert_eq!(push.mnemonic(), Mnemonic::Push);
+    let lit = (push.ip_rel_memory_address() - CACHE) as usize;
+    assert_eq!(u64::from_le_bytes(out[lit..lit + 8].try_into().unwrap()), NATIVE + 5, "the native return address");
+    for (code, what) in [(&[0xC3][..], "ret"), (&[0xFF, 0x50, 0x08], "call [rax+8]")] {
+        let mut host = Code { base: NATIVE, bytes: code.to_vec() };
+        let mut out = vec![0u8; 512];
+        let len = t.translate_step(&mut host, &env, NATIVE, CACHE, false, &mut out).unwrap();
+        assert_eq!(exits(&out[..len]).iter().map(|e| e.1).collect::<Vec<_>>(), vec![Exit::Stepped { native: 0 }], "{what}");
+    }
+    // Refused: a jump, a return that pops arguments, a `rep stosb`, a
+    // system call.
+    for refused in [&[0xEB, 0x00][..], &[0xC2, 0x08, 0x00], &[0xF3, 0xAA], &[0x0F, 0x05]] {
+        let mut host = Code { base: NATIVE, bytes: refused.to_vec() };
+        let mut out = vec![0u8; 512];
+        assert!(t.translate_step(&mut host, &env, NATIVE, CACHE, false, &mut out).is_err(), "{refused:x?}");
+    }
+    let rec = Env { counted: Counted::Records(record::RecordKind::Addresses), ..env };
+    let mut host = Code { base: NATIVE, bytes: code.to_vec() };
+    let mut out = vec![0u8; 512];
+    assert!(t.translate_step(&mut host, &rec, NATIVE, CACHE, false, &mut out).is_err(), "a recording copy");
 }
 
 #[test]
@@ -371,6 +441,7 @@ fn a_recording_copy_records_every_access_and_keeps_the_registers() {
             out("rax") rax,
             inout("r10") 0x1010u64 => r10,
             inout("r11") 0x1111u64 => r11,
+            inout("r12") 0x1212u64 => _,
             clobber_abi("C"),
         );
     }
@@ -514,15 +585,20 @@ fn points_map_a_copy_back_to_the_native_instruction() {
     assert_eq!(t.point_at(st.0, false).map(|p| p.pc), Some(NATIVE));
 }
 
-/// Where the link test's hook aims the jump slot, and how often it ran.
-static LINK_TEST: [std::sync::atomic::AtomicU64; 3] =
-    [std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0)];
+/// Where the link test's hook aims the jump slot, how often it ran, and
+/// the program's rax, rdi, r12 and flags as the hook saw them.
+static LINK_TEST: [std::sync::atomic::AtomicU64; 7] = [const { std::sync::atomic::AtomicU64::new(0) }; 7];
 
 /// The link test's hook: changes every register a C function may (and,
 /// with AVX, the vector registers' upper halves, as `vzeroupper` in the C
 /// library's `memcpy` would), then aims the jump slot at the landing.
-extern "C" fn link_test_hook() {
+extern "C" fn link_test_hook(saved: *const crate::engine::link::Saved) {
     use std::sync::atomic::Ordering::SeqCst;
+    // SAFETY: the entry passes the registers it saved on the link stack.
+    let r = unsafe { *saved };
+    for (i, v) in [r.rax, r.rdi, r.r12, r.flags].into_iter().enumerate() {
+        LINK_TEST[3 + i].store(v, SeqCst);
+    }
     // SAFETY: changes only registers the C convention lets a callee change.
     unsafe {
         std::arch::asm!(
@@ -542,7 +618,8 @@ extern "C" fn link_test_hook() {
 
 /// A copy whose branch target is not in the cache yet, run: its exit goes
 /// through the link stub into the engine's entry (`engine::link`), whose
-/// hook (the test's) runs Rust code that changes every register it may and
+/// hook (the test's) sees the program's registers (callee-saved ones
+/// included), runs Rust code that changes every register it may and
 /// clears the vector registers, and aims the jump slot at a landing that
 /// returns here. The program's registers, flags and vector state come back
 /// as it left them, and no trap was needed.
@@ -627,6 +704,7 @@ fn a_link_through_the_engines_entry_keeps_registers_flags_and_vectors() {
             inout("r9") 0x0909u64 => r9,
             inout("r10") 0x1010u64 => r10,
             inout("r11") 0x1111u64 => r11,
+            inout("r12") 0x1212u64 => _,
             clobber_abi("C"),
         );
     }
@@ -635,6 +713,9 @@ fn a_link_through_the_engines_entry_keeps_registers_flags_and_vectors() {
     assert_eq!(dst[0], 7, "the copy ran");
     assert_eq!((rax, rcx, rdx, rsi, r8, r9, r10, r11), (7, 0x0c0c, 0x0d0d, 0x0505, 0x0808, 0x0909, 0x1010, 0x1111), "registers");
     assert_eq!(cf, 1, "the carry flag");
+    let seen: Vec<u64> = LINK_TEST[3..].iter().map(|v| v.load(SeqCst)).collect();
+    assert_eq!(&seen[..3], &[7, dst.as_ptr() as u64, 0x1212], "the registers the hook saw: rax, rdi, r12");
+    assert_eq!(seen[3] & 1, 1, "the carry flag the hook saw");
     let lanes = if avx { 4 } else { 2 };
     assert!(vec[..lanes].iter().all(|&v| v == u64::MAX), "the vector register: {vec:x?}");
     // SAFETY: the mapping made above, no longer used.
