@@ -33,8 +33,8 @@ Two sources, one table:
   exit's trap, then the picked instruction single-stepped natively),
   beside the default, where a pick goes through the link stub and its
   instruction runs from a copy of it alone: windows, picks and judged
-  samples (watchpoint traps) a run at the same budget, and the engine's
-  time a window all told.
+  samples (watchpoint traps) a run at the same budget, the engine's
+  time a window all told, and a pick's cost to the engine.
 
 Needs `cargo build --release --workspace` first (and builds the bench).
 """
@@ -79,10 +79,17 @@ def counters(exe, args, env):
 
 
 def pick_figures(c):
-    """Windows, picks and watchpoint traps a run, and the engine's time a
-    window all told (its picks' and traps' included)."""
+    """Windows, picks and watchpoint traps a run, the engine's time a
+    window all told (its picks' and traps' included), and what a pick
+    cost the engine, µs: taken in the cache, `pick_ns / cache_picks`;
+    trapping, an exit's trap (`exit_ns / cache_exits`) and a single step
+    (`step_ns / steps`)."""
     w = c.get("windows", 0)
-    return (w, c.get("window_picks", 0), c.get("traps", 0), c.get("engine_ns", 0) / max(1, w) / 1e3)
+    if c.get("cache_picks"):
+        pick = c.get("pick_ns", 0) / c["cache_picks"] / 1e3
+    else:
+        pick = (c.get("exit_ns", 0) / max(1, c.get("cache_exits", 0)) + c.get("step_ns", 0) / max(1, c.get("steps", 0))) / 1e3
+    return (w, c.get("window_picks", 0), c.get("traps", 0), c.get("engine_ns", 0) / max(1, w) / 1e3, pick)
 
 
 def main():
@@ -161,14 +168,15 @@ def main():
     print("\nPicks taken in the cache without a trap (the default) against every pick trapping and stepped "
           "natively (`WITCH_CACHE_PICKS=0`), the same budget, medians (range):\n")
     print("| program | windows a run: in the cache | traps | picks a run: in the cache | traps | "
-          "judged samples (traps) a run: in the cache | traps | engine µs a window (all told): in the cache | traps |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "judged samples (traps) a run: in the cache | traps | engine µs a window (all told): in the cache | traps | "
+          "engine µs a pick: in the cache | traps |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, runs in picks.items():
         cells = []
-        for k in range(4):
+        for k in range(5):
             for mode in ("cache", "traps"):
                 v = [r[k] for r in runs[mode]]
-                fmt = "{:.0f}"
+                fmt = "{:.1f}" if k == 4 else "{:.0f}"
                 cells.append(f"{fmt.format(statistics.median(v))} ({fmt.format(min(v))}-{fmt.format(max(v))})" if v else "-")
         print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
     if all_steps and all_instr:

@@ -63,8 +63,13 @@ pub(super) fn burst_engine(p: &Profile, c: &Counters) -> Vec<String> {
                 c.cache_flushes
             ));
             if c.cache_picks > 0 {
+                let rest = if c.cache_picks < c.window_picks {
+                    "; the rest stepped at their exit's trap (a `rep` string, a return that pops arguments)"
+                } else {
+                    ""
+                };
                 out.push(format!(
-                    "            {} of {} picks taken without a trap, {:.1} µs each; the rest stepped at their exit's trap (a branch, call, return or `rep` string)",
+                    "            {} of {} picks taken without a trap, {:.1} µs each{rest}",
                     c.cache_picks,
                     c.window_picks,
                     pick as f64 / c.cache_picks as f64 / 1e3
