@@ -78,6 +78,20 @@ def counters(exe, args, env):
     return d["counters"], d["duration_ns"]
 
 
+def side_by_side(table, modes, n):
+    """Rows of `table` ({program: {mode: [(figure, ...) a run]}}): each of
+    the `n` figures as median (range) under each of `modes`, the last
+    figure to a tenth, the others whole."""
+    for name, runs in table.items():
+        cells = []
+        for k in range(n):
+            for mode in modes:
+                v = [r[k] for r in runs[mode]]
+                fmt = "{:.1f}" if k == n - 1 else "{:.0f}"
+                cells.append(f"{fmt.format(statistics.median(v))} ({fmt.format(min(v))}-{fmt.format(max(v))})" if v else "-")
+        print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+
+
 def pick_figures(c):
     """Windows, picks and watchpoint traps a run, the engine's time a
     window all told (its picks' and traps' included), and what a pick
@@ -157,28 +171,14 @@ def main():
     print("| program | windows a run: links | traps | samples a run: links | traps | "
           "engine µs a block translated: links | traps |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for name, runs in linked.items():
-        cells = []
-        for k in range(3):
-            for mode in ("links", "traps"):
-                v = [r[k] for r in runs[mode]]
-                fmt = "{:.1f}" if k == 2 else "{:.0f}"
-                cells.append(f"{fmt.format(statistics.median(v))} ({fmt.format(min(v))}-{fmt.format(max(v))})" if v else "-")
-        print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+    side_by_side(linked, ("links", "traps"), 3)
     print("\nPicks taken in the cache without a trap (the default) against every pick trapping and stepped "
           "natively (`WITCH_CACHE_PICKS=0`), the same budget, medians (range):\n")
     print("| program | windows a run: in the cache | traps | picks a run: in the cache | traps | "
           "judged samples (traps) a run: in the cache | traps | engine µs a window (all told): in the cache | traps | "
           "engine µs a pick: in the cache | traps |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for name, runs in picks.items():
-        cells = []
-        for k in range(5):
-            for mode in ("cache", "traps"):
-                v = [r[k] for r in runs[mode]]
-                fmt = "{:.1f}" if k == 4 else "{:.0f}"
-                cells.append(f"{fmt.format(statistics.median(v))} ({fmt.format(min(v))}-{fmt.format(max(v))})" if v else "-")
-        print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+    side_by_side(picks, ("cache", "traps"), 5)
     if all_steps and all_instr:
         s, i = statistics.median(all_steps), statistics.median(all_instr)
         print("\nRatios (medians over both programs' runs):\n")

@@ -34,6 +34,16 @@ fn count(v: &str, max: u64) -> Result<u32, String> {
     Ok(number(v)?.min(max) as u32)
 }
 
+/// A switch that is on by default: true if `v` turns it off ("0"), false
+/// for "1" (`WITCH_LINKS`, `WITCH_CACHE_PICKS`).
+fn switched_off(v: &str) -> Result<bool, String> {
+    match v {
+        "0" => Ok(true),
+        "1" => Ok(false),
+        _ => Err("not 0 or 1".into()),
+    }
+}
+
 /// A flag that is on with any value (`WITCH_NO_SIGTRAP=1`).
 fn flag(on: bool) -> Option<String> {
     on.then(|| "1".to_string())
@@ -207,11 +217,7 @@ pub(super) const SETTINGS: &[Setting] = &[
         key: keys::LINKS,
         knob: true,
         read: |c, v| {
-            c.no_links = match v {
-                "0" => true,
-                "1" => false,
-                _ => return Err("not 0 or 1".into()),
-            };
+            c.no_links = switched_off(v)?;
             Ok(())
         },
         write: |c| c.no_links.then(|| "0".to_string()),
@@ -220,11 +226,7 @@ pub(super) const SETTINGS: &[Setting] = &[
         key: keys::CACHE_PICKS,
         knob: true,
         read: |c, v| {
-            c.no_cache_picks = match v {
-                "0" => true,
-                "1" => false,
-                _ => return Err("not 0 or 1".into()),
-            };
+            c.no_cache_picks = switched_off(v)?;
             Ok(())
         },
         write: |c| c.no_cache_picks.then(|| "0".to_string()),
