@@ -109,7 +109,9 @@ fn wide_stores_are_judged_by_a_fair_element() {
 
     let native = prog.run_native(&[]);
     let out = dir.join("sampled.json");
-    let run = WitchCmd::new("silent-store").args(&["-p", "1000000", "-q"]).out(&out).run(&prog.exe, &[]);
+    // Ticks every 0.5 ms of CPU time: the program runs 75-100 ms, and a
+    // window at each 1 ms tick took 62-131 picks a run, near the 100 asked.
+    let run = WitchCmd::new("silent-store").args(&["-p", "500000", "-q"]).out(&out).run(&prog.exe, &[]);
     assert_same_behaviour(&native, &run);
     let rep = report_all(&out);
     rep.assert_samples(100.0);
