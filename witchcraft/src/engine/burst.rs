@@ -160,13 +160,9 @@ impl ThreadState {
         weight: f64,
         uc: *mut libc::ucontext_t,
     ) -> bool {
-        self.burst.begin_pick(nth, weight);
-        let go = self.visit(engine, map, regs);
+        let go = self.begin_pick_in_cache(engine, map, regs, nth, weight);
         // SAFETY: forwarded from the caller.
         unsafe { set_trap_flag(uc, go) };
-        if !go {
-            self.burst.abandon_pick();
-        }
         go
     }
 
@@ -339,13 +335,7 @@ impl ThreadState {
     /// The burst is over: the picked access becomes the sample, judged
     /// already or watched from now on by a debug register.
     fn end_burst(&mut self, engine: &Engine) {
-        // Registers intercepted by an instruction that then did not run
-        // (the burst ended before it) go back to watching.
-        for (i, x) in self.burst.stop().iter().enumerate() {
-            if x.is_some() && self.ledger.armed(i).is_some() {
-                self.ledger.hold_on(i);
-            }
-        }
+        self.stop_burst();
         let settings = engine.burst.unwrap_or_default();
         for (c, weight) in self.burst.weigh(&settings).into_iter().flatten() {
             self.settle_pick(engine, c, weight);

@@ -336,6 +336,18 @@ impl CodeCache {
         DataAddrs::at(self.addr(DATA_AT))
     }
 
+    /// What the translator needs to know of this cache, for copies that
+    /// count `counted`.
+    fn env(&self, counted: Counted) -> Env {
+        Env { slots: self.slots(), counted, dispatch: self.addr(self.layout.stubs_at()), link: self.link }
+    }
+
+    /// The program's code as the translator reads it (`own`: the agent's,
+    /// never translated), with this cache's copies to link to.
+    fn host<'a>(&self, map: &'a ProcessMap, own: (u64, u64)) -> ProgramHost<'a> {
+        ProgramHost { map, own, calls: self.calls, index: self.index(), entries: self.layout.entries }
+    }
+
     /// Is `addr` inside the cache's mapping (its memory is the engine's)?
     pub fn contains(&self, addr: u64) -> bool {
         !self.base.is_null() && addr >= self.base as u64 && addr < self.base as u64 + self.layout.bytes() as u64
@@ -417,17 +429,15 @@ impl CodeCache {
         {
             return Err(translate::Error::Full);
         }
-        let slots = self.slots();
         let at = self.addr(self.layout.code_at() + self.code_pos);
-        let dispatch = self.addr(self.layout.stubs_at());
-        let mut host = ProgramHost { map, own, calls: self.calls, index: self.index(), entries: self.layout.entries };
+        let env = self.env(counted);
+        let mut host = self.host(map, own);
         // SAFETY: the code area from code_pos, MAX_BLOCK_BYTES of it free.
         let out =
             unsafe { std::slice::from_raw_parts_mut(self.base.add(self.layout.code_at() + self.code_pos), translate::MAX_BLOCK_BYTES) };
         let (len, what) = match self.calls.find(native) {
-            Some(call) => (translate::emit_native_call(&slots, &call, at, dispatch, out)? as u32, COPY_NATIVE_CALL),
+            Some(call) => (translate::emit_native_call(&env.slots, &call, at, env.dispatch, out)? as u32, COPY_NATIVE_CALL),
             None => {
-                let env = Env { slots, counted, dispatch, link: self.link };
                 let b: Block = self.translator.translate(&mut host, &env, TranslateRequest { native, variant, at, points: false }, out)?;
                 (b.len, if variant == Variant::Slow { COPY_SLOW } else { COPY_FAST })
             }
@@ -543,13 +553,11 @@ impl CodeCache {
                 _ => None,
             };
         }
-        let slots = self.slots();
-        let dispatch = self.addr(self.layout.stubs_at());
-        let mut host = ProgramHost { map, own, calls: self.calls, index: self.index(), entries: self.layout.entries };
+        let env = self.env(counted);
+        let mut host = self.host(map, own);
         // SAFETY: the scratch area, MAX_BLOCK_BYTES long, inside the mapping.
         let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(self.layout.scratch_at()), translate::MAX_BLOCK_BYTES) };
         let variant = if r.what == COPY_SLOW { Variant::Slow } else { Variant::Fast };
-        let env = Env { slots, counted, dispatch, link: self.link };
         self.translator.translate(&mut host, &env, TranslateRequest { native: r.native, variant, at: r.start, points: true }, out).ok()?;
         self.translator.point_at(addr, after)
     }

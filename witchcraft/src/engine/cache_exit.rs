@@ -32,8 +32,7 @@ impl ThreadState {
             // A picked instruction ran alone from the cache, and the link
             // stub could not go on (the window ends, or no copy could be
             // made there): what is left of the pick's step, then on.
-            let native = if native == 0 { self.window.cache.data().target } else { native };
-            g[libc::REG_RIP as usize] = native as i64;
+            g[libc::REG_RIP as usize] = self.window.cache.stepped_to(native) as i64;
             if self.burst.is_active() {
                 // SAFETY: forwarded from the caller.
                 unsafe { self.on_step(engine, map, uc) };
@@ -307,7 +306,7 @@ impl ThreadState {
         if self.window.phase() != Phase::Step || !self.burst.is_active() {
             return;
         }
-        let native = if native == 0 { self.window.cache.data().target } else { native };
+        let native = self.window.cache.stepped_to(native);
         self.end_pick_in_cache(engine);
         if !self.translatable(engine, map, native) || self.window.cache.data().instr_left <= 0 {
             return;

@@ -240,8 +240,8 @@ impl ThreadState {
                 | Exit::Pick { native }
                 | Exit::BigRep { native },
             ) => native,
-            Some(Exit::Stepped { native }) if native != 0 => native,
-            Some(Exit::Lookup | Exit::Stepped { .. }) => self.window.cache.data().target,
+            Some(Exit::Stepped { native }) => self.window.cache.stepped_to(native),
+            Some(Exit::Lookup) => self.window.cache.data().target,
             Some(Exit::RepDone) => {
                 let data = self.window.cache.data();
                 g[libc::REG_RCX as usize] = (g[libc::REG_RCX as usize] as u64).wrapping_add(data.rep_rest) as i64;
@@ -331,11 +331,7 @@ impl ThreadState {
         if self.burst.is_active() {
             // A pick taken without a trap, whose copy faulted: it was not
             // an access, so it is no sample; registers it held off watch again.
-            for (i, x) in self.burst.stop().iter().enumerate() {
-                if x.is_some() && self.ledger.armed(i).is_some() {
-                    self.ledger.hold_on(i);
-                }
-            }
+            self.stop_burst();
             self.burst.abandon_pick();
         }
         let whole_run = self.window.whole_run();

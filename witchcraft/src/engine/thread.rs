@@ -56,6 +56,19 @@ impl ThreadState {
         Self::try_new(engine).unwrap_or_else(|| Self::with_tables(engine, Tables::minimal()))
     }
 
+    /// Stop the burst under way: registers intercepted by an instruction
+    /// that then did not run (the burst ended before it, or it faulted) go
+    /// back to watching. Its picks are left to be weighed (`Burst::weigh`)
+    /// or dropped. (Here, below the paths that end bursts: the burst's end
+    /// and a window's end at a fault.)
+    pub(super) fn stop_burst(&mut self) {
+        for (i, x) in self.burst.stop().iter().enumerate() {
+            if x.is_some() && self.ledger.armed(i).is_some() {
+                self.ledger.hold_on(i);
+            }
+        }
+    }
+
     /// The address space the state's tables reserve, in bytes.
     pub fn reserved_bytes(&self) -> usize {
         self.ledger.reserved_bytes()

@@ -4,9 +4,9 @@
 //! among the stubs, written again for each use, and the way back from an
 //! address inside it to the program's instruction.
 
-use super::{CodeCache, ProgramHost};
+use super::CodeCache;
 use crate::modules::ProcessMap;
-use crate::x86::translate::{self, Counted, Env, Point, Spilled, EXIT_STUB_LEN};
+use crate::x86::translate::{self, Counted, Point, Spilled, EXIT_STUB_LEN};
 
 impl CodeCache {
     /// A copy of the `rep` instruction at `native` alone, followed by the
@@ -14,7 +14,7 @@ impl CodeCache {
     pub fn rep_part(&mut self, map: &ProcessMap, own: (u64, u64), native: u64) -> Option<u64> {
         let slots = self.slots();
         let at = self.addr(self.layout.rep_at());
-        let mut host = ProgramHost { map, own, calls: self.calls, index: self.index(), entries: self.layout.entries };
+        let mut host = self.host(map, own);
         // SAFETY: the partial-rep area, REP_AT..STEP_AT of the mapping.
         let out =
             unsafe { std::slice::from_raw_parts_mut(self.base.add(self.layout.rep_at()), self.layout.step_at() - self.layout.rep_at()) };
@@ -34,7 +34,7 @@ impl CodeCache {
         }
         let at = self.addr(self.layout.step_at());
         let env = self.env(counted);
-        let mut host = ProgramHost { map, own, calls: self.calls, index: self.index(), entries: self.layout.entries };
+        let mut host = self.host(map, own);
         // SAFETY: the picked instruction's area, STEP_AT..SCRATCH_AT of the mapping.
         let out = unsafe {
             std::slice::from_raw_parts_mut(self.base.add(self.layout.step_at()), self.layout.scratch_at() - self.layout.step_at())
@@ -42,6 +42,17 @@ impl CodeCache {
         self.translator.translate_step(&mut host, &env, native, at, false, out).ok()?;
         self.step_native = native;
         Some(at)
+    }
+
+    /// Where a picked instruction's copy went on ([`translate::Exit::Stepped`]
+    /// `native`): there, or for 0, where the target slot says (after a
+    /// return or an indirect call).
+    pub fn stepped_to(&mut self, native: u64) -> u64 {
+        if native == 0 {
+            self.data().target
+        } else {
+            native
+        }
     }
 
     /// Where `addr` stands in the program if it lies in one of these areas
@@ -59,7 +70,7 @@ impl CodeCache {
         if addr >= step && addr < self.addr(self.layout.scratch_at()) {
             // The picked instruction's copy, translated again for its points.
             let env = self.env(counted);
-            let mut host = ProgramHost { map, own, calls: self.calls, index: self.index(), entries: self.layout.entries };
+            let mut host = self.host(map, own);
             // SAFETY: the scratch area, MAX_BLOCK_BYTES long, inside the mapping.
             let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(self.layout.scratch_at()), translate::MAX_BLOCK_BYTES) };
             let made = self.translator.translate_step(&mut host, &env, self.step_native, step, true, out).is_ok();
@@ -87,11 +98,5 @@ impl CodeCache {
             recorded: 0,
             native_return: false,
         }))
-    }
-
-    /// What the translator needs to know of this cache, for copies that
-    /// count `counted`.
-    fn env(&self, counted: Counted) -> Env {
-        Env { slots: self.slots(), counted, dispatch: self.addr(self.layout.stubs_at()), link: self.link }
     }
 }
