@@ -11,7 +11,7 @@ setting the geometric mean with a bootstrap 95% interval, and the worst case.
     python3 benches/overhead.py                     # real workloads, markdown tables
     python3 benches/overhead.py --set ci --reps 1     # the fast subset
     python3 benches/overhead.py --set ground-truth    # the test programs
-    python3 benches/overhead.py --startup             # the fixed cost per process
+    python3 benches/overhead.py --startup             # the fixed cost per process (--before OTHER/witch: beside another build's)
     python3 benches/overhead.py --threads             # memory with many threads
     python3 benches/overhead.py --set ci --heap       # what tracking heap objects costs
 
@@ -95,28 +95,54 @@ def bootstrap_geomean(per_workload, draws=2000, seed=1):
 
 
 # Tiny inputs of the real workloads, for --startup: runs of 10-25 ms, where
-# witch's fixed cost per process dominates.
+# witch's fixed cost per process dominates; and a shell running the tiny
+# zstd run ten times over (a run of eleven processes: a build, a test
+# suite).
 STARTUP = {"sqlite": ["2000"], "lua": ["@lua", "0.01"], "zstd": ["1", "3"]}
+SHELL_RUNS = 10
 
 
-def startup(reps):
+def startup(reps, before=None):
     """Median wall time of tiny runs: native, witch with no sample (the fixed
-    cost: launcher, agent start-up and calibration, profile), witch default."""
+    cost: launcher, agent start-up and calibration, profile), witch default;
+    with `before` (another build's witch), its run with no sample beside
+    this build's, alternating."""
     med = statistics.median
     print(f"witch's fixed cost per process, median of {reps} runs of each (ms)\n")
-    print("| workload | native | witch, no samples | witch, default | fixed cost |")
-    print("|---|---:|---:|---:|---:|")
+    cols = ["workload", "native", "witch, no samples", "witch, default", "fixed cost"]
+    if before:
+        cols += ["before: witch, no samples", "before: fixed cost"]
+    print("| " + " | ".join(cols) + " |")
+    print("|---|" + "---:|" * (len(cols) - 1))
     env = dict(os.environ, GLIBC_TUNABLES=TUNABLES)
+    cmds = {}
     for w, args in STARTUP.items():
         argv = workloads.build_one(w, OUT)[0]
-        argv = [argv[0]] + [os.path.join(ROOT, "benches/workloads/bench.lua") if x == "@lua" else x for x in args]
-        prof = os.path.join(OUT, f"startup-{w}.json")
-        n, z, d = [], [], []
+        cmds[w] = [argv[0]] + [os.path.join(ROOT, "benches/workloads/bench.lua") if x == "@lua" else x for x in args]
+    zstd = " ".join(cmds["zstd"])
+    cmds[f"sh: zstd x{SHELL_RUNS}"] = ["sh", "-c", f"for i in $(seq {SHELL_RUNS}); do {zstd}; done"]
+    # The tiny zstd run again, each run after 2 s without any (the first
+    # per-thread perf event on an idle machine pays the kernel's enabling of
+    # its scheduler hooks; a second after the last one closes, it is off).
+    cmds["zstd, after 2 s idle"] = cmds["zstd"]
+    for w, argv in cmds.items():
+        prof = os.path.join(OUT, f"startup-{w.split(':')[0].split(',')[0]}.json")
+        idle = "idle" in w
+        n, z, d, b = [], [], [], []
         for _ in range(reps):
+            time.sleep(2 if idle else 0)
             n.append(run(argv, env)[0])
+            time.sleep(2 if idle else 0)
             z.append(run([WITCH, "dead", "-q", "-o", prof, "-p", str(10**15)] + argv)[0])
+            time.sleep(2 if idle else 0)
             d.append(run([WITCH, "dead", "-q", "-o", prof] + argv)[0])
-        print(f"| {w} | {1e3*med(n):.1f} | {1e3*med(z):.1f} | {1e3*med(d):.1f} | {1e3*(med(z)-med(n)):.1f} |")
+            if before:
+                time.sleep(2 if idle else 0)
+                b.append(run([before, "dead", "-q", "-o", prof, "-p", str(10**15)] + argv)[0])
+        row = [w, f"{1e3*med(n):.1f}", f"{1e3*med(z):.1f}", f"{1e3*med(d):.1f}", f"{1e3*(med(z)-med(n)):.1f}"]
+        if before:
+            row += [f"{1e3*med(b):.1f}", f"{1e3*(med(b)-med(n)):.1f}"]
+        print("| " + " | ".join(row) + " |")
 
 
 # Many threads alive at once (tests/programs/many_threads.c: each stores
@@ -202,6 +228,8 @@ def heap_cost(cmds, reps, craft, native_env, witch_env, thresholds):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--startup", action="store_true", help="only the fixed cost per process, on tiny runs")
+    ap.add_argument("--before", metavar="WITCH",
+                    help="with --startup: another build's witch, its fixed cost beside this build's")
     ap.add_argument("--threads", action="store_true", help="only memory with many threads")
     ap.add_argument("--heap", action="store_true",
                     help="only what heap tracking costs: native, tracking off, default threshold side by side "
@@ -228,7 +256,7 @@ def main():
         sys.exit("benches/overhead.py: build first: cargo build --release --workspace")
     os.makedirs(OUT, exist_ok=True)
     if a.startup:
-        return startup(max(a.reps, 15))
+        return startup(max(a.reps, 15), a.before)
     if a.threads:
         return many_threads(min(a.reps, 3))
     if a.set == "ground-truth":

@@ -138,6 +138,52 @@ fn a_shell_with_three_children_gives_one_profile_with_each_process() {
     assert!(err.contains("Processes with findings") && err.contains("profile of "), "the text report lists the processes:\n{err}");
 }
 
+/// The kernel's round trips (a watchpoint trap, a signal, a single step)
+/// are measured once a run, by its first process; the others read them
+/// from the run's directory of parts, and say whose they are.
+#[test]
+fn the_processes_of_a_run_share_the_first_ones_measured_round_trips() {
+    let dir = Scratch::new("sh-trips");
+    let prog = Program::build("dead_loop", dir.path());
+    let p = prog.exe.to_str().unwrap();
+    let script = format!("{p}; {p}; {p}; true");
+    let sh = which("sh").expect("sh");
+    let out = dir.join("trips.json");
+    let run = WitchCmd::new("dead").args(&["-p", "100000", "-q"]).out(&out).run(&sh, &["-c", &script]);
+    assert_eq!(run.code(), Some(0), "{}", run.describe());
+    let listing: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert!(
+        !listing.iter().any(|f| f.starts_with("witch-parts")),
+        "the run's parts, its round trips' file among them, are gone: {listing:?}"
+    );
+    let profile = raw_profile(&out);
+    let first = profile["pid"].as_u64().expect("the first process's pid");
+    // The profile is the first process's (the shell's), its children's
+    // sections beside it.
+    let sections = profile["processes"].as_array().cloned().unwrap_or_default();
+    assert_eq!(sections.len(), 3, "the shell's three children: {}", sections.len());
+    let trips = |s: &serde_json::Value| -> Vec<String> {
+        s["notes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|n| n.as_str())
+            .filter(|n| n.starts_with("measured round trips"))
+            .map(String::from)
+            .collect()
+    };
+    assert!(profile["round_trips"]["trap_ns"].as_u64().is_some_and(|t| t > 0), "{}", profile["round_trips"]);
+    let own = trips(&profile);
+    assert!(own.len() == 1 && !own[0].contains("by process"), "the shell measured its own: {own:?}");
+    let by = format!("(by process {first} of this run)");
+    for s in &sections {
+        let notes = trips(s);
+        assert!(s["pid"].as_u64() != Some(first) && notes.len() == 1 && notes[0].ends_with(&by), "pid {}: {notes:?}", s["pid"]);
+        assert_eq!(s["round_trips"], profile["round_trips"], "pid {}", s["pid"]);
+    }
+}
+
 /// `--no-children` profiles only the first process (here the shell), and
 /// `--exe` only processes running the named executable (here its children).
 #[test]

@@ -5,6 +5,8 @@
 //! (`witchcraft::engine::clock`). The single step is measured by
 //! `witchcraft::engine::calibrate`, as `witch doctor` measures it.
 
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use witchcraft::engine::calibrate::{self as steps, measure_steps};
 use witchcraft::engine::Costs;
@@ -69,67 +71,123 @@ pub fn on_signal(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t
     ours
 }
 
+/// The round trips for this process: those the run's first process
+/// measured, when `shared` (the run's file for them) has them, else
+/// measured here and left in `shared` for the run's other processes (a
+/// program that starts hundreds of processes, a build or a test suite,
+/// paid about 3 ms of calibration in each of them). With the process that
+/// measured them, when another did.
+pub fn round_trips(shared: Option<&Path>, sigtrap: bool) -> (Costs, Option<u32>) {
+    if let Some((costs, pid)) = shared.and_then(read_shared) {
+        return (costs, Some(pid));
+    }
+    let costs = calibrate(sigtrap);
+    if let Some(path) = shared {
+        share(path, &costs);
+    }
+    (costs, None)
+}
+
+/// The round trips in the run's file, if it holds a whole line of them.
+fn read_shared(path: &Path) -> Option<(Costs, u32)> {
+    use std::io::Read;
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(path).ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut line = String::new();
+    f.take(256).read_to_string(&mut line).ok()?;
+    Costs::from_line(&line)
+}
+
+/// Leave `costs` in the run's file, whole or not at all (written aside,
+/// then renamed over it: a process starting meanwhile reads either
+/// none or all of it).
+fn share(path: &Path, costs: &Costs) {
+    let pid = std::process::id();
+    let aside = path.with_extension(format!("{pid}.tmp"));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(&aside)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, costs.to_line(pid).as_bytes()));
+    if written.is_err() || std::fs::rename(&aside, path).is_err() {
+        let _ = std::fs::remove_file(&aside);
+    }
+}
+
 /// The round trips, measured on the calling thread with the handlers
-/// installed. Runs once per engine, before sampling starts.
+/// installed. Runs once per engine, before sampling starts. Each figure
+/// is the least of a few short rounds (below); the trap's and the step's
+/// are only first estimates, which the engine's clock and each burst
+/// then measure again as the program runs, so their rounds are the
+/// shortest (about 1 ms in all here, against 3.5 ms with rounds of 16
+/// traps and 32 steps).
 pub fn calibrate(sigtrap: bool) -> Costs {
-    // Few: the trap cost is re-measured while the program runs (engine clock).
-    const N: u64 = 16;
+    const TRAPS: u64 = 4;
+    const SIGNALS: u64 = 16;
+    const STEPS: u64 = 8;
     const ROUNDS: usize = 4;
     RUNNING.store(true, Ordering::Release);
+    // The time-stamp counter's rate, over the calibration itself.
+    let (t0, c0) = (task::monotonic_ns(), task::cycles());
     let cell = Box::new(std::cell::UnsafeCell::new(0u64));
     let addr = cell.get() as u64;
-    let mut trap_ns = 0;
     let a = Attr::breakpoint(addr, 8, BpType::W).expect("an aligned u64");
-    let a = if sigtrap { a.sigtrap(siginfo::TAG | TAG) } else { a };
-    if let Ok(fd) = a.open(0) {
-        if !sigtrap {
-            perf::route_signal_to_thread(fd, sampler_signal(), task::gettid());
-        }
-        // The least of a few rounds, as for the signal and the step below:
-        // one round that the machine slowed down read 181.7 µs a trap where
-        // the others read about 20, and the budget, charging each pick
-        // that much, bought a third of the windows for the whole run.
-        trap_ns = (0..ROUNDS)
-            .map(|r| {
-                HITS.store(0, Ordering::Relaxed);
-                let t0 = thread_cpu_ns();
-                for i in 0..N {
-                    // SAFETY: `cell` is ours and alive; the write is what traps.
-                    unsafe { std::ptr::write_volatile(cell.get(), i + r as u64 * N) };
-                }
-                let t1 = thread_cpu_ns();
-                (t1 - t0) / HITS.load(Ordering::Relaxed).max(1)
-            })
-            .min()
-            .unwrap_or(0);
-        perf::close(fd);
+    let a = if sigtrap { a.sigtrap(siginfo::TAG | TAG) } else { a }.disabled();
+    let trap_fd = a.open(0).ok();
+    if let (Some(fd), false) = (trap_fd, sigtrap) {
+        perf::route_signal_to_thread(fd, sampler_signal(), task::gettid());
     }
-    // A signal round trip without an exception (delivery and sigreturn),
-    // then single steps: the sampler's signal sets the trap flag, and each
-    // step of a busy loop is one SIGTRAP with TRAP_TRACE. Each is the
-    // least of a few rounds: a round that the machine slowed down (once
-    // twice the real cost, which made every step's accounted cost twice its
-    // own and the program's time between samples vanish) only adds to what
-    // one costs. The step's is only the
-    // first estimate: each burst then times its own steps.
-    let rounds: [(u64, Option<u64>); ROUNDS] = std::array::from_fn(|_| {
+    // Each figure is the least of a few rounds, and the rounds of the three
+    // kinds take turns, so a slowdown of the machine for a while (a round
+    // once read 181.7 µs a trap where the others read about 20, and the
+    // budget, charging each pick that much, bought a third of the windows
+    // for the whole run; a step's twice its cost made the program's time
+    // between samples vanish) only adds to what one costs. A round: some
+    // watchpoint traps; signal round trips without an exception (delivery
+    // and sigreturn); single steps (the sampler's signal sets the trap
+    // flag, and each step of a busy loop is one SIGTRAP with TRAP_TRACE).
+    let rounds: [(Option<u64>, u64, Option<u64>); ROUNDS] = std::array::from_fn(|r| {
+        let trap = trap_fd.map(|fd| {
+            perf::enable(fd);
+            HITS.store(0, Ordering::Relaxed);
+            let t0 = thread_cpu_ns();
+            for i in 0..TRAPS {
+                // SAFETY: `cell` is ours and alive; the write is what traps.
+                unsafe { std::ptr::write_volatile(cell.get(), i + r as u64 * TRAPS) };
+            }
+            let ns = (thread_cpu_ns() - t0) / HITS.load(Ordering::Relaxed).max(1);
+            // The signals and steps are measured without a watchpoint
+            // enabled (with one, a signal's round trip took 0.3 µs more).
+            perf::disable(fd);
+            ns
+        });
         HITS.store(0, Ordering::Relaxed);
         let t0 = thread_cpu_ns();
-        for _ in 0..N {
+        for _ in 0..SIGNALS {
             task::tgkill(task::gettid(), sampler_signal());
         }
-        let t1 = thread_cpu_ns();
-        let signal = (t1 - t0) / HITS.load(Ordering::Relaxed).max(1);
+        let signal = (thread_cpu_ns() - t0) / HITS.load(Ordering::Relaxed).max(1);
         HITS.store(0, Ordering::Relaxed);
-        let (ns, stepped) = measure_steps(32, || {
+        let (ns, stepped) = measure_steps(STEPS, || {
             task::tgkill(task::gettid(), sampler_signal());
         });
-        (signal, ns.saturating_sub(signal).checked_div(stepped))
+        (trap, signal, ns.saturating_sub(signal).checked_div(stepped))
     });
-    let signal_ns = rounds.iter().map(|r| r.0).min().unwrap_or(0);
+    if let Some(fd) = trap_fd {
+        perf::close(fd);
+    }
+    // 0: no watchpoint could be opened.
+    let trap_ns = rounds.iter().filter_map(|r| r.0).min().unwrap_or(0);
+    let signal_ns = rounds.iter().map(|r| r.1).min().unwrap_or(0);
     // 0: single steps do not work here.
-    let step_ns = rounds.iter().filter_map(|r| r.1).min().unwrap_or(0);
+    let step_ns = rounds.iter().filter_map(|r| r.2).min().unwrap_or(0);
     RUNNING.store(false, Ordering::Release);
     drop(cell);
-    Costs { trap_ns, signal_ns, step_ns, ns_per_cycle: task::ns_per_cycle(500_000) }
+    let (t1, c1) = (task::monotonic_ns(), task::cycles());
+    let ns_per_cycle = if c1 > c0 { t1.saturating_sub(t0) as f64 / (c1 - c0) as f64 } else { 0.0 };
+    Costs { trap_ns, signal_ns, step_ns, ns_per_cycle }
 }

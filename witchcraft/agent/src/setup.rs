@@ -38,12 +38,13 @@ pub fn make_engine(cfg: Config, install: fn(), guarded: bool) -> (Engine, Vec<St
         crate::handlers::enable_links();
     }
     install();
-    let costs = calibrate::calibrate(sigtrap);
+    let (costs, by) = calibrate::round_trips(cfg.round_trips.as_deref(), sigtrap);
     notes.push(format!(
-        "measured round trips: watchpoint trap {:.1} µs, signal {:.1} µs, single step {:.1} µs",
+        "measured round trips: watchpoint trap {:.1} µs, signal {:.1} µs, single step {:.1} µs{}",
         costs.trap_ns as f64 / 1e3,
         costs.signal_ns as f64 / 1e3,
-        costs.step_ns as f64 / 1e3
+        costs.step_ns as f64 / 1e3,
+        by.map_or(String::new(), |pid| format!(" (by process {pid} of this run)"))
     ));
     let windows_allowed = guarded || crate::handlers::faults_without_handlers();
     let calls_on = Some(crate::heap::calls_on as witchcraft::engine::process::CallsOn);

@@ -176,6 +176,7 @@ pub mod keys {
     pub const EXE: &str = "WITCH_EXE";
     pub const RECORD_FD: &str = "WITCH_RECORD_FD";
     pub const HEAP_THRESHOLD: &str = "WITCH_HEAP_THRESHOLD";
+    pub const ROUND_TRIPS: &str = "WITCH_ROUND_TRIPS";
 }
 
 #[derive(Clone, Debug)]
@@ -243,6 +244,10 @@ pub struct Config {
     /// Heap blocks of at least this many bytes are tracked as data objects
     /// (0: none); None: [`crate::heap::DEFAULT_THRESHOLD`].
     pub heap_threshold: Option<u64>,
+    /// Where the processes of one run share the kernel's round trips that
+    /// the first of them measured (a file in the run's own directory of
+    /// parts); None: each process measures its own.
+    pub round_trips: Option<PathBuf>,
 }
 
 impl Config {
@@ -275,6 +280,7 @@ impl Config {
             only_pid: None,
             exe_names: Vec::new(),
             record_fd: None,
+            round_trips: None,
             heap_threshold: None,
         }
     }

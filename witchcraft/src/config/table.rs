@@ -268,6 +268,15 @@ pub(super) const SETTINGS: &[Setting] = &[
         write: |c| c.record_fd.map(|fd| fd.to_string()),
     },
     Setting {
+        key: keys::ROUND_TRIPS,
+        knob: false,
+        read: |c, v| {
+            c.round_trips = Some(PathBuf::from(v));
+            Ok(())
+        },
+        write: |c| c.round_trips.as_ref().map(|p| p.to_string_lossy().into_owned()),
+    },
+    Setting {
         key: keys::HEAP_THRESHOLD,
         knob: false,
         read: |c, v| {

@@ -58,6 +58,7 @@ fn settings_are_read_back_as_they_were_built() {
     c.exe_names = vec!["app".into(), "helper".into()];
     c.heap_threshold = Some(65536);
     c.record_fd = Some(7);
+    c.round_trips = Some(PathBuf::from("/tmp/parts/.round-trips"));
     let back = Config::from_lines(&c.to_lines()).unwrap().unwrap();
     assert_eq!(format!("{back:?}"), format!("{c:?}"));
     let map: std::collections::HashMap<_, _> = c.to_pairs().into_iter().collect();

@@ -214,10 +214,64 @@ fn unix_ns() -> u64 {
 }
 
 /// Round trips measured at start-up (ns of CPU time outside our handlers).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Costs {
     pub trap_ns: u64,
     pub signal_ns: u64,
     pub step_ns: u64,
     pub ns_per_cycle: f64,
+}
+
+/// What a line of shared round trips starts with (its format's version).
+const COSTS_LINE: &str = "witch round trips v1";
+
+impl Costs {
+    /// One line for the other processes of a run to read (see
+    /// `Config::round_trips`), naming the process `pid` that measured them.
+    pub fn to_line(&self, pid: u32) -> String {
+        format!("{COSTS_LINE} {} {} {} {} {pid}\n", self.trap_ns, self.signal_ns, self.step_ns, self.ns_per_cycle)
+    }
+
+    /// A line made by [`Costs::to_line`], and the process that measured
+    /// it; None for anything else (a torn or foreign file, figures no
+    /// machine gives: a round trip over 10 ms, a clock under 10 MHz).
+    pub fn from_line(line: &str) -> Option<(Costs, u32)> {
+        let rest = line.strip_suffix('\n')?.strip_prefix(COSTS_LINE)?.strip_prefix(' ')?;
+        let f: Vec<&str> = rest.split(' ').collect();
+        let [trap, signal, step, per_cycle, pid] = f[..] else { return None };
+        let ns = |s: &str| s.parse::<u64>().ok().filter(|&n| n <= 10_000_000);
+        let costs = Costs { trap_ns: ns(trap)?, signal_ns: ns(signal)?, step_ns: ns(step)?, ns_per_cycle: per_cycle.parse().ok()? };
+        let pid = pid.parse::<u32>().ok().filter(|&p| p > 0)?;
+        (costs.ns_per_cycle > 0.0 && costs.ns_per_cycle < 100.0).then_some((costs, pid))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Costs;
+
+    #[test]
+    fn round_trips_are_shared_as_one_line_read_back_exactly() {
+        let c = Costs { trap_ns: 13_300, signal_ns: 3_100, step_ns: 12_100, ns_per_cycle: 1.0 / 2.994_123 };
+        let line = c.to_line(4242);
+        assert_eq!(Costs::from_line(&line), Some((c, 4242)));
+        // No single steps here (0) is a figure too.
+        let none = Costs { step_ns: 0, ..c };
+        assert_eq!(Costs::from_line(&none.to_line(7)), Some((none, 7)));
+        let bad = [
+            String::new(),
+            line.trim_end().to_string(),       // torn: no end of line
+            line.replace("v1", "v2"),          // another format
+            line.replace("13300", "-13300"),   // not a count
+            line.replace("13300", "99999999"), // a round trip of 100 ms
+            line.replace(" 4242", " 0"),       // no process
+            line.replace(" 4242", " 4242 9"),  // a field too many
+            c.to_line(1).replace(&c.ns_per_cycle.to_string(), "NaN"),
+            c.to_line(1).replace(&c.ns_per_cycle.to_string(), "0"),
+            "\0".repeat(64),
+        ];
+        for b in bad {
+            assert_eq!(Costs::from_line(&b), None, "{b:?}");
+        }
+    }
 }

@@ -58,25 +58,11 @@ pub fn monotonic_ns() -> u64 {
 }
 
 /// The time-stamp counter: a cheap clock for short spans on one thread
-/// (no system call), in cycles; see [`ns_per_cycle`].
+/// (no system call), in cycles; the agent measures its rate against
+/// the monotonic clock at start-up (`Costs::ns_per_cycle`).
 pub fn cycles() -> u64 {
     // SAFETY: rdtsc has no preconditions on x86-64.
     unsafe { core::arch::x86_64::_rdtsc() }
-}
-
-/// Nanoseconds per time-stamp-counter cycle, measured against the
-/// monotonic clock over `span_ns`.
-pub fn ns_per_cycle(span_ns: u64) -> f64 {
-    let (t0, c0) = (monotonic_ns(), cycles());
-    while monotonic_ns() - t0 < span_ns {
-        std::hint::spin_loop();
-    }
-    let (t1, c1) = (monotonic_ns(), cycles());
-    if c1 > c0 {
-        (t1 - t0) as f64 / (c1 - c0) as f64
-    } else {
-        0.0
-    }
 }
 
 /// The calling process's id (a system call: async-signal-safe, and right

@@ -214,6 +214,7 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     settings.heap_threshold = a.heap_threshold;
     settings.debug_registers = a.debug_registers.unwrap_or(free.min(4) as u32) as usize;
     settings.out_dir = parts.dir.clone();
+    settings.round_trips = Some(parts.dir.join(ROUND_TRIPS));
     if a.no_children {
         settings.only_pid = Some(0); // the first process the agent loads into
     }
@@ -289,6 +290,11 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     }
     Ok(launch::pass_through(ended.code, ended.signal))
 }
+
+/// The file in the run's directory of parts where its first process leaves
+/// the kernel's round trips it measured, for the others (the parts read
+/// are `*.json`; the directory goes when the run ends).
+const ROUND_TRIPS: &str = ".round-trips";
 
 /// Descriptors witch and the agent need besides the program's three
 /// standard ones: witch holds the output's directory and opens the program
