@@ -3,6 +3,7 @@
 //! section for the new image, the program behaves as without witch, and the
 //! run leaves one profile holding every process.
 
+use std::path::Path;
 use witch_tests::*;
 
 #[test]
@@ -182,6 +183,35 @@ fn the_processes_of_a_run_share_the_first_ones_measured_round_trips() {
         assert!(s["pid"].as_u64() != Some(first) && notes.len() == 1 && notes[0].ends_with(&by), "pid {}: {notes:?}", s["pid"]);
         assert_eq!(s["round_trips"], profile["round_trips"], "pid {}", s["pid"]);
     }
+}
+
+/// A profile asked for with a relative path, and a child that changes its
+/// directory before it starts: the child still writes its part where the
+/// run gathers them (its section is in the profile), and leaves nothing in
+/// the directory it moved to.
+#[test]
+fn a_child_in_another_directory_writes_its_part_into_the_run() {
+    let dir = Scratch::new("chdir-child");
+    let prog = Program::build("dead_loop", dir.path());
+    let elsewhere = dir.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let script = format!("cd {} && {}; true", elsewhere.display(), prog.exe.display());
+    let sh = which("sh").expect("sh");
+    // witch started in the scratch directory, with `-o chdir.json`.
+    let cd = format!("cd {} && exec \"$0\" \"$@\"", dir.path().display());
+    let run = WitchCmd::new("dead")
+        .args(&["-p", "100000", "-q"])
+        .out(Path::new("chdir.json"))
+        .wrapper(&["sh", "-c", &cd])
+        .run(&sh, &["-c", &script]);
+    assert_eq!(run.code(), Some(0), "{}", run.describe());
+    let left: Vec<String> =
+        std::fs::read_dir(&elsewhere).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert!(left.is_empty(), "the child left {left:?} in the directory it moved to");
+    let profile = raw_profile(&dir.join("chdir.json"));
+    let sections = profile["processes"].as_array().cloned().unwrap_or_default();
+    let programs: Vec<&str> = sections.iter().filter_map(|s| s["program"].as_str()).collect();
+    assert!(programs.iter().any(|p| p.ends_with("/dead_loop")), "the child's section is in the run's profile: {programs:?}");
 }
 
 /// `--no-children` profiles only the first process (here the shell), and

@@ -100,7 +100,12 @@ impl Output {
                         let _ = std::fs::remove_dir_all(d.path());
                         bail!("cannot write the profile in {}: {e:#}", self.dir.path().display());
                     }
-                    return Ok(Parts { dir: d.path().to_path_buf() });
+                    // Absolute: the processes are told to write here, and
+                    // one may change its directory before it starts (`cd
+                    // sub && ./app`); a relative path would put its part
+                    // there, lost to the run and left behind.
+                    let dir = std::path::absolute(d.path()).unwrap_or_else(|_| d.path().to_path_buf());
+                    return Ok(Parts { dir });
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && k < 100 => k += 1,
                 Err(e) => bail!("cannot write the profile in {}: {e}", self.dir.path().display()),
