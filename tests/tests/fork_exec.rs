@@ -214,6 +214,37 @@ fn a_child_in_another_directory_writes_its_part_into_the_run() {
     assert!(programs.iter().any(|p| p.ends_with("/dead_loop")), "the child's section is in the run's profile: {programs:?}");
 }
 
+/// A program the run starts that the agent cannot enter runs as it would
+/// (unprofiled), and the report says so: a statically linked one, and one
+/// started with an environment that leaves out the agent (`env -i`), each
+/// exec'd by a shell (by a `vfork` child, with dash); a dynamically linked
+/// one with the run's environment gets no such note.
+#[test]
+fn programs_exec_d_without_the_agent_are_named_in_the_report() {
+    let dir = Scratch::new("unprofiled-exec");
+    let prog = Program::build("dead_loop", dir.path());
+    let fixed = Program::build_with("dead_loop", dir.path(), "dead_loop_static", &["-static"]).expect("a static build (libc.a)");
+    let (p, s) = (prog.exe.display().to_string(), fixed.exe.display().to_string());
+    let script = format!("{s}; env -i {p}; {p}; true");
+    let sh = which("sh").expect("sh");
+    let out = dir.join("unprofiled.json");
+    let run = WitchCmd::new("dead").args(&["-p", "100000", "-q"]).out(&out).run(&sh, &["-c", &script]);
+    assert_eq!(run.code(), Some(0), "{}", run.describe());
+    assert_eq!(run.stdout_str().lines().count(), 3, "each program ran: {}", run.describe());
+    let rep = report(&out);
+    let notes: Vec<String> = rep.json["notes"].as_array().into_iter().flatten().filter_map(|n| n.as_str().map(String::from)).collect();
+    let unprofiled: Vec<&String> = notes.iter().filter(|n| n.contains("runs unprofiled")).collect();
+    assert!(
+        unprofiled.iter().any(|n| n.contains(&format!("exec'd {s}, which runs unprofiled: statically linked"))),
+        "the static program is named: {notes:?}"
+    );
+    assert!(
+        unprofiled.iter().any(|n| n.contains(&format!("exec'd {p}, which runs unprofiled: its environment leaves out"))),
+        "the program started with env -i is named: {notes:?}"
+    );
+    assert_eq!(unprofiled.len(), 2, "the profiled run of {p} is not among them: {unprofiled:?}");
+}
+
 /// `--no-children` profiles only the first process (here the shell), and
 /// `--exe` only processes running the named executable (here its children).
 #[test]

@@ -15,6 +15,7 @@ pub mod craft;
 pub mod engine;
 pub mod exact;
 pub mod heap;
+pub mod loadable;
 pub mod modules;
 pub mod objects;
 pub mod pair;

@@ -21,6 +21,7 @@
 //! `dlmopen`, `dlclose` and `dlsym` ([`crate::loading`]).
 
 use crate::attach_state::{Leave, SESSION};
+use crate::exec_image::{self, Target};
 use crate::leave;
 use crate::state::{preloaded, Mode, AGENT};
 use crate::symbols::{keeping_errno, next};
@@ -105,14 +106,30 @@ pub unsafe extern "C" fn pthread_create(
     r
 }
 
-/// Before the image is replaced, write what it gathered. If exec fails the
-/// process goes on and so does profiling.
-fn around_exec(name: &str, call: impl FnOnce() -> libc::c_int) -> libc::c_int {
-    let ours = preloaded() && AGENT.owner_is_me();
+/// Before the image is replaced, write what it gathered, with a note if
+/// the new image (`target`, with environment `envp`; null: this
+/// process's) will run without the agent. If exec fails the process goes
+/// on and so does profiling (without that note). A `vfork` child (its
+/// parent's agent, not its own: no fork handler ran) leaves the note in its
+/// parent's profile, whose memory it shares (a shell runs a command so).
+///
+/// # Safety
+/// `target` and `envp` are the exec call's own arguments.
+unsafe fn around_exec(name: &str, target: Target, envp: *const *const libc::c_char, call: impl FnOnce() -> libc::c_int) -> libc::c_int {
+    let profiled = preloaded();
+    let ours = profiled && AGENT.owner_is_me();
+    // SAFETY: forwarded from the caller.
+    let unprofiled = if profiled { keeping_errno(|| unsafe { exec_image::unprofiled(target, envp) }) } else { None };
+    if let Some(n) = &unprofiled {
+        AGENT.note(n.clone());
+    }
     let quiesced = ours.then(|| AGENT.finish_with(EndedBy::Exec, Some(name)));
     let r = call();
     // SAFETY: this thread's errno.
     let e = unsafe { *libc::__errno_location() };
+    if let Some(n) = &unprofiled {
+        AGENT.forget_note(n);
+    }
     if let Some(quiesced) = quiesced {
         AGENT.resume(quiesced);
     }
@@ -126,7 +143,7 @@ type Execv = unsafe extern "C" fn(*const libc::c_char, *const *const libc::c_cha
 type Fexecve = unsafe extern "C" fn(libc::c_int, *const *const libc::c_char, *const *const libc::c_char) -> libc::c_int;
 
 macro_rules! exec_wrapper {
-    ($name:ident, $ty:ty, $($arg:ident : $t:ty),*) => {
+    ($name:ident, $ty:ty, $target:expr, $envp:expr, $($arg:ident : $t:ty),*) => {
         /// # Safety
         /// As the C library's function of the same name.
         #[no_mangle]
@@ -137,19 +154,20 @@ macro_rules! exec_wrapper {
             // SAFETY: the C library's function has this signature.
             let real = unsafe { std::mem::transmute::<*mut libc::c_void, $ty>(next(name, &REAL)) };
             // SAFETY: the caller's arguments, passed on.
-            around_exec(stringify!($name), || unsafe { real($($arg),*) })
+            // SAFETY: the caller's arguments, passed on.
+            unsafe { around_exec(stringify!($name), $target, $envp, || real($($arg),*)) }
         }
     };
 }
 
-exec_wrapper!(execve, Execve, path: *const libc::c_char, argv: *const *const libc::c_char, envp: *const *const libc::c_char);
-exec_wrapper!(execvpe, Execve, file: *const libc::c_char, argv: *const *const libc::c_char, envp: *const *const libc::c_char);
-exec_wrapper!(execv, Execv, path: *const libc::c_char, argv: *const *const libc::c_char);
-exec_wrapper!(execvp, Execv, file: *const libc::c_char, argv: *const *const libc::c_char);
+exec_wrapper!(execve, Execve, Target::Path(path), envp, path: *const libc::c_char, argv: *const *const libc::c_char, envp: *const *const libc::c_char);
+exec_wrapper!(execvpe, Execve, Target::Search(file), envp, file: *const libc::c_char, argv: *const *const libc::c_char, envp: *const *const libc::c_char);
+exec_wrapper!(execv, Execv, Target::Path(path), std::ptr::null(), path: *const libc::c_char, argv: *const *const libc::c_char);
+exec_wrapper!(execvp, Execv, Target::Search(file), std::ptr::null(), file: *const libc::c_char, argv: *const *const libc::c_char);
 // The C library's fexecve makes an `execveat` system call (or, without it,
 // calls its internal execve on `/proc/self/fd/N`): no call a preload sees,
 // so fexecve itself is taken.
-exec_wrapper!(fexecve, Fexecve, fd: libc::c_int, argv: *const *const libc::c_char, envp: *const *const libc::c_char);
+exec_wrapper!(fexecve, Fexecve, Target::Fd(fd), envp, fd: libc::c_int, argv: *const *const libc::c_char, envp: *const *const libc::c_char);
 
 /// The `execve`, `execvpe`, `execv`, `execvp` and `fexecve` the program's
 /// own calls bind to (attached; [`resolve_for_attached`]).

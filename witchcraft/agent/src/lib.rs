@@ -55,6 +55,7 @@ mod attach_state;
 mod calibrate;
 mod channel;
 pub mod dispositions;
+mod exec_image;
 mod handler_stack;
 mod handlers;
 mod heap;

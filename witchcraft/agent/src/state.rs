@@ -272,6 +272,13 @@ impl Agent {
         }
     }
 
+    /// Take back note `s` (one made for an exec that then failed).
+    pub fn forget_note(&self, s: &str) {
+        if let Ok(mut n) = self.notes.lock() {
+            n.retain(|x| x != s);
+        }
+    }
+
     pub fn clear_notes(&self) {
         if let Ok(mut n) = self.notes.lock() {
             n.clear();

@@ -199,6 +199,15 @@ impl<'p> Analysis<'p> {
         self.sym.borrow().debuginfod_note().into_iter().collect()
     }
 
+    /// The programs the run's other processes exec'd that ran unprofiled
+    /// (each noted in its exec'ing process's profile, `witchcraft::loadable`):
+    /// what the run left out. The main process's own are in its notes.
+    pub fn unprofiled_notes(&self) -> Vec<String> {
+        let main = self.main_index();
+        let others = self.procs.iter().enumerate().filter(|&(i, _)| i != main);
+        others.flat_map(|(_, p)| p.profile.notes.iter().filter(|n| n.contains(witchcraft::loadable::UNPROFILED)).cloned()).collect()
+    }
+
     /// Frames of a context, innermost first.
     pub fn frames(&self, ctx: CtxId) -> impl Iterator<Item = &crate::symbolize::Frame> + '_ {
         self.names.frames(ctx)

@@ -53,53 +53,28 @@ fn resolve(program: &OsString) -> Result<PathBuf> {
     Err(exit::not_found(format!("{}: program not found in PATH", p.display())))
 }
 
-const HEAD_BYTES: u64 = 64 << 10;
-
 /// A preload needs a dynamically linked program; say so for static ones.
 fn check_dynamic(prog: &Path) -> Result<()> {
+    use witchcraft::loadable::Image;
     // The headers are at the start: reading a large program whole (with
     // its debug info) costs a visible share of a short run.
-    let mut data = Vec::new();
-    let read = std::fs::File::open(prog).and_then(|f| {
-        use std::io::Read;
-        f.take(HEAD_BYTES).read_to_end(&mut data)
-    });
-    if let Err(e) = read {
-        return Err(exit::cannot_run(format!("cannot read {}: {e}", prog.display())));
-    }
-    if data.len() as u64 == HEAD_BYTES
-        && object::elf::FileHeader64::<object::Endianness>::parse(&*data).is_ok_and(|elf| {
-            let e = elf.endian().unwrap_or(object::Endianness::Little);
-            elf.e_phoff(e) + elf.e_phnum(e) as u64 * elf.e_phentsize(e) as u64 > HEAD_BYTES
-        })
-    {
-        data = std::fs::read(prog).map_err(|e| exit::cannot_run(format!("cannot read {}: {e}", prog.display())))?;
-    }
-    if data.starts_with(b"#!") {
-        return Ok(()); // a script: its interpreter is what runs, and is usually dynamic
-    }
-    use object::read::elf::{FileHeader, ProgramHeader};
-    let Ok(elf) = object::elf::FileHeader64::<object::Endianness>::parse(&*data) else {
-        if data.starts_with(b"\x7fELF") {
-            return Err(exit::cannot_run(format!(
-                "{} is not a 64-bit x86-64 program; witch profiles x86-64 programs only",
-                prog.display()
-            )));
-        }
-        return Err(exit::cannot_run(format!("{} is not an ELF program", prog.display())));
+    let image = match Image::of_file(prog) {
+        Ok(Image::Truncated) => std::fs::read(prog).map(|whole| Image::of_head(&whole)),
+        other => other,
     };
-    let endian = elf.endian().map_err(|e| exit::cannot_run(format!("{}: {e}", prog.display())))?;
-    if elf.e_machine(endian) != object::elf::EM_X86_64 {
-        return Err(exit::cannot_run(format!("{} is not an x86-64 program", prog.display())));
-    }
-    let phdrs = elf.program_headers(endian, &*data).map_err(|e| exit::cannot_run(format!("{}: {e}", prog.display())))?;
-    if !phdrs.iter().any(|p| p.p_type(endian) == object::elf::PT_INTERP) {
-        return Err(exit::cannot_run(format!(
+    match image.map_err(|e| exit::cannot_run(format!("cannot read {}: {e}", prog.display())))? {
+        // A script: its interpreter is what runs, and is usually dynamic.
+        Image::Dynamic | Image::Script => Ok(()),
+        Image::Static => Err(exit::cannot_run(format!(
             "{} is statically linked, so the agent can't be preloaded into it; profile it with --exact=step, or link it dynamically",
             prog.display()
-        )));
+        ))),
+        Image::OtherMachine => Err(exit::cannot_run(format!("{} is not an x86-64 program", prog.display()))),
+        Image::NotElf64 => {
+            Err(exit::cannot_run(format!("{} is not a 64-bit x86-64 program; witch profiles x86-64 programs only", prog.display())))
+        }
+        Image::NotElf | Image::Truncated => Err(exit::cannot_run(format!("{} is not an ELF program", prog.display()))),
     }
-    Ok(())
 }
 
 fn list_events(craft: Craft) {
@@ -321,34 +296,11 @@ fn check_descriptors() -> Result<()> {
 /// it (secure-execution mode: set-user-ID or set-group-ID to someone else,
 /// or file capabilities)? The reason, if so.
 fn secure_execution(prog: &Path) -> Option<String> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(prog).ok()?;
-    // The kernel ignores the bits on a script (its interpreter runs, as the user).
-    let mut head = [0u8; 2];
-    if std::fs::File::open(prog).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head)).is_ok() && &head == b"#!" {
-        return None;
-    }
-    // SAFETY: plain getters.
-    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    let what = if m.mode() & libc::S_ISUID != 0 && m.uid() != euid {
-        format!("set-user-ID (to uid {})", m.uid())
-    } else if m.mode() & libc::S_ISGID != 0 && m.gid() != egid {
-        format!("set-group-ID (to gid {})", m.gid())
-    } else if euid != 0 && has_file_capabilities(prog) {
-        "given capabilities by its file (setcap)".to_string()
-    } else {
-        return None;
-    };
+    let what = witchcraft::loadable::secure_execution(prog)?;
     Some(format!(
         "{} is {what}, so the dynamic loader would ignore witch's agent in it (secure-execution mode ignores LD_PRELOAD), and --exact's tracing would run it without its privileges; run witch as the user it runs as, or profile a copy without the bit",
         prog.display()
     ))
-}
-
-fn has_file_capabilities(prog: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(prog.as_os_str().as_encoded_bytes()) else { return false };
-    // SAFETY: a size query (no buffer) of one attribute of a NUL-terminated path.
-    unsafe { libc::getxattr(c.as_ptr(), c"security.capability".as_ptr(), std::ptr::null_mut(), 0) > 0 }
 }
 
 /// Why a run left no profile, as far as witch can tell: the loader ignored

@@ -95,7 +95,7 @@ fn report<'a>(run: &'a Analysis<'a>, top: usize) -> JsonReport<'a> {
         duration_ns: p.duration_ns,
         threads: run.procs.iter().map(|x| crate::analysis::threads(x.profile)).sum(),
         pair_count,
-        notes: super::observed::notes(p, &main.counters).into_iter().chain(run.symbol_notes()).collect(),
+        notes: super::observed::notes(p, &main.counters).into_iter().chain(run.unprofiled_notes()).chain(run.symbol_notes()).collect(),
         counters: c,
         lines: Lines { run, lines, total },
         pairs: JsonPairs { run, pairs, total },

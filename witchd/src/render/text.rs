@@ -173,7 +173,7 @@ impl Page<'_> {
         } else {
             self.line(format!("  observed  {} samples, {} traps, {} imprecise PCs{cost}", c.samples, c.traps, c.imprecise))?;
         }
-        for n in notes(p, &main.counters).into_iter().chain(run.symbol_notes()) {
+        for n in notes(p, &main.counters).into_iter().chain(run.unprofiled_notes()).chain(run.symbol_notes()) {
             self.line(format!("  note: {n}"))?;
         }
         Ok(())
