@@ -218,7 +218,8 @@ fn a_child_in_another_directory_writes_its_part_into_the_run() {
 /// (unprofiled), and the report says so: a statically linked one, and one
 /// started with an environment that leaves out the agent (`env -i`), each
 /// exec'd by a shell (by a `vfork` child, with dash); a dynamically linked
-/// one with the run's environment gets no such note.
+/// one with the run's environment gets no such note. The same when a
+/// program starts them with `posix_spawn`.
 #[test]
 fn programs_exec_d_without_the_agent_are_named_in_the_report() {
     let dir = Scratch::new("unprofiled-exec");
@@ -243,6 +244,21 @@ fn programs_exec_d_without_the_agent_are_named_in_the_report() {
         "the program started with env -i is named: {notes:?}"
     );
     assert_eq!(unprofiled.len(), 2, "the profiled run of {p} is not among them: {unprofiled:?}");
+
+    // The same programs started with posix_spawn (whose child execs them
+    // without a call the agent sees), the last with posix_spawnp and an
+    // empty environment.
+    let spawner = Program::build("spawner", dir.path());
+    let out = dir.join("spawned.json");
+    let run = WitchCmd::new("dead").args(&["-p", "100000", "-q"]).out(&out).run(&spawner.exe, &[&s, &p, &p]);
+    assert_eq!(run.code(), Some(0), "{}", run.describe());
+    assert_eq!(run.stdout_str().lines().filter(|l| l.ends_with("exited 3")).count(), 3, "each program ran: {}", run.describe());
+    let rep = report(&out);
+    let notes: Vec<String> = rep.json["notes"].as_array().into_iter().flatten().filter_map(|n| n.as_str().map(String::from)).collect();
+    let unprofiled: Vec<&String> = notes.iter().filter(|n| n.contains("runs unprofiled")).collect();
+    assert!(unprofiled.iter().any(|n| n.contains(&format!("exec'd {s}, which runs unprofiled: statically linked"))), "{notes:?}");
+    assert!(unprofiled.iter().any(|n| n.contains(&format!("exec'd {p}, which runs unprofiled: its environment leaves out"))), "{notes:?}");
+    assert_eq!(unprofiled.len(), 2, "{unprofiled:?}");
 }
 
 /// `--no-children` profiles only the first process (here the shell), and

@@ -22,13 +22,14 @@ pub enum Target {
     Fd(libc::c_int),
 }
 
-/// The note for an exec of `target` with environment `envp` (null: this
-/// process's own), if the new image will run without the agent.
+/// The note for an exec of `target` by process `pid` with environment
+/// `envp` (null: this process's own), if the new image will run without
+/// the agent.
 ///
 /// # Safety
 /// `target`'s string and `envp` (when not null) are the exec call's
 /// arguments: NUL-terminated, and a null-terminated array of them.
-pub unsafe fn unprofiled(target: Target, envp: *const *const libc::c_char) -> Option<String> {
+pub unsafe fn unprofiled(target: Target, envp: *const *const libc::c_char, pid: u32) -> Option<String> {
     let (path, shown) = match target {
         // SAFETY: the caller's NUL-terminated path.
         Target::Path(p) if !p.is_null() => (path_of(unsafe { CStr::from_ptr(p) }), None),
@@ -48,7 +49,7 @@ pub unsafe fn unprofiled(target: Target, envp: *const *const libc::c_char) -> Op
         // SAFETY: the caller's null-terminated array.
         unsafe { strings(envp) }
     };
-    let note = witchcraft::loadable::unprofiled_exec(std::process::id(), &path, env.iter().copied(), agent_name())?;
+    let note = witchcraft::loadable::unprofiled_exec(pid, &path, env.iter().copied(), agent_name())?;
     Some(match shown {
         Some(s) => note.replacen(&path.display().to_string(), &s.display().to_string(), 1),
         None => note,

@@ -5,7 +5,8 @@
 //!   ([`crate::thread_life`]);
 //! - the exec family, `fexecve` too (`execl*` in `exec_variadic.c`): the
 //!   profile is written before the image is replaced, and profiling goes on
-//!   if exec fails;
+//!   if exec fails; an image the agent cannot enter is noted
+//!   (`crate::exec_image`), as is one `posix_spawn` and `posix_spawnp` start;
 //! - `_exit`, `_Exit`: the profile is written (exit's atexit handlers,
 //!   which write it otherwise, are skipped);
 //! - `ptrace`: a process that asks to be traced (`PTRACE_TRACEME`) leaves
@@ -119,7 +120,7 @@ unsafe fn around_exec(name: &str, target: Target, envp: *const *const libc::c_ch
     let profiled = preloaded();
     let ours = profiled && AGENT.owner_is_me();
     // SAFETY: forwarded from the caller.
-    let unprofiled = if profiled { keeping_errno(|| unsafe { exec_image::unprofiled(target, envp) }) } else { None };
+    let unprofiled = if profiled { keeping_errno(|| unsafe { exec_image::unprofiled(target, envp, std::process::id()) }) } else { None };
     if let Some(n) = &unprofiled {
         AGENT.note(n.clone());
     }
@@ -168,6 +169,56 @@ exec_wrapper!(execvp, Execv, Target::Search(file), std::ptr::null(), file: *cons
 // calls its internal execve on `/proc/self/fd/N`): no call a preload sees,
 // so fexecve itself is taken.
 exec_wrapper!(fexecve, Fexecve, Target::Fd(fd), envp, fd: libc::c_int, argv: *const *const libc::c_char, envp: *const *const libc::c_char);
+
+type PosixSpawn = unsafe extern "C" fn(
+    *mut libc::pid_t,
+    *const libc::c_char,
+    *const libc::posix_spawn_file_actions_t,
+    *const libc::posix_spawnattr_t,
+    *const *mut libc::c_char,
+    *const *mut libc::c_char,
+) -> libc::c_int;
+
+macro_rules! spawn_wrapper {
+    ($name:ident, $target:ident) => {
+        /// After the C library's function of the same name started a
+        /// program (its child execs it without a call a preload sees): a
+        /// note if that program runs without the agent (see
+        /// [`around_exec`]).
+        ///
+        /// # Safety
+        /// As the C library's function of the same name.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            pid: *mut libc::pid_t,
+            file: *const libc::c_char,
+            actions: *const libc::posix_spawn_file_actions_t,
+            attr: *const libc::posix_spawnattr_t,
+            argv: *const *mut libc::c_char,
+            envp: *const *mut libc::c_char,
+        ) -> libc::c_int {
+            static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
+            let name = std::ffi::CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()).expect("NUL-terminated");
+            // SAFETY: the C library's function has this signature.
+            let real = unsafe { std::mem::transmute::<*mut libc::c_void, PosixSpawn>(next(name, &REAL)) };
+            let mut child: libc::pid_t = 0;
+            let out = if pid.is_null() { &mut child as *mut libc::pid_t } else { pid };
+            // SAFETY: the caller's arguments, passed on (the child's pid to ours if it gave none).
+            let r = unsafe { real(out, file, actions, attr, argv, envp) };
+            if r == 0 && preloaded() {
+                // SAFETY: the call's own path and environment; `out` was written.
+                let note = keeping_errno(|| unsafe { exec_image::unprofiled(Target::$target(file), envp.cast(), *out as u32) });
+                if let Some(n) = note {
+                    AGENT.note(n);
+                }
+            }
+            r
+        }
+    };
+}
+
+spawn_wrapper!(posix_spawn, Path);
+spawn_wrapper!(posix_spawnp, Search);
 
 /// The `execve`, `execvpe`, `execv`, `execvp` and `fexecve` the program's
 /// own calls bind to (attached; [`resolve_for_attached`]).
