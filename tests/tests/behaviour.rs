@@ -354,3 +354,28 @@ fn bad_profiles_get_a_one_line_error_in_bounded_memory() {
         assert_eq!(run.code(), Some(0), "witch {}\n{}", args.join(" "), run.describe());
     }
 }
+
+/// A program started with standard descriptors closed (`<&- 2>&-`, as some
+/// daemons and service managers start programs) starts with them closed
+/// under witch too, in every mode: its writes to them fail and its first
+/// `open` gets the lowest one, as without witch (the Rust runtime opens
+/// /dev/null on them in witch itself).
+#[test]
+fn closed_standard_descriptors_stay_closed_for_the_program() {
+    let dir = Scratch::new("std-fds");
+    let prog = Program::build("std_fds", dir.path());
+    let exe = prog.exe.display().to_string();
+    let native = std::process::Command::new("sh").args(["-c", &format!("exec {exe} <&- 2>&-")]).output().unwrap();
+    let native = String::from_utf8_lossy(&native.stdout).into_owned();
+    assert_eq!(native, "standard descriptors open (bits): 2; the first open gets 0\n");
+    for mode in [None, Some("--exact"), Some("--exact=step")] {
+        let out = dir.join("std.json");
+        let mut cmd = WitchCmd::new("dead").arg("-q").out(&out).wrapper(&["sh", "-c", "exec \"$0\" \"$@\" <&- 2>&-"]);
+        if let Some(m) = mode {
+            cmd = cmd.arg(m);
+        }
+        let run = cmd.run(&prog.exe, &[]);
+        assert_eq!(run.code(), Some(0), "{mode:?}: {}", run.describe());
+        assert_eq!(run.stdout_str(), native, "{mode:?}: {}", run.describe());
+    }
+}

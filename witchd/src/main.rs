@@ -13,6 +13,17 @@ fn runs_a_program(args: &[String]) -> bool {
     craft && !args.iter().skip(2).take_while(|a| *a != "--").any(|a| a == "--pid" || a.starts_with("--pid="))
 }
 
+/// Before the Rust runtime starts (it opens `/dev/null` on any closed
+/// standard descriptor): which of them were closed, so that the program
+/// witch runs starts with them closed too.
+#[used]
+#[link_section = ".init_array"]
+static NOTE_CLOSED_STANDARD_FDS: extern "C" fn() = note_closed_standard_fds;
+
+extern "C" fn note_closed_standard_fds() {
+    witchd::cmd::launch::note_closed_standard_fds();
+}
+
 /// Out of memory, witch says so and exits with its error status.
 #[global_allocator]
 static ALLOCATOR: exit::OutOfMemory = exit::OutOfMemory;

@@ -56,6 +56,8 @@ pub struct Exact {
     instructions: u64,
     /// `instructions`, for a progress line read by another thread.
     stepped: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Standard descriptors (bit `fd`) the program starts with closed.
+    closed_std_fds: u8,
 }
 
 impl Exact {
@@ -68,7 +70,15 @@ impl Exact {
             pending: HashMap::new(),
             instructions: 0,
             stepped: Default::default(),
+            closed_std_fds: 0,
         }
+    }
+
+    /// The program starts with the standard descriptors of `mask` (bit
+    /// `fd`) closed, as witch found them.
+    pub fn with_closed_std_fds(mut self, mask: u8) -> Self {
+        self.closed_std_fds = mask;
+        self
     }
 
     /// The count of instructions single-stepped so far, as the run goes on.
@@ -148,8 +158,18 @@ impl Exact {
         // only async-signal-safe work is allowed: PTRACE_TRACEME is one
         // system call, and an error becomes an io::Error from its errno
         // without allocating.
+        let closed = self.closed_std_fds;
+        // (And the standard descriptors witch found closed are closed again:
+        // `close` calls.)
         unsafe {
-            cmd.pre_exec(|| ptrace::traceme().map_err(std::io::Error::from));
+            cmd.pre_exec(move || {
+                for fd in 0..3 {
+                    if closed & (1 << fd) != 0 {
+                        libc::close(fd);
+                    }
+                }
+                ptrace::traceme().map_err(std::io::Error::from)
+            });
         }
         let start = std::time::SystemTime::now();
         let child = cmd.spawn()?;
