@@ -154,13 +154,12 @@ impl Exact {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        // SAFETY: the closure runs in the forked child before exec, where
-        // only async-signal-safe work is allowed: PTRACE_TRACEME is one
-        // system call, and an error becomes an io::Error from its errno
-        // without allocating.
         let closed = self.closed_std_fds;
-        // (And the standard descriptors witch found closed are closed again:
-        // `close` calls.)
+        // SAFETY: the closure runs in the forked child before exec, where
+        // only async-signal-safe work is allowed: `close` calls (the
+        // standard descriptors witch found closed, closed again), and
+        // PTRACE_TRACEME, one system call, whose error becomes an io::Error
+        // from its errno without allocating.
         unsafe {
             cmd.pre_exec(move || {
                 for fd in 0..3 {
