@@ -356,21 +356,25 @@ fn bad_profiles_get_a_one_line_error_in_bounded_memory() {
 }
 
 /// A program started with standard descriptors closed (`<&- 2>&-`, as some
-/// daemons and service managers start programs) starts with them closed
-/// under witch too, in every mode: its writes to them fail and its first
-/// `open` gets the lowest one, as without witch (the Rust runtime opens
-/// /dev/null on them in witch itself).
+/// daemons and service managers start programs) and SIGPIPE ignored
+/// starts so under witch too, in every mode: its writes to a closed
+/// descriptor fail, its first `open` gets the lowest one, and a write to a
+/// closed pipe returns EPIPE instead of killing it, as without witch (the
+/// Rust runtime opens /dev/null on closed standard descriptors in witch
+/// itself, and sets SIGPIPE back to default in a child it starts).
 #[test]
-fn closed_standard_descriptors_stay_closed_for_the_program() {
+fn closed_standard_descriptors_and_ignored_signals_stay_so_for_the_program() {
     let dir = Scratch::new("std-fds");
     let prog = Program::build("std_fds", dir.path());
     let exe = prog.exe.display().to_string();
-    let native = std::process::Command::new("sh").args(["-c", &format!("exec {exe} <&- 2>&-")]).output().unwrap();
+    let setup = "trap '' PIPE HUP; exec";
+    let native = std::process::Command::new("sh").args(["-c", &format!("{setup} {exe} <&- 2>&-")]).output().unwrap();
     let native = String::from_utf8_lossy(&native.stdout).into_owned();
-    assert_eq!(native, "standard descriptors open (bits): 2; the first open gets 0\n");
+    assert_eq!(native, "standard descriptors open (bits): 2; the first open gets 0\nignored signals: 1 13\n");
     for mode in [None, Some("--exact"), Some("--exact=step")] {
         let out = dir.join("std.json");
-        let mut cmd = WitchCmd::new("dead").arg("-q").out(&out).wrapper(&["sh", "-c", "exec \"$0\" \"$@\" <&- 2>&-"]);
+        let wrap = format!("{setup} \"$0\" \"$@\" <&- 2>&-");
+        let mut cmd = WitchCmd::new("dead").arg("-q").out(&out).wrapper(&["sh", "-c", &wrap]);
         if let Some(m) = mode {
             cmd = cmd.arg(m);
         }

@@ -14,14 +14,14 @@ fn runs_a_program(args: &[String]) -> bool {
 }
 
 /// Before the Rust runtime starts (it opens `/dev/null` on any closed
-/// standard descriptor): which of them were closed, so that the program
-/// witch runs starts with them closed too.
+/// standard descriptor, and ignores SIGPIPE): what witch was started with,
+/// so that the program witch runs starts with it too.
 #[used]
 #[link_section = ".init_array"]
-static NOTE_CLOSED_STANDARD_FDS: extern "C" fn() = note_closed_standard_fds;
+static NOTE_INHERITED: extern "C" fn() = note_inherited;
 
-extern "C" fn note_closed_standard_fds() {
-    witchd::cmd::launch::note_closed_standard_fds();
+extern "C" fn note_inherited() {
+    witchd::cmd::launch::note_inherited();
 }
 
 /// Out of memory, witch says so and exits with its error status.

@@ -56,8 +56,8 @@ pub struct Exact {
     instructions: u64,
     /// `instructions`, for a progress line read by another thread.
     stepped: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    /// Standard descriptors (bit `fd`) the program starts with closed.
-    closed_std_fds: u8,
+    /// What the program starts with that witch's runtime changed.
+    inherited: crate::sys::inherited::Inherited,
 }
 
 impl Exact {
@@ -70,14 +70,14 @@ impl Exact {
             pending: HashMap::new(),
             instructions: 0,
             stepped: Default::default(),
-            closed_std_fds: 0,
+            inherited: Default::default(),
         }
     }
 
-    /// The program starts with the standard descriptors of `mask` (bit
-    /// `fd`) closed, as witch found them.
-    pub fn with_closed_std_fds(mut self, mask: u8) -> Self {
-        self.closed_std_fds = mask;
+    /// The program starts with `inherited` put back, as witch was
+    /// started (closed standard descriptors, SIGPIPE ignored).
+    pub fn with_inherited(mut self, inherited: crate::sys::inherited::Inherited) -> Self {
+        self.inherited = inherited;
         self
     }
 
@@ -154,19 +154,15 @@ impl Exact {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let closed = self.closed_std_fds;
+        let inherited = self.inherited;
         // SAFETY: the closure runs in the forked child before exec, where
-        // only async-signal-safe work is allowed: `close` calls (the
-        // standard descriptors witch found closed, closed again), and
-        // PTRACE_TRACEME, one system call, whose error becomes an io::Error
-        // from its errno without allocating.
+        // only async-signal-safe work is allowed: `Inherited::restore`
+        // (`close` and `signal` calls), and PTRACE_TRACEME, one system
+        // call, whose error becomes an io::Error from its errno without
+        // allocating.
         unsafe {
             cmd.pre_exec(move || {
-                for fd in 0..3 {
-                    if closed & (1 << fd) != 0 {
-                        libc::close(fd);
-                    }
-                }
+                inherited.restore();
                 ptrace::traceme().map_err(std::io::Error::from)
             });
         }

@@ -1,12 +1,13 @@
 //! The kernel interfaces the engine uses, each in one place: perf events
 //! (breakpoints, software clocks, PMU samplers), POSIX CPU-time timers,
-//! signal information, /proc, shared-memory futexes, and (for witchd) the owners of local TCP
-//! connections. Raw constants and system calls live here
+//! signal information, /proc, shared-memory futexes, what a launched program
+//! inherits, and (for witchd) the owners of local TCP connections. Raw constants and system calls live here
 //! behind small named functions; the engine above speaks in their terms.
 
 pub mod cputimer;
 pub mod fd;
 pub mod futex;
+pub mod inherited;
 pub mod mem;
 pub mod perf;
 pub mod pmu;

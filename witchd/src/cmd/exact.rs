@@ -14,7 +14,7 @@ pub fn run(craft: Craft, a: &RunArgs, prog: &Path, program: &OsString, out: &Out
     if !a.quiet {
         crate::say!("witch: exact mode single-steps every instruction; expect it to run thousands of times slower");
     }
-    let exact = witchcraft::exact::Exact::new(craft, a.fp_precision).with_closed_std_fds(super::launch::closed_standard_fds());
+    let exact = witchcraft::exact::Exact::new(craft, a.fp_precision).with_inherited(super::launch::inherited());
     let env: Vec<(String, String)> = crate::agent::tunables().map(|t| ("GLIBC_TUNABLES".to_string(), t)).into_iter().collect();
     // On a terminal, a line that says it is alive: an exact run takes long.
     let stepped = exact.stepped();

@@ -15,50 +15,40 @@
 //! never mistaken for the program's end.
 
 use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
+use witchcraft::sys::inherited::Inherited;
 
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
-/// The standard descriptors (bit `fd` for 0, 1 and 2) that were closed when
-/// witch started, before the Rust runtime opened `/dev/null` on them.
-static CLOSED_AT_START: AtomicU8 = AtomicU8::new(0);
+/// What witch was started with that its runtime changed before `main`
+/// (see [`witchcraft::sys::inherited`]), packed: bits 0-2 the closed
+/// standard descriptors, bit 3 SIGPIPE ignored, bit 7 noted.
+static INHERITED: AtomicU8 = AtomicU8::new(0);
 
-/// Which standard descriptors are closed now: for `witch`'s constructor
-/// (`main.rs`), which runs before the Rust runtime fills them.
-pub fn note_closed_standard_fds() {
-    let mut closed = 0u8;
-    for fd in 0..3 {
-        // SAFETY: F_GETFD reads a descriptor's flags; a closed one fails with EBADF.
-        if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
-            closed |= 1 << fd;
-        }
-    }
-    CLOSED_AT_START.store(closed, Ordering::Relaxed);
+/// Note what witch was started with: for `witch`'s constructor
+/// (`main.rs`), which runs before the Rust runtime changes it.
+pub fn note_inherited() {
+    let i = Inherited::now();
+    INHERITED.store(0x80 | i.closed_std_fds | u8::from(i.sigpipe_ignored) << 3, Ordering::Relaxed);
 }
 
-/// The standard descriptors closed when witch started (see
-/// [`note_closed_standard_fds`]): the program starts with them closed too,
-/// as it would without witch (with a descriptor closed, its writes fail and
-/// its next `open` gets that number).
-pub fn closed_standard_fds() -> u8 {
-    CLOSED_AT_START.load(Ordering::Relaxed)
+/// What witch was started with (nothing to put back if not noted).
+pub fn inherited() -> Inherited {
+    let v = INHERITED.load(Ordering::Relaxed);
+    Inherited { closed_std_fds: v & 7, sigpipe_ignored: v & 8 != 0 }
 }
 
-/// Have `cmd`'s program start with the standard descriptors of `mask`
-/// closed (see [`closed_standard_fds`]).
-pub fn start_closed(cmd: &mut std::process::Command, mask: u8) {
-    if mask == 0 {
+/// Have `cmd`'s program start as it would have without witch: with `i`
+/// put back (closed standard descriptors closed, SIGPIPE ignored).
+pub fn start_as_found(cmd: &mut std::process::Command, i: Inherited) {
+    if !i.changed() {
         return;
     }
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs in the forked child before exec, where only
-    // async-signal-safe work is allowed: it makes `close` calls only.
+    // async-signal-safe work is allowed: `Inherited::restore` is.
     unsafe {
         cmd.pre_exec(move || {
-            for fd in 0..3 {
-                if mask & (1 << fd) != 0 {
-                    libc::close(fd);
-                }
-            }
+            i.restore();
             Ok(())
         });
     }

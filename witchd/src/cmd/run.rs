@@ -206,18 +206,18 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
         recording = Some(r);
     }
     cmd.env("LD_PRELOAD", preload).envs(settings.to_pairs());
-    let mut closed = launch::closed_standard_fds();
+    let mut inherited = launch::inherited();
     if a.format() == Format::Json && !a.quiet {
         // The JSON report has stdout to itself; the program's stdout goes to stderr.
         match std::io::stderr().as_fd().try_clone_to_owned() {
             Ok(fd) => {
                 cmd.stdout(fd);
-                closed &= !(1 << 1);
+                inherited.closed_std_fds &= !(1 << 1);
             }
             Err(e) => bail!("cannot give the program stderr as its stdout: {e}"),
         }
     }
-    launch::start_closed(&mut cmd, closed);
+    launch::start_as_found(&mut cmd, inherited);
 
     let child = match cmd.spawn() {
         Ok(c) => c,
