@@ -58,6 +58,11 @@ extern "C" fn init() {
     if !cfg.follows(std::process::id(), exe_name.as_deref()) {
         return;
     }
+    if run_is_over(&cfg) {
+        // Started after the run ended (a background child that outlived
+        // the program): nothing would read its profile.
+        return;
+    }
     fd::reserve_top();
     if std::env::var_os("WITCH_CHECK_HANDLER_ALLOC").is_some() {
         crate::alloc::check_handlers();
@@ -102,6 +107,15 @@ extern "C" fn init() {
 /// Disk space taken for a process's profile when it starts (profiles of
 /// small programs take a few KiB, of large ones some hundreds).
 const PROFILE_RESERVE: i64 = 256 << 10;
+
+/// Has the run this process belongs to ended? The launcher made its
+/// directory of parts (`round_trips` names a file in it) and removes it
+/// when the run ends; a process of the run that starts after that (a
+/// background child that outlived the program) stays inert, and writes
+/// nothing: making the directory again would leave it behind.
+fn run_is_over(cfg: &Config) -> bool {
+    cfg.round_trips.is_some() && !cfg.out_dir.is_dir()
+}
 
 fn create_output(dir: &std::path::Path) -> Sink {
     let _ = std::fs::create_dir_all(dir);
@@ -213,9 +227,10 @@ extern "C" fn after_fork_child(back: u64) {
         Some(s) => (s.alt_stack().0, s.prior()),
         None => (0, Prior::NONE),
     };
-    if !engine.config().follows(std::process::id(), None) {
-        // A child this run does not follow (--no-children): it runs on
-        // unprofiled (its events were dropped above) and writes no profile.
+    if !engine.config().follows(std::process::id(), None) || run_is_over(engine.config()) {
+        // A child this run does not follow (--no-children), or forked after
+        // the run ended: it runs on unprofiled (its events were dropped
+        // above) and writes no profile.
         AGENT.after_fork(Sink::None, start, None);
         AGENT.claim_finish();
         return;
