@@ -262,23 +262,30 @@ fn programs_exec_d_without_the_agent_are_named_in_the_report() {
 }
 
 /// A child that outlives the program (a background job) and starts a
-/// program after the run ended leaves nothing behind: the run's directory
-/// of parts is gone, and that late process stays unprofiled rather than
-/// make it again. (The run's end is the program's, as with `perf record`.)
+/// program after the run ended, or about when it ends, leaves nothing
+/// behind: the run's directory of parts is gone, and a late process stays
+/// unprofiled rather than make it again or write into it as it goes.
+/// (The run's end is the program's, as with `perf record`.)
 #[test]
 fn a_process_started_after_the_run_ended_leaves_nothing_behind() {
     let dir = Scratch::new("after-the-run");
     let prog = Program::build("dead_loop", dir.path());
-    let script = format!("(sleep 0.3; {}) & exit 0", prog.exe.display());
     let sh = which("sh").expect("sh");
-    let out = dir.join("after.json");
-    // The run's output is read to its end, which the background job holds.
-    let run = WitchCmd::new("dead").args(&["-p", "100000", "-q"]).out(&out).run(&sh, &["-c", &script]);
-    assert_eq!(run.code(), Some(0), "{}", run.describe());
-    assert!(run.stdout_str().contains("dead_loop"), "the late program ran: {}", run.describe());
-    let listing: Vec<String> =
-        std::fs::read_dir(dir.path()).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
-    assert!(!listing.iter().any(|f| f.starts_with("witch-parts")), "left behind: {listing:?}");
+    for (i, delay) in ["0.3", "0.01", "0"].iter().enumerate() {
+        let done = dir.join(&format!("done-{i}"));
+        let script = format!("(sleep {delay}; {} > /dev/null; touch {}) & exit 0", prog.exe.display(), done.display());
+        let out = dir.join(&format!("after-{i}.json"));
+        let run = WitchCmd::new("dead").args(&["-p", "100000", "-q"]).out(&out).run(&sh, &["-c", &script]);
+        assert_eq!(run.code(), Some(0), "{}", run.describe());
+        let t0 = std::time::Instant::now();
+        while !done.exists() && t0.elapsed() < std::time::Duration::from_secs(30) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(done.exists(), "the background job finished");
+        let listing: Vec<String> =
+            std::fs::read_dir(dir.path()).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        assert!(!listing.iter().any(|f| f.starts_with("witch-parts")), "after a delay of {delay} s, left behind: {listing:?}");
+    }
 }
 
 /// `--no-children` profiles only the first process (here the shell), and

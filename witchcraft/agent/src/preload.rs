@@ -73,13 +73,13 @@ extern "C" fn init() {
         write_untraced_profile(cfg, &why);
         return;
     }
-    let out_dir = cfg.out_dir.clone();
     // Before the calibration (in `make_engine`): a thread that an earlier
     // library's constructor started may fork meanwhile.
     crate::calibrate::keep_out_of_fork_children();
+    let sink_cfg = cfg.clone();
     let (engine, notes) = crate::setup::make_engine(cfg, handlers::install_preloaded, true);
     notes.into_iter().for_each(|n| AGENT.note(n));
-    let sink = create_output(&out_dir);
+    let sink = create_output(&sink_cfg);
     if AGENT.begin(engine, Mode::Preloaded, sink).is_err() {
         return;
     }
@@ -109,16 +109,28 @@ extern "C" fn init() {
 const PROFILE_RESERVE: i64 = 256 << 10;
 
 /// Has the run this process belongs to ended? The launcher made its
-/// directory of parts (`round_trips` names a file in it) and removes it
+/// directory of parts (`round_trips` names a file in it) and moves it away
 /// when the run ends; a process of the run that starts after that (a
 /// background child that outlived the program) stays inert, and writes
 /// nothing: making the directory again would leave it behind.
 fn run_is_over(cfg: &Config) -> bool {
-    cfg.round_trips.is_some() && !cfg.out_dir.is_dir()
+    launched(cfg) && !cfg.out_dir.is_dir()
 }
 
-fn create_output(dir: &std::path::Path) -> Sink {
-    let _ = std::fs::create_dir_all(dir);
+/// Is this process part of a launcher's run (whose directory of parts the
+/// launcher made, and which the agent must not make again)?
+fn launched(cfg: &Config) -> bool {
+    cfg.round_trips.is_some()
+}
+
+/// A file for this process's profile in `cfg`'s directory of parts (made
+/// if missing, unless a launcher made it: then its run has ended, and the
+/// process writes nothing, silently).
+fn create_output(cfg: &Config) -> Sink {
+    let dir = &cfg.out_dir;
+    if !launched(cfg) {
+        let _ = std::fs::create_dir_all(dir);
+    }
     let path = dir.join(format!("{}-{}.json", std::process::id(), now_ns()));
     let f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o644).custom_flags(libc::O_CLOEXEC).open(&path);
     match f.map(std::os::fd::IntoRawFd::into_raw_fd) {
@@ -142,6 +154,7 @@ fn create_output(dir: &std::path::Path) -> Sink {
                 Sink::None
             }
         },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && launched(cfg) => Sink::None,
         Err(e) => {
             crate::state::say(&format!("witch: agent: cannot create {}: {e}\n", path.display()));
             Sink::None
@@ -168,9 +181,8 @@ fn traced_by_debugger() -> Option<String> {
 /// The profile of a process left to its debugger from the start: no
 /// samples, and the reason.
 fn write_untraced_profile(cfg: Config, why: &str) {
-    let out_dir = cfg.out_dir.clone();
+    let sink = create_output(&cfg);
     let engine = witchcraft::engine::Engine::bare(cfg);
-    let sink = create_output(&out_dir);
     if AGENT.begin(engine, Mode::Preloaded, sink).is_ok() {
         AGENT.note(leave::untraced_note(why));
         AGENT.finish(EndedBy::Exit);
@@ -222,7 +234,6 @@ extern "C" fn after_fork_child(back: u64) {
         AGENT.claim_finish();
         return;
     }
-    let out_dir = engine.config().out_dir.clone();
     let (alt, prior) = match me {
         Some(s) => (s.alt_stack().0, s.prior()),
         None => (0, Prior::NONE),
@@ -236,7 +247,7 @@ extern "C" fn after_fork_child(back: u64) {
         return;
     }
     // Our copy of the forking thread's state, taken back for the table.
-    let Some(ts) = AGENT.after_fork(create_output(&out_dir), start, me) else { return };
+    let Some(ts) = AGENT.after_fork(create_output(engine.config()), start, me) else { return };
     if let Some((slot, ts)) = AGENT.threads.add(witchcraft::sys::task::gettid(), ts, alt, alt != 0, prior, Life::Adopted) {
         AGENT.set_current(Some(slot));
         let place = ts.place();

@@ -142,6 +142,22 @@ impl Parts {
         read_parts(&self.dir)
     }
 
+    /// The run has ended: the directory moves to a name of its own
+    /// (`...-ended`), so that a process of the run that starts from now on
+    /// (a background job outliving the program) finds no directory and
+    /// writes nothing, rather than add a part after the parts were read
+    /// (or after the directory went, making it again). Where it cannot be
+    /// moved, it stays.
+    pub fn close(self) -> Parts {
+        let mut ended = self.dir.clone().into_os_string();
+        ended.push("-ended");
+        let ended = PathBuf::from(ended);
+        match std::fs::rename(&self.dir, &ended) {
+            Ok(()) => Parts { dir: ended },
+            Err(_) => self,
+        }
+    }
+
     /// Removes the directory (its parts have been saved, or there were none).
     pub fn remove(self) {
         let _ = std::fs::remove_dir_all(&self.dir);

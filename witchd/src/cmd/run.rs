@@ -234,6 +234,7 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     let progress = (!a.quiet && a.format() == Format::Text).then(|| launch::Progress::start(&parts.dir)).flatten();
     let ended = launch::wait(pid)?;
     drop(progress);
+    let parts = parts.close();
 
     let path = out.path(craft, &prog, pid);
     let mut merged = output::merge(parts.collect(), Some(pid));
