@@ -99,12 +99,13 @@ fn has_file_capabilities(path: &Path) -> bool {
 /// (the report gathers them from the run's processes).
 pub const UNPROFILED: &str = "runs unprofiled";
 
-/// Why the program at `path`, exec'd by process `pid` with environment
-/// `env` (its `NAME=value` entries), will run without witch's agent (`agent`: the
+/// Why the program at `path` (named `shown` in the note), exec'd by
+/// process `pid` with environment `env` (its `NAME=value` entries), will
+/// run without witch's agent (`agent`: the
 /// agent's file name, as `LD_PRELOAD` names it): the note its exec'ing
 /// process's profile carries. None if the agent will load, or if that
 /// cannot be told (a file that cannot be read: the exec fails too).
-pub fn unprofiled_exec<'a>(pid: u32, path: &Path, env: impl IntoIterator<Item = &'a [u8]>, agent: &[u8]) -> Option<String> {
+pub fn unprofiled_exec<'a>(pid: u32, path: &Path, shown: &Path, env: impl IntoIterator<Item = &'a [u8]>, agent: &[u8]) -> Option<String> {
     let why = match Image::of_file(path).ok()? {
         Image::Static => "statically linked (the agent loads only into dynamically linked programs)".to_string(),
         Image::Dynamic => match secure_execution(path) {
@@ -115,7 +116,7 @@ pub fn unprofiled_exec<'a>(pid: u32, path: &Path, env: impl IntoIterator<Item = 
         Image::OtherMachine | Image::NotElf64 => "not a 64-bit x86-64 program (the agent is one)".to_string(),
         Image::Script | Image::NotElf | Image::Truncated => return None,
     };
-    Some(format!("process {pid} exec'd {}, which {UNPROFILED}: {why}", path.display()))
+    Some(format!("process {pid} exec'd {}, which {UNPROFILED}: {why}", shown.display()))
 }
 
 /// Does environment `env` preload `agent` (a file name) and carry witch's
@@ -170,16 +171,16 @@ mod tests {
         let me = std::env::current_exe().unwrap();
         let agent = b"libwitch_agent.so";
         let with = env(&["PATH=/bin", "LD_PRELOAD=/x/libwitch_agent.so /y/other.so", "WITCH_CRAFT=dead"]);
-        assert_eq!(unprofiled_exec(7, &me, with.iter().map(Vec::as_slice), agent), None);
+        assert_eq!(unprofiled_exec(7, &me, &me, with.iter().map(Vec::as_slice), agent), None);
         for without in [
             env(&["PATH=/bin"]),
             env(&["LD_PRELOAD=/y/other.so", "WITCH_CRAFT=dead"]),
             env(&["LD_PRELOAD=/x/libwitch_agent.so", "WITCH_CRAFTY=1"]),
         ] {
-            let note = unprofiled_exec(7, &me, without.iter().map(Vec::as_slice), agent).expect("a note");
+            let note = unprofiled_exec(7, &me, &me, without.iter().map(Vec::as_slice), agent).expect("a note");
             assert!(note.starts_with("process 7 exec'd /") && note.contains(UNPROFILED) && note.contains("LD_PRELOAD"), "{note}");
         }
         // A file that cannot be read says nothing (the exec fails too).
-        assert_eq!(unprofiled_exec(7, Path::new("/nonexistent/x"), std::iter::empty(), agent), None);
+        assert_eq!(unprofiled_exec(7, Path::new("/nonexistent/x"), Path::new("/nonexistent/x"), std::iter::empty(), agent), None);
     }
 }

@@ -49,11 +49,7 @@ pub unsafe fn unprofiled(target: Target, envp: *const *const libc::c_char, pid: 
         // SAFETY: the caller's null-terminated array.
         unsafe { strings(envp) }
     };
-    let note = witchcraft::loadable::unprofiled_exec(pid, &path, env.iter().copied(), agent_name())?;
-    Some(match shown {
-        Some(s) => note.replacen(&path.display().to_string(), &s.display().to_string(), 1),
-        None => note,
-    })
+    witchcraft::loadable::unprofiled_exec(pid, &path, shown.as_deref().unwrap_or(&path), env.iter().copied(), agent_name())
 }
 
 fn path_of(s: &CStr) -> PathBuf {

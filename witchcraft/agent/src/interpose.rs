@@ -155,7 +155,6 @@ macro_rules! exec_wrapper {
             // SAFETY: the C library's function has this signature.
             let real = unsafe { std::mem::transmute::<*mut libc::c_void, $ty>(next(name, &REAL)) };
             // SAFETY: the caller's arguments, passed on.
-            // SAFETY: the caller's arguments, passed on.
             unsafe { around_exec(stringify!($name), $target, $envp, || real($($arg),*)) }
         }
     };

@@ -76,10 +76,10 @@ extern "C" fn init() {
     // Before the calibration (in `make_engine`): a thread that an earlier
     // library's constructor started may fork meanwhile.
     crate::calibrate::keep_out_of_fork_children();
-    let sink_cfg = cfg.clone();
+    let (out_dir, launched) = (cfg.out_dir.clone(), launched(&cfg));
     let (engine, notes) = crate::setup::make_engine(cfg, handlers::install_preloaded, true);
     notes.into_iter().for_each(|n| AGENT.note(n));
-    let sink = create_output(&sink_cfg);
+    let sink = create_output(&out_dir, launched);
     if AGENT.begin(engine, Mode::Preloaded, sink).is_err() {
         return;
     }
@@ -123,12 +123,11 @@ fn launched(cfg: &Config) -> bool {
     cfg.round_trips.is_some()
 }
 
-/// A file for this process's profile in `cfg`'s directory of parts (made
-/// if missing, unless a launcher made it: then its run has ended, and the
-/// process writes nothing, silently).
-fn create_output(cfg: &Config) -> Sink {
-    let dir = &cfg.out_dir;
-    if !launched(cfg) {
+/// A file for this process's profile in the directory of parts `dir`
+/// (made if missing, unless a launcher made it, `launched`: then its run
+/// has ended, and the process writes nothing, silently).
+fn create_output(dir: &std::path::Path, launched: bool) -> Sink {
+    if !launched {
         let _ = std::fs::create_dir_all(dir);
     }
     let path = dir.join(format!("{}-{}.json", std::process::id(), now_ns()));
@@ -154,7 +153,7 @@ fn create_output(cfg: &Config) -> Sink {
                 Sink::None
             }
         },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && launched(cfg) => Sink::None,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && launched => Sink::None,
         Err(e) => {
             crate::state::say(&format!("witch: agent: cannot create {}: {e}\n", path.display()));
             Sink::None
@@ -181,7 +180,7 @@ fn traced_by_debugger() -> Option<String> {
 /// The profile of a process left to its debugger from the start: no
 /// samples, and the reason.
 fn write_untraced_profile(cfg: Config, why: &str) {
-    let sink = create_output(&cfg);
+    let sink = create_output(&cfg.out_dir, launched(&cfg));
     let engine = witchcraft::engine::Engine::bare(cfg);
     if AGENT.begin(engine, Mode::Preloaded, sink).is_ok() {
         AGENT.note(leave::untraced_note(why));
@@ -247,7 +246,7 @@ extern "C" fn after_fork_child(back: u64) {
         return;
     }
     // Our copy of the forking thread's state, taken back for the table.
-    let Some(ts) = AGENT.after_fork(create_output(engine.config()), start, me) else { return };
+    let Some(ts) = AGENT.after_fork(create_output(&engine.config().out_dir, launched(engine.config())), start, me) else { return };
     if let Some((slot, ts)) = AGENT.threads.add(witchcraft::sys::task::gettid(), ts, alt, alt != 0, prior, Life::Adopted) {
         AGENT.set_current(Some(slot));
         let place = ts.place();

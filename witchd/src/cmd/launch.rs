@@ -21,14 +21,14 @@ static CHILD: AtomicI32 = AtomicI32::new(0);
 
 /// What witch was started with that its runtime changed before `main`
 /// (see [`witchcraft::sys::inherited`]), packed: bits 0-2 the closed
-/// standard descriptors, bit 3 SIGPIPE ignored, bit 7 noted.
+/// standard descriptors, bit 3 SIGPIPE ignored.
 static INHERITED: AtomicU8 = AtomicU8::new(0);
 
 /// Note what witch was started with: for `witch`'s constructor
 /// (`main.rs`), which runs before the Rust runtime changes it.
 pub fn note_inherited() {
     let i = Inherited::now();
-    INHERITED.store(0x80 | i.closed_std_fds | u8::from(i.sigpipe_ignored) << 3, Ordering::Relaxed);
+    INHERITED.store(i.closed_std_fds | u8::from(i.sigpipe_ignored) << 3, Ordering::Relaxed);
 }
 
 /// What witch was started with (nothing to put back if not noted).
