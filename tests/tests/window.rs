@@ -318,3 +318,38 @@ fn a_fault_in_the_allocator_during_a_window_reaches_the_program() {
         assert!(windows >= 10 && picks >= 20, "{craft}: sampling stopped early ({windows} windows, {picks} picks): {c}");
     }
 }
+
+/// `WITCH_WINDOW_TIME=1` weighs each pick by the inverse of the time the
+/// window's copies took around it (`engine/pace.rs`; off by default:
+/// docs/ACCURACY.md, "Windows weighed by their time"). With it on, the
+/// profile and the report say so, programs that fault inside windows are
+/// unharmed, and the 80%-dead known answer reads a fraction near it (6
+/// runs here: 78.9-91.3%; a weight that went wrong, zero or unbounded,
+/// would leave it anywhere).
+#[test]
+fn windows_weighed_by_their_time_say_so_and_harm_nothing() {
+    let dir = Scratch::new("window-timed");
+    for (name, args, code) in [("memset_dead", ["100000"], 0), ("fault_in_free", ["1000000"], 0)] {
+        let prog = Program::build(name, dir.path());
+        let native = prog.run_native(&args);
+        assert_eq!(native.code(), Some(code), "{}", native.describe());
+        let out = dir.join(&format!("{name}.json"));
+        let run = WitchCmd::new("dead").wrapper(&["env", "WITCH_WINDOW_TIME=1"]).arg("-q").out(&out).run(&prog.exe, &args);
+        assert_same_behaviour(&native, &run);
+        let raw = raw_profile(&out);
+        if raw["sampler"]["kind"] != "software" {
+            return;
+        }
+        assert_eq!(raw["sampler"]["window_timed"], true, "{}", raw["sampler"]);
+        let text = witch_raw(&[std::ffi::OsStr::new("report"), out.as_os_str()]);
+        let line = text.stdout_str().split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(line.contains("picks weighed by the windows' time"), "the report does not say how picks were weighed:\n{line}");
+        let rep = report(&out);
+        rep.assert_samples(100.0);
+        if name == "memset_dead" {
+            let f = rep.waste_fraction();
+            rep.note(&format!("memset_dead, windows weighed by their time: {:.1}% dead", 100.0 * f));
+            assert!((0.65..=0.97).contains(&f), "{:.1}% dead where 80.0% is by construction\n{}", 100.0 * f, rep.dump());
+        }
+    }
+}

@@ -171,6 +171,7 @@ pub mod keys {
     pub const WINDOW_PICKS: &str = "WITCH_WINDOW_PICKS";
     pub const LINKS: &str = "WITCH_LINKS";
     pub const CACHE_PICKS: &str = "WITCH_CACHE_PICKS";
+    pub const WINDOW_TIME: &str = "WITCH_WINDOW_TIME";
     pub const OVERHEAD: &str = "WITCH_OVERHEAD";
     pub const ONLY_PID: &str = "WITCH_ONLY_PID";
     pub const EXE: &str = "WITCH_EXE";
@@ -227,6 +228,11 @@ pub struct Config {
     /// natively (`WITCH_CACHE_PICKS=0`; by default a pick goes through the
     /// link stub and its instruction runs from a copy, without a trap).
     pub no_cache_picks: bool,
+    /// Each pick of a window is weighed by the inverse of the time the
+    /// window's copies took around it (`WITCH_WINDOW_TIME=1`; see
+    /// `engine::pace`). Off by default: measured, it moved a known answer
+    /// but not the real programs' biases (ACCURACY.md).
+    pub timed_windows: bool,
     /// Overhead budget of bursts, percent of program CPU time (0: no
     /// limit); None: the default.
     pub overhead_percent: Option<f64>,
@@ -276,6 +282,7 @@ impl Config {
             window_picks: None,
             no_links: false,
             no_cache_picks: false,
+            timed_windows: false,
             overhead_percent: None,
             only_pid: None,
             exe_names: Vec::new(),

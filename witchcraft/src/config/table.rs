@@ -232,6 +232,15 @@ pub(super) const SETTINGS: &[Setting] = &[
         write: |c| c.no_cache_picks.then(|| "0".to_string()),
     },
     Setting {
+        key: keys::WINDOW_TIME,
+        knob: true,
+        read: |c, v| {
+            c.timed_windows = !switched_off(v)?;
+            Ok(())
+        },
+        write: |c| c.timed_windows.then(|| "1".to_string()),
+    },
+    Setting {
         key: keys::OVERHEAD,
         knob: true,
         read: |c, v| {

@@ -53,6 +53,7 @@ fn settings_are_read_back_as_they_were_built() {
     c.window_picks = Some(1.5);
     c.no_links = true;
     c.no_cache_picks = true;
+    c.timed_windows = true;
     c.overhead_percent = Some(0.5);
     c.only_pid = Some(4242);
     c.exe_names = vec!["app".into(), "helper".into()];
@@ -89,6 +90,7 @@ fn every_setting_is_checked_once_and_a_bad_value_names_it() {
         (keys::WINDOW_PICKS, "100"),
         (keys::LINKS, "off"),
         (keys::CACHE_PICKS, "no"),
+        (keys::WINDOW_TIME, "yes"),
         (keys::OVERHEAD, "150%"),
         (keys::ONLY_PID, "99999999999"),
         (keys::RECORD_FD, "99999999999"),

@@ -282,7 +282,7 @@ impl ThreadState {
         let Some(copy) = self.window.cache.step_copy(map, engine.own_code, counted(engine), native) else { return };
         self.window.take_counted();
         let nth = self.window.cache.data().countdown.max(1) as u32;
-        let weight = self.window.step_pick();
+        let weight = self.window.step_pick(self.open_cache_ns());
         if self.window.whole_run() {
             // As at the trap ([`ThreadState::pick`]).
             self.ledger.next_cluster();
@@ -294,6 +294,16 @@ impl ThreadState {
             cache.stats.picks += 1;
             cache.data().jump = copy;
         }
+    }
+
+    /// The window's copies' running time since the last handler, for a pick
+    /// taken through the link stub (half a round trip out: the handler's
+    /// return); 0 where windows are not timed (no clock read).
+    fn open_cache_ns(&self) -> f64 {
+        if !self.window.settings().timed {
+            return 0.0;
+        }
+        self.clock.since_exit(task::thread_cpu_ns()) as f64 - self.clock.trap_gap_ns() / 2.0
     }
 
     /// The picked instruction ran from its copy alone, the program is at
@@ -324,7 +334,7 @@ impl ThreadState {
     /// # Safety
     /// `uc` must be the context the kernel passed to the signal handler.
     unsafe fn pick(&mut self, engine: &Engine, map: &ProcessMap, regs: &Regs, nth: u32, uc: *mut libc::ucontext_t) {
-        let weight = self.window.step_pick();
+        let weight = self.window.step_pick(0.0);
         if self.window.whole_run() {
             // Whole-run counting: picks are drawn by count, each a sample
             // as a PMU's overflow is, so each begins a cluster of the

@@ -141,6 +141,15 @@ impl Clock {
         0
     }
 
+    /// The CPU time from the last handler's return to `now_ns`, single
+    /// steps left out (0 before the first handler).
+    pub fn since_exit(&self, now_ns: u64) -> u64 {
+        if self.exit_ns == 0 {
+            return 0;
+        }
+        now_ns.saturating_sub(self.exit_ns).saturating_sub(self.stepped_ns)
+    }
+
     /// Whether the handler returns into the code cache.
     pub fn set_in_cache(&mut self, on: bool) {
         self.in_cache = on;

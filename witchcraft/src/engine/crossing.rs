@@ -25,6 +25,8 @@ impl ThreadState {
             let counters = &mut self.ledger.counters;
             counters.engine_ns += cached;
             counters.cache_ns += cached;
+            // The copies' running, less the kernel's way out and back in.
+            self.window.ran_in_cache(cached as f64 - self.clock.trap_gap_ns());
         }
     }
 

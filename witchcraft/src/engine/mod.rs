@@ -13,7 +13,7 @@
 //!
 //! - the settings and the pieces with one job each: [`settings`] (how
 //!   bursts and windows are sized), [`pick`], [`budget`], [`clock`],
-//!   [`place`], [`resume`], [`recorder`], [`link`] (the cache's entry
+//!   [`place`], [`pace`] (a window's time), [`resume`], [`recorder`], [`link`] (the cache's entry
 //!   into the engine without a trap), [`cache`], [`calibrate`];
 //! - [`sampler`], then [`process`] (the process-wide [`Engine`]);
 //! - the thread's parts: [`watch`] (its debug registers), [`ledger`] (the
@@ -39,6 +39,7 @@ pub mod clock;
 mod crossing;
 pub mod ledger;
 pub mod link;
+mod pace;
 mod pick;
 pub mod place;
 pub mod process;

@@ -121,6 +121,7 @@ impl SampleSource {
             burst_picks: burst.map_or(0, |b| b.picks),
             window_instructions: burst.and_then(|b| b.window).map_or(0, |w| w.instructions),
             window_picks: burst.and_then(|b| b.window).map_or(0.0, |w| w.picks),
+            window_timed: burst.and_then(|b| b.window).is_some_and(|w| w.timed),
             overhead_percent: burst.map(|b| b.budget * 100.0),
         }
     }

@@ -81,11 +81,19 @@ impl BurstSettings {
             },
             after_syscall: cfg.burst_after_syscall,
             window: match (count, cfg.window.unwrap_or(DEFAULT_WINDOW_INSTRUCTIONS)) {
-                (Some(n), _) => {
-                    Some(WindowSettings { instructions: COUNT_WINDOW_INSTRUCTIONS, picks: DEFAULT_WINDOW_PICKS, count: Some(n) })
-                }
+                (Some(n), _) => Some(WindowSettings {
+                    instructions: COUNT_WINDOW_INSTRUCTIONS,
+                    picks: DEFAULT_WINDOW_PICKS,
+                    count: Some(n),
+                    timed: false,
+                }),
                 (None, 0) => None,
-                (None, n) => Some(WindowSettings { instructions: n, picks: cfg.window_picks.unwrap_or(DEFAULT_WINDOW_PICKS), count: None }),
+                (None, n) => Some(WindowSettings {
+                    instructions: n,
+                    picks: cfg.window_picks.unwrap_or(DEFAULT_WINDOW_PICKS),
+                    count: None,
+                    timed: cfg.timed_windows,
+                }),
             },
         })
     }
@@ -111,6 +119,10 @@ pub struct WindowSettings {
     /// [`super::window::Phase::Bridge`]); None: windows at ticks, sized by
     /// the budget.
     pub count: Option<u64>,
+    /// Each pick's weight is divided by how long the window's copies took
+    /// around it (see [`super::pace`]); never for whole-run counting,
+    /// whose picks stand for a count.
+    pub timed: bool,
 }
 
 impl WindowSettings {

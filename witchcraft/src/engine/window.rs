@@ -28,14 +28,10 @@
 //! ([`super::schedule`]): each access's p is still fixed before it runs,
 //! and its pick credits t_b / p with that p.
 //!
-//! *Signals.* While a thread runs in the cache, every signal but the
-//! synchronous ones (and SIGTRAP, through which the cache and the
-//! watchpoints reach the engine) is blocked in its context, so the
-//! program's handlers never see a copy's address: a signal sent during a
-//! window is delivered when it ends, microseconds later. The program's
-//! signal mask is kept in the window and given back at its end. A fault
-//! raised by a copy (SIGSEGV, SIGFPE, ...) is mapped back to the native
-//! instruction by the agent's wrapper before the program's handler runs
+//! *Signals.* In the cache every signal but the synchronous ones and
+//! SIGTRAP is blocked in the thread's context, and delivered when the
+//! window ends; a fault raised by a copy is mapped back to the native
+//! instruction before the program's handler runs
 //! ([`ThreadState::leave_cache_at_fault`](super::thread::ThreadState::leave_cache_at_fault)).
 //!
 //! [`Window`] is one thread's window state, written only here: the paths
@@ -43,6 +39,7 @@
 //! [`super::recording`]) move it from phase to phase through its methods.
 
 use super::cache::CodeCache;
+use super::pace::Pace;
 use super::place::Place;
 use super::process::Engine;
 use super::recorder::RecordBuffer;
@@ -50,12 +47,14 @@ use super::resume::Resume;
 use super::schedule::Schedule;
 use super::settings::WindowSettings;
 use super::stepping::set_trap_flag;
-use crate::profile::Counters;
 use crate::sys::siginfo;
 use crate::x86::record::{Record, RecordKind};
 use crate::x86::translate::Counted;
 use rand::{rngs::SmallRng, RngExt, SeedableRng};
 use std::sync::atomic::{AtomicBool, Ordering};
+
+mod account;
+pub use account::{Recorded, WindowStats};
 
 /// Counted accesses per instruction assumed before a thread's first window.
 const START_PER_INSTRUCTION: f64 = 0.3;
@@ -100,6 +99,8 @@ pub struct Window {
     schedule: Schedule,
     /// The program-time weight of the tick that began it.
     time_weight: f64,
+    /// How long its copies took, which corrects its picks' weights.
+    pace: Pace,
     /// The settings it began with.
     settings: WindowSettings,
     /// The countdown as last set.
@@ -131,44 +132,6 @@ pub struct Window {
     pub(super) resume: Resume,
 }
 
-/// The profile's account of the windows.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct WindowStats {
-    pub windows: u64,
-    pub instructions: u64,
-    pub accesses: u64,
-    pub picks: u64,
-    /// Windows that ended before their instructions ran out (a system
-    /// call, code the cache does not run).
-    pub cut: u64,
-    /// Times a window's pick probability was cut to a quarter (its
-    /// accesses came far faster than planned).
-    pub thinned: u64,
-    pub shortest: u64,
-    pub longest: u64,
-    /// Whole-run counting: crossings between windows to deliver signals.
-    pub bridges: u64,
-    /// Whole-run windows: returns into the cache at the resume breakpoint.
-    pub resumes: u64,
-    /// Whole-run windows: times the thread went on natively until the
-    /// next tick (no breakpoint could take it back), and where first.
-    pub gaps: u64,
-    pub first_gap: u64,
-}
-
-/// What a thread of the exact mode recorded.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Recorded {
-    /// Words of access records (and their values) sent.
-    pub words: u64,
-    /// Times the thread went on natively, unrecorded, until the next tick,
-    /// and where first.
-    pub gaps: u64,
-    pub first_gap: u64,
-    /// Returns into the cache after native code.
-    pub resumes: u64,
-}
-
 /// The signals a thread may take while in the cache: the synchronous ones
 /// (which cannot wait) and SIGTRAP. A kernel mask.
 fn window_mask() -> u64 {
@@ -184,7 +147,8 @@ impl Window {
             busy: AtomicBool::new(false),
             schedule: Schedule::every(1),
             time_weight: 0.0,
-            settings: WindowSettings { instructions: 0, picks: 0.0, count: None },
+            pace: Pace::default(),
+            settings: WindowSettings { instructions: 0, picks: 0.0, count: None, timed: false },
             drawn: 0,
             given: 0,
             accesses: 0,
@@ -281,6 +245,7 @@ impl Window {
             self.time_weight = weight;
         }
         self.settings = settings;
+        self.pace.begin(self.engaged_ns());
         self.given = settings.instructions as u64;
         self.accesses = 0;
         self.stepped = 0;
@@ -323,6 +288,9 @@ impl Window {
         s.accesses += self.accesses;
         s.shortest = if s.shortest == 0 { ran } else { s.shortest.min(ran) };
         s.longest = s.longest.max(ran);
+        if self.settings.timed {
+            self.pace.end(ran, self.engaged_ns());
+        }
         if ran > 0 {
             // Quick to follow: the next window's picks rest on it.
             let obs = self.accesses as f64 / ran as f64;
@@ -379,12 +347,29 @@ impl Window {
     }
 
     /// The picked instruction is stepped natively: the weight its pick
-    /// stands for.
-    pub(super) fn step_pick(&mut self) -> f64 {
-        let weight = self.time_weight * self.schedule.weight();
+    /// stands for. `open`: the copies' running time since the last
+    /// handler (0 in a handler).
+    pub(super) fn step_pick(&mut self, open: f64) -> f64 {
+        let mut weight = self.time_weight * self.schedule.weight();
+        if self.settings.timed {
+            let k = self.given.saturating_sub(self.cache.data().instr_left.max(0) as u64) + self.stepped;
+            weight *= self.pace.factor(k, self.given, open, self.engaged_ns());
+        }
         self.set_phase(Phase::Step);
         self.stats.picks += 1;
         weight
+    }
+
+    /// A handler closed `ns` of the window's copies running.
+    pub(super) fn ran_in_cache(&mut self, ns: f64) {
+        if self.active() && self.settings.timed {
+            self.pace.ran(ns);
+        }
+    }
+
+    /// The engine's calls through the link stub so far (ns).
+    fn engaged_ns(&self) -> u64 {
+        self.cache.stats.link_ns + self.cache.stats.pick_ns
     }
 
     /// The picked instruction has run: one instruction stepped, one
@@ -520,36 +505,6 @@ impl Window {
         if self.rec.is_some() && self.cache.has_mapping() {
             self.records_in();
         }
-    }
-
-    /// Recording: what this thread recorded; None if it does not record.
-    pub fn recorded(&self) -> Option<Recorded> {
-        let r = self.rec.as_ref()?;
-        let s = &self.stats;
-        Some(Recorded { words: r.stats.words, gaps: s.gaps, first_gap: s.first_gap, resumes: s.resumes })
-    }
-
-    /// The windows' and the cache's part of the profile's counters.
-    pub fn count_into(&self, counters: &mut Counters) {
-        let w = &self.stats;
-        counters.windows = w.windows;
-        counters.window_instructions = w.instructions;
-        counters.window_accesses = w.accesses;
-        counters.window_picks = w.picks;
-        counters.windows_cut = w.cut;
-        counters.windows_thinned = w.thinned;
-        counters.window_shortest = w.shortest;
-        counters.window_longest = w.longest;
-        counters.cache_blocks = self.cache.stats.blocks;
-        counters.cache_flushes = self.cache.stats.flushes;
-        counters.cache_exits = self.cache.stats.exits;
-        counters.cache_lookups = self.cache.stats.lookups;
-        counters.cache_links = self.cache.stats.links;
-        counters.link_ns = self.cache.stats.link_ns;
-        (counters.cache_picks, counters.pick_ns) = (self.cache.stats.picks, self.cache.stats.pick_ns);
-        counters.window_bridges = w.bridges;
-        counters.window_resumes = w.resumes;
-        counters.window_gaps = w.gaps;
     }
 
     /// Forget the window under way and the copies (a fork child).

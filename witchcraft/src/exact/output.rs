@@ -34,6 +34,7 @@ pub fn exact_sampler(how: &str) -> profile::SamplerSettings {
         burst_picks: 0,
         window_instructions: 0,
         window_picks: 0.0,
+        window_timed: false,
         overhead_percent: None,
     }
 }

@@ -176,6 +176,10 @@ pub struct SamplerSettings {
     /// Picks a window expects.
     #[serde(default, skip_serializing_if = "is_zero_f")]
     pub window_picks: f64,
+    /// Each pick of a window was weighed by the inverse of the time its
+    /// copies took around it (`WITCH_WINDOW_TIME=1`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub window_timed: bool,
     /// The bursts' overhead budget, percent of the program's CPU time (0:
     /// no limit; None: no bursts, or a profile from before budgets).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -27,8 +27,9 @@ pub(super) fn burst_engine(p: &Profile, c: &Counters) -> Vec<String> {
         let n = c.windows as f64;
         let stepped = c.bursts.saturating_sub(c.windows);
         let fallback = if stepped > 0 { format!(", {stepped} bursts single-stepped where the cache could not run") } else { String::new() };
+        let timed = if p.sampler.window_timed { ", picks weighed by the windows' time (WITCH_WINDOW_TIME=1)" } else { "" };
         out.push(format!(
-            "  bursts    code cache: {} windows of at most {} instructions, {budget}{ticks}{fallback}",
+            "  bursts    code cache: {} windows of at most {} instructions, {budget}{ticks}{fallback}{timed}",
             c.windows, p.sampler.window_instructions
         ));
         out.push(format!(
