@@ -176,7 +176,11 @@ fn eighty_percent_dead_by_whole_run_counting() {
 /// taken in the code cache (more picks for the budget), 57-61 alone, 41-64
 /// beside the other tests of this file, and 28-62 with two busy loops
 /// beside it (one run in four under 30: 7 windows where the others had
-/// 11-14).
+/// 11-14). More picks a window do not help: a build whose windows took
+/// four times the picks while the head start lasted judged 20-76 loads
+/// beside two busy loops (4-13 windows, 84-216 picks), since what a
+/// window's picks can have judged is bound by the four debug registers
+/// they share; the windows, that is the timer's interrupts, are the limit.
 #[test]
 #[ignore = "borderline: 28-64 judged loads depending on the machine's load (the timer's interrupts, not the windows)"]
 fn a_short_memset_run_gets_silent_loads() {
