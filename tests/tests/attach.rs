@@ -1051,3 +1051,27 @@ fn attach_to_a_wait(dir: &Scratch, prog: &Program, call: &str) -> WaitAttach {
         .unwrap_or_else(|| panic!("{call}: {:?}", end.stdout));
     WaitAttach { took, done_by, ms, switches }
 }
+
+/// A process that turned the time-stamp counter off for its threads
+/// (`prctl(PR_SET_TSC, PR_TSC_SIGSEGV)`, before witch attaches) runs on
+/// unharmed through three sessions, each sampled: the agent notes the
+/// setting when it is loaded, before its first clock read. (Before, the
+/// first session's wait for its settings read the counter through the
+/// vDSO: SIGSEGV, the program killed.)
+#[test]
+fn a_process_without_the_time_stamp_counter_is_attached_unharmed() {
+    let dir = Scratch::new("attach-no-tsc");
+    let prog = Program::build_with("no_tsc", dir.path(), "no_tsc", &["-pthread"]).expect("build no_tsc");
+    let t = Target::start(&prog.exe, &["prctl", "0"], &[]);
+    t.wait_ready(3, None);
+    let pid = t.pid();
+    for (i, craft) in ["dead", "silent-load", "silent-store"].into_iter().enumerate() {
+        let out = dir.join(&format!("attach{i}.json"));
+        let run = attach_cmd(&witch_bin(), &[], craft, pid, &["--duration", "400ms", "-q", "-o", out.to_str().unwrap()]);
+        assert_eq!(run.code(), Some(0), "attach #{i} failed:\n{}", run.describe());
+        report(&out).assert_samples(5.0);
+    }
+    let end = t.finish();
+    assert_eq!((end.code(), end.signal()), (Some(0), None), "the program must run on as without witch:\n{}\n{}", end.stdout, end.stderr);
+    assert!(end.stdout.contains("state 2") && end.stdout.contains("main: "), "{}", end.stdout);
+}

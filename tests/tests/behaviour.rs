@@ -258,6 +258,30 @@ fn a_program_that_sandboxes_itself_is_left_before_its_filter_goes_in() {
     assert!(text.contains("seccomp sandbox") && !text.contains("smaller -p"), "{text}");
 }
 
+/// A program that turns the time-stamp counter off for itself
+/// (`prctl(PR_SET_TSC, PR_TSC_SIGSEGV)`, with `prctl` or through
+/// `syscall`, as record-and-replay tools and some sandboxes do) and then
+/// works in three threads runs as natively, and its work is sampled: the
+/// agent's clocks stop reading the counter first. (Before, the next read
+/// of the counter in witch's handlers killed it with SIGSEGV.)
+#[test]
+fn a_program_that_turns_the_time_stamp_counter_off_is_unharmed() {
+    let dir = Scratch::new("no-tsc");
+    let prog = Program::build_with("no_tsc", dir.path(), "no_tsc", &["-pthread"]).expect("build no_tsc");
+    for how in ["prctl", "syscall"] {
+        let native = prog.run_native(&[how]);
+        assert_eq!(native.code(), Some(0), "native run:\n{}", native.describe());
+        assert!(native.stdout_str().contains("state 2"), "the counter should be off natively:\n{}", native.describe());
+        for craft in ["dead", "silent-load"] {
+            let out = dir.join(&format!("{how}-{craft}.json"));
+            let run = WitchCmd::new(craft).args(&["-q"]).out(&out).run(&prog.exe, &[how]);
+            assert_same_behaviour(&native, &run);
+            let rep = report(&out);
+            assert!(rep.samples() > 0.0, "{how} {craft}: the work after the counter went off should be sampled\n{}", rep.dump());
+        }
+    }
+}
+
 /// witch itself under a seccomp filter (in a container, say), which the
 /// program would inherit: refused before the program runs, in one line,
 /// with the status of a program that cannot be run under witch.

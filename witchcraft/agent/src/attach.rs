@@ -28,7 +28,7 @@ use crate::handlers;
 use crate::state::{now_ns, Mode, Sink, AGENT};
 use crate::threads::{self, Life, Quiesced};
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use witchcraft::config::Config;
 use witchcraft::engine::ThreadState;
 use witchcraft::modules;
@@ -63,6 +63,10 @@ pub unsafe extern "C" fn witch_session_start(out: *mut libc::c_int) {
     if out.is_null() {
         return;
     }
+    // A process that turned the time-stamp counter off (see
+    // `task::counter_off`): no clock of the agent's may read it, from the
+    // first (the session's waits read the monotonic clock).
+    task::note_counter();
     // SAFETY: the caller's pointer to two ints, checked non-null.
     let controller = unsafe { *out };
     let code = attach_code(controller);
@@ -289,9 +293,9 @@ impl Controller {
 /// would not end if the controller died (killed between its call and its
 /// settings); its pidfd (`watch`) says so instead.
 fn settings(chan: &mut AgentEnd, watch: Option<Controller>) -> Option<String> {
-    let until = Instant::now() + SETTINGS_WAIT;
+    let until = task::Deadline::after(SETTINGS_WAIT);
     loop {
-        let left = until.saturating_duration_since(Instant::now());
+        let left = until.left();
         match chan.recv(if watch.is_some() { left.min(CONTROLLER_CHECK) } else { left }) {
             Received::Message(Message::Settings(s)) => return Some(s),
             Received::Nothing if !left.is_zero() && !watch.is_some_and(|c| c.exited()) => {}

@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Mutex, MutexGuard, Once};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use witchcraft::profile::EndedBy;
 use witchcraft::session::Message;
 use witchcraft::sys::task;
@@ -205,9 +205,9 @@ impl Session {
             return false;
         }
         *self.leaving.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
-        let until = Instant::now() + LEAVE_CALL_WAIT;
+        let until = task::Deadline::after(LEAVE_CALL_WAIT);
         let mut spins = 0u32;
-        while Instant::now() < until {
+        while !until.passed() {
             std::hint::spin_loop();
             spins = spins.wrapping_add(1);
             // Whether the control thread is still there: a system call, now and then.

@@ -1,9 +1,10 @@
 //! The agent's end of an attach session's socket (the protocol is
 //! `witchcraft::session`).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use witchcraft::session::{Decoder, Message};
 use witchcraft::sys::fd as fds;
+use witchcraft::sys::task::Deadline;
 
 /// Longest a write may wait for the controller to read: a controller that
 /// stopped reading must not hold up the program (its exit, say).
@@ -98,7 +99,7 @@ impl AgentEnd {
 
     /// Wait at most `wait` for the next message.
     pub fn recv(&mut self, wait: Duration) -> Received {
-        let until = Instant::now() + wait;
+        let until = Deadline::after(wait);
         loop {
             match self.decoder.next_message() {
                 Ok(Some(m)) => return Received::Message(m),
@@ -111,7 +112,7 @@ impl AgentEnd {
             if !self.ours() {
                 return Received::Closed;
             }
-            let left = until.saturating_duration_since(Instant::now());
+            let left = until.left();
             let mut p = libc::pollfd { fd: self.fd, events: libc::POLLIN, revents: 0 };
             // SAFETY: one valid pollfd.
             let r = unsafe { libc::poll(&mut p, 1, left.as_millis().min(i32::MAX as u128) as i32) };

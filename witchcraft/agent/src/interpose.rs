@@ -29,6 +29,7 @@ use crate::symbols::{keeping_errno, next};
 use crate::thread_life;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use witchcraft::profile::EndedBy;
+use witchcraft::sys::task;
 
 type StartFn = extern "C" fn(*mut libc::c_void) -> *mut libc::c_void;
 type PthreadCreate = unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartFn, *mut libc::c_void) -> libc::c_int;
@@ -434,6 +435,10 @@ fn before_syscall(nr: libc::c_long, a1: libc::c_long) {
     if nr == libc::SYS_seccomp && SECCOMP_SET_MODES.contains(&a1) {
         entering_sandbox("seccomp");
     }
+    if nr == libc::SYS_prctl && a1 == task::PR_SET_TSC as libc::c_long {
+        // Maybe turning the time-stamp counter off (see `own_prctl`).
+        task::counter_off();
+    }
 }
 
 type PrctlFn = unsafe extern "C" fn(libc::c_int, libc::c_ulong, libc::c_ulong, libc::c_ulong, libc::c_ulong) -> libc::c_int;
@@ -472,6 +477,12 @@ pub(crate) unsafe extern "C" fn own_prctl(
 ) -> libc::c_int {
     if option == libc::PR_SET_SECCOMP && PR_SECCOMP_MODES.contains(&a2) {
         entering_sandbox("prctl PR_SET_SECCOMP");
+    }
+    if option == task::PR_SET_TSC && a2 == task::PR_TSC_SIGSEGV {
+        // The thread is turning the time-stamp counter off (replay tools
+        // and some sandboxes do): the agent's clocks stop reading it first,
+        // or its next read in a handler of witch's would kill the program.
+        task::counter_off();
     }
     // SAFETY: the C library's prctl reads these five arguments.
     unsafe { std::mem::transmute::<*mut libc::c_void, PrctlFn>(next(c"prctl", &REAL_PRCTL))(option, a2, a3, a4, a5) }

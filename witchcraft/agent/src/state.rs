@@ -85,7 +85,7 @@ thread_local! {
 }
 
 pub fn now_ns() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    witchcraft::sys::task::realtime_ns()
 }
 
 impl Agent {

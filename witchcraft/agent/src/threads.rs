@@ -517,13 +517,13 @@ impl ThreadTable {
             }
             // Handlers are short (tens of µs); a thread descheduled in one
             // may take a scheduler period or two.
-            let start = std::time::Instant::now();
+            let give_up = witchcraft::sys::task::Deadline::after(std::time::Duration::from_secs(10));
             let mut spins = 0u32;
             while s.epoch.load(Ordering::SeqCst) == e {
                 if spins < 200 {
                     std::hint::spin_loop();
                     spins += 1;
-                } else if start.elapsed() > std::time::Duration::from_secs(10) {
+                } else if give_up.passed() {
                     notes.push(format!("thread {} stayed in a signal handler for over 10 s", s.tid()));
                     break;
                 } else {
@@ -544,9 +544,9 @@ impl ThreadTable {
             .iter()
             .map(|s| (s, s.state.swap(std::ptr::null_mut(), Ordering::SeqCst), s.alt.swap(0, Ordering::SeqCst)))
             .collect();
-        let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        let until = witchcraft::sys::task::Deadline::after(std::time::Duration::from_secs(1));
         for (s, p, alt) in taken {
-            while s.users.load(Ordering::SeqCst) != 0 && std::time::Instant::now() < until {
+            while s.users.load(Ordering::SeqCst) != 0 && !until.passed() {
                 std::thread::sleep(std::time::Duration::from_micros(50));
             }
             if s.users.load(Ordering::SeqCst) != 0 {

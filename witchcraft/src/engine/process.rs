@@ -83,6 +83,8 @@ impl Engine {
     /// profile for each setting changed on the way.
     pub fn new(cfg: Config, found: Found, notes: &mut Vec<String>) -> Engine {
         let burst = BurstSettings::from_config(&cfg, matches!(found.sampler, SampleSource::Pmu(_)), notes);
+        // What cycles count in once a thread turns the time-stamp counter off.
+        crate::sys::task::set_cycle_rate(found.costs.ns_per_cycle);
         Engine {
             craft: crate::craft::for_kind(cfg.craft, cfg.fp_precision),
             config: cfg,
@@ -210,7 +212,7 @@ impl Engine {
 }
 
 fn unix_ns() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+    crate::sys::task::realtime_ns()
 }
 
 /// Round trips measured at start-up (ns of CPU time outside our handlers).

@@ -1,5 +1,8 @@
-//! The calling thread: its id, its CPU clock, signals to a thread of this
-//! process. Raw system calls only, so all of it is async-signal-safe.
+//! The calling thread: its id, its clocks, signals to a thread of this
+//! process. Raw system calls only (and the vDSO's clocks while the
+//! time-stamp counter may be read), so all of it is async-signal-safe.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 pub fn gettid() -> i32 {
     // SAFETY: gettid has no preconditions.
@@ -41,28 +44,110 @@ pub fn pidfd_exited(fd: i32) -> bool {
     unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
 }
 
+/// `prctl` options for the time-stamp counter (linux/prctl.h; the libc
+/// crate has none for Linux).
+pub const PR_GET_TSC: i32 = 25;
+pub const PR_SET_TSC: i32 = 26;
+/// The counter read faults with SIGSEGV (`PR_SET_TSC`'s argument).
+pub const PR_TSC_SIGSEGV: libc::c_ulong = 2;
+
+/// Set once a thread of this process may have made the time-stamp counter
+/// fault (`prctl(PR_SET_TSC, PR_TSC_SIGSEGV)`, as replay tools and some
+/// sandboxes do): from then on no clock here reads it, neither with
+/// `rdtsc` nor through the vDSO's `clock_gettime`, which reads it too.
+/// Natively such a program runs as long as it reads no clock itself; a
+/// read of ours in its handlers would kill it.
+static COUNTER_OFF: AtomicBool = AtomicBool::new(false);
+
+/// Cycles of the time-stamp counter a ns (an `f64`'s bits): what
+/// [`cycles`] counts in once the counter is off. 1.0 until the agent
+/// measures the counter's rate ([`set_cycle_rate`]).
+static CYCLES_PER_NS: AtomicU64 = AtomicU64::new(0x3FF0_0000_0000_0000);
+
+/// A thread may be about to turn the counter off: no clock reads it again.
+pub fn counter_off() {
+    COUNTER_OFF.store(true, Ordering::Relaxed);
+}
+
+/// Note whether the calling thread can read the counter (an agent
+/// attached to a process that turned it off, a thread set up).
+pub fn note_counter() {
+    let mut state: libc::c_int = 0;
+    // SAFETY: PR_GET_TSC writes one int through the pointer.
+    let r = unsafe { libc::syscall(libc::SYS_prctl, PR_GET_TSC, &mut state as *mut libc::c_int, 0, 0, 0) };
+    if r == 0 && state as libc::c_ulong == PR_TSC_SIGSEGV {
+        counter_off();
+    }
+}
+
+/// The counter's rate as measured (ns a cycle), for [`cycles`] without it.
+pub fn set_cycle_rate(ns_per_cycle: f64) {
+    if ns_per_cycle.is_finite() && ns_per_cycle > 0.0 {
+        CYCLES_PER_NS.store((1.0 / ns_per_cycle).to_bits(), Ordering::Relaxed);
+    }
+}
+
+/// Clock `id` in ns: through the vDSO, or with the system call itself
+/// once the counter is off.
+fn clock_ns(id: libc::clockid_t) -> u64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    if COUNTER_OFF.load(Ordering::Relaxed) {
+        // SAFETY: `t` is a valid timespec to write.
+        unsafe { libc::syscall(libc::SYS_clock_gettime, id, &mut t as *mut libc::timespec) };
+    } else {
+        // SAFETY: `t` is a valid timespec to write.
+        unsafe { libc::clock_gettime(id, &mut t) };
+    }
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
 /// This thread's CPU time in ns.
 pub fn thread_cpu_ns() -> u64 {
-    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `t` is a valid timespec to write.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 /// Monotonic time in ns.
 pub fn monotonic_ns() -> u64 {
-    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `t` is a valid timespec to write.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// Wall-clock time in ns since the epoch.
+pub fn realtime_ns() -> u64 {
+    clock_ns(libc::CLOCK_REALTIME)
 }
 
 /// The time-stamp counter: a cheap clock for short spans on one thread
 /// (no system call), in cycles; the agent measures its rate against
-/// the monotonic clock at start-up (`Costs::ns_per_cycle`).
+/// the monotonic clock at start-up (`Costs::ns_per_cycle`). Once the
+/// counter is off, the monotonic clock in cycles at that rate.
 pub fn cycles() -> u64 {
-    // SAFETY: rdtsc has no preconditions on x86-64.
+    if COUNTER_OFF.load(Ordering::Relaxed) {
+        return (monotonic_ns() as f64 * f64::from_bits(CYCLES_PER_NS.load(Ordering::Relaxed))) as u64;
+    }
+    // SAFETY: rdtsc has no preconditions on x86-64 (and the counter is on).
     unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+/// A deadline on the monotonic clock. `std::time::Instant` reads the
+/// time-stamp counter through the vDSO, which faults once a program turned
+/// the counter off (see [`counter_off`]); this reads [`monotonic_ns`].
+#[derive(Clone, Copy, Debug)]
+pub struct Deadline(u64);
+
+impl Deadline {
+    /// `d` from now.
+    pub fn after(d: std::time::Duration) -> Deadline {
+        Deadline(monotonic_ns().saturating_add(d.as_nanos().min(u64::MAX as u128) as u64))
+    }
+
+    /// The time left (zero once passed).
+    pub fn left(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.0.saturating_sub(monotonic_ns()))
+    }
+
+    pub fn passed(&self) -> bool {
+        monotonic_ns() >= self.0
+    }
 }
 
 /// The calling process's id (a system call: async-signal-safe, and right
