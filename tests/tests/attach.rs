@@ -1075,3 +1075,36 @@ fn a_process_without_the_time_stamp_counter_is_attached_unharmed() {
     assert_eq!((end.code(), end.signal()), (Some(0), None), "the program must run on as without witch:\n{}\n{}", end.stdout, end.stderr);
     assert!(end.stdout.contains("state 2") && end.stdout.contains("main: "), "{}", end.stdout);
 }
+
+/// A process that opens hardware breakpoints on itself during a session
+/// (`perf_event_open` through `syscall`, which the agent takes through the
+/// program's import tables) gets them all, as natively: the session ends
+/// first, leaving the debug registers to it, and witch says why and exits
+/// 0. (Before, the opens failed with ENOSPC while the session held them.)
+#[test]
+fn a_process_that_opens_its_own_hardware_breakpoints_during_the_session_gets_them() {
+    use std::time::Duration;
+    let dir = Scratch::new("attach-own-breakpoints");
+    let prog = Program::build_with("own_breakpoints", dir.path(), "own_breakpoints", &["-pthread"]).expect("build own_breakpoints");
+    let t = Target::start(&prog.exe, &["0"], &[]);
+    t.wait_ready(1, None);
+    let pid = t.pid();
+    let (err, out) = (dir.join("session.err"), dir.join("session.json"));
+    let witch = AttachedWitch::start(pid, "30s", &out, &err);
+    std::thread::sleep(Duration::from_millis(700));
+    // Closing its stdin makes the program open its breakpoints.
+    let end = t.finish();
+    let status = witch.end_within(Duration::from_secs(40));
+    let text = std::fs::read_to_string(&err).unwrap_or_default();
+    assert_eq!((end.code(), end.signal()), (Some(0), None), "{}\n{}", end.stdout, end.stderr);
+    assert!(
+        end.stdout.contains("opened 4 of 4, counted 1000 1000 1000 1000") && end.stdout.contains("thread: opened, counted 500"),
+        "{}",
+        end.stdout
+    );
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "witch: {text}");
+    assert!(text.contains("hardware breakpoint of its own"), "witch should say why the session ended: {text}");
+    let p = raw_profile(&out);
+    assert_eq!(p["ended_by"], "traced", "{p}");
+    assert!(p["counters"]["samples"].as_u64().unwrap_or(0) > 0, "the work before should be sampled");
+}

@@ -282,6 +282,33 @@ fn a_program_that_turns_the_time_stamp_counter_off_is_unharmed() {
     }
 }
 
+/// A program that opens hardware breakpoints on itself (four write
+/// breakpoints with `perf_event_open`, one more in a thread, after work
+/// long enough for witch to have armed its watchpoints) opens them all and
+/// counts every write, as natively: witch leaves the debug registers to
+/// it, as to a debugger, and its profile says so. (Before, witch held them:
+/// every open failed with ENOSPC.)
+#[test]
+fn a_program_that_opens_its_own_hardware_breakpoints_gets_them() {
+    let dir = Scratch::new("own-breakpoints");
+    let prog = Program::build_with("own_breakpoints", dir.path(), "own_breakpoints", &["-pthread"]).expect("build own_breakpoints");
+    let native = prog.run_native(&[]);
+    assert_eq!(native.code(), Some(0), "native run:\n{}", native.describe());
+    assert!(native.stdout_str().contains("opened 4 of 4, counted 1000 1000 1000 1000"), "natively:\n{}", native.describe());
+    for craft in ["dead", "silent-load"] {
+        let out = dir.join(&format!("{craft}.json"));
+        let run = WitchCmd::new(craft).args(&["-q"]).out(&out).run(&prog.exe, &[]);
+        assert_same_behaviour(&native, &run);
+        let p = raw_profile(&out);
+        assert_eq!(p["ended_by"].as_str(), Some("traced"), "{craft}: {p}");
+        assert!(
+            p["notes"].to_string().contains("hardware breakpoint of its own"),
+            "{craft}: the profile should say why it stops: {}",
+            p["notes"]
+        );
+    }
+}
+
 /// witch itself under a seccomp filter (in a container, say), which the
 /// program would inherit: refused before the program runs, in one line,
 /// with the status of a program that cannot be run under witch.

@@ -22,6 +22,9 @@ pub enum Leave {
     /// Replace its program (an exec): the agent, and what it gathered, go
     /// with the old image.
     Exec(&'static str),
+    /// Open hardware breakpoints of its own, which need the debug
+    /// registers witch holds (as a debugger does).
+    Breakpoints,
 }
 
 impl Leave {
@@ -30,6 +33,7 @@ impl Leave {
         match self {
             Leave::Sandbox(_) => (EndedBy::Sandbox, None),
             Leave::Exec(call) => (EndedBy::Exec, Some(call)),
+            Leave::Breakpoints => (EndedBy::Traced, None),
         }
     }
 
@@ -48,6 +52,9 @@ impl Leave {
                 format!("{ended}, as the process called {how} to replace its program: this profile is of the program before")
             }
             (Leave::Exec(how), None) => format!("{ended}: the process called {how} to replace its program"),
+            (Leave::Breakpoints, _) => format!(
+                "{ended}: the program opened a hardware breakpoint of its own (perf_event_open), which needs the debug registers; they and the signals are left to it"
+            ),
         }
     }
 }
@@ -231,6 +238,9 @@ mod tests {
         assert_eq!(before, "the session did not start: the process called execve to replace its program");
         let during = Leave::Exec("execl").note(Some(0.712));
         assert!(during.starts_with("the session ended 0.712 s in, as the process called execl"), "{during}");
+        let bp = Leave::Breakpoints.note(Some(1.5));
+        assert!(bp.starts_with("the session ended 1.500 s in: the program opened a hardware breakpoint"), "{bp}");
+        assert_eq!(Leave::Breakpoints.ended_by(), (witchcraft::profile::EndedBy::Traced, None));
         assert!(Leave::Sandbox("prctl").note(None).starts_with("the session did not start: the program put itself in a seccomp sandbox"));
     }
 }

@@ -368,6 +368,33 @@ fn entering_sandbox(how: &'static str) {
     }
 }
 
+/// `perf_event_open(attr, pid, ...)` of the program's own (witch's own
+/// opens make the system call themselves: `sys::perf`) asks for a
+/// hardware breakpoint on a thread of this process (`pid` 0, or one of
+/// its threads) or on a whole CPU (-1): one the debug registers witch
+/// holds would fail with ENOSPC. The attribute is the program's pointer,
+/// read with the kernel's copy (a bad one fails the program's call, not
+/// the agent).
+fn breakpoint_here(attr: libc::c_long, pid: libc::c_long) -> bool {
+    const PERF_TYPE_BREAKPOINT: u32 = 5;
+    let mut ty = [0u8; 4];
+    if !witchcraft::sys::mem::read_own(attr as u64, &mut ty) || u32::from_le_bytes(ty) != PERF_TYPE_BREAKPOINT {
+        return false;
+    }
+    pid <= 0 || i64::from(task::getpid()) == pid || task::is_own_thread(pid as i32)
+}
+
+/// The program opens hardware breakpoints of its own: they need the debug
+/// registers, so profiling leaves them to it, as to a debugger (a session
+/// attached ends; a preloaded agent stops, its profile written).
+fn using_breakpoints() {
+    if preloaded() && AGENT.owner_is_me() {
+        keeping_errno(leave::leave_to_breakpoints);
+    } else if AGENT.mode() == Mode::Attached {
+        keeping_errno(|| SESSION.leave(Leave::Breakpoints));
+    }
+}
+
 /// The `prctl` the agent's calls on to: the next definition (preloaded), or
 /// the one the program's own calls bind to (attached).
 static REAL_PRCTL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
@@ -431,9 +458,12 @@ pub(crate) fn resolve_for_attached() -> bool {
 /// What the agent does before a `syscall(nr, a1, ...)` of the program's
 /// (preloaded or attached): `SYS_seccomp` installing a filter or strict
 /// mode puts the process in a sandbox.
-fn before_syscall(nr: libc::c_long, a1: libc::c_long) {
+fn before_syscall(nr: libc::c_long, a1: libc::c_long, a2: libc::c_long) {
     if nr == libc::SYS_seccomp && SECCOMP_SET_MODES.contains(&a1) {
         entering_sandbox("seccomp");
+    }
+    if nr == libc::SYS_perf_event_open && breakpoint_here(a1, a2) {
+        using_breakpoints();
     }
     if nr == libc::SYS_prctl && a1 == task::PR_SET_TSC as libc::c_long {
         // Maybe turning the time-stamp counter off (see `own_prctl`).
@@ -509,7 +539,7 @@ pub unsafe extern "C" fn syscall(
     a5: libc::c_long,
     a6: libc::c_long,
 ) -> libc::c_long {
-    before_syscall(nr, a1);
+    before_syscall(nr, a1, a2);
     let r: libc::c_long;
     // SAFETY: the caller's system call, as it asked for it; the kernel
     // clobbers rcx and r11 and touches no stack.
@@ -549,7 +579,7 @@ pub(crate) unsafe extern "C" fn attached_syscall(
     a5: libc::c_long,
     a6: libc::c_long,
 ) -> libc::c_long {
-    before_syscall(nr, a1);
+    before_syscall(nr, a1, a2);
     // SAFETY: the program's own `syscall`, with the arguments it was given.
     unsafe { std::mem::transmute::<*mut libc::c_void, SyscallFn>(REAL_SYSCALL.load(Ordering::Acquire))(nr, a1, a2, a3, a4, a5, a6) }
 }

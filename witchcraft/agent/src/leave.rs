@@ -1,6 +1,7 @@
 //! A preloaded agent leaves a process before its end because of what the
 //! program is about to do: to its debugger ([`leave_to_debugger`]: it
-//! asked to be traced) or to a seccomp sandbox ([`leave_to_sandbox`]). An
+//! asked to be traced), to its own hardware breakpoints
+//! ([`leave_to_breakpoints`]) or to a seccomp sandbox ([`leave_to_sandbox`]). An
 //! attached agent ends its session instead ([`crate::attach_state`]).
 
 use crate::handlers;
@@ -15,6 +16,21 @@ pub fn untraced_note(why: &str) -> String {
 /// registers back, and write what it gathered so far.
 pub fn leave_to_debugger(why: &str) {
     AGENT.note(untraced_note(why));
+    let mut quiesced = AGENT.finish(EndedBy::Traced);
+    for ts in AGENT.threads.states_quiesced(&mut quiesced) {
+        ts.stop();
+    }
+}
+
+/// The program is about to open a hardware breakpoint of its own, which
+/// needs a debug register of those witch holds (the open would fail with
+/// ENOSPC): stop profiling it, give the debug registers back, and write
+/// what it gathered so far.
+pub fn leave_to_breakpoints() {
+    let after = (now_ns().saturating_sub(AGENT.start_ns())) as f64 / 1e9;
+    AGENT.note(format!(
+        "profiling stopped {after:.3} s in: the program opened a hardware breakpoint of its own (perf_event_open), which needs the debug registers; they and the signals are left to it"
+    ));
     let mut quiesced = AGENT.finish(EndedBy::Traced);
     for ts in AGENT.threads.states_quiesced(&mut quiesced) {
         ts.stop();

@@ -350,8 +350,9 @@ pub enum EndedBy {
     /// An attached session ended as the controller asked (or its
     /// controller went away).
     Detach,
-    /// A debugger took the process during an attached session, and the
-    /// agent left the debug registers and signals to it.
+    /// A debugger took the process (or the program opened hardware
+    /// breakpoints of its own), and the agent left the debug registers and
+    /// signals to it.
     Traced,
     /// The program installed a seccomp filter, and the agent left first.
     Sandbox,

@@ -130,12 +130,12 @@ impl Attr {
     pub fn open(&self, tid: i32) -> Result<i32, i32> {
         let mut a = self.0;
         // SAFETY: `a` is a valid attribute of the size it declares.
-        let fd = unsafe { sys::perf_event_open(&mut a, tid, -1, -1, sys::bindings::PERF_FLAG_FD_CLOEXEC as libc::c_ulong) };
+        let fd = unsafe { open_raw(&mut a, tid, sys::bindings::PERF_FLAG_FD_CLOEXEC as u64) };
         if fd < 0 {
-            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL));
+            return Err(-fd as i32);
         }
         // Out of the program's descriptor range, and remembered as ours ([`super::fd`]).
-        let fd = super::fd::place(fd)?;
+        let fd = super::fd::place(fd as i32)?;
         super::fd::own_perf(fd);
         Ok(fd)
     }
@@ -187,6 +187,30 @@ pub fn disable(fd: i32) -> bool {
 /// and reused the number ([`super::fd::close_perf`]).
 pub fn close(fd: i32) {
     super::fd::close_perf(fd);
+}
+
+/// `perf_event_open(attr, tid, -1, -1, flags)` with the `syscall`
+/// instruction itself: not through the C library's `syscall`, which a
+/// preloaded agent interposes to see the program's own calls (a program
+/// that opens hardware breakpoints of its own needs the debug registers:
+/// `agent/src/interpose.rs`). The fd, or -errno.
+///
+/// # Safety
+/// `attr` must be a valid attribute of the size it declares.
+unsafe fn open_raw(attr: *mut perf_event_attr, tid: i32, flags: u64) -> i64 {
+    let r: i64;
+    // SAFETY: the caller's attribute; the kernel clobbers rcx and r11 and
+    // touches no stack.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") libc::SYS_perf_event_open => r,
+            in("rdi") attr, in("rsi") tid as i64, in("rdx") -1i64, in("r10") -1i64, in("r8") flags,
+            lateout("rcx") _, lateout("r11") _,
+            options(nostack),
+        );
+    }
+    r
 }
 
 #[cfg(test)]

@@ -25,6 +25,11 @@ pub fn set_signal_mask(set: &libc::sigset_t) {
     };
 }
 
+/// Is `tid` a thread of this process? (A signal 0 to it: a system call.)
+pub fn is_own_thread(tid: i32) -> bool {
+    tid > 0 && tgkill(tid, 0)
+}
+
 /// A pidfd for process `pid` (close-on-exec): it names that process, not
 /// whatever reuses the number, and polls readable once it has exited. The
 /// errno if none.

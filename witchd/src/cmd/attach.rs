@@ -140,7 +140,9 @@ pub fn run(craft: Craft, a: &RunArgs, pid: i32) -> Result<i32> {
 fn early_end_reason(p: &witchcraft::profile::Profile) -> String {
     let said = |what: &str| p.notes.iter().rev().find(|n| n.contains(what)).cloned();
     match p.ended_by {
-        EndedBy::Traced => said("a debugger (").unwrap_or_else(|| "a debugger attached to the process".into()),
+        EndedBy::Traced => {
+            said("a debugger (").or_else(|| said("hardware breakpoint")).unwrap_or_else(|| "a debugger attached to the process".into())
+        }
         EndedBy::Sandbox => said("seccomp sandbox").unwrap_or_else(|| "the process put itself in a seccomp sandbox".into()),
         EndedBy::Detach => said("a debugger (").unwrap_or_else(|| "its profile gives no reason".into()),
         other => format!("its profile says it ended by {other}"),
