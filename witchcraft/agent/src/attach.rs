@@ -63,9 +63,8 @@ pub unsafe extern "C" fn witch_session_start(out: *mut libc::c_int) {
     if out.is_null() {
         return;
     }
-    // A process that turned the time-stamp counter off (see
-    // `task::counter_off`): no clock of the agent's may read it, from the
-    // first (the session's waits read the monotonic clock).
+    // A process without the time-stamp counter: no clock may read it from
+    // the first on (see `task::counter_off`).
     task::note_counter();
     // SAFETY: the caller's pointer to two ints, checked non-null.
     let controller = unsafe { *out };
