@@ -33,7 +33,7 @@
 //! milliseconds of native running), and the counting that copies add
 //! costs the most where the native code runs fastest, so it evens out
 //! the differences it should show. Measured, it moved the 80%-dead known
-//! answer from about 91% to about 84%, and left the real programs'
+//! answer from about 89% to about 86%, and left the real programs'
 //! biases where they were (ACCURACY.md, "Windows weighed by their time").
 //!
 //! Owned by [`super::window::Window`]; nothing here allocates.
