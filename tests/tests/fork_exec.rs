@@ -215,23 +215,29 @@ fn a_child_in_another_directory_writes_its_part_into_the_run() {
 }
 
 /// A program the run starts that the agent cannot enter runs as it would
-/// (unprofiled), and the report says so: a statically linked one, and one
-/// started with an environment that leaves out the agent (`env -i`), each
-/// exec'd by a shell (by a `vfork` child, with dash); a dynamically linked
-/// one with the run's environment gets no such note. The same when a
-/// program starts them with `posix_spawn`.
+/// (unprofiled), and the report says so: a statically linked one, one
+/// started with an environment that leaves out the agent (`env -i`), and a
+/// `#!` script whose interpreter is the static one, each exec'd by a shell
+/// (by a `vfork` child, with dash); a dynamically linked one with the
+/// run's environment gets no such note. The same when a program starts
+/// the first two with `posix_spawn`.
 #[test]
 fn programs_exec_d_without_the_agent_are_named_in_the_report() {
     let dir = Scratch::new("unprofiled-exec");
     let prog = Program::build("dead_loop", dir.path());
     let fixed = Program::build_with("dead_loop", dir.path(), "dead_loop_static", &["-static"]).expect("a static build (libc.a)");
     let (p, s) = (prog.exe.display().to_string(), fixed.exe.display().to_string());
-    let script = format!("{s}; env -i {p}; {p}; true");
+    // A script whose interpreter is the static program (its argument the reps).
+    let sf = dir.join("static.sh");
+    std::fs::write(&sf, format!("#!{s} 200\n")).expect("write the script");
+    std::fs::set_permissions(&sf, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("make it executable");
+    let sf = sf.display().to_string();
+    let script = format!("{s}; env -i {p}; {p}; {sf}; true");
     let sh = which("sh").expect("sh");
     let out = dir.join("unprofiled.json");
     let run = WitchCmd::new("dead").args(&["-p", "100000", "-q"]).out(&out).run(&sh, &["-c", &script]);
     assert_eq!(run.code(), Some(0), "{}", run.describe());
-    assert_eq!(run.stdout_str().lines().count(), 3, "each program ran: {}", run.describe());
+    assert_eq!(run.stdout_str().lines().count(), 4, "each program ran: {}", run.describe());
     let rep = report(&out);
     let notes: Vec<String> = rep.json["notes"].as_array().into_iter().flatten().filter_map(|n| n.as_str().map(String::from)).collect();
     let unprofiled: Vec<&String> = notes.iter().filter(|n| n.contains("runs unprofiled")).collect();
@@ -243,7 +249,11 @@ fn programs_exec_d_without_the_agent_are_named_in_the_report() {
         unprofiled.iter().any(|n| n.contains(&format!("exec'd {p}, which runs unprofiled: its environment leaves out"))),
         "the program started with env -i is named: {notes:?}"
     );
-    assert_eq!(unprofiled.len(), 2, "the profiled run of {p} is not among them: {unprofiled:?}");
+    assert!(
+        unprofiled.iter().any(|n| n.contains(&format!("exec'd {sf}, which runs unprofiled: a script run by {s}, statically linked"))),
+        "the script for the static program is named: {notes:?}"
+    );
+    assert_eq!(unprofiled.len(), 3, "the profiled run of {p} is not among them: {unprofiled:?}");
 
     // The same programs started with posix_spawn (whose child execs them
     // without a call the agent sees), the last with posix_spawnp and an

@@ -6,7 +6,8 @@
 
 use object::read::elf::{FileHeader, ProgramHeader};
 use std::io::Read;
-use std::path::Path;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 /// What a program's first bytes say it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,23 +60,48 @@ impl Image {
 
     /// What the program at `path` is, from its first [`HEAD_BYTES`].
     pub fn of_file(path: &Path) -> std::io::Result<Image> {
-        let mut head = Vec::new();
-        std::fs::File::open(path)?.take(HEAD_BYTES).read_to_end(&mut head)?;
-        Ok(Image::of_head(&head))
+        Ok(Image::of_head(&head(path)?))
     }
 }
+
+/// The first [`HEAD_BYTES`] of the file at `path`.
+fn head(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut head = Vec::new();
+    std::fs::File::open(path)?.take(HEAD_BYTES).read_to_end(&mut head)?;
+    Ok(head)
+}
+
+/// The interpreter a `#!` script names on its first line (None: not a
+/// script, or no path there). The kernel reads that line as the path, then
+/// at most one argument.
+pub fn interpreter(head: &[u8]) -> Option<PathBuf> {
+    let line = head.strip_prefix(b"#!")?.split(|&b| b == b'\n').next()?;
+    let blank = |b: &u8| *b == b' ' || *b == b'\t';
+    let start = line.iter().position(|b| !blank(b))?;
+    let path = line[start..].split(blank).next().filter(|p| !p.is_empty())?;
+    Some(PathBuf::from(std::ffi::OsStr::from_bytes(path)))
+}
+
+/// How many interpreters deep a script may go (the kernel's own limit is
+/// about as small).
+const SCRIPT_DEPTH: u32 = 4;
 
 /// Does running `path` put the loader in secure-execution mode, where it
 /// ignores `LD_PRELOAD`: set-user-ID or set-group-ID to someone other than
 /// the caller (the kernel ignores the bits on a script), or file
 /// capabilities? What it is, if so ("set-user-ID (to uid 0)").
 pub fn secure_execution(path: &Path) -> Option<String> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path).ok()?;
     let mut head = [0u8; 2];
     if std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).is_ok() && &head == b"#!" {
         return None;
     }
+    secure_bits(path)
+}
+
+/// [`secure_execution`] of a program known not to be a script.
+fn secure_bits(path: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
     // SAFETY: plain getters.
     let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
     if m.mode() & libc::S_ISUID != 0 && m.uid() != euid {
@@ -106,17 +132,31 @@ pub const UNPROFILED: &str = "runs unprofiled";
 /// process's profile carries. None if the agent will load, or if that
 /// cannot be told (a file that cannot be read: the exec fails too).
 pub fn unprofiled_exec<'a>(pid: u32, path: &Path, shown: &Path, env: impl IntoIterator<Item = &'a [u8]>, agent: &[u8]) -> Option<String> {
-    let why = match Image::of_file(path).ok()? {
+    let env: Vec<&[u8]> = env.into_iter().collect();
+    let why = why_unprofiled(path, &env, agent, 0)?;
+    Some(format!("process {pid} exec'd {}, which {UNPROFILED}: {why}", shown.display()))
+}
+
+/// Why the program at `path` will run without the agent (see
+/// [`unprofiled_exec`]); a script for what its interpreter says, `depth`
+/// interpreters deep.
+fn why_unprofiled(path: &Path, env: &[&[u8]], agent: &[u8], depth: u32) -> Option<String> {
+    let head = head(path).ok()?;
+    Some(match Image::of_head(&head) {
         Image::Static => "statically linked (the agent loads only into dynamically linked programs)".to_string(),
-        Image::Dynamic => match secure_execution(path) {
+        Image::Dynamic => match secure_bits(path) {
             Some(what) => format!("{what} (the loader ignores LD_PRELOAD for it)"),
-            None if !preloads(env, agent) => "its environment leaves out witch's agent (LD_PRELOAD)".to_string(),
+            None if !preloads(env.iter().copied(), agent) => "its environment leaves out witch's agent (LD_PRELOAD)".to_string(),
             None => return None,
         },
         Image::OtherMachine | Image::NotElf64 => "not a 64-bit x86-64 program (the agent is one)".to_string(),
+        Image::Script if depth < SCRIPT_DEPTH => {
+            let interp = interpreter(&head)?;
+            let why = why_unprofiled(&interp, env, agent, depth + 1)?;
+            format!("a script run by {}, {why}", interp.display())
+        }
         Image::Script | Image::NotElf | Image::Truncated => return None,
-    };
-    Some(format!("process {pid} exec'd {}, which {UNPROFILED}: {why}", shown.display()))
+    })
 }
 
 /// Does environment `env` preload `agent` (a file name) and carry witch's
@@ -146,6 +186,10 @@ mod tests {
         let me = std::env::current_exe().unwrap();
         assert_eq!(Image::of_file(&me).unwrap(), Image::Dynamic, "the test binary itself");
         assert_eq!(Image::of_head(b"#!/bin/sh\n"), Image::Script);
+        assert_eq!(interpreter(b"#!/bin/sh\n"), Some(PathBuf::from("/bin/sh")));
+        assert_eq!(interpreter(b"#! \t/usr/bin/env python3\nprint()"), Some(PathBuf::from("/usr/bin/env")));
+        assert_eq!(interpreter(b"#!\n"), None);
+        assert_eq!(interpreter(b"\x7fELF"), None);
         assert_eq!(Image::of_head(b"hello"), Image::NotElf);
         assert_eq!(Image::of_head(b"\x7fELF\x01"), Image::NotElf64);
         // The test binary's header with its program headers cut off.
@@ -180,6 +224,19 @@ mod tests {
             let note = unprofiled_exec(7, &me, &me, without.iter().map(Vec::as_slice), agent).expect("a note");
             assert!(note.starts_with("process 7 exec'd /") && note.contains(UNPROFILED) && note.contains("LD_PRELOAD"), "{note}");
         }
+        // A script says what its interpreter would.
+        let dir = std::env::temp_dir().join(format!("witch-loadable-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("run.sh");
+        std::fs::write(&script, format!("#!  {} -x\necho hi\n", me.display())).unwrap();
+        let none = env(&["PATH=/bin"]);
+        let note = unprofiled_exec(7, &script, &script, none.iter().map(Vec::as_slice), agent).expect("a note");
+        assert!(note.contains(&format!("which runs unprofiled: a script run by {}, its environment leaves out", me.display())), "{note}");
+        assert_eq!(unprofiled_exec(7, &script, &script, with.iter().map(Vec::as_slice), agent), None);
+        // A script for a script for itself ends, saying nothing.
+        std::fs::write(&script, format!("#!{}\n", script.display())).unwrap();
+        assert_eq!(unprofiled_exec(7, &script, &script, none.iter().map(Vec::as_slice), agent), None);
+        std::fs::remove_dir_all(&dir).ok();
         // A file that cannot be read says nothing (the exec fails too).
         assert_eq!(unprofiled_exec(7, Path::new("/nonexistent/x"), Path::new("/nonexistent/x"), std::iter::empty(), agent), None);
     }
