@@ -1108,3 +1108,26 @@ fn a_process_that_opens_its_own_hardware_breakpoints_during_the_session_gets_the
     assert_eq!(p["ended_by"], "traced", "{p}");
     assert!(p["counters"]["samples"].as_u64().unwrap_or(0) > 0, "the work before should be sampled");
 }
+
+/// A process that unmasked every floating-point exception before witch
+/// attaches (tests/programs/fp_traps.c) runs on through three sessions,
+/// each sampled, and no thread finds a sticky flag it did not raise: the
+/// agent's load, its control thread and its threads' set-up run under
+/// the default control, not the program's.
+#[test]
+fn a_process_that_traps_floating_point_exceptions_is_attached_unharmed() {
+    let dir = Scratch::new("attach-fp-traps");
+    let prog = Program::build_with("fp_traps", dir.path(), "fp_traps", &["-pthread", "-lm"]).expect("build fp_traps");
+    let t = Target::start(&prog.exe, &["0"], &[]);
+    t.wait_ready(3, None);
+    let pid = t.pid();
+    for (i, craft) in ["dead", "silent-load", "silent-store"].into_iter().enumerate() {
+        let out = dir.join(&format!("attach{i}.json"));
+        let run = attach_cmd(&witch_bin(), &[], craft, pid, &["--duration", "400ms", "-q", "-o", out.to_str().unwrap()]);
+        assert_eq!(run.code(), Some(0), "attach #{i} failed:\n{}", run.describe());
+        report(&out).assert_samples(5.0);
+    }
+    let end = t.finish();
+    assert_eq!((end.code(), end.signal()), (Some(0), None), "{}\n{}", end.stdout, end.stderr);
+    assert_eq!(end.stdout.matches("flags 0").count(), 3, "no flag the program did not raise:\n{}", end.stdout);
+}

@@ -309,6 +309,39 @@ fn a_program_that_opens_its_own_hardware_breakpoints_gets_them() {
     }
 }
 
+/// A program that unmasks every floating-point exception
+/// (`feenableexcept(FE_ALL_EXCEPT)`, as Fortran's `-ffpe-trap` does) and
+/// does integer work in three threads, with allocations and a fork child,
+/// runs as natively, and no thread finds a sticky exception flag it did
+/// not raise. (Before, the agent's start left the inexact flag set in
+/// every program under witch, and its arithmetic at the program's exit
+/// trapped: SIGFPE.)
+#[test]
+fn a_program_that_traps_floating_point_exceptions_is_unharmed() {
+    let dir = Scratch::new("fp-traps");
+    let prog = Program::build_with("fp_traps", dir.path(), "fp_traps", &["-pthread", "-lm"]).expect("build fp_traps");
+    let native = prog.run_native(&[]);
+    assert_eq!(native.code(), Some(0), "native run:\n{}", native.describe());
+    assert_eq!(native.stdout_str().matches("flags 0").count(), 3, "natively no flag is raised:\n{}", native.describe());
+    for craft in ["dead", "silent-load"] {
+        let out = dir.join(&format!("{craft}.json"));
+        let run = WitchCmd::new(craft).args(&["-q"]).out(&out).run(&prog.exe, &[]);
+        let sorted = |s: String| {
+            let mut l: Vec<String> = s.lines().map(String::from).collect();
+            l.sort();
+            l
+        };
+        assert_eq!((run.code(), run.signal()), (Some(0), None), "{craft}:\n{}", run.describe());
+        assert_eq!(
+            sorted(run.stdout_str()),
+            sorted(native.stdout_str()),
+            "{craft}: the threads' output (in any order) differs:\n{}",
+            run.describe()
+        );
+        assert!(report(&out).samples() > 0.0, "{craft}: the work should be sampled");
+    }
+}
+
 /// witch itself under a seccomp filter (in a container, say), which the
 /// program would inherit: refused before the program runs, in one line,
 /// with the status of a program that cannot be run under witch.

@@ -60,14 +60,12 @@ const TRACED_POLLS: u32 = 5;
 /// `out` must point to two writable `int`s.
 #[no_mangle]
 pub unsafe extern "C" fn witch_session_start(out: *mut libc::c_int) {
-    if out.is_null() {
-        return;
-    }
-    // A process without the time-stamp counter: no clock may read it from
-    // the first on (see `task::counter_off`).
+    // The program's floating-point control, and no time-stamp counter read
+    // where it is off, from the first (`sys::fpu`, `task::counter_off`).
+    let _fp = witchcraft::sys::fpu::Default::enter();
     task::note_counter();
-    // SAFETY: the caller's pointer to two ints, checked non-null.
-    let controller = unsafe { *out };
+    // SAFETY: the caller's pointer to two ints, checked non-null above.
+    let controller = if out.is_null() { return } else { unsafe { *out } };
     let code = attach_code(controller);
     // SAFETY: the caller's pointer to two ints, checked non-null above.
     unsafe {
@@ -209,6 +207,8 @@ const GUARD: usize = 4096;
 /// costing nothing. A panic in `f` ends the thread, as a spawned one's.
 fn spawn_on_own_stack(f: Box<dyn FnOnce() + Send>) -> Result<(), ()> {
     extern "C" fn run(arg: *mut libc::c_void) -> *mut libc::c_void {
+        // Its creator's floating-point control may trap (see `sys::fpu`).
+        witchcraft::sys::fpu::Default::for_good();
         // SAFETY: the box `spawn_on_own_stack` leaked for this thread alone.
         let f = unsafe { Box::from_raw(arg as *mut Box<dyn FnOnce() + Send>) };
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));

@@ -31,6 +31,9 @@ use witchcraft::sys::procfs::{Of, ProcStatus};
 static INIT: extern "C" fn() = init;
 
 extern "C" fn init() {
+    // The agent's start (its calibration's arithmetic) must leave the
+    // program's floating-point control and flags as they were.
+    let _fp = witchcraft::sys::fpu::Default::enter();
     let mut cfg = match Config::from_env() {
         Ok(Some(c)) => c,
         Ok(None) => return,

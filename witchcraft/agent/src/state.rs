@@ -355,6 +355,9 @@ impl Agent {
     /// [`finish`](Self::finish), for an end the agent saw a call make
     /// (`exec_call`: the exec function the program called).
     pub fn finish_with(&self, ended_by: EndedBy, exec_call: Option<&str>) -> Quiesced {
+        // Called in the program's context too (its exit): the program's
+        // floating-point control must not trap the profile's arithmetic.
+        let _fp = witchcraft::sys::fpu::Default::enter();
         if !self.claim_finish() {
             // SAFETY: without an engine the table is empty; a finished
             // profile was claimed by a finish that quiesced (or in a fork

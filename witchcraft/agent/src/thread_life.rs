@@ -55,6 +55,9 @@ pub fn start_thread() {
 /// the profile counts it and says why, and the thread runs on.
 pub fn prepare_thread() -> Option<&'static threads::ThreadSlot> {
     let engine = AGENT.engine()?;
+    // In the program's context: its floating-point control must not trap
+    // the engine's (see `sys::fpu`).
+    let _fp = witchcraft::sys::fpu::Default::enter();
     // A process whose profile is written (one that does not follow, say)
     // or that is sandboxed sets up no more threads.
     if AGENT.stopping() || AGENT.finished() {
@@ -130,6 +133,7 @@ pub fn address_space_cap() -> u64 {
 /// [`prepare_thread`]). Not for signal handlers.
 pub fn adopt_thread(slot: &threads::ThreadSlot, stack: (u64, u64)) {
     let Some(engine) = AGENT.engine() else { return };
+    let _fp = witchcraft::sys::fpu::Default::enter();
     slot.claim(witchcraft::sys::task::gettid());
     if AGENT.stopping() || AGENT.finished() {
         // The profile was written meanwhile: nothing to start.

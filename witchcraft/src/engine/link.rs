@@ -130,6 +130,9 @@ fn xsave_layout() -> Option<(u32, u64)> {
 extern "C" fn call_hook(saved: *const Saved) {
     let h = HOOK.load(Ordering::Acquire);
     if h != 0 {
+        // The program's floating-point control (XSAVE kept it) must not
+        // trap the engine's arithmetic.
+        let _fp = crate::sys::fpu::Default::enter();
         // SAFETY: only `set_hook` stores a non-zero value, a `Hook`.
         let f = unsafe { std::mem::transmute::<usize, Hook>(h) };
         f(saved);

@@ -6,6 +6,7 @@
 
 pub mod cputimer;
 pub mod fd;
+pub mod fpu;
 pub mod futex;
 pub mod inherited;
 pub mod mem;
