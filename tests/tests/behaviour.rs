@@ -320,12 +320,15 @@ fn a_program_that_opens_its_own_hardware_breakpoints_gets_them() {
 fn a_program_that_traps_floating_point_exceptions_is_unharmed() {
     let dir = Scratch::new("fp-traps");
     let prog = Program::build_with("fp_traps", dir.path(), "fp_traps", &["-pthread", "-lm"]).expect("build fp_traps");
-    let native = prog.run_native(&[]);
+    // About 0.15 s of CPU in all (the default reps are too short to sample
+    // loads beside other tests).
+    let args = ["15000"];
+    let native = prog.run_native(&args);
     assert_eq!(native.code(), Some(0), "native run:\n{}", native.describe());
     assert_eq!(native.stdout_str().matches("flags 0").count(), 3, "natively no flag is raised:\n{}", native.describe());
     for craft in ["dead", "silent-load"] {
         let out = dir.join(&format!("{craft}.json"));
-        let run = WitchCmd::new(craft).args(&["-q"]).out(&out).run(&prog.exe, &[]);
+        let run = WitchCmd::new(craft).args(&["-q"]).out(&out).run(&prog.exe, &args);
         let sorted = |s: String| {
             let mut l: Vec<String> = s.lines().map(String::from).collect();
             l.sort();
