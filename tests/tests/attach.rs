@@ -1064,13 +1064,7 @@ fn a_process_without_the_time_stamp_counter_is_attached_unharmed() {
     let prog = Program::build_with("no_tsc", dir.path(), "no_tsc", &["-pthread"]).expect("build no_tsc");
     let t = Target::start(&prog.exe, &["prctl", "0"], &[]);
     t.wait_ready(3, None);
-    let pid = t.pid();
-    for (i, craft) in ["dead", "silent-load", "silent-store"].into_iter().enumerate() {
-        let out = dir.join(&format!("attach{i}.json"));
-        let run = attach_cmd(&witch_bin(), &[], craft, pid, &["--duration", "400ms", "-q", "-o", out.to_str().unwrap()]);
-        assert_eq!(run.code(), Some(0), "attach #{i} failed:\n{}", run.describe());
-        report(&out).assert_samples(5.0);
-    }
+    three_sampled_sessions(t.pid(), dir.path());
     let end = t.finish();
     assert_eq!((end.code(), end.signal()), (Some(0), None), "the program must run on as without witch:\n{}\n{}", end.stdout, end.stderr);
     assert!(end.stdout.contains("state 2") && end.stdout.contains("main: "), "{}", end.stdout);
@@ -1120,14 +1114,19 @@ fn a_process_that_traps_floating_point_exceptions_is_attached_unharmed() {
     let prog = Program::build_with("fp_traps", dir.path(), "fp_traps", &["-pthread", "-lm"]).expect("build fp_traps");
     let t = Target::start(&prog.exe, &["0"], &[]);
     t.wait_ready(3, None);
-    let pid = t.pid();
+    three_sampled_sessions(t.pid(), dir.path());
+    let end = t.finish();
+    assert_eq!((end.code(), end.signal()), (Some(0), None), "{}\n{}", end.stdout, end.stderr);
+    assert_eq!(end.stdout.matches("flags 0").count(), 3, "no flag the program did not raise:\n{}", end.stdout);
+}
+
+/// Attach to `pid` three times (dead stores, redundant loads, silent
+/// stores), 400 ms each: each session ends well and is sampled.
+fn three_sampled_sessions(pid: u32, dir: &Path) {
     for (i, craft) in ["dead", "silent-load", "silent-store"].into_iter().enumerate() {
-        let out = dir.join(&format!("attach{i}.json"));
+        let out = dir.join(format!("attach{i}.json"));
         let run = attach_cmd(&witch_bin(), &[], craft, pid, &["--duration", "400ms", "-q", "-o", out.to_str().unwrap()]);
         assert_eq!(run.code(), Some(0), "attach #{i} failed:\n{}", run.describe());
         report(&out).assert_samples(5.0);
     }
-    let end = t.finish();
-    assert_eq!((end.code(), end.signal()), (Some(0), None), "{}\n{}", end.stdout, end.stderr);
-    assert_eq!(end.stdout.matches("flags 0").count(), 3, "no flag the program did not raise:\n{}", end.stdout);
 }

@@ -16,10 +16,7 @@ pub fn untraced_note(why: &str) -> String {
 /// registers back, and write what it gathered so far.
 pub fn leave_to_debugger(why: &str) {
     AGENT.note(untraced_note(why));
-    let mut quiesced = AGENT.finish(EndedBy::Traced);
-    for ts in AGENT.threads.states_quiesced(&mut quiesced) {
-        ts.stop();
-    }
+    stop_profiling(EndedBy::Traced);
 }
 
 /// The program is about to open a hardware breakpoint of its own, which
@@ -27,14 +24,11 @@ pub fn leave_to_debugger(why: &str) {
 /// ENOSPC): stop profiling it, give the debug registers back, and write
 /// what it gathered so far.
 pub fn leave_to_breakpoints() {
-    let after = (now_ns().saturating_sub(AGENT.start_ns())) as f64 / 1e9;
     AGENT.note(format!(
-        "profiling stopped {after:.3} s in: the program opened a hardware breakpoint of its own (perf_event_open), which needs the debug registers; they and the signals are left to it"
+        "profiling stopped {:.3} s in: the program opened a hardware breakpoint of its own (perf_event_open), which needs the debug registers; they and the signals are left to it",
+        seconds_in()
     ));
-    let mut quiesced = AGENT.finish(EndedBy::Traced);
-    for ts in AGENT.threads.states_quiesced(&mut quiesced) {
-        ts.stop();
-    }
+    stop_profiling(EndedBy::Traced);
 }
 
 /// The process is about to install a seccomp filter (`how`): once it is in,
@@ -49,13 +43,24 @@ pub fn leave_to_sandbox(how: &'static str) {
     if !AGENT.set_sandboxed() {
         return;
     }
-    let after = (now_ns().saturating_sub(AGENT.start_ns())) as f64 / 1e9;
     AGENT.note(format!(
-        "profiling stopped {after:.3} s in: the program put itself in a seccomp sandbox ({how}), whose filter may kill it for a system call the agent makes; what came after, and any process it starts, is not profiled"
+        "profiling stopped {:.3} s in: the program put itself in a seccomp sandbox ({how}), whose filter may kill it for a system call the agent makes; what came after, and any process it starts, is not profiled",
+        seconds_in()
     ));
-    let mut quiesced = AGENT.finish(EndedBy::Sandbox);
+    stop_profiling(EndedBy::Sandbox);
+    handlers::give_back_fatal_hooks();
+}
+
+/// Seconds since profiling began.
+fn seconds_in() -> f64 {
+    (now_ns().saturating_sub(AGENT.start_ns())) as f64 / 1e9
+}
+
+/// End profiling (`ended_by`): the profile written, every thread's events
+/// closed.
+fn stop_profiling(ended_by: EndedBy) {
+    let mut quiesced = AGENT.finish(ended_by);
     for ts in AGENT.threads.states_quiesced(&mut quiesced) {
         ts.stop();
     }
-    handlers::give_back_fatal_hooks();
 }
