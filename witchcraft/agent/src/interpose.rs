@@ -372,16 +372,10 @@ fn entering_sandbox(how: &'static str) {
 /// opens make the system call themselves: `sys::perf`) asks for a
 /// hardware breakpoint on a thread of this process (`pid` 0, or one of
 /// its threads) or on a whole CPU (-1): one the debug registers witch
-/// holds would fail with ENOSPC. The attribute is the program's pointer,
-/// read with the kernel's copy (a bad one fails the program's call, not
-/// the agent).
+/// holds would fail with ENOSPC.
 fn breakpoint_here(attr: libc::c_long, pid: libc::c_long) -> bool {
-    const PERF_TYPE_BREAKPOINT: u32 = 5;
-    let mut ty = [0u8; 4];
-    if !witchcraft::sys::mem::read_own(attr as u64, &mut ty) || u32::from_le_bytes(ty) != PERF_TYPE_BREAKPOINT {
-        return false;
-    }
-    pid <= 0 || i64::from(task::getpid()) == pid || task::is_own_thread(pid as i32)
+    witchcraft::sys::perf::asks_for_breakpoint(attr as u64)
+        && (pid <= 0 || i64::from(task::getpid()) == pid || task::is_own_thread(pid as i32))
 }
 
 /// The program opens hardware breakpoints of its own: they need the debug

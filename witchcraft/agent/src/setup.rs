@@ -6,8 +6,8 @@ use witchcraft::config::Config;
 use witchcraft::engine::process::Found;
 use witchcraft::engine::{Engine, SampleSource};
 use witchcraft::modules;
+use witchcraft::sys::procfs;
 use witchcraft::sys::watchpoint::KernelCaps;
-use witchcraft::sys::{procfs, task};
 
 /// The engine for `cfg`, with `install` putting the handlers in place;
 /// `guarded`: the program's fault handlers run behind the agent's guard
@@ -18,9 +18,6 @@ pub fn make_engine(cfg: Config, install: fn(), guarded: bool) -> (Engine, Vec<St
     modules::set_own_address(own.0);
     crate::heap::start(cfg.heap_threshold, own);
     modules::refresh();
-    // An agent attached to a process that turned the time-stamp counter
-    // off must not read it (see `task::counter_off`).
-    task::note_counter();
     let mut notes = Vec::new();
     let (sampler, period) = SampleSource::choose(&cfg, &mut notes);
     let sigtrap = !cfg.no_sigtrap && witchcraft::sys::watchpoint::sigtrap_supported();

@@ -280,8 +280,7 @@ impl Window {
             siginfo::set_frame_mask(uc, self.saved_mask);
         }
         self.set_phase(Phase::Native);
-        let left = self.cache.data().instr_left.clamp(0, self.given as i64) as u64;
-        let ran = self.given - left + self.stepped;
+        let ran = self.ran();
         let s = &mut self.stats;
         s.cut += cut as u64;
         s.instructions += ran;
@@ -352,8 +351,8 @@ impl Window {
     pub(super) fn step_pick(&mut self, open: f64) -> f64 {
         let mut weight = self.time_weight * self.schedule.weight();
         if self.settings.timed {
-            let k = self.given.saturating_sub(self.cache.data().instr_left.max(0) as u64) + self.stepped;
-            weight *= self.pace.factor(k, self.given, open, self.engaged_ns());
+            let ran = self.ran();
+            weight *= self.pace.factor(ran, self.given, open, self.engaged_ns());
         }
         self.set_phase(Phase::Step);
         self.stats.picks += 1;
@@ -365,6 +364,13 @@ impl Window {
         if self.active() && self.settings.timed {
             self.pace.ran(ns);
         }
+    }
+
+    /// Instructions the window has run so far (its copies' and its
+    /// stepped picks').
+    fn ran(&mut self) -> u64 {
+        let left = self.cache.data().instr_left.clamp(0, self.given as i64) as u64;
+        self.given - left + self.stepped
     }
 
     /// The engine's calls through the link stub so far (ns).

@@ -189,6 +189,14 @@ pub fn close(fd: i32) {
     super::fd::close_perf(fd);
 }
 
+/// Does the attribute at `addr` (a program's `perf_event_open` argument,
+/// unchecked) ask for a hardware breakpoint? Read with the kernel's copy
+/// (`process_vm_readv`): a bad pointer is the program's call's to fail.
+pub fn asks_for_breakpoint(addr: u64) -> bool {
+    let mut ty = [0u8; 4];
+    super::mem::read_own(addr, &mut ty) && u32::from_le_bytes(ty) == sys::bindings::PERF_TYPE_BREAKPOINT
+}
+
 /// `perf_event_open(attr, tid, -1, -1, flags)` with the `syscall`
 /// instruction itself: not through the C library's `syscall`, which a
 /// preloaded agent interposes to see the program's own calls (a program
