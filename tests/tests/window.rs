@@ -327,9 +327,11 @@ fn a_fault_in_the_allocator_during_a_window_reaches_the_program() {
 /// window's copies took around it (`engine/pace.rs`; off by default:
 /// docs/ACCURACY.md, "Windows weighed by their time"). With it on, the
 /// profile and the report say so, programs that fault inside windows are
-/// unharmed, and the 80%-dead known answer reads a fraction near it (6
-/// runs here: 78.9-91.3%; a weight that went wrong, zero or unbounded,
-/// would leave it anywhere).
+/// unharmed, and the 80%-dead known answer reads a fraction that is
+/// neither lost nor taken over by one pick: between 50% and 97% (22 runs
+/// alone read 70.0-91.3%, and one beside the other tests 63.0%: this
+/// weighting spreads a run by about 6 points; a bound of 65% set from the
+/// first 6 runs failed there).
 #[test]
 fn windows_weighed_by_their_time_say_so_and_harm_nothing() {
     let dir = Scratch::new("window-timed");
@@ -353,7 +355,7 @@ fn windows_weighed_by_their_time_say_so_and_harm_nothing() {
         if name == "memset_dead" {
             let f = rep.waste_fraction();
             rep.note(&format!("memset_dead, windows weighed by their time: {:.1}% dead", 100.0 * f));
-            assert!((0.65..=0.97).contains(&f), "{:.1}% dead where 80.0% is by construction\n{}", 100.0 * f, rep.dump());
+            assert!((0.50..=0.97).contains(&f), "{:.1}% dead where 80.0% is by construction\n{}", 100.0 * f, rep.dump());
         }
     }
 }
