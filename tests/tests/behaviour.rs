@@ -470,3 +470,34 @@ fn closed_standard_descriptors_and_ignored_signals_stay_so_for_the_program() {
         assert_eq!(run.stdout_str(), native, "{mode:?}: {}", run.describe());
     }
 }
+
+/// A program whose threads keep per-CPU counters with restartable
+/// sequences (rseq), as tcmalloc's per-CPU caches do: the kernel restarts
+/// a critical section only at its own addresses, so the code cache must
+/// never run one (a copy preempted halfway went on, and threads sharing a
+/// CPU lost each other's increments: millions of 60 million at ticks of
+/// 1 ms). Every craft, at the defaults and with a window at every 1 ms
+/// tick; the sum must stay exact, and the report says where the windows
+/// stopped.
+#[test]
+fn a_program_with_restartable_sequences_keeps_its_per_cpu_counters() {
+    let dir = Scratch::new("rseq");
+    let prog = Program::build_with("rseq_counters", dir.path(), "rseq_counters", &["-pthread"]).expect("build rseq_counters");
+    let args = ["6", "5000000", "40"];
+    let native = prog.run_native(&args);
+    assert_eq!(native.code(), Some(0), "natively the sum is exact (and glibc gives each thread an rseq area):\n{}", native.describe());
+    for craft in ["dead", "silent-store", "silent-load"] {
+        for settings in [&["-q"][..], &["-q", "--overhead", "0", "-p", "1ms"][..]] {
+            let out = dir.join(&format!("{craft}.json"));
+            let run = WitchCmd::new(craft).args(settings).out(&out).run(&prog.exe, &args);
+            assert_same_behaviour(&native, &run);
+            let raw = raw_profile(&out);
+            if settings.len() > 1 {
+                let reached = raw["counters"]["critical_sections"].as_u64().unwrap_or(0);
+                assert!(reached > 0, "{craft} {settings:?}: windows at every tick should reach the sections:\n{}", raw["counters"]);
+                let text = witch_raw(&["report", out.to_str().unwrap()]).stdout_str().split_whitespace().collect::<Vec<_>>().join(" ");
+                assert!(text.contains("restartable sequence's critical section"), "{craft}: the report should say so:\n{text}");
+            }
+        }
+    }
+}

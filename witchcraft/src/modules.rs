@@ -18,6 +18,8 @@
 //! module is parsed once, from its file: rebuilding a map reuses the
 //! modules that are still mapped where they were.
 
+pub mod critical;
+
 use crate::profile;
 use crate::sys::procfs::{self, Mapping};
 use framehop::x86_64::UnwinderX86_64;
@@ -105,6 +107,9 @@ pub struct LoadedModule {
     pub bias: u64,
     /// Sorted runtime addresses where functions start (symbols and FDEs).
     pub func_starts: Vec<u64>,
+    /// Restartable sequences' critical sections in its code, sorted
+    /// `[first, past)` ranges ([`critical`]).
+    critical: Vec<critical::Section>,
     /// Loaded after the first map was built: `dlclose` may unload it.
     pub transient: bool,
     /// Its unwind data is a copy (see `CHECKED`).
@@ -350,6 +355,17 @@ impl ProcessMap {
         (pc < m.end).then_some(m)
     }
 
+    /// The restartable sequence's critical section that holds `pc`, or
+    /// that the code at `pc` runs straight into: code the cache must not
+    /// run, nor stop in (see [`critical`]). Async-signal-safe.
+    pub fn critical_section(&self, pc: u64) -> Option<critical::Section> {
+        let sections = &self.module(pc)?.critical;
+        if sections.is_empty() {
+            return None;
+        }
+        critical::reaching(sections, pc, crate::sys::mem::read_own)
+    }
+
     /// Start of the function containing `pc`, if known.
     pub fn function_start(&self, pc: u64) -> Option<u64> {
         let m = self.module(pc)?;
@@ -508,6 +524,7 @@ fn load_module(m: &Mapping, transient: bool) -> Option<LoadedModule> {
         end: m.end,
         bias,
         func_starts: starts,
+        critical: critical::sections(&file, bias, m.start, m.end),
         transient,
         checked: checked_reads(),
         unwind,

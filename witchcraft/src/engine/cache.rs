@@ -159,9 +159,11 @@ impl Host for ProgramHost<'_> {
 /// May the code at `pc` run from the cache: the program's modules and the
 /// vDSO (whose calls would otherwise leave a window, and whose accesses
 /// `--exact=step` counts as the program's), never the agent's own code
-/// (`own`). Async-signal-safe.
+/// (`own`) nor a restartable sequence's critical section (whose copy the
+/// kernel would not restart: [`ProcessMap::critical_section`]).
+/// Async-signal-safe.
 pub fn runs_from_cache(map: &ProcessMap, own: (u64, u64), pc: u64) -> bool {
-    (map.module(pc).is_some() || crate::sys::vdso::holds(pc)) && !(pc >= own.0 && pc < own.1)
+    (map.module(pc).is_some() || crate::sys::vdso::holds(pc)) && !(pc >= own.0 && pc < own.1) && map.critical_section(pc).is_none()
 }
 
 /// The index entry for `native`, if any.

@@ -84,7 +84,11 @@ impl ThreadState {
                 // SAFETY: forwarded from the caller.
                 unsafe { self.record_native(engine, map, native, uc) };
             }
-            Exit::Native { native } => self.window.end(uc, native, true),
+            Exit::Native { native } => {
+                if !self.run_critical_section(engine, map, uc, native) {
+                    self.window.end(uc, native, true);
+                }
+            }
             // SAFETY: forwarded from the caller.
             Exit::End { native } => unsafe { self.window_done(engine, map, uc, native) },
             Exit::Lookup => {

@@ -109,6 +109,9 @@ impl ThreadState {
     /// return address on top of the stack, where a call into such code (a
     /// function the agent interposes) comes back.
     pub(super) fn leave_for(&mut self, engine: &Engine, map: &ProcessMap, uc: *mut libc::ucontext_t, native: u64) {
+        if self.run_critical_section(engine, map, uc, native) {
+            return;
+        }
         let whole_run = self.window.whole_run();
         self.window.end(uc, native, true);
         if !whole_run {
@@ -142,6 +145,27 @@ impl ThreadState {
     /// Whole-run windows: go on natively, and back into the cache at `pc`
     /// when the thread gets there (an instruction breakpoint). Where that
     /// cannot be, the next tick takes the thread back: a gap.
+    /// `native` is in a restartable sequence's critical section, or on the
+    /// straight way into one, which the cache does not run
+    /// ([`ProcessMap::critical_section`]): the window ends there. Whole-run
+    /// windows: it runs natively, unrecorded, and recording resumes past
+    /// its end, where a committed section comes out.
+    /// Not stepped: each step's trap would abort the section (the kernel
+    /// restarts a section at any signal), and the thread would never get
+    /// through. A section that leaves by its abort address or a branch of
+    /// its own runs natively until it comes out past its end again, or
+    /// until the next tick. False if `native` is in no section.
+    pub(super) fn run_critical_section(&mut self, engine: &Engine, map: &ProcessMap, uc: *mut libc::ucontext_t, native: u64) -> bool {
+        let Some(section) = map.critical_section(native) else { return false };
+        self.window.note_critical_section();
+        let whole_run = self.window.whole_run();
+        self.window.end(uc, native, true);
+        if whole_run {
+            self.resume_after(engine, section.past);
+        }
+        true
+    }
+
     pub fn resume_after(&mut self, engine: &Engine, pc: u64) {
         let ok = crate::modules::current().is_some_and(|m| m.module(pc).is_some()) && !engine.is_own_code(pc) && self.window.resume.arm(pc);
         if !ok {

@@ -72,6 +72,9 @@ impl ThreadState {
     /// # Safety
     /// `uc` must be the context the kernel passed to the signal handler.
     pub(crate) unsafe fn record_native(&mut self, engine: &Engine, map: &ProcessMap, native: u64, uc: *mut libc::ucontext_t) {
+        if self.run_critical_section(engine, map, uc, native) {
+            return;
+        }
         // SAFETY: forwarded from the caller.
         let decoded = unsafe { self.decode_here(map, native, uc) };
         // SAFETY: forwarded from the caller.

@@ -435,6 +435,12 @@ impl Window {
         }
     }
 
+    /// A window left for a restartable sequence's critical section, which
+    /// runs natively (whole-run: unrecorded).
+    pub(super) fn note_critical_section(&mut self) {
+        self.stats.critical += 1;
+    }
+
     /// The exact mode: does this thread record?
     pub(super) fn recording(&self) -> bool {
         self.rec.is_some()

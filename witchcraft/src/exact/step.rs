@@ -3,6 +3,7 @@
 
 use super::judge::{Observed, ThreadShadow, WIDE};
 use super::output::{exact_sampler, thread_profiles};
+use crate::modules::critical::{self, Section};
 use crate::profile::{self, Craft, Profile};
 use crate::sys::mem;
 use crate::x86::decode::{Access, Analyzer, Regs};
@@ -10,7 +11,7 @@ use nix::sys::ptrace;
 use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -58,6 +59,18 @@ pub struct Exact {
     stepped: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// What the program starts with that witch's runtime changed.
     inherited: crate::sys::inherited::Inherited,
+    /// Restartable sequences' critical sections, and the code mappings
+    /// they were read from (read again when a thread runs code outside
+    /// them), with the pages outside every mapping already looked at.
+    critical: Vec<Section>,
+    code: Vec<(u64, u64)>,
+    looked_at: HashSet<u64>,
+    /// Threads running a critical section natively, to one of its exits.
+    in_section: HashSet<i32>,
+    /// Critical sections run natively, and of those, the ones whose
+    /// exits were not all known (left at the end or the abort address).
+    sections_run: u64,
+    sections_unsure: u64,
 }
 
 impl Exact {
@@ -71,6 +84,12 @@ impl Exact {
             instructions: 0,
             stepped: Default::default(),
             inherited: Default::default(),
+            critical: Vec::new(),
+            code: Vec::new(),
+            looked_at: HashSet::new(),
+            in_section: HashSet::new(),
+            sections_run: 0,
+            sections_unsure: 0,
         }
     }
 
@@ -84,6 +103,51 @@ impl Exact {
     /// The count of instructions single-stepped so far, as the run goes on.
     pub fn stepped(&self) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
         self.stepped.clone()
+    }
+
+    /// The thread goes on from its stop: one step, or, at a restartable
+    /// sequence's critical section, the whole section natively.
+    fn go(&mut self, pid: Pid) {
+        if self.run_section(pid) {
+            return;
+        }
+        self.prepare(pid);
+        let _ = ptrace::step(pid, None);
+    }
+
+    /// The critical section that holds `pc`, if any: the process's
+    /// sections are read again when `pc` is in code not seen before.
+    fn section_at(&mut self, pid: Pid, pc: u64) -> Option<Section> {
+        if !self.code.iter().any(|&(a, b)| (a..b).contains(&pc)) && self.looked_at.insert(pc >> 12) {
+            let maps = std::fs::read_to_string(format!("/proc/{}/maps", pid)).unwrap_or_default();
+            let code = crate::sys::procfs::parse_maps(&maps).into_iter().filter(|m| m.exec && m.is_file());
+            self.code = code.map(|m| (m.start, m.end)).collect();
+            self.critical = critical::in_process(&maps);
+        }
+        critical::reaching(&self.critical, pc, |at, out| mem::read(pid.as_raw(), at, out))
+    }
+
+    /// A thread stopped in a restartable sequence's critical section runs
+    /// it natively, unjudged, to one of its exits (hardware breakpoints on
+    /// each): a step's stop would abort the section, as any signal or
+    /// preemption does, and the thread would never get through it. False
+    /// if the thread is not in a section (or no breakpoint could be set).
+    fn run_section(&mut self, pid: Pid) -> bool {
+        let Some(rip) = regs_of(pid).map(|r| r.rip) else { return false };
+        let Some(s) = self.section_at(pid, rip) else { return false };
+        let mut code = vec![0u8; (s.past - s.first) as usize];
+        let exits = mem::read(pid.as_raw(), s.first, &mut code).then(|| critical::exits(&s, &code)).flatten();
+        let unsure = exits.is_none();
+        let (at, n) = exits.unwrap_or(([s.past, s.abort, 0, 0], 2));
+        if !crate::sys::ptrace::break_at(pid, &at[..n]) {
+            return false;
+        }
+        self.sections_run += 1;
+        self.sections_unsure += unsure as u64;
+        self.pending.remove(&pid.as_raw());
+        self.in_section.insert(pid.as_raw());
+        let _ = ptrace::cont(pid, None);
+        true
     }
 
     /// Before a thread steps: decode the instruction at its PC.
@@ -176,6 +240,7 @@ impl Exact {
         let mut maps = String::new();
         self.prepare(main);
         ptrace::step(main, None).map_err(std::io::Error::from)?;
+        // (The first instruction, the loader's, is in no critical section.)
         let (mut code, mut signal) = (None, None);
         loop {
             let st = match waitpid(None, Some(WaitPidFlag::__WALL)) {
@@ -206,16 +271,24 @@ impl Exact {
                     // A step reports TRAP_TRACE, or TRAP_BRKPT after a
                     // stepped syscall; the program's own int3 is SI_KERNEL
                     // and raise() is SI_TKILL, and those are delivered.
-                    let from_step =
-                        sig == Signal::SIGTRAP && ptrace::getsiginfo(pid).map(|i| i.si_code == 2 || i.si_code == 1).unwrap_or(false);
+                    let code = if sig == Signal::SIGTRAP { ptrace::getsiginfo(pid).map_or(0, |i| i.si_code) } else { 0 };
+                    let from_step = code == 2 || code == 1;
+                    if self.in_section.remove(&pid.as_raw()) {
+                        // Out of a critical section (TRAP_HWBKPT), or a
+                        // signal of the program's in it (which the kernel
+                        // aborts it for): stepping again.
+                        crate::sys::ptrace::clear(pid);
+                        if code == libc::TRAP_HWBKPT {
+                            self.go(pid);
+                            continue;
+                        }
+                    }
                     if from_step {
                         self.retire(pid);
-                        self.prepare(pid);
-                        let _ = ptrace::step(pid, None);
+                        self.go(pid);
                     } else if sig == Signal::SIGSTOP && !self.threads.contains_key(&pid.as_raw()) {
                         // A new thread's first stop.
-                        self.prepare(pid);
-                        let _ = ptrace::step(pid, None);
+                        self.go(pid);
                     } else {
                         // The program's own signal: deliver it. The pending
                         // instruction did not run; decode again afterwards.
@@ -229,6 +302,21 @@ impl Exact {
         let duration = start.elapsed().unwrap_or_default();
         let profile = self.profile(program, args, main.as_raw() as u32, duration, &maps, code, signal);
         Ok(ExactRun { profile, code, signal, instructions: self.instructions })
+    }
+
+    fn notes(&self) -> Vec<String> {
+        let mut notes = vec![format!("exact reference: {} instructions single-stepped", self.instructions)];
+        if self.sections_run > 0 {
+            let unsure = match self.sections_unsure {
+                0 => String::new(),
+                n => format!(" ({n} of them to their end or abort address only: the thread ran unjudged until it came out there)"),
+            };
+            notes.push(format!(
+                "{} runs of restartable sequences' critical sections (rseq) ran natively, their accesses not judged: a step would abort them{unsure}",
+                self.sections_run
+            ));
+        }
+        notes
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -277,7 +365,7 @@ impl Exact {
             },
             exec_call: None,
             round_trips: None,
-            notes: vec![format!("exact reference: {} instructions single-stepped", self.instructions)],
+            notes: self.notes(),
             counters,
             modules: crate::modules::profile_modules(maps),
             threads,

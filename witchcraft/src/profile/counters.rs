@@ -174,6 +174,12 @@ pub struct Counters {
     /// tick (no breakpoint could take it back), each a stretch uncounted.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub window_gaps: u64,
+    /// Restartable sequences' critical sections that a window reached and
+    /// left to run natively (the code cache must not run them): at ticks,
+    /// windows ended there, their accesses unsampled; whole-run, sections
+    /// run unrecorded.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub critical_sections: u64,
     /// Credits that went to their pair but found no room in the thread's
     /// table of data objects (`Thread::objects`): their object is unknown.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -209,6 +215,7 @@ impl Counters {
         self.window_bridges = o.window_bridges;
         self.window_resumes = o.window_resumes;
         self.window_gaps = o.window_gaps;
+        self.critical_sections = o.critical_sections;
     }
 
     pub fn add(&mut self, o: &Counters) {
@@ -267,6 +274,7 @@ impl Counters {
         self.window_bridges += o.window_bridges;
         self.window_resumes += o.window_resumes;
         self.window_gaps += o.window_gaps;
+        self.critical_sections += o.critical_sections;
         self.object_overflow += o.object_overflow;
     }
 }

@@ -190,6 +190,18 @@ pub fn notes(p: &Profile, c: &Counters) -> Vec<String> {
             c.window_instructions as f64 / c.windows as f64
         ));
     }
+    if c.critical_sections > 0 && c.cache_blocks > 0 {
+        let what = if p.sampler.kind == witchcraft::profile::SamplerKind::Exact {
+            "ran natively, unrecorded"
+        } else {
+            "ran natively, where no window samples them"
+        };
+        v.push(format!(
+            "{} times a thread reached a restartable sequence's critical section (rseq) in the code cache, which must not \
+             run it (the kernel restarts a section only at its own addresses): the section's accesses {what}",
+            c.critical_sections
+        ));
+    }
     if c.traps == 0 && c.samples > 0 {
         v.push("no watchpoint fired: nothing to attribute".into());
     }

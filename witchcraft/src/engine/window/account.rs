@@ -27,6 +27,9 @@ pub struct WindowStats {
     /// next tick (no breakpoint could take it back), and where first.
     pub gaps: u64,
     pub first_gap: u64,
+    /// Restartable sequences' critical sections a window left for (see
+    /// [`Counters::critical_sections`]).
+    pub critical: u64,
 }
 
 /// What a thread of the exact mode recorded.
@@ -71,5 +74,6 @@ impl Window {
         counters.window_bridges = w.bridges;
         counters.window_resumes = w.resumes;
         counters.window_gaps = w.gaps;
+        counters.critical_sections = w.critical;
     }
 }
