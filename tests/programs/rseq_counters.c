@@ -14,7 +14,9 @@
  *
  * Usage: rseq_counters [threads] [adds per thread] [spin]
  *          prints the sum and what it should be (and on stderr the aborts
- *          taken, which vary from run to run);
+ *          taken, which vary from run to run); adds 0: until its stdin
+ *          closes (a target to attach to), then the same check, against
+ *          the adds the threads counted themselves;
  *          exits 0 when the sum is exact, 1 when increments were lost,
  *          3 when this system gives the threads no rseq area.
  */
@@ -23,13 +25,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/rseq.h>
+#include <unistd.h>
+#include "stdin_closed.h"
 
 #define MAX_CPUS 1024
 #define STRIDE 8 /* one counter per 64-byte line */
 
 static long counters[MAX_CPUS * STRIDE] __attribute__((aligned(64)));
 static long adds = 2000000, spin = 40;
-static long aborts_total;
+static long aborts_total, adds_total;
+static volatile int stop;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* One increment of this CPU's counter; returns 0 when committed, 1 when
@@ -76,11 +81,12 @@ aborted:
 
 static void *work(void *arg) {
     (void)arg;
-    long ab = 0;
-    for (long i = 0; i < adds; i++)
+    long ab = 0, i;
+    for (i = 0; adds ? i < adds : !stop; i++)
         while (add_one()) ab++;
     pthread_mutex_lock(&lock);
     aborts_total += ab;
+    adds_total += i;
     pthread_mutex_unlock(&lock);
     return NULL;
 }
@@ -89,7 +95,7 @@ int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 6;
     if (argc > 2) adds = atol(argv[2]);
     if (argc > 3) spin = atol(argv[3]);
-    if (threads < 1 || threads > 64 || adds < 1 || spin < 1) return 2;
+    if (threads < 1 || threads > 64 || adds < 0 || spin < 1) return 2;
     struct rseq *area = (struct rseq *)((char *)__builtin_thread_pointer() + __rseq_offset);
     if (__rseq_size == 0 || (int)area->cpu_id < 0) {
         printf("no rseq area (glibc.pthread.rseq=0, or a kernel without rseq)\n");
@@ -97,10 +103,12 @@ int main(int argc, char **argv) {
     }
     pthread_t t[64];
     for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, work, NULL);
+    while (!adds && !stdin_closed()) usleep(10000);
+    stop = 1;
     for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
     long sum = 0;
     for (int c = 0; c < MAX_CPUS; c++) sum += counters[c * STRIDE];
-    long want = threads * adds;
+    long want = adds_total;
     printf("sum %ld of %ld (%s)\n", sum, want, sum == want ? "exact" : "increments lost");
     fprintf(stderr, "%ld sections aborted and restarted\n", aborts_total);
     return sum == want ? 0 : 1;

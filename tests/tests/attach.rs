@@ -1130,3 +1130,31 @@ fn three_sampled_sessions(pid: u32, dir: &Path) {
         report(&out).assert_samples(5.0);
     }
 }
+
+/// A process whose threads keep per-CPU counters with restartable
+/// sequences (tests/programs/rseq_counters.c) keeps every increment
+/// through sessions of every craft with a window at every 1 ms tick: the
+/// code cache never runs a critical section (a copy preempted halfway is
+/// not restarted by the kernel, and the threads lost each other's
+/// increments).
+#[test]
+fn a_process_with_restartable_sequences_is_attached_without_losing_an_update() {
+    let dir = Scratch::new("attach-rseq");
+    let prog = Program::build_with("rseq_counters", dir.path(), "rseq_counters", &["-pthread"]).expect("build rseq_counters");
+    let t = Target::start(&prog.exe, &["4", "0", "40"], &[]);
+    t.wait_ready(5, None);
+    for (i, craft) in ["dead", "silent-load", "silent-store"].into_iter().enumerate() {
+        let out = dir.join(&format!("attach{i}.json"));
+        let args = ["--duration", "400ms", "--overhead", "0", "-p", "1ms", "-q", "-o", out.to_str().unwrap()];
+        let run = attach_cmd(&witch_bin(), &[], craft, t.pid(), &args);
+        assert_eq!(run.code(), Some(0), "attach #{i} failed:\n{}", run.describe());
+        // (Its threads are nearly always in a section or on their way to
+        // one, where windows end: few accesses are sampled, but windows
+        // met sections.)
+        let raw = raw_profile(&out);
+        assert!(raw["counters"]["critical_sections"].as_u64().unwrap_or(0) > 0, "attach #{i}: {}", raw["counters"]);
+    }
+    let end = t.finish();
+    assert_eq!((end.code(), end.signal()), (Some(0), None), "{}\n{}", end.stdout, end.stderr);
+    assert!(end.stdout.contains("(exact)"), "{}", end.stdout);
+}
