@@ -1158,3 +1158,36 @@ fn a_process_with_restartable_sequences_is_attached_without_losing_an_update() {
     assert_eq!((end.code(), end.signal()), (Some(0), None), "{}\n{}", end.stdout, end.stderr);
     assert!(end.stdout.contains("(exact)"), "{}", end.stdout);
 }
+
+/// A process that turns on syscall user dispatch during an attached
+/// session (tests/programs/syscall_dispatch.c, through `prctl` and through
+/// `syscall`): the agent sees the call coming through the program's import
+/// table and ends the session before it goes in, as before a seccomp
+/// filter; witch says why and returns at once, and the program runs as
+/// natively, its SIGSYS handler never called. (Before, the target died of
+/// SIGSYS at the next sample.)
+#[test]
+fn a_process_that_turns_on_syscall_user_dispatch_during_the_session_is_left_first() {
+    use std::time::Duration;
+    let dir = Scratch::new("attach-dispatch");
+    let prog = Program::build("syscall_dispatch", dir.path());
+    for how in ["prctl", "syscall"] {
+        let args = [how, "100000", "late"];
+        let t = Target::start(&prog.exe, &args, &[]);
+        let (err, out) = (dir.join(&format!("{how}.err")), dir.join(&format!("{how}.json")));
+        let witch = AttachedWitch::start(t.pid(), "30s", &out, &err);
+        std::thread::sleep(Duration::from_millis(700));
+        // Closing its stdin turns dispatch on.
+        let end = t.finish();
+        let status = witch.end_within(Duration::from_secs(40));
+        let text = std::fs::read_to_string(&err).unwrap_or_default();
+        assert_eq!((end.code(), end.signal()), (Some(0), None), "{how}: {}\n{}\nwitch: {text}", end.stdout, end.stderr);
+        assert!(end.stdout.contains("SIGSYS caught 0"), "{how}: {}", end.stdout);
+        assert_eq!(status.and_then(|s| s.code()), Some(0), "{how}: {text}");
+        let line = text.lines().find(|l| l.contains("ended the session by itself")).unwrap_or_else(|| panic!("no reason given: {text}"));
+        assert!(line.contains("syscall user dispatch"), "{line:?}");
+        let p = raw_profile(&out);
+        assert_eq!(p["ended_by"], "sandbox", "{how}: {p}");
+        assert!(p["counters"]["samples"].as_u64().unwrap_or(0) > 0, "{how}: the work before should be sampled");
+    }
+}

@@ -258,6 +258,33 @@ fn a_program_that_sandboxes_itself_is_left_before_its_filter_goes_in() {
     assert!(text.contains("seccomp sandbox") && !text.contains("smaller -p"), "{text}");
 }
 
+/// A program that turns on syscall user dispatch for itself (as emulators
+/// such as Wine do), with `prctl` or through `syscall`, and flips its
+/// selector to "block" around code that makes no system call: the agent
+/// leaves before dispatch goes on, as before a seccomp filter, and the
+/// program runs as natively, its SIGSYS handler never called. (Before, a
+/// handler of witch's made a system call while the selector said "block",
+/// and the program died of SIGSYS, every run.)
+#[test]
+fn a_program_that_turns_on_syscall_user_dispatch_is_left_before_it_does() {
+    let dir = Scratch::new("syscall-dispatch");
+    let prog = Program::build("syscall_dispatch", dir.path());
+    for how in ["prctl", "syscall"] {
+        let args = [how, "100000"];
+        let native = prog.run_native(&args);
+        assert_eq!(native.code(), Some(0), "native run:\n{}", native.describe());
+        assert!(native.stdout_str().contains("SIGSYS caught 0"), "{}", native.describe());
+        let out = dir.join(&format!("{how}.json"));
+        let run = WitchCmd::new("dead").args(&["-q"]).out(&out).run(&prog.exe, &args);
+        assert_same_behaviour(&native, &run);
+        let p = raw_profile(&out);
+        assert_eq!(p["ended_by"].as_str(), Some("sandbox"), "{how}: {p}");
+        let notes = p["notes"].to_string();
+        assert!(notes.contains("syscall user dispatch"), "{how}: the profile should say why it stops: {notes}");
+        assert!(report(&out).samples() > 0.0, "{how}: the work before should be sampled");
+    }
+}
+
 /// A program that turns the time-stamp counter off for itself
 /// (`prctl(PR_SET_TSC, PR_TSC_SIGSEGV)`, with `prctl` or through
 /// `syscall`, as record-and-replay tools and some sandboxes do) and then

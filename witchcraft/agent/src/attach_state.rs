@@ -16,8 +16,8 @@ use witchcraft::sys::task;
 /// What a thread of the program is about to do that ends the session.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Leave {
-    /// Enter a seccomp sandbox, this way: its filter may kill the process
-    /// for a system call the agent makes.
+    /// Enter a sandbox (seccomp, syscall user dispatch), as this says:
+    /// its filter may kill the process for a system call the agent makes.
     Sandbox(&'static str),
     /// Replace its program (an exec): the agent, and what it gathered, go
     /// with the old image.
@@ -46,7 +46,7 @@ impl Leave {
         };
         match (self, after) {
             (Leave::Sandbox(how), _) => format!(
-                "{ended}: the program put itself in a seccomp sandbox ({how}), whose filter may kill it for a system call the agent makes; the process runs on"
+                "{ended}: the program put itself in {how}, whose filter may kill it for a system call the agent makes; the process runs on"
             ),
             (Leave::Exec(how), Some(_)) => {
                 format!("{ended}, as the process called {how} to replace its program: this profile is of the program before")
@@ -241,6 +241,8 @@ mod tests {
         let bp = Leave::Breakpoints.note(Some(1.5));
         assert!(bp.starts_with("the session ended 1.500 s in: the program opened a hardware breakpoint"), "{bp}");
         assert_eq!(Leave::Breakpoints.ended_by(), (witchcraft::profile::EndedBy::Traced, None));
-        assert!(Leave::Sandbox("prctl").note(None).starts_with("the session did not start: the program put itself in a seccomp sandbox"));
+        assert!(Leave::Sandbox("a seccomp sandbox (prctl)")
+            .note(None)
+            .starts_with("the session did not start: the program put itself in a seccomp sandbox"));
     }
 }

@@ -354,6 +354,13 @@ pub unsafe extern "C" fn ptrace(req: libc::c_int, pid: libc::pid_t, addr: *mut l
 /// mode (`SECCOMP_SET_MODE_STRICT`, `SECCOMP_SET_MODE_FILTER`;
 /// `SECCOMP_MODE_STRICT`, `SECCOMP_MODE_FILTER`).
 const SECCOMP_SET_MODES: [libc::c_long; 2] = [0, 1];
+/// The sandboxes a program can put itself in, as the profile names them.
+const SECCOMP_SYSCALL: &str = "a seccomp sandbox (seccomp)";
+const SECCOMP_PRCTL: &str = "a seccomp sandbox (prctl PR_SET_SECCOMP)";
+/// Syscall user dispatch is a filter of another kind: the thread's system
+/// calls raise SIGSYS while a byte of the program's says so, and a
+/// handler of witch's that made one then was killed by it.
+const DISPATCH: &str = "a sandbox of its system calls (syscall user dispatch: prctl PR_SET_SYSCALL_USER_DISPATCH)";
 const PR_SECCOMP_MODES: [libc::c_ulong; 2] = [1, 2];
 
 /// The program is about to enter a seccomp sandbox: a preloaded agent
@@ -454,10 +461,14 @@ pub(crate) fn resolve_for_attached() -> bool {
 /// mode puts the process in a sandbox.
 fn before_syscall(nr: libc::c_long, a1: libc::c_long, a2: libc::c_long) {
     if nr == libc::SYS_seccomp && SECCOMP_SET_MODES.contains(&a1) {
-        entering_sandbox("seccomp");
+        entering_sandbox(SECCOMP_SYSCALL);
     }
     if nr == libc::SYS_perf_event_open && breakpoint_here(a1, a2) {
         using_breakpoints();
+    }
+    if nr == libc::SYS_prctl && a1 == task::PR_SET_SYSCALL_USER_DISPATCH as libc::c_long && a2 as libc::c_ulong == task::PR_SYS_DISPATCH_ON
+    {
+        entering_sandbox(DISPATCH);
     }
     if nr == libc::SYS_prctl && a1 == task::PR_SET_TSC as libc::c_long {
         // Maybe turning the time-stamp counter off (see `own_prctl`).
@@ -500,7 +511,10 @@ pub(crate) unsafe extern "C" fn own_prctl(
     a5: libc::c_ulong,
 ) -> libc::c_int {
     if option == libc::PR_SET_SECCOMP && PR_SECCOMP_MODES.contains(&a2) {
-        entering_sandbox("prctl PR_SET_SECCOMP");
+        entering_sandbox(SECCOMP_PRCTL);
+    }
+    if option == task::PR_SET_SYSCALL_USER_DISPATCH && a2 == task::PR_SYS_DISPATCH_ON {
+        entering_sandbox(DISPATCH);
     }
     if option == task::PR_SET_TSC && a2 == task::PR_TSC_SIGSEGV {
         // The thread is turning the time-stamp counter off (replay tools

@@ -44,7 +44,7 @@ pub fn leave_to_sandbox(how: &'static str) {
         return;
     }
     AGENT.note(format!(
-        "profiling stopped {:.3} s in: the program put itself in a seccomp sandbox ({how}), whose filter may kill it for a system call the agent makes; what came after, and any process it starts, is not profiled",
+        "profiling stopped {:.3} s in: the program put itself in {how}, whose filter may kill it for a system call the agent makes; what came after, and any process it starts, is not profiled",
         seconds_in()
     ));
     stop_profiling(EndedBy::Sandbox);

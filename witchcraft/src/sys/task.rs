@@ -55,6 +55,12 @@ pub const PR_GET_TSC: i32 = 25;
 pub const PR_SET_TSC: i32 = 26;
 /// The counter read faults with SIGSEGV (`PR_SET_TSC`'s argument).
 pub const PR_TSC_SIGSEGV: libc::c_ulong = 2;
+/// Syscall user dispatch (linux/prctl.h): the thread's system calls from
+/// outside one range of code raise SIGSYS whenever a byte of the
+/// program's says so (emulators, Wine among them, catch a guest's calls
+/// so); `PR_SYS_DISPATCH_ON` turns it on.
+pub const PR_SET_SYSCALL_USER_DISPATCH: i32 = 59;
+pub const PR_SYS_DISPATCH_ON: libc::c_ulong = 1;
 
 /// Set once a thread of this process may have made the time-stamp counter
 /// fault (`prctl(PR_SET_TSC, PR_TSC_SIGSEGV)`, as replay tools and some

@@ -143,7 +143,7 @@ fn early_end_reason(p: &witchcraft::profile::Profile) -> String {
         EndedBy::Traced => {
             said("a debugger (").or_else(|| said("hardware breakpoint")).unwrap_or_else(|| "a debugger attached to the process".into())
         }
-        EndedBy::Sandbox => said("seccomp sandbox").unwrap_or_else(|| "the process put itself in a seccomp sandbox".into()),
+        EndedBy::Sandbox => said("put itself in").unwrap_or_else(|| "the process put itself in a seccomp sandbox".into()),
         EndedBy::Detach => said("a debugger (").unwrap_or_else(|| "its profile gives no reason".into()),
         other => format!("its profile says it ended by {other}"),
     }
