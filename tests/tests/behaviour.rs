@@ -285,6 +285,33 @@ fn a_program_that_turns_on_syscall_user_dispatch_is_left_before_it_does() {
     }
 }
 
+/// A program that forbids itself memory both writable and executable
+/// (`prctl(PR_SET_MDWE)`, as systemd's MemoryDenyWriteExecute=yes does),
+/// where the kernel refuses the code cache's mapping: it runs as natively,
+/// its threads' bursts single-step, and the report says why, for sampling
+/// and for `--exact` (whose counts then leave those threads out). (Before,
+/// the fallback was silent, and an exact count silently missed threads.)
+#[test]
+fn a_program_that_forbids_writable_code_is_sampled_and_told_why_the_cache_ran_no_window() {
+    let dir = Scratch::new("write-xor-exec");
+    let prog = Program::build_with("write_xor_exec", dir.path(), "write_xor_exec", &["-pthread"]).expect("build write_xor_exec");
+    let native = prog.run_native(&["20000"]);
+    assert_eq!(native.code(), Some(0), "native run:\n{}", native.describe());
+    for (mode, args) in [(&["-q"][..], ["20000"]), (&["--exact", "-q"][..], ["200"])] {
+        let out = dir.join("wx.json");
+        let native = prog.run_native(&args);
+        let run = WitchCmd::new("dead").args(mode).out(&out).run(&prog.exe, &args);
+        assert_same_behaviour(&native, &run);
+        let text = witch_raw(&["report", out.to_str().unwrap()]).stdout_str().split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(text.contains("refused the code cache's memory") && text.contains("PR_SET_MDWE"), "{mode:?}: {text}");
+        if mode.len() == 1 {
+            assert!(report(&out).samples() > 0.0, "the threads should be sampled by single steps");
+        } else {
+            assert!(text.contains("the counts leave them out"), "{text}");
+        }
+    }
+}
+
 /// A program that turns the time-stamp counter off for itself
 /// (`prctl(PR_SET_TSC, PR_TSC_SIGSEGV)`, with `prctl` or through
 /// `syscall`, as record-and-replay tools and some sandboxes do) and then

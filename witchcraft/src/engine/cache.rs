@@ -81,6 +81,11 @@ pub struct CacheStats {
     /// of `link_ns`).
     pub picks: u64,
     pub pick_ns: u64,
+    /// The kernel refused the cache's mapping, with this errno (0: it did
+    /// not): EACCES where the process may not have memory both writable
+    /// and executable (`prctl(PR_SET_MDWE)`, systemd's
+    /// `MemoryDenyWriteExecute=yes`), ENOMEM at an address-space limit.
+    pub refused: i32,
 }
 
 pub struct CodeCache {
@@ -239,6 +244,7 @@ impl CodeCache {
                 crate::sys::mem::map_own(self.layout.bytes(), libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC, libc::MAP_NORESERVE);
             if p == libc::MAP_FAILED {
                 self.failed = true;
+                self.stats.refused = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::ENOMEM);
                 return false;
             }
             self.base = p as *mut u8;

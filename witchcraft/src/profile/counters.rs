@@ -180,6 +180,13 @@ pub struct Counters {
     /// run unrecorded.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub critical_sections: u64,
+    /// Threads whose code cache the kernel would not map (they single-step
+    /// their bursts), and of those, the ones refused memory both writable
+    /// and executable (EACCES: `prctl(PR_SET_MDWE)`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_refused: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_refused_wx: u64,
     /// Credits that went to their pair but found no room in the thread's
     /// table of data objects (`Thread::objects`): their object is unknown.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -216,6 +223,7 @@ impl Counters {
         self.window_resumes = o.window_resumes;
         self.window_gaps = o.window_gaps;
         self.critical_sections = o.critical_sections;
+        (self.cache_refused, self.cache_refused_wx) = (o.cache_refused, o.cache_refused_wx);
     }
 
     pub fn add(&mut self, o: &Counters) {
@@ -275,6 +283,8 @@ impl Counters {
         self.window_resumes += o.window_resumes;
         self.window_gaps += o.window_gaps;
         self.critical_sections += o.critical_sections;
+        self.cache_refused += o.cache_refused;
+        self.cache_refused_wx += o.cache_refused_wx;
         self.object_overflow += o.object_overflow;
     }
 }

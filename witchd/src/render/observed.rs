@@ -190,6 +190,20 @@ pub fn notes(p: &Profile, c: &Counters) -> Vec<String> {
             c.window_instructions as f64 / c.windows as f64
         ));
     }
+    if c.cache_refused > 0 {
+        let why = if c.cache_refused_wx == c.cache_refused {
+            "the process may not have memory both writable and executable (prctl PR_SET_MDWE, as systemd's \
+             MemoryDenyWriteExecute=yes sets, and its children inherit)"
+        } else {
+            "an address-space limit (ulimit -v), or a system that forbids writable code"
+        };
+        let so = if p.sampler.kind == witchcraft::profile::SamplerKind::Exact {
+            "nothing they ran was recorded, and the counts leave them out"
+        } else {
+            "their bursts single-stepped instead, short and costly, and the figures are less accurate (docs/ACCURACY.md)"
+        };
+        v.push(format!("the kernel refused the code cache's memory in {} thread(s): {why}; {so}", c.cache_refused));
+    }
     if c.critical_sections > 0 && c.cache_blocks > 0 {
         let what = if p.sampler.kind == witchcraft::profile::SamplerKind::Exact {
             "ran natively, unrecorded"

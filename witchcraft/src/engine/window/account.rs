@@ -75,5 +75,7 @@ impl Window {
         counters.window_resumes = w.resumes;
         counters.window_gaps = w.gaps;
         counters.critical_sections = w.critical;
+        let refused = self.cache.stats.refused;
+        (counters.cache_refused, counters.cache_refused_wx) = ((refused != 0) as u64, (refused == libc::EACCES) as u64);
     }
 }
