@@ -564,8 +564,14 @@ struct AttachedWitch {
 
 impl AttachedWitch {
     fn start(pid: u32, duration: &str, out: &Path, err: &Path) -> AttachedWitch {
+        AttachedWitch::start_with(pid, duration, out, err, &[])
+    }
+
+    /// [`AttachedWitch::start`] with `extra` arguments.
+    fn start_with(pid: u32, duration: &str, out: &Path, err: &Path, extra: &[&str]) -> AttachedWitch {
         let child = Command::new(witch_bin())
             .args(["dead", "--pid", &pid.to_string(), "--duration", duration, "-o", out.to_str().unwrap()])
+            .args(extra)
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(err).unwrap())
             .spawn()
@@ -1189,5 +1195,29 @@ fn a_process_that_turns_on_syscall_user_dispatch_during_the_session_is_left_firs
         let p = raw_profile(&out);
         assert_eq!(p["ended_by"], "sandbox", "{how}: {p}");
         assert!(p["counters"]["samples"].as_u64().unwrap_or(0) > 0, "{how}: the work before should be sampled");
+    }
+}
+
+/// A process that patches its own code in place during attached sessions
+/// (tests/programs/hot_patch.c: mprotect, write, mprotect, through the
+/// program's import of `mprotect` and through `syscall`) runs the new code
+/// on every call after the patch, with a window at every 1 ms tick.
+/// (Before, windows ran copies of the old code.)
+#[test]
+fn a_process_that_patches_its_own_code_while_attached_runs_the_new_code() {
+    use std::time::Duration;
+    let dir = Scratch::new("attach-hot-patch");
+    let prog = Program::build("hot_patch", dir.path());
+    for how in ["libc", "syscall"] {
+        let t = Target::start(&prog.exe, &[how, "20000000", "late"], &[]);
+        let (err, out) = (dir.join(&format!("{how}.err")), dir.join(&format!("{how}.json")));
+        let witch = AttachedWitch::start_with(t.pid(), "30s", &out, &err, &["--overhead", "0", "-p", "1ms"]);
+        std::thread::sleep(Duration::from_millis(500));
+        // Closing its stdin makes it patch, then call the new code.
+        let end = t.finish();
+        let status = witch.end_within(Duration::from_secs(40));
+        let text = std::fs::read_to_string(&err).unwrap_or_default();
+        assert_eq!((end.code(), end.signal()), (Some(0), None), "{how}: {}\n{}\nwitch: {text}", end.stdout, end.stderr);
+        assert!(status.is_some(), "{how}: witch did not end: {text}");
     }
 }

@@ -409,8 +409,9 @@ static REAL_SYSCALL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut
 pub(crate) type AttachedImport = (&'static std::ffi::CStr, *const libc::c_void, Option<&'static AtomicPtr<libc::c_void>>);
 
 /// The imports an attached agent takes (`imports.rs`).
-pub(crate) fn attached_imports() -> [AttachedImport; 10] {
+pub(crate) fn attached_imports() -> [AttachedImport; 11] {
     [
+        (c"mprotect", crate::code_patch::own_mprotect as *const libc::c_void, Some(&crate::code_patch::REAL_MPROTECT)),
         (c"prctl", own_prctl as *const libc::c_void, Some(&REAL_PRCTL)),
         (c"syscall", attached_syscall as *const libc::c_void, Some(&REAL_SYSCALL)),
         (c"execve", attached_execve as *const libc::c_void, Some(&REAL_EXEC[0])),
@@ -469,6 +470,11 @@ fn before_syscall(nr: libc::c_long, a1: libc::c_long, a2: libc::c_long) {
     if nr == libc::SYS_prctl && a1 == task::PR_SET_SYSCALL_USER_DISPATCH as libc::c_long && a2 as libc::c_ulong == task::PR_SYS_DISPATCH_ON
     {
         entering_sandbox(DISPATCH);
+    }
+    if nr == libc::SYS_mprotect || nr == libc::SYS_pkey_mprotect {
+        // (Before the call: a patch is written after making code
+        // writable, and the call making it executable again comes after.)
+        witchcraft::modules::protection_changed(a1 as u64, a2 as u64);
     }
     if nr == libc::SYS_prctl && a1 == task::PR_SET_TSC as libc::c_long {
         // Maybe turning the time-stamp counter off (see `own_prctl`).

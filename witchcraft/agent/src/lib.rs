@@ -54,6 +54,7 @@ pub mod attach;
 mod attach_state;
 mod calibrate;
 mod channel;
+mod code_patch;
 pub mod dispositions;
 mod exec_image;
 mod handler_stack;

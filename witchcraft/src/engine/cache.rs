@@ -98,6 +98,8 @@ pub struct CodeCache {
     indexed: usize,
     /// The module map the copies were made against.
     map_id: usize,
+    /// [`crate::modules::code_writes`] when the copies began to be made.
+    code_writes: u64,
     /// The link stub's address, if the copies use it (0: every exit traps),
     /// fixed when the mapping is made.
     link: u64,
@@ -221,6 +223,7 @@ impl CodeCache {
             records: 0,
             indexed: 0,
             map_id: 0,
+            code_writes: 0,
             link: 0,
             step_native: 0,
             calls: NativeCalls::default(),
@@ -230,7 +233,8 @@ impl CodeCache {
     }
 
     /// Map the cache if it is not yet, and empty it if `map` is not the
-    /// one its copies were made against. False if there is no cache (the
+    /// one its copies were made against, or the program may have rewritten
+    /// module code since ([`crate::modules::protection_changed`]). False if there is no cache (the
     /// mapping failed: an address-space limit, or a system that forbids
     /// writable code). Async-signal-safe.
     pub fn ready(&mut self, map: &ProcessMap) -> bool {
@@ -282,9 +286,13 @@ impl CodeCache {
             }
             self.map_id = map as *const ProcessMap as usize;
         }
-        if self.map_id != map as *const ProcessMap as usize {
+        // A new map, or module code the program may have rewritten in
+        // place (hot patching): no copy made before may run.
+        let writes = crate::modules::code_writes();
+        if self.map_id != map as *const ProcessMap as usize || self.code_writes != writes {
             self.flush();
             self.map_id = map as *const ProcessMap as usize;
+            self.code_writes = writes;
         }
         true
     }
