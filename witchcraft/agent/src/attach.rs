@@ -223,7 +223,7 @@ fn spawn_on_own_stack(f: Box<dyn FnOnce() + Send>) -> Result<(), ()> {
     // attribute is initialized before use and destroyed after; the box is
     // taken back if no thread took it.
     unsafe {
-        libc::mprotect(base, GUARD, libc::PROT_NONE);
+        witchcraft::sys::mem::protect_own(base as *mut u8, GUARD, libc::PROT_NONE);
         let mut attr: libc::pthread_attr_t = std::mem::zeroed();
         libc::pthread_attr_init(&mut attr);
         libc::pthread_attr_setstack(&mut attr, (base as *mut u8).add(GUARD) as *mut libc::c_void, CONTROL_STACK);

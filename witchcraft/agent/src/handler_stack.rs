@@ -149,8 +149,10 @@ pub fn map_stack() -> Option<u64> {
     if p == libc::MAP_FAILED {
         return None;
     }
-    // SAFETY: the first page of the mapping just made.
-    if unsafe { libc::mprotect(p, GUARD, libc::PROT_NONE) } != 0 {
+    // SAFETY: the first page of the mapping just made, unused. (The system
+    // call itself: the agent's `mprotect` looks the C library's up on first
+    // use, which a handler may not.)
+    if !unsafe { witchcraft::sys::mem::protect_own(p as *mut u8, GUARD, libc::PROT_NONE) } {
         // SAFETY: the mapping just made, unused.
         unsafe { witchcraft::sys::mem::unmap_own(p, GUARD + HANDLER_STACK) };
         return None;

@@ -102,7 +102,8 @@ pub unsafe fn unmap_own(p: *mut libc::c_void, bytes: usize) {
 }
 
 /// Change the protection of `[p, p + bytes)` of witch's own memory to
-/// `prot` (the system call, past the agent's `mprotect` interposer). True
+/// `prot` (the system call, past the agent's `mprotect` interposer, which
+/// looks the C library's up on first use: not in a handler). True
 /// on success. Async-signal-safe.
 ///
 /// # Safety
