@@ -1,7 +1,8 @@
 /* A program that forbids itself memory both writable and executable
  * (prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN), as systemd sets for a
  * service with MemoryDenyWriteExecute=yes; children inherit it), then
- * works in three threads. Its output depends only on its arguments.
+ * works in three threads, and in a fork child. Its output depends only on
+ * its arguments.
  *
  * Usage: write_xor_exec [reps]   prints whether the setting took and a
  *          checksum; exits 0 (3 if the kernel has no such setting).
@@ -10,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define MDWE_SET 65 /* PR_SET_MDWE */
 #define MDWE_GET 66
@@ -45,5 +48,14 @@ int main(int argc, char **argv) {
         s += (long)x;
     }
     printf("checksum %ld\n", s);
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) {
+        printf("child: checksum %ld\n", (long)work((void *)3));
+        return 0;
+    }
+    int status = -1;
+    waitpid(child, &status, 0);
+    printf("child ended: %d\n", status);
     return 0;
 }

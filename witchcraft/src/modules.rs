@@ -19,6 +19,8 @@
 //! modules that are still mapped where they were.
 
 pub mod critical;
+mod rewrites;
+pub use rewrites::{code_writes, protection_changed};
 
 use crate::profile;
 use crate::sys::procfs::{self, Mapping};
@@ -130,25 +132,6 @@ pub struct ProcessMap {
 pub static STALE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 static CURRENT: AtomicPtr<ProcessMap> = AtomicPtr::new(std::ptr::null_mut());
-
-/// Bumped whenever the program may have rewritten a module's code in place
-/// (an `mprotect` of it: hot patching, function hooks), which no map
-/// change shows: copies made before are stale.
-static CODE_WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// The program changed the protection of `[addr, addr + len)`: if that
-/// touches a module's code, copies made of it before are stale.
-pub fn protection_changed(addr: u64, len: u64) {
-    if current().is_some_and(|m| m.modules.iter().any(|x| x.start < addr.saturating_add(len) && addr < x.end)) {
-        CODE_WRITES.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-/// How many times the program may have rewritten module code so far (see
-/// [`protection_changed`]). Async-signal-safe.
-pub fn code_writes() -> u64 {
-    CODE_WRITES.load(Ordering::SeqCst)
-}
 
 /// The current map, if built. Safe in signal handlers.
 ///

@@ -2,7 +2,9 @@
 //! live in, the tables that find them, and the way back from a copy's
 //! address to the program's own instruction.
 //!
-//! The cache is one anonymous mapping, reserved the first time the thread
+//! The cache is one anonymous mapping (or, in a process that forbids
+//! memory both writable and executable, the same pages mapped twice: see
+//! `mapping.rs`), reserved the first time the thread
 //! begins a window (a system call, so a signal handler may make it) and
 //! touched only as it fills, so a thread that never runs a window costs
 //! nothing and one that does costs what its hot code takes:
@@ -34,8 +36,9 @@ use crate::x86::translate::{
 
 mod alone;
 mod layout;
+mod mapping;
 mod native_calls;
-use layout::{Layout, DATA_AT, DISPATCH_AT, DISPATCH_ENTRIES, INDEX_AT, PAGE};
+use layout::{Layout, DATA_AT, DISPATCH_AT, DISPATCH_ENTRIES, INDEX_AT};
 
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -86,6 +89,9 @@ pub struct CacheStats {
     /// and executable (`prctl(PR_SET_MDWE)`, systemd's
     /// `MemoryDenyWriteExecute=yes`), ENOMEM at an address-space limit.
     pub refused: i32,
+    /// Refused writable code, the cache was mapped twice instead
+    /// ([`mem::map_own_twice`]).
+    pub twice: bool,
 }
 
 pub struct CodeCache {
@@ -93,6 +99,11 @@ pub struct CodeCache {
     base: *mut u8,
     /// The mapping could not be made: never try again.
     failed: bool,
+    /// 0: one mapping, writable and executable. Else the cache is mapped
+    /// twice ([`mem::map_own_twice`]: a process that forbids writable
+    /// code) and the engine writes it, and the copies keep their data,
+    /// `view` bytes above where copies run.
+    view: usize,
     code_pos: usize,
     records: usize,
     indexed: usize,
@@ -219,6 +230,7 @@ impl CodeCache {
             layout: Layout::of(recording),
             base: std::ptr::null_mut(),
             failed: false,
+            view: 0,
             code_pos: 0,
             records: 0,
             indexed: 0,
@@ -242,46 +254,7 @@ impl CodeCache {
             if self.failed {
                 return false;
             }
-            // A new private anonymous mapping in witch's own region;
-            // checked for failure.
-            let p =
-                crate::sys::mem::map_own(self.layout.bytes(), libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC, libc::MAP_NORESERVE);
-            if p == libc::MAP_FAILED {
-                self.failed = true;
-                self.stats.refused = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::ENOMEM);
-                return false;
-            }
-            self.base = p as *mut u8;
-            let slots = self.slots();
-            self.data().table = self.addr(DISPATCH_AT);
-            // The link stub, if the engine's entry is there and the guard
-            // page below its stack could be made.
-            let entry = super::link::entry();
-            // SAFETY: the guard page is inside the mapping, which nothing uses yet.
-            let guarded =
-                entry != 0 && unsafe { crate::sys::mem::protect_own(self.base.add(self.layout.guard_at()), PAGE, libc::PROT_NONE) };
-            self.link = if guarded { self.addr(self.layout.link_at()) } else { 0 };
-            let at = self.addr(self.layout.stubs_at());
-            // SAFETY: the stub area is STUBS_AT..REP_AT of the mapping.
-            let out = unsafe {
-                std::slice::from_raw_parts_mut(self.base.add(self.layout.stubs_at()), self.layout.link_at() - self.layout.stubs_at())
-            };
-            let mut made = translate::emit_dispatch(&slots, DISPATCH_ENTRIES, at, self.link, out).is_ok();
-            if self.link != 0 {
-                // SAFETY: as above, LINK_AT..REP_AT.
-                let out = unsafe {
-                    std::slice::from_raw_parts_mut(self.base.add(self.layout.link_at()), self.layout.rep_at() - self.layout.link_at())
-                };
-                made &= translate::emit_link(&slots, self.link, out).is_ok();
-                // 16-byte aligned, as a call expects; the top 64 bytes unused.
-                let top = (self.base as u64 + self.layout.bytes() as u64 - 64) & !15;
-                let d = self.data();
-                d.link_stack = top;
-                d.link_entry = entry;
-            }
-            if !made {
-                self.release();
-                self.failed = true;
+            if !self.make_mapping() {
                 return false;
             }
             self.map_id = map as *const ProcessMap as usize;
@@ -297,20 +270,6 @@ impl CodeCache {
         true
     }
 
-    /// Give the mapping back (thread exit, fork child's reset).
-    pub fn release(&mut self) {
-        if !self.base.is_null() {
-            // SAFETY: the mapping `ready` made; no copy runs now (the
-            // caller's thread is in a handler or done with windows).
-            unsafe { crate::sys::mem::unmap_own(self.base as *mut libc::c_void, self.layout.bytes()) };
-            self.base = std::ptr::null_mut();
-        }
-        self.code_pos = 0;
-        self.records = 0;
-        self.indexed = 0;
-        self.link = 0;
-    }
-
     /// Forget every copy. Only while no copy is under way except at an
     /// exit (all of them leave the program's registers whole).
     pub fn flush(&mut self) {
@@ -319,8 +278,8 @@ impl CodeCache {
         }
         // SAFETY: the dispatch table and index are inside the mapping.
         unsafe {
-            std::ptr::write_bytes(self.base.add(DISPATCH_AT), 0, INDEX_AT - DISPATCH_AT);
-            std::ptr::write_bytes(self.base.add(INDEX_AT), 0, self.layout.records_at() - INDEX_AT);
+            std::ptr::write_bytes(self.w(DISPATCH_AT), 0, INDEX_AT - DISPATCH_AT);
+            std::ptr::write_bytes(self.w(INDEX_AT), 0, self.layout.records_at() - INDEX_AT);
         }
         self.code_pos = 0;
         self.records = 0;
@@ -328,6 +287,7 @@ impl CodeCache {
         self.stats.flushes += 1;
     }
 
+    /// Where offset `off` of the cache is, for copies to run there.
     fn addr(&self, off: usize) -> u64 {
         self.base as u64 + off as u64
     }
@@ -336,7 +296,7 @@ impl CodeCache {
     pub fn data(&mut self) -> &mut Data {
         // SAFETY: the data page is the mapping's first page, and a Data
         // fits in it; only this thread reads or writes it.
-        unsafe { &mut *(self.base.add(DATA_AT) as *mut Data) }
+        unsafe { &mut *(self.w(DATA_AT) as *mut Data) }
     }
 
     pub fn has_mapping(&self) -> bool {
@@ -349,7 +309,7 @@ impl CodeCache {
     }
 
     fn slots(&self) -> DataAddrs {
-        DataAddrs::at(self.addr(DATA_AT))
+        DataAddrs::at(self.waddr(DATA_AT))
     }
 
     /// What the translator needs to know of this cache, for copies that
@@ -366,7 +326,7 @@ impl CodeCache {
 
     /// Is `addr` inside the cache's mapping (its memory is the engine's)?
     pub fn contains(&self, addr: u64) -> bool {
-        !self.base.is_null() && addr >= self.base as u64 && addr < self.base as u64 + self.layout.bytes() as u64
+        !self.base.is_null() && addr >= self.base as u64 && addr < self.waddr(self.layout.bytes())
     }
 
     /// Is `addr` in the cache's code (copies and stubs)?
@@ -375,13 +335,12 @@ impl CodeCache {
     }
 
     fn index(&self) -> *mut IndexEntry {
-        // SAFETY: offset inside the mapping.
-        unsafe { self.base.add(INDEX_AT) as *mut IndexEntry }
+        self.w(INDEX_AT) as *mut IndexEntry
     }
 
     fn record(&self, i: usize) -> CopyRecord {
         // SAFETY: i < RECORDS, inside the mapping.
-        unsafe { *(self.base.add(self.layout.records_at()) as *const CopyRecord).add(i) }
+        unsafe { *(self.w(self.layout.records_at()) as *const CopyRecord).add(i) }
     }
 
     /// The copy of `native` in `variant`, if made.
@@ -449,8 +408,7 @@ impl CodeCache {
         let env = self.env(counted);
         let mut host = self.host(map, own);
         // SAFETY: the code area from code_pos, MAX_BLOCK_BYTES of it free.
-        let out =
-            unsafe { std::slice::from_raw_parts_mut(self.base.add(self.layout.code_at() + self.code_pos), translate::MAX_BLOCK_BYTES) };
+        let out = unsafe { std::slice::from_raw_parts_mut(self.w(self.layout.code_at() + self.code_pos), translate::MAX_BLOCK_BYTES) };
         let (len, what) = match self.calls.find(native) {
             Some(call) => (translate::emit_native_call(&env.slots, &call, at, env.dispatch, out)? as u32, COPY_NATIVE_CALL),
             None => {
@@ -461,7 +419,7 @@ impl CodeCache {
         self.code_pos += (len as usize).next_multiple_of(16);
         // SAFETY: records < RECORDS (checked above).
         unsafe {
-            *(self.base.add(self.layout.records_at()) as *mut CopyRecord).add(self.records) = CopyRecord { start: at, native, len, what };
+            *(self.w(self.layout.records_at()) as *mut CopyRecord).add(self.records) = CopyRecord { start: at, native, len, what };
         }
         self.records += 1;
         self.insert(native, variant, at);
@@ -496,7 +454,7 @@ impl CodeCache {
         let i = translate::dispatch_index(native, DISPATCH_ENTRIES);
         // SAFETY: i < DISPATCH_ENTRIES, inside the mapping.
         unsafe {
-            let e = self.base.add(DISPATCH_AT + i * 16) as *mut u64;
+            let e = self.w(DISPATCH_AT + i * 16) as *mut u64;
             *e = native;
             *e.add(1) = copy;
         }
@@ -511,7 +469,7 @@ impl CodeCache {
         // SAFETY: `at` is inside the code area (checked), 4 bytes of a
         // rel32 the translator emitted; this thread is in a handler, so no
         // copy runs while it changes.
-        unsafe { std::ptr::write_unaligned(at as *mut i32, rel) };
+        unsafe { std::ptr::write_unaligned((at + self.view as u64) as *mut i32, rel) };
     }
 
     /// The exit a trap at `rip` (just after an `int3`) took, if it is one
@@ -572,7 +530,7 @@ impl CodeCache {
         let env = self.env(counted);
         let mut host = self.host(map, own);
         // SAFETY: the scratch area, MAX_BLOCK_BYTES long, inside the mapping.
-        let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(self.layout.scratch_at()), translate::MAX_BLOCK_BYTES) };
+        let out = unsafe { std::slice::from_raw_parts_mut(self.w(self.layout.scratch_at()), translate::MAX_BLOCK_BYTES) };
         let variant = if r.what == COPY_SLOW { Variant::Slow } else { Variant::Fast };
         self.translator.translate(&mut host, &env, TranslateRequest { native: r.native, variant, at: r.start, points: true }, out).ok()?;
         self.translator.point_at(addr, after)

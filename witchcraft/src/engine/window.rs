@@ -525,7 +525,7 @@ impl Window {
         self.cache.stats = Default::default();
         self.last_start = None;
         self.set_phase(Phase::Native);
-        self.cache.flush();
+        self.cache.forget_after_fork();
         if let Some(r) = &mut self.rec {
             r.clear();
         }

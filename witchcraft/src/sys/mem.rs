@@ -80,6 +80,44 @@ pub fn map_own_fd(bytes: usize, prot: libc::c_int, flags: libc::c_int, fd: i32) 
     mapped(unsafe { libc::syscall(libc::SYS_mmap, own_hint(bytes), bytes, prot, flags, fd as i64, 0i64) })
 }
 
+/// `bytes` of memory of witch's own mapped twice, side by side in its
+/// region: executable (and readable) at the first address returned, and
+/// writable (and readable) `bytes` above it, the same pages: for a process
+/// that may not have memory both writable and executable
+/// (`prctl(PR_SET_MDWE)` refuses such a mapping with EACCES, not a new
+/// one that is executable only). Neither view is inherited by a fork
+/// child (shared pages would be written by both). None on failure, with
+/// errno the failing call's. Async-signal-safe.
+pub fn map_own_twice(bytes: usize) -> Option<*mut libc::c_void> {
+    // SAFETY: each call below is a system call on witch's own descriptor
+    // and its own new reservation; MAP_FIXED only replaces pages of that
+    // reservation, which nothing else uses.
+    unsafe {
+        let fd = libc::syscall(libc::SYS_memfd_create, c"witch-cache".as_ptr(), libc::MFD_CLOEXEC) as i32;
+        if fd < 0 {
+            return None;
+        }
+        let sized = libc::syscall(libc::SYS_ftruncate, fd, bytes as i64) == 0;
+        let reserved = map_own(2 * bytes, libc::PROT_NONE, libc::MAP_NORESERVE);
+        let mut ok = sized && reserved != libc::MAP_FAILED;
+        for (at, prot) in [(0, libc::PROT_READ | libc::PROT_EXEC), (bytes, libc::PROT_READ | libc::PROT_WRITE)] {
+            if ok {
+                let want = (reserved as usize + at) as i64;
+                let flags = libc::MAP_SHARED | libc::MAP_FIXED;
+                let got = libc::syscall(libc::SYS_mmap, want, bytes, prot, flags, fd as i64, 0i64);
+                ok = got == want && libc::syscall(libc::SYS_madvise, want, bytes, libc::MADV_DONTFORK) == 0;
+            }
+        }
+        let errno = *libc::__errno_location();
+        libc::syscall(libc::SYS_close, fd);
+        if !ok && reserved != libc::MAP_FAILED {
+            unmap_own(reserved, 2 * bytes);
+        }
+        *libc::__errno_location() = errno;
+        ok.then_some(reserved)
+    }
+}
+
 /// A raw `mmap`/`mremap` system call's result as a mapping: an error
 /// (-4095..-1) is `MAP_FAILED`.
 fn mapped(r: libc::c_long) -> *mut libc::c_void {

@@ -16,8 +16,7 @@ impl CodeCache {
         let at = self.addr(self.layout.rep_at());
         let mut host = self.host(map, own);
         // SAFETY: the partial-rep area, REP_AT..STEP_AT of the mapping.
-        let out =
-            unsafe { std::slice::from_raw_parts_mut(self.base.add(self.layout.rep_at()), self.layout.step_at() - self.layout.rep_at()) };
+        let out = unsafe { std::slice::from_raw_parts_mut(self.w(self.layout.rep_at()), self.layout.step_at() - self.layout.rep_at()) };
         let len = self.translator.translate_rep_part(&mut host, &slots, native, at, out).ok()?;
         self.data().rep_len = len as u64 - EXIT_STUB_LEN;
         Some(at)
@@ -36,9 +35,8 @@ impl CodeCache {
         let env = self.env(counted);
         let mut host = self.host(map, own);
         // SAFETY: the picked instruction's area, STEP_AT..SCRATCH_AT of the mapping.
-        let out = unsafe {
-            std::slice::from_raw_parts_mut(self.base.add(self.layout.step_at()), self.layout.scratch_at() - self.layout.step_at())
-        };
+        let out =
+            unsafe { std::slice::from_raw_parts_mut(self.w(self.layout.step_at()), self.layout.scratch_at() - self.layout.step_at()) };
         self.translator.translate_step(&mut host, &env, native, at, false, out).ok()?;
         self.step_native = native;
         Some(at)
@@ -72,7 +70,7 @@ impl CodeCache {
             let env = self.env(counted);
             let mut host = self.host(map, own);
             // SAFETY: the scratch area, MAX_BLOCK_BYTES long, inside the mapping.
-            let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(self.layout.scratch_at()), translate::MAX_BLOCK_BYTES) };
+            let out = unsafe { std::slice::from_raw_parts_mut(self.w(self.layout.scratch_at()), translate::MAX_BLOCK_BYTES) };
             let made = self.translator.translate_step(&mut host, &env, self.step_native, step, true, out).is_ok();
             return Some(if made { self.translator.point_at(addr, after) } else { None });
         }
