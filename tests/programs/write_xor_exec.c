@@ -5,7 +5,9 @@
  * its arguments.
  *
  * Usage: write_xor_exec [reps]   prints whether the setting took and a
- *          checksum; exits 0 (3 if the kernel has no such setting).
+ *          checksum; exits 0 (3 if the kernel has no such setting);
+ *          reps 0: works until its stdin closes (a target to attach to),
+ *          and prints the rounds instead of the checksums.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -13,22 +15,25 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "stdin_closed.h"
 
 #define MDWE_SET 65 /* PR_SET_MDWE */
 #define MDWE_GET 66
 #define REFUSE_EXEC_GAIN 1
 
 static long reps = 20000;
+static volatile int stop;
 
 /* Stores overwritten before anyone reads them, and some that are read. */
 static void *work(void *arg) {
-    long *a = calloc(4096, sizeof *a), s = 0;
-    for (long r = 0; r < reps; r++) {
+    long *a = calloc(4096, sizeof *a), s = 0, r;
+    for (r = 0; reps ? r < reps : !stop; r++) {
         for (long i = 0; i < 4096; i++) a[i] = i * r + (long)arg;
         for (long i = 0; i < 4096; i += 64) s += a[i];
+        if (!reps && !arg && (r & 255) == 0 && stdin_closed()) stop = 1;
     }
     free(a);
-    return (void *)s;
+    return (void *)(reps ? s : r > 0);
 }
 
 int main(int argc, char **argv) {

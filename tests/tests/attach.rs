@@ -1221,3 +1221,27 @@ fn a_process_that_patches_its_own_code_while_attached_runs_the_new_code() {
         assert!(status.is_some(), "{how}: witch did not end: {text}");
     }
 }
+
+/// A process that forbids itself writable code (`prctl(PR_SET_MDWE)`, as
+/// systemd's MemoryDenyWriteExecute=yes does) before witch attaches gets
+/// the code cache mapped twice in every thread: three sessions of every
+/// craft run windows and are sampled, and the process runs on, a fork
+/// child included. (Before, its bursts single-stepped without a word.)
+#[test]
+fn a_process_that_forbids_writable_code_is_attached_with_windows() {
+    let dir = Scratch::new("attach-wx");
+    let prog = Program::build_with("write_xor_exec", dir.path(), "write_xor_exec", &["-pthread"]).expect("build write_xor_exec");
+    let t = Target::start(&prog.exe, &["0"], &[]);
+    t.wait_ready(3, None);
+    for (i, craft) in ["dead", "silent-load", "silent-store"].into_iter().enumerate() {
+        let out = dir.join(&format!("attach{i}.json"));
+        let run = attach_cmd(&witch_bin(), &[], craft, t.pid(), &["--duration", "400ms", "-q", "-o", out.to_str().unwrap()]);
+        assert_eq!(run.code(), Some(0), "attach #{i} failed:\n{}", run.describe());
+        let raw = raw_profile(&out);
+        assert!(raw["counters"]["windows"].as_u64().unwrap_or(0) > 0, "{craft}: windows should run: {}", raw["counters"]);
+        report(&out).assert_samples(5.0);
+    }
+    let end = t.finish();
+    assert_eq!((end.code(), end.signal()), (Some(0), None), "{}\n{}", end.stdout, end.stderr);
+    assert!(end.stdout.contains("write xor execute: 1") && end.stdout.contains("child ended: 0"), "{}", end.stdout);
+}

@@ -142,9 +142,6 @@ impl ThreadState {
         self.window.note_gap(native);
     }
 
-    /// Whole-run windows: go on natively, and back into the cache at `pc`
-    /// when the thread gets there (an instruction breakpoint). Where that
-    /// cannot be, the next tick takes the thread back: a gap.
     /// `native` is in a restartable sequence's critical section, or on the
     /// straight way into one, which the cache does not run
     /// ([`ProcessMap::critical_section`]): the window ends there. Whole-run
@@ -166,6 +163,9 @@ impl ThreadState {
         true
     }
 
+    /// Whole-run windows: go on natively, and back into the cache at `pc`
+    /// when the thread gets there (an instruction breakpoint). Where that
+    /// cannot be, the next tick takes the thread back: a gap.
     pub fn resume_after(&mut self, engine: &Engine, pc: u64) {
         let ok = crate::modules::current().is_some_and(|m| m.module(pc).is_some()) && !engine.is_own_code(pc) && self.window.resume.arm(pc);
         if !ok {

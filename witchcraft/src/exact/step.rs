@@ -271,14 +271,14 @@ impl Exact {
                     // A step reports TRAP_TRACE, or TRAP_BRKPT after a
                     // stepped syscall; the program's own int3 is SI_KERNEL
                     // and raise() is SI_TKILL, and those are delivered.
-                    let code = if sig == Signal::SIGTRAP { ptrace::getsiginfo(pid).map_or(0, |i| i.si_code) } else { 0 };
-                    let from_step = code == 2 || code == 1;
+                    let si_code = if sig == Signal::SIGTRAP { ptrace::getsiginfo(pid).map_or(0, |i| i.si_code) } else { 0 };
+                    let from_step = si_code == 2 || si_code == 1;
                     if self.in_section.remove(&pid.as_raw()) {
                         // Out of a critical section (TRAP_HWBKPT), or a
                         // signal of the program's in it (which the kernel
                         // aborts it for): stepping again.
                         crate::sys::ptrace::clear(pid);
-                        if code == libc::TRAP_HWBKPT {
+                        if si_code == libc::TRAP_HWBKPT {
                             self.go(pid);
                             continue;
                         }
