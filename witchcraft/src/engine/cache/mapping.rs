@@ -68,13 +68,8 @@ impl CodeCache {
             // copy runs now (the caller's thread is in a handler or done
             // with windows).
             unsafe { mem::unmap_own(self.base as *mut libc::c_void, self.view + self.layout.bytes()) };
-            self.base = std::ptr::null_mut();
-            self.view = 0;
         }
-        self.code_pos = 0;
-        self.records = 0;
-        self.indexed = 0;
-        self.link = 0;
+        self.forget();
     }
 
     /// In a fork child: forget every copy; a cache mapped twice, which the
@@ -84,6 +79,11 @@ impl CodeCache {
         if self.view == 0 {
             return self.flush();
         }
+        self.forget();
+    }
+
+    /// No mapping, no copy.
+    fn forget(&mut self) {
         self.base = std::ptr::null_mut();
         self.view = 0;
         self.code_pos = 0;
