@@ -16,7 +16,14 @@ static CODE_WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64:
 /// The program changed the protection of `[addr, addr + len)`: if that
 /// touches a module's code, copies made of it before are stale.
 pub fn protection_changed(addr: u64, len: u64) {
-    if current().is_some_and(|m| m.modules.iter().any(|x| x.start < addr.saturating_add(len) && addr < x.end)) {
+    // (Modules are sorted and apart: the first that ends past `addr` is the
+    // only one that can begin before the range does. A JIT changes its own
+    // memory's protection thousands of times a second.)
+    let touches = |m: &super::ProcessMap| {
+        let i = m.modules.partition_point(|x| x.end <= addr);
+        m.modules.get(i).is_some_and(|x| x.start < addr.saturating_add(len))
+    };
+    if current().is_some_and(touches) {
         CODE_WRITES.fetch_add(1, Ordering::SeqCst);
     }
 }
