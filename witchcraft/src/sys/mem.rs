@@ -303,6 +303,41 @@ impl<T: Zeroable> Drop for Reserved<T> {
 mod tests {
     use super::*;
 
+    /// Code written through the upper view runs from the lower one, which
+    /// cannot be written.
+    #[test]
+    fn memory_mapped_twice_runs_below_what_is_written_above() {
+        let bytes = 1 << 16;
+        let low = map_own_twice(bytes).expect("a memfd mapped twice") as *mut u8;
+        let high = low.wrapping_add(bytes);
+        // mov eax, 42; ret
+        let code = [0xb8, 42, 0, 0, 0, 0xc3];
+        // SAFETY: the upper view is writable, `bytes` long; the lower one
+        // holds the same pages, executable, and nothing else runs there.
+        let got = unsafe {
+            std::ptr::copy_nonoverlapping(code.as_ptr(), high.add(100), code.len());
+            let f: extern "C" fn() -> i32 = std::mem::transmute(low.add(100));
+            f()
+        };
+        assert_eq!(got, 42);
+        // The lower view is executable and not writable, the upper one
+        // the reverse, the same shared pages.
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let perms = |a: *mut u8| {
+            let a = a as u64;
+            maps.lines().find_map(|l| {
+                let (range, rest) = l.split_once(' ')?;
+                let (s, e) = range.split_once('-')?;
+                let (s, e) = (u64::from_str_radix(s, 16).ok()?, u64::from_str_radix(e, 16).ok()?);
+                (s <= a && a < e).then(|| rest[..4].to_string())
+            })
+        };
+        assert_eq!(perms(low).as_deref(), Some("r-xs"), "{maps}");
+        assert_eq!(perms(high).as_deref(), Some("rw-s"), "{maps}");
+        // SAFETY: both views, made above, unused from here on.
+        unsafe { unmap_own(low as *mut libc::c_void, 2 * bytes) };
+    }
+
     #[test]
     fn reserved_memory_is_zero_keeps_what_is_written_and_grows() {
         let mut r = Reserved::<u64>::new(1 << 20).expect("8 MiB of address space");
