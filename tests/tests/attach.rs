@@ -1245,3 +1245,30 @@ fn a_process_that_forbids_writable_code_is_attached_with_windows() {
     assert_eq!((end.code(), end.signal()), (Some(0), None), "{}\n{}", end.stdout, end.stderr);
     assert!(end.stdout.contains("write xor execute: 1") && end.stdout.contains("child ended: 0"), "{}", end.stdout);
 }
+
+/// A process that installs a SIGTRAP handler of its own during an attached
+/// session (through its import of `sigaction`, or through `syscall`) sees
+/// its own trap and no other, with a window at every 1 ms tick: the
+/// agent's handler stays, the program's is remembered and called for the
+/// program's own traps, and after the session the program's is in place.
+/// (Before, the program's handler replaced the agent's, and the code
+/// cache's next exit killed the process: SIGSEGV.)
+#[test]
+fn a_process_that_installs_its_own_trap_handler_while_attached_sees_only_its_own_traps() {
+    use std::time::Duration;
+    let dir = Scratch::new("attach-trap-handler");
+    let prog = Program::build("trap_handler", dir.path());
+    for how in ["libc", "syscall"] {
+        let t = Target::start(&prog.exe, &[how, "20000", "late"], &[]);
+        let (err, out) = (dir.join(&format!("{how}.err")), dir.join(&format!("{how}.json")));
+        let witch = AttachedWitch::start_with(t.pid(), "30s", &out, &err, &["--overhead", "0", "-p", "1ms"]);
+        std::thread::sleep(Duration::from_millis(500));
+        // Closing its stdin makes it install its handler, work, and trap.
+        let end = t.finish();
+        let status = witch.end_within(Duration::from_secs(40));
+        let text = std::fs::read_to_string(&err).unwrap_or_default();
+        assert_eq!((end.code(), end.signal()), (Some(0), None), "{how}: {}\n{}\nwitch: {text}", end.stdout, end.stderr);
+        assert!(end.stdout.contains("installed 0 (its own: yes), traps seen 1"), "{how}: {}", end.stdout);
+        assert!(status.is_some(), "{how}: witch did not end: {text}");
+    }
+}

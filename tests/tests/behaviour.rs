@@ -342,6 +342,28 @@ fn a_program_that_patches_its_own_code_runs_the_new_code() {
     }
 }
 
+/// A program that installs a SIGTRAP handler of its own partway through,
+/// through the C library's `sigaction` or through
+/// `syscall(SYS_rt_sigaction)`, sees its own trap and no other of witch's,
+/// with a window at every 1 ms tick: the agent keeps its handler and
+/// remembers the program's. (Before, the system call put the program's
+/// handler in place of the agent's, and the code cache's next exit killed
+/// the program: SIGSEGV.)
+#[test]
+fn a_program_that_installs_its_own_trap_handler_sees_only_its_own_traps() {
+    let dir = Scratch::new("trap-handler");
+    let prog = Program::build("trap_handler", dir.path());
+    for how in ["libc", "syscall"] {
+        let native = prog.run_native(&[how]);
+        assert!(native.stdout_str().contains("traps seen 1"), "{}", native.describe());
+        for craft in ["dead", "silent-load"] {
+            let out = dir.join(&format!("{how}-{craft}.json"));
+            let run = WitchCmd::new(craft).args(&["-q", "--overhead", "0", "-p", "1ms"]).out(&out).run(&prog.exe, &[how]);
+            assert_same_behaviour(&native, &run);
+        }
+    }
+}
+
 /// A program that turns the time-stamp counter off for itself
 /// (`prctl(PR_SET_TSC, PR_TSC_SIGSEGV)`, with `prctl` or through
 /// `syscall`, as record-and-replay tools and some sandboxes do) and then

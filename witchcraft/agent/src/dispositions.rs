@@ -20,6 +20,21 @@ use witchcraft::sys::siginfo::sampler_signal;
 /// As the C library's `sigaction`.
 #[no_mangle]
 pub unsafe extern "C" fn sigaction(sig: libc::c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> libc::c_int {
+    // SAFETY: as this function's.
+    unsafe { own_sigaction(sig, act, old) }
+}
+
+/// The agent's `sigaction` by an address of its own (the exported one's
+/// address is the C library's when the agent is attached: see
+/// `interpose::own_prctl`). Attached, the program's imports of `sigaction`
+/// and `signal` lead here too (`imports.rs`): a handler the program
+/// installs during a session for a signal the agent owns is remembered,
+/// and the agent's stays (the program's handler for SIGTRAP took the code
+/// cache's exits, and the program died of SIGSEGV).
+///
+/// # Safety
+/// As [`sigaction`].
+pub(crate) unsafe extern "C" fn own_sigaction(sig: libc::c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> libc::c_int {
     let real: SigactionFn = crate::symbols::real_sigaction();
     if PROGRAM.owned(sig) {
         if !old.is_null() {
@@ -129,6 +144,15 @@ const SA_RESTORER: libc::c_int = 0x0400_0000;
 /// As the C library's `signal`.
 #[no_mangle]
 pub unsafe extern "C" fn signal(sig: libc::c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    // SAFETY: as this function's.
+    unsafe { own_signal(sig, handler) }
+}
+
+/// The agent's `signal` by an address of its own (see [`own_sigaction`]).
+///
+/// # Safety
+/// As [`signal`].
+pub(crate) unsafe extern "C" fn own_signal(sig: libc::c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
     // SAFETY: sigaction is plain data.
     let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
     sa.sa_sigaction = handler;
@@ -136,10 +160,60 @@ pub unsafe extern "C" fn signal(sig: libc::c_int, handler: libc::sighandler_t) -
     // SAFETY: as above.
     let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: valid pointers to plain structs.
-    if unsafe { sigaction(sig, &sa, &mut old) } != 0 {
+    if unsafe { own_sigaction(sig, &sa, &mut old) } != 0 {
         return libc::SIG_ERR;
     }
     old.sa_sigaction
+}
+
+/// The kernel's `struct sigaction` (what `rt_sigaction` reads and
+/// writes): the handler, the flags, the signal return, and an 8-byte set.
+#[repr(C)]
+pub(crate) struct KernelSigaction {
+    handler: libc::sighandler_t,
+    flags: libc::c_ulong,
+    restorer: usize,
+    mask: u64,
+}
+
+/// `rt_sigaction(sig, act, old, 8)` as the program made it through
+/// `syscall`, answered by [`own_sigaction`] as the C library's
+/// `sigaction` would be (which puts its own signal return in place of the
+/// program's, to the same effect): 0, or -1 with errno.
+///
+/// # Safety
+/// `act` and `old` are null or point at a kernel `sigaction` to read or
+/// fill, as the kernel requires.
+pub(crate) unsafe fn kernel_sigaction(sig: libc::c_int, act: *const KernelSigaction, old: *mut KernelSigaction) -> libc::c_int {
+    // SAFETY: sigaction is plain data; the first 8 bytes of a C library
+    // signal set are the kernel's set (signal n: bit n - 1).
+    let to_libc = |k: &KernelSigaction| unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = k.handler;
+        sa.sa_flags = k.flags as libc::c_int;
+        *(&mut sa.sa_mask as *mut libc::sigset_t as *mut u64) = k.mask;
+        sa
+    };
+    // SAFETY: the caller's pointer, null or a kernel sigaction to read.
+    let act = unsafe { act.as_ref() }.map(to_libc);
+    // SAFETY: sigaction is plain data.
+    let mut was: libc::sigaction = unsafe { std::mem::zeroed() };
+    let act_ptr = act.as_ref().map_or(std::ptr::null(), |a| a as *const libc::sigaction);
+    // SAFETY: valid pointers to plain structs.
+    let r = unsafe { own_sigaction(sig, act_ptr, &mut was) };
+    if r == 0 && !old.is_null() {
+        // SAFETY: the caller's pointer to a kernel sigaction to fill; the
+        // first 8 bytes of the set are the kernel's.
+        unsafe {
+            *old = KernelSigaction {
+                handler: was.sa_sigaction,
+                flags: was.sa_flags as libc::c_ulong,
+                restorer: was.sa_restorer.map_or(0, |f| f as usize),
+                mask: *(&was.sa_mask as *const libc::sigset_t as *const u64),
+            }
+        };
+    }
+    r
 }
 
 type MaskFn = unsafe extern "C" fn(libc::c_int, *const libc::sigset_t, *mut libc::sigset_t) -> libc::c_int;

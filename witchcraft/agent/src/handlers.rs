@@ -208,7 +208,8 @@ pub fn give_back_fatal_hooks() {
 }
 
 /// An attached agent's handlers: samples and traps. No fatal-signal hooks:
-/// `sigaction` is not interposed, so the program would see them.
+/// the program's handlers installed before the session were read by no
+/// `sigaction` of the agent's, so it would see them.
 pub fn install_attached() {
     let sa = action(on_signal, true);
     take(libc::SIGTRAP, &sa);

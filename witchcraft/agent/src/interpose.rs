@@ -11,7 +11,8 @@
 //!   which write it otherwise, are skipped);
 //! - `ptrace`: a process that asks to be traced (`PTRACE_TRACEME`) leaves
 //!   its debug registers and signals to its debugger;
-//! - `prctl` and `syscall`, for `PR_SET_SECCOMP` and `SYS_seccomp`: a
+//! - `prctl` and `syscall` (the latter in [`crate::program_syscall`]), for
+//!   `PR_SET_SECCOMP` and `SYS_seccomp` and the like: a
 //!   process that puts itself in a seccomp sandbox is left before the
 //!   filter goes in (`leave::leave_to_sandbox`; an attached agent gets
 //!   these two, and the `exec` calls and `fexecve`, through the program's
@@ -24,7 +25,8 @@
 use crate::attach_state::{Leave, SESSION};
 use crate::exec_image::{self, Target};
 use crate::leave;
-use crate::state::{preloaded, Mode, AGENT};
+use crate::program_syscall::{entering_sandbox, DISPATCH, PR_SECCOMP_MODES, SECCOMP_PRCTL};
+use crate::state::{preloaded, AGENT};
 use crate::symbols::{keeping_errno, next};
 use crate::thread_life;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -350,57 +352,9 @@ pub unsafe extern "C" fn ptrace(req: libc::c_int, pid: libc::pid_t, addr: *mut l
     unsafe { std::mem::transmute::<*mut libc::c_void, PtraceFn>(next(c"ptrace", &REAL))(req, pid, addr, data) }
 }
 
-/// `seccomp` operations and `prctl` modes that install a filter or strict
-/// mode (`SECCOMP_SET_MODE_STRICT`, `SECCOMP_SET_MODE_FILTER`;
-/// `SECCOMP_MODE_STRICT`, `SECCOMP_MODE_FILTER`).
-const SECCOMP_SET_MODES: [libc::c_long; 2] = [0, 1];
-/// The sandboxes a program can put itself in, as the profile names them.
-const SECCOMP_SYSCALL: &str = "a seccomp sandbox (seccomp)";
-const SECCOMP_PRCTL: &str = "a seccomp sandbox (prctl PR_SET_SECCOMP)";
-/// Syscall user dispatch is a filter of another kind: the thread's system
-/// calls raise SIGSYS while a byte of the program's says so, and a
-/// handler of witch's that made one then was killed by it.
-const DISPATCH: &str = "a sandbox of its system calls (syscall user dispatch: prctl PR_SET_SYSCALL_USER_DISPATCH)";
-const PR_SECCOMP_MODES: [libc::c_ulong; 2] = [1, 2];
-
-/// The program is about to enter a seccomp sandbox: a preloaded agent
-/// stops profiling, an attached session ends (`imports.rs` routes the
-/// program's calls here).
-fn entering_sandbox(how: &'static str) {
-    if preloaded() && AGENT.owner_is_me() {
-        keeping_errno(|| leave::leave_to_sandbox(how));
-    } else if AGENT.mode() == Mode::Attached && keeping_errno(|| SESSION.leave(Leave::Sandbox(how))) {
-        // For good: the agent's handlers make no system call from here on.
-        AGENT.set_sandboxed();
-    }
-}
-
-/// `perf_event_open(attr, pid, ...)` of the program's own (witch's own
-/// opens make the system call themselves: `sys::perf`) asks for a
-/// hardware breakpoint on a thread of this process (`pid` 0, or one of
-/// its threads) or on a whole CPU (-1): one the debug registers witch
-/// holds would fail with ENOSPC.
-fn breakpoint_here(attr: libc::c_long, pid: libc::c_long) -> bool {
-    witchcraft::sys::perf::asks_for_breakpoint(attr as u64)
-        && (pid <= 0 || i64::from(task::getpid()) == pid || task::is_own_thread(pid as i32))
-}
-
-/// The program opens hardware breakpoints of its own: they need the debug
-/// registers, so profiling leaves them to it, as to a debugger (a session
-/// attached ends; a preloaded agent stops, its profile written).
-fn using_breakpoints() {
-    if preloaded() && AGENT.owner_is_me() {
-        keeping_errno(leave::leave_to_breakpoints);
-    } else if AGENT.mode() == Mode::Attached {
-        keeping_errno(|| SESSION.leave(Leave::Breakpoints));
-    }
-}
-
 /// The `prctl` the agent's calls on to: the next definition (preloaded), or
 /// the one the program's own calls bind to (attached).
 static REAL_PRCTL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
-/// The `syscall` the program's own calls bind to (attached).
-static REAL_SYSCALL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
 
 /// An import an attached agent takes: its name, the agent's definition
 /// for it, and where the definition the program's own calls bind to is
@@ -409,11 +363,13 @@ static REAL_SYSCALL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut
 pub(crate) type AttachedImport = (&'static std::ffi::CStr, *const libc::c_void, Option<&'static AtomicPtr<libc::c_void>>);
 
 /// The imports an attached agent takes (`imports.rs`).
-pub(crate) fn attached_imports() -> [AttachedImport; 11] {
+pub(crate) fn attached_imports() -> [AttachedImport; 13] {
     [
         (c"mprotect", crate::code_patch::own_mprotect as *const libc::c_void, Some(&crate::code_patch::REAL_MPROTECT)),
         (c"prctl", own_prctl as *const libc::c_void, Some(&REAL_PRCTL)),
-        (c"syscall", attached_syscall as *const libc::c_void, Some(&REAL_SYSCALL)),
+        (c"syscall", crate::program_syscall::attached_syscall as *const libc::c_void, Some(&crate::program_syscall::REAL_SYSCALL)),
+        (c"sigaction", crate::dispositions::own_sigaction as *const libc::c_void, None),
+        (c"signal", crate::dispositions::own_signal as *const libc::c_void, None),
         (c"execve", attached_execve as *const libc::c_void, Some(&REAL_EXEC[0])),
         (c"execvpe", attached_execvpe as *const libc::c_void, Some(&REAL_EXEC[1])),
         (c"execv", attached_execv as *const libc::c_void, Some(&REAL_EXEC[2])),
@@ -455,31 +411,6 @@ pub(crate) fn resolve_for_attached() -> bool {
         all &= !f.is_null();
     }
     all
-}
-
-/// What the agent does before a `syscall(nr, a1, ...)` of the program's
-/// (preloaded or attached): `SYS_seccomp` installing a filter or strict
-/// mode puts the process in a sandbox.
-fn before_syscall(nr: libc::c_long, a1: libc::c_long, a2: libc::c_long) {
-    if nr == libc::SYS_seccomp && SECCOMP_SET_MODES.contains(&a1) {
-        entering_sandbox(SECCOMP_SYSCALL);
-    }
-    if nr == libc::SYS_perf_event_open && breakpoint_here(a1, a2) {
-        using_breakpoints();
-    }
-    if nr == libc::SYS_prctl && a1 == task::PR_SET_SYSCALL_USER_DISPATCH as libc::c_long && a2 as libc::c_ulong == task::PR_SYS_DISPATCH_ON
-    {
-        entering_sandbox(DISPATCH);
-    }
-    if nr == libc::SYS_mprotect || nr == libc::SYS_pkey_mprotect {
-        // (Before the call: a patch is written after making code
-        // writable, and the call making it executable again comes after.)
-        witchcraft::modules::protection_changed(a1 as u64, a2 as u64);
-    }
-    if nr == libc::SYS_prctl && a1 == task::PR_SET_TSC as libc::c_long {
-        // Maybe turning the time-stamp counter off (see `own_prctl`).
-        task::counter_off();
-    }
 }
 
 type PrctlFn = unsafe extern "C" fn(libc::c_int, libc::c_ulong, libc::c_ulong, libc::c_ulong, libc::c_ulong) -> libc::c_int;
@@ -530,70 +461,4 @@ pub(crate) unsafe extern "C" fn own_prctl(
     }
     // SAFETY: the C library's prctl reads these five arguments.
     unsafe { std::mem::transmute::<*mut libc::c_void, PrctlFn>(next(c"prctl", &REAL_PRCTL))(option, a2, a3, a4, a5) }
-}
-
-/// `syscall(SYS_seccomp, ...)` (libseccomp's way in) puts the process in a
-/// sandbox: the agent leaves first (see the module comment). The call
-/// itself is made here as the C library's `syscall` makes it (the number
-/// and six arguments into the kernel's registers; a result in -4095..-1 is
-/// -errno), not through it: the agent's own handlers call `syscall`, and
-/// looking the C library's up (`dlsym`) is not allowed there.
-///
-/// # Safety
-/// As the C library's `syscall`, which reads a number and six arguments
-/// whatever the caller passed (unused ones are whatever is in their
-/// registers or stack slot, as here).
-#[no_mangle]
-pub unsafe extern "C" fn syscall(
-    nr: libc::c_long,
-    a1: libc::c_long,
-    a2: libc::c_long,
-    a3: libc::c_long,
-    a4: libc::c_long,
-    a5: libc::c_long,
-    a6: libc::c_long,
-) -> libc::c_long {
-    before_syscall(nr, a1, a2);
-    let r: libc::c_long;
-    // SAFETY: the caller's system call, as it asked for it; the kernel
-    // clobbers rcx and r11 and touches no stack.
-    unsafe {
-        std::arch::asm!(
-            "syscall",
-            inlateout("rax") nr => r,
-            in("rdi") a1, in("rsi") a2, in("rdx") a3, in("r10") a4, in("r8") a5, in("r9") a6,
-            lateout("rcx") _, lateout("r11") _,
-            options(nostack),
-        );
-    }
-    if (-4095..0).contains(&r) {
-        // SAFETY: this thread's errno.
-        unsafe { *libc::__errno_location() = -r as libc::c_int };
-        return -1;
-    }
-    r
-}
-
-type SyscallFn =
-    unsafe extern "C" fn(libc::c_long, libc::c_long, libc::c_long, libc::c_long, libc::c_long, libc::c_long, libc::c_long) -> libc::c_long;
-
-/// The program's `syscall`, through its import tables, in an attached
-/// process (`imports.rs`): a sandbox about to go in ends the session first;
-/// then the call goes on to the definition the program's own calls bind to
-/// ([`resolve_for_attached`]).
-///
-/// # Safety
-/// As [`syscall`]; only installed once `resolve_for_attached` found it.
-pub(crate) unsafe extern "C" fn attached_syscall(
-    nr: libc::c_long,
-    a1: libc::c_long,
-    a2: libc::c_long,
-    a3: libc::c_long,
-    a4: libc::c_long,
-    a5: libc::c_long,
-    a6: libc::c_long,
-) -> libc::c_long {
-    before_syscall(nr, a1, a2);
-    // SAFETY: the program's own `syscall`, with the arguments it was given.
-    unsafe { std::mem::transmute::<*mut libc::c_void, SyscallFn>(REAL_SYSCALL.load(Ordering::Acquire))(nr, a1, a2, a3, a4, a5, a6) }
 }
