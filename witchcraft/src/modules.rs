@@ -361,11 +361,7 @@ impl ProcessMap {
     /// that the code at `pc` runs straight into: code the cache must not
     /// run, nor stop in (see [`critical`]). Async-signal-safe.
     pub fn critical_section(&self, pc: u64) -> Option<critical::Section> {
-        let sections = &self.module(pc)?.critical;
-        if sections.is_empty() {
-            return None;
-        }
-        critical::reaching(sections, pc, crate::sys::mem::read_own)
+        self.module(pc)?.critical_section(pc)
     }
 
     /// Start of the function containing `pc`, if known.

@@ -181,7 +181,11 @@ impl Host for ProgramHost<'_> {
 /// kernel would not restart: [`ProcessMap::critical_section`]).
 /// Async-signal-safe.
 pub fn runs_from_cache(map: &ProcessMap, own: (u64, u64), pc: u64) -> bool {
-    (map.module(pc).is_some() || crate::sys::vdso::holds(pc)) && !(pc >= own.0 && pc < own.1) && map.critical_section(pc).is_none()
+    let runs = match map.module(pc) {
+        Some(m) => m.critical_section(pc).is_none(),
+        None => crate::sys::vdso::holds(pc),
+    };
+    runs && !(pc >= own.0 && pc < own.1)
 }
 
 /// The index entry for `native`, if any.

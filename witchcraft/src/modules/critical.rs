@@ -92,6 +92,17 @@ pub(super) fn sections(file: &object::File, bias: u64, start: u64, end: u64) -> 
     out
 }
 
+impl super::LoadedModule {
+    /// [`super::ProcessMap::critical_section`], for `pc` in this module.
+    /// Async-signal-safe.
+    pub fn critical_section(&self, pc: u64) -> Option<Section> {
+        if self.critical.is_empty() {
+            return None;
+        }
+        reaching(&self.critical, pc, crate::sys::mem::read_own)
+    }
+}
+
 /// The critical sections of any process's modules, sorted, from its
 /// /proc/PID/maps text (the single-stepping exact mode, which must not
 /// step through them).
