@@ -25,12 +25,13 @@
 use crate::attach_state::{Leave, SESSION};
 use crate::exec_image::{self, Target};
 use crate::leave;
-use crate::program_syscall::before_prctl;
+use crate::program_syscall::{entering_sandbox, DISPATCH, PR_SECCOMP_MODES, SECCOMP_PRCTL};
 use crate::state::{preloaded, AGENT};
 use crate::symbols::{keeping_errno, next};
 use crate::thread_life;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use witchcraft::profile::EndedBy;
+use witchcraft::sys::task;
 
 type StartFn = extern "C" fn(*mut libc::c_void) -> *mut libc::c_void;
 type PthreadCreate = unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, StartFn, *mut libc::c_void) -> libc::c_int;
@@ -446,7 +447,18 @@ pub(crate) unsafe extern "C" fn own_prctl(
     a4: libc::c_ulong,
     a5: libc::c_ulong,
 ) -> libc::c_int {
-    before_prctl(option, a2);
+    if option == libc::PR_SET_SECCOMP && PR_SECCOMP_MODES.contains(&a2) {
+        entering_sandbox(SECCOMP_PRCTL);
+    }
+    if option == task::PR_SET_SYSCALL_USER_DISPATCH && a2 == task::PR_SYS_DISPATCH_ON {
+        entering_sandbox(DISPATCH);
+    }
+    if option == task::PR_SET_TSC && a2 == task::PR_TSC_SIGSEGV {
+        // The thread is turning the time-stamp counter off (replay tools
+        // and some sandboxes do): the agent's clocks stop reading it first,
+        // or its next read in a handler of witch's would kill the program.
+        task::counter_off();
+    }
     // SAFETY: the C library's prctl reads these five arguments.
     unsafe { std::mem::transmute::<*mut libc::c_void, PrctlFn>(next(c"prctl", &REAL_PRCTL))(option, a2, a3, a4, a5) }
 }

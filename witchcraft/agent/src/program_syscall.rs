@@ -25,17 +25,17 @@ pub(crate) static REAL_SYSCALL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::pt
 const SECCOMP_SET_MODES: [libc::c_long; 2] = [0, 1];
 /// The sandboxes a program can put itself in, as the profile names them.
 const SECCOMP_SYSCALL: &str = "a seccomp sandbox (seccomp)";
-const SECCOMP_PRCTL: &str = "a seccomp sandbox (prctl PR_SET_SECCOMP)";
+pub(crate) const SECCOMP_PRCTL: &str = "a seccomp sandbox (prctl PR_SET_SECCOMP)";
 /// Syscall user dispatch is a filter of another kind: the thread's system
 /// calls raise SIGSYS while a byte of the program's says so, and a
 /// handler of witch's that made one then was killed by it.
-const DISPATCH: &str = "a sandbox of its system calls (syscall user dispatch: prctl PR_SET_SYSCALL_USER_DISPATCH)";
-const PR_SECCOMP_MODES: [libc::c_ulong; 2] = [1, 2];
+pub(crate) const DISPATCH: &str = "a sandbox of its system calls (syscall user dispatch: prctl PR_SET_SYSCALL_USER_DISPATCH)";
+pub(crate) const PR_SECCOMP_MODES: [libc::c_ulong; 2] = [1, 2];
 
 /// The program is about to enter a seccomp sandbox: a preloaded agent
 /// stops profiling, an attached session ends (`imports.rs` routes the
 /// program's calls here).
-fn entering_sandbox(how: &'static str) {
+pub(crate) fn entering_sandbox(how: &'static str) {
     if preloaded() && AGENT.owner_is_me() {
         keeping_errno(|| leave::leave_to_sandbox(how));
     } else if AGENT.mode() == Mode::Attached && keeping_errno(|| SESSION.leave(Leave::Sandbox(how))) {
@@ -75,31 +75,17 @@ fn before_syscall(nr: libc::c_long, a1: libc::c_long, a2: libc::c_long) {
     if nr == libc::SYS_perf_event_open && breakpoint_here(a1, a2) {
         using_breakpoints();
     }
-    if nr == libc::SYS_prctl {
-        before_prctl(a1 as libc::c_int, a2 as libc::c_ulong);
+    if nr == libc::SYS_prctl && a1 == task::PR_SET_SYSCALL_USER_DISPATCH as libc::c_long && a2 as libc::c_ulong == task::PR_SYS_DISPATCH_ON
+    {
+        entering_sandbox(DISPATCH);
     }
     if nr == libc::SYS_mprotect || nr == libc::SYS_pkey_mprotect {
         // (Before the call: a patch is written after making code
         // writable, and the call making it executable again comes after.)
         witchcraft::modules::protection_changed(a1 as u64, a2 as u64);
     }
-}
-
-/// What the agent does before a `prctl(option, a2, ...)` of the program's,
-/// made through the C library's `prctl` (`interpose::own_prctl`) or
-/// through `syscall`: a sandbox ends profiling first, and a time-stamp
-/// counter about to fault stops the agent's clocks reading it.
-pub(crate) fn before_prctl(option: libc::c_int, a2: libc::c_ulong) {
-    if option == libc::PR_SET_SECCOMP && PR_SECCOMP_MODES.contains(&a2) {
-        entering_sandbox(SECCOMP_PRCTL);
-    }
-    if option == task::PR_SET_SYSCALL_USER_DISPATCH && a2 == task::PR_SYS_DISPATCH_ON {
-        entering_sandbox(DISPATCH);
-    }
-    if option == task::PR_SET_TSC && a2 == task::PR_TSC_SIGSEGV {
-        // The thread is turning the time-stamp counter off (replay tools
-        // and some sandboxes do): the agent's clocks stop reading it first,
-        // or its next read in a handler of witch's would kill the program.
+    if nr == libc::SYS_prctl && a1 == task::PR_SET_TSC as libc::c_long {
+        // Maybe turning the time-stamp counter off (see `own_prctl`).
         task::counter_off();
     }
 }
