@@ -9,7 +9,9 @@
  * With reservoir replacement some i-loop watchpoints survive until the j loop
  * overwrites them, so <@i, @j> is found.  With "replace the oldest" the first
  * few samples of the j loop evict every i-loop watchpoint (all of which lie
- * ahead of j), so <@i, @j> is never seen.
+ * ahead of j), so <@i, @j> is almost never seen: only when fewer picks than
+ * debug registers land in one pass (picks are a Poisson count, about ten a
+ * pass), which happens in about one run in forty.
  *
  * What is stored does not matter to DeadCraft; the stored value comes from a
  * pointer chase (c = nxt[c]) so that every store costs the same time and sits

@@ -46,6 +46,9 @@ pub struct Sum {
     /// Index in the report's pair list (sorted by waste, descending) of the
     /// first matching pair.
     pub best_rank: Option<usize>,
+    /// The traps that found the matching pairs (observations, before any
+    /// weighing).
+    pub traps: u64,
 }
 
 impl Sum {
@@ -178,6 +181,7 @@ impl Report {
                 s.waste += num(&p["waste"]);
                 s.r#use += num(&p["use"]);
                 s.count += 1;
+                s.traps += p["traps"].as_u64().unwrap_or(0);
                 s.best_rank.get_or_insert(i);
             }
         }

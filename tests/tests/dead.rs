@@ -102,16 +102,26 @@ fn listing_4_2_reservoir_finds_what_oldest_misses() {
     assert_eq!(raw["replacement"].as_str(), Some("oldest"), "the raw profile should record --replacement oldest");
     let missed = old.pair(f, i, j);
     old.note(&format!(
-        "oldest: <{i},{j}> waste {:.3e} = {:.3} of reservoir's",
+        "oldest: <{i},{j}> {} traps (reservoir: {}), waste {:.3e} = {:.3} of reservoir's",
+        missed.traps,
+        found.traps,
         missed.waste,
         missed.waste / found.waste.max(f64::MIN_POSITIVE)
     ));
+    // What "oldest" misses is observations. A watchpoint of the i loop
+    // outlives the j loop's evictions only when fewer than four picks land
+    // in one pass over the array; picks are geometric (about ten a pass, a
+    // Poisson count), so that happens now and then (about one run in forty
+    // here). Proportional attribution (Witch 4.4.2) then gives that one
+    // trap every sample of @i not yet accounted for, so the pair's waste
+    // is anywhere from nothing to all of it: a single trap's weight says
+    // nothing about how often the policy sees the pair. The count does.
     assert!(
-        missed.waste <= 0.10 * found.waste,
-        "oldest: <{f}:{i}, {f}:{j}> should be (nearly) missed: waste {:.4e} vs {:.4e} with reservoir (want <= 10%)\n\
-         --- oldest ---\n{}\n--- reservoir ---\n{}",
-        missed.waste,
-        found.waste,
+        found.traps >= 20 && missed.traps as f64 <= 0.05 * found.traps as f64,
+        "oldest: <{f}:{i}, {f}:{j}> should be (nearly) missed: {} traps found it vs {} with reservoir \
+         (want <= 5%, and >= 20 with reservoir)\n--- oldest ---\n{}\n--- reservoir ---\n{}",
+        missed.traps,
+        found.traps,
         old.dump(),
         res.dump()
     );
