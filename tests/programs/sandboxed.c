@@ -7,11 +7,12 @@
  * new thread, in a fork child that ends with abort(), and in an image it
  * execs (which inherits the filter).
  *
- * Usage: sandboxed prctl|seccomp|tsync kill|errno [rounds [wait|late]]
+ * Usage: sandboxed prctl|sysprctl|seccomp|tsync kill|errno [rounds [wait|late]]
  *          prints checksums and how its children ended; exits 3 (with
  *          `wait`, it works in the sandbox until its stdin closes first;
  *          with `late`, it works until its stdin closes before it enters
- *          the sandbox: a target to attach to first).  `tsync` is seccomp(2)
+ *          the sandbox: a target to attach to first).  `sysprctl` is prctl
+ *          through syscall(2).  `tsync` is seccomp(2)
  *          with SECCOMP_FILTER_FLAG_TSYNC: the filter goes on every thread
  *          of the process, as a browser's sandbox does, not only the caller.
  *        sandboxed exec-child rounds
@@ -71,8 +72,9 @@ static void enter_sandbox(const char *how, int kill) {
         exit(2);
     }
     unsigned flags = strcmp(how, "tsync") == 0 ? SECCOMP_FILTER_FLAG_TSYNC : 0;
-    int r = strcmp(how, "prctl") == 0 ? prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0)
-                                      : (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
+    int r = strcmp(how, "prctl") == 0      ? prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0)
+            : strcmp(how, "sysprctl") == 0 ? (int)syscall(SYS_prctl, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0)
+                                           : (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
     if (r != 0) {
         perror("seccomp");
         exit(2);
@@ -103,7 +105,7 @@ int main(int argc, char **argv) {
         return 127;
     }
     if (argc < 3) {
-        fprintf(stderr, "usage: sandboxed prctl|seccomp|tsync kill|errno [rounds [wait|late]]\n");
+        fprintf(stderr, "usage: sandboxed prctl|sysprctl|seccomp|tsync kill|errno [rounds [wait|late]]\n");
         return 2;
     }
     long rounds = argc > 3 ? atol(argv[3]) : 30000000;

@@ -676,8 +676,8 @@ fn waits_for_input_and_ran_rounds(t: &Target) -> bool {
 }
 
 /// A process that puts itself in a seccomp sandbox during an attached
-/// session (with `prctl`; with `seccomp(2)` through `syscall`, as
-/// libseccomp does; with `SECCOMP_FILTER_FLAG_TSYNC`, which puts the
+/// session (with `prctl`, directly or through `syscall`; with
+/// `seccomp(2)` through `syscall`, as libseccomp does; with `SECCOMP_FILTER_FLAG_TSYNC`, which puts the
 /// filter on every thread, the agent's own too), whose filter kills the
 /// process (or fails with EPERM) at the system calls a profiler makes: the
 /// agent sees the call coming through the program's import table, ends the
@@ -691,7 +691,7 @@ fn a_process_that_sandboxes_itself_during_the_session_is_left_first() {
     use std::time::{Duration, Instant};
     let dir = Scratch::new("attach-sandboxing");
     let prog = Program::build("sandboxed", dir.path());
-    for (how, action) in [("prctl", "kill"), ("tsync", "kill"), ("seccomp", "errno")] {
+    for (how, action) in [("prctl", "kill"), ("sysprctl", "kill"), ("tsync", "kill"), ("seccomp", "errno")] {
         let args = [how, action, "20000000", "late"];
         let native = prog.run_native(&args);
         assert_eq!(native.code(), Some(3), "native run:\n{}", native.describe());

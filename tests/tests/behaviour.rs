@@ -225,7 +225,8 @@ fn too_many_debug_registers_is_an_error() {
 }
 
 /// A program that puts itself in a seccomp sandbox partway through (with
-/// `prctl`, or `seccomp(2)` through `syscall` as libseccomp does), whose
+/// `prctl`, directly or through `syscall`, or `seccomp(2)` through
+/// `syscall` as libseccomp does), whose
 /// filter kills the process (or fails with EPERM) at the system calls a
 /// profiler makes, behaves as without witch: after the filter it works in
 /// a thread, in a fork child that aborts and in an image it execs. The
@@ -235,7 +236,7 @@ fn too_many_debug_registers_is_an_error() {
 fn a_program_that_sandboxes_itself_is_left_before_its_filter_goes_in() {
     let dir = Scratch::new("sandboxed");
     let prog = Program::build("sandboxed", dir.path());
-    for (how, action) in [("prctl", "kill"), ("seccomp", "kill"), ("seccomp", "errno")] {
+    for (how, action) in [("prctl", "kill"), ("sysprctl", "kill"), ("seccomp", "kill"), ("seccomp", "errno")] {
         let args = [how, action, "20000000"];
         let native = prog.run_native(&args);
         assert_eq!(native.code(), Some(3), "native run:\n{}", native.describe());

@@ -72,6 +72,10 @@ fn before_syscall(nr: libc::c_long, a1: libc::c_long, a2: libc::c_long) {
     if nr == libc::SYS_seccomp && SECCOMP_SET_MODES.contains(&a1) {
         entering_sandbox(SECCOMP_SYSCALL);
     }
+    if nr == libc::SYS_prctl && a1 == libc::PR_SET_SECCOMP as libc::c_long && PR_SECCOMP_MODES.contains(&(a2 as libc::c_ulong)) {
+        // As the C library's `prctl` does (`interpose::own_prctl`).
+        entering_sandbox(SECCOMP_PRCTL);
+    }
     if nr == libc::SYS_perf_event_open && breakpoint_here(a1, a2) {
         using_breakpoints();
     }
