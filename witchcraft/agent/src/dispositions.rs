@@ -245,6 +245,12 @@ unsafe fn without_ours(how: libc::c_int, set: *const libc::sigset_t, copy: &mut 
     copy
 }
 
+/// The kernel's set (bit n - 1 for signal n) of the signals the agent
+/// owns, which the program's masks leave out ([`without_ours`]).
+pub(crate) fn owned_kernel_set() -> u64 {
+    [libc::SIGTRAP, sampler_signal()].into_iter().filter(|&sig| PROGRAM.owned(sig)).fold(0, |set, sig| set | 1 << (sig - 1))
+}
+
 /// # Safety
 /// As the C library's `pthread_sigmask`.
 #[no_mangle]

@@ -7,7 +7,9 @@
 //! `rt_sigaction` made this way goes through the agent's `sigaction`, as
 //! the C library's would ([`crate::dispositions::kernel_sigaction`]): the
 //! kernel's call would have put the program's handler in place of the
-//! agent's, whose next trap in the code cache killed the program.
+//! agent's, whose next trap in the code cache killed the program; a
+//! `rt_sigprocmask` leaves the agent's signals out, as its `sigprocmask`
+//! does.
 
 use crate::attach_state::{Leave, SESSION};
 use crate::leave;
@@ -111,6 +113,28 @@ fn as_sigaction(nr: libc::c_long, a1: libc::c_long, a2: libc::c_long, a3: libc::
     })
 }
 
+/// A `rt_sigprocmask` through `syscall` blocks the signals the agent owns
+/// no more than the C library's `sigprocmask` does
+/// ([`crate::dispositions::sigprocmask`]): the set the call should pass,
+/// the program's own `set`, or its copy without them in `copy`. (Before,
+/// a thread that blocked every signal this way was never sampled.)
+fn mask_without_ours(nr: libc::c_long, how: libc::c_long, set: libc::c_long, size: libc::c_long, copy: &mut u64) -> libc::c_long {
+    if nr != libc::SYS_rt_sigprocmask || set == 0 || size != 8 || how == libc::SIG_UNBLOCK as libc::c_long {
+        return set;
+    }
+    let mut bytes = [0u8; 8];
+    // (A set the agent cannot read is the kernel's to refuse: EFAULT.)
+    if !witchcraft::sys::mem::read_own(set as u64, &mut bytes) {
+        return set;
+    }
+    let (asked, ours) = (u64::from_ne_bytes(bytes), crate::dispositions::owned_kernel_set());
+    if asked & ours == 0 {
+        return set;
+    }
+    *copy = asked & !ours;
+    copy as *mut u64 as libc::c_long
+}
+
 /// `syscall(SYS_seccomp, ...)` (libseccomp's way in) puts the process in a
 /// sandbox: the agent leaves first (see the module comment). The call
 /// itself is made here as the C library's `syscall` makes it (the number
@@ -135,6 +159,8 @@ pub unsafe extern "C" fn syscall(
     if let Some(r) = agent_first(nr, a1, a2, a3, a4) {
         return r;
     }
+    let mut copy = 0u64;
+    let a2 = mask_without_ours(nr, a1, a2, a4, &mut copy);
     let r: libc::c_long;
     // SAFETY: the caller's system call, as it asked for it; the kernel
     // clobbers rcx and r11 and touches no stack.
@@ -177,6 +203,9 @@ pub(crate) unsafe extern "C" fn attached_syscall(
     if let Some(r) = agent_first(nr, a1, a2, a3, a4) {
         return r;
     }
-    // SAFETY: the program's own `syscall`, with the arguments it was given.
+    let mut copy = 0u64;
+    let a2 = mask_without_ours(nr, a1, a2, a4, &mut copy);
+    // SAFETY: the program's own `syscall`, with the arguments it was given
+    // (a mask without the agent's signals).
     unsafe { std::mem::transmute::<*mut libc::c_void, SyscallFn>(REAL_SYSCALL.load(Ordering::Acquire))(nr, a1, a2, a3, a4, a5, a6) }
 }
