@@ -81,6 +81,16 @@ pub(crate) unsafe extern "C" fn own_sigaction(sig: libc::c_int, act: *const libc
         // SAFETY: the caller's pointer to a sigaction to read.
         return crate::handlers::guard(sig, unsafe { &*act });
     }
+    if crate::handlers::FAULTS.contains(&sig) && AGENT.mode() == Mode::Attached {
+        // SAFETY: the caller's pointer, null or a sigaction to read.
+        let handles = unsafe { act.as_ref() }.is_some_and(|a| a.sa_sigaction != libc::SIG_DFL && a.sa_sigaction != libc::SIG_IGN);
+        if let (true, Some(engine)) = (handles, AGENT.engine()) {
+            // An attached agent cannot guard the program's fault handlers,
+            // so windows stop before one goes in, not at the next poll: a
+            // fault in a copy handed the handler the copy's PC.
+            engine.allow_windows(false);
+        }
+    }
     // A handler on the program's own alternate stack: witch's signals wait
     // until it returns. That stack is sized for the program's signals one
     // at a time (each handler blocks its own); a sample or trap taken
