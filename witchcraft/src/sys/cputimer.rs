@@ -87,6 +87,19 @@ pub fn set_first(id: i32, first_ns: u64, period_ns: u64) -> bool {
         } == 0
 }
 
+/// Stop the timer; the thread CPU time it had left until it would have
+/// fired (0 if it was stopped, or on failure).
+pub fn stop_left(id: i32) -> u64 {
+    // SAFETY: itimerspec is plain integers.
+    let (zero, mut old): (libc::itimerspec, libc::itimerspec) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    // SAFETY: the kernel reads `zero` and writes `old`, two locals. Async-signal-safe (raw syscall).
+    let r = unsafe { libc::syscall(libc::SYS_timer_settime, id, 0, &zero as *const libc::itimerspec, &mut old as *mut libc::itimerspec) };
+    if id < 0 || r != 0 {
+        return 0;
+    }
+    old.it_value.tv_sec as u64 * 1_000_000_000 + old.it_value.tv_nsec as u64
+}
+
 pub fn delete(id: i32) {
     if id >= 0 {
         // SAFETY: no pointers; a bad id fails with EINVAL.
@@ -98,6 +111,23 @@ pub fn delete(id: i32) {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// A stopped timer says what it had left, which a later start can take.
+    #[test]
+    fn a_stopped_timer_says_what_it_had_left() {
+        // A signal nothing sends: the timer never fires in this test.
+        let id = create(crate::sys::task::gettid(), CpuTime::All, libc::SIGRTMIN() + 4, 0).expect("timer_create");
+        assert!(set(id, 10_000_000_000));
+        let t0 = crate::sys::task::thread_cpu_ns();
+        let mut x = 0u64;
+        while crate::sys::task::thread_cpu_ns() < t0 + 20_000_000 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
+        }
+        let left = stop_left(id);
+        assert!((9_000_000_000..10_000_000_000).contains(&left), "{left} ns left");
+        assert_eq!(stop_left(id), 0, "a stopped timer has nothing left");
+        delete(id);
+    }
 
     static TAGGED: AtomicU64 = AtomicU64::new(0);
     /// Expirations the tagged signals stand for: each one, and the

@@ -35,6 +35,11 @@ pub fn sampler_signal() -> i32 {
     libc::SIGRTMIN() + 7
 }
 
+/// The sampler's signal as a program names it.
+pub fn sampler_signal_name() -> String {
+    format!("SIGRTMIN+{}", sampler_signal() - libc::SIGRTMIN())
+}
+
 /// Our tag, in the top half of `si_perf_data` / `si_value` ("WITC").
 pub const TAG: u64 = 0x5749_5443_0000_0000;
 pub const TAG_MASK: u64 = 0xffff_ffff_0000_0000;
@@ -140,8 +145,7 @@ pub fn mask_bit(sig: i32) -> u64 {
 
 /// Set the calling thread's signal mask to the kernel mask `mask`.
 pub fn set_thread_mask(mask: u64) {
-    // SAFETY: rt_sigprocmask reads 8 bytes of mask; no old set is asked for.
-    unsafe { libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &mask as *const u64, 0usize, 8usize) };
+    crate::sys::task::set_kernel_mask(&mask);
 }
 
 /// The signals pending for the calling thread or its process, as a
@@ -154,6 +158,28 @@ pub fn pending() -> u64 {
         set
     } else {
         0
+    }
+}
+
+/// Take one pending instance of `sig` (blocked, or in its own handler)
+/// off the calling thread's queue into `info`, without waiting. False if
+/// none is pending. Async-signal-safe: one system call.
+pub fn take_pending(sig: i32, info: &mut libc::siginfo_t) -> bool {
+    let set = mask_bit(sig);
+    let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: the kernel reads 8 bytes of set and the timeout, and writes a siginfo.
+    let r = unsafe { libc::syscall(libc::SYS_rt_sigtimedwait, &set as *const u64, info as *mut libc::siginfo_t, &zero, 8usize) };
+    r == sig as libc::c_long
+}
+
+/// Queue `sig` with `info` (as the kernel gave it: its sender, code and
+/// value kept) to the calling thread again. Async-signal-safe: one system
+/// call.
+pub fn queue_to_self(sig: i32, info: &libc::siginfo_t) -> bool {
+    // SAFETY: getpid and gettid have no preconditions; the kernel reads the siginfo.
+    unsafe {
+        libc::syscall(libc::SYS_rt_tgsigqueueinfo, libc::getpid(), libc::syscall(libc::SYS_gettid), sig, info as *const libc::siginfo_t)
+            == 0
     }
 }
 

@@ -19,10 +19,52 @@ pub fn tgkill(tid: i32, sig: i32) -> bool {
 /// itself (a preloaded agent's `sigprocmask` would leave its own signals
 /// out).
 pub fn set_signal_mask(set: &libc::sigset_t) {
-    // SAFETY: plain system call with a valid set; the kernel's sigset is 8 bytes.
+    set_kernel_mask(set as *const libc::sigset_t as *const u64);
+}
+
+/// The calling thread's signal mask (a kernel set), asked with the
+/// `syscall` instruction itself (see [`set_kernel_mask`]). Async-signal-safe.
+pub fn blocked_now() -> u64 {
+    let mut set = 0u64;
+    // SAFETY: the kernel writes 8 bytes into `set`, a local, and reads no set (null);
+    // it clobbers rcx and r11 and touches no stack.
     unsafe {
-        libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, set as *const libc::sigset_t, std::ptr::null_mut::<libc::sigset_t>(), 8)
-    };
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") libc::SYS_rt_sigprocmask => _,
+            in("rdi") libc::SIG_BLOCK as u64,
+            in("rsi") 0u64,
+            in("rdx") &mut set as *mut u64,
+            in("r10") 8u64,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    set
+}
+
+/// `rt_sigprocmask(SIG_SETMASK, mask, NULL, 8)` with the `syscall`
+/// instruction itself: in a preloaded process the `syscall` function the
+/// agent's own calls bind to is the agent's, which leaves witch's signals
+/// out of the masks the program sets (these masks are witch's, for the
+/// program's handlers). Async-signal-safe.
+pub fn set_kernel_mask(mask: *const u64) {
+    // SAFETY: the kernel reads 8 bytes at `mask` (the caller's valid set)
+    // and writes nothing; it clobbers rcx and r11 and touches no stack.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") libc::SYS_rt_sigprocmask => _,
+            in("rdi") libc::SIG_SETMASK as u64,
+            in("rsi") mask,
+            in("rdx") 0u64,
+            in("r10") 8u64,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
 }
 
 /// Is `tid` a thread of this process? (A signal 0 to it: a system call.)
