@@ -7,20 +7,25 @@
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use witchcraft::engine::calibrate::{self as steps, measure_steps};
 use witchcraft::engine::Costs;
 use witchcraft::sys::perf::{self, Attr, BpType};
 use witchcraft::sys::siginfo::{self, sampler_signal, Origin};
 use witchcraft::sys::task::{self, thread_cpu_ns};
 
-static RUNNING: AtomicBool = AtomicBool::new(false);
+/// The thread running a calibration (0: none). Only its signals are the
+/// calibration's: attached, the program's threads run on meanwhile, and a
+/// sampler's signal of the program's own that one of them took then was
+/// swallowed, with the trap flag set on its thread.
+static RUNNING: AtomicI32 = AtomicI32::new(0);
 static HITS: AtomicU64 = AtomicU64::new(0);
 const TAG: u64 = 0xfe;
 
-/// Is a calibration running (its signals are its own)?
+/// Is a calibration running on this thread (its signals are its own)?
 pub fn running() -> bool {
-    RUNNING.load(Ordering::Acquire)
+    let tid = RUNNING.load(Ordering::Acquire);
+    tid != 0 && tid == task::gettid()
 }
 
 /// A fork child runs no calibration: the one thread that runs it (the
@@ -30,7 +35,7 @@ pub fn running() -> bool {
 /// take the child's own SIGTRAP and sampler's signal for the calibration's,
 /// for good). Async-signal-safe: a `fork` in a signal handler runs it too.
 extern "C" fn none_in_fork_child() {
-    RUNNING.store(false, Ordering::Release);
+    RUNNING.store(0, Ordering::Release);
 }
 
 /// Register [`none_in_fork_child`] with the C library, once per process (a
@@ -130,7 +135,7 @@ pub fn calibrate(sigtrap: bool) -> Costs {
     const SIGNALS: u64 = 16;
     const STEPS: u64 = 8;
     const ROUNDS: usize = 4;
-    RUNNING.store(true, Ordering::Release);
+    RUNNING.store(task::gettid(), Ordering::Release);
     // The time-stamp counter's rate, over the calibration itself.
     let (t0, c0) = (task::monotonic_ns(), task::cycles());
     let cell = Box::new(std::cell::UnsafeCell::new(0u64));
@@ -185,7 +190,7 @@ pub fn calibrate(sigtrap: bool) -> Costs {
     let signal_ns = rounds.iter().map(|r| r.1).min().unwrap_or(0);
     // 0: single steps do not work here.
     let step_ns = rounds.iter().filter_map(|r| r.2).min().unwrap_or(0);
-    RUNNING.store(false, Ordering::Release);
+    RUNNING.store(0, Ordering::Release);
     drop(cell);
     let (t1, c1) = (task::monotonic_ns(), task::cycles());
     let ns_per_cycle = if c1 > c0 { t1.saturating_sub(t0) as f64 / (c1 - c0) as f64 } else { 0.0 };
