@@ -1302,3 +1302,34 @@ fn a_process_that_installs_a_fault_handler_while_attached_sees_its_faults_where_
         report(&out).assert_samples(5.0);
     }
 }
+
+/// A process that uses every real-time signal itself
+/// (tests/programs/own_rt_signals.c), one of which witch samples with:
+/// with a handler, blocked and taken with `sigwaitinfo` or a `signalfd`,
+/// and blocked while queued then unblocked, through a session at the
+/// defaults. None of witch's signals reaches it, each of its own comes
+/// back once with its own value, and its mask reads back as it set it.
+/// (Before, a thread that blocked the sampler's signal and took it with
+/// `sigwaitinfo` also took witch's ticks: 23,000 of 620,000 signals came
+/// back wrong.)
+#[test]
+fn a_process_that_takes_its_own_real_time_signals_gets_none_of_witchs() {
+    use std::time::Duration;
+    let dir = Scratch::new("attach-own-rt-signals");
+    let prog = Program::build_with("own_rt_signals", dir.path(), "own_rt_signals", &["-pthread"]).expect("build own_rt_signals");
+    for how in ["wait", "signalfd", "unblock", "handler"] {
+        let t = Target::start(&prog.exe, &[how, "0"], &[]);
+        std::thread::sleep(Duration::from_millis(300));
+        let out = dir.join(&format!("{how}.json"));
+        let run = attach_cmd(&witch_bin(), &[], "dead", t.pid(), &["--duration", "1s", "-q", "-o", out.to_str().unwrap()]);
+        assert_eq!(run.code(), Some(0), "{how}: {}", run.describe());
+        std::thread::sleep(Duration::from_millis(200));
+        let end = t.finish();
+        assert_eq!((end.code(), end.signal()), (Some(0), None), "{how}: {}\n{}", end.stdout, end.stderr);
+        assert!(end.stdout.contains(&format!("{how}: all taken 1, wrong 0, mask wrong 0")), "{how}: {}", end.stdout);
+        if how != "handler" {
+            let p = raw_profile(&out);
+            assert!(p.to_string().contains("\"signals_held\""), "{how}: the held signal should be counted: {}", p["counters"]);
+        }
+    }
+}

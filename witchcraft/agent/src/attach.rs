@@ -1,25 +1,22 @@
 //! Attached mode: `witch CRAFT --pid` (or witchd) has a running process
-//! `dlopen` this library and call [`witch_session_start`]; the protocol is
-//! `witchcraft::session`. Nothing is interposed then, so:
+//! `dlopen` this library and call [`witch_session_start`] (protocol:
+//! `witchcraft::session`). So:
 //!
 //! - the settings come over the session's socket;
 //! - a control thread sets up the threads that exist, and those created
 //!   later, by polling `/proc/self/task`: it opens each thread's events
-//!   itself (the kernel allows it within a process) and starts its sampler.
-//!   A thread is set up at its first sample, so a thread blocked in a
-//!   system call is never interrupted: it is set up when it next runs. No
-//!   thread's alternate signal stack is changed (`handlers.rs`);
+//!   itself (the kernel allows it within a process) and starts its sampler;
+//!   it is set up at its first sample (one blocked in a system call, when
+//!   it next runs). No thread's alternate signal stack is changed;
 //! - the session ends when the controller says so or goes away (its end of
 //!   the socket closes), when the process exits, or by the agent's own
-//!   choice when a debugger holds the process (then the profile's
-//!   `ended_by` says "traced", a note says why, and the controller sees
-//!   `Detached` come unasked). The agent then closes
+//!   choice when a debugger holds the process (the profile's `ended_by`
+//!   says "traced", a note why; the controller sees `Detached`). It closes
 //!   every watchpoint and sampler, sends the profile, gives the program
 //!   back its signal handlers and frees what the session allocated, once
 //!   no thread is in witch's code (a process stopped during the session
 //!   may hold a thread in a handler or a burst window until it is
-//!   continued: see [`Release`]). The library stays loaded, so attaching
-//!   again reuses it.
+//!   continued: see [`Release`]). The library stays loaded for the next.
 
 use crate::attach_state::SESSION;
 use crate::channel::{AgentEnd, Received};
@@ -473,13 +470,16 @@ fn set_up_new(me: i32, known: &mut HashSet<i32>, why: &mut Option<String>) -> us
             }
             continue;
         }
-        let Some((_, ts)) = AGENT.threads.add(tid, ts, alt, false, handler_stack::Prior::NONE, Life::New) else {
+        let Some((slot, ts)) = AGENT.threads.add(tid, ts, alt, false, handler_stack::Prior::NONE, Life::New) else {
             handler_stack::unmap_stack(alt);
             continue;
         };
         ts.go(engine);
-        // Its first sample only sets it up: let that come soon.
-        ts.resume_sampler_soon(engine);
+        // Its first sample sets it up: soon (see `dispositions::held_from_the_start`).
+        let blocked = procfs::ProcStatus::read(procfs::Of::OwnTask(tid)).ok().and_then(|s| s.blocked).unwrap_or(0);
+        if !crate::dispositions::held_from_the_start(slot, ts, blocked) {
+            ts.resume_sampler_soon(engine);
+        }
         n += 1;
     }
     n

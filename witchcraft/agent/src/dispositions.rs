@@ -7,8 +7,10 @@
 use crate::program::PROGRAM;
 use crate::state::{Mode, AGENT};
 use crate::symbols::{next, SigactionFn};
+use crate::threads::ThreadSlot;
 use std::sync::atomic::AtomicPtr;
-use witchcraft::sys::siginfo::sampler_signal;
+use witchcraft::engine::ThreadState;
+use witchcraft::sys::siginfo::{self, sampler_signal};
 
 /// `sigaction` as the program sees it: the signals the agent owns keep its
 /// handler while the program's choice is remembered and reported back
@@ -228,59 +230,157 @@ pub(crate) unsafe fn kernel_sigaction(sig: libc::c_int, act: *const KernelSigact
 
 type MaskFn = unsafe extern "C" fn(libc::c_int, *const libc::sigset_t, *mut libc::sigset_t) -> libc::c_int;
 
-/// `set` without the signals the agent owns, if it names any (else `set`
-/// itself). The program may block anything but the samples and traps: a
-/// thread that blocks every signal (a common way to leave them all to one
-/// thread) would otherwise never be sampled, and its traps would arrive
-/// late. Its masks are otherwise kept, and glibc's own masking is untouched.
-///
-/// # Safety
-/// `set` is null or a valid sigset.
-unsafe fn without_ours(how: libc::c_int, set: *const libc::sigset_t, copy: &mut libc::sigset_t) -> *const libc::sigset_t {
-    if set.is_null() || how == libc::SIG_UNBLOCK {
-        return set;
-    }
-    let ours = [libc::SIGTRAP, sampler_signal()];
-    // SAFETY: `set` is a valid sigset (the caller's promise).
-    let named = |sig: i32| unsafe { libc::sigismember(set, sig) } == 1;
-    if !ours.iter().any(|&sig| PROGRAM.owned(sig) && named(sig)) {
-        return set;
-    }
-    // SAFETY: as above.
-    *copy = unsafe { *set };
-    for sig in ours.into_iter().filter(|&sig| PROGRAM.owned(sig)) {
-        // SAFETY: `copy` is a valid sigset.
-        unsafe { libc::sigdelset(copy, sig) };
-    }
-    copy
-}
-
 /// The kernel's set (bit n - 1 for signal n) of the signals the agent
-/// owns, which the program's masks leave out ([`without_ours`]).
+/// owns, which the program's masks leave out ([`as_program_asks`]).
 pub(crate) fn owned_kernel_set() -> u64 {
     [libc::SIGTRAP, sampler_signal()].into_iter().filter(|&sig| PROGRAM.owned(sig)).fold(0, |set, sig| set | 1 << (sig - 1))
 }
+
+/// A mask call of the program's on the calling thread (`how`; `asked`:
+/// the first 8 bytes of its set, the kernel's, if it gave one), as the
+/// agent passes it on: the program may block anything but the samples and
+/// traps (a thread that blocks every signal, a common way to leave them
+/// all to one thread, would otherwise never be sampled, and its traps
+/// would come late), unless the agent holds one for it
+/// ([`crate::program_mask`]). Returns the agent's signals to leave out of
+/// the set, and those the old mask the program is told must hold. A held
+/// signal the program no longer blocks lets the thread's sampler go on.
+pub(crate) fn as_program_asks(how: libc::c_int, asked: Option<u64>) -> (u64, u64) {
+    let ours = owned_kernel_set();
+    let Some(slot) = AGENT.current() else {
+        // A thread the agent does not profile: preloaded, only leave them
+        // out; attached, change nothing (see below).
+        return (if AGENT.mode() == Mode::Attached { 0 } else { ours }, 0);
+    };
+    let attached = AGENT.mode() == Mode::Attached;
+    let Some(asked) = asked else { return (0, if attached { 0 } else { slot.mask.blocks() }) };
+    let Some(change) = slot.mask.program_sets(how, asked & ours, ours) else { return (0, 0) };
+    let sampler = siginfo::mask_bit(sampler_signal());
+    if attached {
+        // Attached, the program's masks go to the kernel as they are, so
+        // that none differs from what the program set once the session
+        // ends: a signal of the agent's it blocks is held, and a thread
+        // that blocks the sampler's is not sampled meanwhile.
+        let newly = slot.mask.blocks() & !slot.mask.held();
+        slot.mask.hold(newly);
+        if newly & sampler != 0 {
+            let left = slot.with_sampler(|ts| ts.pause_sampler_left());
+            if left > 0 {
+                slot.mask.park_sampler(witchcraft::sys::task::thread_cpu_ns().saturating_add(left));
+            }
+            // SAFETY: this thread's slot, in its own call (not one of witch's handlers).
+            if let Some(ts) = unsafe { slot.own_state() } {
+                ts.signal_held_for_program();
+            }
+        }
+    }
+    if let (true, Some(engine)) = (change.released & sampler != 0, AGENT.engine()) {
+        if !AGENT.stopping() {
+            // The tick it was due: held time counts towards it, as it
+            // would have (a timer paused and started again with what it had
+            // left, time and again, fell behind and never fired).
+            let (due, now) = (slot.mask.take_sampler_left(), witchcraft::sys::task::thread_cpu_ns());
+            let left = if due == 0 { 0 } else { due.saturating_sub(now).max(1) };
+            slot.with_sampler(|ts| ts.resume_sampler_after(engine, left));
+        }
+    }
+    if attached {
+        return (0, 0);
+    }
+    (if how == libc::SIG_UNBLOCK { 0 } else { change.leave_out }, change.before)
+}
+
+/// A thread is set up (`slot`, its state `ts`, started; `blocked`: its
+/// mask): by an attached session, or preloaded at its start. If its mask blocks the
+/// sampler's signal already (the program blocked it before the attach, or
+/// the thread's creator held it, or the image was exec'd with it blocked),
+/// the program may take it itself, with `sigwaitinfo` or a `signalfd`, and
+/// a tick of witch's would wait there for the program to take. Then it is
+/// held for the program, the thread's sampler paused until the program
+/// unblocks it through its mask calls, which the agent takes. True if so.
+pub(crate) fn held_from_the_start(slot: &ThreadSlot, ts: &mut ThreadState, blocked: u64) -> bool {
+    let bit = siginfo::mask_bit(sampler_signal());
+    if blocked & bit == 0 {
+        return false;
+    }
+    ts.pause_sampler();
+    if slot.mask.held() & bit == 0 {
+        slot.mask.program_sets(libc::SIG_BLOCK, bit, owned_kernel_set());
+        slot.mask.hold(bit);
+        ts.signal_held_for_program();
+    }
+    true
+}
+
+/// A mask call through the C library's `real` (`pthread_sigmask`,
+/// `sigprocmask`), as the program made it, passed on as
+/// [`as_program_asks`] says.
+///
+/// # Safety
+/// As the C library's `pthread_sigmask`.
+unsafe fn pass_mask(real: MaskFn, how: libc::c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> libc::c_int {
+    // SAFETY: `set` is null or a valid sigset (the caller's promise), whose first 8 bytes are the kernel's.
+    let asked = unsafe { set.cast::<u64>().as_ref() }.copied();
+    let (leave_out, before) = as_program_asks(how, asked);
+    let mut copy: libc::sigset_t;
+    let set = match asked {
+        Some(bits) if bits & leave_out != 0 => {
+            // SAFETY: as above; the copy's first 8 bytes are its kernel set.
+            unsafe {
+                copy = *set;
+                *(&mut copy as *mut libc::sigset_t).cast::<u64>() = bits & !leave_out;
+            }
+            &copy as *const libc::sigset_t
+        }
+        _ => set,
+    };
+    // SAFETY: the C library's function, with the caller's arguments (the set perhaps without witch's signals).
+    let r = unsafe { real(how, set, old) };
+    if r == 0 && before != 0 {
+        // SAFETY: the caller's old set, filled by the call: what it blocked of witch's signals goes back in.
+        if let Some(old) = unsafe { old.cast::<u64>().as_mut() } {
+            *old |= before;
+        }
+    }
+    r
+}
+
+/// The definitions the agent's mask calls go on to (attached: the ones the
+/// program's own calls bind to, `interpose::resolve_for_attached`).
+pub(crate) static REAL_PTHREAD_SIGMASK: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
+pub(crate) static REAL_SIGPROCMASK: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
 
 /// # Safety
 /// As the C library's `pthread_sigmask`.
 #[no_mangle]
 pub unsafe extern "C" fn pthread_sigmask(how: libc::c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> libc::c_int {
-    static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
-    // SAFETY: sigset_t is plain data.
-    let mut copy: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as this function's.
+    unsafe { own_pthread_sigmask(how, set, old) }
+}
+
+/// The agent's `pthread_sigmask` by an address of its own (see
+/// [`own_sigaction`]): attached, the program's imports of it lead here.
+///
+/// # Safety
+/// As the C library's `pthread_sigmask`.
+pub(crate) unsafe extern "C" fn own_pthread_sigmask(how: libc::c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> libc::c_int {
     // SAFETY: the C library's function has this signature; the arguments are the caller's.
-    unsafe {
-        std::mem::transmute::<*mut libc::c_void, MaskFn>(next(c"pthread_sigmask", &REAL))(how, without_ours(how, set, &mut copy), old)
-    }
+    unsafe { pass_mask(std::mem::transmute::<*mut libc::c_void, MaskFn>(next(c"pthread_sigmask", &REAL_PTHREAD_SIGMASK)), how, set, old) }
 }
 
 /// # Safety
 /// As the C library's `sigprocmask`.
 #[no_mangle]
 pub unsafe extern "C" fn sigprocmask(how: libc::c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> libc::c_int {
-    static REAL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
-    // SAFETY: sigset_t is plain data.
-    let mut copy: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as in `pthread_sigmask`.
-    unsafe { std::mem::transmute::<*mut libc::c_void, MaskFn>(next(c"sigprocmask", &REAL))(how, without_ours(how, set, &mut copy), old) }
+    // SAFETY: as this function's.
+    unsafe { own_sigprocmask(how, set, old) }
+}
+
+/// As [`own_pthread_sigmask`], for `sigprocmask`.
+///
+/// # Safety
+/// As the C library's `sigprocmask`.
+pub(crate) unsafe extern "C" fn own_sigprocmask(how: libc::c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> libc::c_int {
+    // SAFETY: as in `own_pthread_sigmask`.
+    unsafe { pass_mask(std::mem::transmute::<*mut libc::c_void, MaskFn>(next(c"sigprocmask", &REAL_SIGPROCMASK)), how, set, old) }
 }

@@ -258,7 +258,9 @@ pub extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, uc: *m
             crate::calibrate::on_signal(sig, info, uc)
         } else {
             match AGENT.current().and_then(ThreadSlot::enter) {
-                Some(mut entered) => handler_stack::run(entered.stack, uc, || dispatch(sig, info, uc, &mut entered)),
+                Some(mut entered) => handler_stack::run(entered.stack, uc, || {
+                    dispatch(sig, info, uc, &mut entered) || held_for_program(sig, info, uc, &mut entered)
+                }),
                 // No handler stack, so no engine state: only whether it is ours.
                 None => stateless(sig, info),
             }
@@ -300,6 +302,53 @@ fn stray_step(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t) -
     }
     // SAFETY: `uc` is the kernel's context for this signal; only its trap flag changes.
     unsafe { engine::clear_trap_flag(uc) };
+    true
+}
+
+/// A signal of the program's own that the program's view of this
+/// thread's mask blocks ([`crate::program_mask`]): held for the program as
+/// the kernel would have held it, pending and blocked, for its
+/// `sigwaitinfo` or `signalfd`, or for its handler once it unblocks it.
+/// The thread's sampler pauses meanwhile, and a tick of witch's already
+/// waiting is dropped, so that none reaches the program; the program's
+/// own instances waiting behind this one are queued again after it, in
+/// order (up to 16 of them). The sampler's signal only: a held SIGTRAP
+/// would leave the code cache's exits to the default action. Preloaded
+/// only. True if held. On the thread's handler stack (`entered`).
+#[inline(never)]
+fn held_for_program(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontext_t, entered: &mut Entered) -> bool {
+    let (bit, slot) = (siginfo::mask_bit(sig), entered.slot());
+    // (Attached, the program's masks reach the kernel as they are: one of
+    // its own signals that comes here was not blocked, whatever the view.)
+    if sig != sampler_signal() || !PROGRAM.owned(sig) || info.is_null() || slot.mask.blocks() & bit == 0 || AGENT.mode() == Mode::Attached {
+        return false;
+    }
+    let left = slot.with_sampler(|ts| ts.pause_sampler_left());
+    if left > 0 {
+        slot.mask.park_sampler(task::thread_cpu_ns().saturating_add(left));
+    }
+    // SAFETY: siginfo_t is plain data.
+    let mut behind: [libc::siginfo_t; 16] = unsafe { std::mem::zeroed() };
+    let mut n = 0;
+    // SAFETY: as above.
+    let mut si: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    while siginfo::take_pending(sig, &mut si) {
+        if !stateless(sig, &mut si) && n < behind.len() {
+            behind[n] = si;
+            n += 1;
+        }
+    }
+    // SAFETY: `info` is the kernel's siginfo for this signal.
+    siginfo::queue_to_self(sig, unsafe { &*info });
+    for si in &behind[..n] {
+        siginfo::queue_to_self(sig, si);
+    }
+    // SAFETY: `uc` is the kernel's context for this signal: the mask the thread returns to blocks it.
+    unsafe { libc::sigaddset(&mut (*uc).uc_sigmask, sig) };
+    slot.mask.hold(bit);
+    if let Some(ts) = entered.state() {
+        ts.signal_held_for_program();
+    }
     true
 }
 

@@ -363,8 +363,14 @@ static REAL_PRCTL: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut()
 pub(crate) type AttachedImport = (&'static std::ffi::CStr, *const libc::c_void, Option<&'static AtomicPtr<libc::c_void>>);
 
 /// The imports an attached agent takes (`imports.rs`).
-pub(crate) fn attached_imports() -> [AttachedImport; 13] {
+pub(crate) fn attached_imports() -> [AttachedImport; 15] {
     [
+        (
+            c"pthread_sigmask",
+            crate::dispositions::own_pthread_sigmask as *const libc::c_void,
+            Some(&crate::dispositions::REAL_PTHREAD_SIGMASK),
+        ),
+        (c"sigprocmask", crate::dispositions::own_sigprocmask as *const libc::c_void, Some(&crate::dispositions::REAL_SIGPROCMASK)),
         (c"mprotect", crate::code_patch::own_mprotect as *const libc::c_void, Some(&crate::code_patch::REAL_MPROTECT)),
         (c"prctl", own_prctl as *const libc::c_void, Some(&REAL_PRCTL)),
         (c"syscall", crate::program_syscall::attached_syscall as *const libc::c_void, Some(&crate::program_syscall::REAL_SYSCALL)),

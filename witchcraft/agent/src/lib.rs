@@ -67,6 +67,7 @@ pub mod loading;
 mod mappings;
 pub mod preload;
 mod program;
+mod program_mask;
 mod program_syscall;
 mod setup;
 mod state;

@@ -220,8 +220,10 @@ extern "C" {
 /// entry point (the first tick would come 5 ms of CPU time later).
 extern "C" fn after_fork_child(back: u64) {
     let Some(engine) = AGENT.engine() else { return };
-    // Only the forking thread exists here; it keeps its slot's state.
+    // Only the forking thread exists here; it keeps its slot's state, and
+    // the program's view of its mask.
     let me = AGENT.current();
+    let view = me.map_or((0, 0), |s| (s.mask.blocks(), s.mask.held()));
     let start = engine.restart_after_fork();
     // SAFETY: a fork child: no other thread exists here, and this handler is
     // not a signal's.
@@ -252,11 +254,13 @@ extern "C" fn after_fork_child(back: u64) {
     let Some(ts) = AGENT.after_fork(create_output(&engine.config().out_dir, launched(engine.config())), start, me) else { return };
     if let Some((slot, ts)) = AGENT.threads.add(witchcraft::sys::task::gettid(), ts, alt, alt != 0, prior, Life::Adopted) {
         AGENT.set_current(Some(slot));
+        slot.mask.set(view.0, view.1);
         let place = ts.place();
         if let Err(e) = ts.start(engine, place) {
             ts.stop();
             AGENT.note(e);
         }
+        crate::dispositions::held_from_the_start(slot, ts, witchcraft::sys::task::blocked_now());
         if let Some(why) = traced_by_debugger() {
             leave::leave_to_debugger(&why);
         }

@@ -113,26 +113,49 @@ fn as_sigaction(nr: libc::c_long, a1: libc::c_long, a2: libc::c_long, a3: libc::
     })
 }
 
-/// A `rt_sigprocmask` through `syscall` blocks the signals the agent owns
-/// no more than the C library's `sigprocmask` does
-/// ([`crate::dispositions::sigprocmask`]): the set the call should pass,
-/// the program's own `set`, or its copy without them in `copy`. (Before,
-/// a thread that blocked every signal this way was never sampled.)
-fn mask_without_ours(nr: libc::c_long, how: libc::c_long, set: libc::c_long, size: libc::c_long, copy: &mut u64) -> libc::c_long {
-    if nr != libc::SYS_rt_sigprocmask || set == 0 || size != 8 || how == libc::SIG_UNBLOCK as libc::c_long {
-        return set;
+/// A `rt_sigprocmask` through `syscall` (the kernel's 8-byte set) is
+/// passed on as the C library's `sigprocmask` is
+/// ([`crate::dispositions::as_program_asks`]): the set the call should
+/// pass, the program's own `set` or its copy in `copy` without the agent's
+/// signals, and those the old set the program is told must hold. (Before,
+/// a thread that blocked every signal this way was never sampled.) None
+/// for another call.
+fn as_sigprocmask(
+    nr: libc::c_long,
+    how: libc::c_long,
+    set: libc::c_long,
+    size: libc::c_long,
+    copy: &mut u64,
+) -> Option<(libc::c_long, u64)> {
+    if nr != libc::SYS_rt_sigprocmask || size != 8 {
+        return None;
     }
     let mut bytes = [0u8; 8];
     // (A set the agent cannot read is the kernel's to refuse: EFAULT.)
-    if !witchcraft::sys::mem::read_own(set as u64, &mut bytes) {
-        return set;
+    if set != 0 && !witchcraft::sys::mem::read_own(set as u64, &mut bytes) {
+        return None;
     }
-    let (asked, ours) = (u64::from_ne_bytes(bytes), crate::dispositions::owned_kernel_set());
-    if asked & ours == 0 {
-        return set;
+    let asked = (set != 0).then(|| u64::from_ne_bytes(bytes));
+    let (leave_out, before) = crate::dispositions::as_program_asks(how as libc::c_int, asked);
+    match asked {
+        Some(bits) if bits & leave_out != 0 => {
+            *copy = bits & !leave_out;
+            Some((copy as *mut u64 as libc::c_long, before))
+        }
+        _ => Some((set, before)),
     }
-    *copy = asked & !ours;
-    copy as *mut u64 as libc::c_long
+}
+
+/// What [`as_sigprocmask`] said the old set must hold goes in it, after
+/// the call (`r`: its result, `old`: the program's pointer).
+fn old_mask_as_program_set(r: libc::c_long, old: libc::c_long, before: u64) {
+    if r == 0 && old != 0 && before != 0 {
+        let mut bytes = [0u8; 8];
+        if witchcraft::sys::mem::read_own(old as u64, &mut bytes) {
+            // SAFETY: the program's old set, 8 bytes the kernel just wrote.
+            unsafe { *(old as *mut u64) = u64::from_ne_bytes(bytes) | before };
+        }
+    }
 }
 
 /// `syscall(SYS_seccomp, ...)` (libseccomp's way in) puts the process in a
@@ -160,7 +183,8 @@ pub unsafe extern "C" fn syscall(
         return r;
     }
     let mut copy = 0u64;
-    let a2 = mask_without_ours(nr, a1, a2, a4, &mut copy);
+    let masked = as_sigprocmask(nr, a1, a2, a4, &mut copy);
+    let a2 = masked.map_or(a2, |m| m.0);
     let r: libc::c_long;
     // SAFETY: the caller's system call, as it asked for it; the kernel
     // clobbers rcx and r11 and touches no stack.
@@ -177,6 +201,9 @@ pub unsafe extern "C" fn syscall(
         // SAFETY: this thread's errno.
         unsafe { *libc::__errno_location() = -r as libc::c_int };
         return -1;
+    }
+    if let Some((_, before)) = masked {
+        old_mask_as_program_set(r, a3, before);
     }
     r
 }
@@ -204,8 +231,22 @@ pub(crate) unsafe extern "C" fn attached_syscall(
         return r;
     }
     let mut copy = 0u64;
-    let a2 = mask_without_ours(nr, a1, a2, a4, &mut copy);
+    let masked = as_sigprocmask(nr, a1, a2, a4, &mut copy);
     // SAFETY: the program's own `syscall`, with the arguments it was given
     // (a mask without the agent's signals).
-    unsafe { std::mem::transmute::<*mut libc::c_void, SyscallFn>(REAL_SYSCALL.load(Ordering::Acquire))(nr, a1, a2, a3, a4, a5, a6) }
+    let r = unsafe {
+        std::mem::transmute::<*mut libc::c_void, SyscallFn>(REAL_SYSCALL.load(Ordering::Acquire))(
+            nr,
+            a1,
+            masked.map_or(a2, |m| m.0),
+            a3,
+            a4,
+            a5,
+            a6,
+        )
+    };
+    if let Some((_, before)) = masked {
+        old_mask_as_program_set(r, a3, before);
+    }
+    r
 }

@@ -84,6 +84,10 @@ pub fn prepare_thread() -> Option<&'static threads::ThreadSlot> {
         handler_stack::unmap_stack(alt);
         return None;
     };
+    // The new thread starts with its creator's mask.
+    if let Some(creator) = AGENT.current() {
+        slot.mask.inherit(&creator.mask);
+    }
     Some(slot)
 }
 
@@ -153,6 +157,9 @@ pub fn adopt_thread(slot: &threads::ThreadSlot, stack: (u64, u64)) {
         AGENT.note(e);
         return;
     }
+    // Its creator held the sampler's signal for the program (and so does
+    // its mask), or its image started with it blocked.
+    crate::dispositions::held_from_the_start(slot, ts, witchcraft::sys::task::blocked_now());
     // Its signals may come already: until the handler stack is installed
     // too, the kernel's frame goes on the thread's stack, the work on the
     // handler stack all the same.

@@ -46,16 +46,6 @@ pub enum Life {
     Gone = 2,
 }
 
-impl Life {
-    fn from_u8(v: u8) -> Life {
-        match v {
-            0 => Life::New,
-            1 => Life::Adopted,
-            _ => Life::Gone,
-        }
-    }
-}
-
 /// One thread's slot of the table.
 pub struct ThreadSlot {
     state: AtomicPtr<ThreadState>,
@@ -83,6 +73,8 @@ pub struct ThreadSlot {
     start: AtomicUsize,
     arg: AtomicUsize,
     stack_size: AtomicUsize,
+    /// The program's own view of its thread's mask for witch's signals.
+    pub mask: crate::program_mask::MaskView,
 }
 
 impl ThreadSlot {
@@ -102,6 +94,7 @@ impl ThreadSlot {
             start: AtomicUsize::new(0),
             arg: AtomicUsize::new(0),
             stack_size: AtomicUsize::new(0),
+            mask: crate::program_mask::MaskView::new(),
         }
     }
 
@@ -181,6 +174,11 @@ impl ThreadSlot {
         unsafe { self.state_ptr().as_ref() }
     }
 
+    /// Pause or resume the sampler of the slot's thread (`f`): only its kernel object changes.
+    pub fn with_sampler<R: Default>(&self, f: impl FnOnce(&ThreadState) -> R) -> R {
+        self.state_atomics().map(f).unwrap_or_default()
+    }
+
     /// Is the slot's thread in the engine's handler or a burst window? Any thread may ask.
     pub fn engine_busy(&self) -> bool {
         self.state_atomics().is_some_and(|t| t.in_handler() || t.window_busy())
@@ -215,7 +213,7 @@ impl ThreadSlot {
         self.tid.load(Ordering::Acquire)
     }
     pub fn phase(&self) -> Life {
-        Life::from_u8(self.phase.load(Ordering::Acquire))
+        [Life::New, Life::Adopted, Life::Gone][(self.phase.load(Ordering::Acquire) as usize).min(2)]
     }
     pub fn set_phase(&self, p: Life) {
         self.phase.store(p as u8, Ordering::Release);
@@ -490,6 +488,7 @@ impl ThreadTable {
         s.set_lent(lent);
         s.set_prior(prior);
         s.epoch.store(0, Ordering::SeqCst);
+        s.mask.forget();
         s.set_phase(phase);
         let p = Box::into_raw(state);
         s.state.store(p, Ordering::Release);

@@ -335,6 +335,31 @@ impl ThreadSampler {
         }
     }
 
+    /// As [`ThreadSampler::pause`], returning the CPU time (ns) a CPU-time
+    /// timer had left until its next tick, for [`ThreadSampler::resume_after`]
+    /// (0 for the others: a perf event keeps its own count). Async-signal-safe.
+    pub fn pause_left(&self) -> u64 {
+        match self {
+            ThreadSampler::Timer(id) => cputimer::stop_left(*id),
+            other => {
+                other.pause();
+                0
+            }
+        }
+    }
+
+    /// As [`ThreadSampler::resume`], the first tick after `left` ns (0: a
+    /// whole period), so that pausing and resuming often does not put the
+    /// next tick off for ever. Async-signal-safe.
+    pub fn resume_after(&self, left: u64, period: u64) {
+        match self {
+            ThreadSampler::Timer(id) if left > 0 => {
+                cputimer::set_first(*id, left.min(period), period);
+            }
+            other => other.resume(period),
+        }
+    }
+
     /// Stop interrupting, keeping the kernel object. Async-signal-safe.
     pub fn pause(&self) {
         match self {

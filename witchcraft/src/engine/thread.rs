@@ -204,11 +204,30 @@ impl ThreadState {
         self.sampler.resume(engine.period);
     }
 
+    /// Pause the sampler while the program holds its signal blocked (the
+    /// agent's `program_mask`): what its timer had left until the next
+    /// tick (ns), for [`ThreadState::resume_sampler_after`]. Only the
+    /// kernel object changes. Async-signal-safe.
+    pub fn pause_sampler_left(&self) -> u64 {
+        self.sampler.pause_left()
+    }
+
+    /// Resume it, the first tick after `left` ns of the thread's CPU time.
+    pub fn resume_sampler_after(&self, engine: &Engine, left: u64) {
+        self.sampler.resume_after(left, engine.period);
+    }
+
     /// As [`ThreadState::resume_sampler`], but a CPU-time timer fires the
     /// first time as soon as the thread has run at all (at its next tick):
     /// an attached agent sets a thread up at its first sample.
     pub fn resume_sampler_soon(&mut self, engine: &Engine) {
         self.sampler.resume_soon(engine.period);
+    }
+
+    /// One of the program's own instances of the sampler's signal was held
+    /// for it (the agent's `program_mask`): counted for the report.
+    pub fn signal_held_for_program(&mut self) {
+        self.ledger.counters.signals_held += 1;
     }
 
     /// Give the debug registers back now (the rest goes at

@@ -191,6 +191,12 @@ pub struct Counters {
     /// table of data objects (`Thread::objects`): their object is unknown.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub object_overflow: u64,
+    /// Times the sampler's signal was held for the program (the agent's
+    /// `program_mask`): one of the program's own came while it blocked it,
+    /// and was left pending for it, as the kernel would have; or, attached,
+    /// a thread blocked it. The thread's sampler paused until it unblocked it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub signals_held: u64,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -286,5 +292,6 @@ impl Counters {
         self.cache_refused += o.cache_refused;
         self.cache_refused_wx += o.cache_refused_wx;
         self.object_overflow += o.object_overflow;
+        self.signals_held += o.signals_held;
     }
 }

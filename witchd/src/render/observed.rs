@@ -216,6 +216,15 @@ pub fn notes(p: &Profile, c: &Counters) -> Vec<String> {
             c.critical_sections
         ));
     }
+    if c.signals_held > 0 {
+        v.push(format!(
+            "{} time(s) a thread blocked the signal witch samples with ({}) to take it itself (one of the program's own came \
+             while it blocked it, or it blocked it when witch attached): witch left it to the program, pending as the kernel \
+             keeps it, and did not sample that thread until it unblocked it",
+            c.signals_held,
+            witchcraft::sys::siginfo::sampler_signal_name()
+        ));
+    }
     if c.traps == 0 && c.samples > 0 {
         v.push("no watchpoint fired: nothing to attribute".into());
     }
