@@ -384,6 +384,7 @@ fn session(chan: &mut AgentEnd, text: &str) -> Result<SessionEnd, (String, Optio
             Received::Message(_) | Received::Nothing => {}
         }
         if AGENT.finished() {
+            AGENT.wait_delivered(Duration::from_secs(60));
             return Ok(SessionEnd::Exiting); // at_exit delivered the profile
         }
         if let Some(leave) = SESSION.leaving() {
@@ -391,8 +392,7 @@ fn session(chan: &mut AgentEnd, text: &str) -> Result<SessionEnd, (String, Optio
             ended_by = leave.ended_by();
             break;
         }
-        // Modules loaded since: their calls into a sandbox or an exec go
-        // through the agent too.
+        // Modules loaded since: their calls into a sandbox or an exec go through the agent too.
         crate::imports::hook();
         let tracer = traced_by_other();
         traced_polls = if tracer.is_some() { traced_polls + 1 } else { 0 };

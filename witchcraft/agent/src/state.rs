@@ -44,8 +44,10 @@ pub struct Agent {
     mode: AtomicU8,
     /// Profiling is ending: handlers do nothing (but leave, attached).
     stopping: AtomicBool,
-    /// The profile was delivered.
+    /// The profile's one delivery was claimed ([`Agent::claim_finish`]).
     finished: AtomicBool,
+    /// ...and has gone out (or failed): what it was sent through may close.
+    delivered: AtomicBool,
     /// The process put itself in a seccomp sandbox: the agent makes no
     /// system call it can help from then on, in it and in its forks.
     sandboxed: AtomicBool,
@@ -95,6 +97,7 @@ impl Agent {
             mode: AtomicU8::new(Mode::Off as u8),
             stopping: AtomicBool::new(false),
             finished: AtomicBool::new(false),
+            delivered: AtomicBool::new(false),
             sandboxed: AtomicBool::new(false),
             owner: AtomicU32::new(0),
             start_ns: AtomicU64::new(0),
@@ -161,6 +164,7 @@ impl Agent {
         self.threads.clear();
         self.stopping.store(false, Ordering::Release);
         self.finished.store(false, Ordering::Release);
+        self.delivered.store(false, Ordering::Release);
         self.owner.store(std::process::id(), Ordering::Relaxed);
         self.start_ns.store(start, Ordering::Relaxed);
         self.set_sink(sink);
@@ -218,6 +222,7 @@ impl Agent {
         let kept = self.threads.forget(keep);
         self.stopping.store(false, Ordering::Release);
         self.finished.store(false, Ordering::Release);
+        self.delivered.store(false, Ordering::Release);
         self.owner.store(std::process::id(), Ordering::Relaxed);
         self.start_ns.store(start_ns, Ordering::Relaxed);
         self.set_sink(sink);
@@ -331,6 +336,7 @@ impl Agent {
         }
         self.stopping.store(false, Ordering::Release);
         self.finished.store(false, Ordering::Release);
+        self.delivered.store(false, Ordering::Release);
         self.threads.thaw();
         let Some(engine) = self.engine() else { return };
         for ts in self.threads.states_quiesced(&mut quiesced) {
@@ -388,7 +394,21 @@ impl Agent {
         if let Err(e) = self.deliver(&self.profile(&mut quiesced, ended_by, exec_call)) {
             say(&format!("witch: agent: cannot write the profile: {e}\n"));
         }
+        self.delivered.store(true, Ordering::Release);
         quiesced
+    }
+
+    /// Wait (at most `limit`) until a claimed delivery has gone out: an
+    /// attached session's control thread, which holds the socket the
+    /// profile goes through, must not close it under the thread that
+    /// sends it at the program's exit (before, it closed it as soon as the
+    /// delivery was claimed, and now and then the controller got no
+    /// profile: "exited during the session before its agent could send").
+    pub fn wait_delivered(&self, limit: std::time::Duration) {
+        let began = std::time::Instant::now();
+        while !self.delivered.load(Ordering::Acquire) && began.elapsed() < limit {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     /// The profile of what the threads gathered so far.
