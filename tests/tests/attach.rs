@@ -1255,22 +1255,32 @@ fn a_process_that_forbids_writable_code_is_attached_with_windows() {
 /// cache's next exit killed the process: SIGSEGV.)
 #[test]
 fn a_process_that_installs_its_own_trap_handler_while_attached_sees_only_its_own_traps() {
-    use std::time::Duration;
     let dir = Scratch::new("attach-trap-handler");
     let prog = Program::build("trap_handler", dir.path());
     for how in ["libc", "syscall"] {
-        let t = Target::start(&prog.exe, &[how, "20000", "late"], &[]);
-        let (err, out) = (dir.join(&format!("{how}.err")), dir.join(&format!("{how}.json")));
-        let witch = AttachedWitch::start_with(t.pid(), "30s", &out, &err, &["--overhead", "0", "-p", "1ms"]);
-        std::thread::sleep(Duration::from_millis(500));
         // Closing its stdin makes it install its handler, work, and trap.
-        let end = t.finish();
-        let status = witch.end_within(Duration::from_secs(40));
-        let text = std::fs::read_to_string(&err).unwrap_or_default();
-        assert_eq!((end.code(), end.signal()), (Some(0), None), "{how}: {}\n{}\nwitch: {text}", end.stdout, end.stderr);
-        assert!(end.stdout.contains("installed 0 (its own: yes), traps seen 1"), "{how}: {}", end.stdout);
-        assert!(status.is_some(), "{how}: witch did not end: {text}");
+        let (stdout, _) = changed_under_a_session(&prog, &dir, how, &[how, "20000", "late"], 500);
+        assert!(stdout.contains("installed 0 (its own: yes), traps seen 1"), "{how}: {stdout}");
     }
+}
+
+/// Start `prog` with `args` (the last, `late`: it works until its stdin
+/// closes, then does what the test is about), attach with a window at
+/// every 1 ms tick, and close its stdin `settle_ms` later: it must end as
+/// natively (status 0, no signal), and witch with it. Its stdout, and the
+/// session's profile (`tag`.json in `dir`).
+fn changed_under_a_session(prog: &Program, dir: &Scratch, tag: &str, args: &[&str], settle_ms: u64) -> (String, PathBuf) {
+    use std::time::Duration;
+    let t = Target::start(&prog.exe, args, &[]);
+    let (err, out) = (dir.join(&format!("{tag}.err")), dir.join(&format!("{tag}.json")));
+    let witch = AttachedWitch::start_with(t.pid(), "30s", &out, &err, &["--overhead", "0", "-p", "1ms"]);
+    std::thread::sleep(Duration::from_millis(settle_ms));
+    let end = t.finish();
+    let status = witch.end_within(Duration::from_secs(40));
+    let text = std::fs::read_to_string(&err).unwrap_or_default();
+    assert_eq!((end.code(), end.signal()), (Some(0), None), "{tag}: {}\n{}\nwitch: {text}", end.stdout, end.stderr);
+    assert!(status.is_some(), "{tag}: witch did not end: {text}");
+    (end.stdout, out)
 }
 
 /// A process that installs a SIGSEGV handler of its own during an attached
@@ -1284,21 +1294,12 @@ fn a_process_that_installs_its_own_trap_handler_while_attached_sees_only_its_own
 /// each of 5 runs.)
 #[test]
 fn a_process_that_installs_a_fault_handler_while_attached_sees_its_faults_where_they_are() {
-    use std::time::Duration;
     let dir = Scratch::new("attach-fault-handler");
     let prog = Program::build("fault_handler", dir.path());
     for attempt in 0..2 {
-        let t = Target::start(&prog.exe, &["100000", "late"], &[]);
-        let (err, out) = (dir.join(&format!("{attempt}.err")), dir.join(&format!("{attempt}.json")));
-        let witch = AttachedWitch::start_with(t.pid(), "30s", &out, &err, &["--overhead", "0", "-p", "1ms"]);
-        std::thread::sleep(Duration::from_millis(700));
         // Closing its stdin makes it install its handler and fault.
-        let end = t.finish();
-        let status = witch.end_within(Duration::from_secs(40));
-        let text = std::fs::read_to_string(&err).unwrap_or_default();
-        assert_eq!((end.code(), end.signal()), (Some(0), None), "attempt {attempt}: {}\n{}\nwitch: {text}", end.stdout, end.stderr);
-        assert!(end.stdout.contains("faults seen 100000, elsewhere 0;"), "attempt {attempt}: {}", end.stdout);
-        assert!(status.is_some(), "attempt {attempt}: witch did not end: {text}");
+        let (stdout, out) = changed_under_a_session(&prog, &dir, &attempt.to_string(), &["100000", "late"], 700);
+        assert!(stdout.contains("faults seen 100000, elsewhere 0;"), "attempt {attempt}: {stdout}");
         report(&out).assert_samples(5.0);
     }
 }
