@@ -14,9 +14,11 @@
  * ran a handler for killed it: the default action of a real-time signal).
  *
  * With `fork`, a child forked after the work does it all again, in the
- * mask and with the handlers it inherited, and says so first.
+ * mask and with the handlers it inherited, and says so first. With
+ * `execfail`, halfway through it calls execl on a program that does not
+ * exist, and goes on.
  *
- * Usage: own_rt_signals handler|wait|signalfd|unblock [reps [fork]]
+ * Usage: own_rt_signals handler|wait|signalfd|unblock [reps [fork|execfail]]
  *          (reps 0: until its stdin closes, a target to attach to)
  *          prints the signals taken, how many were wrong, and a checksum;
  *          exits 0.
@@ -75,10 +77,12 @@ int main(int argc, char **argv) {
     }
     long sum = 0, sent = 0;
     int forks = argc > 3 && strcmp(argv[3], "fork") == 0, child = 0;
+    int execs = argc > 3 && strcmp(argv[3], "execfail") == 0;
 again:
     for (long r = 0; reps ? r < reps : !((r & 15) == 0 && stdin_closed()); r++) {
         for (int s = SIGRTMIN; s <= SIGRTMAX; s++) {
             sum += work(r);
+            if (execs && r == reps / 2 && s == SIGRTMIN) execl("/nonexistent/own_rt_signals", "x", (char *)NULL);
             expect_sig = s;
             expect_val = (int)(s * 1000 + r % 1000);
             union sigval v = {.sival_int = expect_val};

@@ -344,6 +344,13 @@ impl Agent {
                 ts.go(engine);
             }
         }
+        // A thread that holds the sampler's signal for the program stays
+        // unsampled (`program_mask`): a tick would wait in its mask for the
+        // program to take (after a failed exec, its `sigwaitinfo` took them).
+        let held = witchcraft::sys::siginfo::mask_bit(witchcraft::sys::siginfo::sampler_signal());
+        for s in self.threads.slots().iter().filter(|s| s.mask.held() & held != 0) {
+            s.with_sampler(|ts| ts.pause_sampler());
+        }
     }
 
     /// Claim the one delivery of this process's profile; false if it was
