@@ -264,10 +264,7 @@ pub(crate) fn as_program_asks(how: libc::c_int, asked: Option<u64>) -> (u64, u64
         let newly = slot.mask.blocks() & !slot.mask.held();
         slot.mask.hold(newly);
         if newly & sampler != 0 {
-            let left = slot.with_sampler(|ts| ts.pause_sampler_left());
-            if left > 0 {
-                slot.mask.park_sampler(witchcraft::sys::task::thread_cpu_ns().saturating_add(left));
-            }
+            slot.mask.park_sampler(slot.with_sampler(|ts| ts.pause_sampler_left()));
             // SAFETY: this thread's slot, in its own call (not one of witch's handlers).
             if let Some(ts) = unsafe { slot.own_state() } {
                 ts.signal_held_for_program();
@@ -276,12 +273,7 @@ pub(crate) fn as_program_asks(how: libc::c_int, asked: Option<u64>) -> (u64, u64
     }
     if let (true, Some(engine)) = (change.released & sampler != 0, AGENT.engine()) {
         if !AGENT.stopping() {
-            // The tick it was due: held time counts towards it, as it
-            // would have (a timer paused and started again with what it had
-            // left, time and again, fell behind and never fired).
-            let (due, now) = (slot.mask.take_sampler_left(), witchcraft::sys::task::thread_cpu_ns());
-            let left = if due == 0 { 0 } else { due.saturating_sub(now).max(1) };
-            slot.with_sampler(|ts| ts.resume_sampler_after(engine, left));
+            slot.with_sampler(|ts| ts.resume_sampler_after(engine, slot.mask.take_sampler_left()));
         }
     }
     if attached {

@@ -323,10 +323,7 @@ fn held_for_program(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::ucontex
     if sig != sampler_signal() || !PROGRAM.owned(sig) || info.is_null() || slot.mask.blocks() & bit == 0 || AGENT.mode() == Mode::Attached {
         return false;
     }
-    let left = slot.with_sampler(|ts| ts.pause_sampler_left());
-    if left > 0 {
-        slot.mask.park_sampler(task::thread_cpu_ns().saturating_add(left));
-    }
+    slot.mask.park_sampler(slot.with_sampler(|ts| ts.pause_sampler_left()));
     // SAFETY: siginfo_t is plain data.
     let mut behind: [libc::siginfo_t; 16] = unsafe { std::mem::zeroed() };
     let mut n = 0;

@@ -17,6 +17,7 @@
 //! Kernel sets here: bit `n - 1` for signal `n`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use witchcraft::sys::task;
 
 /// One thread's view (in its slot of the thread table). Written by the
 /// thread itself (its mask calls, its handlers), read by the threads it
@@ -105,15 +106,26 @@ impl MaskView {
         self.held.fetch_or(bits, Ordering::AcqRel);
     }
 
-    /// The sampler paused with its next tick due at `due` (the thread's
-    /// CPU time, ns); one parked earlier and not taken stays.
-    pub fn park_sampler(&self, due: u64) {
-        let _ = self.left.compare_exchange(0, due, Ordering::AcqRel, Ordering::Acquire);
+    /// The sampler paused with `left` ns of the thread's CPU time to its
+    /// next tick (0: it was stopped): the tick is kept as due at that CPU
+    /// time; one parked earlier and not taken stays. Async-signal-safe.
+    pub fn park_sampler(&self, left: u64) {
+        if left > 0 {
+            let due = task::thread_cpu_ns().saturating_add(left);
+            let _ = self.left.compare_exchange(0, due, Ordering::AcqRel, Ordering::Acquire);
+        }
     }
 
-    /// What [`MaskView::park_sampler`] kept, for the sampler to go on (0: none).
+    /// How long (ns of the thread's CPU time) until the tick
+    /// [`MaskView::park_sampler`] kept is due, at least 1; 0 if none was
+    /// kept. Held time counts towards it, as it would have: a timer paused
+    /// and started again with what it had left, time and again, fell
+    /// behind and never fired.
     pub fn take_sampler_left(&self) -> u64 {
-        self.left.swap(0, Ordering::AcqRel)
+        match self.left.swap(0, Ordering::AcqRel) {
+            0 => 0,
+            due => due.saturating_sub(task::thread_cpu_ns()).max(1),
+        }
     }
 }
 
@@ -162,5 +174,23 @@ mod tests {
         assert_eq!((child.blocks(), child.held()), (SAMPLER, SAMPLER));
         child.forget();
         assert_eq!((child.blocks(), child.held()), (0, 0));
+    }
+
+    #[test]
+    fn a_paused_samplers_next_tick_is_kept_as_due() {
+        let v = MaskView::new();
+        v.park_sampler(0);
+        assert_eq!(v.take_sampler_left(), 0, "a stopped sampler keeps no tick");
+        v.park_sampler(5_000_000_000);
+        // A second pause before the sampler went on keeps the first tick.
+        v.park_sampler(1);
+        let left = v.take_sampler_left();
+        assert!((4_000_000_000..=5_000_000_000).contains(&left), "{left} ns left");
+        assert_eq!(v.take_sampler_left(), 0, "taken once");
+        // One long past due comes at once.
+        v.park_sampler(1);
+        let t0 = task::thread_cpu_ns();
+        while task::thread_cpu_ns() < t0 + 1_000_000 {}
+        assert_eq!(v.take_sampler_left(), 1);
     }
 }
