@@ -179,29 +179,40 @@ pub unsafe extern "C" fn syscall(
     a5: libc::c_long,
     a6: libc::c_long,
 ) -> libc::c_long {
+    passed_on(nr, [a1, a2, a3, a4], |a2| {
+        let r: libc::c_long;
+        // SAFETY: the caller's system call, as it asked for it; the kernel
+        // clobbers rcx and r11 and touches no stack.
+        unsafe {
+            std::arch::asm!(
+                "syscall",
+                inlateout("rax") nr => r,
+                in("rdi") a1, in("rsi") a2, in("rdx") a3, in("r10") a4, in("r8") a5, in("r9") a6,
+                lateout("rcx") _, lateout("r11") _,
+                options(nostack),
+            );
+        }
+        if (-4095..0).contains(&r) {
+            // SAFETY: this thread's errno.
+            unsafe { *libc::__errno_location() = -r as libc::c_int };
+            return -1;
+        }
+        r
+    })
+}
+
+/// A `syscall(nr, a1, ...)` of the program's as the agent passes it on,
+/// preloaded or attached: what the agent does first ([`agent_first`],
+/// which may answer it), then `call` with the second argument to make it
+/// with (a mask without the agent's signals: [`as_sigprocmask`]), and the
+/// old mask as the program set it.
+fn passed_on(nr: libc::c_long, [a1, a2, a3, a4]: [libc::c_long; 4], call: impl FnOnce(libc::c_long) -> libc::c_long) -> libc::c_long {
     if let Some(r) = agent_first(nr, a1, a2, a3, a4) {
         return r;
     }
     let mut copy = 0u64;
     let masked = as_sigprocmask(nr, a1, a2, a4, &mut copy);
-    let a2 = masked.map_or(a2, |m| m.0);
-    let r: libc::c_long;
-    // SAFETY: the caller's system call, as it asked for it; the kernel
-    // clobbers rcx and r11 and touches no stack.
-    unsafe {
-        std::arch::asm!(
-            "syscall",
-            inlateout("rax") nr => r,
-            in("rdi") a1, in("rsi") a2, in("rdx") a3, in("r10") a4, in("r8") a5, in("r9") a6,
-            lateout("rcx") _, lateout("r11") _,
-            options(nostack),
-        );
-    }
-    if (-4095..0).contains(&r) {
-        // SAFETY: this thread's errno.
-        unsafe { *libc::__errno_location() = -r as libc::c_int };
-        return -1;
-    }
+    let r = call(masked.map_or(a2, |m| m.0));
     if let Some((_, before)) = masked {
         old_mask_as_program_set(r, a3, before);
     }
@@ -227,26 +238,9 @@ pub(crate) unsafe extern "C" fn attached_syscall(
     a5: libc::c_long,
     a6: libc::c_long,
 ) -> libc::c_long {
-    if let Some(r) = agent_first(nr, a1, a2, a3, a4) {
-        return r;
-    }
-    let mut copy = 0u64;
-    let masked = as_sigprocmask(nr, a1, a2, a4, &mut copy);
     // SAFETY: the program's own `syscall`, with the arguments it was given
     // (a mask without the agent's signals).
-    let r = unsafe {
-        std::mem::transmute::<*mut libc::c_void, SyscallFn>(REAL_SYSCALL.load(Ordering::Acquire))(
-            nr,
-            a1,
-            masked.map_or(a2, |m| m.0),
-            a3,
-            a4,
-            a5,
-            a6,
-        )
-    };
-    if let Some((_, before)) = masked {
-        old_mask_as_program_set(r, a3, before);
-    }
-    r
+    passed_on(nr, [a1, a2, a3, a4], |a2| unsafe {
+        std::mem::transmute::<*mut libc::c_void, SyscallFn>(REAL_SYSCALL.load(Ordering::Acquire))(nr, a1, a2, a3, a4, a5, a6)
+    })
 }
