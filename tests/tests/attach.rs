@@ -1127,14 +1127,28 @@ fn a_process_that_traps_floating_point_exceptions_is_attached_unharmed() {
 }
 
 /// Attach to `pid` three times (dead stores, redundant loads, silent
-/// stores), 400 ms each: each session ends well and is sampled.
-fn three_sampled_sessions(pid: u32, dir: &Path) {
+/// stores), 400 ms each, with `extra` arguments: each session ends well.
+/// Their profiles (`attach`N`.json` in `dir`), with their crafts.
+fn three_sessions(pid: u32, dir: &Path, extra: &[&str]) -> Vec<(&'static str, PathBuf)> {
+    let mut outs = Vec::new();
     for (i, craft) in ["dead", "silent-load", "silent-store"].into_iter().enumerate() {
         let out = dir.join(format!("attach{i}.json"));
-        let run = attach_cmd(&witch_bin(), &[], craft, pid, &["--duration", "400ms", "-q", "-o", out.to_str().unwrap()]);
+        let mut args = vec!["--duration", "400ms", "-q", "-o", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let run = attach_cmd(&witch_bin(), &[], craft, pid, &args);
         assert_eq!(run.code(), Some(0), "attach #{i} failed:\n{}", run.describe());
-        report(&out).assert_samples(5.0);
+        outs.push((craft, out));
     }
+    outs
+}
+
+/// [`three_sessions`] without extra arguments, each sampled.
+fn three_sampled_sessions(pid: u32, dir: &Path) -> Vec<(&'static str, PathBuf)> {
+    let outs = three_sessions(pid, dir, &[]);
+    for (_, out) in &outs {
+        report(out).assert_samples(5.0);
+    }
+    outs
 }
 
 /// A process whose threads keep per-CPU counters with restartable
@@ -1149,15 +1163,11 @@ fn a_process_with_restartable_sequences_is_attached_without_losing_an_update() {
     let prog = Program::build_with("rseq_counters", dir.path(), "rseq_counters", &["-pthread"]).expect("build rseq_counters");
     let t = Target::start(&prog.exe, &["4", "0", "40"], &[]);
     t.wait_ready(5, None);
-    for (i, craft) in ["dead", "silent-load", "silent-store"].into_iter().enumerate() {
-        let out = dir.join(&format!("attach{i}.json"));
-        let args = ["--duration", "400ms", "--overhead", "0", "-p", "1ms", "-q", "-o", out.to_str().unwrap()];
-        let run = attach_cmd(&witch_bin(), &[], craft, t.pid(), &args);
-        assert_eq!(run.code(), Some(0), "attach #{i} failed:\n{}", run.describe());
+    for (i, (_, out)) in three_sessions(t.pid(), dir.path(), &EVERY_MS).iter().enumerate() {
         // (Its threads are nearly always in a section or on their way to
         // one, where windows end: few accesses are sampled, but windows
         // met sections.)
-        let raw = raw_profile(&out);
+        let raw = raw_profile(out);
         assert!(raw["counters"]["critical_sections"].as_u64().unwrap_or(0) > 0, "attach #{i}: {}", raw["counters"]);
     }
     let end = t.finish();
@@ -1174,25 +1184,17 @@ fn a_process_with_restartable_sequences_is_attached_without_losing_an_update() {
 /// SIGSYS at the next sample.)
 #[test]
 fn a_process_that_turns_on_syscall_user_dispatch_during_the_session_is_left_first() {
-    use std::time::Duration;
     let dir = Scratch::new("attach-dispatch");
     let prog = Program::build("syscall_dispatch", dir.path());
     for how in ["prctl", "syscall"] {
-        let args = [how, "100000", "late"];
-        let t = Target::start(&prog.exe, &args, &[]);
-        let (err, out) = (dir.join(&format!("{how}.err")), dir.join(&format!("{how}.json")));
-        let witch = AttachedWitch::start(t.pid(), "30s", &out, &err);
-        std::thread::sleep(Duration::from_millis(700));
         // Closing its stdin turns dispatch on.
-        let end = t.finish();
-        let status = witch.end_within(Duration::from_secs(40));
-        let text = std::fs::read_to_string(&err).unwrap_or_default();
-        assert_eq!((end.code(), end.signal()), (Some(0), None), "{how}: {}\n{}\nwitch: {text}", end.stdout, end.stderr);
-        assert!(end.stdout.contains("SIGSYS caught 0"), "{how}: {}", end.stdout);
-        assert_eq!(status.and_then(|s| s.code()), Some(0), "{how}: {text}");
-        let line = text.lines().find(|l| l.contains("ended the session by itself")).unwrap_or_else(|| panic!("no reason given: {text}"));
+        let c = changed_under_a_session(&prog, &dir, how, &[how, "100000", "late"], &[], 700);
+        assert!(c.stdout.contains("SIGSYS caught 0"), "{how}: {}", c.stdout);
+        assert_eq!(c.status.code(), Some(0), "{how}: {}", c.said);
+        let line =
+            c.said.lines().find(|l| l.contains("ended the session by itself")).unwrap_or_else(|| panic!("no reason given: {}", c.said));
         assert!(line.contains("syscall user dispatch"), "{line:?}");
-        let p = raw_profile(&out);
+        let p = raw_profile(&c.out);
         assert_eq!(p["ended_by"], "sandbox", "{how}: {p}");
         assert!(p["counters"]["samples"].as_u64().unwrap_or(0) > 0, "{how}: the work before should be sampled");
     }
@@ -1205,20 +1207,11 @@ fn a_process_that_turns_on_syscall_user_dispatch_during_the_session_is_left_firs
 /// (Before, windows ran copies of the old code.)
 #[test]
 fn a_process_that_patches_its_own_code_while_attached_runs_the_new_code() {
-    use std::time::Duration;
     let dir = Scratch::new("attach-hot-patch");
     let prog = Program::build("hot_patch", dir.path());
     for how in ["libc", "syscall"] {
-        let t = Target::start(&prog.exe, &[how, "20000000", "late"], &[]);
-        let (err, out) = (dir.join(&format!("{how}.err")), dir.join(&format!("{how}.json")));
-        let witch = AttachedWitch::start_with(t.pid(), "30s", &out, &err, &["--overhead", "0", "-p", "1ms"]);
-        std::thread::sleep(Duration::from_millis(500));
         // Closing its stdin makes it patch, then call the new code.
-        let end = t.finish();
-        let status = witch.end_within(Duration::from_secs(40));
-        let text = std::fs::read_to_string(&err).unwrap_or_default();
-        assert_eq!((end.code(), end.signal()), (Some(0), None), "{how}: {}\n{}\nwitch: {text}", end.stdout, end.stderr);
-        assert!(status.is_some(), "{how}: witch did not end: {text}");
+        changed_under_a_session(&prog, &dir, how, &[how, "20000000", "late"], &EVERY_MS, 500);
     }
 }
 
@@ -1233,13 +1226,9 @@ fn a_process_that_forbids_writable_code_is_attached_with_windows() {
     let prog = Program::build_with("write_xor_exec", dir.path(), "write_xor_exec", &["-pthread"]).expect("build write_xor_exec");
     let t = Target::start(&prog.exe, &["0"], &[]);
     t.wait_ready(3, None);
-    for (i, craft) in ["dead", "silent-load", "silent-store"].into_iter().enumerate() {
-        let out = dir.join(&format!("attach{i}.json"));
-        let run = attach_cmd(&witch_bin(), &[], craft, t.pid(), &["--duration", "400ms", "-q", "-o", out.to_str().unwrap()]);
-        assert_eq!(run.code(), Some(0), "attach #{i} failed:\n{}", run.describe());
+    for (craft, out) in three_sampled_sessions(t.pid(), dir.path()) {
         let raw = raw_profile(&out);
         assert!(raw["counters"]["windows"].as_u64().unwrap_or(0) > 0, "{craft}: windows should run: {}", raw["counters"]);
-        report(&out).assert_samples(5.0);
     }
     let end = t.finish();
     assert_eq!((end.code(), end.signal()), (Some(0), None), "{}\n{}", end.stdout, end.stderr);
@@ -1259,29 +1248,43 @@ fn a_process_that_installs_its_own_trap_handler_while_attached_sees_only_its_own
     let prog = Program::build("trap_handler", dir.path());
     for how in ["libc", "syscall"] {
         // Closing its stdin makes it install its handler, work, and trap.
-        let (stdout, _) = changed_under_a_session(&prog, &dir, how, &[how, "20000", "late"], 500);
-        assert!(stdout.contains("installed 0 (its own: yes), traps seen 1"), "{how}: {stdout}");
+        let c = changed_under_a_session(&prog, &dir, how, &[how, "20000", "late"], &EVERY_MS, 500);
+        assert!(c.stdout.contains("installed 0 (its own: yes), traps seen 1"), "{how}: {}", c.stdout);
     }
 }
 
+/// What [`changed_under_a_session`] saw.
+struct Changed {
+    /// The program's stdout.
+    stdout: String,
+    /// The session's profile.
+    out: PathBuf,
+    /// witch's stderr, and how it ended.
+    said: String,
+    status: std::process::ExitStatus,
+}
+
 /// Start `prog` with `args` (the last, `late`: it works until its stdin
-/// closes, then does what the test is about), attach with a window at
-/// every 1 ms tick, and close its stdin `settle_ms` later: it must end as
-/// natively (status 0, no signal), and witch with it. Its stdout, and the
-/// session's profile (`tag`.json in `dir`).
-fn changed_under_a_session(prog: &Program, dir: &Scratch, tag: &str, args: &[&str], settle_ms: u64) -> (String, PathBuf) {
+/// closes, then does what the test is about), attach with `extra`
+/// arguments, and close its stdin `settle_ms` later: it must end as
+/// natively (status 0, no signal), and witch with it. Its files are
+/// `tag`.err and `tag`.json in `dir`.
+fn changed_under_a_session(prog: &Program, dir: &Scratch, tag: &str, args: &[&str], extra: &[&str], settle_ms: u64) -> Changed {
     use std::time::Duration;
     let t = Target::start(&prog.exe, args, &[]);
     let (err, out) = (dir.join(&format!("{tag}.err")), dir.join(&format!("{tag}.json")));
-    let witch = AttachedWitch::start_with(t.pid(), "30s", &out, &err, &["--overhead", "0", "-p", "1ms"]);
+    let witch = AttachedWitch::start_with(t.pid(), "30s", &out, &err, extra);
     std::thread::sleep(Duration::from_millis(settle_ms));
     let end = t.finish();
     let status = witch.end_within(Duration::from_secs(40));
-    let text = std::fs::read_to_string(&err).unwrap_or_default();
-    assert_eq!((end.code(), end.signal()), (Some(0), None), "{tag}: {}\n{}\nwitch: {text}", end.stdout, end.stderr);
-    assert!(status.is_some(), "{tag}: witch did not end: {text}");
-    (end.stdout, out)
+    let said = std::fs::read_to_string(&err).unwrap_or_default();
+    assert_eq!((end.code(), end.signal()), (Some(0), None), "{tag}: {}\n{}\nwitch: {said}", end.stdout, end.stderr);
+    let status = status.unwrap_or_else(|| panic!("{tag}: witch did not end: {said}"));
+    Changed { stdout: end.stdout, out, said, status }
 }
+
+/// Windows at every 1 ms tick.
+const EVERY_MS: [&str; 4] = ["--overhead", "0", "-p", "1ms"];
 
 /// A process that installs a SIGSEGV handler of its own during an attached
 /// session and then faults on purpose, its handler finding the faulting
@@ -1298,9 +1301,9 @@ fn a_process_that_installs_a_fault_handler_while_attached_sees_its_faults_where_
     let prog = Program::build("fault_handler", dir.path());
     for attempt in 0..2 {
         // Closing its stdin makes it install its handler and fault.
-        let (stdout, out) = changed_under_a_session(&prog, &dir, &attempt.to_string(), &["100000", "late"], 700);
-        assert!(stdout.contains("faults seen 100000, elsewhere 0;"), "attempt {attempt}: {stdout}");
-        report(&out).assert_samples(5.0);
+        let c = changed_under_a_session(&prog, &dir, &attempt.to_string(), &["100000", "late"], &EVERY_MS, 700);
+        assert!(c.stdout.contains("faults seen 100000, elsewhere 0;"), "attempt {attempt}: {}", c.stdout);
+        report(&c.out).assert_samples(5.0);
     }
 }
 
