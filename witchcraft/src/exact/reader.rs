@@ -154,8 +154,11 @@ impl MappedRing {
     pub fn consumed(&self) {
         // SAFETY: the mapping starts with the control page.
         let c = unsafe { &*(self.base as *const Control) };
-        c.consumed.fetch_add(1, Ordering::Release);
-        futex::wake(&c.consumed);
+        let now = c.consumed.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
+        // Only a thread waiting for this many is woken (ring::Ring::publish).
+        if super::ring::reached(now, c.wanted.load(Ordering::SeqCst)) {
+            futex::wake(&c.consumed);
+        }
     }
 }
 
@@ -228,5 +231,70 @@ mod tests {
         assert_eq!(used, 32.0 * CHUNKS as f64);
         crate::sys::fd::close(ours);
         crate::sys::fd::close(theirs);
+    }
+
+    /// A thread whose ring is full waits until witch has judged half of
+    /// it, and witch wakes it then, not at each chunk it judges.
+    #[test]
+    fn a_full_ring_waits_for_half_of_it_to_be_judged() {
+        use crate::exact::ring::{Ring, CHUNKS};
+        use std::sync::atomic::AtomicBool;
+        let (ours, theirs) = crate::sys::fd::seqpacket_pair().unwrap();
+        let mut ring = Ring::create(theirs, 42, 43, 7).expect("a ring");
+        let mut judge = Judge::new(Craft::Dead, 0.0);
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let mut take_one = |judge: &mut Judge| {
+            let (n, passed) = crate::sys::fd::recv_datagram_fd(ours, &mut buf, 1000).unwrap().unwrap();
+            judge.take_notice(&buf[..n], passed);
+        };
+        take_one(&mut judge);
+        let h = Header { pid: 42, tid: 43, words: 0, image: 7 };
+        let last_out = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let t = s.spawn(|| {
+                // The first CHUNKS - 1 chunks fit; the last fills the ring.
+                for _ in 0..CHUNKS {
+                    assert!(ring.publish(theirs, h), "published");
+                }
+                last_out.store(true, Ordering::SeqCst);
+            });
+            for judged in 1..=CHUNKS {
+                // Give the thread time to look (more than its futex's
+                // timeout) before each chunk is judged.
+                std::thread::sleep(std::time::Duration::from_millis(30));
+                take_one(&mut judge);
+                if judged < CHUNKS / 2 {
+                    std::thread::sleep(std::time::Duration::from_millis(30));
+                    assert!(!last_out.load(Ordering::SeqCst), "the thread went on with {judged} of {CHUNKS} chunks judged");
+                } else if judged == CHUNKS / 2 {
+                    let t0 = std::time::Instant::now();
+                    while !last_out.load(Ordering::SeqCst) {
+                        assert!(t0.elapsed().as_secs() < 5, "the thread still waits with half the ring judged");
+                        std::thread::yield_now();
+                    }
+                }
+            }
+            t.join().unwrap();
+        });
+        assert_eq!(judge.malformed, 0);
+        drop(ring);
+        crate::sys::fd::close(ours);
+        crate::sys::fd::close(theirs);
+    }
+
+    #[test]
+    fn a_waiting_threads_count_is_reached_across_the_wrap() {
+        use crate::exact::ring::{reached, WAITING};
+        assert!(!reached(10, 0), "nobody waits");
+        assert!(!reached(3, 4 | WAITING));
+        assert!(reached(4, 4 | WAITING));
+        assert!(reached(5, 4 | WAITING));
+        // The count wraps at 2^32; the wanted one keeps 31 bits of it.
+        let want = u32::MAX - 1;
+        assert!(!reached(u32::MAX - 2, want | WAITING));
+        assert!(reached(u32::MAX - 1, want | WAITING));
+        assert!(reached(u32::MAX, want | WAITING));
+        assert!(reached(0, want | WAITING));
+        assert!(reached(3, want | WAITING));
     }
 }

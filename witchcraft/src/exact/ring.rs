@@ -34,7 +34,10 @@ pub const RING_BYTES: usize = CONTROL_BYTES + CHUNKS as usize * CHUNK_BYTES;
 pub(super) struct Control {
     /// Chunks witch has judged (written by witch; the thread's futex).
     pub(super) consumed: AtomicU32,
-    _pad: u32,
+    /// The count of judged chunks a waiting thread waits for, with
+    /// [`WAITING`] set (0: nobody waits). Witch wakes the thread only
+    /// once `consumed` reaches it, not at every chunk it judges.
+    pub(super) wanted: AtomicU32,
     /// The ring's number (see [`Ring::id`]), for a check.
     id: AtomicU64,
 }
@@ -42,6 +45,16 @@ pub(super) struct Control {
 /// How long a thread waits on the futex before it looks whether witch
 /// is still there.
 const WAIT_MS: u64 = 10;
+
+/// The bit of [`Control::wanted`] that says a thread waits; the count it
+/// waits for is in the other 31 bits.
+pub(super) const WAITING: u32 = 1 << 31;
+
+/// Whether `consumed` judged chunks reach a thread's `wanted` (as
+/// [`Control::wanted`] holds it: 31 bits of a count that wraps).
+pub(super) fn reached(consumed: u32, wanted: u32) -> bool {
+    wanted & WAITING != 0 && consumed.wrapping_sub(wanted) & !WAITING < 1 << 30
+}
 
 /// The thread's side: its ring, mapped.
 pub struct Ring {
@@ -118,16 +131,31 @@ impl Ring {
         }
         self.published = self.published.wrapping_add(1);
         // The next chunk's last records must be judged before it is written.
-        loop {
-            let consumed = self.control().consumed.load(Ordering::Acquire);
-            if self.published.wrapping_sub(consumed) < CHUNKS {
-                return true;
-            }
-            futex::wait(&self.control().consumed, consumed, WAIT_MS);
-            if fd::peer_gone(sock) {
-                return false;
-            }
+        let control = self.control();
+        if self.published.wrapping_sub(control.consumed.load(Ordering::Acquire)) < CHUNKS {
+            return true;
         }
+        // The ring is full: witch judges slower than this thread records.
+        // Wait until half of it is free, not one chunk, so that witch
+        // wakes the thread once every few chunks rather than at each (a
+        // wake and a switch per chunk of 256 KiB took a few percent of
+        // the judge's time).
+        let want = self.published.wrapping_sub(CHUNKS / 2);
+        control.wanted.store(want | WAITING, Ordering::SeqCst);
+        let free = loop {
+            // (SeqCst with witch's side: either witch sees `wanted` after
+            // its count, or this load sees the count.)
+            let consumed = control.consumed.load(Ordering::SeqCst);
+            if reached(consumed, want | WAITING) {
+                break true;
+            }
+            futex::wait(&control.consumed, consumed, WAIT_MS);
+            if fd::peer_gone(sock) {
+                break false;
+            }
+        };
+        control.wanted.store(0, Ordering::Relaxed);
+        free
     }
 }
 
