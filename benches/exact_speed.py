@@ -14,6 +14,7 @@ Each run is capped (--timeout seconds); a capped run shows as "> T".
     python3 benches/exact_speed.py --reps 3 --timeout 600
     python3 benches/exact_speed.py --craft silent-load
     python3 benches/exact_speed.py --witch BUILD/witch   # another build (its agent beside it)
+    python3 benches/exact_speed.py --judges --reps 3     # one judge against one per processor, threaded program
 
 Needs `cargo build --release --workspace` first.
 """
@@ -51,6 +52,41 @@ def small_program():
     return {"half_dead 256 4 (small)": [exe, "256", "4"], "half_dead 262144 20": [exe, "262144", "20"]}
 
 
+def judges_table(a):
+    """The code-cache exact mode with one judge against one per processor
+    (WITCH_JUDGES unset), on benches/exact_threads.c at 1, 2 and 4 busy
+    threads: each judge takes whole recording threads, so a program with
+    several busy threads is judged on several processors."""
+    exe = os.path.join(OUT, "exact_threads")
+    subprocess.run(["cc", "-O2", "-g", "-pthread", "-o", exe, os.path.join(ROOT, "benches", "exact_threads.c")], check=True)
+    env = dict(os.environ, GLIBC_TUNABLES=TUNABLES)
+    env.pop("WITCH_JUDGES", None)
+    print(f"{a.craft} craft, exact_threads (each thread sorts, copies and sums its own array), {a.reps} round(s); "
+          f"wall-time ratios to the median native run of the round (one before each witch run, one after the last), medians over the rounds.\n")
+    print("| program threads | native s | one judge: x | one judge per processor: x | judges | one judge / per processor |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as d:
+        for threads, reps in ((1, 1200), (2, 600), (4, 300)):
+            cmd = [exe, str(threads), str(reps)]
+            one, many, tns, says = [], [], [], ""
+            for r in range(a.reps):
+                natives, times = [], {}
+                for mode, extra in (("one", {"WITCH_JUDGES": "1"}), ("many", {})):
+                    natives.append(timed(cmd, env, a.timeout)[0])
+                    out = os.path.join(d, f"{mode}{r}.json")
+                    times[mode], _ = timed([a.witch, a.craft, "-q", "-o", out, "--exact", "--"] + cmd, dict(env, **extra), a.timeout)
+                    if mode == "many":
+                        n = note(out, "exact from the code cache:", "the judge took")
+                        says = n.split("(", 1)[1].split(")", 1)[0] if "(" in n else ""
+                natives.append(timed(cmd, env, a.timeout)[0])
+                tn = statistics.median(x for x in natives if x is not None)
+                tns.append(tn)
+                one.append(times["one"] / tn)
+                many.append(times["many"] / tn)
+            o, m = statistics.median(one), statistics.median(many)
+            print(f"| {threads} | {statistics.median(tns):.3f} | {o:.1f} | {m:.1f} | {says} | {o / m:.2f} |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--set", default="ci", help="workload set at real sizes (ci, real, more, bench; none: the small input only)")
@@ -59,8 +95,12 @@ def main():
     ap.add_argument("--craft", default="dead", choices=["dead", "silent-store", "silent-load"])
     ap.add_argument("--witch", default=WITCH, help="the witch binary to measure (default: this tree's release build)")
     ap.add_argument("--only", default="", help="comma-separated program names to run (default: all)")
+    ap.add_argument("--judges", action="store_true",
+                    help="instead: one judge against one per processor, on a program of 1, 2 and 4 busy threads")
     a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
+    if a.judges:
+        return judges_table(a)
     progs = small_program()
     if a.set != "none":
         progs.update(workloads.build(OUT, a.set))

@@ -324,6 +324,44 @@ fn cache_and_step_give_the_same_bytes_per_pair() {
     }
 }
 
+/// Each recording thread's records go to one of several judging threads
+/// (`WITCH_JUDGES`; one per processor by default), every record of a
+/// thread to the same one: judged by one judge or by three (one for each
+/// of the program's threads), every pair inside the program has the same
+/// figures, for each craft, and the note says how many judged. A
+/// number of judges that is not one gets a one-line error.
+#[test]
+fn several_judges_give_the_same_bytes_per_pair_as_one() {
+    let dir = Scratch::new("exact-judges");
+    let prog = Program::build_with("exact_agree", dir.path(), "exact_agree", &["-Wl,-z,now"]).unwrap_or_else(|e| panic!("{e}"));
+    let native = prog.run_native(&["16", "3"]);
+    let exe = prog.exe.file_name().unwrap().to_string_lossy().into_owned();
+    for craft in ["dead", "silent-store", "silent-load"] {
+        let mut got = vec![];
+        for (judges, says) in [("1", "(one thread)"), ("3", "(3 threads)")] {
+            let out = dir.join(&format!("{craft}-{judges}.json"));
+            let run = WitchCmd::new(craft)
+                .wrapper(&["env", &format!("WITCH_JUDGES={judges}")])
+                .args(&["--exact", "-q"])
+                .out(&out)
+                .run(&prog.exe, &["16", "3"]);
+            assert_same_behaviour(&native, &run);
+            let notes = raw_profile(&out)["notes"].to_string();
+            assert!(notes.contains(says), "{craft}, {judges} judges: the note says {says}: {notes}");
+            got.push(pairs_in(&out, &exe));
+        }
+        assert!(got[0].len() >= 6, "{craft}: the program's pairs: {:?}", got[0]);
+        assert_eq!(
+            got[0], got[1],
+            "{craft}: pairs inside the program (waste, approximate waste, use, accesses), one judge (left) and three (right)"
+        );
+    }
+    let run = WitchCmd::new("dead").wrapper(&["env", "WITCH_JUDGES=0"]).args(&["--exact", "-q"]).run(&prog.exe, &["16", "3"]);
+    let err = run.stderr_str();
+    assert!(run.code() != Some(0) && err.contains("WITCH_JUDGES"), "a bad WITCH_JUDGES: {:?} {err}", run.code());
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+}
+
 /// A store that faults, in the code-cache mode: the program's SIGSEGV
 /// handler makes the page writable and returns, and the store runs again.
 /// The attempt that faulted stored nothing: its records are taken back, so

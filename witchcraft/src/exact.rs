@@ -20,6 +20,8 @@
 #[cfg(feature = "controller")]
 mod judge;
 #[cfg(feature = "controller")]
+mod judges;
+#[cfg(feature = "controller")]
 mod output;
 #[cfg(feature = "controller")]
 mod reader;
@@ -36,6 +38,8 @@ mod string;
 
 #[cfg(feature = "controller")]
 pub use judge::{Observed, ThreadShadow, WIDE};
+#[cfg(feature = "controller")]
+pub use judges::{default_count as default_judges, Judgements, Judges};
 #[cfg(feature = "controller")]
 pub use output::{exact_sampler, thread_profiles};
 #[cfg(feature = "controller")]

@@ -45,29 +45,41 @@ pub fn run(craft: Craft, a: &RunArgs, prog: &Path, program: &OsString, out: &Out
 /// `--exact=cache`: the program runs under the agent in its recording
 /// mode and writes every access record into rings it shares with witch
 /// (`witchcraft::exact::ring`); a reader thread takes each ring's notices
-/// and judges its chunks as they come (the shadow memory lives in witch,
-/// not in the program).
+/// and judges its chunks as they come, or hands them to another judging
+/// thread (`witchcraft::exact::Judges`: each recording thread's records
+/// on one judge; the shadow memory lives in witch, not in the program).
 pub struct Recording {
     theirs: i32,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    reader: std::thread::JoinHandle<(Judge, u64)>,
+    reader: std::thread::JoinHandle<Judgements>,
     started: std::time::Instant,
 }
 
-/// What the reader judged, to go into the profile.
+/// What the judges judged, to go into the profile.
 pub struct Judged {
-    judge: Judge,
-    /// The reader thread's CPU time (ns) and the recording's wall time.
-    judge_cpu_ns: u64,
+    judged: Judgements,
+    /// The recording's wall time.
     wall: std::time::Duration,
 }
 
-use witchcraft::exact::{stream::MAX_DATAGRAM, Judge};
+use witchcraft::exact::{stream::MAX_DATAGRAM, Judgements, Judges};
 use witchcraft::sys::fd as fds;
+
+/// How many judging threads a recording gets: `WITCH_JUDGES`, else one
+/// per processor (at most 8).
+fn judges_wanted() -> Result<usize> {
+    match std::env::var("WITCH_JUDGES") {
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n @ 1..=64) => Ok(n),
+            _ => anyhow::bail!("WITCH_JUDGES={v:?}: expected a number of judging threads from 1 to 64"),
+        },
+        Err(_) => Ok(witchcraft::exact::default_judges()),
+    }
+}
 
 impl Recording {
     pub fn start(craft: Craft, precision: f64) -> Result<Recording> {
-        let mut judge = Judge::new(craft, precision);
+        let n = judges_wanted()?;
         let (ours, theirs) = fds::seqpacket_pair().map_err(|e| anyhow::anyhow!("cannot make the record socket: {e}"))?;
         // The program's end: out of the program's descriptor range, and
         // kept across its exec.
@@ -79,18 +91,19 @@ impl Recording {
         let reader = std::thread::Builder::new()
             .name("witch-judge".into())
             .spawn(move || {
+                let mut judges = Judges::new(craft, precision, n);
                 let mut buf = vec![0u8; MAX_DATAGRAM];
                 loop {
                     match fds::recv_datagram_fd(ours, &mut buf, 100) {
                         Ok(Some((0, None))) | Err(_) => break,
-                        Ok(Some((n, passed))) => judge.take_notice(&buf[..n], passed),
+                        Ok(Some((n, passed))) => judges.take_notice(&buf[..n], passed),
                         // Nothing for a while: done once the program is.
                         Ok(None) if stopping.load(std::sync::atomic::Ordering::Acquire) => break,
                         Ok(None) => {}
                     }
                 }
                 fds::close(ours);
-                (judge, witchcraft::sys::task::thread_cpu_ns())
+                judges.finish(witchcraft::sys::task::thread_cpu_ns())
             })
             .map_err(|e| anyhow::anyhow!("cannot start the judging thread: {e}"))?;
         Ok(Recording { theirs, stop, reader, started: std::time::Instant::now() })
@@ -110,8 +123,8 @@ impl Recording {
     /// The program ended: judge what is left and stop.
     pub fn finish(self) -> Judged {
         self.stop.store(true, std::sync::atomic::Ordering::Release);
-        let (judge, judge_cpu_ns) = self.reader.join().unwrap_or_else(|_| (Judge::new(Craft::Dead, 0.0), 0));
-        Judged { judge, judge_cpu_ns, wall: self.started.elapsed() }
+        let judged = self.reader.join().unwrap_or_else(|_| Judges::new(Craft::Dead, 0.0, 1).finish(0));
+        Judged { judged, wall: self.started.elapsed() }
     }
 }
 
@@ -140,10 +153,11 @@ impl Judged {
     /// its threads are the judge's, its sampler says every access was
     /// judged, so `report`, `diff` and `gate` treat it as a count.
     pub fn apply(self, run: &mut witchcraft::profile::Profile) {
-        let malformed = self.judge.malformed;
-        let total = self.judge.records;
+        let malformed = self.judged.malformed();
+        let total = self.judged.records();
+        let (judges, (cpu_ns, busiest_ns)) = (self.judged.judges.len(), self.judged.cpu_ns());
         let mut images = Images::default();
-        for j in self.judge.into_processes() {
+        for j in self.judged.into_processes() {
             let (threads, counters) = witchcraft::exact::thread_profiles(j.threads.iter().map(|(t, s)| (*t, s)));
             images.0.entry(j.pid as u32).or_default().push((j.image, (j.instructions, j.records, threads, counters)));
         }
@@ -164,20 +178,22 @@ impl Judged {
         for p in &mut run.processes {
             one(p);
         }
-        run.notes.push(judge_note(self.judge_cpu_ns, total, self.wall));
+        run.notes.push(judge_note(cpu_ns, busiest_ns, judges, total, self.wall));
     }
 }
 
-/// What judging cost: the judge's CPU time, per record, and its share of
-/// the recording's wall time (near 100%: the program's threads waited for
-/// the judge, which set the run's pace).
-fn judge_note(cpu_ns: u64, records: u64, wall: std::time::Duration) -> String {
+/// What judging cost: the judges' CPU time, per record, and the busiest
+/// judge's share of the recording's wall time (near 100%: the program's
+/// threads waited for that judge, which set the run's pace).
+fn judge_note(cpu_ns: u64, busiest_ns: u64, judges: usize, records: u64, wall: std::time::Duration) -> String {
     let cpu = cpu_ns as f64 / 1e9;
     let per = if records > 0 { format!(", {:.1} ns a record", cpu_ns as f64 / records as f64) } else { String::new() };
     let share = if wall.as_secs_f64() > 0.0 {
-        format!(", busy {:.0}% of the run's {:.3} s", 100.0 * cpu / wall.as_secs_f64(), wall.as_secs_f64())
+        let who = if judges > 1 { "the busiest judge " } else { "" };
+        format!(", {who}busy {:.0}% of the run's {:.3} s", 100.0 * busiest_ns as f64 / 1e9 / wall.as_secs_f64(), wall.as_secs_f64())
     } else {
         String::new()
     };
-    format!("exact from the code cache: the judge took {cpu:.3} s of CPU time (one thread){per}{share}")
+    let threads = if judges == 1 { "one thread".to_string() } else { format!("{judges} threads") };
+    format!("exact from the code cache: the judge took {cpu:.3} s of CPU time ({threads}){per}{share}")
 }
