@@ -81,7 +81,18 @@ impl Elf {
         let endian = if obj.is_little_endian() { gimli::RunTimeEndian::Little } else { gimli::RunTimeEndian::Big };
         let base = self.data.as_ptr() as usize;
         let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
-            let bytes = match obj.section_by_name(id.name()).map(|s| s.uncompressed_data()) {
+            // Lines and inlined frames need neither the variables' location
+            // lists nor the macros: those sections are not read (a
+            // compressed one, as distributions ship the C library's debug
+            // files, was decompressed whole for nothing).
+            let unused = matches!(
+                id,
+                gimli::SectionId::DebugLoc
+                    | gimli::SectionId::DebugLocLists
+                    | gimli::SectionId::DebugMacinfo
+                    | gimli::SectionId::DebugMacro
+            );
+            let bytes = match obj.section_by_name(id.name()).filter(|_| !unused).map(|s| s.uncompressed_data()) {
                 Some(Ok(Cow::Borrowed(b))) => {
                     let start = b.as_ptr() as usize - base;
                     Bytes { data: self.data.clone(), start, end: start + b.len() }
