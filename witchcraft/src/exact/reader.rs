@@ -172,24 +172,35 @@ impl Drop for MappedRing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exact::ring::Ring;
     use crate::exact::stream::MAX_DATAGRAM;
+
+    /// A socket pair (witch's end, the program's), and a ring of thread 43
+    /// of process 42 registered with a new judge of the dead craft.
+    fn registered() -> (i32, i32, Ring, Judge) {
+        let (ours, theirs) = crate::sys::fd::seqpacket_pair().unwrap();
+        let ring = Ring::create(theirs, 42, 43, 7).expect("a ring");
+        let mut judge = Judge::new(Craft::Dead, 0.0);
+        take_one(ours, &mut judge);
+        (ours, theirs, ring, judge)
+    }
+
+    /// The judge takes the next notice on `ours`.
+    fn take_one(ours: i32, judge: &mut Judge) {
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let (n, passed) = crate::sys::fd::recv_datagram_fd(ours, &mut buf, 1000).unwrap().unwrap();
+        judge.take_notice(&buf[..n], passed);
+    }
 
     /// A thread's ring, registered and filled in this process: the judge
     /// judges each chunk where it lies, in order, and the thread moves on
     /// only as chunks are judged.
     #[test]
     fn chunks_of_a_ring_are_judged_in_place_and_given_back() {
-        use crate::exact::ring::{Ring, CHUNKS};
+        use crate::exact::ring::CHUNKS;
         use crate::x86::record::{info, Record, RECORD_WORDS};
-        let (ours, theirs) = crate::sys::fd::seqpacket_pair().unwrap();
-        let mut ring = Ring::create(theirs, 42, 43, 7).expect("a ring");
-        let mut judge = Judge::new(Craft::Dead, 0.0);
-        let mut buf = vec![0u8; MAX_DATAGRAM];
-        let mut take_one = |judge: &mut Judge| {
-            let (n, passed) = crate::sys::fd::recv_datagram_fd(ours, &mut buf, 1000).unwrap().unwrap();
-            judge.take_notice(&buf[..n], passed);
-        };
-        take_one(&mut judge);
+        let (ours, theirs, mut ring, mut judge) = registered();
+        let take_one = |judge: &mut Judge| take_one(ours, judge);
         // More chunks than the ring holds: each store at 0x1000 + 8i,
         // then (in the next chunk) a load of it.
         let access = |addr, read| crate::x86::decode::Access { addr, len: 8, read, write: !read, ..Default::default() };
@@ -237,17 +248,10 @@ mod tests {
     /// it, and witch wakes it then, not at each chunk it judges.
     #[test]
     fn a_full_ring_waits_for_half_of_it_to_be_judged() {
-        use crate::exact::ring::{Ring, CHUNKS};
+        use crate::exact::ring::CHUNKS;
         use std::sync::atomic::AtomicBool;
-        let (ours, theirs) = crate::sys::fd::seqpacket_pair().unwrap();
-        let mut ring = Ring::create(theirs, 42, 43, 7).expect("a ring");
-        let mut judge = Judge::new(Craft::Dead, 0.0);
-        let mut buf = vec![0u8; MAX_DATAGRAM];
-        let mut take_one = |judge: &mut Judge| {
-            let (n, passed) = crate::sys::fd::recv_datagram_fd(ours, &mut buf, 1000).unwrap().unwrap();
-            judge.take_notice(&buf[..n], passed);
-        };
-        take_one(&mut judge);
+        let (ours, theirs, mut ring, mut judge) = registered();
+        let take_one = |judge: &mut Judge| take_one(ours, judge);
         let h = Header { pid: 42, tid: 43, words: 0, image: 7 };
         let last_out = AtomicBool::new(false);
         std::thread::scope(|s| {
