@@ -356,10 +356,19 @@ fn several_judges_give_the_same_bytes_per_pair_as_one() {
             "{craft}: pairs inside the program (waste, approximate waste, use, accesses), one judge (left) and three (right)"
         );
     }
-    let run = WitchCmd::new("dead").wrapper(&["env", "WITCH_JUDGES=0"]).args(&["--exact", "-q"]).run(&prog.exe, &["16", "3"]);
-    let err = run.stderr_str();
-    assert!(run.code() != Some(0) && err.contains("WITCH_JUDGES"), "a bad WITCH_JUDGES: {:?} {err}", run.code());
-    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    // A bad value, and a bad testing knob, stop witch before it leaves a
+    // directory of parts in the working directory.
+    let cwd = dir.join("cwd");
+    std::fs::create_dir(&cwd).unwrap();
+    let chdir = format!("--chdir={}", cwd.display());
+    for (bad, says) in [("WITCH_JUDGES=0", "WITCH_JUDGES"), ("WITCH_SEED=zz", "WITCH_SEED")] {
+        let run = WitchCmd::new("dead").wrapper(&["env", chdir.as_str(), bad]).args(&["--exact", "-q"]).run(&prog.exe, &["16", "3"]);
+        let err = run.stderr_str();
+        assert!(run.code() != Some(0) && err.contains(says), "{bad}: {:?} {err}", run.code());
+        assert_eq!(err.trim().lines().count(), 1, "{bad}: one line: {err}");
+        let left: Vec<_> = std::fs::read_dir(&cwd).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert!(left.is_empty(), "{bad}: left behind {left:?}");
+    }
 }
 
 /// A store that faults, in the code-cache mode: the program's SIGSEGV

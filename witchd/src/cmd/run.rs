@@ -159,7 +159,6 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
         bail!("no free debug registers on this thread (is a debugger attached?); witch needs at least one");
     }
     let agent = crate::agent::find_agent()?;
-    let parts = out.parts()?;
 
     let mut cmd = Command::new(&prog);
     cmd.args(&a.command[1..]);
@@ -188,8 +187,6 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
     settings.overhead_percent = a.overhead.or(settings.overhead_percent);
     settings.heap_threshold = a.heap_threshold;
     settings.debug_registers = a.debug_registers.unwrap_or(free.min(4) as u32) as usize;
-    settings.out_dir = parts.dir.clone();
-    settings.round_trips = Some(parts.dir.join(ROUND_TRIPS));
     if a.no_children {
         settings.only_pid = Some(0); // the first process the agent loads into
     }
@@ -205,7 +202,6 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
         }
         recording = Some(r);
     }
-    cmd.env("LD_PRELOAD", preload).envs(settings.to_pairs());
     let mut inherited = launch::inherited();
     if a.format() == Format::Json && !a.quiet {
         // The JSON report has stdout to itself; the program's stdout goes to stderr.
@@ -217,6 +213,13 @@ pub fn run(craft: Craft, a: &RunArgs) -> Result<i32> {
             Err(e) => bail!("cannot give the program stderr as its stdout: {e}"),
         }
     }
+    // The run's directory of parts, made once nothing before the program's
+    // start can fail but the start itself (which removes it): a bad knob
+    // or `WITCH_JUDGES` left an empty one behind in the working directory.
+    let parts = out.parts()?;
+    settings.out_dir = parts.dir.clone();
+    settings.round_trips = Some(parts.dir.join(ROUND_TRIPS));
+    cmd.env("LD_PRELOAD", preload).envs(settings.to_pairs());
     launch::start_as_found(&mut cmd, inherited);
 
     let child = match cmd.spawn() {
