@@ -45,6 +45,20 @@ def note(path, prefix, contains=""):
     return next((n for n in p.get("notes", []) if n.startswith(prefix) and contains in n), "")
 
 
+def alternate(cmd, env, runs, timeout):
+    """One round: a native run of `cmd` before each of `runs` ((name, witch
+    command, environment added to `env`)) and one after the last (this VM's
+    native times moved up to 60% between single runs, so a round's native
+    time is the median of its own). The native runs that finished, and
+    each run's seconds by name (None: over `timeout`)."""
+    natives, times = [], {}
+    for name, witch_cmd, extra in runs:
+        natives.append(timed(cmd, env, timeout)[0])
+        times[name], _ = timed(witch_cmd, dict(env, **extra), timeout)
+    natives.append(timed(cmd, env, timeout)[0])
+    return [x for x in natives if x is not None], times
+
+
 def small_program():
     exe = os.path.join(OUT, "half_dead")
     src = os.path.join(ROOT, "tests", "programs", "half_dead.c")
@@ -70,16 +84,15 @@ def judges_table(a):
             cmd = [exe, str(threads), str(reps)]
             one, many, tns, says = [], [], [], ""
             for r in range(a.reps):
-                natives, times = [], {}
-                for mode, extra in (("one", {"WITCH_JUDGES": "1"}), ("many", {})):
-                    natives.append(timed(cmd, env, a.timeout)[0])
-                    out = os.path.join(d, f"{mode}{r}.json")
-                    times[mode], _ = timed([a.witch, a.craft, "-q", "-o", out, "--exact", "--"] + cmd, dict(env, **extra), a.timeout)
-                    if mode == "many":
-                        n = note(out, "exact from the code cache:", "the judge took")
-                        says = n.split("(", 1)[1].split(")", 1)[0] if "(" in n else ""
-                natives.append(timed(cmd, env, a.timeout)[0])
-                tn = statistics.median(x for x in natives if x is not None)
+                out = {mode: os.path.join(d, f"{mode}{r}.json") for mode in ("one", "many")}
+                runs = [(mode, [a.witch, a.craft, "-q", "-o", out[mode], "--exact", "--"] + cmd, extra)
+                        for mode, extra in (("one", {"WITCH_JUDGES": "1"}), ("many", {}))]
+                natives, times = alternate(cmd, env, runs, a.timeout)
+                if None in times.values():
+                    sys.exit(f"benches/exact_speed.py: a run of {cmd} took over {a.timeout:.0f} s")
+                n = note(out["many"], "exact from the code cache:", "the judge took")
+                says = n.split("(", 1)[1].split(")", 1)[0] if "(" in n else ""
+                tn = statistics.median(natives)
                 tns.append(tn)
                 one.append(times["one"] / tn)
                 many.append(times["many"] / tn)
@@ -118,31 +131,23 @@ def main():
             tns = []
             rec, judge = "", ""
             for r in range(a.reps):
-                # The native time of a round: the median of a native run
-                # before each witch run and one after the last (this VM's
-                # native times moved up to 60% between single runs).
-                natives = []
-                times = {}
-                for mode, opts in (("cache", ["--exact"]), ("step", ["--exact=step"]), ("default", [])):
-                    if mode == "step" and not small:
-                        continue
-                    natives.append(timed(cmd, env, a.timeout)[0])
-                    out = os.path.join(d, f"{mode}{r}.json")
-                    t, _ = timed([a.witch, a.craft, "-q", "-o", out] + opts + ["--"] + cmd, env, a.timeout)
-                    times[mode] = t
-                    if mode == "cache" and t is not None:
-                        n = note(out, "exact from the code cache:", "judged")
-                        rec = n.split(":", 1)[1].split(",")[0].strip() if n else ""
-                        # The judge's CPU time per record, and its share of
-                        # the run (near 100%: the judge set the pace).
-                        j = note(out, "exact from the code cache:", "the judge took")
-                        if j and "ns a record" in j and "busy" in j:
-                            per = j.split("), ", 1)[1].split(" ns")[0]
-                            busy = j.split("busy ", 1)[1].split(" ")[0]
-                            judge = f"{per}, {busy}"
-                natives.append(timed(cmd, env, a.timeout)[0])
-                tn = statistics.median(x for x in natives if x is not None)
-                tns.extend(x for x in natives if x is not None)
+                runs = [(mode, [a.witch, a.craft, "-q", "-o", os.path.join(d, f"{mode}{r}.json")] + opts + ["--"] + cmd, {})
+                        for mode, opts in (("cache", ["--exact"]), ("step", ["--exact=step"]), ("default", []))
+                        if mode != "step" or small]
+                natives, times = alternate(cmd, env, runs, a.timeout)
+                out = os.path.join(d, f"cache{r}.json")
+                if times["cache"] is not None:
+                    n = note(out, "exact from the code cache:", "judged")
+                    rec = n.split(":", 1)[1].split(",")[0].strip() if n else ""
+                    # The judge's CPU time per record, and its share of
+                    # the run (near 100%: the judge set the pace).
+                    j = note(out, "exact from the code cache:", "the judge took")
+                    if j and "ns a record" in j and "busy" in j:
+                        per = j.split("), ", 1)[1].split(" ns")[0]
+                        busy = j.split("busy ", 1)[1].split(" ")[0]
+                        judge = f"{per}, {busy}"
+                tn = statistics.median(natives)
+                tns.extend(natives)
                 for mode, t in times.items():
                     rows[mode].append(None if t is None else t / tn)
 
