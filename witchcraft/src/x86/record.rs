@@ -329,20 +329,62 @@ pub fn parse_valued(bytes: &[u8]) -> impl Iterator<Item = Option<Valued<'_>>> + 
         if at >= bytes.len() {
             return None;
         }
-        let Some((r, header)) = Record::read(&bytes[at..]) else {
+        if let Some((v, next)) = short_valued(bytes, at) {
+            at = next;
+            return Some(Some(v));
+        }
+        let Some((v, next)) = long_valued(bytes, at) else {
             at = bytes.len();
             return Some(None);
         };
-        let (b, a) = r.value_lens();
-        let (bw, aw) = (b.div_ceil(8) * 8, a.div_ceil(8) * 8);
-        let start = at + header;
-        let Some(end) = start.checked_add(bw + aw).filter(|&e| e <= bytes.len()) else {
-            at = bytes.len();
-            return Some(None);
-        };
-        at = end;
-        Some(Some(Valued { record: r, before: &bytes[start..start + b], after: &bytes[start + bw..start + bw + a] }))
+        at = next;
+        Some(Some(v))
     })
+}
+
+/// The record at `at` in `bytes` (of either form) with its values, and
+/// where the next record starts; None if it is cut short, or says its
+/// values are longer than any stream (a `rep` string's count of
+/// nonsense: the arithmetic is checked, so that is not a panic).
+fn long_valued(bytes: &[u8], at: usize) -> Option<(Valued<'_>, usize)> {
+    let (r, header) = Record::read(bytes.get(at..)?)?;
+    let (b, a) = r.value_lens();
+    let (bw, aw) = (b.checked_next_multiple_of(8)?, a.checked_next_multiple_of(8)?);
+    let start = at + header;
+    let end = start.checked_add(bw)?.checked_add(aw)?;
+    if end > bytes.len() {
+        return None;
+    }
+    Some((Valued { record: r, before: &bytes[start..start + b], after: &bytes[start + bw..start + bw + a] }, end))
+}
+
+/// The short record at `at` in `bytes` with its values, and where the
+/// next record starts; None for a long record or one cut short (for the
+/// general path). Where the next record starts is worked out from the
+/// packed word alone, in few steps: the next record's loads wait for it.
+#[inline(always)]
+fn short_valued(bytes: &[u8], at: usize) -> Option<(Valued<'_>, usize)> {
+    let b = bytes.get(at..at + SHORT_BYTES)?;
+    let word = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
+    let (addr, second) = (word(0), word(8));
+    if !is_short(second) {
+        return None;
+    }
+    // The length (1 to 64: a short record's values are whole) padded to
+    // words; BEFORE and AFTER are bits 9 and 10 of the packed info.
+    let code = second >> PACK_SHIFT;
+    let len = (code & 63) as usize + 1;
+    let padded = (len + 7) & !7;
+    let start = at + SHORT_BYTES;
+    let before_end = start + if code >> 9 & 1 != 0 { padded } else { 0 };
+    let end = before_end + if code >> 10 & 1 != 0 { padded } else { 0 };
+    if end > bytes.len() {
+        return None;
+    }
+    let (pc, info) = unpack_short(second);
+    let before = if info & BEFORE != 0 { &bytes[start..start + len] } else { &bytes[start..start] };
+    let after = if info & AFTER != 0 { &bytes[before_end..before_end + len] } else { &bytes[start..start] };
+    Some((Valued { record: Record { addr, pc, info, extra: 0 }, before, after }, end))
 }
 
 /// What the engine knows about an instruction it runs outside the cache

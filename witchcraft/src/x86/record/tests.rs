@@ -128,3 +128,74 @@ fn value_records_parse_with_their_bytes() {
     assert_eq!((v.record, v.before, v.after), (r, &[1u8, 2, 3][..], &[4u8, 5, 6][..]));
     assert!(parse_valued(&b[..b.len() - 1]).next().unwrap().is_none(), "cut short");
 }
+
+/// A short record with its values reads as the same record written long,
+/// with the same bytes, for every length and value flag a short record
+/// can carry, one after another in one stream (so where each ends is
+/// right too); cut anywhere, the last is not read.
+#[test]
+fn short_value_records_read_as_long_ones_do() {
+    let (mut short, mut long, mut want) = (Vec::new(), Vec::new(), Vec::new());
+    let mut fill = 0u8;
+    for len in 1..=64u32 {
+        for flags in [0, AFTER, BEFORE | AFTER, BEFORE] {
+            for (read, write, float, elem) in [(true, false, Float::No, 0), (false, true, Float::F64, 8), (true, true, Float::F32, 4)] {
+                let a = Access { addr: 0x7000 + len as u64, len, read, write, float, elem };
+                let r = Record { addr: a.addr, pc: 0x40_0000 + len as u64, info: info(&a) | flags, extra: 0 };
+                let Some(second) = short_word(r.pc, r.info) else { continue };
+                let mut values = Vec::new();
+                let mut value = |on: bool| {
+                    let bytes: Vec<u8> = (0..len)
+                        .map(|_| {
+                            fill = fill.wrapping_add(1);
+                            fill
+                        })
+                        .collect();
+                    if on {
+                        values.extend_from_slice(&bytes);
+                        values.resize(values.len().div_ceil(8) * 8, 0);
+                    }
+                    bytes
+                };
+                let (b, af) = (value(flags & BEFORE != 0), value(flags & AFTER != 0));
+                for w in [r.addr, second] {
+                    short.extend_from_slice(&w.to_le_bytes());
+                }
+                for w in r.to_words() {
+                    long.extend_from_slice(&w.to_le_bytes());
+                }
+                short.extend_from_slice(&values);
+                long.extend_from_slice(&values);
+                let b = if flags & BEFORE != 0 { b } else { vec![] };
+                let af = if flags & AFTER != 0 { af } else { vec![] };
+                want.push((r, b, af));
+            }
+        }
+    }
+    assert!(want.len() > 500, "{} records", want.len());
+    for bytes in [&short, &long] {
+        let got: Vec<_> =
+            parse_valued(bytes).map(|v| v.expect("whole records")).map(|v| (v.record, v.before.to_vec(), v.after.to_vec())).collect();
+        assert_eq!(got, want);
+    }
+    for cut in [1, 7, 8, 15, 16, 17] {
+        let got: Vec<_> = parse_valued(&short[..short.len() - cut]).collect();
+        assert_eq!(got.len(), want.len(), "cut by {cut}: every record but the last whole");
+        assert!(got.last().unwrap().is_none(), "cut by {cut}: the last is cut short");
+    }
+}
+
+/// A `rep` string record whose count and length say more bytes than any
+/// stream holds (a stream of nonsense) is cut short, not a panic.
+#[test]
+fn a_string_record_of_impossible_length_is_cut_short() {
+    for (count, len) in [(u64::MAX, 8u32), (u64::MAX / 8, 8), ((usize::MAX / 16) as u64, 16), (1 << 61, 8)] {
+        let a = Access { addr: 0x10, len, read: true, ..Default::default() };
+        let r = Record { addr: 0x10, pc: 1, info: info(&a) | REP | BEFORE | AFTER, extra: count };
+        let mut b: Vec<u8> = r.to_words().iter().flat_map(|w| w.to_le_bytes()).collect();
+        b.extend([0u8; 64]);
+        let got: Vec<_> = parse_valued(&b).collect();
+        assert_eq!(got.len(), 1, "count {count}");
+        assert!(got[0].is_none(), "count {count}: cut short");
+    }
+}
