@@ -188,6 +188,9 @@ const SHORT_TYPE_BITS: [u64; 16] = {
 /// A short record's packed info (15 bits): length - 1 (bits 0-5), READ and
 /// WRITE (6, 7), MORE (8), BEFORE and AFTER (9, 10), the type's index (11-14).
 const PACKED_TYPE_SHIFT: u32 = 11;
+/// The packed info's length - 1, and where its BEFORE and AFTER bits are.
+const PACKED_LEN: u64 = 63;
+const PACKED_VALUES_SHIFT: u32 = 9;
 
 /// The second word of the short record of an access at `pc` with info
 /// word `info`; None if it needs a long one (an `extra` word, a length
@@ -203,7 +206,7 @@ pub fn short_word(pc: u64, info: u64) -> Option<u64> {
     }
     let ty = ((info >> FLOAT_SHIFT) & 3, info >> ELEM_SHIFT);
     let t = SHORT_TYPES.iter().position(|&x| x == ty)? as u64;
-    let code = (len - 1) | (info >> 16 & 3) << 6 | (info >> 20 & 1) << 8 | (info >> 26 & 3) << 9 | t << PACKED_TYPE_SHIFT;
+    let code = (len - 1) | (info >> 16 & 3) << 6 | (info >> 20 & 1) << 8 | (info >> 26 & 3) << PACKED_VALUES_SHIFT | t << PACKED_TYPE_SHIFT;
     Some(SHORT | code << PACK_SHIFT | pc)
 }
 
@@ -219,10 +222,10 @@ pub fn is_short(word: u64) -> bool {
 #[inline]
 pub fn unpack_short(word: u64) -> (u64, u64) {
     let code = word >> PACK_SHIFT;
-    let info = ((code & 63) + 1)
+    let info = ((code & PACKED_LEN) + 1)
         | (code >> 6 & 3) << 16
         | (code >> 8 & 1) << 20
-        | (code >> 9 & 3) << 26
+        | (code >> PACKED_VALUES_SHIFT & 3) << 26
         | SHORT_TYPE_BITS[(code >> PACKED_TYPE_SHIFT & 15) as usize];
     (word & ((1 << PC_BITS) - 1), info)
 }
@@ -371,13 +374,13 @@ fn short_valued(bytes: &[u8], at: usize) -> Option<(Valued<'_>, usize)> {
         return None;
     }
     // The length (1 to 64: a short record's values are whole) padded to
-    // words; BEFORE and AFTER are bits 9 and 10 of the packed info.
+    // words, and the packed BEFORE and AFTER bits.
     let code = second >> PACK_SHIFT;
-    let len = (code & 63) as usize + 1;
+    let len = (code & PACKED_LEN) as usize + 1;
     let padded = (len + 7) & !7;
     let start = at + SHORT_BYTES;
-    let before_end = start + if code >> 9 & 1 != 0 { padded } else { 0 };
-    let end = before_end + if code >> 10 & 1 != 0 { padded } else { 0 };
+    let before_end = start + if code >> PACKED_VALUES_SHIFT & 1 != 0 { padded } else { 0 };
+    let end = before_end + if code >> (PACKED_VALUES_SHIFT + 1) & 1 != 0 { padded } else { 0 };
     if end > bytes.len() {
         return None;
     }
